@@ -1,0 +1,75 @@
+//! `harness-bridge context ...`
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use super::exit;
+use crate::protocol::{Severity, validate_context};
+
+#[derive(Debug, Subcommand)]
+pub enum ContextCommand {
+    /// Parse an AgentRunContext and list its problems with their JSON paths.
+    ///
+    /// Exits 0 when the context is usable (warnings may be printed), 1 when it
+    /// has errors. `-` reads standard input.
+    Validate {
+        /// Context JSON file, or `-` for standard input.
+        file: PathBuf,
+        /// Print the findings as JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn read_input(file: &PathBuf) -> std::io::Result<String> {
+    if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(file)
+    }
+}
+
+pub fn run(cmd: ContextCommand) -> u8 {
+    let ContextCommand::Validate { file, json } = cmd;
+    let name = file.display().to_string();
+    let text = match read_input(&file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("error: cannot read {name}: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let doc: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(doc) => doc,
+        Err(e) => {
+            eprintln!("{name}: error at $: not JSON: {e}");
+            return exit::INVALID;
+        }
+    };
+    let (ctx, problems) = validate_context(&doc);
+    let valid = ctx.is_some();
+    if json {
+        let report = serde_json::json!({ "valid": valid, "problems": problems });
+        out!("{report}");
+    } else {
+        for problem in &problems {
+            out!("{name}: {problem}");
+        }
+        if let Some(ctx) = ctx {
+            let warnings = problems
+                .iter()
+                .filter(|p| p.severity == Severity::Warning)
+                .count();
+            out!(
+                "{name}: valid AgentRunContext (run {}, {} warning(s))",
+                ctx.run_id,
+                warnings
+            );
+        }
+    }
+    if valid { exit::OK } else { exit::INVALID }
+}

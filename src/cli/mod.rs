@@ -1,0 +1,146 @@
+//! Command-line interface: argument parsing and output rendering only.
+//! Each subcommand's module turns arguments into library calls and prints
+//! the outcome; none of them holds product logic.
+
+/// `println!` that ignores a closed stdout (`harness-bridge ... | head`)
+/// instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+mod context;
+mod host;
+mod logging;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Exit codes, as documented in `--help`.
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// The input was read but is not valid (e.g. a context with errors).
+    pub const INVALID: u8 = 1;
+    /// Wrong usage: unknown command or flag, missing argument.
+    pub const USAGE: u8 = 2;
+    /// The command could not do its work (unreadable file, store error).
+    pub const FAILURE: u8 = 3;
+}
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  success
+  1  the input is not valid (problems are printed)
+  2  usage error
+  3  the command failed (unreadable file, store error, ...)
+
+Data folder (embedded host store): --data-dir, else $HARNESS_BRIDGE_DATA_DIR,
+else $XDG_DATA_HOME/harness-bridge, else ~/.local/share/harness-bridge.
+Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.";
+
+/// Plug code-agent CLIs (Claude Code, Codex) into IM bots through LangBot's
+/// AgentRunner Protocol v1.
+#[derive(Debug, Parser)]
+#[command(name = "harness-bridge", version, after_help = AFTER_HELP, propagate_version = true)]
+pub struct Cli {
+    /// Folder of the embedded host store.
+    #[arg(
+        long,
+        global = true,
+        env = "HARNESS_BRIDGE_DATA_DIR",
+        value_name = "DIR"
+    )]
+    data_dir: Option<PathBuf>,
+
+    /// Log line format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check AgentRunContext documents.
+    #[command(subcommand)]
+    Context(context::ContextCommand),
+    /// Inspect the embedded host store: history, state, audit.
+    #[command(subcommand)]
+    Host(host::HostCommand),
+    /// Print the runner discovery JSON (AgentRunnerDiscovery) for a host.
+    Manifest,
+}
+
+/// Resolve the data folder: flag or env var, then XDG, then `~/.local/share`.
+fn data_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(dir) = flag {
+        return Ok(dir);
+    }
+    let nonempty = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(xdg) = nonempty("XDG_DATA_HOME") {
+        return Ok(xdg.join("harness-bridge"));
+    }
+    if let Some(home) = nonempty("HOME") {
+        return Ok(home.join(".local/share/harness-bridge"));
+    }
+    Err("no data folder: pass --data-dir, or set HARNESS_BRIDGE_DATA_DIR or HOME".into())
+}
+
+/// Parse arguments, run the command, and map the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    logging::init(cli.log_format);
+    let code = match cli.command {
+        Command::Context(cmd) => context::run(cmd),
+        Command::Manifest => {
+            let discovery = crate::harness::discovery();
+            match serde_json::to_string_pretty(&discovery) {
+                Ok(json) => {
+                    out!("{json}");
+                    exit::OK
+                }
+                Err(e) => {
+                    eprintln!("error: cannot render the manifest: {e}");
+                    exit::FAILURE
+                }
+            }
+        }
+        Command::Host(cmd) => match data_dir(cli.data_dir) {
+            Ok(dir) => host::run(cmd, &dir),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                exit::FAILURE
+            }
+        },
+    };
+    ExitCode::from(code)
+}

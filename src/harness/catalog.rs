@@ -1,0 +1,139 @@
+//! The runners the bridge offers, one per harness, and their manifests.
+//!
+//! Every runner asks for the same permissions: the context-pull APIs the
+//! bridge serves to the harness as tools. The host still intersects them
+//! with each binding's policy (§4.4).
+
+use crate::protocol::{
+    AgentRunnerCapabilities, AgentRunnerDiscovery, AgentRunnerManifest, AgentRunnerPermissions,
+    ArtifactOperation, DynamicFormItemSchema, EventOperation, HistoryOperation, I18nObject,
+    JsonMap, ListAgentRunnersResponse, StorageKind,
+};
+
+/// The plugin identity the bridge's runners are addressed under.
+pub const PLUGIN_AUTHOR: &str = "langbot";
+/// See [`PLUGIN_AUTHOR`].
+pub const PLUGIN_NAME: &str = "harness-bridge";
+
+/// One harness the bridge can run.
+#[derive(Debug, Clone, Copy)]
+pub struct HarnessInfo {
+    /// Runner name, also the harness name on the command line.
+    pub name: &'static str,
+    pub label: &'static str,
+    pub description: &'static str,
+}
+
+/// The harnesses this build offers.
+pub const HARNESSES: [HarnessInfo; 2] = [
+    HarnessInfo {
+        name: "claude-code",
+        label: "Claude Code",
+        description: "Runs Anthropic's Claude Code CLI in a per-conversation workspace, resuming its session every turn.",
+    },
+    HarnessInfo {
+        name: "codex",
+        label: "Codex",
+        description: "Runs OpenAI's Codex CLI in a per-conversation workspace, resuming its thread every turn.",
+    },
+];
+
+/// `plugin:author/name/runner`, the id a host gives a runner (§4.1).
+pub fn runner_id(runner_name: &str) -> String {
+    format!("plugin:{PLUGIN_AUTHOR}/{PLUGIN_NAME}/{runner_name}")
+}
+
+fn i18n(en: &str) -> I18nObject {
+    I18nObject::from([("en_US".to_string(), en.to_string())])
+}
+
+fn field(
+    kind: &str,
+    name: &str,
+    label: &str,
+    description: &str,
+    default: serde_json::Value,
+) -> DynamicFormItemSchema {
+    DynamicFormItemSchema {
+        kind: kind.into(),
+        name: name.into(),
+        label: i18n(label),
+        description: Some(i18n(description)),
+        required: false,
+        default: (!default.is_null()).then_some(default),
+        options: None,
+        allow_custom: false,
+        extra: JsonMap::new(),
+    }
+}
+
+fn config_schema() -> Vec<DynamicFormItemSchema> {
+    use serde_json::json;
+    vec![
+        field(
+            "string",
+            "model",
+            "Model",
+            "Model name passed to the harness; empty uses the harness default.",
+            json!(null),
+        ),
+        field(
+            "text",
+            "prompt",
+            "Instructions",
+            "Static instructions added to the harness's system prompt every turn.",
+            json!(null),
+        ),
+        field(
+            "integer",
+            "timeout_seconds",
+            "Turn timeout (seconds)",
+            "A turn still running after this is cancelled.",
+            json!(600),
+        ),
+    ]
+}
+
+/// The permissions every bridge runner requests.
+pub fn requested_permissions() -> AgentRunnerPermissions {
+    AgentRunnerPermissions {
+        history: vec![HistoryOperation::Page, HistoryOperation::Search],
+        events: vec![EventOperation::Get, EventOperation::Page],
+        artifacts: vec![ArtifactOperation::Metadata, ArtifactOperation::Read],
+        storage: vec![StorageKind::Plugin, StorageKind::Workspace],
+        ..AgentRunnerPermissions::default()
+    }
+}
+
+/// The discovery answer (`LIST_AGENT_RUNNERS`) for every harness.
+pub fn discovery() -> ListAgentRunnersResponse {
+    let runners = HARNESSES
+        .iter()
+        .map(|h| AgentRunnerDiscovery {
+            plugin_author: PLUGIN_AUTHOR.into(),
+            plugin_name: PLUGIN_NAME.into(),
+            runner_name: h.name.into(),
+            runner_description: Some(i18n(h.description)),
+            manifest: AgentRunnerManifest {
+                id: runner_id(h.name),
+                name: h.name.into(),
+                label: i18n(h.label),
+                description: Some(i18n(h.description)),
+                component_kind: Some("Runner".into()),
+                usages: vec!["agent".into()],
+                supported_event_patterns: Vec::new(),
+                capabilities: AgentRunnerCapabilities {
+                    streaming: true,
+                    tool_calling: false,
+                    interrupt: true,
+                    ..AgentRunnerCapabilities::default()
+                },
+                permissions: requested_permissions(),
+                config_schema: config_schema(),
+                metadata: JsonMap::new(),
+            },
+            config: config_schema(),
+        })
+        .collect();
+    ListAgentRunnersResponse { runners }
+}

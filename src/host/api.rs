@@ -1,0 +1,248 @@
+//! The `HostApi` trait and the request/record types it speaks.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::protocol::{
+    AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
+    HistorySearchResult, JsonMap, StateScope, StorageKind, TranscriptItem,
+};
+
+/// Result of a host call: a §9 error on failure.
+pub type HostResult<T> = Result<T, AgentAPIError>;
+
+/// The identity a call is made under, frozen from the run's context when
+/// the run is opened. The embedded host scopes by these ids; a remote host
+/// (LangBot) scopes by `run_id` and checks again on its side.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunScope {
+    pub run_id: String,
+    /// `plugin:author/name/runner`.
+    pub runner_id: String,
+    pub conversation_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub actor_id: Option<String>,
+    pub subject_id: Option<String>,
+    pub bot_id: Option<String>,
+    pub workspace_id: Option<String>,
+}
+
+impl RunScope {
+    /// The plugin that owns the runner (`author/name`), the owner of plugin
+    /// storage. Falls back to the whole runner id when it is not in the
+    /// `plugin:author/name/runner` form.
+    pub fn plugin_id(&self) -> &str {
+        let id = self
+            .runner_id
+            .strip_prefix("plugin:")
+            .unwrap_or(&self.runner_id);
+        match id.rsplit_once('/') {
+            Some((plugin, _runner)) if plugin.contains('/') => plugin,
+            _ => id,
+        }
+    }
+}
+
+/// Which way a history or event page walks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Newest first: the latest items, then older ones.
+    #[default]
+    Backward,
+    /// Oldest first: from the start of the conversation, then newer ones.
+    Forward,
+}
+
+/// Arguments of `history_page` (§8).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryQuery {
+    /// Another conversation than the run's own; needs a cross-conversation grant.
+    pub conversation_id: Option<String>,
+    pub before_cursor: Option<String>,
+    pub after_cursor: Option<String>,
+    pub limit: u32,
+    pub direction: Direction,
+    pub include_artifacts: bool,
+}
+
+/// Arguments of `event_page` (§8, with the released SDK's filters).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventQuery {
+    pub conversation_id: Option<String>,
+    pub event_types: Vec<String>,
+    pub before_cursor: Option<String>,
+    pub after_cursor: Option<String>,
+    pub limit: u32,
+    pub direction: Direction,
+}
+
+/// One state entry returned by `state_list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateEntry {
+    pub key: String,
+    pub value: Value,
+}
+
+/// An event the host records (the bridge's own write, not a runner's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    pub event_id: String,
+    pub event_type: String,
+    pub event_time: Option<i64>,
+    pub source: String,
+    pub bot_id: Option<String>,
+    pub workspace_id: Option<String>,
+    pub conversation_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub actor_type: Option<String>,
+    pub actor_id: Option<String>,
+    pub actor_name: Option<String>,
+    pub subject_type: Option<String>,
+    pub subject_id: Option<String>,
+    pub input_summary: Option<String>,
+    pub input_ref: Option<String>,
+    pub raw_ref: Option<String>,
+    pub metadata: JsonMap,
+}
+
+/// A transcript item the host records. `transcript_id` is generated when empty.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewTranscriptItem {
+    pub transcript_id: Option<String>,
+    pub event_id: String,
+    pub conversation_id: String,
+    pub thread_id: Option<String>,
+    pub bot_id: Option<String>,
+    pub workspace_id: Option<String>,
+    pub role: String,
+    pub item_type: String,
+    pub content: Option<String>,
+    pub content_json: Option<JsonMap>,
+    pub artifact_refs: Vec<JsonMap>,
+    pub metadata: JsonMap,
+}
+
+/// An artifact to store; its content is passed alongside.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewArtifact {
+    /// Generated when empty.
+    pub artifact_id: Option<String>,
+    pub artifact_type: String,
+    pub mime_type: Option<String>,
+    pub name: Option<String>,
+    pub source: String,
+    pub conversation_id: Option<String>,
+    pub run_id: Option<String>,
+    pub runner_id: Option<String>,
+    pub expires_at: Option<i64>,
+    pub metadata: JsonMap,
+}
+
+/// One audit row: who did what to which resource, and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Epoch milliseconds.
+    pub at_ms: i64,
+    /// Empty when the caller could not be tied to a run (a wrong token).
+    pub run_id: String,
+    pub runner_id: String,
+    pub action: String,
+    pub resource: String,
+    pub scope: String,
+    /// `ok`, or the §9 error code.
+    pub outcome: String,
+    pub detail: String,
+}
+
+/// The host proxy surface (§8) plus the host-side writes the bridge needs.
+///
+/// Implementations do storage and scoping by the ids they are given; they do
+/// not authorize. Runner-facing callers use [`super::GrantedHost`].
+#[async_trait]
+pub trait HostApi: Send + Sync + 'static {
+    async fn history_page(&self, scope: &RunScope, query: &HistoryQuery)
+    -> HostResult<HistoryPage>;
+    async fn history_search(
+        &self,
+        scope: &RunScope,
+        conversation_id: Option<&str>,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<HistorySearchResult>;
+    async fn event_get(&self, scope: &RunScope, event_id: &str) -> HostResult<AgentEventRecord>;
+    async fn event_page(&self, scope: &RunScope, query: &EventQuery) -> HostResult<EventPage>;
+    async fn artifact_metadata(
+        &self,
+        scope: &RunScope,
+        artifact_id: &str,
+    ) -> HostResult<ArtifactMetadata>;
+    async fn artifact_read(
+        &self,
+        scope: &RunScope,
+        artifact_id: &str,
+        offset: u64,
+        length: u64,
+    ) -> HostResult<ArtifactReadResult>;
+
+    async fn state_get(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+    ) -> HostResult<Option<Value>>;
+    async fn state_set(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+        value: &Value,
+    ) -> HostResult<()>;
+    /// Returns whether the key existed.
+    async fn state_delete(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+    ) -> HostResult<bool>;
+    async fn state_list(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        prefix: Option<&str>,
+        limit: u32,
+    ) -> HostResult<Vec<StateEntry>>;
+
+    async fn storage_get(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+    ) -> HostResult<Option<Vec<u8>>>;
+    async fn storage_set(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+        value: &[u8],
+    ) -> HostResult<()>;
+    /// Returns whether the key existed.
+    async fn storage_delete(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+    ) -> HostResult<bool>;
+    async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>>;
+
+    // Host-side writes: the bridge records what happened in a turn.
+    async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord>;
+    async fn append_transcript(&self, item: NewTranscriptItem) -> HostResult<TranscriptItem>;
+    async fn put_artifact(
+        &self,
+        artifact: NewArtifact,
+        content: Vec<u8>,
+    ) -> HostResult<ArtifactMetadata>;
+    async fn record_audit(&self, entry: AuditEntry) -> HostResult<()>;
+}

@@ -1,0 +1,863 @@
+//! Run grants: the authorization snapshot a run is opened with (§4.4, §8).
+//!
+//! A grant is frozen when the run opens: the allowed APIs are the manifest
+//! permissions ∩ the binding policy ∩ what the host's context opened
+//! (`context.available_apis`), the scope is the run's own conversation and
+//! thread, and the caps bound every call. The token that names the grant is
+//! random, kept only as a hash, and dies the moment the run closes.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{AuditEntry, EventQuery, HistoryQuery, HostApi, HostResult, RunScope, StateEntry};
+use crate::protocol::{
+    AgentAPIError, AgentEventRecord, AgentRunContext, AgentRunnerPermissions, ArtifactMetadata,
+    ArtifactOperation, ArtifactReadResult, ErrorCode, EventOperation, EventPage, HistoryOperation,
+    HistoryPage, HistorySearchResult, StateScope, StorageKind,
+};
+
+/// One runner-facing proxy API, the unit a grant allows or refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    HistoryPage,
+    HistorySearch,
+    EventGet,
+    EventPage,
+    ArtifactMetadata,
+    ArtifactRead,
+    State,
+    PluginStorage,
+    WorkspaceStorage,
+}
+
+impl Api {
+    pub const ALL: [Api; 9] = [
+        Api::HistoryPage,
+        Api::HistorySearch,
+        Api::EventGet,
+        Api::EventPage,
+        Api::ArtifactMetadata,
+        Api::ArtifactRead,
+        Api::State,
+        Api::PluginStorage,
+        Api::WorkspaceStorage,
+    ];
+
+    /// The API's name as audited and as tools are named after it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::HistoryPage => "history_page",
+            Api::HistorySearch => "history_search",
+            Api::EventGet => "event_get",
+            Api::EventPage => "event_page",
+            Api::ArtifactMetadata => "artifact_metadata",
+            Api::ArtifactRead => "artifact_read",
+            Api::State => "state",
+            Api::PluginStorage => "plugin_storage",
+            Api::WorkspaceStorage => "workspace_storage",
+        }
+    }
+}
+
+/// The APIs a run may use: `permissions` (already manifest ∩ binding) ∩ the
+/// flags the host opened in `ctx.context.available_apis` and `resources`.
+pub fn allowed_apis(ctx: &AgentRunContext, permissions: &AgentRunnerPermissions) -> BTreeSet<Api> {
+    let open = &ctx.context.available_apis;
+    let storage = &ctx.resources.storage;
+    let mut apis = BTreeSet::new();
+    let mut allow = |api, granted: bool| {
+        if granted {
+            apis.insert(api);
+        }
+    };
+    allow(
+        Api::HistoryPage,
+        open.history_page && permissions.history.contains(&HistoryOperation::Page),
+    );
+    allow(
+        Api::HistorySearch,
+        open.history_search && permissions.history.contains(&HistoryOperation::Search),
+    );
+    allow(
+        Api::EventGet,
+        open.event_get && permissions.events.contains(&EventOperation::Get),
+    );
+    allow(
+        Api::EventPage,
+        open.event_page && permissions.events.contains(&EventOperation::Page),
+    );
+    allow(
+        Api::ArtifactMetadata,
+        open.artifact_metadata && permissions.artifacts.contains(&ArtifactOperation::Metadata),
+    );
+    allow(
+        Api::ArtifactRead,
+        open.artifact_read && permissions.artifacts.contains(&ArtifactOperation::Read),
+    );
+    // State has no permission key in §4.4: the host's `state` flag decides.
+    allow(Api::State, open.state);
+    allow(
+        Api::PluginStorage,
+        open.storage
+            && storage.plugin_storage
+            && permissions.storage.contains(&StorageKind::Plugin),
+    );
+    allow(
+        Api::WorkspaceStorage,
+        open.storage
+            && storage.workspace_storage
+            && permissions.storage.contains(&StorageKind::Workspace),
+    );
+    apis
+}
+
+/// Hard limits on what one run may ask of the host.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GrantCaps {
+    /// Largest `limit` of a history or event page.
+    pub max_page_limit: u32,
+    /// Largest `top_k` of a history search.
+    pub max_search_results: u32,
+    /// Largest `length` of one artifact read, in bytes.
+    pub max_read_length: u64,
+    /// Largest state value, as JSON bytes (LangBot caps it at 256 KiB).
+    pub max_state_value_bytes: usize,
+    /// Largest storage value, in bytes.
+    pub max_storage_value_bytes: usize,
+    /// Longest state or storage key, in bytes.
+    pub max_key_bytes: usize,
+    /// Calls allowed over the run's whole life.
+    pub max_calls_per_run: u32,
+    /// Sustained calls per second.
+    pub rate_per_second: f64,
+    /// Calls allowed in a burst above the sustained rate.
+    pub burst: u32,
+    /// Longest a run may live when the context sets no deadline.
+    pub default_run_timeout: Duration,
+}
+
+impl Default for GrantCaps {
+    fn default() -> Self {
+        GrantCaps {
+            max_page_limit: 100,
+            max_search_results: 50,
+            max_read_length: 1024 * 1024,
+            max_state_value_bytes: 256 * 1024,
+            max_storage_value_bytes: 4 * 1024 * 1024,
+            max_key_bytes: 512,
+            max_calls_per_run: 5_000,
+            rate_per_second: 50.0,
+            burst: 100,
+            default_run_timeout: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// Operator policy applied on top of the permissions when a run opens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GrantPolicy {
+    pub caps: GrantCaps,
+    /// Allow history/events/artifacts of *other* conversations (§11: off by default).
+    pub cross_conversation: bool,
+}
+
+/// The secret that names a grant. Never logged: `Debug` prints it redacted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RunToken(String);
+
+impl RunToken {
+    /// The bearer value, for the child's environment or a 0600 file only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for RunToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunToken(<redacted>)")
+    }
+}
+
+fn token_key(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+/// A run's frozen authorization snapshot.
+pub struct RunGrant {
+    pub scope: RunScope,
+    pub apis: BTreeSet<Api>,
+    pub caps: GrantCaps,
+    pub cross_conversation: bool,
+    /// Artifacts this run may read whatever their conversation: its inputs.
+    pub input_artifacts: HashSet<String>,
+    /// Epoch milliseconds after which every call fails `deadline_exceeded`.
+    pub deadline_ms: i64,
+    closed: AtomicBool,
+    calls: AtomicU32,
+    bucket: Mutex<Bucket>,
+}
+
+impl std::fmt::Debug for RunGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunGrant")
+            .field("scope", &self.scope)
+            .field("apis", &self.apis)
+            .field("deadline_ms", &self.deadline_ms)
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Now, in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl RunGrant {
+    pub fn run_id(&self) -> &str {
+        &self.scope.run_id
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Time left before the deadline (zero once past it).
+    pub fn remaining(&self) -> Duration {
+        Duration::from_millis((self.deadline_ms - now_ms()).max(0) as u64)
+    }
+
+    /// Calls made so far, refused ones included.
+    pub fn calls(&self) -> u32 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// The checks every call passes first, in the order a person would
+    /// want them reported: closed, expired, not granted, over budget.
+    fn admit(&self, api: Api) -> HostResult<()> {
+        if self.is_closed() {
+            return Err(AgentAPIError::unauthorized(format!(
+                "run {} is closed; its token is no longer valid",
+                self.scope.run_id
+            )));
+        }
+        if now_ms() >= self.deadline_ms {
+            return Err(AgentAPIError::new(
+                ErrorCode::DeadlineExceeded,
+                format!("run {} is past its deadline", self.scope.run_id),
+            ));
+        }
+        if !self.apis.contains(&api) {
+            return Err(AgentAPIError::unauthorized(format!(
+                "`{}` is not granted to this run",
+                api.as_str()
+            )));
+        }
+        let calls = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        if calls > self.caps.max_calls_per_run {
+            return Err(AgentAPIError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "this run used its budget of {} host calls",
+                    self.caps.max_calls_per_run
+                ),
+            )
+            .with_detail("retryable_after_ms", Value::Null));
+        }
+        let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let refill = now.duration_since(bucket.last).as_secs_f64() * self.caps.rate_per_second;
+        bucket.tokens = (bucket.tokens + refill).min(f64::from(self.caps.burst));
+        bucket.last = now;
+        if bucket.tokens < 1.0 {
+            let wait_ms = ((1.0 - bucket.tokens) / self.caps.rate_per_second * 1000.0).ceil();
+            return Err(AgentAPIError::new(
+                ErrorCode::RateLimited,
+                format!("too many host calls; retry in {wait_ms} ms"),
+            )
+            .with_detail("retry_after_ms", wait_ms));
+        }
+        bucket.tokens -= 1.0;
+        Ok(())
+    }
+
+    /// The conversation a call targets, refusing other conversations
+    /// unless the grant allows them.
+    fn target_conversation(&self, requested: Option<&str>) -> HostResult<()> {
+        match (requested, self.scope.conversation_id.as_deref()) {
+            (Some(other), own) if Some(other) != own && !self.cross_conversation => {
+                Err(AgentAPIError::unauthorized(format!(
+                    "this run may only read its own conversation, not `{other}`"
+                )))
+            }
+            (None, None) => Err(AgentAPIError::invalid_argument(
+                "this run has no conversation; pass conversation_id",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a record of `conversation`/`thread` is visible to this run.
+    fn sees(&self, conversation: Option<&str>, thread: Option<&str>) -> bool {
+        if self.cross_conversation {
+            return true;
+        }
+        let own = self.scope.conversation_id.as_deref();
+        own.is_some()
+            && conversation == own
+            && (self.scope.thread_id.is_none() || thread == self.scope.thread_id.as_deref())
+    }
+}
+
+/// A freshly opened run: the token to hand to the harness, and the grant.
+#[derive(Debug, Clone)]
+pub struct OpenRun {
+    pub token: RunToken,
+    pub grant: Arc<RunGrant>,
+}
+
+/// How long a closed grant is remembered, so a late call with its token is
+/// reported (and audited) as "run closed" rather than "unknown token".
+const CLOSED_MEMORY: Duration = Duration::from_secs(3600);
+
+/// A grant and, once closed, when it closed.
+type Slot = (Arc<RunGrant>, Option<Instant>);
+
+/// The registry of run grants, keyed by token hash.
+pub struct Grants {
+    host: Arc<dyn HostApi>,
+    runs: Mutex<HashMap<[u8; 32], Slot>>,
+}
+
+impl Grants {
+    pub fn new(host: Arc<dyn HostApi>) -> Self {
+        Grants {
+            host,
+            runs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The unauthorized host behind the grants, for the bridge's own writes.
+    pub fn host(&self) -> &Arc<dyn HostApi> {
+        &self.host
+    }
+
+    /// Open a run: freeze its scope, APIs, caps and deadline, and mint its token.
+    ///
+    /// `permissions` is the effective set (manifest ∩ binding policy).
+    pub fn open_run(
+        &self,
+        ctx: &AgentRunContext,
+        runner_id: &str,
+        permissions: &AgentRunnerPermissions,
+        policy: &GrantPolicy,
+    ) -> HostResult<OpenRun> {
+        if ctx.run_id.trim().is_empty() {
+            return Err(AgentAPIError::invalid_argument("run_id must not be empty"));
+        }
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        runs.retain(|_, (_, closed)| closed.is_none_or(|at| at.elapsed() < CLOSED_MEMORY));
+        if runs
+            .values()
+            .any(|(g, _)| g.run_id() == ctx.run_id && !g.is_closed())
+        {
+            return Err(AgentAPIError::invalid_argument(format!(
+                "run {} is already open",
+                ctx.run_id
+            )));
+        }
+
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret)
+            .map_err(|e| AgentAPIError::runtime(format!("no randomness for a run token: {e}")))?;
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+
+        let default_deadline = now_ms() + policy.caps.default_run_timeout.as_millis() as i64;
+        let deadline_ms = ctx
+            .runtime
+            .deadline_at
+            .filter(|d| d.is_finite() && *d > 0.0)
+            .map_or(default_deadline, |d| {
+                ((d * 1000.0) as i64).min(default_deadline)
+            });
+        let conversation = ctx.conversation.clone().unwrap_or_default();
+        let scope = RunScope {
+            run_id: ctx.run_id.clone(),
+            runner_id: runner_id.to_string(),
+            conversation_id: ctx.conversation_id().map(str::to_string),
+            thread_id: ctx.thread_id().map(str::to_string),
+            actor_id: ctx.actor.as_ref().and_then(|a| a.actor_id.clone()),
+            subject_id: ctx.subject.as_ref().and_then(|s| s.subject_id.clone()),
+            bot_id: conversation.bot_id,
+            workspace_id: conversation.workspace_id,
+        };
+        let grant = Arc::new(RunGrant {
+            scope,
+            apis: allowed_apis(ctx, permissions),
+            caps: policy.caps.clone(),
+            cross_conversation: policy.cross_conversation,
+            input_artifacts: ctx
+                .input
+                .attachments
+                .iter()
+                .filter_map(|a| a.artifact_id.clone())
+                .collect(),
+            deadline_ms,
+            closed: AtomicBool::new(false),
+            calls: AtomicU32::new(0),
+            bucket: Mutex::new(Bucket {
+                tokens: f64::from(policy.caps.burst),
+                last: Instant::now(),
+            }),
+        });
+        runs.insert(token_key(&token), (grant.clone(), None));
+        tracing::info!(run_id = %ctx.run_id, apis = ?grant.apis, "run opened");
+        Ok(OpenRun {
+            token: RunToken(token),
+            grant,
+        })
+    }
+
+    /// Close a run: its token stops working at once. Returns whether it was open.
+    pub fn close_run(&self, run_id: &str) -> bool {
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut closed = false;
+        for (grant, closed_at) in runs.values_mut() {
+            if grant.run_id() == run_id && closed_at.is_none() {
+                grant.closed.store(true, Ordering::Release);
+                *closed_at = Some(Instant::now());
+                closed = true;
+            }
+        }
+        if closed {
+            tracing::info!(run_id, "run closed");
+        }
+        closed
+    }
+
+    /// The host as seen through the grant a bearer token names. A wrong
+    /// token is refused (and audited) before anything else happens.
+    pub async fn authorize(&self, token: &str) -> HostResult<GrantedHost> {
+        let found = {
+            let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+            runs.get(&token_key(token)).map(|(g, _)| g.clone())
+        };
+        match found {
+            Some(grant) if !grant.is_closed() => Ok(self.granted(grant)),
+            Some(grant) => {
+                let err = AgentAPIError::unauthorized(format!(
+                    "run {} is closed; its token is no longer valid",
+                    grant.run_id()
+                ));
+                audit(
+                    &self.host,
+                    Some(&grant),
+                    "authorize",
+                    "token",
+                    &Err::<(), _>(err.clone()),
+                )
+                .await;
+                Err(err)
+            }
+            None => {
+                let err = AgentAPIError::unauthorized("unknown run token");
+                audit(
+                    &self.host,
+                    None,
+                    "authorize",
+                    "token",
+                    &Err::<(), _>(err.clone()),
+                )
+                .await;
+                Err(err)
+            }
+        }
+    }
+
+    /// The host as seen through a grant the caller already holds.
+    pub fn granted(&self, grant: Arc<RunGrant>) -> GrantedHost {
+        GrantedHost {
+            grant,
+            host: self.host.clone(),
+        }
+    }
+}
+
+async fn audit<T>(
+    host: &Arc<dyn HostApi>,
+    grant: Option<&RunGrant>,
+    action: &str,
+    resource: &str,
+    outcome: &HostResult<T>,
+) {
+    let (outcome, detail) = match outcome {
+        Ok(_) => ("ok".to_string(), String::new()),
+        Err(e) => (e.code.to_string(), e.message.clone()),
+    };
+    let scope = grant.map_or(String::new(), |g| {
+        match (&g.scope.conversation_id, &g.scope.thread_id) {
+            (Some(c), Some(t)) => format!("conversation:{c}#{t}"),
+            (Some(c), None) => format!("conversation:{c}"),
+            _ => String::new(),
+        }
+    });
+    let entry = AuditEntry {
+        at_ms: now_ms(),
+        run_id: grant.map_or(String::new(), |g| g.scope.run_id.clone()),
+        runner_id: grant.map_or(String::new(), |g| g.scope.runner_id.clone()),
+        action: action.to_string(),
+        resource: resource.to_string(),
+        scope,
+        outcome,
+        detail,
+    };
+    if let Err(e) = host.record_audit(entry).await {
+        tracing::error!(error = %e, action, "could not write audit row");
+    }
+}
+
+/// The host seen through one run's grant: every call is checked, bounded by
+/// the deadline, and audited, whatever host implementation is behind it.
+#[derive(Clone)]
+pub struct GrantedHost {
+    grant: Arc<RunGrant>,
+    host: Arc<dyn HostApi>,
+}
+
+impl GrantedHost {
+    pub fn grant(&self) -> &Arc<RunGrant> {
+        &self.grant
+    }
+
+    /// Whether the grant allows `api` (what a tool list should show).
+    pub fn allows(&self, api: Api) -> bool {
+        self.grant.apis.contains(&api)
+    }
+
+    async fn call<T, F>(&self, api: Api, action: &str, resource: String, body: F) -> HostResult<T>
+    where
+        F: Future<Output = HostResult<T>>,
+    {
+        let outcome = match self.grant.admit(api) {
+            Err(e) => Err(e),
+            Ok(()) => match tokio::time::timeout(self.grant.remaining(), body).await {
+                Ok(result) => result,
+                Err(_) => Err(AgentAPIError::new(
+                    ErrorCode::DeadlineExceeded,
+                    format!("`{action}` did not finish before the run's deadline"),
+                )),
+            },
+        };
+        audit(&self.host, Some(&self.grant), action, &resource, &outcome).await;
+        outcome
+    }
+
+    fn check_limit(&self, limit: u32, max: u32, what: &str) -> HostResult<()> {
+        if limit == 0 || limit > max {
+            return Err(AgentAPIError::invalid_argument(format!(
+                "{what} must be between 1 and {max}, got {limit}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_key(&self, key: &str) -> HostResult<()> {
+        if key.is_empty() {
+            return Err(AgentAPIError::invalid_argument("key must not be empty"));
+        }
+        if key.len() > self.grant.caps.max_key_bytes {
+            return Err(AgentAPIError::too_large(format!(
+                "key is {} bytes; the limit is {}",
+                key.len(),
+                self.grant.caps.max_key_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    fn state_scope_id(&self, state: StateScope) -> HostResult<()> {
+        let scope = &self.grant.scope;
+        let present = match state {
+            StateScope::Conversation => scope.conversation_id.is_some(),
+            StateScope::Actor => scope.actor_id.is_some(),
+            StateScope::Subject => scope.subject_id.is_some(),
+            StateScope::Runner => true,
+        };
+        if present {
+            Ok(())
+        } else {
+            Err(AgentAPIError::invalid_argument(format!(
+                "this run has no {} id, so it has no {} state",
+                state.as_str(),
+                state.as_str()
+            )))
+        }
+    }
+
+    fn conversation_resource(&self, requested: Option<&str>) -> String {
+        format!(
+            "conversation:{}",
+            requested
+                .or(self.grant.scope.conversation_id.as_deref())
+                .unwrap_or("")
+        )
+    }
+
+    pub async fn history_page(&self, query: &HistoryQuery) -> HostResult<HistoryPage> {
+        let resource = self.conversation_resource(query.conversation_id.as_deref());
+        self.call(Api::HistoryPage, "history_page", resource, async {
+            self.check_limit(query.limit, self.grant.caps.max_page_limit, "limit")?;
+            self.grant
+                .target_conversation(query.conversation_id.as_deref())?;
+            self.host.history_page(&self.grant.scope, query).await
+        })
+        .await
+    }
+
+    pub async fn history_search(
+        &self,
+        conversation_id: Option<&str>,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<HistorySearchResult> {
+        let resource = self.conversation_resource(conversation_id);
+        self.call(Api::HistorySearch, "history_search", resource, async {
+            self.check_limit(top_k, self.grant.caps.max_search_results, "top_k")?;
+            self.grant.target_conversation(conversation_id)?;
+            if query.trim().is_empty() {
+                return Err(AgentAPIError::invalid_argument("query must not be empty"));
+            }
+            self.host
+                .history_search(&self.grant.scope, conversation_id, query, top_k)
+                .await
+        })
+        .await
+    }
+
+    pub async fn event_get(&self, event_id: &str) -> HostResult<AgentEventRecord> {
+        self.call(
+            Api::EventGet,
+            "event_get",
+            format!("event:{event_id}"),
+            async {
+                let record = self.host.event_get(&self.grant.scope, event_id).await?;
+                // Another conversation's event reads as missing: no existence oracle.
+                if !self.grant.sees(
+                    record.conversation_id.as_deref(),
+                    record.thread_id.as_deref(),
+                ) {
+                    return Err(AgentAPIError::not_found(format!(
+                        "no event `{event_id}` in this run's scope"
+                    )));
+                }
+                Ok(record)
+            },
+        )
+        .await
+    }
+
+    pub async fn event_page(&self, query: &EventQuery) -> HostResult<EventPage> {
+        let resource = self.conversation_resource(query.conversation_id.as_deref());
+        self.call(Api::EventPage, "event_page", resource, async {
+            self.check_limit(query.limit, self.grant.caps.max_page_limit, "limit")?;
+            self.grant
+                .target_conversation(query.conversation_id.as_deref())?;
+            self.host.event_page(&self.grant.scope, query).await
+        })
+        .await
+    }
+
+    async fn visible_artifact(&self, artifact_id: &str) -> HostResult<ArtifactMetadata> {
+        let meta = self
+            .host
+            .artifact_metadata(&self.grant.scope, artifact_id)
+            .await?;
+        let own_run = meta.run_id.as_deref() == Some(self.grant.run_id());
+        if own_run
+            || self.grant.input_artifacts.contains(artifact_id)
+            || self.grant.sees(meta.conversation_id.as_deref(), None)
+        {
+            Ok(meta)
+        } else {
+            Err(AgentAPIError::not_found(format!(
+                "no artifact `{artifact_id}` in this run's scope"
+            )))
+        }
+    }
+
+    pub async fn artifact_metadata(&self, artifact_id: &str) -> HostResult<ArtifactMetadata> {
+        self.call(
+            Api::ArtifactMetadata,
+            "artifact_metadata",
+            format!("artifact:{artifact_id}"),
+            async { self.visible_artifact(artifact_id).await },
+        )
+        .await
+    }
+
+    pub async fn artifact_read(
+        &self,
+        artifact_id: &str,
+        offset: u64,
+        length: u64,
+    ) -> HostResult<ArtifactReadResult> {
+        self.call(
+            Api::ArtifactRead,
+            "artifact_read",
+            format!("artifact:{artifact_id}"),
+            async {
+                let max = self.grant.caps.max_read_length;
+                if length > max {
+                    return Err(AgentAPIError::too_large(format!(
+                        "read of {length} bytes exceeds the limit of {max}; read in ranges"
+                    )));
+                }
+                if length == 0 {
+                    return Err(AgentAPIError::invalid_argument("length must be at least 1"));
+                }
+                self.visible_artifact(artifact_id).await?;
+                self.host
+                    .artifact_read(&self.grant.scope, artifact_id, offset, length)
+                    .await
+            },
+        )
+        .await
+    }
+
+    pub async fn state_get(&self, state: StateScope, key: &str) -> HostResult<Option<Value>> {
+        self.call(
+            Api::State,
+            "state_get",
+            format!("state:{}/{key}", state.as_str()),
+            async {
+                self.check_key(key)?;
+                self.state_scope_id(state)?;
+                self.host.state_get(&self.grant.scope, state, key).await
+            },
+        )
+        .await
+    }
+
+    pub async fn state_set(&self, state: StateScope, key: &str, value: &Value) -> HostResult<()> {
+        self.call(Api::State, "state_set", format!("state:{}/{key}", state.as_str()), async {
+            self.check_key(key)?;
+            self.state_scope_id(state)?;
+            let size = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
+            let max = self.grant.caps.max_state_value_bytes;
+            if size > max {
+                return Err(AgentAPIError::too_large(format!(
+                    "state value is {size} bytes of JSON; the limit is {max} (use storage for large data)"
+                )));
+            }
+            self.host.state_set(&self.grant.scope, state, key, value).await
+        })
+        .await
+    }
+
+    pub async fn state_delete(&self, state: StateScope, key: &str) -> HostResult<bool> {
+        self.call(
+            Api::State,
+            "state_delete",
+            format!("state:{}/{key}", state.as_str()),
+            async {
+                self.check_key(key)?;
+                self.state_scope_id(state)?;
+                self.host.state_delete(&self.grant.scope, state, key).await
+            },
+        )
+        .await
+    }
+
+    pub async fn state_list(
+        &self,
+        state: StateScope,
+        prefix: Option<&str>,
+        limit: u32,
+    ) -> HostResult<Vec<StateEntry>> {
+        self.call(
+            Api::State,
+            "state_list",
+            format!("state:{}/{}*", state.as_str(), prefix.unwrap_or("")),
+            async {
+                self.check_limit(limit, 1000, "limit")?;
+                self.state_scope_id(state)?;
+                self.host
+                    .state_list(&self.grant.scope, state, prefix, limit)
+                    .await
+            },
+        )
+        .await
+    }
+
+    fn storage_api(area: StorageKind) -> (Api, &'static str) {
+        match area {
+            StorageKind::Plugin => (Api::PluginStorage, "plugin"),
+            StorageKind::Workspace => (Api::WorkspaceStorage, "workspace"),
+        }
+    }
+
+    pub async fn storage_get(&self, area: StorageKind, key: &str) -> HostResult<Option<Vec<u8>>> {
+        let (api, name) = Self::storage_api(area);
+        self.call(api, "storage_get", format!("storage:{name}/{key}"), async {
+            self.check_key(key)?;
+            self.host.storage_get(&self.grant.scope, area, key).await
+        })
+        .await
+    }
+
+    pub async fn storage_set(&self, area: StorageKind, key: &str, value: &[u8]) -> HostResult<()> {
+        let (api, name) = Self::storage_api(area);
+        self.call(api, "storage_set", format!("storage:{name}/{key}"), async {
+            self.check_key(key)?;
+            let max = self.grant.caps.max_storage_value_bytes;
+            if value.len() > max {
+                return Err(AgentAPIError::too_large(format!(
+                    "storage value is {} bytes; the limit is {max}",
+                    value.len()
+                )));
+            }
+            self.host
+                .storage_set(&self.grant.scope, area, key, value)
+                .await
+        })
+        .await
+    }
+
+    pub async fn storage_delete(&self, area: StorageKind, key: &str) -> HostResult<bool> {
+        let (api, name) = Self::storage_api(area);
+        self.call(
+            api,
+            "storage_delete",
+            format!("storage:{name}/{key}"),
+            async {
+                self.check_key(key)?;
+                self.host.storage_delete(&self.grant.scope, area, key).await
+            },
+        )
+        .await
+    }
+
+    pub async fn storage_keys(&self, area: StorageKind) -> HostResult<Vec<String>> {
+        let (api, name) = Self::storage_api(area);
+        self.call(api, "storage_keys", format!("storage:{name}/*"), async {
+            self.host.storage_keys(&self.grant.scope, area).await
+        })
+        .await
+    }
+}

@@ -1,0 +1,16 @@
+//! The host side of the protocol: the proxy API a runner may call (§8),
+//! the run grants that authorize each call, and the embedded SQLite host.
+//!
+//! [`HostApi`] is deliberately *unauthorized*: it is the storage surface.
+//! Every runner-facing call goes through a [`GrantedHost`], which checks the
+//! run's grant (active, API allowed, scope, size, rate, deadline) and writes
+//! an audit row, so the same checks apply whichever host sits behind it.
+
+mod api;
+mod cursor;
+mod grant;
+pub mod sqlite;
+
+pub use api::*;
+pub use cursor::{Cursor, CursorCodec, CursorKind};
+pub use grant::*;

@@ -1,0 +1,168 @@
+//! The artifact store: metadata rows in SQLite, contents as files named by
+//! their SHA-256 under `<data>/artifacts/`, so identical content is stored
+//! once and a file name can never come from outside.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use sha2::{Digest, Sha256};
+
+use super::{db_error, json_text, new_id, parse_json};
+use crate::host::grant::now_ms;
+use crate::host::{HostResult, NewArtifact};
+use crate::protocol::{AgentAPIError, ArtifactMetadata, ArtifactReadResult};
+
+/// Content that has been written to disk, ready for its row.
+pub(super) struct StoredContent {
+    sha256: String,
+    size: u64,
+}
+
+fn content_path(dir: &Path, sha256: &str) -> PathBuf {
+    dir.join("artifacts").join(&sha256[..2]).join(sha256)
+}
+
+fn io_error(what: &str, e: std::io::Error) -> AgentAPIError {
+    AgentAPIError::runtime(format!("artifact store: {what}: {e}"))
+}
+
+/// Write content atomically (temp file + rename); skip if already stored.
+pub(super) fn store_content(dir: &Path, content: &[u8]) -> HostResult<StoredContent> {
+    let sha256 = hex::encode(Sha256::digest(content));
+    let path = content_path(dir, &sha256);
+    if !path.exists() {
+        let parent = path.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent).map_err(|e| io_error("create folder", e))?;
+        let mut tmp =
+            tempfile::NamedTempFile::new_in(parent).map_err(|e| io_error("temp file", e))?;
+        tmp.write_all(content).map_err(|e| io_error("write", e))?;
+        tmp.as_file().sync_all().map_err(|e| io_error("sync", e))?;
+        tmp.persist(&path)
+            .map_err(|e| io_error("rename", e.error))?;
+    }
+    Ok(StoredContent {
+        sha256,
+        size: content.len() as u64,
+    })
+}
+
+pub(super) fn insert(
+    tx: &Transaction<'_>,
+    artifact: &NewArtifact,
+    stored: &StoredContent,
+) -> HostResult<ArtifactMetadata> {
+    let artifact_id = match &artifact.artifact_id {
+        Some(id) if !id.is_empty() => id.clone(),
+        _ => new_id("art")?,
+    };
+    tx.execute(
+        "INSERT INTO artifacts (artifact_id, artifact_type, mime_type, name, size_bytes, sha256, source,
+             conversation_id, run_id, runner_id, created_at, expires_at, metadata)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        params![
+            artifact_id,
+            artifact.artifact_type,
+            artifact.mime_type,
+            artifact.name,
+            stored.size as i64,
+            stored.sha256,
+            artifact.source,
+            artifact.conversation_id,
+            artifact.run_id,
+            artifact.runner_id,
+            now_ms(),
+            artifact.expires_at,
+            json_text(&artifact.metadata),
+        ],
+    )
+    .map_err(|e| match e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+            AgentAPIError::invalid_argument(format!("artifact `{artifact_id}` already exists"))
+        }
+        other => db_error(other),
+    })?;
+    load(tx, &artifact_id)?
+        .ok_or_else(|| AgentAPIError::runtime("artifact row vanished after insert"))
+}
+
+/// Metadata of a live artifact; an expired one reads as missing.
+pub(super) fn metadata(conn: &Connection, artifact_id: &str) -> HostResult<ArtifactMetadata> {
+    match load(conn, artifact_id)? {
+        Some(meta) if meta.expires_at.is_none_or(|at| at > now_ms()) => Ok(meta),
+        _ => Err(AgentAPIError::not_found(format!(
+            "no artifact `{artifact_id}`"
+        ))),
+    }
+}
+
+fn load(conn: &Connection, artifact_id: &str) -> HostResult<Option<ArtifactMetadata>> {
+    conn.prepare_cached(
+        "SELECT artifact_id, artifact_type, mime_type, name, size_bytes, sha256, source,
+                    conversation_id, run_id, runner_id, created_at, expires_at, metadata
+             FROM artifacts WHERE artifact_id = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row([artifact_id], |r| {
+            Ok(ArtifactMetadata {
+                artifact_id: r.get(0)?,
+                artifact_type: r.get(1)?,
+                mime_type: r.get(2)?,
+                name: r.get(3)?,
+                size_bytes: r.get::<_, Option<i64>>(4)?.map(|s| s as u64),
+                sha256: r.get(5)?,
+                source: r.get(6)?,
+                conversation_id: r.get(7)?,
+                run_id: r.get(8)?,
+                runner_id: r.get(9)?,
+                created_at: r.get(10)?,
+                expires_at: r.get(11)?,
+                metadata: parse_json(r.get(12)?),
+                extra: Default::default(),
+            })
+        })
+        .optional()
+    })
+    .map_err(db_error)
+}
+
+/// Read `length` bytes from `offset`; `has_more` says whether bytes follow.
+pub(super) fn read(
+    conn: &Connection,
+    dir: &Path,
+    artifact_id: &str,
+    offset: u64,
+    length: u64,
+) -> HostResult<ArtifactReadResult> {
+    let meta = metadata(conn, artifact_id)?;
+    let size = meta.size_bytes.unwrap_or(0);
+    if offset > size {
+        return Err(AgentAPIError::invalid_argument(format!(
+            "offset {offset} is past the end of the artifact ({size} bytes)"
+        )));
+    }
+    let sha = meta.sha256.clone().unwrap_or_default();
+    if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(AgentAPIError::runtime("artifact row has no valid digest"));
+    }
+    let take = length.min(size - offset);
+    let mut file =
+        std::fs::File::open(content_path(dir, &sha)).map_err(|e| io_error("open content", e))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| io_error("seek", e))?;
+    let mut buf = Vec::with_capacity(take as usize);
+    file.take(take)
+        .read_to_end(&mut buf)
+        .map_err(|e| io_error("read", e))?;
+    Ok(ArtifactReadResult {
+        artifact_id: meta.artifact_id,
+        mime_type: meta.mime_type,
+        size_bytes: Some(size),
+        offset,
+        length: Some(buf.len() as u64),
+        has_more: offset + (buf.len() as u64) < size,
+        content_base64: Some(base64::engine::general_purpose::STANDARD.encode(&buf)),
+        file_key: None,
+    })
+}

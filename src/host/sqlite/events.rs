@@ -1,0 +1,205 @@
+//! The event log: one stable, small record per event, paged per stream.
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params, params_from_iter};
+
+use super::paging::Window;
+use super::transcript::{ensure_stream, find_stream, target};
+use super::{db_error, json_text, parse_json};
+use crate::host::grant::now_ms;
+use crate::host::{Cursor, CursorCodec, CursorKind, EventQuery, HostResult, NewEvent, RunScope};
+use crate::protocol::{AgentAPIError, AgentEventRecord, EventPage};
+
+const COLUMNS: &str = "seq, stream_id, event_id, event_type, event_time, source, bot_id, workspace_id, \
+     conversation_id, thread_id, actor_type, actor_id, actor_name, subject_type, subject_id, \
+     input_summary, input_ref, raw_ref, created_at, metadata";
+
+fn record_from_row(
+    row: &Row<'_>,
+    codec: &CursorCodec,
+) -> rusqlite::Result<(i64, AgentEventRecord)> {
+    let seq: Option<i64> = row.get(0)?;
+    let stream: Option<i64> = row.get(1)?;
+    let cursor = match (seq, stream) {
+        (Some(seq), Some(stream)) => Some(codec.encode(Cursor {
+            kind: CursorKind::Events,
+            stream,
+            seq,
+        })),
+        _ => None,
+    };
+    let record = AgentEventRecord {
+        event_id: row.get(2)?,
+        event_type: row.get(3)?,
+        event_time: row.get(4)?,
+        source: row.get(5)?,
+        bot_id: row.get(6)?,
+        workspace_id: row.get(7)?,
+        conversation_id: row.get(8)?,
+        thread_id: row.get(9)?,
+        actor_type: row.get(10)?,
+        actor_id: row.get(11)?,
+        actor_name: row.get(12)?,
+        subject_type: row.get(13)?,
+        subject_id: row.get(14)?,
+        input_summary: row.get(15)?,
+        input_ref: row.get(16)?,
+        raw_ref: row.get(17)?,
+        seq,
+        cursor,
+        created_at: row.get(18)?,
+        metadata: parse_json(row.get(19)?),
+        extra: Default::default(),
+    };
+    Ok((seq.unwrap_or(0), record))
+}
+
+fn by_id(
+    conn: &Connection,
+    codec: &CursorCodec,
+    event_id: &str,
+) -> HostResult<Option<AgentEventRecord>> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM events WHERE event_id = ?1"))
+        .and_then(|mut s| {
+            s.query_row([event_id], |row| record_from_row(row, codec))
+                .optional()
+        })
+        .map(|found| found.map(|(_, record)| record))
+        .map_err(db_error)
+}
+
+pub(super) fn get(
+    conn: &Connection,
+    codec: &CursorCodec,
+    event_id: &str,
+) -> HostResult<AgentEventRecord> {
+    by_id(conn, codec, event_id)?
+        .ok_or_else(|| AgentAPIError::not_found(format!("no event `{event_id}`")))
+}
+
+pub(super) fn page(
+    conn: &Connection,
+    codec: &CursorCodec,
+    scope: &RunScope,
+    query: &EventQuery,
+) -> HostResult<EventPage> {
+    let Some((conversation, thread)) = target(scope, query.conversation_id.as_deref()) else {
+        return Err(AgentAPIError::invalid_argument("no conversation to read"));
+    };
+    let Some(stream) = find_stream(conn, conversation, thread)? else {
+        if query.before_cursor.is_some() || query.after_cursor.is_some() {
+            return Err(AgentAPIError::invalid_argument(
+                "cursor is not valid for this conversation",
+            ));
+        }
+        return Ok(EventPage {
+            total_count: Some(0),
+            ..EventPage::default()
+        });
+    };
+    let window = Window::new(
+        codec,
+        CursorKind::Events,
+        stream,
+        query.before_cursor.as_deref(),
+        query.after_cursor.as_deref(),
+        query.direction,
+        query.limit,
+    )?;
+    let mut args: Vec<SqlValue> = vec![stream.into(), window.after.into(), window.before.into()];
+    let type_filter = if query.event_types.is_empty() {
+        String::new()
+    } else {
+        let marks = vec!["?"; query.event_types.len()].join(", ");
+        args.extend(query.event_types.iter().map(|t| SqlValue::from(t.clone())));
+        format!("AND event_type IN ({marks})")
+    };
+    args.push((i64::from(window.limit) + 1).into());
+    let sql = format!(
+        "SELECT {COLUMNS} FROM events WHERE stream_id = ? AND seq > ? AND seq < ? {type_filter}
+         ORDER BY seq {} LIMIT ?",
+        window.order()
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
+    let rows = stmt
+        .query_map(params_from_iter(args), |row| record_from_row(row, codec))
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(db_error)?;
+    let total: Option<i64> = if query.event_types.is_empty() {
+        conn.prepare_cached("SELECT event_seq FROM streams WHERE id = ?1")
+            .and_then(|mut s| s.query_row([stream], |r| r.get(0)))
+            .map(Some)
+            .map_err(db_error)?
+    } else {
+        None
+    };
+    let page = window.finish(codec, CursorKind::Events, stream, rows);
+    Ok(EventPage {
+        items: page.items,
+        next_cursor: page.next_cursor,
+        prev_cursor: page.prev_cursor,
+        has_more: page.has_more,
+        total_count: total.map(|t| t as u64),
+    })
+}
+
+/// Record an event. Idempotent by `event_id`: a retried turn gets the
+/// record it already has instead of an error or a duplicate.
+pub(super) fn append(
+    tx: &Transaction<'_>,
+    codec: &CursorCodec,
+    event: &NewEvent,
+) -> HostResult<AgentEventRecord> {
+    if event.event_id.is_empty() || event.event_type.is_empty() {
+        return Err(AgentAPIError::invalid_argument(
+            "an event needs event_id and event_type",
+        ));
+    }
+    if let Some(existing) = by_id(tx, codec, &event.event_id)? {
+        return Ok(existing);
+    }
+    let (stream, seq) = match event.conversation_id.as_deref() {
+        Some(conversation) => {
+            let stream = ensure_stream(tx, conversation, event.thread_id.as_deref().unwrap_or(""))?;
+            let seq: i64 = tx
+                .query_row(
+                    "UPDATE streams SET event_seq = event_seq + 1 WHERE id = ?1 RETURNING event_seq",
+                    [stream],
+                    |r| r.get(0),
+                )
+                .map_err(db_error)?;
+            (Some(stream), Some(seq))
+        }
+        None => (None, None),
+    };
+    tx.execute(
+        "INSERT INTO events (stream_id, seq, event_id, event_type, event_time, source, bot_id, workspace_id,
+             conversation_id, thread_id, actor_type, actor_id, actor_name, subject_type, subject_id,
+             input_summary, input_ref, raw_ref, created_at, metadata)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+        params![
+            stream,
+            seq,
+            event.event_id,
+            event.event_type,
+            event.event_time,
+            event.source,
+            event.bot_id,
+            event.workspace_id,
+            event.conversation_id,
+            event.thread_id,
+            event.actor_type,
+            event.actor_id,
+            event.actor_name,
+            event.subject_type,
+            event.subject_id,
+            event.input_summary,
+            event.input_ref,
+            event.raw_ref,
+            now_ms(),
+            json_text(&event.metadata),
+        ],
+    )
+    .map_err(db_error)?;
+    get(tx, codec, &event.event_id)
+}

@@ -1,0 +1,458 @@
+//! The embedded host: LangBot's host-side stores on one SQLite file (WAL)
+//! plus a folder of artifact contents, for running the bridge with no
+//! LangBot at all (the CLI's default, and every test's).
+//!
+//! Reads run on a small pool of connections and writes on one writer, all
+//! on tokio's blocking threads, so WAL readers never wait for the writer and
+//! the async runtime never waits on disk.
+
+mod artifacts;
+mod audit;
+mod events;
+mod kv;
+mod paging;
+mod transcript;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use serde_json::Value;
+
+pub use audit::AuditRow;
+pub use kv::inspect_owner;
+
+use super::{
+    AuditEntry, CursorCodec, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact, NewEvent,
+    NewTranscriptItem, RunScope, StateEntry,
+};
+use crate::protocol::{
+    AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
+    HistorySearchResult, StateScope, StorageKind, TranscriptItem,
+};
+
+const SCHEMA_VERSION: i64 = 1;
+const DB_FILE: &str = "host.db";
+const MAX_IDLE_READERS: usize = 8;
+
+/// Why the store could not be opened: a message for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot create data folder {path}: {source}")]
+    Folder {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open host store {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "host store {path} has schema version {found}; this build knows {SCHEMA_VERSION} (upgrade harness-bridge)"
+    )]
+    Version { path: PathBuf, found: i64 },
+    #[error("no randomness for the store secret: {0}")]
+    Random(String),
+}
+
+pub(crate) fn db_error(e: rusqlite::Error) -> AgentAPIError {
+    AgentAPIError::runtime(format!("host store error: {e}"))
+}
+
+pub(crate) fn json_text(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+}
+
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned + Default>(text: Option<String>) -> T {
+    text.and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+/// A random id with a readable prefix, e.g. `tr_3f9c…`.
+pub(crate) fn new_id(prefix: &str) -> HostResult<String> {
+    let mut raw = [0u8; 12];
+    getrandom::fill(&mut raw).map_err(|e| AgentAPIError::runtime(format!("no randomness: {e}")))?;
+    Ok(format!("{prefix}_{}", hex::encode(raw)))
+}
+
+struct Inner {
+    dir: PathBuf,
+    db_path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    cursors: CursorCodec,
+}
+
+/// The embedded SQLite host. Cheap to clone; clones share the store.
+#[derive(Clone)]
+pub struct SqliteHost {
+    inner: Arc<Inner>,
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "cache_size", -16_000)?;
+    Ok(())
+}
+
+impl SqliteHost {
+    /// Open (creating if needed) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, OpenError> {
+        std::fs::create_dir_all(dir.join("artifacts")).map_err(|source| OpenError::Folder {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let db_path = dir.join(DB_FILE);
+        let sqlite = |source| OpenError::Sqlite {
+            path: db_path.clone(),
+            source,
+        };
+        let writer = Connection::open(&db_path).map_err(sqlite)?;
+        writer
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(sqlite)?;
+        configure(&writer).map_err(sqlite)?;
+        let version: i64 = writer
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(sqlite)?;
+        if version > SCHEMA_VERSION {
+            return Err(OpenError::Version {
+                path: db_path,
+                found: version,
+            });
+        }
+        writer
+            .execute_batch(include_str!("schema.sql"))
+            .map_err(sqlite)?;
+        writer
+            .pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(sqlite)?;
+        let secret: Option<Vec<u8>> = writer
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'cursor_secret'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sqlite)?;
+        let secret = match secret {
+            Some(secret) => secret,
+            None => {
+                let mut fresh = vec![0u8; 32];
+                getrandom::fill(&mut fresh).map_err(|e| OpenError::Random(e.to_string()))?;
+                writer
+                    .execute(
+                        "INSERT INTO meta (key, value) VALUES ('cursor_secret', ?1)",
+                        [&fresh],
+                    )
+                    .map_err(sqlite)?;
+                fresh
+            }
+        };
+        Ok(SqliteHost {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                db_path,
+                writer: Mutex::new(writer),
+                readers: Mutex::new(Vec::new()),
+                cursors: CursorCodec::new(&secret),
+            }),
+        })
+    }
+
+    /// The data folder this store lives in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Run `f` on a pooled read connection, on a blocking thread.
+    async fn read<T, F>(&self, f: F) -> HostResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Inner) -> HostResult<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop();
+            let conn = match pooled {
+                Some(conn) => conn,
+                None => {
+                    let conn = Connection::open_with_flags(
+                        &inner.db_path,
+                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                    )
+                    .map_err(db_error)?;
+                    configure(&conn).map_err(db_error)?;
+                    conn
+                }
+            };
+            let result = f(&conn, &inner);
+            let mut readers = inner.readers.lock().unwrap_or_else(|p| p.into_inner());
+            if readers.len() < MAX_IDLE_READERS {
+                readers.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|e| AgentAPIError::runtime(format!("host store task failed: {e}")))?
+    }
+
+    /// Run `f` in a transaction on the writer, on a blocking thread.
+    async fn write<T, F>(&self, f: F) -> HostResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>, &Inner) -> HostResult<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let tx = conn.transaction().map_err(db_error)?;
+            let value = f(&tx, &inner)?;
+            tx.commit().map_err(db_error)?;
+            Ok(value)
+        })
+        .await
+        .map_err(|e| AgentAPIError::runtime(format!("host store task failed: {e}")))?
+    }
+
+    /// Transcript of a conversation for a person (`host history`), oldest
+    /// first, without going through a grant.
+    pub async fn conversation_history(
+        &self,
+        conversation_id: &str,
+        thread_id: Option<&str>,
+        limit: u32,
+    ) -> HostResult<HistoryPage> {
+        let scope = RunScope {
+            conversation_id: Some(conversation_id.to_string()),
+            thread_id: thread_id.map(str::to_string),
+            ..RunScope::default()
+        };
+        let query = HistoryQuery {
+            limit,
+            include_artifacts: true,
+            ..HistoryQuery::default()
+        };
+        self.history_page(&scope, &query).await
+    }
+
+    /// Every state entry under one scope owner, for a person (`host state`).
+    pub async fn state_dump(
+        &self,
+        scope: StateScope,
+        owner: String,
+    ) -> HostResult<Vec<StateEntry>> {
+        self.read(move |conn, _| kv::state_dump(conn, scope, &owner))
+            .await
+    }
+
+    /// The newest audit rows, oldest first (`host audit`).
+    pub async fn audit_tail(
+        &self,
+        run_id: Option<String>,
+        limit: u32,
+    ) -> HostResult<Vec<AuditRow>> {
+        self.read(move |conn, _| audit::tail(conn, run_id.as_deref(), limit))
+            .await
+    }
+}
+
+#[async_trait]
+impl HostApi for SqliteHost {
+    async fn history_page(
+        &self,
+        scope: &RunScope,
+        query: &HistoryQuery,
+    ) -> HostResult<HistoryPage> {
+        let (scope, query) = (scope.clone(), query.clone());
+        self.read(move |conn, inner| transcript::page(conn, &inner.cursors, &scope, &query))
+            .await
+    }
+
+    async fn history_search(
+        &self,
+        scope: &RunScope,
+        conversation_id: Option<&str>,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<HistorySearchResult> {
+        let scope = scope.clone();
+        let conversation = conversation_id.map(str::to_string);
+        let query = query.to_string();
+        self.read(move |conn, inner| {
+            transcript::search(
+                conn,
+                &inner.cursors,
+                &scope,
+                conversation.as_deref(),
+                &query,
+                top_k,
+            )
+        })
+        .await
+    }
+
+    async fn event_get(&self, _scope: &RunScope, event_id: &str) -> HostResult<AgentEventRecord> {
+        let event_id = event_id.to_string();
+        self.read(move |conn, inner| events::get(conn, &inner.cursors, &event_id))
+            .await
+    }
+
+    async fn event_page(&self, scope: &RunScope, query: &EventQuery) -> HostResult<EventPage> {
+        let (scope, query) = (scope.clone(), query.clone());
+        self.read(move |conn, inner| events::page(conn, &inner.cursors, &scope, &query))
+            .await
+    }
+
+    async fn artifact_metadata(
+        &self,
+        _scope: &RunScope,
+        artifact_id: &str,
+    ) -> HostResult<ArtifactMetadata> {
+        let id = artifact_id.to_string();
+        self.read(move |conn, _| artifacts::metadata(conn, &id))
+            .await
+    }
+
+    async fn artifact_read(
+        &self,
+        _scope: &RunScope,
+        artifact_id: &str,
+        offset: u64,
+        length: u64,
+    ) -> HostResult<ArtifactReadResult> {
+        let id = artifact_id.to_string();
+        self.read(move |conn, inner| artifacts::read(conn, &inner.dir, &id, offset, length))
+            .await
+    }
+
+    async fn state_get(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+    ) -> HostResult<Option<Value>> {
+        let owner = kv::state_owner(scope, state)?;
+        let key = key.to_string();
+        self.read(move |conn, _| kv::state_get(conn, state, &owner, &key))
+            .await
+    }
+
+    async fn state_set(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+        value: &Value,
+    ) -> HostResult<()> {
+        let owner = kv::state_owner(scope, state)?;
+        let (key, value) = (key.to_string(), value.clone());
+        self.write(move |tx, _| kv::state_set(tx, state, &owner, &key, &value))
+            .await
+    }
+
+    async fn state_delete(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+    ) -> HostResult<bool> {
+        let owner = kv::state_owner(scope, state)?;
+        let key = key.to_string();
+        self.write(move |tx, _| kv::state_delete(tx, state, &owner, &key))
+            .await
+    }
+
+    async fn state_list(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        prefix: Option<&str>,
+        limit: u32,
+    ) -> HostResult<Vec<StateEntry>> {
+        let owner = kv::state_owner(scope, state)?;
+        let prefix = prefix.map(str::to_string);
+        self.read(move |conn, _| kv::state_list(conn, state, &owner, prefix.as_deref(), limit))
+            .await
+    }
+
+    async fn storage_get(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+    ) -> HostResult<Option<Vec<u8>>> {
+        let owner = kv::storage_owner(scope, area);
+        let key = key.to_string();
+        self.read(move |conn, _| kv::storage_get(conn, area, &owner, &key))
+            .await
+    }
+
+    async fn storage_set(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+        value: &[u8],
+    ) -> HostResult<()> {
+        let owner = kv::storage_owner(scope, area);
+        let (key, value) = (key.to_string(), value.to_vec());
+        self.write(move |tx, _| kv::storage_set(tx, area, &owner, &key, &value))
+            .await
+    }
+
+    async fn storage_delete(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+    ) -> HostResult<bool> {
+        let owner = kv::storage_owner(scope, area);
+        let key = key.to_string();
+        self.write(move |tx, _| kv::storage_delete(tx, area, &owner, &key))
+            .await
+    }
+
+    async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>> {
+        let owner = kv::storage_owner(scope, area);
+        self.read(move |conn, _| kv::storage_keys(conn, area, &owner))
+            .await
+    }
+
+    async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord> {
+        self.write(move |tx, inner| events::append(tx, &inner.cursors, &event))
+            .await
+    }
+
+    async fn append_transcript(&self, item: NewTranscriptItem) -> HostResult<TranscriptItem> {
+        self.write(move |tx, inner| transcript::append(tx, &inner.cursors, &item))
+            .await
+    }
+
+    async fn put_artifact(
+        &self,
+        artifact: NewArtifact,
+        content: Vec<u8>,
+    ) -> HostResult<ArtifactMetadata> {
+        let dir = self.inner.dir.clone();
+        // Content goes to disk before the row exists, so a row never names
+        // a file that is not there.
+        let stored = tokio::task::spawn_blocking(move || artifacts::store_content(&dir, &content))
+            .await
+            .map_err(|e| AgentAPIError::runtime(format!("artifact write task failed: {e}")))??;
+        self.write(move |tx, _| artifacts::insert(tx, &artifact, &stored))
+            .await
+    }
+
+    async fn record_audit(&self, entry: AuditEntry) -> HostResult<()> {
+        self.write(move |tx, _| audit::insert(tx, &entry)).await
+    }
+}

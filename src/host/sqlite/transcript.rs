@@ -1,0 +1,346 @@
+//! The transcript: what was said, per conversation stream, with FTS5 search.
+
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
+
+use super::paging::Window;
+use super::{db_error, json_text, new_id, parse_json};
+use crate::host::grant::now_ms;
+use crate::host::{
+    Cursor, CursorCodec, CursorKind, HistoryQuery, HostResult, NewTranscriptItem, RunScope,
+};
+use crate::protocol::{AgentAPIError, HistoryPage, HistorySearchResult, TranscriptItem};
+
+/// The stream a query targets: its own conversation and thread, or another
+/// conversation (whole, thread-less) when one is named.
+pub(super) fn target<'a>(
+    scope: &'a RunScope,
+    requested: Option<&'a str>,
+) -> Option<(&'a str, &'a str)> {
+    match requested {
+        Some(other) if Some(other) != scope.conversation_id.as_deref() => Some((other, "")),
+        _ => scope
+            .conversation_id
+            .as_deref()
+            .map(|c| (c, scope.thread_id.as_deref().unwrap_or(""))),
+    }
+}
+
+pub(super) fn find_stream(
+    conn: &Connection,
+    conversation: &str,
+    thread: &str,
+) -> HostResult<Option<i64>> {
+    conn.prepare_cached("SELECT id FROM streams WHERE conversation_id = ?1 AND thread_id = ?2")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![conversation, thread], |r| r.get(0))
+                .optional()
+        })
+        .map_err(db_error)
+}
+
+pub(super) fn ensure_stream(
+    tx: &Transaction<'_>,
+    conversation: &str,
+    thread: &str,
+) -> HostResult<i64> {
+    tx.execute(
+        "INSERT INTO streams (conversation_id, thread_id) VALUES (?1, ?2)
+         ON CONFLICT (conversation_id, thread_id) DO NOTHING",
+        params![conversation, thread],
+    )
+    .map_err(db_error)?;
+    find_stream(tx, conversation, thread)?
+        .ok_or_else(|| AgentAPIError::runtime("stream vanished while being created"))
+}
+
+const COLUMNS: &str = "t.seq, t.transcript_id, t.event_id, t.bot_id, t.workspace_id, t.role, t.item_type, \
+     t.content, t.content_json, t.artifact_refs, t.created_at, t.metadata, s.conversation_id, s.thread_id, s.id";
+
+fn item_from_row(
+    row: &Row<'_>,
+    codec: &CursorCodec,
+    with_artifacts: bool,
+) -> rusqlite::Result<(i64, TranscriptItem)> {
+    let seq: i64 = row.get(0)?;
+    let thread: String = row.get(13)?;
+    let stream: i64 = row.get(14)?;
+    let item = TranscriptItem {
+        transcript_id: row.get(1)?,
+        event_id: row.get(2)?,
+        bot_id: row.get(3)?,
+        workspace_id: row.get(4)?,
+        role: row.get(5)?,
+        item_type: row.get(6)?,
+        content: row.get(7)?,
+        content_json: row
+            .get::<_, Option<String>>(8)?
+            .and_then(|t| serde_json::from_str(&t).ok()),
+        artifact_refs: if with_artifacts {
+            parse_json(row.get(9)?)
+        } else {
+            Vec::new()
+        },
+        created_at: row.get(10)?,
+        metadata: parse_json(row.get(11)?),
+        conversation_id: row.get(12)?,
+        thread_id: (!thread.is_empty()).then_some(thread),
+        seq: Some(seq),
+        cursor: Some(codec.encode(Cursor {
+            kind: CursorKind::History,
+            stream,
+            seq,
+        })),
+        extra: Default::default(),
+    };
+    Ok((seq, item))
+}
+
+pub(super) fn page(
+    conn: &Connection,
+    codec: &CursorCodec,
+    scope: &RunScope,
+    query: &HistoryQuery,
+) -> HostResult<HistoryPage> {
+    let Some((conversation, thread)) = target(scope, query.conversation_id.as_deref()) else {
+        return Err(AgentAPIError::invalid_argument("no conversation to read"));
+    };
+    let Some(stream) = find_stream(conn, conversation, thread)? else {
+        // Cursors can only come from an existing stream.
+        if query.before_cursor.is_some() || query.after_cursor.is_some() {
+            return Err(AgentAPIError::invalid_argument(
+                "cursor is not valid for this conversation",
+            ));
+        }
+        return Ok(HistoryPage {
+            total_count: Some(0),
+            ..HistoryPage::default()
+        });
+    };
+    let window = Window::new(
+        codec,
+        CursorKind::History,
+        stream,
+        query.before_cursor.as_deref(),
+        query.after_cursor.as_deref(),
+        query.direction,
+        query.limit,
+    )?;
+    let sql = format!(
+        "SELECT {COLUMNS} FROM transcript t JOIN streams s ON s.id = t.stream_id
+         WHERE t.stream_id = ?1 AND t.seq > ?2 AND t.seq < ?3 ORDER BY t.seq {} LIMIT ?4",
+        window.order()
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
+    let rows = stmt
+        .query_map(
+            params![
+                stream,
+                window.after,
+                window.before,
+                i64::from(window.limit) + 1
+            ],
+            |row| item_from_row(row, codec, query.include_artifacts),
+        )
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(db_error)?;
+    let total: i64 = conn
+        .prepare_cached("SELECT transcript_seq FROM streams WHERE id = ?1")
+        .and_then(|mut s| s.query_row([stream], |r| r.get(0)))
+        .map_err(db_error)?;
+    let page = window.finish(codec, CursorKind::History, stream, rows);
+    Ok(HistoryPage {
+        items: page.items,
+        next_cursor: page.next_cursor,
+        prev_cursor: page.prev_cursor,
+        has_more: page.has_more,
+        total_count: Some(total as u64),
+    })
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x3400..=0x4DBF    // CJK Extension A
+        | 0x4E00..=0x9FFF    // CJK Unified Ideographs
+        | 0xAC00..=0xD7AF    // Hangul syllables
+        | 0xF900..=0xFAFF    // CJK Compatibility Ideographs
+        | 0x20000..=0x2FA1F) // CJK Extensions B–F, supplement
+}
+
+/// Text as the full-text index sees it: CJK characters become one token
+/// each, so a phrase of them matches wherever they appear in a row.
+pub(super) fn index_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 2);
+    for c in text.chars() {
+        if is_cjk(c) {
+            out.push(' ');
+            out.push(c);
+            out.push(' ');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// An FTS5 query for a person's search words: every word must match, each
+/// word a quoted phrase so no FTS5 operator syntax leaks through.
+fn match_expression(stream: i64, query: &str) -> Option<String> {
+    let terms: Vec<String> = query
+        .split_whitespace()
+        .map(|word| format!("\"{}\"", index_text(word).trim().replace('"', "\"\"")))
+        .filter(|term| term.len() > 2)
+        .collect();
+    if terms.is_empty() {
+        return None;
+    }
+    Some(format!("scope:s{stream} AND {}", terms.join(" AND ")))
+}
+
+pub(super) fn search(
+    conn: &Connection,
+    codec: &CursorCodec,
+    scope: &RunScope,
+    conversation: Option<&str>,
+    query: &str,
+    top_k: u32,
+) -> HostResult<HistorySearchResult> {
+    let empty = || HistorySearchResult {
+        items: Vec::new(),
+        total_count: Some(0),
+        query: query.to_string(),
+    };
+    let Some((conversation, thread)) = target(scope, conversation) else {
+        return Err(AgentAPIError::invalid_argument("no conversation to search"));
+    };
+    let Some(stream) = find_stream(conn, conversation, thread)? else {
+        return Ok(empty());
+    };
+    let Some(expression) = match_expression(stream, query) else {
+        return Err(AgentAPIError::invalid_argument(
+            "query has no words to search for",
+        ));
+    };
+    let sql = format!(
+        "SELECT {COLUMNS} FROM transcript_fts f
+         JOIN transcript t ON t.id = f.rowid JOIN streams s ON s.id = t.stream_id
+         WHERE transcript_fts MATCH ?1 ORDER BY f.rank LIMIT ?2"
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
+    let items = stmt
+        .query_map(params![expression, i64::from(top_k)], |row| {
+            item_from_row(row, codec, true)
+        })
+        .and_then(|rows| {
+            rows.map(|r| r.map(|(_, item)| item))
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db_error)?;
+    Ok(HistorySearchResult {
+        total_count: None,
+        items,
+        query: query.to_string(),
+    })
+}
+
+pub(super) fn append(
+    tx: &Transaction<'_>,
+    codec: &CursorCodec,
+    item: &NewTranscriptItem,
+) -> HostResult<TranscriptItem> {
+    if item.conversation_id.is_empty() {
+        return Err(AgentAPIError::invalid_argument(
+            "a transcript item needs a conversation_id",
+        ));
+    }
+    let thread = item.thread_id.as_deref().unwrap_or("");
+    let stream = ensure_stream(tx, &item.conversation_id, thread)?;
+    let seq: i64 = tx
+        .query_row(
+            "UPDATE streams SET transcript_seq = transcript_seq + 1 WHERE id = ?1 RETURNING transcript_seq",
+            [stream],
+            |r| r.get(0),
+        )
+        .map_err(db_error)?;
+    let transcript_id = match &item.transcript_id {
+        Some(id) if !id.is_empty() => id.clone(),
+        _ => new_id("tr")?,
+    };
+    let created_at = now_ms();
+    let item_type = if item.item_type.is_empty() {
+        "message"
+    } else {
+        &item.item_type
+    };
+    let rowid: i64 = tx
+        .query_row(
+            "INSERT INTO transcript (stream_id, seq, transcript_id, event_id, bot_id, workspace_id, role,
+                 item_type, content, content_json, artifact_refs, created_at, metadata)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id",
+            params![
+                stream,
+                seq,
+                transcript_id,
+                item.event_id,
+                item.bot_id,
+                item.workspace_id,
+                item.role,
+                item_type,
+                item.content,
+                item.content_json.as_ref().map(json_text),
+                json_text(&item.artifact_refs),
+                created_at,
+                json_text(&item.metadata),
+            ],
+            |r| r.get(0),
+        )
+        .map_err(|e| match e {
+            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+                AgentAPIError::invalid_argument(format!("transcript item `{transcript_id}` already exists"))
+            }
+            other => db_error(other),
+        })?;
+    if let Some(content) = item.content.as_deref().filter(|c| !c.is_empty()) {
+        tx.prepare_cached("INSERT INTO transcript_fts (rowid, scope, body) VALUES (?1, ?2, ?3)")
+            .and_then(|mut s| s.execute(params![rowid, format!("s{stream}"), index_text(content)]))
+            .map_err(db_error)?;
+    }
+    Ok(TranscriptItem {
+        transcript_id,
+        event_id: item.event_id.clone(),
+        conversation_id: Some(item.conversation_id.clone()),
+        thread_id: item.thread_id.clone().filter(|t| !t.is_empty()),
+        bot_id: item.bot_id.clone(),
+        workspace_id: item.workspace_id.clone(),
+        role: item.role.clone(),
+        item_type: item_type.to_string(),
+        content: item.content.clone(),
+        content_json: item.content_json.clone(),
+        artifact_refs: item.artifact_refs.clone(),
+        seq: Some(seq),
+        cursor: Some(codec.encode(Cursor {
+            kind: CursorKind::History,
+            stream,
+            seq,
+        })),
+        created_at: Some(created_at),
+        metadata: item.metadata.clone(),
+        extra: Default::default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_terms_are_quoted_and_cjk_is_split() {
+        assert_eq!(index_text("部署失败 ok"), " 部  署  失  败  ok");
+        let expr = match_expression(3, "deploy \"x\" OR 部署").unwrap();
+        assert_eq!(
+            expr,
+            "scope:s3 AND \"deploy\" AND \"\"\"x\"\"\" AND \"OR\" AND \"部  署\""
+        );
+        assert!(match_expression(3, "   ").is_none());
+    }
+}

@@ -1,0 +1,11 @@
+//! harness-bridge: plugs code-agent CLIs (Claude Code, Codex, ...) into IM
+//! bots through LangBot's AgentRunner Protocol v1.
+//!
+//! Data flows one way: [`protocol`] (wire types) → [`host`] (the host proxy
+//! API, run grants, the embedded store) → later projection, harness and run
+//! → [`cli`]. See `ARCHITECTURE.md` for the map and the invariants.
+
+pub mod cli;
+pub mod harness;
+pub mod host;
+pub mod protocol;

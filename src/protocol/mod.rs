@@ -1,0 +1,33 @@
+//! LangBot AgentRunner Protocol v1: the wire types the bridge speaks, and
+//! nothing else. No I/O lives here, so every other module (and every test)
+//! can build, parse and check protocol values without a host or a harness.
+//!
+//! Compatibility follows the protocol's additive-change rules (§3, §4.3,
+//! §7.1): context objects accept and keep fields they do not know (a newer
+//! host, or the released SDK's additions such as `variables`, survive a
+//! round trip); manifest capabilities and permissions reject unknown keys,
+//! because they are an authorization contract; an unknown result `type` is
+//! kept and flagged, while the strict result payloads are validated field
+//! by field.
+
+mod context;
+mod manifest;
+mod message;
+mod proxy;
+mod result;
+mod validate;
+
+pub use context::*;
+pub use manifest::*;
+pub use message::*;
+pub use proxy::*;
+pub use result::*;
+pub use validate::{Problem, Severity, validate_context};
+
+/// A JSON object, in insertion order (unknown fields are kept as received).
+pub type JsonMap = serde_json::Map<String, serde_json::Value>;
+
+/// `skip_serializing_if` helper: keeps emitted JSON free of `false` defaults.
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
+}

@@ -1,0 +1,188 @@
+//! `context validate`: every problem in an `AgentRunContext`, each with the
+//! JSON path where it sits, so an operator can fix a context in one pass.
+//!
+//! Structural errors come from deserializing each top-level part on its own
+//! (one error per part, not just the first in the document); semantic checks
+//! then run on what parsed.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::*;
+
+/// How bad a problem is: errors make the context unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One finding, e.g. `error at $.event.event_id: missing field`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub severity: Severity,
+    /// JSONPath-style location, `$` being the document root.
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let label = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{label} at {}: {}", self.path, self.message)
+    }
+}
+
+fn error(path: impl Into<String>, message: impl Into<String>) -> Problem {
+    Problem {
+        severity: Severity::Error,
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+fn warning(path: impl Into<String>, message: impl Into<String>) -> Problem {
+    Problem {
+        severity: Severity::Warning,
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+fn check_part<T: DeserializeOwned>(root: &str, value: &Value, problems: &mut Vec<Problem>) {
+    if let Err(err) = serde_path_to_error::deserialize::<_, T>(value.clone()) {
+        let inner = err.path().to_string();
+        let path = if inner == "." {
+            root.to_string()
+        } else {
+            format!("{root}.{inner}")
+        };
+        problems.push(error(path, err.into_inner().to_string()));
+    }
+}
+
+/// Check a JSON document as an `AgentRunContext`. Returns the parsed context
+/// when it has no errors, and every problem found (warnings included).
+pub fn validate_context(doc: &Value) -> (Option<AgentRunContext>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let Some(object) = doc.as_object() else {
+        problems.push(error("$", "an AgentRunContext must be a JSON object"));
+        return (None, problems);
+    };
+
+    type Check = fn(&str, &Value, &mut Vec<Problem>);
+    let parts: [(&str, bool, Check); 15] = [
+        ("run_id", true, check_part::<String>),
+        ("trigger", true, check_part::<AgentTrigger>),
+        ("event", true, check_part::<AgentEventContext>),
+        (
+            "conversation",
+            false,
+            check_part::<Option<ConversationContext>>,
+        ),
+        ("actor", false, check_part::<Option<ActorContext>>),
+        ("subject", false, check_part::<Option<SubjectContext>>),
+        ("input", true, check_part::<AgentInput>),
+        ("delivery", true, check_part::<DeliveryContext>),
+        ("resources", true, check_part::<AgentResources>),
+        ("context", false, check_part::<ContextAccess>),
+        ("state", false, check_part::<AgentRunState>),
+        ("runtime", true, check_part::<AgentRuntimeContext>),
+        ("config", false, check_part::<JsonMap>),
+        ("adapter", false, check_part::<Option<AdapterContext>>),
+        ("metadata", false, check_part::<JsonMap>),
+    ];
+    for (name, required, check) in parts {
+        let path = format!("$.{name}");
+        match object.get(name) {
+            Some(value) => check(&path, value, &mut problems),
+            None if required => problems.push(error(path, "missing required field")),
+            None => {}
+        }
+    }
+    if let Some(value) = object.get("variables") {
+        check_part::<JsonMap>("$.variables", value, &mut problems);
+    }
+    if problems.iter().any(|p| p.severity == Severity::Error) {
+        return (None, problems);
+    }
+
+    match serde_path_to_error::deserialize::<_, AgentRunContext>(doc.clone()) {
+        Ok(ctx) => {
+            semantic_checks(&ctx, &mut problems);
+            let ok = !problems.iter().any(|p| p.severity == Severity::Error);
+            (ok.then_some(ctx), problems)
+        }
+        Err(err) => {
+            problems.push(error(
+                format!("$.{}", err.path()),
+                err.into_inner().to_string(),
+            ));
+            (None, problems)
+        }
+    }
+}
+
+fn semantic_checks(ctx: &AgentRunContext, problems: &mut Vec<Problem>) {
+    if ctx.run_id.trim().is_empty() {
+        problems.push(error("$.run_id", "must not be empty"));
+    }
+    if ctx.event.event_id.trim().is_empty() {
+        problems.push(error("$.event.event_id", "must not be empty"));
+    }
+    if ctx.event.event_type.trim().is_empty() {
+        problems.push(error("$.event.event_type", "must not be empty"));
+    }
+    if let (Some(a), Some(b)) = (
+        ctx.conversation
+            .as_ref()
+            .and_then(|c| c.conversation_id.as_deref()),
+        ctx.context.conversation_id.as_deref(),
+    ) && a != b
+    {
+        problems.push(error(
+            "$.context.conversation_id",
+            format!("`{b}` differs from conversation.conversation_id `{a}`"),
+        ));
+    }
+    if ctx.conversation_id().is_none() {
+        problems.push(warning(
+            "$.conversation.conversation_id",
+            "no conversation id: history, state and workspace cannot be scoped to a conversation",
+        ));
+    }
+    if let Some(deadline) = ctx.runtime.deadline_at
+        && (!deadline.is_finite() || deadline <= 0.0)
+    {
+        problems.push(error(
+            "$.runtime.deadline_at",
+            "must be a positive epoch time in seconds",
+        ));
+    }
+    if ctx.delivery.max_message_size == Some(0) {
+        problems.push(error(
+            "$.delivery.max_message_size",
+            "must be greater than 0",
+        ));
+    }
+    let input = &ctx.input;
+    if input.text.as_deref().is_none_or(str::is_empty)
+        && input.contents.is_empty()
+        && input.attachments.is_empty()
+        && ctx.event.event_type.starts_with("message.")
+    {
+        problems.push(warning("$.input", "a message event with empty input"));
+    }
+    for (i, skill) in ctx.resources.skills.iter().enumerate() {
+        if skill.skill_name.trim().is_empty() {
+            problems.push(error(
+                format!("$.resources.skills[{i}].skill_name"),
+                "must not be empty",
+            ));
+        }
+    }
+}
