@@ -5,6 +5,8 @@
 //! API, run grants, the embedded store) → later projection, harness and run
 //! → [`cli`]. See `ARCHITECTURE.md` for the map and the invariants.
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod harness;
 pub mod host;

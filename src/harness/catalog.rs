@@ -20,7 +20,9 @@ pub const PLUGIN_NAME: &str = "harness-bridge";
 pub struct HarnessInfo {
     /// Runner name, also the harness name on the command line.
     pub name: &'static str,
+    /// Name shown in a host's UI.
     pub label: &'static str,
+    /// One sentence for the host's runner picker.
     pub description: &'static str,
 }
 

@@ -162,8 +162,10 @@ pub struct AuditEntry {
 /// not authorize. Runner-facing callers use [`super::GrantedHost`].
 #[async_trait]
 pub trait HostApi: Send + Sync + 'static {
+    /// A page of a conversation's transcript (§8 `history_page`).
     async fn history_page(&self, scope: &RunScope, query: &HistoryQuery)
     -> HostResult<HistoryPage>;
+    /// Transcript items matching `query`, best first (§8 `history_search`).
     async fn history_search(
         &self,
         scope: &RunScope,
@@ -171,13 +173,17 @@ pub trait HostApi: Send + Sync + 'static {
         query: &str,
         top_k: u32,
     ) -> HostResult<HistorySearchResult>;
+    /// One event record by id (§8 `event_get`).
     async fn event_get(&self, scope: &RunScope, event_id: &str) -> HostResult<AgentEventRecord>;
+    /// A page of a conversation's event log (§8 `event_page`).
     async fn event_page(&self, scope: &RunScope, query: &EventQuery) -> HostResult<EventPage>;
+    /// What is known about an artifact, without its content.
     async fn artifact_metadata(
         &self,
         scope: &RunScope,
         artifact_id: &str,
     ) -> HostResult<ArtifactMetadata>;
+    /// `length` bytes of an artifact from `offset`.
     async fn artifact_read(
         &self,
         scope: &RunScope,
@@ -186,12 +192,14 @@ pub trait HostApi: Send + Sync + 'static {
         length: u64,
     ) -> HostResult<ArtifactReadResult>;
 
+    /// One state value of the run's `state` scope; `None` when unset.
     async fn state_get(
         &self,
         scope: &RunScope,
         state: StateScope,
         key: &str,
     ) -> HostResult<Option<Value>>;
+    /// Set one state value (small JSON; large data belongs in storage).
     async fn state_set(
         &self,
         scope: &RunScope,
@@ -206,6 +214,7 @@ pub trait HostApi: Send + Sync + 'static {
         state: StateScope,
         key: &str,
     ) -> HostResult<bool>;
+    /// State entries whose key starts with `prefix`, by key.
     async fn state_list(
         &self,
         scope: &RunScope,
@@ -214,12 +223,14 @@ pub trait HostApi: Send + Sync + 'static {
         limit: u32,
     ) -> HostResult<Vec<StateEntry>>;
 
+    /// One storage value; `None` when unset.
     async fn storage_get(
         &self,
         scope: &RunScope,
         area: StorageKind,
         key: &str,
     ) -> HostResult<Option<Vec<u8>>>;
+    /// Set one storage value (bytes).
     async fn storage_set(
         &self,
         scope: &RunScope,
@@ -234,15 +245,20 @@ pub trait HostApi: Send + Sync + 'static {
         area: StorageKind,
         key: &str,
     ) -> HostResult<bool>;
+    /// Every key in the run's storage area.
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>>;
 
     // Host-side writes: the bridge records what happened in a turn.
+    /// Record an event (idempotent by `event_id`).
     async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord>;
+    /// Record a transcript item, numbered next in its conversation.
     async fn append_transcript(&self, item: NewTranscriptItem) -> HostResult<TranscriptItem>;
+    /// Store an artifact's content and metadata.
     async fn put_artifact(
         &self,
         artifact: NewArtifact,
         content: Vec<u8>,
     ) -> HostResult<ArtifactMetadata>;
+    /// Append one audit row.
     async fn record_audit(&self, entry: AuditEntry) -> HostResult<()>;
 }

@@ -19,7 +19,9 @@ const BODY_LEN: usize = 1 + 8 + 8;
 /// Which log a cursor points into; a history cursor is no event cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CursorKind {
+    /// A position in a transcript.
     History,
+    /// A position in an event log.
     Events,
 }
 
@@ -35,8 +37,11 @@ impl CursorKind {
 /// A decoded cursor: a position in one stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor {
+    /// Which log.
     pub kind: CursorKind,
+    /// The conversation stream (conversation + thread) it belongs to.
     pub stream: i64,
+    /// The item's number within the stream.
     pub seq: i64,
 }
 
@@ -53,6 +58,7 @@ impl std::fmt::Debug for CursorCodec {
 }
 
 impl CursorCodec {
+    /// A codec keyed by the store's secret.
     pub fn new(key: &[u8]) -> Self {
         CursorCodec { key: key.to_vec() }
     }

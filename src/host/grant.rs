@@ -28,18 +28,28 @@ use crate::protocol::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Api {
+    /// `history_page`: read the transcript page by page.
     HistoryPage,
+    /// `history_search`: full-text search of the transcript.
     HistorySearch,
+    /// `event_get`: one event record.
     EventGet,
+    /// `event_page`: the event log page by page.
     EventPage,
+    /// `artifact_metadata`: what an artifact is.
     ArtifactMetadata,
+    /// `artifact_read`: an artifact's bytes, by range.
     ArtifactRead,
+    /// `state_get/set/delete/list` in every scope of the run.
     State,
+    /// The plugin's storage area.
     PluginStorage,
+    /// The workspace's storage area.
     WorkspaceStorage,
 }
 
 impl Api {
+    /// Every API, in a stable order.
     pub const ALL: [Api; 9] = [
         Api::HistoryPage,
         Api::HistorySearch,
@@ -165,6 +175,7 @@ impl Default for GrantCaps {
 /// Operator policy applied on top of the permissions when a run opens.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GrantPolicy {
+    /// Hard limits per call and per run.
     pub caps: GrantCaps,
     /// Allow history/events/artifacts of *other* conversations (§11: off by default).
     pub cross_conversation: bool,
@@ -198,9 +209,13 @@ struct Bucket {
 
 /// A run's frozen authorization snapshot.
 pub struct RunGrant {
+    /// Who the run is, frozen from its context.
     pub scope: RunScope,
+    /// What it may call.
     pub apis: BTreeSet<Api>,
+    /// How much it may ask for.
     pub caps: GrantCaps,
+    /// Whether it may read other conversations.
     pub cross_conversation: bool,
     /// Artifacts this run may read whatever their conversation: its inputs.
     pub input_artifacts: HashSet<String>,
@@ -230,10 +245,12 @@ pub fn now_ms() -> i64 {
 }
 
 impl RunGrant {
+    /// The run this grant belongs to.
     pub fn run_id(&self) -> &str {
         &self.scope.run_id
     }
 
+    /// Whether the run has closed (its token is dead).
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
@@ -328,7 +345,9 @@ impl RunGrant {
 /// A freshly opened run: the token to hand to the harness, and the grant.
 #[derive(Debug, Clone)]
 pub struct OpenRun {
+    /// The bearer secret for the harness (env or 0600 file, never argv).
     pub token: RunToken,
+    /// The grant the token names.
     pub grant: Arc<RunGrant>,
 }
 
@@ -346,6 +365,7 @@ pub struct Grants {
 }
 
 impl Grants {
+    /// A registry in front of `host`.
     pub fn new(host: Arc<dyn HostApi>) -> Self {
         Grants {
             host,
@@ -541,6 +561,7 @@ pub struct GrantedHost {
 }
 
 impl GrantedHost {
+    /// The grant every call is checked against.
     pub fn grant(&self) -> &Arc<RunGrant> {
         &self.grant
     }
@@ -619,6 +640,7 @@ impl GrantedHost {
         )
     }
 
+    /// [`HostApi::history_page`] for this run's conversation (or a granted other).
     pub async fn history_page(&self, query: &HistoryQuery) -> HostResult<HistoryPage> {
         let resource = self.conversation_resource(query.conversation_id.as_deref());
         self.call(Api::HistoryPage, "history_page", resource, async {
@@ -630,6 +652,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::history_search`] within this run's scope.
     pub async fn history_search(
         &self,
         conversation_id: Option<&str>,
@@ -650,6 +673,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::event_get`]; events outside the scope read as `not_found`.
     pub async fn event_get(&self, event_id: &str) -> HostResult<AgentEventRecord> {
         self.call(
             Api::EventGet,
@@ -672,6 +696,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::event_page`] for this run's conversation (or a granted other).
     pub async fn event_page(&self, query: &EventQuery) -> HostResult<EventPage> {
         let resource = self.conversation_resource(query.conversation_id.as_deref());
         self.call(Api::EventPage, "event_page", resource, async {
@@ -701,6 +726,7 @@ impl GrantedHost {
         }
     }
 
+    /// [`HostApi::artifact_metadata`]; artifacts outside the scope read as `not_found`.
     pub async fn artifact_metadata(&self, artifact_id: &str) -> HostResult<ArtifactMetadata> {
         self.call(
             Api::ArtifactMetadata,
@@ -711,6 +737,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::artifact_read`], at most `max_read_length` bytes per call.
     pub async fn artifact_read(
         &self,
         artifact_id: &str,
@@ -740,6 +767,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::state_get`] in this run's own scope.
     pub async fn state_get(&self, state: StateScope, key: &str) -> HostResult<Option<Value>> {
         self.call(
             Api::State,
@@ -754,6 +782,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::state_set`], at most `max_state_value_bytes` of JSON.
     pub async fn state_set(&self, state: StateScope, key: &str, value: &Value) -> HostResult<()> {
         self.call(Api::State, "state_set", format!("state:{}/{key}", state.as_str()), async {
             self.check_key(key)?;
@@ -770,6 +799,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::state_delete`]; returns whether the key existed.
     pub async fn state_delete(&self, state: StateScope, key: &str) -> HostResult<bool> {
         self.call(
             Api::State,
@@ -784,6 +814,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::state_list`], at most 1000 entries.
     pub async fn state_list(
         &self,
         state: StateScope,
@@ -812,6 +843,7 @@ impl GrantedHost {
         }
     }
 
+    /// [`HostApi::storage_get`] in the run's plugin or workspace area.
     pub async fn storage_get(&self, area: StorageKind, key: &str) -> HostResult<Option<Vec<u8>>> {
         let (api, name) = Self::storage_api(area);
         self.call(api, "storage_get", format!("storage:{name}/{key}"), async {
@@ -821,6 +853,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::storage_set`], at most `max_storage_value_bytes`.
     pub async fn storage_set(&self, area: StorageKind, key: &str, value: &[u8]) -> HostResult<()> {
         let (api, name) = Self::storage_api(area);
         self.call(api, "storage_set", format!("storage:{name}/{key}"), async {
@@ -839,6 +872,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::storage_delete`]; returns whether the key existed.
     pub async fn storage_delete(&self, area: StorageKind, key: &str) -> HostResult<bool> {
         let (api, name) = Self::storage_api(area);
         self.call(
@@ -853,6 +887,7 @@ impl GrantedHost {
         .await
     }
 
+    /// [`HostApi::storage_keys`] of the run's plugin or workspace area.
     pub async fn storage_keys(&self, area: StorageKind) -> HostResult<Vec<String>> {
         let (api, name) = Self::storage_api(area);
         self.call(api, "storage_keys", format!("storage:{name}/*"), async {

@@ -155,8 +155,8 @@ pub struct AgentRunnerPermissions {
     /// In the protocol document, absent from the released SDK: omitted when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileOperation>,
-    /// Released-SDK addition: omitted when empty.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Released-SDK addition.
+    #[serde(default)]
     pub interactions: Vec<InteractionOperation>,
 }
 

@@ -272,22 +272,27 @@ impl AgentAPIError {
         }
     }
 
+    /// The caller may not touch this resource or scope.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unauthorized, message)
     }
 
+    /// The resource does not exist, or is not visible to this run.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::NotFound, message)
     }
 
+    /// An argument is malformed or out of range.
     pub fn invalid_argument(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidArgument, message)
     }
 
+    /// A request or its answer exceeds a size cap (`payload_too_large`).
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::PayloadTooLarge, message)
     }
 
+    /// The host itself failed; the caller may retry.
     pub fn runtime(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::RuntimeError, message)
     }

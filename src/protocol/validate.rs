@@ -14,16 +14,20 @@ use super::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// The context cannot be used as it is.
     Error,
+    /// Usable, but probably not what the host meant.
     Warning,
 }
 
 /// One finding, e.g. `error at $.event.event_id: missing field`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Problem {
+    /// Whether the problem makes the context unusable.
     pub severity: Severity,
     /// JSONPath-style location, `$` being the document root.
     pub path: String,
+    /// What is wrong, for a person.
     pub message: String,
 }
 

@@ -9,7 +9,9 @@ use crate::host::{AuditEntry, HostResult};
 /// An audit row as read back, with its position in the log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditRow {
+    /// Position in the log; increases with every row.
     pub id: i64,
+    /// The row itself.
     #[serde(flatten)]
     pub entry: AuditEntry,
 }

@@ -38,21 +38,26 @@ const MAX_IDLE_READERS: usize = 8;
 
 /// Why the store could not be opened: a message for the operator.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // fields: the path involved and the underlying error
 pub enum OpenError {
+    /// The data folder cannot be created.
     #[error("cannot create data folder {path}: {source}")]
     Folder {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// SQLite refused the file (corrupt, locked, not a database).
     #[error("cannot open host store {path}: {source}")]
     Sqlite {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    /// A newer build wrote this store.
     #[error(
         "host store {path} has schema version {found}; this build knows {SCHEMA_VERSION} (upgrade harness-bridge)"
     )]
     Version { path: PathBuf, found: i64 },
+    /// The OS gave no random bytes for the cursor secret.
     #[error("no randomness for the store secret: {0}")]
     Random(String),
 }

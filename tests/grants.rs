@@ -1,0 +1,418 @@
+//! Run grants: every denial path returns its §9 code and leaves an audit row.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{RUNNER, all_permissions, context, fixture};
+use harness_bridge::host::{
+    Api, GrantCaps, GrantPolicy, HistoryQuery, HostApi, NewArtifact, NewEvent,
+};
+use harness_bridge::protocol::{
+    AgentRunnerPermissions, ErrorCode, HistoryOperation, StateScope, StorageKind,
+};
+use serde_json::json;
+
+fn page(limit: u32) -> HistoryQuery {
+    HistoryQuery {
+        limit,
+        ..HistoryQuery::default()
+    }
+}
+
+async fn last_audit(f: &common::Fixture) -> harness_bridge::host::AuditEntry {
+    f.store
+        .audit_tail(None, 1)
+        .await
+        .unwrap()
+        .pop()
+        .expect("an audit row")
+        .entry
+}
+
+#[tokio::test]
+async fn allowed_calls_read_real_data_and_are_audited() {
+    let f = fixture();
+    f.say("c1", "user", "hello from c1").await;
+    let run = f.open("run-1", "c1", &GrantPolicy::default());
+    let host = f.grants.authorize(run.token.expose()).await.unwrap();
+    let got = host.history_page(&page(10)).await.unwrap();
+    assert_eq!(got.items[0].content.as_deref(), Some("hello from c1"));
+    host.state_set(StateScope::Conversation, "external.session_id", &json!("s"))
+        .await
+        .unwrap();
+    assert_eq!(
+        host.state_get(StateScope::Conversation, "external.session_id")
+            .await
+            .unwrap(),
+        Some(json!("s"))
+    );
+
+    let rows = f.store.audit_tail(Some("run-1".into()), 10).await.unwrap();
+    let actions: Vec<_> = rows
+        .iter()
+        .map(|r| (r.entry.action.as_str(), r.entry.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("history_page", "ok"),
+            ("state_set", "ok"),
+            ("state_get", "ok")
+        ]
+    );
+    assert_eq!(rows[0].entry.runner_id, RUNNER);
+    assert_eq!(rows[0].entry.resource, "conversation:c1");
+    assert_eq!(rows[0].entry.scope, "conversation:c1");
+    assert!(
+        format!("{:?}", run.token).contains("redacted"),
+        "tokens never print"
+    );
+}
+
+#[tokio::test]
+async fn wrong_and_closed_tokens_are_unauthorized() {
+    let f = fixture();
+    let err = f.grants.authorize("not-a-token").await.err().unwrap();
+    assert_eq!(err.code, ErrorCode::Unauthorized);
+    let row = last_audit(&f).await;
+    assert_eq!(
+        (
+            row.action.as_str(),
+            row.outcome.as_str(),
+            row.run_id.as_str()
+        ),
+        ("authorize", "unauthorized", "")
+    );
+
+    let run = f.open("run-2", "c1", &GrantPolicy::default());
+    let host = f.grants.authorize(run.token.expose()).await.unwrap();
+    assert!(f.grants.close_run("run-2"));
+    // A token in hand dies at once, and so does a fresh authorization.
+    let err = host.history_page(&page(5)).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::Unauthorized);
+    assert!(err.message.contains("closed"));
+    let row = last_audit(&f).await;
+    assert_eq!(
+        (row.run_id.as_str(), row.outcome.as_str()),
+        ("run-2", "unauthorized")
+    );
+    let err = f.grants.authorize(run.token.expose()).await.err().unwrap();
+    assert_eq!(err.code, ErrorCode::Unauthorized);
+    assert_eq!(last_audit(&f).await.run_id, "run-2");
+}
+
+#[tokio::test]
+async fn apis_not_granted_are_refused() {
+    let f = fixture();
+    // Manifest ∩ binding: only history page survives.
+    let binding: AgentRunnerPermissions =
+        serde_json::from_value(json!({"history": ["page"]})).unwrap();
+    let effective = all_permissions().intersect(&binding);
+    assert_eq!(effective.history, vec![HistoryOperation::Page]);
+    let mut ctx = context("run-3", "c1");
+    ctx.context.available_apis.state = false;
+    let run = f
+        .grants
+        .open_run(&ctx, RUNNER, &effective, &GrantPolicy::default())
+        .unwrap();
+    assert_eq!(
+        run.grant.apis.iter().copied().collect::<Vec<_>>(),
+        [Api::HistoryPage]
+    );
+    let host = f.grants.granted(run.grant.clone());
+
+    let err = host.history_search(None, "x", 5).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::Unauthorized);
+    assert_eq!(last_audit(&f).await.outcome, "unauthorized");
+    assert_eq!(
+        host.state_get(StateScope::Actor, "k")
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::Unauthorized
+    );
+    assert_eq!(
+        host.storage_keys(StorageKind::Plugin)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::Unauthorized
+    );
+    assert_eq!(
+        host.event_get("e").await.unwrap_err().code,
+        ErrorCode::Unauthorized
+    );
+    assert_eq!(
+        host.artifact_read("a", 0, 1).await.unwrap_err().code,
+        ErrorCode::Unauthorized
+    );
+    assert!(host.history_page(&page(5)).await.is_ok());
+}
+
+#[tokio::test]
+async fn other_conversations_are_out_of_scope() {
+    let f = fixture();
+    f.say("c2", "user", "secret in c2").await;
+    f.store
+        .append_event(NewEvent {
+            event_id: "e-c2".into(),
+            event_type: "message.received".into(),
+            source: "platform".into(),
+            conversation_id: Some("c2".into()),
+            ..NewEvent::default()
+        })
+        .await
+        .unwrap();
+    let art = f
+        .store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "file".into(),
+                source: "runner".into(),
+                conversation_id: Some("c2".into()),
+                ..NewArtifact::default()
+            },
+            b"c2 data".to_vec(),
+        )
+        .await
+        .unwrap();
+    let run = f.open("run-4", "c1", &GrantPolicy::default());
+    let host = f.grants.granted(run.grant.clone());
+
+    let err = host
+        .history_page(&HistoryQuery {
+            conversation_id: Some("c2".into()),
+            ..page(5)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::Unauthorized);
+    let row = last_audit(&f).await;
+    assert_eq!(
+        (row.resource.as_str(), row.outcome.as_str()),
+        ("conversation:c2", "unauthorized")
+    );
+    assert_eq!(
+        host.history_search(Some("c2"), "secret", 5)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::Unauthorized
+    );
+    // Records of other conversations read as missing: no existence oracle.
+    assert_eq!(
+        host.event_get("e-c2").await.unwrap_err().code,
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        host.artifact_metadata(&art.artifact_id)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::NotFound
+    );
+    assert_eq!(last_audit(&f).await.outcome, "not_found");
+
+    // With a cross-conversation grant, the same calls succeed.
+    let open = GrantPolicy {
+        cross_conversation: true,
+        ..GrantPolicy::default()
+    };
+    let run = f.open("run-5", "c1", &open);
+    let host = f.grants.granted(run.grant.clone());
+    let got = host
+        .history_page(&HistoryQuery {
+            conversation_id: Some("c2".into()),
+            ..page(5)
+        })
+        .await
+        .unwrap();
+    assert_eq!(got.items[0].content.as_deref(), Some("secret in c2"));
+    assert!(host.event_get("e-c2").await.is_ok());
+}
+
+#[tokio::test]
+async fn caps_are_enforced() {
+    let f = fixture();
+    let caps = GrantCaps {
+        max_state_value_bytes: 64,
+        max_read_length: 8,
+        max_storage_value_bytes: 4,
+        ..GrantCaps::default()
+    };
+    let run = f.open(
+        "run-6",
+        "c1",
+        &GrantPolicy {
+            caps,
+            ..GrantPolicy::default()
+        },
+    );
+    let host = f.grants.granted(run.grant.clone());
+    let art = f
+        .store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "file".into(),
+                source: "runner".into(),
+                conversation_id: Some("c1".into()),
+                ..NewArtifact::default()
+            },
+            b"0123456789".to_vec(),
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(
+        host.history_page(&page(101)).await.unwrap_err().code,
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        host.history_page(&page(0)).await.unwrap_err().code,
+        ErrorCode::InvalidArgument
+    );
+    let big = json!("x".repeat(100));
+    assert_eq!(
+        host.state_set(StateScope::Conversation, "k", &big)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::PayloadTooLarge
+    );
+    assert_eq!(last_audit(&f).await.outcome, "payload_too_large");
+    assert_eq!(
+        host.artifact_read(&art.artifact_id, 0, 9)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::PayloadTooLarge
+    );
+    assert!(
+        host.artifact_read(&art.artifact_id, 0, 8)
+            .await
+            .unwrap()
+            .has_more
+    );
+    assert_eq!(
+        host.storage_set(StorageKind::Plugin, "k", b"12345")
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::PayloadTooLarge
+    );
+    let long_key = "k".repeat(600);
+    assert_eq!(
+        host.state_get(StateScope::Conversation, &long_key)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::PayloadTooLarge
+    );
+}
+
+#[tokio::test]
+async fn rate_and_call_budget_are_enforced() {
+    let f = fixture();
+    let caps = GrantCaps {
+        rate_per_second: 1.0,
+        burst: 3,
+        ..GrantCaps::default()
+    };
+    let run = f.open(
+        "run-7",
+        "c1",
+        &GrantPolicy {
+            caps,
+            ..GrantPolicy::default()
+        },
+    );
+    let host = f.grants.granted(run.grant.clone());
+    for _ in 0..3 {
+        host.history_page(&page(1)).await.unwrap();
+    }
+    let err = host.history_page(&page(1)).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::RateLimited);
+    assert!(err.retryable);
+    assert_eq!(last_audit(&f).await.outcome, "rate_limited");
+
+    let caps = GrantCaps {
+        max_calls_per_run: 2,
+        ..GrantCaps::default()
+    };
+    let run = f.open(
+        "run-8",
+        "c1",
+        &GrantPolicy {
+            caps,
+            ..GrantPolicy::default()
+        },
+    );
+    let host = f.grants.granted(run.grant.clone());
+    host.history_page(&page(1)).await.unwrap();
+    host.history_page(&page(1)).await.unwrap();
+    let err = host.history_page(&page(1)).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::RateLimited);
+    assert!(err.message.contains("budget"));
+}
+
+#[tokio::test]
+async fn deadline_is_enforced() {
+    let f = fixture();
+    let mut ctx = context("run-9", "c1");
+    ctx.runtime.deadline_at = Some(1.0); // long past
+    let run = f
+        .grants
+        .open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default())
+        .unwrap();
+    let host = f.grants.granted(run.grant.clone());
+    assert_eq!(
+        host.history_page(&page(1)).await.unwrap_err().code,
+        ErrorCode::DeadlineExceeded
+    );
+    assert_eq!(last_audit(&f).await.outcome, "deadline_exceeded");
+
+    let caps = GrantCaps {
+        default_run_timeout: Duration::from_millis(50),
+        ..GrantCaps::default()
+    };
+    let run = f.open(
+        "run-10",
+        "c1",
+        &GrantPolicy {
+            caps,
+            ..GrantPolicy::default()
+        },
+    );
+    let host = f.grants.granted(run.grant.clone());
+    assert!(host.history_page(&page(1)).await.is_ok());
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(
+        host.history_page(&page(1)).await.unwrap_err().code,
+        ErrorCode::DeadlineExceeded
+    );
+}
+
+#[tokio::test]
+async fn a_run_id_cannot_be_opened_twice_while_open() {
+    let f = fixture();
+    let _run = f.open("run-11", "c1", &GrantPolicy::default());
+    let again = f.grants.open_run(
+        &context("run-11", "c1"),
+        RUNNER,
+        &all_permissions(),
+        &GrantPolicy::default(),
+    );
+    assert_eq!(again.unwrap_err().code, ErrorCode::InvalidArgument);
+    f.grants.close_run("run-11");
+    assert!(
+        f.grants
+            .open_run(
+                &context("run-11", "c1"),
+                RUNNER,
+                &all_permissions(),
+                &GrantPolicy::default()
+            )
+            .is_ok()
+    );
+}
