@@ -228,19 +228,48 @@ async fn search_ranks_within_the_conversation_only() {
             .starts_with("部署")
     );
 
-    // Operators in the query are plain words, not FTS5 syntax.
+    // Operators in the query are plain words, not FTS5 syntax: no row has
+    // all of "timeout OR NOT", so the one with some of them comes back.
     let hits = f
         .store
         .history_search(&s, None, "timeout OR NOT \"x", 10)
         .await
         .unwrap();
-    assert!(hits.items.is_empty());
+    assert_eq!(hits.items.len(), 1);
+    assert!(
+        hits.items[0]
+            .content
+            .as_deref()
+            .unwrap()
+            .contains("timeout")
+    );
+
+    // Ranking: rows with every word first, then rows with some; newest first.
+    f.say("c1", "user", "deploy again please").await;
     let hits = f
         .store
         .history_search(&s, None, "deploy timeout", 10)
         .await
         .unwrap();
-    assert_eq!(hits.items.len(), 1);
+    let texts: Vec<_> = hits
+        .items
+        .iter()
+        .map(|i| i.content.clone().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "the deploy failed with a timeout",
+            "deploy again please",
+            "I am deploying it again"
+        ]
+    );
+    let hits = f
+        .store
+        .history_search(&s, None, "deploy timeout", 2)
+        .await
+        .unwrap();
+    assert_eq!(hits.items.len(), 2);
 }
 
 #[tokio::test]

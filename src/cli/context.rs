@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use super::exit;
-use crate::protocol::{Severity, validate_context};
+use crate::protocol::{Problem, Severity, validate_context};
 
 #[derive(Debug, Subcommand)]
 pub enum ContextCommand {
@@ -43,14 +43,17 @@ pub fn run(cmd: ContextCommand) -> u8 {
             return exit::FAILURE;
         }
     };
-    let doc: serde_json::Value = match serde_json::from_str(&text) {
-        Ok(doc) => doc,
-        Err(e) => {
-            eprintln!("{name}: error at $: not JSON: {e}");
-            return exit::INVALID;
-        }
+    let (ctx, problems) = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(doc) => validate_context(&doc),
+        Err(e) => (
+            None,
+            vec![Problem {
+                severity: Severity::Error,
+                path: "$".into(),
+                message: format!("not JSON: {e}"),
+            }],
+        ),
     };
-    let (ctx, problems) = validate_context(&doc);
     let valid = ctx.is_some();
     if json {
         let report = serde_json::json!({ "valid": valid, "problems": problems });

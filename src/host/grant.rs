@@ -330,15 +330,19 @@ impl RunGrant {
         }
     }
 
-    /// Whether a record of `conversation`/`thread` is visible to this run.
-    fn sees(&self, conversation: Option<&str>, thread: Option<&str>) -> bool {
-        if self.cross_conversation {
-            return true;
-        }
+    /// Whether a record of `conversation` (any thread) is visible to this run.
+    fn sees_conversation(&self, conversation: Option<&str>) -> bool {
         let own = self.scope.conversation_id.as_deref();
-        own.is_some()
-            && conversation == own
-            && (self.scope.thread_id.is_none() || thread == self.scope.thread_id.as_deref())
+        self.cross_conversation || (own.is_some() && conversation == own)
+    }
+
+    /// Whether a record of `conversation`/`thread` is visible: a run in a
+    /// thread sees that thread's records, as its history does.
+    fn sees(&self, conversation: Option<&str>, thread: Option<&str>) -> bool {
+        self.sees_conversation(conversation)
+            && (self.cross_conversation
+                || self.scope.thread_id.is_none()
+                || thread == self.scope.thread_id.as_deref())
     }
 }
 
@@ -716,7 +720,9 @@ impl GrantedHost {
         let own_run = meta.run_id.as_deref() == Some(self.grant.run_id());
         if own_run
             || self.grant.input_artifacts.contains(artifact_id)
-            || self.grant.sees(meta.conversation_id.as_deref(), None)
+            || self
+                .grant
+                .sees_conversation(meta.conversation_id.as_deref())
         {
             Ok(meta)
         } else {

@@ -61,12 +61,13 @@ CREATE TABLE IF NOT EXISTS transcript (
 );
 
 -- Full-text index of transcript content. Contentless: the text lives in
--- `transcript`; rowid = transcript.id. `scope` holds one token naming the
--- stream, so a search is an index intersection, never a scan of other
--- conversations. `body` has CJK characters spaced out so that a phrase
--- query matches any run of them (there are no spaces between CJK words).
+-- `transcript`. The rowid is (stream_id << 32) | seq, so one conversation's
+-- rows form one contiguous rowid range: a search seeks straight into that
+-- range of each term's doclist instead of walking every conversation's
+-- postings. `body` has CJK characters spaced out so that a phrase query
+-- matches any run of them (CJK text has no spaces between words).
 CREATE VIRTUAL TABLE IF NOT EXISTS transcript_fts USING fts5 (
-    scope, body,
+    body,
     content = '', contentless_delete = 1,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );

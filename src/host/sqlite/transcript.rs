@@ -183,20 +183,62 @@ pub(super) fn index_text(text: &str) -> String {
     out
 }
 
-/// An FTS5 query for a person's search words: every word must match, each
-/// word a quoted phrase so no FTS5 operator syntax leaks through.
-fn match_expression(stream: i64, query: &str) -> Option<String> {
-    let terms: Vec<String> = query
+/// The full-text rowid of a stream's item: streams own disjoint ranges.
+fn fts_rowid(stream: i64, seq: i64) -> i64 {
+    (stream << 32) | (seq & 0xFFFF_FFFF)
+}
+
+/// A person's search words as FTS5 phrases: each word quoted, so no FTS5
+/// operator syntax leaks through.
+fn search_terms(query: &str) -> Vec<String> {
+    query
         .split_whitespace()
         .map(|word| format!("\"{}\"", index_text(word).trim().replace('"', "\"\"")))
         .filter(|term| term.len() > 2)
-        .collect();
-    if terms.is_empty() {
-        return None;
-    }
-    Some(format!("scope:s{stream} AND {}", terms.join(" AND ")))
+        .collect()
 }
 
+/// Up to `limit` items of `stream` matching `expression`, newest first.
+fn matches(
+    conn: &Connection,
+    codec: &CursorCodec,
+    stream: i64,
+    expression: &str,
+    limit: usize,
+) -> HostResult<Vec<TranscriptItem>> {
+    let sql = format!(
+        // MATERIALIZED and CROSS JOIN fix the plan: hits first, then one
+        // index lookup per hit. Left to itself, the planner may walk the
+        // whole conversation in `transcript` and probe the hits per row.
+        "WITH hits AS MATERIALIZED (
+             SELECT rowid FROM transcript_fts
+             WHERE transcript_fts MATCH ?1 AND rowid BETWEEN ?2 AND ?3
+             ORDER BY rowid DESC LIMIT ?4)
+         SELECT {COLUMNS} FROM hits
+         CROSS JOIN transcript t ON t.stream_id = ?5 AND t.seq = (hits.rowid & 4294967295)
+         CROSS JOIN streams s ON s.id = t.stream_id
+         ORDER BY t.seq DESC"
+    );
+    let (first, last) = (fts_rowid(stream, 0), fts_rowid(stream, 0xFFFF_FFFF));
+    let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
+    stmt.query_map(
+        params![expression, first, last, limit as i64, stream],
+        |row| item_from_row(row, codec, true),
+    )
+    .and_then(|rows| {
+        rows.map(|r| r.map(|(_, item)| item))
+            .collect::<rusqlite::Result<Vec<_>>>()
+    })
+    .map_err(db_error)
+}
+
+/// Search one conversation stream. Ranking: items containing every word
+/// first, then items containing some of them; newest first within each.
+///
+/// FTS5's bm25 is not used: it computes each word's rarity over the whole
+/// index on every query, which costs milliseconds per common word on a
+/// large store, while matching inside one conversation's rowid range costs
+/// microseconds. For chat history, recency is also the more useful order.
 pub(super) fn search(
     conn: &Connection,
     codec: &CursorCodec,
@@ -205,42 +247,38 @@ pub(super) fn search(
     query: &str,
     top_k: u32,
 ) -> HostResult<HistorySearchResult> {
-    let empty = || HistorySearchResult {
-        items: Vec::new(),
-        total_count: Some(0),
-        query: query.to_string(),
-    };
     let Some((conversation, thread)) = target(scope, conversation) else {
         return Err(AgentAPIError::invalid_argument("no conversation to search"));
     };
-    let Some(stream) = find_stream(conn, conversation, thread)? else {
-        return Ok(empty());
-    };
-    let Some(expression) = match_expression(stream, query) else {
+    let terms = search_terms(query);
+    if terms.is_empty() {
         return Err(AgentAPIError::invalid_argument(
             "query has no words to search for",
         ));
-    };
-    let sql = format!(
-        "SELECT {COLUMNS} FROM transcript_fts f
-         JOIN transcript t ON t.id = f.rowid JOIN streams s ON s.id = t.stream_id
-         WHERE transcript_fts MATCH ?1 ORDER BY f.rank LIMIT ?2"
-    );
-    let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
-    let items = stmt
-        .query_map(params![expression, i64::from(top_k)], |row| {
-            item_from_row(row, codec, true)
-        })
-        .and_then(|rows| {
-            rows.map(|r| r.map(|(_, item)| item))
-                .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(db_error)?;
-    Ok(HistorySearchResult {
-        total_count: None,
+    }
+    let result = |items| HistorySearchResult {
         items,
+        total_count: None,
         query: query.to_string(),
-    })
+    };
+    let Some(stream) = find_stream(conn, conversation, thread)? else {
+        return Ok(result(Vec::new()));
+    };
+    let top_k = top_k as usize;
+    let mut items = matches(conn, codec, stream, &terms.join(" AND "), top_k)?;
+    if items.len() < top_k && terms.len() > 1 {
+        let seen: std::collections::HashSet<String> =
+            items.iter().map(|i| i.transcript_id.clone()).collect();
+        let partial = matches(conn, codec, stream, &terms.join(" OR "), top_k)?;
+        let room = top_k - items.len();
+        items.extend(
+            partial
+                .into_iter()
+                .filter(|i| !seen.contains(&i.transcript_id))
+                .take(room),
+        );
+    }
+    Ok(result(items))
 }
 
 pub(super) fn append(
@@ -272,11 +310,10 @@ pub(super) fn append(
     } else {
         &item.item_type
     };
-    let rowid: i64 = tx
-        .query_row(
+    tx.execute(
             "INSERT INTO transcript (stream_id, seq, transcript_id, event_id, bot_id, workspace_id, role,
                  item_type, content, content_json, artifact_refs, created_at, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ",
             params![
                 stream,
                 seq,
@@ -292,7 +329,6 @@ pub(super) fn append(
                 created_at,
                 json_text(&item.metadata),
             ],
-            |r| r.get(0),
         )
         .map_err(|e| match e {
             rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
@@ -301,8 +337,8 @@ pub(super) fn append(
             other => db_error(other),
         })?;
     if let Some(content) = item.content.as_deref().filter(|c| !c.is_empty()) {
-        tx.prepare_cached("INSERT INTO transcript_fts (rowid, scope, body) VALUES (?1, ?2, ?3)")
-            .and_then(|mut s| s.execute(params![rowid, format!("s{stream}"), index_text(content)]))
+        tx.prepare_cached("INSERT INTO transcript_fts (rowid, body) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![fts_rowid(stream, seq), index_text(content)]))
             .map_err(db_error)?;
     }
     Ok(TranscriptItem {
@@ -336,11 +372,12 @@ mod tests {
     #[test]
     fn search_terms_are_quoted_and_cjk_is_split() {
         assert_eq!(index_text("部署失败 ok"), " 部  署  失  败  ok");
-        let expr = match_expression(3, "deploy \"x\" OR 部署").unwrap();
+        let terms = search_terms("deploy \"x\" OR 部署 \"");
         assert_eq!(
-            expr,
-            "scope:s3 AND \"deploy\" AND \"\"\"x\"\"\" AND \"OR\" AND \"部  署\""
+            terms,
+            ["\"deploy\"", "\"\"\"x\"\"\"", "\"OR\"", "\"部  署\""]
         );
-        assert!(match_expression(3, "   ").is_none());
+        assert!(search_terms("   ").is_empty());
+        assert!(fts_rowid(2, 1) > fts_rowid(1, 0xFFFF_FFFF));
     }
 }

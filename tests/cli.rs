@@ -1,0 +1,142 @@
+//! The `harness-bridge` binary: help, exit codes, and the store inspection
+//! commands on a real store written through the library.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::fixture;
+use harness_bridge::host::{GrantPolicy, HistoryQuery};
+use harness_bridge::protocol::StateScope;
+use serde_json::json;
+
+fn bridge(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+        .args(args)
+        .env_remove("HARNESS_BRIDGE_DATA_DIR")
+        .output()
+        .expect("binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn help_lists_commands_and_exit_codes() {
+    let out = bridge(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    for needle in [
+        "context",
+        "host",
+        "manifest",
+        "Exit codes:",
+        "HARNESS_BRIDGE_DATA_DIR",
+    ] {
+        assert!(text.contains(needle), "help lacks {needle}:\n{text}");
+    }
+    assert_eq!(bridge(&["frobnicate"]).status.code(), Some(2));
+    let missing = bridge(&["context", "validate", "/nonexistent/context.json"]);
+    assert_eq!(missing.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/context.json")
+    );
+    let not_json = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(not_json.path(), "{ nope").unwrap();
+    let out = bridge(&["context", "validate", not_json.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("error at $: not JSON"));
+}
+
+#[test]
+fn example_context_is_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/context.json");
+    let out = bridge(&["context", "validate", example, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["valid"], true);
+}
+
+#[test]
+fn manifest_lists_each_harness() {
+    let out = bridge(&["manifest"]);
+    assert_eq!(out.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<&str> = doc["runners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["manifest"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "plugin:langbot/harness-bridge/claude-code",
+            "plugin:langbot/harness-bridge/codex"
+        ]
+    );
+    assert_eq!(
+        doc["runners"][0]["manifest"]["permissions"]["history"],
+        json!(["page", "search"])
+    );
+}
+
+#[tokio::test]
+async fn host_commands_show_history_state_and_audit() {
+    let f = fixture();
+    f.say("group_1", "user", "first line\nwith a newline").await;
+    f.say("group_1", "assistant", "second line").await;
+    let run = f.open("run-cli", "group_1", &GrantPolicy::default());
+    let host = f.grants.granted(run.grant.clone());
+    host.state_set(
+        StateScope::Conversation,
+        "external.session_id",
+        &json!("sess-1"),
+    )
+    .await
+    .unwrap();
+    host.history_page(&HistoryQuery {
+        limit: 500,
+        ..HistoryQuery::default()
+    })
+    .await
+    .unwrap_err();
+    let dir = f.store.dir().to_str().unwrap().to_string();
+
+    let out = bridge(&["--data-dir", &dir, "host", "history", "group_1"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(
+        text.contains("#1     user      first line with a newline"),
+        "{text}"
+    );
+    assert!(text.contains("(2 of 2 items)"), "{text}");
+
+    let out = bridge(&[
+        "--data-dir",
+        &dir,
+        "host",
+        "state",
+        "conversation",
+        "group_1",
+    ]);
+    assert_eq!(stdout(&out).trim(), "external.session_id = \"sess-1\"");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+        .args(["host", "audit", "--run", "run-cli"])
+        .env("HARNESS_BRIDGE_DATA_DIR", &dir)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "run-cli state_set state:conversation/external.session_id conversation:group_1 ok"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("history_page conversation:group_1 conversation:group_1 invalid_argument (limit must be between 1 and 100, got 500)"), "{text}");
+
+    let out = bridge(&["--data-dir", &dir, "host", "history", "nobody"]);
+    assert!(stdout(&out).contains("no transcript items in conversation `nobody`"));
+}
