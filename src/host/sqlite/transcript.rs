@@ -193,8 +193,9 @@ fn fts_rowid(stream: i64, seq: i64) -> i64 {
 fn search_terms(query: &str) -> Vec<String> {
     query
         .split_whitespace()
+        // Words with no letter or digit hold no token the index could match.
+        .filter(|word| word.chars().any(char::is_alphanumeric))
         .map(|word| format!("\"{}\"", index_text(word).trim().replace('"', "\"\"")))
-        .filter(|term| term.len() > 2)
         .collect()
 }
 
@@ -372,7 +373,7 @@ mod tests {
     #[test]
     fn search_terms_are_quoted_and_cjk_is_split() {
         assert_eq!(index_text("部署失败 ok"), " 部  署  失  败  ok");
-        let terms = search_terms("deploy \"x\" OR 部署 \"");
+        let terms = search_terms("deploy \"x\" OR 部署 \" -- ...");
         assert_eq!(
             terms,
             ["\"deploy\"", "\"\"\"x\"\"\"", "\"OR\"", "\"部  署\""]
