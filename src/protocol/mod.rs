@@ -10,6 +10,58 @@
 //! kept and flagged, while the strict result payloads are validated field
 //! by field.
 
+/// An enum of wire names that stays open: names this build does not know
+/// parse into the catch-all variant and serialize back unchanged, so a
+/// newer peer's additions pass through (§3).
+macro_rules! open_enum {
+    (
+        $(#[$meta:meta])*
+        $name:ident, $other:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $wire:literal),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(from = "String", into = "String")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+            /// A name this build does not know, kept verbatim.
+            $other(String),
+        }
+
+        impl $name {
+            /// The wire name.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$variant => $wire,)+
+                    Self::$other(name) => name,
+                }
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(name: String) -> Self {
+                match name.as_str() {
+                    $($wire => Self::$variant,)+
+                    _ => Self::$other(name),
+                }
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> Self {
+                value.as_str().to_string()
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 // Fields and variants of wire types carry the protocol's own names and
 // meanings (each type cites its section); only non-obvious ones are
 // documented here, so the missing-docs lint stops at the type.

@@ -3,8 +3,6 @@
 //! Cursors in these types are opaque tokens: a runner passes them back
 //! verbatim and never compares or parses them (§7.4).
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 use super::JsonMap;
@@ -188,63 +186,18 @@ pub struct ArtifactReadResult {
     pub has_more: bool,
 }
 
-/// The error codes of §9. Codes a newer host invents are kept verbatim.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "String", into = "String")]
-pub enum ErrorCode {
-    Unauthorized,
-    NotFound,
-    DeadlineExceeded,
-    PayloadTooLarge,
-    RateLimited,
-    InvalidArgument,
-    RuntimeError,
-    Other(String),
-}
-
-impl ErrorCode {
-    const KNOWN: [(ErrorCode, &'static str); 7] = [
-        (ErrorCode::Unauthorized, "unauthorized"),
-        (ErrorCode::NotFound, "not_found"),
-        (ErrorCode::DeadlineExceeded, "deadline_exceeded"),
-        (ErrorCode::PayloadTooLarge, "payload_too_large"),
-        (ErrorCode::RateLimited, "rate_limited"),
-        (ErrorCode::InvalidArgument, "invalid_argument"),
-        (ErrorCode::RuntimeError, "runtime_error"),
-    ];
-
-    /// The wire name, e.g. `not_found`.
-    pub fn as_str(&self) -> &str {
-        match self {
-            ErrorCode::Other(code) => code,
-            known => Self::KNOWN
-                .iter()
-                .find(|(code, _)| code == known)
-                .map_or("", |(_, name)| name),
-        }
+open_enum!(
+    /// The error codes of §9. Codes a newer host invents are kept verbatim.
+    ErrorCode, Other {
+        Unauthorized = "unauthorized",
+        NotFound = "not_found",
+        DeadlineExceeded = "deadline_exceeded",
+        PayloadTooLarge = "payload_too_large",
+        RateLimited = "rate_limited",
+        InvalidArgument = "invalid_argument",
+        RuntimeError = "runtime_error",
     }
-}
-
-impl From<String> for ErrorCode {
-    fn from(name: String) -> Self {
-        Self::KNOWN
-            .iter()
-            .find(|(_, wire)| *wire == name)
-            .map_or(ErrorCode::Other(name), |(code, _)| code.clone())
-    }
-}
-
-impl From<ErrorCode> for String {
-    fn from(code: ErrorCode) -> Self {
-        code.as_str().to_string()
-    }
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+);
 
 /// A proxy API failure (§9): a stable code plus a sentence for a person.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]

@@ -6,8 +6,6 @@
 //! therefore keeps `data` as received; [`AgentRunResult::check`] turns it
 //! into a typed [`ResultPayload`] and says which field is wrong when it is not.
 
-use std::fmt;
-
 use base64::Engine as _;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -17,50 +15,24 @@ use super::{JsonMap, Message, MessageChunk, TokenUsage};
 /// Largest inline artifact a host accepts in `artifact.created` (§7.2).
 pub const INLINE_ARTIFACT_MAX_BYTES: usize = 1024 * 1024;
 
-/// A result `type`. Unknown types are kept verbatim (§3: ignore and warn).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "String", into = "String")]
-pub enum ResultType {
-    MessageDelta,
-    MessageCompleted,
-    ToolCallStarted,
-    ToolCallCompleted,
-    ArtifactCreated,
-    StateUpdated,
-    ActionRequested,
-    RunCompleted,
-    RunFailed,
-    /// Released-SDK addition: a log line for the host, not the user.
-    ProcessorLog,
-    /// A type this build does not know; kept so it can be forwarded.
-    Unknown(String),
-}
+open_enum!(
+    /// A result `type`. Unknown types are kept verbatim (§3: ignore and warn).
+    ResultType, Unknown {
+        MessageDelta = "message.delta",
+        MessageCompleted = "message.completed",
+        ToolCallStarted = "tool.call.started",
+        ToolCallCompleted = "tool.call.completed",
+        ArtifactCreated = "artifact.created",
+        StateUpdated = "state.updated",
+        ActionRequested = "action.requested",
+        RunCompleted = "run.completed",
+        RunFailed = "run.failed",
+        /// Released-SDK addition: a log line for the host, not the user.
+        ProcessorLog = "processor.log",
+    }
+);
 
 impl ResultType {
-    const KNOWN: [(ResultType, &'static str); 10] = [
-        (ResultType::MessageDelta, "message.delta"),
-        (ResultType::MessageCompleted, "message.completed"),
-        (ResultType::ToolCallStarted, "tool.call.started"),
-        (ResultType::ToolCallCompleted, "tool.call.completed"),
-        (ResultType::ArtifactCreated, "artifact.created"),
-        (ResultType::StateUpdated, "state.updated"),
-        (ResultType::ActionRequested, "action.requested"),
-        (ResultType::RunCompleted, "run.completed"),
-        (ResultType::RunFailed, "run.failed"),
-        (ResultType::ProcessorLog, "processor.log"),
-    ];
-
-    /// The wire name, e.g. `message.delta`.
-    pub fn as_str(&self) -> &str {
-        match self {
-            ResultType::Unknown(name) => name,
-            known => Self::KNOWN
-                .iter()
-                .find(|(kind, _)| kind == known)
-                .map_or("", |(_, name)| name),
-        }
-    }
-
     /// Strict types affect delivery or host side effects (§7.1): a bad
     /// payload must be dropped, not delivered. The rest are telemetry.
     pub fn is_strict(&self) -> bool {
@@ -76,27 +48,6 @@ impl ResultType {
     /// Whether this type ends a run.
     pub fn is_terminal(&self) -> bool {
         matches!(self, ResultType::RunCompleted | ResultType::RunFailed)
-    }
-}
-
-impl From<String> for ResultType {
-    fn from(name: String) -> Self {
-        Self::KNOWN
-            .iter()
-            .find(|(_, wire)| *wire == name)
-            .map_or(ResultType::Unknown(name), |(kind, _)| kind.clone())
-    }
-}
-
-impl From<ResultType> for String {
-    fn from(kind: ResultType) -> Self {
-        kind.as_str().to_string()
-    }
-}
-
-impl fmt::Display for ResultType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 
-use super::{db_error, json_text, new_id, parse_json};
+use super::{db_error, json_text, new_id, parse_json, write_error};
 use crate::host::grant::now_ms;
 use crate::host::{HostResult, NewArtifact};
 use crate::protocol::{AgentAPIError, ArtifactMetadata, ArtifactReadResult};
@@ -77,12 +77,7 @@ pub(super) fn insert(
             json_text(&artifact.metadata),
         ],
     )
-    .map_err(|e| match e {
-        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
-            AgentAPIError::invalid_argument(format!("artifact `{artifact_id}` already exists"))
-        }
-        other => db_error(other),
-    })?;
+    .map_err(|e| write_error(e, || format!("artifact `{artifact_id}` already exists")))?;
     load(tx, &artifact_id)?
         .ok_or_else(|| AgentAPIError::runtime("artifact row vanished after insert"))
 }

@@ -3,8 +3,7 @@
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params, params_from_iter};
 
-use super::paging::Window;
-use super::transcript::{ensure_stream, find_stream, target};
+use super::streams::{self, PageRequest, open_page};
 use super::{db_error, json_text, parse_json};
 use crate::host::grant::now_ms;
 use crate::host::{Cursor, CursorCodec, CursorKind, EventQuery, HostResult, NewEvent, RunScope};
@@ -83,29 +82,20 @@ pub(super) fn page(
     scope: &RunScope,
     query: &EventQuery,
 ) -> HostResult<EventPage> {
-    let Some((conversation, thread)) = target(scope, query.conversation_id.as_deref()) else {
-        return Err(AgentAPIError::invalid_argument("no conversation to read"));
+    let request = PageRequest {
+        conversation: query.conversation_id.as_deref(),
+        before: query.before_cursor.as_deref(),
+        after: query.after_cursor.as_deref(),
+        direction: query.direction,
+        limit: query.limit,
     };
-    let Some(stream) = find_stream(conn, conversation, thread)? else {
-        if query.before_cursor.is_some() || query.after_cursor.is_some() {
-            return Err(AgentAPIError::invalid_argument(
-                "cursor is not valid for this conversation",
-            ));
-        }
+    let Some((stream, window)) = open_page(conn, codec, CursorKind::Events, scope, &request)?
+    else {
         return Ok(EventPage {
             total_count: Some(0),
             ..EventPage::default()
         });
     };
-    let window = Window::new(
-        codec,
-        CursorKind::Events,
-        stream,
-        query.before_cursor.as_deref(),
-        query.after_cursor.as_deref(),
-        query.direction,
-        query.limit,
-    )?;
     let mut args: Vec<SqlValue> = vec![stream.into(), window.after.into(), window.before.into()];
     let type_filter = if query.event_types.is_empty() {
         String::new()
@@ -160,7 +150,8 @@ pub(super) fn append(
     }
     let (stream, seq) = match event.conversation_id.as_deref() {
         Some(conversation) => {
-            let stream = ensure_stream(tx, conversation, event.thread_id.as_deref().unwrap_or(""))?;
+            let stream =
+                streams::ensure(tx, conversation, event.thread_id.as_deref().unwrap_or(""))?;
             let seq: i64 = tx
                 .query_row(
                     "UPDATE streams SET event_seq = event_seq + 1 WHERE id = ?1 RETURNING event_seq",

@@ -10,7 +10,7 @@ mod artifacts;
 mod audit;
 mod events;
 mod kv;
-mod paging;
+mod streams;
 mod transcript;
 
 use std::path::{Path, PathBuf};
@@ -64,6 +64,18 @@ pub enum OpenError {
 
 pub(crate) fn db_error(e: rusqlite::Error) -> AgentAPIError {
     AgentAPIError::runtime(format!("host store error: {e}"))
+}
+
+/// A write error, where a unique-constraint violation means `duplicate`.
+pub(crate) fn write_error(e: rusqlite::Error, duplicate: impl FnOnce() -> String) -> AgentAPIError {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            AgentAPIError::invalid_argument(duplicate())
+        }
+        other => db_error(other),
+    }
 }
 
 pub(crate) fn json_text(value: &impl serde::Serialize) -> String {

@@ -1,57 +1,14 @@
 //! The transcript: what was said, per conversation stream, with FTS5 search.
 
-use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, Row, Transaction, params};
 
-use super::paging::Window;
-use super::{db_error, json_text, new_id, parse_json};
+use super::streams::{self, PageRequest, open_page};
+use super::{db_error, json_text, new_id, parse_json, write_error};
 use crate::host::grant::now_ms;
 use crate::host::{
     Cursor, CursorCodec, CursorKind, HistoryQuery, HostResult, NewTranscriptItem, RunScope,
 };
 use crate::protocol::{AgentAPIError, HistoryPage, HistorySearchResult, TranscriptItem};
-
-/// The stream a query targets: its own conversation and thread, or another
-/// conversation (whole, thread-less) when one is named.
-pub(super) fn target<'a>(
-    scope: &'a RunScope,
-    requested: Option<&'a str>,
-) -> Option<(&'a str, &'a str)> {
-    match requested {
-        Some(other) if Some(other) != scope.conversation_id.as_deref() => Some((other, "")),
-        _ => scope
-            .conversation_id
-            .as_deref()
-            .map(|c| (c, scope.thread_id.as_deref().unwrap_or(""))),
-    }
-}
-
-pub(super) fn find_stream(
-    conn: &Connection,
-    conversation: &str,
-    thread: &str,
-) -> HostResult<Option<i64>> {
-    conn.prepare_cached("SELECT id FROM streams WHERE conversation_id = ?1 AND thread_id = ?2")
-        .and_then(|mut stmt| {
-            stmt.query_row(params![conversation, thread], |r| r.get(0))
-                .optional()
-        })
-        .map_err(db_error)
-}
-
-pub(super) fn ensure_stream(
-    tx: &Transaction<'_>,
-    conversation: &str,
-    thread: &str,
-) -> HostResult<i64> {
-    tx.execute(
-        "INSERT INTO streams (conversation_id, thread_id) VALUES (?1, ?2)
-         ON CONFLICT (conversation_id, thread_id) DO NOTHING",
-        params![conversation, thread],
-    )
-    .map_err(db_error)?;
-    find_stream(tx, conversation, thread)?
-        .ok_or_else(|| AgentAPIError::runtime("stream vanished while being created"))
-}
 
 const COLUMNS: &str = "t.seq, t.transcript_id, t.event_id, t.bot_id, t.workspace_id, t.role, t.item_type, \
      t.content, t.content_json, t.artifact_refs, t.created_at, t.metadata, s.conversation_id, s.thread_id, s.id";
@@ -101,30 +58,20 @@ pub(super) fn page(
     scope: &RunScope,
     query: &HistoryQuery,
 ) -> HostResult<HistoryPage> {
-    let Some((conversation, thread)) = target(scope, query.conversation_id.as_deref()) else {
-        return Err(AgentAPIError::invalid_argument("no conversation to read"));
+    let request = PageRequest {
+        conversation: query.conversation_id.as_deref(),
+        before: query.before_cursor.as_deref(),
+        after: query.after_cursor.as_deref(),
+        direction: query.direction,
+        limit: query.limit,
     };
-    let Some(stream) = find_stream(conn, conversation, thread)? else {
-        // Cursors can only come from an existing stream.
-        if query.before_cursor.is_some() || query.after_cursor.is_some() {
-            return Err(AgentAPIError::invalid_argument(
-                "cursor is not valid for this conversation",
-            ));
-        }
+    let Some((stream, window)) = open_page(conn, codec, CursorKind::History, scope, &request)?
+    else {
         return Ok(HistoryPage {
             total_count: Some(0),
             ..HistoryPage::default()
         });
     };
-    let window = Window::new(
-        codec,
-        CursorKind::History,
-        stream,
-        query.before_cursor.as_deref(),
-        query.after_cursor.as_deref(),
-        query.direction,
-        query.limit,
-    )?;
     let sql = format!(
         "SELECT {COLUMNS} FROM transcript t JOIN streams s ON s.id = t.stream_id
          WHERE t.stream_id = ?1 AND t.seq > ?2 AND t.seq < ?3 ORDER BY t.seq {} LIMIT ?4",
@@ -248,9 +195,7 @@ pub(super) fn search(
     query: &str,
     top_k: u32,
 ) -> HostResult<HistorySearchResult> {
-    let Some((conversation, thread)) = target(scope, conversation) else {
-        return Err(AgentAPIError::invalid_argument("no conversation to search"));
-    };
+    let (conversation, thread) = streams::target(scope, conversation)?;
     let terms = search_terms(query);
     if terms.is_empty() {
         return Err(AgentAPIError::invalid_argument(
@@ -262,7 +207,7 @@ pub(super) fn search(
         total_count: None,
         query: query.to_string(),
     };
-    let Some(stream) = find_stream(conn, conversation, thread)? else {
+    let Some(stream) = streams::find(conn, conversation, thread)? else {
         return Ok(result(Vec::new()));
     };
     let top_k = top_k as usize;
@@ -293,7 +238,7 @@ pub(super) fn append(
         ));
     }
     let thread = item.thread_id.as_deref().unwrap_or("");
-    let stream = ensure_stream(tx, &item.conversation_id, thread)?;
+    let stream = streams::ensure(tx, &item.conversation_id, thread)?;
     let seq: i64 = tx
         .query_row(
             "UPDATE streams SET transcript_seq = transcript_seq + 1 WHERE id = ?1 RETURNING transcript_seq",
@@ -331,12 +276,7 @@ pub(super) fn append(
                 json_text(&item.metadata),
             ],
         )
-        .map_err(|e| match e {
-            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
-                AgentAPIError::invalid_argument(format!("transcript item `{transcript_id}` already exists"))
-            }
-            other => db_error(other),
-        })?;
+        .map_err(|e| write_error(e, || format!("transcript item `{transcript_id}` already exists")))?;
     if let Some(content) = item.content.as_deref().filter(|c| !c.is_empty()) {
         tx.prepare_cached("INSERT INTO transcript_fts (rowid, body) VALUES (?1, ?2)")
             .and_then(|mut s| s.execute(params![fts_rowid(stream, seq), index_text(content)]))
