@@ -10,4 +10,5 @@
 pub mod cli;
 pub mod harness;
 pub mod host;
+pub mod projection;
 pub mod protocol;

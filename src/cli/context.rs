@@ -1,12 +1,12 @@
 //! `harness-bridge context ...`
 
-use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Subcommand;
 
 use super::exit;
-use crate::protocol::{Problem, Severity, validate_context};
+use super::input::{check, read_text};
+use crate::protocol::Severity;
 
 #[derive(Debug, Subcommand)]
 pub enum ContextCommand {
@@ -23,37 +23,17 @@ pub enum ContextCommand {
     },
 }
 
-fn read_input(file: &PathBuf) -> std::io::Result<String> {
-    if file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text)?;
-        Ok(text)
-    } else {
-        std::fs::read_to_string(file)
-    }
-}
-
 pub fn run(cmd: ContextCommand) -> u8 {
     let ContextCommand::Validate { file, json } = cmd;
     let name = file.display().to_string();
-    let text = match read_input(&file) {
+    let text = match read_text(&file) {
         Ok(text) => text,
         Err(e) => {
             eprintln!("error: cannot read {name}: {e}");
             return exit::FAILURE;
         }
     };
-    let (ctx, problems) = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(doc) => validate_context(&doc),
-        Err(e) => (
-            None,
-            vec![Problem {
-                severity: Severity::Error,
-                path: "$".into(),
-                message: format!("not JSON: {e}"),
-            }],
-        ),
-    };
+    let (ctx, problems) = check(&text);
     let valid = ctx.is_some();
     if json {
         let report = serde_json::json!({ "valid": valid, "problems": problems });

@@ -13,7 +13,9 @@ macro_rules! out {
 
 mod context;
 mod host;
+mod input;
 mod logging;
+mod project;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,6 +86,9 @@ enum Command {
     Host(host::HostCommand),
     /// Print the runner discovery JSON (AgentRunnerDiscovery) for a host.
     Manifest,
+    /// Write a run's workspace for a harness without launching it, and list
+    /// the files written: exactly what the harness will get.
+    Project(project::ProjectArgs),
 }
 
 /// Resolve the data folder: flag or env var, then XDG, then `~/.local/share`.
@@ -136,6 +141,13 @@ pub fn main() -> ExitCode {
         }
         Command::Host(cmd) => match data_dir(cli.data_dir) {
             Ok(dir) => host::run(cmd, &dir),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                exit::FAILURE
+            }
+        },
+        Command::Project(args) => match data_dir(cli.data_dir) {
+            Ok(dir) => project::run(args, &dir),
             Err(msg) => {
                 eprintln!("error: {msg}");
                 exit::FAILURE

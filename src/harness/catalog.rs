@@ -4,6 +4,7 @@
 //! bridge serves to the harness as tools. The host still intersects them
 //! with each binding's policy (§4.4).
 
+use crate::projection::{McpFormat, Target};
 use crate::protocol::{
     AgentRunnerCapabilities, AgentRunnerDiscovery, AgentRunnerManifest, AgentRunnerPermissions,
     ArtifactOperation, DynamicFormItemSchema, EventOperation, HistoryOperation, I18nObject,
@@ -24,6 +25,28 @@ pub struct HarnessInfo {
     pub label: &'static str,
     /// One sentence for the host's runner picker.
     pub description: &'static str,
+    /// Where the harness finds project skills, relative to its cwd.
+    pub skills_dir: &'static [&'static str],
+    /// The format it reads MCP servers in.
+    pub mcp_format: McpFormat,
+}
+
+impl HarnessInfo {
+    /// Where the projection puts things for this harness.
+    pub fn target(&self) -> Target {
+        Target {
+            harness: self.name.into(),
+            skills_dir: self.skills_dir.iter().map(|s| s.to_string()).collect(),
+            mcp_format: self.mcp_format,
+            // Both CLIs show MCP tools as `mcp__<server>__<tool>`.
+            tool_name: "mcp__{server}__{tool}".into(),
+        }
+    }
+}
+
+/// The harness called `name`, if this build has it.
+pub fn find(name: &str) -> Option<&'static HarnessInfo> {
+    HARNESSES.iter().find(|h| h.name == name)
 }
 
 /// The harnesses this build offers.
@@ -32,11 +55,15 @@ pub const HARNESSES: [HarnessInfo; 2] = [
         name: "claude-code",
         label: "Claude Code",
         description: "Runs Anthropic's Claude Code CLI in a per-conversation workspace, resuming its session every turn.",
+        skills_dir: &[".claude", "skills"],
+        mcp_format: McpFormat::ClaudeJson,
     },
     HarnessInfo {
         name: "codex",
         label: "Codex",
         description: "Runs OpenAI's Codex CLI in a per-conversation workspace, resuming its thread every turn.",
+        skills_dir: &[".agents", "skills"],
+        mcp_format: McpFormat::CodexOverrides,
     },
 ];
 

@@ -4,4 +4,7 @@
 
 mod catalog;
 
-pub use catalog::{HARNESSES, HarnessInfo, PLUGIN_AUTHOR, PLUGIN_NAME, discovery, runner_id};
+pub use catalog::{
+    HARNESSES, HarnessInfo, PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions,
+    runner_id,
+};

@@ -1,0 +1,163 @@
+//! `harness-bridge project`: write a run's workspace without launching
+//! anything, and show what the harness would get.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::exit;
+use super::input::read_context;
+use crate::harness;
+use crate::host::sqlite::SqliteHost;
+use crate::host::{GrantPolicy, Grants, tool_names};
+use crate::projection::{ProjectRequest, Projection, Templates, WriteOutcome, project};
+
+/// Placeholder endpoint for a preview; a real run passes its own server's.
+const PREVIEW_MCP_URL: &str = "http://127.0.0.1:8765/mcp";
+
+#[derive(Debug, Args)]
+pub struct ProjectArgs {
+    /// AgentRunContext JSON file, or `-` for standard input.
+    #[arg(long, value_name = "FILE")]
+    context: PathBuf,
+    /// Harness to project for (claude-code, codex).
+    #[arg(long, value_name = "NAME")]
+    harness: String,
+    /// Folder under which conversation workspaces live [default: DATA_DIR/workspaces].
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Folder of template overrides (LANGBOT_CONTEXT.md, instructions.md, turn-prompt.md).
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
+    /// The bridge's MCP endpoint to write into the harness's config.
+    #[arg(long, value_name = "URL", default_value = PREVIEW_MCP_URL)]
+    mcp_url: String,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn outcome_word(outcome: WriteOutcome) -> &'static str {
+    match outcome {
+        WriteOutcome::Written => "written",
+        WriteOutcome::Unchanged => "unchanged",
+    }
+}
+
+fn print(projection: &Projection, json: bool) {
+    let report = &projection.report;
+    if json {
+        let doc = serde_json::json!({
+            "workspace": projection.workspace,
+            "files": report.files.iter().map(|(p, o)| serde_json::json!({"path": p, "outcome": outcome_word(*o)})).collect::<Vec<_>>(),
+            "removed": report.removed,
+            "warnings": report.warnings,
+            "mcp_overrides": projection.mcp.overrides,
+            "mcp_env": projection.mcp.child_env.keys().collect::<Vec<_>>(),
+            "input_files": projection.input_files,
+            "turn_prompt": projection.turn_prompt,
+        });
+        out!("{doc}");
+        return;
+    }
+    out!("workspace: {}", projection.workspace.display());
+    for (path, outcome) in &report.files {
+        out!("  {:<10} {path}", outcome_word(*outcome));
+    }
+    for path in &report.removed {
+        out!("  {:<10} {path}", "removed");
+    }
+    for warning in &report.warnings {
+        out!("warning: {warning}");
+    }
+    if !projection.mcp.overrides.is_empty() {
+        out!("config overrides (passed as -c):");
+        for o in &projection.mcp.overrides {
+            out!("  {o}");
+        }
+    }
+    if !projection.mcp.child_env.is_empty() {
+        let names: Vec<&String> = projection.mcp.child_env.keys().collect();
+        out!("child environment (values not shown): {names:?}");
+    }
+}
+
+pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
+    let Some(info) = harness::find(&args.harness) else {
+        let known: Vec<&str> = harness::HARNESSES.iter().map(|h| h.name).collect();
+        eprintln!(
+            "error: unknown harness `{}` (known: {})",
+            args.harness,
+            known.join(", ")
+        );
+        return exit::USAGE;
+    };
+    let ctx = match read_context(&args.context) {
+        Ok(ctx) => ctx,
+        Err(code) => return code,
+    };
+    let templates = match Templates::load(args.templates.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let host = match SqliteHost::open(data_dir) {
+        Ok(host) => host,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let root = args.root.unwrap_or_else(|| data_dir.join("workspaces"));
+    let grants = Grants::new(Arc::new(host));
+    let runner_id = harness::runner_id(info.name);
+    let open = match grants.open_run(
+        &ctx,
+        &runner_id,
+        &harness::requested_permissions(),
+        &GrantPolicy::default(),
+    ) {
+        Ok(open) => open,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let granted = grants.granted(open.grant.clone());
+    let tools = tool_names(&open.grant.apis);
+    let target = info.target();
+    let request = ProjectRequest {
+        ctx: &ctx,
+        target: &target,
+        runner: info.name,
+        root: &root,
+        tools: &tools,
+        mcp_url: &args.mcp_url,
+        host: Some(&granted),
+    };
+    let result = runtime.block_on(project(&request, &templates));
+    grants.close_run(&ctx.run_id);
+    match result {
+        Ok(projection) => {
+            print(&projection, args.json);
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILURE
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! A folder nothing written through it can leave.
+//!
+//! Every write names a path *relative* to the folder, checked component by
+//! component; each folder on the way is created one level at a time and
+//! must not be a symlink, and the target must not be one either, so a
+//! pre-planted link (`.langbot -> /etc`) is refused rather than followed.
+//! Writes are atomic (temp file + rename in the same folder) and skipped
+//! when the bytes on disk are already right, so an unchanged file keeps
+//! its mtime.
+
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use super::ProjectionError;
+
+/// Who may read a written file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// 0644: ordinary projected files.
+    Shared,
+    /// 0600: files that may carry secrets (MCP config).
+    Private,
+}
+
+impl Access {
+    fn mode(self) -> u32 {
+        match self {
+            Access::Shared => 0o644,
+            Access::Private => 0o600,
+        }
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The file was created or replaced.
+    Written,
+    /// The file already had these bytes; it was not touched.
+    Unchanged,
+}
+
+/// A folder that confines every write to itself.
+#[derive(Debug, Clone)]
+pub struct ConfinedDir {
+    root: PathBuf,
+}
+
+/// Every part must be one plain name: callers pass checked components, and
+/// this is the last line of defence if one ever does not.
+fn check_parts(parts: &[&str]) -> Result<(), ProjectionError> {
+    for part in parts {
+        if part.is_empty() || *part == "." || *part == ".." || part.contains(['/', '\0']) {
+            return Err(ProjectionError::UnsafePath {
+                path: parts.join("/").escape_debug().take(200).collect(),
+                reason: "not a plain name inside the workspace",
+            });
+        }
+    }
+    Ok(())
+}
+
+fn refuse_link(path: &Path, meta: &fs::Metadata) -> Result<(), ProjectionError> {
+    if meta.file_type().is_symlink() {
+        Err(ProjectionError::Symlink {
+            path: path.to_path_buf(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+impl ConfinedDir {
+    /// Create (if needed) `base/parts...` and confine to it. `base` is the
+    /// operator's root and is trusted as is; every part below it is created
+    /// here and must not be a symlink.
+    pub fn create(base: &Path, parts: &[&str]) -> Result<Self, ProjectionError> {
+        fs::create_dir_all(base).map_err(ProjectionError::io("create folder", base))?;
+        let root = ConfinedDir {
+            root: base.to_path_buf(),
+        };
+        let dir = root.ensure_dir(parts)?;
+        Ok(ConfinedDir { root: dir })
+    }
+
+    /// The folder's path.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Create the folders `parts` below the root, one level at a time,
+    /// refusing symlinks and files in the way. Returns the last folder.
+    pub fn ensure_dir(&self, parts: &[&str]) -> Result<PathBuf, ProjectionError> {
+        check_parts(parts)?;
+        let mut dir = self.root.clone();
+        for part in parts {
+            dir.push(part);
+            match fs::symlink_metadata(&dir) {
+                Ok(meta) => {
+                    refuse_link(&dir, &meta)?;
+                    if !meta.is_dir() {
+                        return Err(ProjectionError::InTheWay {
+                            path: dir,
+                            expected: "folder",
+                        });
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    match fs::create_dir(&dir) {
+                        Ok(()) => {}
+                        // Created meanwhile by someone else: check it again.
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                            let meta = fs::symlink_metadata(&dir)
+                                .map_err(ProjectionError::io("inspect", &dir))?;
+                            refuse_link(&dir, &meta)?;
+                        }
+                        Err(e) => return Err(ProjectionError::io("create folder", &dir)(e)),
+                    }
+                }
+                Err(e) => return Err(ProjectionError::io("inspect", &dir)(e)),
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Write `bytes` at the relative path `parts` (folders first, file
+    /// last), atomically, unless the file already holds exactly these bytes.
+    pub fn write(
+        &self,
+        parts: &[&str],
+        bytes: &[u8],
+        access: Access,
+    ) -> Result<WriteOutcome, ProjectionError> {
+        let Some((file, folders)) = parts.split_last() else {
+            return Err(ProjectionError::UnsafePath {
+                path: String::new(),
+                reason: "empty path",
+            });
+        };
+        check_parts(parts)?;
+        let dir = self.ensure_dir(folders)?;
+        let path = dir.join(file);
+        match fs::symlink_metadata(&path) {
+            Ok(meta) => {
+                refuse_link(&path, &meta)?;
+                if !meta.is_file() {
+                    return Err(ProjectionError::InTheWay {
+                        path,
+                        expected: "file",
+                    });
+                }
+                if meta.len() == bytes.len() as u64 {
+                    let current = fs::read(&path).map_err(ProjectionError::io("read", &path))?;
+                    if current == bytes {
+                        if meta.permissions().mode() & 0o777 != access.mode() {
+                            fs::set_permissions(&path, fs::Permissions::from_mode(access.mode()))
+                                .map_err(ProjectionError::io("set permissions of", &path))?;
+                        }
+                        return Ok(WriteOutcome::Unchanged);
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ProjectionError::io("inspect", &path)(e)),
+        }
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".hb-tmp-")
+            .permissions(fs::Permissions::from_mode(access.mode()))
+            .tempfile_in(&dir)
+            .map_err(ProjectionError::io("create temp file in", &dir))?;
+        tmp.write_all(bytes)
+            .map_err(ProjectionError::io("write", &path))?;
+        tmp.persist(&path)
+            .map_err(|e| ProjectionError::io("replace", &path)(e.error))?;
+        Ok(WriteOutcome::Written)
+    }
+
+    /// The path of `parts`, checking that no existing component is a
+    /// symlink; `None` when some component does not exist.
+    fn existing(&self, parts: &[&str]) -> Result<Option<(PathBuf, fs::Metadata)>, ProjectionError> {
+        check_parts(parts)?;
+        let mut path = self.root.clone();
+        let mut last = None;
+        for part in parts {
+            path.push(part);
+            match fs::symlink_metadata(&path) {
+                Ok(meta) => {
+                    refuse_link(&path, &meta)?;
+                    last = Some(meta);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(ProjectionError::io("inspect", &path)(e)),
+            }
+        }
+        Ok(last.map(|meta| (path, meta)))
+    }
+
+    /// Read a file at a relative path; `None` when it does not exist.
+    /// Symlinks on the way are refused like on write.
+    pub fn read(&self, parts: &[&str]) -> Result<Option<Vec<u8>>, ProjectionError> {
+        match self.existing(parts)? {
+            Some((path, meta)) if meta.is_file() => fs::read(&path)
+                .map(Some)
+                .map_err(ProjectionError::io("read", &path)),
+            Some((path, _)) => Err(ProjectionError::InTheWay {
+                path,
+                expected: "file",
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// Size of a file at a relative path, if it exists.
+    pub fn file_len(&self, parts: &[&str]) -> Result<Option<u64>, ProjectionError> {
+        Ok(self
+            .existing(parts)?
+            .filter(|(_, m)| m.is_file())
+            .map(|(_, m)| m.len()))
+    }
+
+    /// Remove a file or folder tree at a relative path, if present. A
+    /// symlink is removed itself, never followed.
+    pub fn remove(&self, parts: &[&str]) -> Result<(), ProjectionError> {
+        let Some((_, folders)) = parts.split_last() else {
+            return Ok(());
+        };
+        // The folders on the way must be real; the target itself may be a
+        // link, which is then removed, not followed.
+        if !folders.is_empty() && self.existing(folders)?.is_none() {
+            return Ok(());
+        }
+        check_parts(parts)?;
+        let path = parts.iter().fold(self.root.clone(), |p, c| p.join(c));
+        match fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_dir() => {
+                fs::remove_dir_all(&path).map_err(ProjectionError::io("remove", &path))
+            }
+            Ok(_) => fs::remove_file(&path).map_err(ProjectionError::io("remove", &path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ProjectionError::io("inspect", &path)(e)),
+        }
+    }
+
+    /// Names in a folder at a relative path (empty when it does not exist).
+    pub fn list(&self, parts: &[&str]) -> Result<Vec<String>, ProjectionError> {
+        let Some((path, meta)) = self.existing(parts)? else {
+            return Ok(Vec::new());
+        };
+        if !meta.is_dir() {
+            return Err(ProjectionError::InTheWay {
+                path,
+                expected: "folder",
+            });
+        }
+        let entries = fs::read_dir(&path).map_err(ProjectionError::io("list", &path))?;
+        Ok(entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect())
+    }
+}

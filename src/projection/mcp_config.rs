@@ -1,0 +1,317 @@
+//! MCP server configuration in each harness's own format, from one neutral
+//! list: the bridge's own host-API server plus the binding's extra servers.
+//!
+//! Secrets never ride argv: the bridge's bearer token is referenced by
+//! environment variable name (Claude Code expands `${VAR}` in its MCP
+//! config; Codex reads `bearer_token_env_var`), and an extra server's env
+//! values and headers travel in the child's environment, not in `-c` flags.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::ProjectionError;
+use super::binding::ExtraServer;
+
+/// Name of the bridge's own server: tools appear as `mcp__langbot__...`.
+pub const BRIDGE_SERVER: &str = "langbot";
+/// Environment variable that carries the run's bearer token to the harness.
+pub const TOKEN_ENV: &str = "LANGBOT_MCP_TOKEN";
+
+/// How a server is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process speaking MCP on stdio.
+    Stdio {
+        /// Program to run.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Its environment (values may be secrets).
+        env: BTreeMap<String, String>,
+    },
+    /// Streamable HTTP.
+    Http {
+        /// Endpoint URL.
+        url: String,
+        /// Literal headers (values may be secrets).
+        headers: BTreeMap<String, String>,
+        /// Environment variable holding a bearer token, if any.
+        bearer_env: Option<String>,
+    },
+}
+
+/// One MCP server, harness-neutral.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServer {
+    /// Server name (tool namespace).
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// Whether its tools run without asking for approval (the bridge's own
+    /// server: its calls are authorized by the run's grant).
+    pub auto_approve: bool,
+}
+
+impl McpServer {
+    /// The bridge's host-API server for a run, at `url`, token by env var.
+    pub fn bridge(url: &str) -> Self {
+        McpServer {
+            name: BRIDGE_SERVER.into(),
+            transport: Transport::Http {
+                url: url.into(),
+                headers: BTreeMap::new(),
+                bearer_env: Some(TOKEN_ENV.into()),
+            },
+            auto_approve: true,
+        }
+    }
+
+    /// An operator's extra server from the binding.
+    pub fn extra(name: &str, spec: &ExtraServer) -> Result<Self, ProjectionError> {
+        let bad = |reason| ProjectionError::Binding(format!("mcp_servers.{name}: {reason}"));
+        let valid_name = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid_name {
+            return Err(bad("a server name is 1-64 letters, digits, `_` or `-`"));
+        }
+        if name == BRIDGE_SERVER {
+            return Err(bad("`langbot` is the bridge's own server"));
+        }
+        let transport = match (&spec.command, &spec.url) {
+            (Some(command), None) => Transport::Stdio {
+                command: command.clone(),
+                args: spec.args.clone(),
+                env: spec.env.clone(),
+            },
+            (None, Some(url)) => Transport::Http {
+                url: url.clone(),
+                headers: spec.headers.clone(),
+                bearer_env: None,
+            },
+            _ => return Err(bad("give exactly one of `command` (stdio) or `url` (HTTP)")),
+        };
+        Ok(McpServer {
+            name: name.into(),
+            transport,
+            auto_approve: false,
+        })
+    }
+}
+
+/// Which format a harness reads its MCP servers in (from its adapter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpFormat {
+    /// Claude Code: a JSON file (`mcpServers`) passed with `--mcp-config`.
+    ClaudeJson,
+    /// Codex: `-c mcp_servers.NAME.KEY=VALUE` overrides.
+    CodexOverrides,
+}
+
+/// A rendered MCP configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RenderedMcp {
+    /// File content for `.langbot/mcp.json` (0600), when the format is a file.
+    pub file: Option<Vec<u8>>,
+    /// Config overrides for the command line; never carry secret values.
+    pub overrides: Vec<String>,
+    /// Variables the launcher must add to the child's environment (secret
+    /// values of extra servers), besides the run token.
+    pub child_env: BTreeMap<String, String>,
+}
+
+fn toml_string(text: &str) -> String {
+    // A JSON string literal is a valid TOML basic string.
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn env_name(server: &str, key: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    format!("LANGBOT_MCP_{}_{}", clean(server), clean(key))
+}
+
+/// Render `servers` in `format`.
+pub fn render(servers: &[McpServer], format: McpFormat) -> RenderedMcp {
+    match format {
+        McpFormat::ClaudeJson => render_claude(servers),
+        McpFormat::CodexOverrides => render_codex(servers),
+    }
+}
+
+fn render_claude(servers: &[McpServer]) -> RenderedMcp {
+    let mut map = serde_json::Map::new();
+    for server in servers {
+        let entry = match &server.transport {
+            Transport::Stdio { command, args, env } => {
+                json!({"type": "stdio", "command": command, "args": args, "env": env})
+            }
+            Transport::Http {
+                url,
+                headers,
+                bearer_env,
+            } => {
+                let mut headers: serde_json::Map<String, Value> = headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                if let Some(var) = bearer_env {
+                    headers.insert(
+                        "Authorization".into(),
+                        Value::String(format!("Bearer ${{{var}}}")),
+                    );
+                }
+                json!({"type": "http", "url": url, "headers": headers})
+            }
+        };
+        map.insert(server.name.clone(), entry);
+    }
+    let doc = json!({ "mcpServers": map });
+    let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+    bytes.push(b'\n');
+    RenderedMcp {
+        file: Some(bytes),
+        ..RenderedMcp::default()
+    }
+}
+
+fn render_codex(servers: &[McpServer]) -> RenderedMcp {
+    let mut out = RenderedMcp::default();
+    for server in servers {
+        let key = |k: &str| format!("mcp_servers.{}.{k}", server.name);
+        match &server.transport {
+            Transport::Stdio { command, args, env } => {
+                out.overrides
+                    .push(format!("{}={}", key("command"), toml_string(command)));
+                let args: Vec<String> = args.iter().map(|a| toml_string(a)).collect();
+                out.overrides
+                    .push(format!("{}=[{}]", key("args"), args.join(",")));
+                if !env.is_empty() {
+                    // Values go to the child's env; Codex passes these names through.
+                    let names: Vec<String> = env.keys().map(|k| toml_string(k)).collect();
+                    out.overrides
+                        .push(format!("{}=[{}]", key("env_vars"), names.join(",")));
+                    out.child_env.extend(env.clone());
+                }
+            }
+            Transport::Http {
+                url,
+                headers,
+                bearer_env,
+            } => {
+                out.overrides
+                    .push(format!("{}={}", key("url"), toml_string(url)));
+                if let Some(var) = bearer_env {
+                    out.overrides.push(format!(
+                        "{}={}",
+                        key("bearer_token_env_var"),
+                        toml_string(var)
+                    ));
+                }
+                if !headers.is_empty() {
+                    let pairs: Vec<String> = headers
+                        .iter()
+                        .map(|(name, value)| {
+                            let var = env_name(&server.name, name);
+                            out.child_env.insert(var.clone(), value.clone());
+                            format!("{}={}", toml_string(name), toml_string(&var))
+                        })
+                        .collect();
+                    out.overrides.push(format!(
+                        "{}={{{}}}",
+                        key("env_http_headers"),
+                        pairs.join(",")
+                    ));
+                }
+            }
+        }
+        if server.auto_approve {
+            out.overrides.push(format!(
+                "{}=\"approve\"",
+                key("default_tools_approval_mode")
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn servers() -> Vec<McpServer> {
+        let extra = ExtraServer {
+            command: Some("npx".into()),
+            args: vec!["-y".into(), "pkg \"x\"".into()],
+            env: BTreeMap::from([("API_KEY".into(), "sk-secret-value-123456".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+        };
+        vec![
+            McpServer::bridge("http://127.0.0.1:7000/mcp"),
+            McpServer::extra("tools", &extra).unwrap(),
+        ]
+    }
+
+    #[test]
+    fn claude_json_references_the_token_by_name() {
+        let rendered = render(&servers(), McpFormat::ClaudeJson);
+        let doc: Value = serde_json::from_slice(rendered.file.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            doc["mcpServers"]["langbot"]["headers"]["Authorization"],
+            "Bearer ${LANGBOT_MCP_TOKEN}"
+        );
+        assert_eq!(doc["mcpServers"]["langbot"]["type"], "http");
+        assert_eq!(doc["mcpServers"]["tools"]["command"], "npx");
+        assert!(rendered.overrides.is_empty());
+    }
+
+    #[test]
+    fn codex_overrides_carry_no_secret_values() {
+        let rendered = render(&servers(), McpFormat::CodexOverrides);
+        assert_eq!(
+            rendered.overrides,
+            [
+                "mcp_servers.langbot.url=\"http://127.0.0.1:7000/mcp\"",
+                "mcp_servers.langbot.bearer_token_env_var=\"LANGBOT_MCP_TOKEN\"",
+                "mcp_servers.langbot.default_tools_approval_mode=\"approve\"",
+                "mcp_servers.tools.command=\"npx\"",
+                "mcp_servers.tools.args=[\"-y\",\"pkg \\\"x\\\"\"]",
+                "mcp_servers.tools.env_vars=[\"API_KEY\"]",
+            ]
+        );
+        assert!(rendered.overrides.iter().all(|o| !o.contains("sk-secret")));
+        assert_eq!(rendered.child_env["API_KEY"], "sk-secret-value-123456");
+    }
+
+    #[test]
+    fn bad_extra_servers_are_refused() {
+        let spec = ExtraServer {
+            command: None,
+            args: vec![],
+            env: BTreeMap::new(),
+            url: None,
+            headers: BTreeMap::new(),
+        };
+        assert!(McpServer::extra("x", &spec).is_err());
+        let spec = ExtraServer {
+            url: Some("http://x".into()),
+            ..spec
+        };
+        assert!(McpServer::extra("langbot", &spec).is_err());
+        assert!(McpServer::extra("a.b", &spec).is_err());
+        assert!(McpServer::extra("ok_name", &spec).is_ok());
+    }
+}

@@ -1,0 +1,303 @@
+//! Filesystem context projection: one `AgentRunContext` plus its binding
+//! becomes the files a harness reads, in the harness's own formats, inside
+//! one stable per-conversation workspace.
+//!
+//! Everything downstream renders from one *projected* object: the context
+//! parts in scope, with secrets redacted. A part out of scope is therefore
+//! absent from every file and prompt at once. All writes go through a
+//! [`ConfinedDir`], so nothing is written or followed outside the workspace.
+
+mod binding;
+mod confined;
+mod error;
+mod inputs;
+mod mcp_config;
+mod names;
+mod render;
+mod scopes;
+mod skills;
+mod workspace;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+pub use binding::{Binding, ExtraServer, SkillSpec};
+pub use confined::{Access, ConfinedDir, WriteOutcome};
+pub use error::ProjectionError;
+pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
+pub use mcp_config::{
+    BRIDGE_SERVER, McpFormat, McpServer, RenderedMcp, TOKEN_ENV, Transport, render as render_mcp,
+};
+pub use names::{check_skill_name, relative_components, safe_component};
+pub use render::{DataMessage, Templates};
+pub use scopes::{REDACTED, Scope, is_secret_key, is_secret_value, redact};
+pub use workspace::{components as workspace_components, paths};
+
+use crate::host::GrantedHost;
+use crate::protocol::AgentRunContext;
+
+/// Schema id of `agent-context.json`.
+pub const CONTEXT_SCHEMA: &str = "langbot.agent_runner.external_harness_context.v1";
+/// Default number of earlier runs kept under `.langbot/runs/`.
+pub const DEFAULT_KEEP_RUNS: usize = 5;
+
+/// Where a harness wants things (from its adapter spec).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Harness name, e.g. `claude-code`.
+    pub harness: String,
+    /// Skills folder relative to the workspace, e.g. `[".claude", "skills"]`.
+    pub skills_dir: Vec<String>,
+    /// MCP config format.
+    pub mcp_format: McpFormat,
+    /// How the harness names an MCP tool: `{server}` and `{tool}` are
+    /// replaced, e.g. `mcp__{server}__{tool}`.
+    pub tool_name: String,
+}
+
+/// What to project, and for whom.
+pub struct ProjectRequest<'a> {
+    /// The run's context.
+    pub ctx: &'a AgentRunContext,
+    /// The harness's layout.
+    pub target: &'a Target,
+    /// Runner name, part of the workspace path.
+    pub runner: &'a str,
+    /// Folder under which workspaces live.
+    pub root: &'a Path,
+    /// Tools the run's grant allows on the bridge's MCP server.
+    pub tools: &'a [&'a str],
+    /// URL of the bridge's MCP server for this run.
+    pub mcp_url: &'a str,
+    /// The host through the run's grant, to copy input artifacts; `None`
+    /// leaves artifact-backed inputs listed only.
+    pub host: Option<&'a GrantedHost>,
+}
+
+/// Files written, kept and removed, and warnings, as the projection goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Workspace-relative paths and what happened to each.
+    pub files: Vec<(String, WriteOutcome)>,
+    /// Workspace-relative paths removed (skills no longer authorized).
+    pub removed: Vec<String>,
+    /// Things skipped, with the reason (a bad skill, an unreadable input).
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    fn file(&mut self, path: String, outcome: WriteOutcome) {
+        self.files.push((path, outcome));
+    }
+    fn removed(&mut self, path: String) {
+        self.removed.push(path);
+    }
+    fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+        self.warnings.push(message);
+    }
+}
+
+/// A finished projection: where, what, and what to hand the harness.
+#[derive(Debug, Clone)]
+pub struct Projection {
+    /// The workspace folder (the harness's working directory).
+    pub workspace: PathBuf,
+    /// What happened on disk.
+    pub report: Report,
+    /// Stable instructions for the harness's system-prompt channel.
+    pub instructions: String,
+    /// This turn's prompt.
+    pub turn_prompt: String,
+    /// MCP configuration in the harness's format.
+    pub mcp: RenderedMcp,
+    /// The input files as described to the harness.
+    pub input_files: Vec<InputFile>,
+}
+
+fn json_bytes(value: &Value) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(value).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+/// Copy the files of the run that last wrote this workspace into
+/// `.langbot/runs/<run>/`, before a different run replaces them, and keep
+/// only the newest `keep` such folders.
+fn archive_previous_run(
+    ws: &ConfinedDir,
+    run_id: &str,
+    keep: usize,
+    report: &mut Report,
+) -> Result<(), ProjectionError> {
+    let Some(previous) = ws.read(&paths::AGENT_CONTEXT)? else {
+        return Ok(());
+    };
+    let previous_run = serde_json::from_slice::<Value>(&previous)
+        .ok()
+        .and_then(|doc| {
+            doc.get("run_id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+    let Some(previous_run) = previous_run.filter(|r| r != run_id) else {
+        return Ok(());
+    };
+    if keep > 0 {
+        let folder = safe_component(&previous_run);
+        for file in paths::ARCHIVED {
+            if let Some(bytes) = ws.read(&file)? {
+                let target = [paths::RUNS[0], paths::RUNS[1], folder.as_str(), file[1]];
+                ws.write(&target, &bytes, Access::Shared)?;
+            }
+        }
+    }
+    // Oldest first by modification time; remove beyond `keep`.
+    let runs_dir = ws.path().join(paths::RUNS[0]).join(paths::RUNS[1]);
+    let mut runs: Vec<(std::time::SystemTime, String)> = ws
+        .list(&paths::RUNS)?
+        .into_iter()
+        .filter_map(|name| {
+            let meta = std::fs::symlink_metadata(runs_dir.join(&name)).ok()?;
+            Some((meta.modified().ok()?, name))
+        })
+        .collect();
+    runs.sort();
+    let excess = runs.len().saturating_sub(keep);
+    for (_, name) in runs.into_iter().take(excess) {
+        ws.remove(&[paths::RUNS[0], paths::RUNS[1], name.as_str()])?;
+        report.removed(format!("{}/{name}", paths::RUNS.join("/")));
+    }
+    Ok(())
+}
+
+/// Project a run's context into its conversation's workspace.
+pub async fn project(
+    request: &ProjectRequest<'_>,
+    templates: &Templates,
+) -> Result<Projection, ProjectionError> {
+    let ctx = request.ctx;
+    let target = request.target;
+    let binding = Binding::from_config(&ctx.config)?;
+    let scopes = binding.scopes();
+    let parts = scopes::project_parts(ctx, &scopes, &binding.secret_keys);
+    let has = |scope: Scope| scopes.contains(&scope);
+
+    let components = workspace::components(ctx, request.runner);
+    let component_refs: Vec<&str> = components.iter().map(String::as_str).collect();
+    let ws = ConfinedDir::create(request.root, &component_refs)?;
+    let working_directory = ws.path().to_string_lossy().into_owned();
+    ws.ensure_dir(&[paths::DIR])?;
+    let mut report = Report::default();
+    archive_previous_run(
+        &ws,
+        &ctx.run_id,
+        binding.keep_runs.unwrap_or(DEFAULT_KEEP_RUNS),
+        &mut report,
+    )?;
+
+    let input_files = if has(Scope::Input) {
+        let max = binding.max_input_bytes.unwrap_or(DEFAULT_MAX_INPUT_BYTES);
+        inputs::project(
+            &ws,
+            &ctx.input.attachments,
+            &ctx.run_id,
+            request.host,
+            max,
+            &mut report,
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
+
+    let skills_dir: Vec<&str> = target.skills_dir.iter().map(String::as_str).collect();
+    let skills = skills::project(
+        &ws,
+        &skills_dir,
+        &binding.skills,
+        &ctx.resources.skills,
+        &mut report,
+    )?;
+
+    let mut servers = vec![McpServer::bridge(request.mcp_url)];
+    for (name, spec) in &binding.mcp_servers {
+        servers.push(McpServer::extra(name, spec)?);
+    }
+    let mcp = render_mcp(&servers, target.mcp_format);
+    if let Some(file) = &mcp.file {
+        let outcome = ws.write(&paths::MCP_CONFIG, file, Access::Private)?;
+        report.file(paths::MCP_CONFIG.join("/"), outcome);
+    }
+
+    let tools: Vec<String> = request
+        .tools
+        .iter()
+        .map(|tool| {
+            target
+                .tool_name
+                .replace("{server}", BRIDGE_SERVER)
+                .replace("{tool}", tool)
+        })
+        .collect();
+    let data = render::data_messages(parts.get("state"), &binding.state_schemas);
+    let event_time = ctx.event.event_time.or(ctx.trigger.timestamp);
+    let mut json_blocks = std::collections::BTreeMap::new();
+    if let Some(resources) = parts.get("resources") {
+        json_blocks.insert(
+            "resources",
+            serde_json::to_string_pretty(resources).unwrap_or_default(),
+        );
+    }
+    let vars = render::RenderVars {
+        run_id: &ctx.run_id,
+        harness: &target.harness,
+        working_directory: &working_directory,
+        prompt: binding.prompt.as_deref().filter(|p| !p.trim().is_empty()),
+        tools: &tools,
+        skills: &skills,
+        input_text: has(Scope::Input).then(|| ctx.input.to_text()),
+        input_files: &input_files,
+        current_time: has(Scope::Event)
+            .then_some(event_time)
+            .flatten()
+            .map(render::format_time),
+        data: &data,
+        json: json_blocks,
+        parts: &parts,
+    };
+    let context_md = templates.render(render::CONTEXT_MD, &vars)?;
+    let instructions = templates.render(render::INSTRUCTIONS, &vars)?;
+    let turn_prompt = templates
+        .render(render::TURN_PROMPT, &vars)?
+        .trim_end()
+        .to_string();
+
+    let mut doc = json!({
+        "schema": CONTEXT_SCHEMA,
+        "run_id": ctx.run_id,
+        "working_directory": working_directory,
+    });
+    if let Value::Object(map) = &mut doc {
+        map.extend(parts.clone());
+    }
+    for (path, bytes) in [
+        (paths::AGENT_CONTEXT, json_bytes(&doc)),
+        (paths::CONTEXT_MD, context_md.into_bytes()),
+        (paths::INSTRUCTIONS, instructions.clone().into_bytes()),
+        (paths::TURN_PROMPT, format!("{turn_prompt}\n").into_bytes()),
+    ] {
+        let outcome = ws.write(&path, &bytes, Access::Shared)?;
+        report.file(path.join("/"), outcome);
+    }
+
+    Ok(Projection {
+        workspace: ws.path().to_path_buf(),
+        report,
+        instructions,
+        turn_prompt,
+        mcp,
+        input_files,
+    })
+}

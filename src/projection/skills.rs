@@ -1,0 +1,229 @@
+//! Skills: the binding's skill bodies written where the harness finds them
+//! (`.claude/skills/<name>/` for Claude Code, `.agents/skills/<name>/` for
+//! Codex), with a manifest so the bridge removes exactly the skills it wrote
+//! and no longer authorizes, and touches nothing else.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::confined::{Access, ConfinedDir, WriteOutcome};
+use super::names::{check_skill_name, relative_components};
+use super::{ProjectionError, Report, SkillSpec};
+use crate::protocol::SkillResource;
+
+/// Largest skill file, in bytes.
+pub const MAX_FILE_BYTES: usize = 1024 * 1024;
+/// Largest skill (all files), in bytes.
+pub const MAX_SKILL_BYTES: usize = 8 * 1024 * 1024;
+/// Most files in one skill.
+pub const MAX_FILES: usize = 100;
+
+const MANIFEST: [&str; 2] = [".langbot", "skills.json"];
+
+/// What the manifest remembers of one written skill.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillRecord {
+    /// Digest of the skill's name, files and contents.
+    pub sha256: String,
+    /// Relative file paths and their sizes.
+    pub files: BTreeMap<String, u64>,
+}
+
+/// `.langbot/skills.json`: which skills the bridge wrote, and where.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillManifest {
+    /// The harness's skills folder, relative to the workspace.
+    pub dir: String,
+    /// Skill name → what was written.
+    pub skills: BTreeMap<String, SkillRecord>,
+}
+
+/// A skill ready to write: checked name, files with their bytes.
+struct Prepared {
+    name: String,
+    files: Vec<(String, Vec<u8>)>,
+    record: SkillRecord,
+}
+
+fn prepare(spec: &SkillSpec, facts: &[SkillResource]) -> Result<Prepared, ProjectionError> {
+    let name = check_skill_name(&spec.name)?.to_string();
+    let fact = facts.iter().find(|f| f.skill_name == name);
+    let description = spec
+        .description
+        .clone()
+        .or_else(|| fact.and_then(|f| f.description.clone()))
+        .or_else(|| fact.and_then(|f| f.display_name.clone()))
+        .unwrap_or_else(|| format!("The {name} skill."));
+    let skill_md = if spec.content.starts_with("---") {
+        spec.content.clone()
+    } else {
+        #[derive(Serialize)]
+        struct Front<'a> {
+            name: &'a str,
+            description: &'a str,
+        }
+        let front = serde_yaml::to_string(&Front {
+            name: &name,
+            description: description.trim(),
+        })
+        .map_err(|e| ProjectionError::Binding(format!("skill `{name}`: {e}")))?;
+        format!("---\n{front}---\n\n{}\n", spec.content.trim_end())
+    };
+    let mut files = vec![("SKILL.md".to_string(), skill_md.into_bytes())];
+    for (path, content) in &spec.files {
+        relative_components(path)?;
+        if path.eq_ignore_ascii_case("SKILL.md") {
+            return Err(ProjectionError::Binding(format!(
+                "skill `{name}`: put SKILL.md's text in `content`, not in `files`"
+            )));
+        }
+        files.push((path.clone(), content.clone().into_bytes()));
+    }
+    if files.len() > MAX_FILES {
+        return Err(ProjectionError::Binding(format!(
+            "skill `{name}` has more than {MAX_FILES} files"
+        )));
+    }
+    let mut hasher = Sha256::new();
+    let mut total = 0;
+    for (path, bytes) in &files {
+        if bytes.len() > MAX_FILE_BYTES {
+            return Err(ProjectionError::Binding(format!(
+                "skill `{name}`: `{path}` is larger than {MAX_FILE_BYTES} bytes"
+            )));
+        }
+        total += bytes.len();
+        hasher.update((path.len() as u64).to_le_bytes());
+        hasher.update(path.as_bytes());
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    }
+    if total > MAX_SKILL_BYTES {
+        return Err(ProjectionError::Binding(format!(
+            "skill `{name}` is larger than {MAX_SKILL_BYTES} bytes"
+        )));
+    }
+    let record = SkillRecord {
+        sha256: hex::encode(hasher.finalize()),
+        files: files
+            .iter()
+            .map(|(p, b)| (p.clone(), b.len() as u64))
+            .collect(),
+    };
+    Ok(Prepared {
+        name,
+        files,
+        record,
+    })
+}
+
+/// Whether an error is the operator's input (skip that skill, warn) rather
+/// than the workspace refusing (stop the projection).
+fn is_input_error(err: &ProjectionError) -> bool {
+    matches!(
+        err,
+        ProjectionError::UnsafePath { .. } | ProjectionError::Binding(_)
+    )
+}
+
+/// Write the authorized skills into `skills_dir`, remove the ones the
+/// bridge wrote before and no longer authorizes, and update the manifest.
+pub fn project(
+    ws: &ConfinedDir,
+    skills_dir: &[&str],
+    specs: &[SkillSpec],
+    facts: &[SkillResource],
+    report: &mut Report,
+) -> Result<Vec<String>, ProjectionError> {
+    let dir_name = skills_dir.join("/");
+    let old: SkillManifest = ws
+        .read(&MANIFEST)?
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let mut manifest = SkillManifest {
+        dir: dir_name.clone(),
+        skills: BTreeMap::new(),
+    };
+
+    for spec in specs {
+        let prepared = match prepare(spec, facts) {
+            Ok(p) => p,
+            Err(e) if is_input_error(&e) => {
+                report.warn(format!("skill `{}` skipped: {e}", spec.name.escape_debug()));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if manifest.skills.contains_key(&prepared.name) {
+            report.warn(format!(
+                "skill `{}` is listed twice; the first one is used",
+                prepared.name
+            ));
+            continue;
+        }
+        let base: Vec<&str> = skills_dir
+            .iter()
+            .copied()
+            .chain([prepared.name.as_str()])
+            .collect();
+        // Unchanged since the last projection and every file still there
+        // with its size: nothing to read or write.
+        let same = old.dir == dir_name
+            && old
+                .skills
+                .get(&prepared.name)
+                .is_some_and(|r| r.sha256 == prepared.record.sha256)
+            && prepared.files.iter().try_fold(true, |ok, (path, bytes)| {
+                let parts: Vec<&str> = base.iter().copied().chain(path.split('/')).collect();
+                Ok::<_, ProjectionError>(ok && ws.file_len(&parts)? == Some(bytes.len() as u64))
+            })?;
+        // Files of the old version that the new one no longer has.
+        if let Some(previous) = old
+            .skills
+            .get(&prepared.name)
+            .filter(|_| old.dir == dir_name)
+        {
+            for path in previous
+                .files
+                .keys()
+                .filter(|p| !prepared.record.files.contains_key(*p))
+            {
+                let parts: Vec<&str> = base.iter().copied().chain(path.split('/')).collect();
+                ws.remove(&parts)?;
+                report.removed(format!("{}/{}", base.join("/"), path));
+            }
+        }
+        for (path, bytes) in &prepared.files {
+            let rel = format!("{}/{path}", base.join("/"));
+            if same {
+                report.file(rel, WriteOutcome::Unchanged);
+                continue;
+            }
+            let parts: Vec<&str> = base.iter().copied().chain(path.split('/')).collect();
+            let outcome = ws.write(&parts, bytes, Access::Shared)?;
+            report.file(rel, outcome);
+        }
+        manifest.skills.insert(prepared.name, prepared.record);
+    }
+
+    // Skills the bridge wrote before and no longer authorizes (or that sit
+    // in another harness's folder now): remove exactly those folders.
+    // The old manifest lives in the workspace, where the harness could
+    // edit it: its paths pass the same checks as any path from outside.
+    let old_dir = relative_components(&old.dir).unwrap_or_default();
+    for name in old.skills.keys() {
+        let gone = old.dir != dir_name || !manifest.skills.contains_key(name);
+        if gone && !old_dir.is_empty() && check_skill_name(name).is_ok() {
+            let parts: Vec<&str> = old_dir.iter().copied().chain([name.as_str()]).collect();
+            ws.remove(&parts)?;
+            report.removed(parts.join("/"));
+        }
+    }
+    let mut bytes = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
+    bytes.push(b'\n');
+    let outcome = ws.write(&MANIFEST, &bytes, Access::Shared)?;
+    report.file(MANIFEST.join("/"), outcome);
+    Ok(manifest.skills.into_keys().collect())
+}

@@ -1,0 +1,51 @@
+//! Where a conversation's workspace lives, and the bridge's fixed paths in
+//! it.
+//!
+//! The path is a pure function of the session key (workspace, bot, runner,
+//! conversation, thread; seed 000 §6), so every turn of a conversation
+//! lands in the same folder (Claude Code resumes only from the same cwd)
+//! and no two conversations share one.
+
+use super::names::safe_component;
+use crate::protocol::AgentRunContext;
+
+/// Bridge-owned files, at fixed paths so the stable instructions can name
+/// them identically every turn.
+pub mod paths {
+    /// The bridge's folder in the workspace.
+    pub const DIR: &str = ".langbot";
+    /// The projected run context, JSON.
+    pub const AGENT_CONTEXT: [&str; 2] = [DIR, "agent-context.json"];
+    /// The human-readable summary.
+    pub const CONTEXT_MD: [&str; 2] = [DIR, "LANGBOT_CONTEXT.md"];
+    /// The stable instructions (system-prompt channel).
+    pub const INSTRUCTIONS: [&str; 2] = [DIR, "instructions.md"];
+    /// The current turn's prompt, for inspection.
+    pub const TURN_PROMPT: [&str; 2] = [DIR, "turn-prompt.md"];
+    /// The harness's MCP config file, when its format is a file (0600).
+    pub const MCP_CONFIG: [&str; 2] = [DIR, "mcp.json"];
+    /// Copies of earlier runs' files.
+    pub const RUNS: [&str; 2] = [DIR, "runs"];
+    /// Files copied into `runs/<run>/` before the next run replaces them.
+    /// The MCP config is not among them: it may hold secrets.
+    pub const ARCHIVED: [[&str; 2]; 4] = [AGENT_CONTEXT, CONTEXT_MD, INSTRUCTIONS, TURN_PROMPT];
+}
+
+/// Placeholder component for an id the context does not have.
+const NONE: &str = "_";
+
+/// The workspace's path components below the projection root:
+/// `<workspace>/<bot>/<runner>/<conversation>/<thread>`. Every id goes
+/// through [`safe_component`]; a missing one is `_`, which no safe
+/// component can equal (they always end in `-<hash>`).
+pub fn components(ctx: &AgentRunContext, runner: &str) -> Vec<String> {
+    let conversation = ctx.conversation.as_ref();
+    let part = |id: Option<&str>| id.map_or_else(|| NONE.to_string(), safe_component);
+    vec![
+        part(conversation.and_then(|c| c.workspace_id.as_deref())),
+        part(conversation.and_then(|c| c.bot_id.as_deref())),
+        part(Some(runner)),
+        part(ctx.conversation_id()),
+        part(ctx.thread_id()),
+    ]
+}

@@ -1,0 +1,809 @@
+//! Workspace projection: byte-stable output, scopes, secrets, hostile input,
+//! symlinks, skills, inputs, MCP config, and the JSON Schema.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use common::{RUNNER, fixture};
+use harness_bridge::harness;
+use harness_bridge::host::{GrantPolicy, HostApi, NewArtifact, tool_names};
+use harness_bridge::projection::{
+    ProjectRequest, Projection, ProjectionError, Target, Templates, WriteOutcome, project,
+};
+use harness_bridge::protocol::AgentRunContext;
+use serde_json::{Value, json};
+
+fn ctx(run_id: &str, text: &str, config: Value) -> AgentRunContext {
+    let mut ctx = common::context(run_id, "group-1");
+    ctx.input.text = Some(text.into());
+    ctx.event.event_time = Some(1_767_000_000);
+    ctx.config = serde_json::from_value(config).unwrap();
+    ctx
+}
+
+fn target(name: &str) -> Target {
+    harness::find(name).unwrap().target()
+}
+
+async fn run(
+    root: &Path,
+    ctx: &AgentRunContext,
+    target: &Target,
+) -> Result<Projection, ProjectionError> {
+    let templates = Templates::load(None).unwrap();
+    let tools = ["get_current_event", "history_page"];
+    let request = ProjectRequest {
+        ctx,
+        target,
+        runner: &target.harness,
+        root,
+        tools: &tools,
+        mcp_url: "http://127.0.0.1:9/mcp",
+        host: None,
+    };
+    project(&request, &templates).await
+}
+
+/// Every file under `dir`: relative path → (bytes, mtime).
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, SystemTime)> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            let meta = e.metadata().unwrap();
+            (
+                e.path().strip_prefix(dir).unwrap().to_path_buf(),
+                (std::fs::read(e.path()).unwrap(), meta.modified().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn all_text(dir: &Path) -> String {
+    snapshot(dir)
+        .values()
+        .map(|(bytes, _)| String::from_utf8_lossy(bytes).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn skills_config() -> Value {
+    json!({
+        "prompt": "Answer in one paragraph.",
+        "skills": [
+            {"name": "pdf-tools", "description": "Read PDFs: use for any .pdf file", "content": "Use pdftotext.", "files": {"ref/usage.md": "# usage"}},
+            {"name": "release-notes", "content": "---\nname: release-notes\ndescription: custom\n---\nWrite notes."}
+        ]
+    })
+}
+
+#[tokio::test]
+async fn identical_input_gives_identical_bytes_and_untouched_mtimes() {
+    let root = tempfile::tempdir().unwrap();
+    let c = ctx("run-1", "hello", skills_config());
+    let first = run(root.path(), &c, &target("claude-code")).await.unwrap();
+    assert!(
+        first
+            .report
+            .files
+            .iter()
+            .any(|(_, o)| *o == WriteOutcome::Written)
+    );
+    let before = snapshot(&first.workspace);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let second = run(root.path(), &c, &target("claude-code")).await.unwrap();
+    assert_eq!(second.workspace, first.workspace);
+    assert!(
+        second
+            .report
+            .files
+            .iter()
+            .all(|(_, o)| *o == WriteOutcome::Unchanged),
+        "{:?}",
+        second.report.files
+    );
+    assert_eq!(
+        snapshot(&second.workspace),
+        before,
+        "same bytes and same mtimes"
+    );
+    assert_eq!(second.turn_prompt, first.turn_prompt);
+
+    let skill =
+        std::fs::read_to_string(first.workspace.join(".claude/skills/pdf-tools/SKILL.md")).unwrap();
+    assert_eq!(
+        skill,
+        "---\nname: pdf-tools\ndescription: 'Read PDFs: use for any .pdf file'\n---\n\nUse pdftotext.\n"
+    );
+    assert!(
+        first
+            .workspace
+            .join(".claude/skills/pdf-tools/ref/usage.md")
+            .is_file()
+    );
+    let custom = std::fs::read_to_string(
+        first
+            .workspace
+            .join(".claude/skills/release-notes/SKILL.md"),
+    )
+    .unwrap();
+    assert!(custom.starts_with("---\nname: release-notes\ndescription: custom"));
+}
+
+#[tokio::test]
+async fn instructions_are_stable_across_turns_and_earlier_runs_are_kept() {
+    let root = tempfile::tempdir().unwrap();
+    let t = target("claude-code");
+    let mut config = skills_config();
+    config["keep_runs"] = json!(2);
+    let one = run(
+        root.path(),
+        &ctx("run-1", "first question", config.clone()),
+        &t,
+    )
+    .await
+    .unwrap();
+    let mut second = ctx("run-2", "second question", config.clone());
+    second.event.event_id = "ev-other".into();
+    second.event.event_time = Some(1_767_000_900);
+    second.actor.as_mut().unwrap().actor_name = Some("Grace".into());
+    let two = run(root.path(), &second, &t).await.unwrap();
+    assert_eq!(
+        one.instructions, two.instructions,
+        "stable instructions are byte-identical"
+    );
+    assert!(
+        two.report
+            .files
+            .contains(&(".langbot/instructions.md".into(), WriteOutcome::Unchanged))
+    );
+    assert_ne!(one.turn_prompt, two.turn_prompt);
+    assert!(two.turn_prompt.ends_with("second question"));
+    assert!(one.instructions.starts_with("Answer in one paragraph.\n"));
+    assert!(one.instructions.contains("mcp__langbot__history_page"));
+    assert!(!one.instructions.contains("run-1") && !one.instructions.contains("first question"));
+
+    // The first run's files moved to runs/, and only `keep_runs` are kept.
+    let archived = two.workspace.join(".langbot/runs");
+    let names: Vec<String> = std::fs::read_dir(&archived)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 1);
+    let old = std::fs::read_to_string(archived.join(&names[0]).join("turn-prompt.md")).unwrap();
+    assert_eq!(old.lines().last(), Some("first question"));
+    assert!(
+        !archived.join(&names[0]).join("mcp.json").exists(),
+        "config with secrets is never archived"
+    );
+    for n in 3..=5 {
+        run(
+            root.path(),
+            &ctx(&format!("run-{n}"), "more", config.clone()),
+            &t,
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(std::fs::read_dir(&archived).unwrap().count(), 2);
+}
+
+#[tokio::test]
+async fn scopes_remove_parts_from_every_file_and_prompt() {
+    let root = tempfile::tempdir().unwrap();
+    let mut c = ctx("run-1", "only the input", json!({"scopes": ["input"]}));
+    c.actor.as_mut().unwrap().actor_name = Some("ZEBRA-ACTOR".into());
+    c.event.data.insert("marker".into(), json!("ZEBRA-EVENT"));
+    c.state
+        .conversation
+        .insert("external.session_id".into(), json!("ZEBRA-STATE"));
+    c.runtime
+        .metadata
+        .insert("marker".into(), json!("ZEBRA-RUNTIME"));
+    let p = run(root.path(), &c, &target("codex")).await.unwrap();
+    let doc: Value = serde_json::from_slice(
+        &std::fs::read(p.workspace.join(".langbot/agent-context.json")).unwrap(),
+    )
+    .unwrap();
+    let keys: Vec<&str> = doc
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["schema", "run_id", "working_directory", "input"]);
+    let text = all_text(&p.workspace) + &p.turn_prompt + &p.instructions;
+    for marker in [
+        "ZEBRA-ACTOR",
+        "ZEBRA-EVENT",
+        "ZEBRA-STATE",
+        "ZEBRA-RUNTIME",
+        "Current time",
+    ] {
+        assert!(!text.contains(marker), "{marker} leaked");
+    }
+    assert!(p.turn_prompt.contains("only the input"));
+
+    // Comma-separated form, and an unknown scope is a clear error.
+    let c = ctx("run-2", "x", json!({"scopes": "input, actor"}));
+    let p = run(root.path(), &c, &target("codex")).await.unwrap();
+    let doc: Value = serde_json::from_slice(
+        &std::fs::read(p.workspace.join(".langbot/agent-context.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(doc.get("actor").is_some() && doc.get("event").is_none());
+    let err = run(
+        root.path(),
+        &ctx("run-3", "x", json!({"scopes": ["input", "everything"]})),
+        &target("codex"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown scope `everything`"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn secrets_are_never_projected() {
+    let root = tempfile::tempdir().unwrap();
+    let mut c = ctx(
+        "run-1",
+        "hi",
+        json!({"api_key": "SECRET-CONFIG", "secret_keys": ["house_code"], "scopes": ["event", "actor", "state", "metadata", "runtime", "input"]}),
+    );
+    c.event
+        .data
+        .insert("bot_token".into(), json!("SECRET-EVENT"));
+    c.event
+        .data
+        .insert("house_code".into(), json!("SECRET-CUSTOM"));
+    c.actor
+        .as_mut()
+        .unwrap()
+        .metadata
+        .insert("note".into(), json!("sk-SECRETVALUEabcdefghijklmn"));
+    c.state
+        .actor
+        .insert("password".into(), json!("SECRET-STATE"));
+    c.metadata
+        .insert("Authorization".into(), json!("Bearer SECRET-HEADER"));
+    c.runtime.metadata.insert("max_tokens".into(), json!(4096));
+    let p = run(root.path(), &c, &target("claude-code")).await.unwrap();
+    let text = all_text(&p.workspace) + &p.turn_prompt + &p.instructions;
+    for secret in [
+        "SECRET-CONFIG",
+        "SECRET-EVENT",
+        "SECRET-CUSTOM",
+        "SECRETVALUE",
+        "SECRET-STATE",
+        "SECRET-HEADER",
+    ] {
+        assert!(!text.contains(secret), "{secret} leaked");
+    }
+    assert!(text.contains("[redacted]"));
+    assert!(text.contains("4096"), "non-secret numbers stay");
+}
+
+#[tokio::test]
+async fn hostile_ids_never_leave_the_root() {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("root");
+    let long = "z".repeat(4096);
+    let ids = [
+        "../../etc",
+        "/abs/path",
+        "a\0b",
+        "..",
+        ".",
+        "CON",
+        "🚀 emoji",
+        "用户",
+        &long,
+        "a/b",
+        "a?b",
+        "",
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for (i, id) in ids.iter().enumerate() {
+        let mut c = ctx(&format!("run-{i}"), "x", json!({}));
+        let conversation = c.conversation.as_mut().unwrap();
+        conversation.conversation_id = Some(id.to_string());
+        conversation.thread_id = Some(id.to_string());
+        conversation.bot_id = Some(id.to_string());
+        conversation.workspace_id = Some(id.to_string());
+        c.context.conversation_id = None;
+        let p = run(&root, &c, &target("claude-code")).await.unwrap();
+        assert!(
+            p.workspace.starts_with(&root),
+            "{id:?} -> {}",
+            p.workspace.display()
+        );
+        assert!(
+            seen.insert(p.workspace.clone()),
+            "{id:?} shares a workspace"
+        );
+    }
+    let outside: Vec<_> = std::fs::read_dir(outer.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(outside, ["root"], "nothing written next to the root");
+    for entry in walkdir::WalkDir::new(&root) {
+        let entry = entry.unwrap();
+        assert!(!entry.path_is_symlink());
+        assert!(
+            entry
+                .path()
+                .canonicalize()
+                .unwrap()
+                .starts_with(root.canonicalize().unwrap())
+        );
+    }
+}
+
+#[tokio::test]
+async fn hostile_skills_are_skipped_with_clear_warnings() {
+    let root = tempfile::tempdir().unwrap();
+    let long = "d".repeat(300);
+    let config = json!({"skills": [
+        {"name": "../escape", "content": "x"},
+        {"name": "/abs", "content": "x"},
+        {"name": "Upper", "content": "x"},
+        {"name": "nul\u{0}byte", "content": "x"},
+        {"name": "traversal", "content": "x", "files": {"../../outside.md": "x"}},
+        {"name": "absolute", "content": "x", "files": {"/etc/passwd": "x"}},
+        {"name": "sneaky", "content": "x", "files": {"a/../../b": "x"}},
+        {"name": "reserved", "content": "x", "files": {"nul.txt": "x"}},
+        {"name": "too-long", "content": "x", "files": {long.clone(): "x"}},
+        {"name": "twice", "content": "x", "files": {"SKILL.md": "x"}},
+        {"name": "fine", "content": "ok", "files": {"docs/a.md": "a"}}
+    ]});
+    let p = run(root.path(), &ctx("run-1", "x", config), &target("codex"))
+        .await
+        .unwrap();
+    assert_eq!(p.report.warnings.len(), 10, "{:#?}", p.report.warnings);
+    for (needle, reason) in [
+        ("../escape", "skill name"),
+        ("/abs", "skill name"),
+        ("Upper", "skill name"),
+        ("nul\\0byte", "skill name"),
+        ("traversal", "`.` and `..` are not allowed"),
+        ("absolute", "absolute paths"),
+        ("sneaky", "`.` and `..`"),
+        ("reserved", "reserved device name"),
+        ("too-long", "longer than"),
+        ("twice", "SKILL.md"),
+    ] {
+        assert!(
+            p.report
+                .warnings
+                .iter()
+                .any(|w| w.contains(needle) && w.contains(reason)),
+            "no warning for {needle}: {:#?}",
+            p.report.warnings
+        );
+    }
+    let skills: Vec<String> = std::fs::read_dir(p.workspace.join(".agents/skills"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(skills, ["fine"]);
+    let outside: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(outside.len(), 1, "only the workspace tree under the root");
+}
+
+#[tokio::test]
+async fn planted_symlinks_are_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let c = ctx("run-1", "x", skills_config());
+    let t = target("claude-code");
+    let ws = run(root.path(), &c, &t).await.unwrap().workspace;
+
+    for planted in [
+        ".langbot",
+        ".claude",
+        ".claude/skills/pdf-tools",
+        ".langbot/agent-context.json",
+    ] {
+        let path = ws.join(planted);
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+        symlink(outside.path(), &path).unwrap();
+        let err = run(root.path(), &ctx("run-2", "x", skills_config()), &t)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ProjectionError::Symlink { .. }),
+            "{planted}: {err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("refusing to write through symlink"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "{planted}: wrote outside"
+        );
+        std::fs::remove_file(&path).unwrap();
+        run(root.path(), &c, &t).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn skills_no_longer_authorized_are_removed_and_nothing_else() {
+    let root = tempfile::tempdir().unwrap();
+    let t = target("claude-code");
+    let p = run(root.path(), &ctx("run-1", "x", skills_config()), &t)
+        .await
+        .unwrap();
+    let ws = p.workspace;
+    std::fs::write(ws.join("notes.txt"), "mine").unwrap();
+    std::fs::create_dir_all(ws.join(".claude/skills/users-own")).unwrap();
+    std::fs::write(ws.join(".claude/skills/users-own/SKILL.md"), "mine").unwrap();
+
+    let only_pdf = json!({"skills": [{"name": "pdf-tools", "description": "Read PDFs: use for any .pdf file", "content": "Use pdftotext."}]});
+    let p = run(root.path(), &ctx("run-2", "x", only_pdf), &t)
+        .await
+        .unwrap();
+    assert!(!ws.join(".claude/skills/release-notes").exists());
+    assert!(
+        !ws.join(".claude/skills/pdf-tools/ref/usage.md").exists(),
+        "a file the skill dropped is removed"
+    );
+    assert!(ws.join(".claude/skills/pdf-tools/SKILL.md").is_file());
+    assert!(ws.join(".claude/skills/users-own/SKILL.md").is_file());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    assert!(
+        p.report
+            .removed
+            .contains(&".claude/skills/release-notes".to_string()),
+        "{:?}",
+        p.report.removed
+    );
+}
+
+#[tokio::test]
+async fn output_validates_against_the_schema() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../projections/agent-context.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let everything = json!({"scopes": ["trigger", "event", "conversation", "actor", "subject", "input", "delivery", "resources", "context", "state", "runtime", "adapter", "metadata"]});
+    for config in [json!({}), json!({"scopes": ["input"]}), everything] {
+        let mut c = ctx("run-1", "x", config);
+        c.input.attachments.push(
+            serde_json::from_value(json!({"name": "a.txt", "url": "https://example.invalid/a"}))
+                .unwrap(),
+        );
+        let p = run(root.path(), &c, &target("codex")).await.unwrap();
+        let doc: Value = serde_json::from_slice(
+            &std::fs::read(p.workspace.join(".langbot/agent-context.json")).unwrap(),
+        )
+        .unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&doc)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+    }
+    // The schema is not a rubber stamp.
+    assert!(
+        !validator.is_valid(&json!({"schema": "other", "run_id": "r", "working_directory": "/w"}))
+    );
+    assert!(!validator.is_valid(&json!({"schema": "langbot.agent_runner.external_harness_context.v1", "run_id": "r", "working_directory": "/w", "config": {}})));
+}
+
+#[tokio::test]
+async fn input_files_are_copied_through_the_grant_with_stable_ids() {
+    let f = fixture();
+    let root = tempfile::tempdir().unwrap();
+    let art = f
+        .store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "file".into(),
+                name: Some("report.csv".into()),
+                mime_type: Some("text/csv".into()),
+                source: "platform".into(),
+                conversation_id: Some("group-1".into()),
+                ..NewArtifact::default()
+            },
+            b"a,b\n1,2\n".to_vec(),
+        )
+        .await
+        .unwrap();
+    let big = f
+        .store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "file".into(),
+                source: "platform".into(),
+                conversation_id: Some("group-1".into()),
+                ..NewArtifact::default()
+            },
+            vec![7u8; 2048],
+        )
+        .await
+        .unwrap();
+    let inline = base64::engine::general_purpose::STANDARD.encode(b"inline bytes");
+    let mut c = ctx("run-1", "see files", json!({"max_input_bytes": 1024}));
+    c.input.attachments = serde_json::from_value(json!([
+        {"artifact_id": art.artifact_id, "name": "report.csv", "type": "file", "mime_type": "text/csv"},
+        {"artifact_id": big.artifact_id, "name": "big.bin"},
+        {"name": "../../evil <name>.png", "type": "image", "content": format!("data:image/png;base64,{inline}")},
+        {"name": "remote.pdf", "url": "https://example.invalid/remote.pdf"}
+    ]))
+    .unwrap();
+    let open = f
+        .grants
+        .open_run(
+            &c,
+            RUNNER,
+            &common::all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let host = f.grants.granted(open.grant.clone());
+    let templates = Templates::load(None).unwrap();
+    let t = target("claude-code");
+    let tools = tool_names(&open.grant.apis);
+    let request = ProjectRequest {
+        ctx: &c,
+        target: &t,
+        runner: "claude-code",
+        root: root.path(),
+        tools: &tools,
+        mcp_url: "http://127.0.0.1:9/mcp",
+        host: Some(&host),
+    };
+    let p = project(&request, &templates).await.unwrap();
+
+    let files = &p.input_files;
+    assert_eq!(files.len(), 4);
+    assert_eq!(
+        std::fs::read(p.workspace.join(files[0].path.as_ref().unwrap())).unwrap(),
+        b"a,b\n1,2\n"
+    );
+    assert!(
+        files[1].path.is_none() && files[1].note.as_deref().unwrap().contains("copy limit"),
+        "{:?}",
+        files[1]
+    );
+    let evil = files[2].path.as_ref().unwrap();
+    assert!(
+        evil.starts_with(".langbot/inputs/f_") && !evil.contains(".."),
+        "{evil}"
+    );
+    assert_eq!(
+        std::fs::read(p.workspace.join(evil)).unwrap(),
+        b"inline bytes"
+    );
+    assert_eq!(files[2].kind, "image");
+    assert!(
+        files[3]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("does not download")
+    );
+    assert!(p.turn_prompt.starts_with("# Input Files\n<file>\n<id>f_"));
+    assert!(
+        p.turn_prompt
+            .contains("<name>../../evil &lt;name&gt;.png</name>"),
+        "{}",
+        p.turn_prompt
+    );
+    let audited = f.store.audit_tail(Some("run-1".into()), 20).await.unwrap();
+    assert!(
+        audited
+            .iter()
+            .any(|r| r.entry.action == "artifact_read" && r.entry.outcome == "ok")
+    );
+
+    // Next turn, same attachment: same id, no new host call for it.
+    f.grants.close_run("run-1");
+    let mut c2 = ctx("run-2", "again", json!({"max_input_bytes": 1024}));
+    c2.input.attachments = c.input.attachments[..1].to_vec();
+    let open = f
+        .grants
+        .open_run(
+            &c2,
+            RUNNER,
+            &common::all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let host = f.grants.granted(open.grant.clone());
+    let request = ProjectRequest {
+        ctx: &c2,
+        host: Some(&host),
+        ..request
+    };
+    let again = project(&request, &templates).await.unwrap();
+    assert_eq!(again.input_files[0].id, files[0].id);
+    assert_eq!(open.grant.calls(), 0, "already copied: no host call");
+}
+
+#[tokio::test]
+async fn mcp_config_matches_each_harness() {
+    let root = tempfile::tempdir().unwrap();
+    let config = json!({"mcp_servers": {"search": {"url": "https://search.invalid/mcp", "headers": {"X-Api-Key": "SECRET-HEADER-VALUE"}}}});
+    let claude = run(
+        root.path(),
+        &ctx("run-1", "x", config.clone()),
+        &target("claude-code"),
+    )
+    .await
+    .unwrap();
+    let path = claude.workspace.join(".langbot/mcp.json");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        doc["mcpServers"]["langbot"]["url"],
+        "http://127.0.0.1:9/mcp"
+    );
+    assert_eq!(
+        doc["mcpServers"]["langbot"]["headers"]["Authorization"],
+        "Bearer ${LANGBOT_MCP_TOKEN}"
+    );
+    assert_eq!(
+        doc["mcpServers"]["search"]["headers"]["X-Api-Key"],
+        "SECRET-HEADER-VALUE"
+    );
+
+    let codex = run(root.path(), &ctx("run-1", "x", config), &target("codex"))
+        .await
+        .unwrap();
+    assert!(!codex.workspace.join(".langbot/mcp.json").exists());
+    assert!(
+        codex.mcp.overrides.contains(
+            &"mcp_servers.langbot.bearer_token_env_var=\"LANGBOT_MCP_TOKEN\"".to_string()
+        )
+    );
+    assert!(
+        codex
+            .mcp
+            .overrides
+            .iter()
+            .all(|o| !o.contains("SECRET-HEADER-VALUE")),
+        "{:?}",
+        codex.mcp.overrides
+    );
+    assert_eq!(
+        codex.mcp.child_env["LANGBOT_MCP_SEARCH_X_API_KEY"],
+        "SECRET-HEADER-VALUE"
+    );
+
+    let err = run(
+        root.path(),
+        &ctx(
+            "run-1",
+            "x",
+            json!({"mcp_servers": {"langbot": {"url": "http://x"}}}),
+        ),
+        &target("codex"),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("the bridge's own server"), "{err}");
+    let err = run(
+        root.path(),
+        &ctx("run-1", "x", json!({"skills": "not a list"})),
+        &target("codex"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("binding config: at `skills`"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn operator_templates_override_the_built_ins() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("turn-prompt.md"),
+        "Q: {{ input_text }} ({{ harness }})",
+    )
+    .unwrap();
+    let templates = Templates::load(Some(dir.path())).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let c = ctx("run-1", "why?", json!({}));
+    let t = target("codex");
+    let request = ProjectRequest {
+        ctx: &c,
+        target: &t,
+        runner: "codex",
+        root: root.path(),
+        tools: &[],
+        mcp_url: "http://127.0.0.1:9/mcp",
+        host: None,
+    };
+    let p = project(&request, &templates).await.unwrap();
+    assert_eq!(p.turn_prompt, "Q: why? (codex)");
+    std::fs::write(dir.path().join("instructions.md"), "{% if %}").unwrap();
+    let err = Templates::load(Some(dir.path())).err().unwrap();
+    assert!(
+        err.to_string().starts_with("template `instructions.md`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cli_project_prints_the_workspace_and_files() {
+    let data = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_harness-bridge");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/context.json");
+    let out = std::process::Command::new(bin)
+        .args([
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "project",
+            "--context",
+            example,
+            "--harness",
+            "codex",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with(&format!("workspace: {}/workspaces/", data.path().display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("written    .langbot/agent-context.json"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mcp_servers.langbot.url=\"http://127.0.0.1:8765/mcp\""),
+        "{text}"
+    );
+    let out = std::process::Command::new(bin)
+        .args([
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "project",
+            "--context",
+            example,
+            "--harness",
+            "vim",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("unknown harness `vim` (known: claude-code, codex)")
+    );
+}
