@@ -416,3 +416,28 @@ async fn a_run_id_cannot_be_opened_twice_while_open() {
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn audit_rows_are_written_before_the_store_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = harness_bridge::host::sqlite::SqliteHost::open(dir.path()).unwrap();
+        let grants = harness_bridge::host::Grants::new(std::sync::Arc::new(store));
+        let run = grants
+            .open_run(
+                &context("run-a", "c1"),
+                RUNNER,
+                &all_permissions(),
+                &GrantPolicy::default(),
+            )
+            .unwrap();
+        let host = grants.granted(run.grant.clone());
+        for _ in 0..50 {
+            host.history_page(&page(1)).await.unwrap();
+        }
+    }
+    let store = harness_bridge::host::sqlite::SqliteHost::open(dir.path()).unwrap();
+    let rows = store.audit_tail(Some("run-a".into()), 100).await.unwrap();
+    assert_eq!(rows.len(), 50);
+    assert!(rows.windows(2).all(|w| w[0].id < w[1].id));
+}

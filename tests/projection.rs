@@ -119,7 +119,14 @@ async fn identical_input_gives_identical_bytes_and_untouched_mtimes() {
         std::fs::read_to_string(first.workspace.join(".claude/skills/pdf-tools/SKILL.md")).unwrap();
     assert_eq!(
         skill,
-        "---\nname: pdf-tools\ndescription: 'Read PDFs: use for any .pdf file'\n---\n\nUse pdftotext.\n"
+        "---\nname: pdf-tools\ndescription: \"Read PDFs: use for any .pdf file\"\n---\n\nUse pdftotext.\n"
+    );
+    // The front matter is real YAML (a JSON string is a YAML scalar).
+    let front: serde_yaml::Value =
+        serde_yaml::from_str(skill.split("---").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        front["description"],
+        serde_yaml::Value::from("Read PDFs: use for any .pdf file")
     );
     assert!(
         first

@@ -264,6 +264,8 @@ pub struct RunGrant {
     closed: AtomicBool,
     calls: AtomicU32,
     bucket: Mutex<Bucket>,
+    /// Artifacts already checked visible to this run.
+    visible: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for RunGrant {
@@ -368,6 +370,20 @@ impl RunGrant {
             )),
             _ => Ok(()),
         }
+    }
+
+    fn remember_visible(&self, artifact_id: &str) {
+        self.visible
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(artifact_id.to_string());
+    }
+
+    fn was_visible(&self, artifact_id: &str) -> bool {
+        self.visible
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(artifact_id)
     }
 
     /// Whether a record of `conversation` (any thread) is visible to this run.
@@ -489,6 +505,7 @@ impl Grants {
                 tokens: f64::from(policy.caps.burst),
                 last: Instant::now(),
             }),
+            visible: Mutex::new(HashSet::new()),
         });
         runs.insert(token_key(&token), (grant.clone(), None));
         tracing::info!(run_id = %ctx.run_id, apis = ?grant.apis, "run opened");
@@ -764,6 +781,7 @@ impl GrantedHost {
                 .grant
                 .sees_conversation(meta.conversation_id.as_deref())
         {
+            self.grant.remember_visible(artifact_id);
             Ok(meta)
         } else {
             Err(AgentAPIError::not_found(format!(
@@ -804,7 +822,11 @@ impl GrantedHost {
                 if length == 0 {
                     return Err(AgentAPIError::invalid_argument("length must be at least 1"));
                 }
-                self.visible_artifact(artifact_id).await?;
+                // Visibility does not change within a run: check it once per
+                // artifact, not once per range read.
+                if !self.grant.was_visible(artifact_id) {
+                    self.visible_artifact(artifact_id).await?;
+                }
                 self.host
                     .artifact_read(&self.grant.scope, artifact_id, offset, length)
                     .await

@@ -2,8 +2,10 @@
 //!
 //! The host passes the Agent's runner configuration through untyped; this
 //! is where it gets a shape, with errors that name the field. Keys the
-//! projection does not use (model, timeout, ...) are left for the harness.
+//! projection does not use (model, timeout, ...) are ignored here and left
+//! for the harness.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
@@ -11,21 +13,22 @@ use serde::{Deserialize, Deserializer};
 use super::{ProjectionError, Scope};
 use crate::protocol::JsonMap;
 
-/// One skill the binding authorizes, with its body.
+/// One skill the binding authorizes, with its body. Text is borrowed from
+/// the config where possible: skill bodies are the bulk of a binding.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SkillSpec {
+pub struct SkillSpec<'a> {
     /// Folder name and the name the harness lists it under.
     pub name: String,
     /// One line the model reads to decide when to use the skill.
     #[serde(default)]
     pub description: Option<String>,
     /// `SKILL.md` body. Front matter is generated unless it starts with `---`.
-    #[serde(default)]
-    pub content: String,
+    #[serde(default, borrow)]
+    pub content: Cow<'a, str>,
     /// Extra files, relative path → text.
-    #[serde(default)]
-    pub files: BTreeMap<String, String>,
+    #[serde(default, borrow)]
+    pub files: BTreeMap<String, Cow<'a, str>>,
 }
 
 /// An extra MCP server the operator allows for this binding.
@@ -73,9 +76,9 @@ fn scopes<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Vec<Scope>>, D::Err
         .map(Some)
 }
 
-/// The binding settings the projection uses.
+/// The binding settings the projection uses, borrowing from `ctx.config`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct Binding {
+pub struct Binding<'a> {
     /// Static instructions, part of the stable system prompt.
     #[serde(default)]
     pub prompt: Option<String>,
@@ -83,8 +86,8 @@ pub struct Binding {
     #[serde(default, deserialize_with = "scopes")]
     pub scopes: Option<Vec<Scope>>,
     /// Skills to write where the harness finds them.
-    #[serde(default)]
-    pub skills: Vec<SkillSpec>,
+    #[serde(default, borrow)]
+    pub skills: Vec<SkillSpec<'a>>,
     /// Extra MCP servers, by name.
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, ExtraServer>,
@@ -100,15 +103,12 @@ pub struct Binding {
     /// JSON Schemas for state data kinds, shown next to the data.
     #[serde(default)]
     pub state_schemas: BTreeMap<String, serde_json::Value>,
-    /// Everything else (model, timeout, ...), for the harness.
-    #[serde(flatten)]
-    pub other: JsonMap,
 }
 
-impl Binding {
+impl<'a> Binding<'a> {
     /// Read the binding from `ctx.config`, naming the field that is wrong.
-    pub fn from_config(config: &JsonMap) -> Result<Self, ProjectionError> {
-        serde_path_to_error::deserialize(serde_json::Value::Object(config.clone())).map_err(|e| {
+    pub fn from_config(config: &'a JsonMap) -> Result<Self, ProjectionError> {
+        serde_path_to_error::deserialize(config).map_err(|e| {
             let path = e.path().to_string();
             ProjectionError::Binding(format!("at `{path}`: {}", e.into_inner()))
         })

@@ -212,12 +212,57 @@ impl ConfinedDir {
         }
     }
 
-    /// Size of a file at a relative path, if it exists.
-    pub fn file_len(&self, parts: &[&str]) -> Result<Option<u64>, ProjectionError> {
-        Ok(self
-            .existing(parts)?
-            .filter(|(_, m)| m.is_file())
-            .map(|(_, m)| m.len()))
+    /// Sizes of several files under one folder (`None` where a file is
+    /// missing). Each folder on the way is checked for symlinks once, not
+    /// once per file: the fast path of an unchanged re-projection.
+    pub fn file_lens(
+        &self,
+        dir: &[&str],
+        files: &[&str],
+    ) -> Result<Vec<Option<u64>>, ProjectionError> {
+        let Some((base, meta)) = self.existing(dir)? else {
+            return Ok(vec![None; files.len()]);
+        };
+        if !meta.is_dir() {
+            return Err(ProjectionError::InTheWay {
+                path: base,
+                expected: "folder",
+            });
+        }
+        let mut checked: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        let mut sizes = Vec::with_capacity(files.len());
+        'files: for file in files {
+            let parts: Vec<&str> = file.split('/').collect();
+            check_parts(&parts)?;
+            // Sub-folders of this file (e.g. `docs` of `docs/a.md`), once each.
+            let mut end = 0;
+            for part in &parts[..parts.len() - 1] {
+                end += part.len();
+                let sub = &file[..end];
+                end += 1;
+                if checked.insert(sub) {
+                    let path = base.join(sub);
+                    match fs::symlink_metadata(&path) {
+                        Ok(meta) => refuse_link(&path, &meta)?,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                            sizes.push(None);
+                            continue 'files;
+                        }
+                        Err(e) => return Err(ProjectionError::io("inspect", &path)(e)),
+                    }
+                }
+            }
+            let path = base.join(file);
+            match fs::symlink_metadata(&path) {
+                Ok(meta) => {
+                    refuse_link(&path, &meta)?;
+                    sizes.push(meta.is_file().then_some(meta.len()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => sizes.push(None),
+                Err(e) => return Err(ProjectionError::io("inspect", &path)(e)),
+            }
+        }
+        Ok(sizes)
     }
 
     /// Remove a file or folder tree at a relative path, if present. A

@@ -139,11 +139,20 @@ pub async fn project(
         .read(&MANIFEST)?
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default();
+    let described: Vec<(String, String)> = attachments
+        .iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let id = input_file_id(a, run_id, index);
+            let stored = format!("{id}-{}", file_name(a, &id));
+            (id, stored)
+        })
+        .collect();
+    let stored_names: Vec<&str> = described.iter().map(|(_, s)| s.as_str()).collect();
+    let on_disk = ws.file_lens(&INPUTS, &stored_names)?;
     let mut files = Vec::with_capacity(attachments.len());
-    for (index, attachment) in attachments.iter().enumerate() {
-        let id = input_file_id(attachment, run_id, index);
-        let name = file_name(attachment, &id);
-        let stored = format!("{id}-{name}");
+    for ((attachment, (id, stored)), disk_len) in attachments.iter().zip(described).zip(on_disk) {
+        let name = stored[id.len() + 1..].to_string();
         let rel = format!("{}/{stored}", INPUTS.join("/"));
         let parts = [INPUTS[0], INPUTS[1], stored.as_str()];
         let mut file = InputFile {
@@ -160,7 +169,7 @@ pub async fn project(
         if let Some(prev) = known
             .get(&id)
             .filter(|p| p.path.as_deref() == Some(rel.as_str()))
-            && ws.file_len(&parts)? == prev.size
+            && disk_len == prev.size
         {
             report.file(rel, super::WriteOutcome::Unchanged);
             files.push(prev.clone());

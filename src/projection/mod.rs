@@ -267,12 +267,15 @@ pub async fn project(
         json: json_blocks,
         parts: &parts,
     };
-    let context_md = templates.render(render::CONTEXT_MD, &vars)?;
-    let instructions = templates.render(render::INSTRUCTIONS, &vars)?;
-    let turn_prompt = templates
-        .render(render::TURN_PROMPT, &vars)?
-        .trim_end()
-        .to_string();
+    let [context_md, instructions, turn_prompt] = templates.render_all(
+        [
+            render::CONTEXT_MD,
+            render::INSTRUCTIONS,
+            render::TURN_PROMPT,
+        ],
+        &vars,
+    )?;
+    let turn_prompt = turn_prompt.trim_end().to_string();
 
     let mut doc = json!({
         "schema": CONTEXT_SCHEMA,

@@ -75,17 +75,28 @@ impl Templates {
         Ok(Templates { env })
     }
 
-    /// Render one template with `vars`.
-    pub fn render(&self, name: &str, vars: &RenderVars<'_>) -> Result<String, ProjectionError> {
-        let fail = |e: minijinja::Error| ProjectionError::Template {
-            name: name.into(),
-            message: format!("{e:#}"),
-        };
-        self.env
-            .get_template(name)
-            .map_err(fail)?
-            .render(minijinja::value::Serde(vars))
-            .map_err(fail)
+    /// Render every template with the same variables (converted to the
+    /// template engine's values once), returned in the order of `names`.
+    pub fn render_all<const N: usize>(
+        &self,
+        names: [&str; N],
+        vars: &RenderVars<'_>,
+    ) -> Result<[String; N], ProjectionError> {
+        let value = minijinja::Value::from(minijinja::value::Serde(vars));
+        let mut out: [String; N] = std::array::from_fn(|_| String::new());
+        for (slot, name) in out.iter_mut().zip(names) {
+            let fail = |e: minijinja::Error| ProjectionError::Template {
+                name: name.into(),
+                message: format!("{e:#}"),
+            };
+            *slot = self
+                .env
+                .get_template(name)
+                .map_err(fail)?
+                .render(value.clone())
+                .map_err(fail)?;
+        }
+        Ok(out)
     }
 }
 

@@ -94,12 +94,29 @@ impl fmt::Display for Scope {
 
 /// The context parts in scope, as JSON, with secrets redacted.
 pub fn project_parts(ctx: &AgentRunContext, scopes: &[Scope], secret_keys: &[String]) -> JsonMap {
-    let Ok(Value::Object(mut whole)) = serde_json::to_value(ctx) else {
-        return JsonMap::new();
-    };
+    fn part<T: serde::Serialize>(value: &T) -> Option<Value> {
+        serde_json::to_value(value).ok()
+    }
     let mut parts = JsonMap::new();
     for scope in Scope::ALL.iter().filter(|s| scopes.contains(s)) {
-        if let Some(mut value) = whole.remove(scope.as_str()) {
+        // Serialize only what is in scope: never the binding config, which
+        // can be large (skill bodies) and is not a projected part.
+        let value = match scope {
+            Scope::Trigger => part(&ctx.trigger),
+            Scope::Event => part(&ctx.event),
+            Scope::Conversation => ctx.conversation.as_ref().and_then(part),
+            Scope::Actor => ctx.actor.as_ref().and_then(part),
+            Scope::Subject => ctx.subject.as_ref().and_then(part),
+            Scope::Input => part(&ctx.input),
+            Scope::Delivery => part(&ctx.delivery),
+            Scope::Resources => part(&ctx.resources),
+            Scope::Context => part(&ctx.context),
+            Scope::State => part(&ctx.state),
+            Scope::Runtime => part(&ctx.runtime),
+            Scope::Adapter => ctx.adapter.as_ref().and_then(part),
+            Scope::Metadata => part(&ctx.metadata),
+        };
+        if let Some(mut value) = value {
             redact(&mut value, secret_keys);
             parts.insert(scope.as_str().to_string(), value);
         }

@@ -3,6 +3,7 @@
 //! Codex), with a manifest so the bridge removes exactly the skills it wrote
 //! and no longer authorizes, and touches nothing else.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -41,13 +42,16 @@ pub struct SkillManifest {
 }
 
 /// A skill ready to write: checked name, files with their bytes.
-struct Prepared {
+struct Prepared<'a> {
     name: String,
-    files: Vec<(String, Vec<u8>)>,
+    files: Vec<(String, Cow<'a, [u8]>)>,
     record: SkillRecord,
 }
 
-fn prepare(spec: &SkillSpec, facts: &[SkillResource]) -> Result<Prepared, ProjectionError> {
+fn prepare<'a>(
+    spec: &'a SkillSpec<'_>,
+    facts: &[SkillResource],
+) -> Result<Prepared<'a>, ProjectionError> {
     let name = check_skill_name(&spec.name)?.to_string();
     let fact = facts.iter().find(|f| f.skill_name == name);
     let description = spec
@@ -56,22 +60,16 @@ fn prepare(spec: &SkillSpec, facts: &[SkillResource]) -> Result<Prepared, Projec
         .or_else(|| fact.and_then(|f| f.description.clone()))
         .or_else(|| fact.and_then(|f| f.display_name.clone()))
         .unwrap_or_else(|| format!("The {name} skill."));
-    let skill_md = if spec.content.starts_with("---") {
-        spec.content.clone()
+    let skill_md: Cow<'a, [u8]> = if spec.content.starts_with("---") {
+        Cow::Borrowed(spec.content.as_bytes())
     } else {
-        #[derive(Serialize)]
-        struct Front<'a> {
-            name: &'a str,
-            description: &'a str,
-        }
-        let front = serde_yaml::to_string(&Front {
-            name: &name,
-            description: description.trim(),
-        })
-        .map_err(|e| ProjectionError::Binding(format!("skill `{name}`: {e}")))?;
-        format!("---\n{front}---\n\n{}\n", spec.content.trim_end())
+        // A JSON string is a valid YAML double-quoted scalar: the
+        // description needs no YAML serializer to be quoted safely.
+        let quoted = serde_json::to_string(description.trim()).unwrap_or_else(|_| "\"\"".into());
+        let front = format!("name: {name}\ndescription: {quoted}\n");
+        Cow::Owned(format!("---\n{front}---\n\n{}\n", spec.content.trim_end()).into_bytes())
     };
-    let mut files = vec![("SKILL.md".to_string(), skill_md.into_bytes())];
+    let mut files = vec![("SKILL.md".to_string(), skill_md)];
     for (path, content) in &spec.files {
         relative_components(path)?;
         if path.eq_ignore_ascii_case("SKILL.md") {
@@ -79,7 +77,7 @@ fn prepare(spec: &SkillSpec, facts: &[SkillResource]) -> Result<Prepared, Projec
                 "skill `{name}`: put SKILL.md's text in `content`, not in `files`"
             )));
         }
-        files.push((path.clone(), content.clone().into_bytes()));
+        files.push((path.clone(), Cow::Borrowed(content.as_bytes())));
     }
     if files.len() > MAX_FILES {
         return Err(ProjectionError::Binding(format!(
@@ -133,7 +131,7 @@ fn is_input_error(err: &ProjectionError) -> bool {
 pub fn project(
     ws: &ConfinedDir,
     skills_dir: &[&str],
-    specs: &[SkillSpec],
+    specs: &[SkillSpec<'_>],
     facts: &[SkillResource],
     report: &mut Report,
 ) -> Result<Vec<String>, ProjectionError> {
@@ -147,44 +145,57 @@ pub fn project(
         skills: BTreeMap::new(),
     };
 
+    let mut ready: Vec<Prepared> = Vec::with_capacity(specs.len());
     for spec in specs {
-        let prepared = match prepare(spec, facts) {
-            Ok(p) => p,
+        match prepare(spec, facts) {
+            Ok(p) if ready.iter().any(|r| r.name == p.name) => {
+                report.warn(format!(
+                    "skill `{}` is listed twice; the first one is used",
+                    p.name
+                ));
+            }
+            Ok(p) => ready.push(p),
             Err(e) if is_input_error(&e) => {
                 report.warn(format!("skill `{}` skipped: {e}", spec.name.escape_debug()));
-                continue;
             }
             Err(e) => return Err(e),
-        };
-        if manifest.skills.contains_key(&prepared.name) {
-            report.warn(format!(
-                "skill `{}` is listed twice; the first one is used",
-                prepared.name
-            ));
-            continue;
         }
+    }
+
+    // One pass over the disk for every file of every skill: which are
+    // still there with the size the manifest recorded.
+    let wanted: Vec<String> = ready
+        .iter()
+        .flat_map(|p| {
+            p.files
+                .iter()
+                .map(move |(path, _)| format!("{}/{path}", p.name))
+        })
+        .collect();
+    let wanted_refs: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    let mut sizes = ws.file_lens(skills_dir, &wanted_refs)?.into_iter();
+
+    for prepared in ready {
         let base: Vec<&str> = skills_dir
             .iter()
             .copied()
             .chain([prepared.name.as_str()])
             .collect();
-        // Unchanged since the last projection and every file still there
-        // with its size: nothing to read or write.
-        let same = old.dir == dir_name
-            && old
-                .skills
-                .get(&prepared.name)
-                .is_some_and(|r| r.sha256 == prepared.record.sha256)
-            && prepared.files.iter().try_fold(true, |ok, (path, bytes)| {
-                let parts: Vec<&str> = base.iter().copied().chain(path.split('/')).collect();
-                Ok::<_, ProjectionError>(ok && ws.file_len(&parts)? == Some(bytes.len() as u64))
-            })?;
-        // Files of the old version that the new one no longer has.
-        if let Some(previous) = old
+        let on_disk: Vec<Option<u64>> = sizes.by_ref().take(prepared.files.len()).collect();
+        let previous = old
             .skills
             .get(&prepared.name)
-            .filter(|_| old.dir == dir_name)
-        {
+            .filter(|_| old.dir == dir_name);
+        // Unchanged since the last projection and every file still there
+        // with its size: nothing to read or write.
+        let same = previous.is_some_and(|r| r.sha256 == prepared.record.sha256)
+            && prepared
+                .files
+                .iter()
+                .zip(&on_disk)
+                .all(|((_, b), size)| *size == Some(b.len() as u64));
+        // Files of the old version that the new one no longer has.
+        if let Some(previous) = previous {
             for path in previous
                 .files
                 .keys()

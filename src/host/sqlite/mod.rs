@@ -57,6 +57,9 @@ pub enum OpenError {
         "host store {path} has schema version {found}; this build knows {SCHEMA_VERSION} (upgrade harness-bridge)"
     )]
     Version { path: PathBuf, found: i64 },
+    /// The audit writer thread could not start.
+    #[error("cannot start the audit writer: {0}")]
+    Thread(std::io::Error),
     /// The OS gave no random bytes for the cursor secret.
     #[error("no randomness for the store secret: {0}")]
     Random(String),
@@ -99,6 +102,7 @@ struct Inner {
     db_path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
+    audit: audit::AuditWriter,
     cursors: CursorCodec,
 }
 
@@ -170,12 +174,16 @@ impl SqliteHost {
                 fresh
             }
         };
+        let audit_conn = Connection::open(&db_path).map_err(sqlite)?;
+        configure(&audit_conn).map_err(sqlite)?;
+        let audit = audit::AuditWriter::start(audit_conn).map_err(OpenError::Thread)?;
         Ok(SqliteHost {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 db_path,
                 writer: Mutex::new(writer),
                 readers: Mutex::new(Vec::new()),
+                audit,
                 cursors: CursorCodec::new(&secret),
             }),
         })
@@ -277,8 +285,11 @@ impl SqliteHost {
         run_id: Option<String>,
         limit: u32,
     ) -> HostResult<Vec<AuditRow>> {
-        self.read(move |conn, _| audit::tail(conn, run_id.as_deref(), limit))
-            .await
+        self.read(move |conn, inner| {
+            inner.audit.flush_blocking()?;
+            audit::tail(conn, run_id.as_deref(), limit)
+        })
+        .await
     }
 }
 
@@ -470,6 +481,6 @@ impl HostApi for SqliteHost {
     }
 
     async fn record_audit(&self, entry: AuditEntry) -> HostResult<()> {
-        self.write(move |tx, _| audit::insert(tx, &entry)).await
+        self.inner.audit.record(entry)
     }
 }
