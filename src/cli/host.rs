@@ -54,23 +54,9 @@ pub enum HostCommand {
 }
 
 pub fn run(cmd: HostCommand, data_dir: &Path) -> u8 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return exit::FAILURE;
-        }
-    };
-    let host = match SqliteHost::open(data_dir) {
-        Ok(host) => host,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::FAILURE;
-        }
+    let (runtime, host) = match super::open_store(data_dir) {
+        Ok(opened) => opened,
+        Err(code) => return code,
     };
     match runtime.block_on(execute(cmd, &host)) {
         Ok(()) => exit::OK,

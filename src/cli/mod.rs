@@ -91,6 +91,26 @@ enum Command {
     Project(project::ProjectArgs),
 }
 
+/// The embedded store and a runtime to drive it, or the exit code after
+/// saying why not: what every store-backed command starts with.
+fn open_store(
+    data_dir: &std::path::Path,
+) -> Result<(tokio::runtime::Runtime, crate::host::sqlite::SqliteHost), u8> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            exit::FAILURE
+        })?;
+    let store = crate::host::sqlite::SqliteHost::open(data_dir).map_err(|e| {
+        eprintln!("error: {e}");
+        exit::FAILURE
+    })?;
+    Ok((runtime, store))
+}
+
 /// Resolve the data folder: flag or env var, then XDG, then `~/.local/share`.
 fn data_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
     if let Some(dir) = flag {

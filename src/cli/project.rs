@@ -9,7 +9,6 @@ use clap::Args;
 use super::exit;
 use super::input::read_context;
 use crate::harness;
-use crate::host::sqlite::SqliteHost;
 use crate::host::{GrantPolicy, Grants, tool_names};
 use crate::projection::{ProjectRequest, Projection, Templates, WriteOutcome, project};
 
@@ -104,22 +103,9 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
             return exit::INVALID;
         }
     };
-    let host = match SqliteHost::open(data_dir) {
-        Ok(host) => host,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::FAILURE;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return exit::FAILURE;
-        }
+    let (runtime, host) = match super::open_store(data_dir) {
+        Ok(opened) => opened,
+        Err(code) => return code,
     };
     let root = args.root.unwrap_or_else(|| data_dir.join("workspaces"));
     let grants = Grants::new(Arc::new(host));

@@ -9,7 +9,9 @@
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::db_error;
-use crate::host::{Cursor, CursorCodec, CursorKind, Direction, HostResult, RunScope};
+use crate::host::{
+    Cursor, CursorCodec, CursorKind, Direction, EventQuery, HistoryQuery, HostResult, RunScope,
+};
 use crate::protocol::AgentAPIError;
 
 /// The stream a query targets: its own conversation and thread, or another
@@ -57,6 +59,30 @@ pub(super) struct PageRequest<'a> {
     pub after: Option<&'a str>,
     pub direction: Direction,
     pub limit: u32,
+}
+
+impl<'a> From<&'a HistoryQuery> for PageRequest<'a> {
+    fn from(q: &'a HistoryQuery) -> Self {
+        PageRequest {
+            conversation: q.conversation_id.as_deref(),
+            before: q.before_cursor.as_deref(),
+            after: q.after_cursor.as_deref(),
+            direction: q.direction,
+            limit: q.limit,
+        }
+    }
+}
+
+impl<'a> From<&'a EventQuery> for PageRequest<'a> {
+    fn from(q: &'a EventQuery) -> Self {
+        PageRequest {
+            conversation: q.conversation_id.as_deref(),
+            before: q.before_cursor.as_deref(),
+            after: q.after_cursor.as_deref(),
+            direction: q.direction,
+            limit: q.limit,
+        }
+    }
 }
 
 /// Resolve a page request to its stream and window; `None` when the stream

@@ -58,13 +58,7 @@ pub(super) fn page(
     scope: &RunScope,
     query: &HistoryQuery,
 ) -> HostResult<HistoryPage> {
-    let request = PageRequest {
-        conversation: query.conversation_id.as_deref(),
-        before: query.before_cursor.as_deref(),
-        after: query.after_cursor.as_deref(),
-        direction: query.direction,
-        limit: query.limit,
-    };
+    let request = PageRequest::from(query);
     let Some((stream, window)) = open_page(conn, codec, CursorKind::History, scope, &request)?
     else {
         return Ok(HistoryPage {
