@@ -10,5 +10,6 @@
 pub mod cli;
 pub mod harness;
 pub mod host;
+pub mod mcp;
 pub mod projection;
 pub mod protocol;

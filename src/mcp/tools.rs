@@ -1,0 +1,726 @@
+//! The tools: typed arguments (unknown ones rejected), one dispatch, and
+//! results as structured content plus a text rendering. A failure is a
+//! tool error whose text starts with its §9 code, so a model can act on it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use rmcp::handler::server::common::schema_for_type;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::host::{Api, Direction, EventQuery, GrantedHost, HistoryQuery};
+use crate::protocol::{AgentAPIError, StateScope, StorageKind};
+
+/// The server name harnesses see: tools are `mcp__langbot__<tool>`.
+pub const SERVER_NAME: &str = "langbot";
+
+/// What the bridge knows about a run besides its grant: the current event
+/// (for `get_current_event`) and its input files (for `read_files`).
+#[derive(Debug, Clone, Default)]
+pub struct RunFacts {
+    /// The current event as projected for the harness (scoped, redacted).
+    pub current_event: Value,
+    /// Input file id → (artifact id, inline copy path, display name).
+    pub input_files: HashMap<String, InputRef>,
+}
+
+/// Where an input file's bytes are.
+#[derive(Debug, Clone, Default)]
+pub struct InputRef {
+    /// The file name as the user sent it.
+    pub name: String,
+    /// Artifact id in the host store, when there is one.
+    pub artifact_id: Option<String>,
+    /// Workspace copy, when the artifact is not in the store.
+    pub local_path: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Walk {
+    /// Newest first (the latest items, then older ones).
+    #[default]
+    Backward,
+    /// Oldest first.
+    Forward,
+}
+
+impl From<Walk> for Direction {
+    fn from(walk: Walk) -> Self {
+        match walk {
+            Walk::Backward => Direction::Backward,
+            Walk::Forward => Direction::Forward,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Scope {
+    /// This conversation (with this runner).
+    Conversation,
+    /// The user who sent the message, across conversations.
+    Actor,
+    /// The object the event is about (a group, a channel).
+    Subject,
+    /// This runner, everywhere: use sparingly.
+    Runner,
+}
+
+impl From<Scope> for StateScope {
+    fn from(scope: Scope) -> Self {
+        match scope {
+            Scope::Conversation => StateScope::Conversation,
+            Scope::Actor => StateScope::Actor,
+            Scope::Subject => StateScope::Subject,
+            Scope::Runner => StateScope::Runner,
+        }
+    }
+}
+
+fn fifty() -> u32 {
+    50
+}
+fn ten() -> u32 {
+    10
+}
+fn hundred() -> u32 {
+    100
+}
+fn chunk() -> u64 {
+    64 * 1024
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct HistoryPageArgs {
+    /// Another conversation's id; leave out for this conversation.
+    conversation_id: Option<String>,
+    /// Items older than this cursor (from an item's or page's cursor).
+    before_cursor: Option<String>,
+    /// Items newer than this cursor.
+    after_cursor: Option<String>,
+    /// How many items, 1-100.
+    #[serde(default = "fifty")]
+    limit: u32,
+    /// `backward` (newest first, the default) or `forward` (oldest first).
+    #[serde(default)]
+    direction: Walk,
+    /// Include artifact references of each item.
+    #[serde(default)]
+    include_artifacts: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct HistorySearchArgs {
+    /// Words to find; items with every word come first, newest first.
+    query: String,
+    /// Another conversation's id; leave out for this conversation.
+    conversation_id: Option<String>,
+    /// How many items, 1-50.
+    #[serde(default = "ten")]
+    top_k: u32,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EventGetArgs {
+    /// The event's id.
+    event_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EventPageArgs {
+    /// Another conversation's id; leave out for this conversation.
+    conversation_id: Option<String>,
+    /// Only these event types (e.g. `message.received`).
+    #[serde(default)]
+    event_types: Vec<String>,
+    /// Events older than this cursor.
+    before_cursor: Option<String>,
+    /// Events newer than this cursor.
+    after_cursor: Option<String>,
+    /// How many events, 1-100.
+    #[serde(default = "fifty")]
+    limit: u32,
+    /// `backward` (newest first, the default) or `forward`.
+    #[serde(default)]
+    direction: Walk,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ArtifactIdArgs {
+    /// The artifact's id.
+    artifact_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ArtifactReadArgs {
+    /// The artifact's id.
+    artifact_id: String,
+    /// Byte offset to start at.
+    #[serde(default)]
+    offset: u64,
+    /// How many bytes (default 64 KiB); read on with `offset` while `has_more`.
+    #[serde(default = "chunk")]
+    length: u64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ReadFilesArgs {
+    /// File ids from `# Input Files` (e.g. `f_3a9c0e12b4d7`).
+    ids: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StateKeyArgs {
+    /// Whose state: `conversation`, `actor`, `subject` or `runner`.
+    scope: Scope,
+    /// The key, e.g. `memory.summary`.
+    key: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StateSetArgs {
+    /// Whose state: `conversation`, `actor`, `subject` or `runner`.
+    scope: Scope,
+    /// The key, e.g. `memory.summary`.
+    key: String,
+    /// Any JSON value (at most 256 KiB as JSON).
+    value: Value,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StateListArgs {
+    /// Whose state: `conversation`, `actor`, `subject` or `runner`.
+    scope: Scope,
+    /// Only keys starting with this.
+    prefix: Option<String>,
+    /// How many entries, 1-1000.
+    #[serde(default = "hundred")]
+    limit: u32,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StorageKeyArgs {
+    /// The key.
+    key: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StorageSetArgs {
+    /// The key.
+    key: String,
+    /// The value: text, or base64 when `base64` is true.
+    value: String,
+    /// Whether `value` is base64-encoded bytes.
+    #[serde(default)]
+    base64: bool,
+}
+
+/// One tool: its name, what gates it, and how a model should use it.
+struct ToolSpec {
+    name: &'static str,
+    /// `None`: every run has it (it reads only this run's own event/inputs).
+    api: Option<Api>,
+    description: &'static str,
+    schema: fn() -> Arc<rmcp::model::JsonObject>,
+}
+
+macro_rules! tool {
+    ($name:literal, $api:expr, $args:ty, $description:literal) => {
+        ToolSpec {
+            name: $name,
+            api: $api,
+            description: $description,
+            schema: schema_for_type::<$args>,
+        }
+    };
+}
+
+const TOOLS: &[ToolSpec] = &[
+    tool!(
+        "get_current_event",
+        None,
+        NoArgs,
+        "The event this turn answers: its type, sender, subject and input, as the host delivered it. Call first when unsure what the user asked."
+    ),
+    tool!(
+        "read_files",
+        None,
+        ReadFilesArgs,
+        "Text of this conversation's input files by id (ids from `# Input Files`). Binary files come back base64-encoded."
+    ),
+    tool!(
+        "history_page",
+        Some(Api::HistoryPage),
+        HistoryPageArgs,
+        "Earlier messages of this conversation, page by page: newest first by default; pass a returned cursor as before_cursor to go further back. Items come oldest first within a page."
+    ),
+    tool!(
+        "history_search",
+        Some(Api::HistorySearch),
+        HistorySearchArgs,
+        "Find earlier messages of this conversation by words (any language). Items containing every word come first, then items with some; newest first."
+    ),
+    tool!(
+        "event_get",
+        Some(Api::EventGet),
+        EventGetArgs,
+        "One event of this conversation by id: type, sender, subject, time and a short input summary."
+    ),
+    tool!(
+        "event_page",
+        Some(Api::EventPage),
+        EventPageArgs,
+        "Events of this conversation page by page (joins, leaves, messages, system events), optionally of given types."
+    ),
+    tool!(
+        "artifact_metadata",
+        Some(Api::ArtifactMetadata),
+        ArtifactIdArgs,
+        "What an artifact (a file the host stores) is: name, type, size, digest."
+    ),
+    tool!(
+        "artifact_read",
+        Some(Api::ArtifactRead),
+        ArtifactReadArgs,
+        "Bytes of an artifact by range: text comes back as text, binary as base64. Continue with offset while has_more is true."
+    ),
+    tool!(
+        "state_get",
+        Some(Api::State),
+        StateKeyArgs,
+        "Read one value the host keeps for you across turns (e.g. notes, preferences)."
+    ),
+    tool!(
+        "state_set",
+        Some(Api::State),
+        StateSetArgs,
+        "Keep a small JSON value across turns in a scope: conversation, actor (the user), subject, or runner."
+    ),
+    tool!(
+        "state_delete",
+        Some(Api::State),
+        StateKeyArgs,
+        "Forget one kept value."
+    ),
+    tool!(
+        "state_list",
+        Some(Api::State),
+        StateListArgs,
+        "List kept values of a scope, optionally by key prefix."
+    ),
+    tool!(
+        "plugin_storage_get",
+        Some(Api::PluginStorage),
+        StorageKeyArgs,
+        "Read a blob from this plugin's storage (text, or base64 for binary)."
+    ),
+    tool!(
+        "plugin_storage_set",
+        Some(Api::PluginStorage),
+        StorageSetArgs,
+        "Store a blob in this plugin's storage."
+    ),
+    tool!(
+        "plugin_storage_delete",
+        Some(Api::PluginStorage),
+        StorageKeyArgs,
+        "Delete a blob from this plugin's storage."
+    ),
+    tool!(
+        "plugin_storage_keys",
+        Some(Api::PluginStorage),
+        NoArgs,
+        "List the keys of this plugin's storage."
+    ),
+    tool!(
+        "workspace_storage_get",
+        Some(Api::WorkspaceStorage),
+        StorageKeyArgs,
+        "Read a blob from the workspace's shared storage (text, or base64 for binary)."
+    ),
+    tool!(
+        "workspace_storage_set",
+        Some(Api::WorkspaceStorage),
+        StorageSetArgs,
+        "Store a blob in the workspace's shared storage."
+    ),
+    tool!(
+        "workspace_storage_delete",
+        Some(Api::WorkspaceStorage),
+        StorageKeyArgs,
+        "Delete a blob from the workspace's shared storage."
+    ),
+    tool!(
+        "workspace_storage_keys",
+        Some(Api::WorkspaceStorage),
+        NoArgs,
+        "List the keys of the workspace's shared storage."
+    ),
+];
+
+/// Where a call finds its run: the grant, and the run's facts.
+pub(crate) struct RunAccess {
+    pub host: GrantedHost,
+    pub facts: Arc<RunFacts>,
+}
+
+/// The MCP handler. Over HTTP each request carries the run it belongs to
+/// (resolved from its bearer token before it reaches here).
+#[derive(Clone, Default)]
+pub struct RunTools {
+    facts: Arc<Mutex<HashMap<String, Arc<RunFacts>>>>,
+}
+
+impl RunTools {
+    /// Register what a run's `get_current_event` and `read_files` return.
+    pub fn set_facts(&self, run_id: &str, facts: RunFacts) {
+        self.facts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.to_string(), Arc::new(facts));
+    }
+
+    /// Forget a run's facts (its run has ended).
+    pub fn forget(&self, run_id: &str) {
+        self.facts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
+    }
+
+    pub(crate) fn facts_of(&self, run_id: &str) -> Arc<RunFacts> {
+        self.facts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn access(&self, context: &RequestContext<RoleServer>) -> Result<RunAccess, McpError> {
+        let host = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<GrantedHost>())
+            .cloned()
+            .ok_or_else(|| McpError::invalid_request("no run is attached to this request", None))?;
+        let facts = self.facts_of(host.grant().run_id());
+        Ok(RunAccess { host, facts })
+    }
+
+    /// The tools a run may see.
+    pub fn list_for(host: &GrantedHost) -> Vec<Tool> {
+        TOOLS
+            .iter()
+            .filter(|t| t.api.is_none_or(|api| host.allows(api)))
+            .map(|t| Tool::new(t.name, t.description, (t.schema)()))
+            .collect()
+    }
+
+    /// Run one tool call for a run: the whole tool surface in one place.
+    pub(crate) async fn call(
+        access: &RunAccess,
+        name: &str,
+        args: Option<rmcp::model::JsonObject>,
+    ) -> CallToolResult {
+        let args = Value::Object(args.unwrap_or_default());
+        match dispatch(access, name, args).await {
+            Ok(value) => success(value),
+            Err(err) => failure(&err),
+        }
+    }
+}
+
+fn parse<T: DeserializeOwned>(args: Value) -> Result<T, AgentAPIError> {
+    serde_json::from_value(args)
+        .map_err(|e| AgentAPIError::invalid_argument(format!("bad arguments: {e}")))
+}
+
+fn to_json<T: serde::Serialize>(value: T) -> Result<Value, AgentAPIError> {
+    serde_json::to_value(value).map_err(|e| AgentAPIError::runtime(e.to_string()))
+}
+
+fn storage_value(bytes: Option<Vec<u8>>) -> Value {
+    match bytes {
+        None => json!({"found": false}),
+        Some(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => json!({"found": true, "text": text}),
+            Err(e) => {
+                json!({"found": true, "base64": base64::engine::general_purpose::STANDARD.encode(e.into_bytes())})
+            }
+        },
+    }
+}
+
+fn is_text(mime: Option<&str>, bytes: &[u8]) -> bool {
+    let declared_binary = mime.is_some_and(|m| {
+        !(m.starts_with("text/")
+            || m.contains("json")
+            || m.contains("xml")
+            || m.contains("yaml")
+            || m.contains("javascript"))
+    });
+    !declared_binary && std::str::from_utf8(bytes).is_ok()
+}
+
+async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, AgentAPIError> {
+    let host = &access.host;
+    let spec = TOOLS
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| AgentAPIError::not_found(format!("no tool `{name}`")))?;
+    // Refused again here, whatever the tool list said.
+    if let Some(api) = spec.api
+        && !host.allows(api)
+    {
+        return Err(AgentAPIError::unauthorized(format!(
+            "`{name}` is not granted to this run"
+        )));
+    }
+    let area = |n: &str| {
+        if n.starts_with("plugin_") {
+            StorageKind::Plugin
+        } else {
+            StorageKind::Workspace
+        }
+    };
+    match name {
+        "get_current_event" => {
+            parse::<NoArgs>(args)?;
+            Ok(access.facts.current_event.clone())
+        }
+        "read_files" => {
+            let a: ReadFilesArgs = parse(args)?;
+            read_files(access, &a.ids).await
+        }
+        "history_page" => {
+            let a: HistoryPageArgs = parse(args)?;
+            let query = HistoryQuery {
+                conversation_id: a.conversation_id,
+                before_cursor: a.before_cursor,
+                after_cursor: a.after_cursor,
+                limit: a.limit,
+                direction: a.direction.into(),
+                include_artifacts: a.include_artifacts,
+            };
+            to_json(host.history_page(&query).await?)
+        }
+        "history_search" => {
+            let a: HistorySearchArgs = parse(args)?;
+            to_json(
+                host.history_search(a.conversation_id.as_deref(), &a.query, a.top_k)
+                    .await?,
+            )
+        }
+        "event_get" => {
+            let a: EventGetArgs = parse(args)?;
+            to_json(host.event_get(&a.event_id).await?)
+        }
+        "event_page" => {
+            let a: EventPageArgs = parse(args)?;
+            let query = EventQuery {
+                conversation_id: a.conversation_id,
+                event_types: a.event_types,
+                before_cursor: a.before_cursor,
+                after_cursor: a.after_cursor,
+                limit: a.limit,
+                direction: a.direction.into(),
+            };
+            to_json(host.event_page(&query).await?)
+        }
+        "artifact_metadata" => {
+            let a: ArtifactIdArgs = parse(args)?;
+            to_json(host.artifact_metadata(&a.artifact_id).await?)
+        }
+        "artifact_read" => {
+            let a: ArtifactReadArgs = parse(args)?;
+            let read = host
+                .artifact_read(&a.artifact_id, a.offset, a.length)
+                .await?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(read.content_base64.as_deref().unwrap_or(""))
+                .map_err(|e| AgentAPIError::runtime(format!("host sent invalid base64: {e}")))?;
+            let mut out = json!({
+                "artifact_id": read.artifact_id,
+                "mime_type": read.mime_type,
+                "size_bytes": read.size_bytes,
+                "offset": read.offset,
+                "length": read.length,
+                "has_more": read.has_more,
+            });
+            if is_text(read.mime_type.as_deref(), &bytes) {
+                out["text"] = Value::String(String::from_utf8_lossy(&bytes).into_owned());
+            } else {
+                out["content_base64"] = Value::String(read.content_base64.unwrap_or_default());
+            }
+            Ok(out)
+        }
+        "state_get" => {
+            let a: StateKeyArgs = parse(args)?;
+            let value = host.state_get(a.scope.into(), &a.key).await?;
+            Ok(json!({"key": a.key, "found": value.is_some(), "value": value}))
+        }
+        "state_set" => {
+            let a: StateSetArgs = parse(args)?;
+            host.state_set(a.scope.into(), &a.key, &a.value).await?;
+            Ok(json!({"key": a.key, "stored": true}))
+        }
+        "state_delete" => {
+            let a: StateKeyArgs = parse(args)?;
+            let existed = host.state_delete(a.scope.into(), &a.key).await?;
+            Ok(json!({"key": a.key, "deleted": existed}))
+        }
+        "state_list" => {
+            let a: StateListArgs = parse(args)?;
+            let entries = host
+                .state_list(a.scope.into(), a.prefix.as_deref(), a.limit)
+                .await?;
+            Ok(json!({"entries": entries}))
+        }
+        n if n.ends_with("_storage_get") => {
+            let a: StorageKeyArgs = parse(args)?;
+            Ok(storage_value(host.storage_get(area(n), &a.key).await?))
+        }
+        n if n.ends_with("_storage_set") => {
+            let a: StorageSetArgs = parse(args)?;
+            let bytes = if a.base64 {
+                base64::engine::general_purpose::STANDARD
+                    .decode(&a.value)
+                    .map_err(|e| {
+                        AgentAPIError::invalid_argument(format!("value is not base64: {e}"))
+                    })?
+            } else {
+                a.value.into_bytes()
+            };
+            host.storage_set(area(n), &a.key, &bytes).await?;
+            Ok(json!({"key": a.key, "stored": true}))
+        }
+        n if n.ends_with("_storage_delete") => {
+            let a: StorageKeyArgs = parse(args)?;
+            Ok(json!({"key": a.key, "deleted": host.storage_delete(area(n), &a.key).await?}))
+        }
+        n if n.ends_with("_storage_keys") => {
+            parse::<NoArgs>(args)?;
+            Ok(json!({"keys": host.storage_keys(area(n)).await?}))
+        }
+        other => Err(AgentAPIError::not_found(format!("no tool `{other}`"))),
+    }
+}
+
+/// `read_files`: the run's own input files by id, through the grant when
+/// they are artifacts (so each read is checked and audited).
+async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAPIError> {
+    const MAX: u64 = 1024 * 1024;
+    let mut files = Vec::with_capacity(ids.len());
+    for id in ids {
+        let Some(input) = access.facts.input_files.get(id) else {
+            files.push(json!({"id": id, "error": "not_found: no input file with this id in this conversation"}));
+            continue;
+        };
+        let bytes = if let Some(artifact_id) = &input.artifact_id {
+            let read = access
+                .host
+                .artifact_read(
+                    artifact_id,
+                    0,
+                    MAX.min(access.host.grant().caps.max_read_length),
+                )
+                .await;
+            match read {
+                Ok(read) => base64::engine::general_purpose::STANDARD
+                    .decode(read.content_base64.unwrap_or_default())
+                    .map_err(|e| AgentAPIError::runtime(e.to_string())),
+                Err(e) => Err(e),
+            }
+        } else if let Some(path) = &input.local_path {
+            tokio::fs::read(path)
+                .await
+                .map_err(|e| AgentAPIError::not_found(format!("copy is gone: {e}")))
+        } else {
+            Err(AgentAPIError::not_found(
+                "this file has no readable content",
+            ))
+        };
+        files.push(match bytes {
+            Ok(bytes) if std::str::from_utf8(&bytes).is_ok() => {
+                json!({"id": id, "name": input.name, "text": String::from_utf8_lossy(&bytes)})
+            }
+            Ok(bytes) => json!({"id": id, "name": input.name, "content_base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
+            Err(e) => json!({"id": id, "name": input.name, "error": e.to_string()}),
+        });
+    }
+    Ok(json!({"files": files}))
+}
+
+fn success(value: Value) -> CallToolResult {
+    let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(value);
+    result
+}
+
+fn failure(err: &AgentAPIError) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
+        "{}: {}",
+        err.code, err.message
+    ))]);
+    result.structured_content = serde_json::to_value(err).ok();
+    result
+}
+
+impl ServerHandler for RunTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+            .with_instructions("LangBot host facts for this conversation: history, events, artifacts, state and storage, scoped to the current run.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let access = self.access(&context)?;
+        Ok(ListToolsResult::with_all_items(Self::list_for(
+            &access.host,
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let access = self.access(&context)?;
+        Ok(Self::call(&access, &request.name, request.arguments)
+            .await
+            .into())
+    }
+}

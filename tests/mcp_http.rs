@@ -1,0 +1,422 @@
+//! The MCP server over streamable HTTP, driven by a real rmcp client against
+//! the real SQLite store: the tool list follows the grant, tools return the
+//! store's data, refusals carry their §9 code, and every call is audited.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use common::{RUNNER, all_permissions, context};
+use harness_bridge::host::sqlite::SqliteHost;
+use harness_bridge::host::{
+    GrantCaps, GrantPolicy, Grants, HostApi, NewArtifact, NewTranscriptItem,
+};
+use harness_bridge::mcp::{McpHttpServer, RunFacts, RunTools};
+use harness_bridge::protocol::AgentRunnerPermissions;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+struct Server {
+    _dir: tempfile::TempDir,
+    store: SqliteHost,
+    grants: Arc<Grants>,
+    tools: RunTools,
+    http: McpHttpServer,
+}
+
+async fn server() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteHost::open(dir.path()).unwrap();
+    for (conv, text) in [
+        ("c1", "we ship on friday"),
+        ("c1", "the deploy failed"),
+        ("c2", "other chat secret"),
+    ] {
+        store
+            .append_transcript(NewTranscriptItem {
+                event_id: "e".into(),
+                conversation_id: conv.into(),
+                role: "user".into(),
+                content: Some(text.into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let grants = Arc::new(Grants::new(Arc::new(store.clone())));
+    let tools = RunTools::default();
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let http = McpHttpServer::start(grants.clone(), tools.clone(), addr)
+        .await
+        .unwrap();
+    Server {
+        _dir: dir,
+        store,
+        grants,
+        tools,
+        http,
+    }
+}
+
+async fn client(url: &str, token: &str) -> Result<RunningService<RoleClient, ()>, String> {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
+    );
+    ().serve(transport).await.map_err(|e| e.to_string())
+}
+
+async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("args must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args))
+        .await
+        .expect("call transported")
+}
+
+fn error_text(result: &CallToolResult) -> String {
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "expected a tool error: {result:?}"
+    );
+    result.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_follow_the_grant_and_return_store_data() {
+    let s = server().await;
+    let run = s
+        .grants
+        .open_run(
+            &context("run-1", "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    s.tools.set_facts(
+        "run-1",
+        RunFacts {
+            current_event: json!({"event_type": "message.received"}),
+            ..Default::default()
+        },
+    );
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+
+    let names: Vec<String> = c
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    for expected in [
+        "get_current_event",
+        "read_files",
+        "history_page",
+        "history_search",
+        "event_get",
+        "artifact_read",
+        "state_set",
+        "plugin_storage_get",
+        "workspace_storage_keys",
+    ] {
+        assert!(
+            names.contains(&expected.to_string()),
+            "{expected} missing from {names:?}"
+        );
+    }
+
+    let page = call(&c, "history_page", json!({"limit": 10})).await;
+    assert_ne!(page.is_error, Some(true), "{page:?}");
+    let items = page.structured_content.as_ref().unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let texts: Vec<&str> = items
+        .iter()
+        .map(|i| i["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["we ship on friday", "the deploy failed"]);
+    assert!(
+        page.content[0]
+            .as_text()
+            .unwrap()
+            .text
+            .contains("we ship on friday")
+    );
+
+    let hits = call(&c, "history_search", json!({"query": "deploy"})).await;
+    assert_eq!(
+        hits.structured_content.unwrap()["items"][0]["content"],
+        "the deploy failed"
+    );
+    let event = call(&c, "get_current_event", json!({})).await;
+    assert_eq!(
+        event.structured_content.unwrap()["event_type"],
+        "message.received"
+    );
+
+    let set = call(
+        &c,
+        "state_set",
+        json!({"scope": "conversation", "key": "memory.note", "value": {"likes": "tea"}}),
+    )
+    .await;
+    assert_ne!(set.is_error, Some(true), "{set:?}");
+    let got = call(
+        &c,
+        "state_get",
+        json!({"scope": "conversation", "key": "memory.note"}),
+    )
+    .await;
+    assert_eq!(
+        got.structured_content.unwrap()["value"],
+        json!({"likes": "tea"})
+    );
+    call(&c, "plugin_storage_set", json!({"key": "k", "value": "v"})).await;
+    let blob = call(&c, "plugin_storage_get", json!({"key": "k"})).await;
+    assert_eq!(blob.structured_content.unwrap()["text"], "v");
+
+    let art = s
+        .store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "file".into(),
+                mime_type: Some("text/plain".into()),
+                source: "x".into(),
+                conversation_id: Some("c1".into()),
+                ..Default::default()
+            },
+            b"hello artifact".to_vec(),
+        )
+        .await
+        .unwrap();
+    let read = call(
+        &c,
+        "artifact_read",
+        json!({"artifact_id": art.artifact_id, "offset": 6, "length": 100}),
+    )
+    .await;
+    let read = read.structured_content.unwrap();
+    assert_eq!(
+        (read["text"].as_str(), read["has_more"].as_bool()),
+        (Some("artifact"), Some(false))
+    );
+
+    let audit = s.store.audit_tail(Some("run-1".into()), 50).await.unwrap();
+    let actions: Vec<&str> = audit.iter().map(|r| r.entry.action.as_str()).collect();
+    for expected in [
+        "history_page",
+        "history_search",
+        "state_set",
+        "state_get",
+        "storage_set",
+        "storage_get",
+        "artifact_read",
+    ] {
+        assert!(
+            actions.contains(&expected),
+            "no audit row for {expected}: {actions:?}"
+        );
+    }
+    c.cancel().await.unwrap();
+    s.http.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_carry_their_code() {
+    let s = server().await;
+    let caps = GrantCaps {
+        burst: 8,
+        rate_per_second: 0.5,
+        ..GrantCaps::default()
+    };
+    let run = s
+        .grants
+        .open_run(
+            &context("run-2", "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy {
+                caps,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+
+    let other = call(&c, "history_page", json!({"conversation_id": "c2"})).await;
+    assert!(
+        error_text(&other).starts_with("unauthorized: "),
+        "{other:?}"
+    );
+    let forged = call(
+        &c,
+        "history_page",
+        json!({"before_cursor": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}),
+    )
+    .await;
+    assert!(error_text(&forged).starts_with("invalid_argument: "));
+    let big = call(
+        &c,
+        "artifact_read",
+        json!({"artifact_id": "a", "length": 100_000_000}),
+    )
+    .await;
+    assert!(error_text(&big).starts_with("payload_too_large: "));
+    let unknown = call(&c, "history_page", json!({"limit": 5, "sneaky": true})).await;
+    assert!(
+        error_text(&unknown).starts_with("invalid_argument: bad arguments"),
+        "{unknown:?}"
+    );
+    // The burst is spent by now: the next calls are rate limited.
+    let mut limited = false;
+    for _ in 0..10 {
+        let r = call(&c, "history_page", json!({})).await;
+        if r.is_error == Some(true) && error_text(&r).starts_with("rate_limited: ") {
+            limited = true;
+            break;
+        }
+    }
+    assert!(limited, "a burst over the limit is refused");
+    let outcomes: Vec<String> = s
+        .store
+        .audit_tail(Some("run-2".into()), 50)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.entry.outcome)
+        .collect();
+    for code in [
+        "unauthorized",
+        "invalid_argument",
+        "payload_too_large",
+        "rate_limited",
+    ] {
+        assert!(
+            outcomes.iter().any(|o| o == code),
+            "no audit row with {code}: {outcomes:?}"
+        );
+    }
+    c.cancel().await.unwrap();
+    s.http.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrow_grant_lists_and_allows_only_its_tools() {
+    let s = server().await;
+    let only_page: AgentRunnerPermissions =
+        serde_json::from_value(json!({"history": ["page"]})).unwrap();
+    let run = s
+        .grants
+        .open_run(
+            &context("run-3", "c1"),
+            RUNNER,
+            &only_page,
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+    let names: Vec<String> = c
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    // State has no permission key (§4.4): the host's `state` flag, open in
+    // this context, grants it.
+    assert_eq!(
+        names,
+        [
+            "get_current_event",
+            "read_files",
+            "history_page",
+            "state_get",
+            "state_set",
+            "state_delete",
+            "state_list"
+        ]
+    );
+    let search = call(&c, "history_search", json!({"query": "x"})).await;
+    assert!(error_text(&search).starts_with("unauthorized: "));
+    c.cancel().await.unwrap();
+    s.http.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_and_closed_tokens_get_401() {
+    let s = server().await;
+    let http = reqwest_like_post(s.http.url(), None).await;
+    assert_eq!(http, 401);
+    let http = reqwest_like_post(s.http.url(), Some("wrong")).await;
+    assert_eq!(http, 401);
+    assert!(client(s.http.url(), "wrong").await.is_err());
+
+    let run = s
+        .grants
+        .open_run(
+            &context("run-4", "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+    assert_ne!(
+        call(&c, "history_page", json!({})).await.is_error,
+        Some(true)
+    );
+    s.grants.close_run("run-4");
+    let after = c
+        .call_tool(CallToolRequestParams::new("history_page"))
+        .await;
+    assert!(
+        after.is_err(),
+        "a closed run's token is refused at the transport: {after:?}"
+    );
+    assert_eq!(
+        reqwest_like_post(s.http.url(), Some(run.token.expose())).await,
+        401
+    );
+    let rows = s.store.audit_tail(None, 50).await.unwrap();
+    assert!(rows.iter().any(|r| r.entry.action == "authorize"
+        && r.entry.run_id == "run-4"
+        && r.entry.outcome == "unauthorized"));
+    assert!(
+        rows.iter()
+            .any(|r| r.entry.action == "authorize" && r.entry.run_id.is_empty())
+    );
+    s.http.shutdown().await;
+}
+
+/// A bare HTTP POST of an `initialize` request: the status code only.
+async fn reqwest_like_post(url: &str, token: Option<&str>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
