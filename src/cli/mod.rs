@@ -89,6 +89,10 @@ enum Command {
     /// Write a run's workspace for a harness without launching it, and list
     /// the files written: exactly what the harness will get.
     Project(project::ProjectArgs),
+    /// Serve the run's host tools on stdio, relaying to the bridge's MCP
+    /// server (LANGBOT_MCP_URL, LANGBOT_MCP_TOKEN from the environment): what
+    /// a harness launches when it prefers a stdio MCP server.
+    McpStdio,
 }
 
 /// The embedded store and a runtime to drive it, or the exit code after
@@ -166,6 +170,29 @@ pub fn main() -> ExitCode {
                 exit::FAILURE
             }
         },
+        Command::McpStdio => {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::from(exit::FAILURE);
+                }
+            };
+            let code = match runtime.block_on(crate::mcp::run_stdio_shim()) {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    exit::FAILURE
+                }
+            };
+            // The stdin reader blocks a runtime thread until input arrives;
+            // do not wait for it, so the shim exits as soon as it is done.
+            runtime.shutdown_background();
+            code
+        }
         Command::Project(args) => match data_dir(cli.data_dir) {
             Ok(dir) => project::run(args, &dir),
             Err(msg) => {

@@ -7,7 +7,9 @@
 //! any other host call.
 
 mod http;
+mod stdio;
 mod tools;
 
 pub use http::{McpHttpServer, TOKEN_HEADER_HINT};
-pub use tools::{RunFacts, RunTools, SERVER_NAME};
+pub use stdio::{ShimError, URL_ENV, run_stdio_shim};
+pub use tools::{InputRef, RunFacts, RunTools, SERVER_NAME};

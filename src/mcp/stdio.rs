@@ -1,0 +1,127 @@
+//! `harness-bridge mcp-stdio`: the MCP server for harnesses that prefer a
+//! stdio server. It is a relay: an MCP server on stdin/stdout whose every
+//! request is forwarded to the bridge's HTTP server with the run's token,
+//! so authorization, audit and scope stay in one place.
+//!
+//! The endpoint and token come from the environment (never argv). When the
+//! run ends its token dies; the next forwarded call is refused, and the
+//! shim exits instead of lingering.
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ErrorData as McpError, RoleClient, RoleServer, ServerHandler, ServiceExt};
+use tokio_util::sync::CancellationToken;
+
+use super::SERVER_NAME;
+use crate::projection::TOKEN_ENV;
+
+/// Environment variable naming the bridge's MCP endpoint for the shim.
+pub const URL_ENV: &str = "LANGBOT_MCP_URL";
+
+/// Why the shim could not start: for the harness's MCP log.
+#[derive(Debug, thiserror::Error)]
+pub enum ShimError {
+    /// A required variable is not set.
+    #[error("{0} is not set; the bridge sets it when it launches the harness")]
+    MissingEnv(&'static str),
+    /// The bridge's server refused or could not be reached.
+    #[error("cannot reach the bridge's MCP server at {url}: {message}")]
+    Upstream {
+        /// The endpoint tried.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The stdio side failed.
+    #[error("stdio: {0}")]
+    Stdio(String),
+}
+
+struct Relay {
+    upstream: RunningService<RoleClient, ()>,
+    ended: CancellationToken,
+}
+
+impl Relay {
+    fn gone(&self, e: impl std::fmt::Display) -> McpError {
+        // The run ended (token refused) or the bridge went away: finish.
+        self.ended.cancel();
+        McpError::internal_error(format!("the run has ended: {e}"), None)
+    }
+}
+
+impl ServerHandler for Relay {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = self
+            .upstream
+            .list_all_tools()
+            .await
+            .map_err(|e| self.gone(e))?;
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let mut forwarded = CallToolRequestParams::new(request.name.clone());
+        if let Some(arguments) = request.arguments {
+            forwarded = forwarded.with_arguments(arguments);
+        }
+        let result = self
+            .upstream
+            .call_tool(forwarded)
+            .await
+            .map_err(|e| self.gone(e))?;
+        Ok(result.into())
+    }
+}
+
+/// Run the shim until stdin closes or the run ends.
+pub async fn run_stdio_shim() -> Result<(), ShimError> {
+    let url = std::env::var(URL_ENV).map_err(|_| ShimError::MissingEnv(URL_ENV))?;
+    let token = std::env::var(TOKEN_ENV).map_err(|_| ShimError::MissingEnv(TOKEN_ENV))?;
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header(token),
+    );
+    let upstream = ().serve(transport).await.map_err(|e| ShimError::Upstream {
+        url: url.clone(),
+        message: e.to_string(),
+    })?;
+    let ended = CancellationToken::new();
+    let relay = Relay {
+        upstream,
+        ended: ended.clone(),
+    };
+    let server = relay
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| ShimError::Stdio(e.to_string()))?;
+    let stop = server.cancellation_token();
+    tokio::select! {
+        result = server.waiting() => {
+            result.map_err(|e| ShimError::Stdio(e.to_string()))?;
+        }
+        () = ended.cancelled() => {
+            // Let the refusal reach the harness before closing.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            stop.cancel();
+        }
+    }
+    Ok(())
+}
