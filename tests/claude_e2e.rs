@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -20,24 +19,18 @@ use harness_bridge::mcp::{McpHttpServer, RunTools};
 use harness_bridge::projection::{ProjectRequest, TOKEN_ENV, Templates, project};
 use serde_json::{Value, json};
 
-/// The pinned CLI installed by `scripts/test` (`npm ci` in `tests/clis`).
-fn cli(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clis/node_modules/.bin").join(name);
-    assert!(
-        path.exists(),
-        "{name} is not installed at {}: run `scripts/test` (it runs `npm ci` in tests/clis), \
-         or `npm ci --prefix tests/clis`",
-        path.display()
-    );
-    path
-}
-
 type Requests = Arc<Mutex<Vec<Value>>>;
 
 fn sse(events: &[Value]) -> String {
     events
         .iter()
-        .map(|e| format!("event: {}\ndata: {}\n\n", e["type"].as_str().unwrap_or("message"), e))
+        .map(|e| {
+            format!(
+                "event: {}\ndata: {}\n\n",
+                e["type"].as_str().unwrap_or("message"),
+                e
+            )
+        })
         .collect()
 }
 
@@ -46,12 +39,16 @@ fn sse(events: &[Value]) -> String {
 fn reply(request: &Value) -> Vec<Value> {
     let saw_result = request["messages"].as_array().is_some_and(|messages| {
         messages.iter().any(|m| {
-            m["content"].as_array().is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
+            m["content"]
+                .as_array()
+                .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
         })
     });
-    let offers_tool = request["tools"]
-        .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["name"] == "mcp__langbot__history_page"));
+    let offers_tool = request["tools"].as_array().is_some_and(|tools| {
+        tools
+            .iter()
+            .any(|t| t["name"] == "mcp__langbot__history_page")
+    });
     let start = json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}});
     if offers_tool && !saw_result {
         vec![
@@ -79,11 +76,20 @@ async fn messages(State(requests): State<Requests>, body: String) -> Response<Bo
     requests.lock().unwrap().push(request.clone());
     let events = reply(&request);
     if request["stream"] == true {
-        Response::builder().header("content-type", "text/event-stream").body(Body::from(sse(&events))).unwrap()
+        Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from(sse(&events)))
+            .unwrap()
     } else {
-        let text = events.iter().find_map(|e| e["delta"]["text"].as_str()).unwrap_or("ok");
+        let text = events
+            .iter()
+            .find_map(|e| e["delta"]["text"].as_str())
+            .unwrap_or("ok");
         let message = json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 7}});
-        Response::builder().header("content-type", "application/json").body(Body::from(message.to_string())).unwrap()
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(message.to_string()))
+            .unwrap()
     }
 }
 
@@ -93,39 +99,69 @@ async fn fake_model() -> (String, Requests) {
         .route("/v1/messages", post(messages))
         .fallback(any(|| async { StatusCode::OK }))
         .with_state(requests.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, requests)
+    (common::serve_local(app).await, requests)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_calls_the_history_tool_through_the_bridge() {
-    let claude = cli("claude");
+    let claude = common::cli("claude");
     let f = common::fixture();
     f.store
-        .append_transcript(NewTranscriptItem { event_id: "old".into(), conversation_id: "group-1".into(), role: "user".into(), content: Some("DECISION: we ship the release on Friday".into()), ..Default::default() })
+        .append_transcript(NewTranscriptItem {
+            event_id: "old".into(),
+            conversation_id: "group-1".into(),
+            role: "user".into(),
+            content: Some("DECISION: we ship the release on Friday".into()),
+            ..Default::default()
+        })
         .await
         .unwrap();
     let grants = Arc::new(harness_bridge::host::Grants::new(Arc::new(f.store.clone())));
     let tools = RunTools::default();
-    let http = McpHttpServer::start(grants.clone(), tools.clone(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let http = McpHttpServer::start(
+        grants.clone(),
+        tools.clone(),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
     let (model_url, requests) = fake_model().await;
 
     let ctx = common::context("run-e2e", "group-1");
-    let run = grants.open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default()).unwrap();
+    let run = grants
+        .open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default())
+        .unwrap();
     let root = tempfile::tempdir().unwrap();
-    let target = harness_bridge::harness::find("claude-code").unwrap().target();
+    let target = harness_bridge::harness::find("claude-code")
+        .unwrap()
+        .target();
     let names = tool_names(&run.grant.apis);
-    let request = ProjectRequest { ctx: &ctx, target: &target, runner: "claude-code", root: root.path(), tools: &names, mcp_url: http.url(), host: None };
-    let projection = project(&request, &Templates::load(None).unwrap()).await.unwrap();
+    let request = ProjectRequest {
+        ctx: &ctx,
+        target: &target,
+        runner: "claude-code",
+        root: root.path(),
+        tools: &names,
+        mcp_url: http.url(),
+        host: None,
+    };
+    let projection = project(&request, &Templates::load(None).unwrap())
+        .await
+        .unwrap();
 
     let home = tempfile::tempdir().unwrap();
     let output = tokio::process::Command::new(&claude)
         .current_dir(&projection.workspace)
         .arg("-p")
         .arg(&projection.turn_prompt)
-        .args(["--output-format", "stream-json", "--verbose", "--strict-mcp-config", "--allowedTools", "mcp__langbot"])
+        .args([
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--strict-mcp-config",
+            "--allowedTools",
+            "mcp__langbot",
+        ])
         .arg("--mcp-config")
         .arg(projection.workspace.join(".langbot/mcp.json"))
         .env_clear()
@@ -141,27 +177,72 @@ async fn claude_code_calls_the_history_tool_through_the_bridge() {
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(120), output).await.expect("claude finished in time").unwrap();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(120), output)
+        .await
+        .expect("claude finished in time")
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let init = lines.iter().find(|l| l["type"] == "system" && l["subtype"] == "init").unwrap_or_else(|| {
-        panic!("no init line; stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&output.stderr))
-    });
-    let langbot = init["mcp_servers"].as_array().unwrap().iter().find(|s| s["name"] == "langbot").expect("langbot server listed");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let init = lines
+        .iter()
+        .find(|l| l["type"] == "system" && l["subtype"] == "init")
+        .unwrap_or_else(|| {
+            panic!(
+                "no init line; stdout:\n{stdout}\nstderr:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let langbot = init["mcp_servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "langbot")
+        .expect("langbot server listed");
     assert_eq!(langbot["status"], "connected", "{init}");
-    let result = lines.iter().find(|l| l["type"] == "result").unwrap_or_else(|| panic!("no result line:\n{stdout}"));
+    let result = lines
+        .iter()
+        .find(|l| l["type"] == "result")
+        .unwrap_or_else(|| panic!("no result line:\n{stdout}"));
     assert_eq!(result["is_error"], false, "{result}");
-    assert!(result["result"].as_str().unwrap_or("").contains("ship on Friday"), "{result}");
+    assert!(
+        result["result"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ship on Friday"),
+        "{result}"
+    );
 
     // The model's second request carried the tool result: the store's text.
     let requests = requests.lock().unwrap().clone();
     let with_result = requests
         .iter()
         .find(|r| r.to_string().contains("tool_result"))
-        .unwrap_or_else(|| panic!("no request carried a tool result: {} requests", requests.len()));
-    assert!(with_result.to_string().contains("DECISION: we ship the release on Friday"), "the tool result did not carry the transcript");
-    let audit = f.store.audit_tail(Some("run-e2e".into()), 20).await.unwrap();
-    assert!(audit.iter().any(|r| r.entry.action == "history_page" && r.entry.outcome == "ok"), "{audit:?}");
+        .unwrap_or_else(|| {
+            panic!(
+                "no request carried a tool result: {} requests",
+                requests.len()
+            )
+        });
+    assert!(
+        with_result
+            .to_string()
+            .contains("DECISION: we ship the release on Friday"),
+        "the tool result did not carry the transcript"
+    );
+    let audit = f
+        .store
+        .audit_tail(Some("run-e2e".into()), 20)
+        .await
+        .unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|r| r.entry.action == "history_page" && r.entry.outcome == "ok"),
+        "{audit:?}"
+    );
     grants.close_run("run-e2e");
     http.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! Shared fixtures for the integration tests.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use harness_bridge::host::sqlite::SqliteHost;
@@ -80,4 +81,29 @@ impl Fixture {
             .await
             .expect("append transcript");
     }
+}
+
+/// A pinned harness CLI installed by `scripts/test` (`npm ci` in `tests/clis`).
+/// Missing means the set-up did not run: fail with how to fix it.
+pub fn cli(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clis/node_modules/.bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{name} is not installed at {}: run `scripts/test` (it runs `npm ci` in tests/clis), \
+         or `npm ci --prefix tests/clis`",
+        path.display()
+    );
+    path
+}
+
+/// Serve `app` on an OS-chosen 127.0.0.1 port; returns `http://127.0.0.1:PORT`.
+pub async fn serve_local(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1");
+    let url = format!("http://{}", listener.local_addr().expect("local addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("fake server") });
+    url
 }
