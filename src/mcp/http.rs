@@ -74,8 +74,13 @@ impl McpHttpServer {
             ));
         }
         let stop = CancellationToken::new();
-        let config =
-            StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
+        // Stateless, with plain JSON answers (the spec allows both): the
+        // handler keeps nothing per session, since every request names its
+        // run by its token, and tool calls are plain request/response.
+        let config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            .with_cancellation_token(stop.child_token());
         let service = StreamableHttpService::new(
             move || Ok(tools.clone()),
             Arc::new(LocalSessionManager::default()),

@@ -680,7 +680,9 @@ async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAP
 }
 
 fn success(value: Value) -> CallToolResult {
-    let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+    // Compact: the text is for the model, and the same data rides in
+    // structured content; pretty-printing would double what goes over the wire.
+    let text = serde_json::to_string(&value).unwrap_or_default();
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(value);
     result

@@ -1,0 +1,79 @@
+//! Shared by the benches: the 1,000,000-item store (100 conversations ×
+//! 10,000 items), built once under `target/bench-data/` and reused.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use harness_bridge::host::sqlite::SqliteHost;
+use harness_bridge::host::{GrantCaps, GrantPolicy, HostApi, NewTranscriptItem};
+use harness_bridge::protocol::AgentRunContext;
+use serde_json::json;
+
+const CONVERSATIONS: usize = 100;
+const PER_CONVERSATION: usize = 10_000;
+const WORDS: [&str; 16] = [
+    "deploy", "build", "error", "timeout", "database", "review", "merge", "branch", "test",
+    "release", "config", "cache", "latency", "memory", "部署", "日志",
+];
+
+fn text(i: usize) -> String {
+    let pick = |k: usize| WORDS[(i.wrapping_mul(2654435761) >> k) % WORDS.len()];
+    format!(
+        "message {i}: the {} step hit a {} while checking the {} on {}",
+        pick(3),
+        pick(7),
+        pick(11),
+        pick(15)
+    )
+}
+
+/// The 1M-item store, built on first use.
+pub fn store_1m(rt: &tokio::runtime::Runtime) -> SqliteHost {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data/store-1m");
+    let ready = dir.join("READY");
+    let store = SqliteHost::open(&dir).expect("bench store opens");
+    if !ready.exists() {
+        eprintln!("building the 1M-item bench store in {} ...", dir.display());
+        rt.block_on(async {
+            for i in 0..CONVERSATIONS * PER_CONVERSATION {
+                store
+                    .append_transcript(NewTranscriptItem {
+                        event_id: format!("ev-{i}"),
+                        conversation_id: format!("conv-{}", i % CONVERSATIONS),
+                        role: if i % 2 == 0 { "user" } else { "assistant" }.into(),
+                        content: Some(text(i)),
+                        ..NewTranscriptItem::default()
+                    })
+                    .await
+                    .expect("append");
+            }
+        });
+        std::fs::write(&ready, "1000000").expect("mark ready");
+    }
+    store
+}
+
+/// A context for `conversation` with the read APIs opened.
+pub fn context(run_id: &str, conversation: &str) -> AgentRunContext {
+    serde_json::from_value(json!({
+        "run_id": run_id, "trigger": {"type": "message.received"},
+        "event": {"event_id": "e", "event_type": "message.received", "source": "api"},
+        "conversation": {"conversation_id": conversation},
+        "input": {"text": "x"}, "delivery": {"surface": "api"}, "resources": {}, "runtime": {},
+        "context": {"available_apis": {"history_page": true, "history_search": true}}
+    }))
+    .expect("bench context")
+}
+
+/// A policy that never rate-limits: benches measure speed, not the limiter.
+pub fn unlimited() -> GrantPolicy {
+    GrantPolicy {
+        caps: GrantCaps {
+            rate_per_second: 1e9,
+            burst: u32::MAX,
+            max_calls_per_run: u32::MAX,
+            ..GrantCaps::default()
+        },
+        ..GrantPolicy::default()
+    }
+}
