@@ -420,3 +420,225 @@ async fn reqwest_like_post(url: &str, token: Option<&str>) -> u16 {
     stream.read_to_string(&mut response).await.unwrap();
     response.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_returns_the_stores_data() {
+    use harness_bridge::host::NewEvent;
+    use harness_bridge::mcp::InputRef;
+    let s = server().await;
+    s.store
+        .append_event(NewEvent {
+            event_id: "ev-join".into(),
+            event_type: "member.joined".into(),
+            source: "platform".into(),
+            conversation_id: Some("c1".into()),
+            input_summary: Some("Grace joined".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let art = s
+        .store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "file".into(),
+                name: Some("notes.txt".into()),
+                mime_type: Some("text/plain".into()),
+                source: "platform".into(),
+                conversation_id: Some("c1".into()),
+                ..Default::default()
+            },
+            b"meeting notes".to_vec(),
+        )
+        .await
+        .unwrap();
+    let bin = s
+        .store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "image".into(),
+                mime_type: Some("image/png".into()),
+                source: "platform".into(),
+                conversation_id: Some("c1".into()),
+                ..Default::default()
+            },
+            vec![0x89, b'P', b'N', b'G', 0, 1],
+        )
+        .await
+        .unwrap();
+    let local = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(local.path(), "inline upload").unwrap();
+    let run = s
+        .grants
+        .open_run(
+            &context("run-all", "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let inputs = [
+        (
+            "f_artifact".to_string(),
+            InputRef {
+                name: "notes.txt".into(),
+                artifact_id: Some(art.artifact_id.clone()),
+                local_path: None,
+            },
+        ),
+        (
+            "f_local".to_string(),
+            InputRef {
+                name: "up.txt".into(),
+                artifact_id: None,
+                local_path: Some(local.path().to_path_buf()),
+            },
+        ),
+    ];
+    s.tools.set_facts(
+        "run-all",
+        RunFacts {
+            current_event: json!({"event_id": "ev-now"}),
+            input_files: inputs.into_iter().collect(),
+        },
+    );
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+    let ok = |r: CallToolResult| {
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+        r.structured_content.unwrap()
+    };
+
+    let files = ok(call(
+        &c,
+        "read_files",
+        json!({"ids": ["f_artifact", "f_local", "f_nope"]}),
+    )
+    .await);
+    assert_eq!(files["files"][0]["text"], "meeting notes");
+    assert_eq!(files["files"][1]["text"], "inline upload");
+    assert!(
+        files["files"][2]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not_found")
+    );
+    assert_eq!(
+        ok(call(&c, "get_current_event", json!({})).await)["event_id"],
+        "ev-now"
+    );
+    let events = ok(call(&c, "event_page", json!({"event_types": ["member.joined"]})).await);
+    assert_eq!(events["items"][0]["event_id"], "ev-join");
+    assert_eq!(
+        ok(call(&c, "event_get", json!({"event_id": "ev-join"})).await)["input_summary"],
+        "Grace joined"
+    );
+    assert_eq!(
+        ok(call(
+            &c,
+            "artifact_metadata",
+            json!({"artifact_id": art.artifact_id})
+        )
+        .await)["name"],
+        "notes.txt"
+    );
+    let png = ok(call(&c, "artifact_read", json!({"artifact_id": bin.artifact_id})).await);
+    assert_eq!(
+        png["content_base64"], "iVBORwAB",
+        "binary comes back as base64"
+    );
+    assert!(png.get("text").is_none());
+
+    ok(call(
+        &c,
+        "state_set",
+        json!({"scope": "actor", "key": "pref.lang", "value": "en"}),
+    )
+    .await);
+    ok(call(
+        &c,
+        "state_set",
+        json!({"scope": "actor", "key": "pref.tz", "value": "UTC"}),
+    )
+    .await);
+    let listed = ok(call(
+        &c,
+        "state_list",
+        json!({"scope": "actor", "prefix": "pref."}),
+    )
+    .await);
+    assert_eq!(listed["entries"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        ok(call(
+            &c,
+            "state_delete",
+            json!({"scope": "actor", "key": "pref.tz"})
+        )
+        .await)["deleted"],
+        true
+    );
+    assert_eq!(
+        ok(call(&c, "state_get", json!({"scope": "actor", "key": "pref.tz"})).await)["found"],
+        false
+    );
+
+    for area in ["plugin", "workspace"] {
+        ok(call(
+            &c,
+            &format!("{area}_storage_set"),
+            json!({"key": "blob", "value": "AAEC", "base64": true}),
+        )
+        .await);
+        assert_eq!(
+            ok(call(&c, &format!("{area}_storage_get"), json!({"key": "blob"})).await)["base64"],
+            "AAEC"
+        );
+        assert_eq!(
+            ok(call(&c, &format!("{area}_storage_keys"), json!({})).await)["keys"],
+            json!(["blob"])
+        );
+        assert_eq!(
+            ok(call(
+                &c,
+                &format!("{area}_storage_delete"),
+                json!({"key": "blob"})
+            )
+            .await)["deleted"],
+            true
+        );
+    }
+    let audited = s
+        .store
+        .audit_tail(Some("run-all".into()), 100)
+        .await
+        .unwrap();
+    // One row per host call through the grant (get_current_event and the
+    // local input file touch no host; read_files' artifact is one read).
+    let mut actions: Vec<&str> = audited.iter().map(|r| r.entry.action.as_str()).collect();
+    actions.sort_unstable();
+    assert_eq!(
+        actions,
+        [
+            "artifact_metadata",
+            "artifact_read",
+            "artifact_read",
+            "event_get",
+            "event_page",
+            "state_delete",
+            "state_get",
+            "state_list",
+            "state_set",
+            "state_set",
+            "storage_delete",
+            "storage_delete",
+            "storage_get",
+            "storage_get",
+            "storage_keys",
+            "storage_keys",
+            "storage_set",
+            "storage_set",
+        ]
+    );
+    assert!(audited.iter().all(|r| r.entry.outcome == "ok"));
+    c.cancel().await.unwrap();
+    s.http.shutdown().await;
+}

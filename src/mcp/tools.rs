@@ -467,13 +467,22 @@ fn to_json<T: serde::Serialize>(value: T) -> Result<Value, AgentAPIError> {
     serde_json::to_value(value).map_err(|e| AgentAPIError::runtime(e.to_string()))
 }
 
+/// Text a model can read: UTF-8 with no control characters but whitespace.
+fn as_text(bytes: &[u8]) -> Option<&str> {
+    std::str::from_utf8(bytes).ok().filter(|text| {
+        !text
+            .chars()
+            .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    })
+}
+
 fn storage_value(bytes: Option<Vec<u8>>) -> Value {
     match bytes {
         None => json!({"found": false}),
-        Some(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => json!({"found": true, "text": text}),
-            Err(e) => {
-                json!({"found": true, "base64": base64::engine::general_purpose::STANDARD.encode(e.into_bytes())})
+        Some(bytes) => match as_text(&bytes) {
+            Some(text) => json!({"found": true, "text": text}),
+            None => {
+                json!({"found": true, "base64": base64::engine::general_purpose::STANDARD.encode(&bytes)})
             }
         },
     }
@@ -487,7 +496,7 @@ fn is_text(mime: Option<&str>, bytes: &[u8]) -> bool {
             || m.contains("yaml")
             || m.contains("javascript"))
     });
-    !declared_binary && std::str::from_utf8(bytes).is_ok()
+    !declared_binary && as_text(bytes).is_some()
 }
 
 async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, AgentAPIError> {
@@ -669,7 +678,7 @@ async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAP
             ))
         };
         files.push(match bytes {
-            Ok(bytes) if std::str::from_utf8(&bytes).is_ok() => {
+            Ok(bytes) if as_text(&bytes).is_some() => {
                 json!({"id": id, "name": input.name, "text": String::from_utf8_lossy(&bytes)})
             }
             Ok(bytes) => json!({"id": id, "name": input.name, "content_base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
