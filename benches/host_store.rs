@@ -19,11 +19,7 @@ fn context(conversation: &str) -> AgentRunContext {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = support::runtime();
     let store = store(&rt);
     let grants = Grants::new(Arc::new(store.clone()));
     let permissions = harness_bridge::harness::discovery().runners[0]

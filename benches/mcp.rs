@@ -42,11 +42,7 @@ async fn http_client(url: &str, token: &str) -> RunningService<RoleClient, ()> {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = support::runtime();
     let store = support::store_1m(&rt);
     let grants = Arc::new(Grants::new(Arc::new(store)));
     let permissions = harness_bridge::harness::requested_permissions();

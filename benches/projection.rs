@@ -14,6 +14,8 @@ use harness_bridge::projection::{ProjectRequest, Target, Templates, project};
 use harness_bridge::protocol::AgentRunContext;
 use serde_json::json;
 
+mod support;
+
 fn skills() -> serde_json::Value {
     let skills: Vec<_> = (0..20)
         .map(|i| {
@@ -69,11 +71,7 @@ impl<'a> Fixed<'a> {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = support::runtime();
     let data = tempfile::tempdir().expect("temp dir");
     let store = SqliteHost::open(data.path()).expect("store");
     let artifacts: Vec<String> = rt.block_on(async {

@@ -13,10 +13,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Response, StatusCode};
 use axum::routing::{any, post};
-use common::{RUNNER, all_permissions};
-use harness_bridge::host::{GrantPolicy, HostApi, NewTranscriptItem, tool_names};
-use harness_bridge::mcp::{McpHttpServer, RunTools};
-use harness_bridge::projection::{ProjectRequest, TOKEN_ENV, Templates, project};
+use harness_bridge::projection::TOKEN_ENV;
 use serde_json::{Value, json};
 
 type Requests = Arc<Mutex<Vec<Value>>>;
@@ -105,55 +102,14 @@ async fn fake_model() -> (String, Requests) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_calls_the_history_tool_through_the_bridge() {
     let claude = common::cli("claude");
-    let f = common::fixture();
-    f.store
-        .append_transcript(NewTranscriptItem {
-            event_id: "old".into(),
-            conversation_id: "group-1".into(),
-            role: "user".into(),
-            content: Some("DECISION: we ship the release on Friday".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let grants = Arc::new(harness_bridge::host::Grants::new(Arc::new(f.store.clone())));
-    let tools = RunTools::default();
-    let http = McpHttpServer::start(
-        grants.clone(),
-        tools.clone(),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let e2e = common::E2e::new("claude-code", "run-e2e").await;
     let (model_url, requests) = fake_model().await;
-
-    let ctx = common::context("run-e2e", "group-1");
-    let run = grants
-        .open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default())
-        .unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let target = harness_bridge::harness::find("claude-code")
-        .unwrap()
-        .target();
-    let names = tool_names(&run.grant.apis);
-    let request = ProjectRequest {
-        ctx: &ctx,
-        target: &target,
-        runner: "claude-code",
-        root: root.path(),
-        tools: &names,
-        mcp_url: http.url(),
-        host: None,
-    };
-    let projection = project(&request, &Templates::load(None).unwrap())
-        .await
-        .unwrap();
-
+    let workspace = &e2e.projection.workspace;
     let home = tempfile::tempdir().unwrap();
     let output = tokio::process::Command::new(&claude)
-        .current_dir(&projection.workspace)
+        .current_dir(workspace)
         .arg("-p")
-        .arg(&projection.turn_prompt)
+        .arg(&e2e.projection.turn_prompt)
         .args([
             "--output-format",
             "stream-json",
@@ -163,7 +119,7 @@ async fn claude_code_calls_the_history_tool_through_the_bridge() {
             "mcp__langbot",
         ])
         .arg("--mcp-config")
-        .arg(projection.workspace.join(".langbot/mcp.json"))
+        .arg(workspace.join(".langbot/mcp.json"))
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home.path())
@@ -173,7 +129,7 @@ async fn claude_code_calls_the_history_tool_through_the_bridge() {
         .env("DISABLE_AUTOUPDATER", "1")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("CLAUDE_CODE_MAX_RETRIES", "0")
-        .env(TOKEN_ENV, run.token.expose())
+        .env(TOKEN_ENV, e2e.run.token.expose())
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
@@ -227,22 +183,9 @@ async fn claude_code_calls_the_history_tool_through_the_bridge() {
             )
         });
     assert!(
-        with_result
-            .to_string()
-            .contains("DECISION: we ship the release on Friday"),
+        with_result.to_string().contains(common::DECISION),
         "the tool result did not carry the transcript"
     );
-    let audit = f
-        .store
-        .audit_tail(Some("run-e2e".into()), 20)
-        .await
-        .unwrap();
-    assert!(
-        audit
-            .iter()
-            .any(|r| r.entry.action == "history_page" && r.entry.outcome == "ok"),
-        "{audit:?}"
-    );
-    grants.close_run("run-e2e");
-    http.shutdown().await;
+    e2e.assert_history_read().await;
+    e2e.finish().await;
 }

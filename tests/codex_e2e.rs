@@ -13,10 +13,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Response, StatusCode};
 use axum::routing::{any, post};
-use common::{RUNNER, all_permissions};
-use harness_bridge::host::{GrantPolicy, HostApi, NewTranscriptItem, tool_names};
-use harness_bridge::mcp::{McpHttpServer, RunTools};
-use harness_bridge::projection::{ProjectRequest, TOKEN_ENV, Templates, project};
+use harness_bridge::projection::TOKEN_ENV;
 use serde_json::{Value, json};
 
 type Requests = Arc<Mutex<Vec<Value>>>;
@@ -77,51 +74,14 @@ async fn responses(State(requests): State<Requests>, body: String) -> Response<B
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_calls_the_history_tool_through_the_bridge() {
     let codex = common::cli("codex");
-    let f = common::fixture();
-    f.store
-        .append_transcript(NewTranscriptItem {
-            event_id: "old".into(),
-            conversation_id: "group-1".into(),
-            role: "user".into(),
-            content: Some("DECISION: we ship the release on Friday".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let grants = Arc::new(harness_bridge::host::Grants::new(Arc::new(f.store.clone())));
-    let http = McpHttpServer::start(
-        grants.clone(),
-        RunTools::default(),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let e2e = common::E2e::new("codex", "run-codex").await;
     let requests: Requests = Arc::default();
     let app = Router::new()
         .route("/v1/responses", post(responses))
         .fallback(any(|| async { StatusCode::NOT_FOUND }))
         .with_state(requests.clone());
     let model_url = common::serve_local(app).await;
-
-    let ctx = common::context("run-codex", "group-1");
-    let run = grants
-        .open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default())
-        .unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let target = harness_bridge::harness::find("codex").unwrap().target();
-    let names = tool_names(&run.grant.apis);
-    let request = ProjectRequest {
-        ctx: &ctx,
-        target: &target,
-        runner: "codex",
-        root: root.path(),
-        tools: &names,
-        mcp_url: http.url(),
-        host: None,
-    };
-    let projection = project(&request, &Templates::load(None).unwrap())
-        .await
-        .unwrap();
+    let (projection, run) = (&e2e.projection, &e2e.run);
     assert!(
         projection
             .mcp
@@ -199,22 +159,9 @@ async fn codex_calls_the_history_tool_through_the_bridge() {
             )
         });
     assert!(
-        with_output
-            .to_string()
-            .contains("DECISION: we ship the release on Friday"),
+        with_output.to_string().contains(common::DECISION),
         "the tool output did not carry the transcript"
     );
-    let audit = f
-        .store
-        .audit_tail(Some("run-codex".into()), 20)
-        .await
-        .unwrap();
-    assert!(
-        audit
-            .iter()
-            .any(|r| r.entry.action == "history_page" && r.entry.outcome == "ok"),
-        "{audit:?}"
-    );
-    grants.close_run("run-codex");
-    http.shutdown().await;
+    e2e.assert_history_read().await;
+    e2e.finish().await;
 }

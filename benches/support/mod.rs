@@ -77,3 +77,13 @@ pub fn unlimited() -> GrantPolicy {
         ..GrantPolicy::default()
     }
 }
+
+/// The runtime every bench drives its async code on: two workers, like the
+/// machines the figures are measured on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}

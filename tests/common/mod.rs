@@ -107,3 +107,96 @@ pub async fn serve_local(app: axum::Router) -> String {
     tokio::spawn(async move { axum::serve(listener, app).await.expect("fake server") });
     url
 }
+
+/// The transcript line the end-to-end tests expect a harness to fetch.
+pub const DECISION: &str = "DECISION: we ship the release on Friday";
+
+/// Everything a real-harness test needs: a store holding [`DECISION`] in
+/// conversation `group-1`, the MCP server, an open run, and its projected
+/// workspace for `harness`.
+pub struct E2e {
+    pub fixture: Fixture,
+    pub grants: Arc<Grants>,
+    pub http: harness_bridge::mcp::McpHttpServer,
+    pub run: OpenRun,
+    pub projection: harness_bridge::projection::Projection,
+    pub _root: tempfile::TempDir,
+}
+
+impl E2e {
+    pub async fn new(harness: &str, run_id: &str) -> E2e {
+        use harness_bridge::projection::{ProjectRequest, Templates, project};
+        let fixture = fixture();
+        fixture
+            .store
+            .append_transcript(NewTranscriptItem {
+                event_id: "old".into(),
+                conversation_id: "group-1".into(),
+                role: "user".into(),
+                content: Some(DECISION.into()),
+                ..NewTranscriptItem::default()
+            })
+            .await
+            .expect("seed transcript");
+        let grants = Arc::new(Grants::new(Arc::new(fixture.store.clone())));
+        let tools = harness_bridge::mcp::RunTools::default();
+        let http = harness_bridge::mcp::McpHttpServer::start(
+            grants.clone(),
+            tools,
+            "127.0.0.1:0".parse().expect("addr"),
+        )
+        .await
+        .expect("MCP server");
+        let ctx = context(run_id, "group-1");
+        let run = grants
+            .open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default())
+            .expect("open run");
+        let root = tempfile::tempdir().expect("root");
+        let target = harness_bridge::harness::find(harness)
+            .expect("harness")
+            .target();
+        let names = harness_bridge::host::tool_names(&run.grant.apis);
+        let request = ProjectRequest {
+            ctx: &ctx,
+            target: &target,
+            runner: harness,
+            root: root.path(),
+            tools: &names,
+            mcp_url: http.url(),
+            host: None,
+        };
+        let projection = project(&request, &Templates::load(None).expect("templates"))
+            .await
+            .expect("projection");
+        E2e {
+            fixture,
+            grants,
+            http,
+            run,
+            projection,
+            _root: root,
+        }
+    }
+
+    /// The harness's history call reached the store through the grant.
+    pub async fn assert_history_read(&self) {
+        let run_id = self.run.grant.run_id().to_string();
+        let audit = self
+            .fixture
+            .store
+            .audit_tail(Some(run_id), 20)
+            .await
+            .expect("audit");
+        assert!(
+            audit
+                .iter()
+                .any(|r| r.entry.action == "history_page" && r.entry.outcome == "ok"),
+            "{audit:?}"
+        );
+    }
+
+    pub async fn finish(self) {
+        self.grants.close_run(self.run.grant.run_id());
+        self.http.shutdown().await;
+    }
+}
