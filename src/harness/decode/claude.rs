@@ -1,0 +1,312 @@
+//! Claude Code `--output-format stream-json --verbose` (with
+//! `--include-partial-messages` for token deltas).
+//!
+//! The terminal result waits for the process to exit: failure is judged by
+//! `is_error` *and* the exit code, never by `subtype` alone (an API error
+//! reports `subtype: "success"` with `is_error: true`).
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::{Decoder, Exit};
+use crate::protocol::{
+    JsonMap, Message, MessageChunk, MessageContent, ProcessorLog, ResultPayload, RunCompleted,
+    RunFailed, ToolCallCompleted, ToolCallStarted,
+};
+
+/// Decoder state for one Claude Code run.
+#[derive(Debug, Default)]
+pub struct ClaudeStreamJson {
+    session_id: Option<String>,
+    /// tool_use id → tool name, to name completions.
+    tools: HashMap<String, String>,
+    /// The `result` line, held until the exit code is known.
+    result: Option<Value>,
+}
+
+fn text_chunk(text: &str) -> ResultPayload {
+    ResultPayload::MessageDelta(crate::protocol::MessageDelta {
+        chunk: MessageChunk {
+            role: "assistant".into(),
+            name: None,
+            content: Some(MessageContent::Text(text.into())),
+            all_content: None,
+            tool_calls: None,
+            tool_call_id: None,
+            resp_message_id: None,
+            is_final: false,
+            extra: JsonMap::new(),
+        },
+    })
+}
+
+fn object(value: &Value) -> JsonMap {
+    match value {
+        Value::Object(map) => map.clone(),
+        Value::Null => JsonMap::new(),
+        other => JsonMap::from_iter([("value".to_string(), other.clone())]),
+    }
+}
+
+/// A tool_result's content as text (a string, or text blocks).
+fn result_text(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+impl ClaudeStreamJson {
+    fn init(&mut self, line: &Value) -> Vec<ResultPayload> {
+        if let Some(id) = line["session_id"].as_str() {
+            self.session_id = Some(id.to_string());
+        }
+        // A failed MCP server does not fail Claude's run: say so, loudly.
+        line["mcp_servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["status"] != "connected")
+            .map(|s| {
+                let text = format!(
+                    "MCP server `{}` is {} in the harness: its tools are unavailable this turn",
+                    s["name"].as_str().unwrap_or("?"),
+                    s["status"].as_str().unwrap_or("not connected")
+                );
+                tracing::warn!("{text}");
+                ResultPayload::ProcessorLog(ProcessorLog {
+                    text,
+                    level: "warning".into(),
+                })
+            })
+            .collect()
+    }
+
+    fn assistant(&mut self, line: &Value) -> Vec<ResultPayload> {
+        let mut out = Vec::new();
+        for block in line["message"]["content"].as_array().into_iter().flatten() {
+            match block["type"].as_str() {
+                Some("text") => {
+                    let text = block["text"].as_str().unwrap_or("");
+                    if !text.is_empty() {
+                        out.push(ResultPayload::MessageCompleted(
+                            crate::protocol::MessageCompleted {
+                                message: Message::assistant(text),
+                                file_ids: Vec::new(),
+                            },
+                        ));
+                    }
+                }
+                Some("tool_use") => {
+                    let id = block["id"].as_str().unwrap_or("").to_string();
+                    let name = block["name"].as_str().unwrap_or("").to_string();
+                    self.tools.insert(id.clone(), name.clone());
+                    out.push(ResultPayload::ToolCallStarted(ToolCallStarted {
+                        tool_call_id: id,
+                        tool_name: name,
+                        parameters: object(&block["input"]),
+                    }));
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn user(&mut self, line: &Value) -> Vec<ResultPayload> {
+        line["message"]["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_result")
+            .map(|b| {
+                let id = b["tool_use_id"].as_str().unwrap_or("").to_string();
+                let text = result_text(&b["content"]);
+                let failed = b["is_error"].as_bool().unwrap_or(false);
+                ResultPayload::ToolCallCompleted(ToolCallCompleted {
+                    tool_name: self.tools.get(&id).cloned().unwrap_or_default(),
+                    tool_call_id: id,
+                    result: (!failed).then(|| {
+                        JsonMap::from_iter([("text".to_string(), Value::String(text.clone()))])
+                    }),
+                    error: failed.then_some(text),
+                })
+            })
+            .collect()
+    }
+}
+
+impl Decoder for ClaudeStreamJson {
+    fn line(&mut self, line: &str) -> Vec<ResultPayload> {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            if !line.trim().is_empty() {
+                tracing::debug!(line = %line.chars().take(200).collect::<String>(), "skipping a non-JSON output line");
+            }
+            return Vec::new();
+        };
+        match (value["type"].as_str(), value["subtype"].as_str()) {
+            (Some("system"), Some("init")) => self.init(&value),
+            (Some("stream_event"), _) => {
+                let event = &value["event"];
+                match (event["type"].as_str(), event["delta"]["type"].as_str()) {
+                    (Some("content_block_delta"), Some("text_delta")) => {
+                        vec![text_chunk(event["delta"]["text"].as_str().unwrap_or(""))]
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            (Some("assistant"), _) => self.assistant(&value),
+            (Some("user"), _) => self.user(&value),
+            (Some("result"), _) => {
+                if let Some(id) = value["session_id"].as_str() {
+                    self.session_id = Some(id.to_string());
+                }
+                self.result = Some(value);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn finish(&mut self, exit: Exit) -> Vec<ResultPayload> {
+        let result = self.result.take();
+        let is_error = result
+            .as_ref()
+            .is_none_or(|r| r["is_error"].as_bool().unwrap_or(true));
+        if !is_error && exit.success() {
+            let result = result.unwrap_or_default();
+            let text = result["result"].as_str().unwrap_or("");
+            return vec![ResultPayload::RunCompleted(RunCompleted {
+                finish_reason: result["stop_reason"].as_str().unwrap_or("stop").to_string(),
+                message: (!text.is_empty()).then(|| Message::assistant(text)),
+            })];
+        }
+        let error = match &result {
+            Some(r) => {
+                let errors: Vec<&str> = r["errors"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let detail = if errors.is_empty() {
+                    r["result"].as_str().unwrap_or("").to_string()
+                } else {
+                    errors.join("; ")
+                };
+                format!(
+                    "Claude Code failed ({}): {detail}",
+                    r["subtype"].as_str().unwrap_or("error")
+                )
+            }
+            None => format!(
+                "Claude Code exited ({}) without a result",
+                exit.code.map_or("killed".into(), |c| format!("code {c}"))
+            ),
+        };
+        let code = match result.as_ref().and_then(|r| r["subtype"].as_str()) {
+            Some("error_max_turns") => "max_turns",
+            Some(_) | None if exit.code.is_none() => "harness_killed",
+            _ => "harness_error",
+        };
+        vec![ResultPayload::RunFailed(RunFailed {
+            code: code.into(),
+            error,
+            retryable: false,
+        })]
+    }
+
+    fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ResultType;
+
+    fn kinds(out: &[ResultPayload]) -> Vec<ResultType> {
+        out.iter().map(ResultPayload::kind).collect()
+    }
+
+    #[test]
+    fn a_turn_with_a_tool_call_decodes_in_order() {
+        let mut d = ClaudeStreamJson::default();
+        let mut out = Vec::new();
+        for line in [
+            r#"{"type":"system","subtype":"init","session_id":"s-1","mcp_servers":[{"name":"langbot","status":"connected"},{"name":"extra","status":"failed"}]}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"mcp__langbot__history_page","input":{"limit":5}}]}}"#,
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"items"}]}]}}"#,
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Fri"}}}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Friday."}]}}"#,
+            "not json at all",
+            r#"{"type":"mystery"}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Friday.","session_id":"s-1","stop_reason":"end_turn"}"#,
+        ] {
+            out.extend(d.line(line));
+        }
+        assert_eq!(d.session_id(), Some("s-1"));
+        out.extend(d.finish(Exit { code: Some(0) }));
+        assert_eq!(
+            kinds(&out),
+            [
+                ResultType::ProcessorLog,
+                ResultType::ToolCallStarted,
+                ResultType::ToolCallCompleted,
+                ResultType::MessageDelta,
+                ResultType::MessageCompleted,
+                ResultType::RunCompleted
+            ]
+        );
+        let ResultPayload::ToolCallCompleted(done) = &out[2] else {
+            panic!()
+        };
+        assert_eq!(done.tool_name, "mcp__langbot__history_page");
+        let ResultPayload::RunCompleted(end) = &out[5] else {
+            panic!()
+        };
+        assert_eq!(end.finish_reason, "end_turn");
+    }
+
+    #[test]
+    fn failure_is_judged_by_is_error_and_exit_code() {
+        // An API error says `subtype: success` but `is_error: true`.
+        let mut d = ClaudeStreamJson::default();
+        d.line(
+            r#"{"type":"result","subtype":"success","is_error":true,"result":"API Error: 401"}"#,
+        );
+        let out = d.finish(Exit { code: Some(1) });
+        let ResultPayload::RunFailed(failed) = &out[0] else {
+            panic!("{out:?}")
+        };
+        assert!(failed.error.contains("401"), "{failed:?}");
+        // A success line but a non-zero exit still fails.
+        let mut d = ClaudeStreamJson::default();
+        d.line(r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#);
+        assert!(matches!(
+            d.finish(Exit { code: Some(2) })[0],
+            ResultPayload::RunFailed(_)
+        ));
+        // No result line at all.
+        let mut d = ClaudeStreamJson::default();
+        let out = d.finish(Exit { code: None });
+        let ResultPayload::RunFailed(failed) = &out[0] else {
+            panic!()
+        };
+        assert_eq!(failed.code, "harness_killed");
+        // Resume of a missing session.
+        let mut d = ClaudeStreamJson::default();
+        d.line(r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["No conversation found with session ID: x"]}"#);
+        let ResultPayload::RunFailed(failed) = &d.finish(Exit { code: Some(1) })[0] else {
+            panic!()
+        };
+        assert!(failed.error.contains("No conversation found"));
+    }
+}

@@ -1,0 +1,227 @@
+//! Codex `exec --json` lines: `thread.started`, `item.*` (agent messages,
+//! commands, MCP tool calls, file changes), `turn.completed|failed`,
+//! `error`. As for Claude, the terminal result waits for the exit code.
+
+use serde_json::Value;
+
+use super::{Decoder, Exit};
+use crate::protocol::{
+    JsonMap, Message, MessageCompleted, ResultPayload, RunCompleted, RunFailed, ToolCallCompleted,
+    ToolCallStarted,
+};
+
+/// Decoder state for one Codex run.
+#[derive(Debug, Default)]
+pub struct CodexJsonl {
+    thread_id: Option<String>,
+    last_message: Option<String>,
+    failure: Option<String>,
+    completed: bool,
+}
+
+/// A tool item's name and parameters, or `None` for other item types.
+fn tool(item: &Value) -> Option<(String, JsonMap)> {
+    let mut params = JsonMap::new();
+    let name = match item["type"].as_str()? {
+        "command_execution" => {
+            params.insert("command".into(), item["command"].clone());
+            "shell".to_string()
+        }
+        "mcp_tool_call" => {
+            if let Value::Object(args) = &item["arguments"] {
+                params = args.clone();
+            }
+            format!(
+                "mcp__{}__{}",
+                item["server"].as_str().unwrap_or("?"),
+                item["tool"].as_str().unwrap_or("?")
+            )
+        }
+        "file_change" => {
+            params.insert("changes".into(), item["changes"].clone());
+            "apply_patch".to_string()
+        }
+        _ => return None,
+    };
+    Some((name, params))
+}
+
+impl CodexJsonl {
+    fn item(&mut self, event: &str, item: &Value) -> Vec<ResultPayload> {
+        let id = item["id"].as_str().unwrap_or("").to_string();
+        if item["type"] == "agent_message" {
+            if event != "item.completed" {
+                return Vec::new();
+            }
+            let text = item["text"].as_str().unwrap_or("").to_string();
+            self.last_message = Some(text.clone());
+            return vec![ResultPayload::MessageCompleted(MessageCompleted {
+                message: Message::assistant(text),
+                file_ids: Vec::new(),
+            })];
+        }
+        let Some((name, params)) = tool(item) else {
+            return Vec::new();
+        };
+        match event {
+            "item.started" => vec![ResultPayload::ToolCallStarted(ToolCallStarted {
+                tool_call_id: id,
+                tool_name: name,
+                parameters: params,
+            })],
+            "item.completed" => {
+                let failed = matches!(item["status"].as_str(), Some("failed" | "declined"));
+                let mut result = JsonMap::new();
+                for key in ["aggregated_output", "exit_code", "result", "status"] {
+                    if !item[key].is_null() {
+                        result.insert(key.into(), item[key].clone());
+                    }
+                }
+                let error = item["error"]["message"]
+                    .as_str()
+                    .or(item["error"].as_str())
+                    .map(str::to_string);
+                vec![ResultPayload::ToolCallCompleted(ToolCallCompleted {
+                    tool_call_id: id,
+                    tool_name: name,
+                    result: (!failed).then_some(result),
+                    error: if failed {
+                        Some(error.unwrap_or_else(|| "tool call failed".into()))
+                    } else {
+                        None
+                    },
+                })]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Decoder for CodexJsonl {
+    fn line(&mut self, line: &str) -> Vec<ResultPayload> {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            if !line.trim().is_empty() {
+                tracing::debug!(line = %line.chars().take(200).collect::<String>(), "skipping a non-JSON output line");
+            }
+            return Vec::new();
+        };
+        match value["type"].as_str() {
+            Some("thread.started") => {
+                self.thread_id = value["thread_id"].as_str().map(str::to_string);
+                Vec::new()
+            }
+            Some(event @ ("item.started" | "item.completed")) => self.item(event, &value["item"]),
+            Some("turn.completed") => {
+                self.completed = true;
+                Vec::new()
+            }
+            Some("turn.failed") => {
+                self.failure = value["error"]["message"]
+                    .as_str()
+                    .map(str::to_string)
+                    .or(Some("turn failed".into()));
+                Vec::new()
+            }
+            Some("error") => {
+                // Codex also reports non-fatal notices as `error`; a failed
+                // turn follows with `turn.failed` when it is fatal.
+                tracing::warn!(message = %value["message"], "codex reported an error");
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn finish(&mut self, exit: Exit) -> Vec<ResultPayload> {
+        if self.completed && self.failure.is_none() && exit.success() {
+            return vec![ResultPayload::RunCompleted(RunCompleted {
+                finish_reason: "stop".into(),
+                message: self.last_message.take().map(Message::assistant),
+            })];
+        }
+        let how = exit.code.map_or("was killed".to_string(), |c| {
+            format!("exited with code {c}")
+        });
+        let error = match self.failure.take() {
+            Some(message) => format!("Codex failed: {message}"),
+            None => format!("Codex {how} without completing the turn"),
+        };
+        let code = if exit.code.is_none() {
+            "harness_killed"
+        } else {
+            "harness_error"
+        };
+        vec![ResultPayload::RunFailed(RunFailed {
+            code: code.into(),
+            error,
+            retryable: false,
+        })]
+    }
+
+    fn session_id(&self) -> Option<&str> {
+        self.thread_id.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ResultType;
+
+    #[test]
+    fn a_turn_with_an_mcp_call_decodes_in_order() {
+        let mut d = CodexJsonl::default();
+        let mut out = Vec::new();
+        for line in [
+            r#"{"type":"thread.started","thread_id":"th-1"}"#,
+            r#"{"type":"turn.started"}"#,
+            r#"{"type":"item.started","item":{"id":"i1","type":"mcp_tool_call","server":"langbot","tool":"history_page","arguments":{"limit":5},"status":"in_progress"}}"#,
+            r#"{"type":"item.completed","item":{"id":"i1","type":"mcp_tool_call","server":"langbot","tool":"history_page","arguments":{"limit":5},"result":{"content":[]},"status":"completed"}}"#,
+            r#"{"type":"item.started","item":{"id":"i2","type":"command_execution","command":"ls","status":"in_progress"}}"#,
+            r#"{"type":"item.completed","item":{"id":"i2","type":"command_execution","command":"ls","aggregated_output":"x","exit_code":1,"status":"failed"}}"#,
+            r#"{"type":"item.completed","item":{"id":"i3","type":"agent_message","text":"Friday."}}"#,
+            "garbage",
+            r#"{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":5}}"#,
+        ] {
+            out.extend(d.line(line));
+        }
+        out.extend(d.finish(Exit { code: Some(0) }));
+        assert_eq!(d.session_id(), Some("th-1"));
+        let kinds: Vec<ResultType> = out.iter().map(ResultPayload::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                ResultType::ToolCallStarted,
+                ResultType::ToolCallCompleted,
+                ResultType::ToolCallStarted,
+                ResultType::ToolCallCompleted,
+                ResultType::MessageCompleted,
+                ResultType::RunCompleted
+            ]
+        );
+        let ResultPayload::ToolCallStarted(call) = &out[0] else {
+            panic!()
+        };
+        assert_eq!(call.tool_name, "mcp__langbot__history_page");
+        let ResultPayload::ToolCallCompleted(failed) = &out[3] else {
+            panic!()
+        };
+        assert!(failed.error.is_some() && failed.result.is_none());
+    }
+
+    #[test]
+    fn failures_become_run_failed() {
+        let mut d = CodexJsonl::default();
+        d.line(r#"{"type":"turn.failed","error":{"message":"stream disconnected"}}"#);
+        let ResultPayload::RunFailed(failed) = &d.finish(Exit { code: Some(1) })[0] else {
+            panic!()
+        };
+        assert!(failed.error.contains("stream disconnected"));
+        let mut d = CodexJsonl::default();
+        d.line(r#"{"type":"turn.completed"}"#);
+        assert!(matches!(
+            d.finish(Exit { code: Some(1) })[0],
+            ResultPayload::RunFailed(_)
+        ));
+    }
+}

@@ -1,0 +1,118 @@
+//! Stream decoders: a harness's stdout lines → Protocol v1 results.
+//!
+//! One decoder per output format, behind one trait, so a new CLI that
+//! speaks a known format is a new adapter spec and no new code. Decoders
+//! never fail: a malformed or unknown line is logged and skipped. The
+//! [`ResultStream`] around them numbers results 1, 2, 3… and stamps them,
+//! and [`LineBuffer`] reassembles lines split across reads.
+
+mod claude;
+mod codex;
+mod lines;
+
+pub use claude::ClaudeStreamJson;
+pub use codex::CodexJsonl;
+pub use lines::LineBuffer;
+
+use crate::host::now_ms;
+use crate::protocol::{AgentRunResult, ResultPayload};
+
+/// How the harness process ended, as the decoder needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// The exit code; `None` when killed by a signal.
+    pub code: Option<i32>,
+}
+
+impl Exit {
+    /// Whether the process reported success.
+    pub fn success(self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// A harness output format.
+pub trait Decoder: Send {
+    /// Payloads for one complete output line (without its newline).
+    fn line(&mut self, line: &str) -> Vec<ResultPayload>;
+    /// Payloads once the process has exited: the terminal result, if the
+    /// output did not already carry one.
+    fn finish(&mut self, exit: Exit) -> Vec<ResultPayload>;
+    /// The harness's session id, once the output has named it.
+    fn session_id(&self) -> Option<&str>;
+}
+
+/// The decoder called `name` in an adapter spec.
+pub fn decoder(name: &str) -> Option<Box<dyn Decoder>> {
+    match name {
+        "claude-stream-json" => Some(Box::new(ClaudeStreamJson::default())),
+        "codex-jsonl" => Some(Box::new(CodexJsonl::default())),
+        _ => None,
+    }
+}
+
+/// A run's ordered result stream: sequence from 1, a timestamp on each,
+/// and nothing after the terminal result.
+pub struct ResultStream {
+    run_id: String,
+    next: u64,
+    ended: bool,
+}
+
+impl ResultStream {
+    /// A stream for `run_id`.
+    pub fn new(run_id: impl Into<String>) -> Self {
+        ResultStream {
+            run_id: run_id.into(),
+            next: 1,
+            ended: false,
+        }
+    }
+
+    /// Stamp payloads into results; anything after a terminal result is dropped.
+    pub fn stamp(&mut self, payloads: Vec<ResultPayload>) -> Vec<AgentRunResult> {
+        let mut out = Vec::with_capacity(payloads.len());
+        for payload in payloads {
+            if self.ended {
+                tracing::warn!(run_id = %self.run_id, kind = %payload.kind(), "result after the run ended; dropped");
+                continue;
+            }
+            self.ended = payload.kind().is_terminal();
+            let mut result = AgentRunResult::new(self.run_id.clone(), payload);
+            result.sequence = Some(self.next);
+            result.timestamp = Some(now_ms());
+            self.next += 1;
+            out.push(result);
+        }
+        out
+    }
+
+    /// Whether the terminal result has been emitted.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{RunCompleted, RunFailed};
+
+    #[test]
+    fn sequence_is_strict_and_nothing_follows_the_end() {
+        let mut stream = ResultStream::new("r");
+        let done = ResultPayload::RunCompleted(RunCompleted {
+            finish_reason: "stop".into(),
+            message: None,
+        });
+        let failed = ResultPayload::RunFailed(RunFailed {
+            code: "x".into(),
+            error: "y".into(),
+            retryable: false,
+        });
+        let out = stream.stamp(vec![done.clone()]);
+        assert_eq!(out[0].sequence, Some(1));
+        assert!(stream.ended());
+        assert!(stream.stamp(vec![failed]).is_empty());
+    }
+}
