@@ -187,5 +187,30 @@ async fn claude_code_calls_the_history_tool_through_the_bridge() {
         "the tool result did not carry the transcript"
     );
     e2e.assert_history_read().await;
+
+    // The bridge's decoder reads this real output as the run's results.
+    let results = common::decode("claude-stream-json", &stdout, output.status.code());
+    let kinds: Vec<&str> = results.iter().map(|r| r.kind.as_str()).collect();
+    let started = kinds
+        .iter()
+        .position(|k| *k == "tool.call.started")
+        .expect("tool.call.started");
+    let completed = kinds
+        .iter()
+        .position(|k| *k == "tool.call.completed")
+        .expect("tool.call.completed");
+    assert!(started < completed, "{kinds:?}");
+    assert_eq!(
+        results[started].data["tool_name"],
+        "mcp__langbot__history_page"
+    );
+    assert!(
+        results[completed].data["result"]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains(common::DECISION)
+    );
+    assert!(kinds.contains(&"message.completed"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"run.completed"), "{kinds:?}");
     e2e.finish().await;
 }

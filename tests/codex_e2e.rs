@@ -163,5 +163,27 @@ async fn codex_calls_the_history_tool_through_the_bridge() {
         "the tool output did not carry the transcript"
     );
     e2e.assert_history_read().await;
+
+    // The bridge's decoder reads this real output as the run's results.
+    let results = common::decode("codex-jsonl", &stdout, output.status.code());
+    let kinds: Vec<&str> = results.iter().map(|r| r.kind.as_str()).collect();
+    let started = kinds
+        .iter()
+        .position(|k| *k == "tool.call.started")
+        .expect("tool.call.started");
+    assert_eq!(
+        results[started].data["tool_name"],
+        "mcp__langbot__history_page"
+    );
+    assert!(kinds.contains(&"tool.call.completed"), "{kinds:?}");
+    let answer = results
+        .iter()
+        .find(|r| r.kind.as_str() == "message.completed")
+        .expect("message.completed");
+    assert_eq!(
+        answer.data["message"]["content"],
+        "You decided to ship on Friday."
+    );
+    assert_eq!(kinds.last(), Some(&"run.completed"), "{kinds:?}");
     e2e.finish().await;
 }

@@ -200,3 +200,40 @@ impl E2e {
         self.http.shutdown().await;
     }
 }
+
+/// Decode a harness's real stdout with `decoder` and return the result
+/// types in order, checking the stream's invariants on the way.
+pub fn decode(
+    decoder: &str,
+    stdout: &str,
+    exit_code: Option<i32>,
+) -> Vec<harness_bridge::protocol::AgentRunResult> {
+    use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream};
+    let mut d = harness_bridge::harness::decode::decoder(decoder).expect("known decoder");
+    let mut lines = LineBuffer::default();
+    let mut stream = ResultStream::new("run-decoded");
+    let mut out = Vec::new();
+    // Feed in small uneven chunks, as pipes deliver them.
+    for chunk in stdout.as_bytes().chunks(97) {
+        for line in lines.push(chunk) {
+            out.extend(stream.stamp(d.line(&line)));
+        }
+    }
+    if let Some(line) = lines.finish() {
+        out.extend(stream.stamp(d.line(&line)));
+    }
+    out.extend(stream.stamp(d.finish(Exit { code: exit_code })));
+    let sequences: Vec<u64> = out.iter().filter_map(|r| r.sequence).collect();
+    assert_eq!(
+        sequences,
+        (1..=out.len() as u64).collect::<Vec<_>>(),
+        "sequence runs 1, 2, 3…"
+    );
+    for result in &out {
+        assert!(
+            result.check().is_ok(),
+            "decoded result fails validation: {result:?}"
+        );
+    }
+    out
+}
