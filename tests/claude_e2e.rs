@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Response, StatusCode};
 use axum::routing::{any, post};
+use harness_bridge::harness::TurnValues;
 use harness_bridge::projection::TOKEN_ENV;
 use serde_json::{Value, json};
 
@@ -106,20 +107,17 @@ async fn claude_code_calls_the_history_tool_through_the_bridge() {
     let (model_url, requests) = fake_model().await;
     let workspace = &e2e.projection.workspace;
     let home = tempfile::tempdir().unwrap();
+    let spec = harness_bridge::harness::find("claude-code").unwrap();
+    let mcp_config = workspace.join(".langbot/mcp.json");
+    let args = spec.args(&TurnValues {
+        prompt: &e2e.projection.turn_prompt,
+        instructions: Some(&e2e.projection.instructions),
+        mcp_config: Some(&mcp_config),
+        ..TurnValues::default()
+    });
     let output = tokio::process::Command::new(&claude)
         .current_dir(workspace)
-        .arg("-p")
-        .arg(&e2e.projection.turn_prompt)
-        .args([
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--strict-mcp-config",
-            "--allowedTools",
-            "mcp__langbot",
-        ])
-        .arg("--mcp-config")
-        .arg(workspace.join(".langbot/mcp.json"))
+        .args(&args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home.path())
@@ -186,6 +184,13 @@ async fn claude_code_calls_the_history_tool_through_the_bridge() {
         with_result.to_string().contains(common::DECISION),
         "the tool result did not carry the transcript"
     );
+    // The stable instructions reached the system prompt (`--append-system-prompt`).
+    assert!(
+        requests
+            .iter()
+            .any(|r| r["system"].to_string().contains("harness-bridge")),
+        "instructions missing from the system prompt"
+    );
     e2e.assert_history_read().await;
 
     // The bridge's decoder reads this real output as the run's results.
@@ -211,6 +216,8 @@ async fn claude_code_calls_the_history_tool_through_the_bridge() {
             .contains(common::DECISION)
     );
     assert!(kinds.contains(&"message.completed"), "{kinds:?}");
+    // `--include-partial-messages` is on: the stream has token deltas.
+    assert!(kinds.contains(&"message.delta"), "{kinds:?}");
     assert_eq!(kinds.last(), Some(&"run.completed"), "{kinds:?}");
     e2e.finish().await;
 }

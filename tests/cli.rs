@@ -140,3 +140,33 @@ async fn host_commands_show_history_state_and_audit() {
     let out = bridge(&["--data-dir", &dir, "host", "history", "nobody"]);
     assert!(stdout(&out).contains("no transcript items in conversation `nobody`"));
 }
+
+#[test]
+fn adapters_list_show_and_refuse_a_malformed_spec() {
+    let out = bridge(&["adapters", "list"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(
+        text.contains("claude-code") && text.contains("codex") && text.contains("built-in"),
+        "{text}"
+    );
+    let out = bridge(&["adapters", "show", "claude-code"]);
+    assert!(stdout(&out).contains("decoder: claude-stream-json"));
+    assert_eq!(bridge(&["adapters", "show", "vim"]).status.code(), Some(2));
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        "name: x\nbinary: [unclosed\n",
+    )
+    .unwrap();
+    let out = bridge(&[
+        "adapters",
+        "list",
+        "--adapters",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("broken.yaml:"), "file and line: {err}");
+}

@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Response, StatusCode};
 use axum::routing::{any, post};
+use harness_bridge::harness::TurnValues;
 use harness_bridge::projection::TOKEN_ENV;
 use serde_json::{Value, json};
 
@@ -95,27 +96,18 @@ async fn codex_calls_the_history_tool_through_the_bridge() {
     let provider = format!(
         "model_providers.fake={{name=\"fake\",base_url=\"{model_url}/v1\",env_key=\"FAKE_KEY\",wire_api=\"responses\",stream_max_retries=0,request_max_retries=0}}"
     );
-    let mut command = tokio::process::Command::new(&codex);
-    command
+    let spec = harness_bridge::harness::find("codex").unwrap();
+    let mut overrides = vec!["model_provider=fake".to_string(), provider];
+    overrides.extend(projection.mcp.overrides.iter().cloned());
+    let args = spec.args(&TurnValues {
+        prompt: &projection.turn_prompt,
+        model: Some("gpt-5-codex"),
+        config_overrides: &overrides,
+        ..TurnValues::default()
+    });
+    let output = tokio::process::Command::new(&codex)
         .current_dir(&projection.workspace)
-        .args([
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            "-s",
-            "read-only",
-            "-m",
-            "gpt-5-codex",
-            "-c",
-            "model_provider=fake",
-            "-c",
-        ])
-        .arg(&provider);
-    for o in &projection.mcp.overrides {
-        command.arg("-c").arg(o);
-    }
-    let output = command
-        .arg(&projection.turn_prompt)
+        .args(&args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home.path())

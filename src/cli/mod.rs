@@ -11,6 +11,7 @@ macro_rules! out {
     }};
 }
 
+mod adapters;
 mod context;
 mod host;
 mod input;
@@ -78,6 +79,9 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// List and show the harness adapter specs in force.
+    #[command(subcommand)]
+    Adapters(adapters::AdaptersCommand),
     /// Check AgentRunContext documents.
     #[command(subcommand)]
     Context(context::ContextCommand),
@@ -149,6 +153,7 @@ pub fn main() -> ExitCode {
     };
     logging::init(cli.log_format);
     let code = match cli.command {
+        Command::Adapters(cmd) => adapters::run(cmd),
         Command::Context(cmd) => context::run(cmd),
         Command::Manifest => {
             let discovery = crate::harness::discovery();

@@ -84,7 +84,7 @@ fn print(projection: &Projection, json: bool) {
 
 pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
     let Some(info) = harness::find(&args.harness) else {
-        let known: Vec<&str> = harness::HARNESSES.iter().map(|h| h.name).collect();
+        let known = harness::names();
         eprintln!(
             "error: unknown harness `{}` (known: {})",
             args.harness,
@@ -109,7 +109,7 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
     };
     let root = args.root.unwrap_or_else(|| data_dir.join("workspaces"));
     let grants = Grants::new(Arc::new(host));
-    let runner_id = harness::runner_id(info.name);
+    let runner_id = harness::runner_id(&info.name);
     let open = match grants.open_run(
         &ctx,
         &runner_id,
@@ -128,7 +128,7 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
     let request = ProjectRequest {
         ctx: &ctx,
         target: &target,
-        runner: info.name,
+        runner: &info.name,
         root: &root,
         tools: &tools,
         mcp_url: &args.mcp_url,

@@ -1,10 +1,10 @@
-//! The runners the bridge offers, one per harness, and their manifests.
+//! The runners the bridge offers, one per harness spec, and their manifests.
 //!
 //! Every runner asks for the same permissions: the context-pull APIs the
 //! bridge serves to the harness as tools. The host still intersects them
 //! with each binding's policy (§4.4).
 
-use crate::projection::{McpFormat, Target};
+use super::adapter::{AdapterSpec, Adapters};
 use crate::protocol::{
     AgentRunnerCapabilities, AgentRunnerDiscovery, AgentRunnerManifest, AgentRunnerPermissions,
     ArtifactOperation, DynamicFormItemSchema, EventOperation, HistoryOperation, I18nObject,
@@ -16,56 +16,19 @@ pub const PLUGIN_AUTHOR: &str = "langbot";
 /// See [`PLUGIN_AUTHOR`].
 pub const PLUGIN_NAME: &str = "harness-bridge";
 
-/// One harness the bridge can run.
-#[derive(Debug, Clone, Copy)]
-pub struct HarnessInfo {
-    /// Runner name, also the harness name on the command line.
-    pub name: &'static str,
-    /// Name shown in a host's UI.
-    pub label: &'static str,
-    /// One sentence for the host's runner picker.
-    pub description: &'static str,
-    /// Where the harness finds project skills, relative to its cwd.
-    pub skills_dir: &'static [&'static str],
-    /// The format it reads MCP servers in.
-    pub mcp_format: McpFormat,
+/// The spec of the built-in harness called `name`.
+pub fn find(name: &str) -> Option<&'static AdapterSpec> {
+    Adapters::builtin().find(name)
 }
 
-impl HarnessInfo {
-    /// Where the projection puts things for this harness.
-    pub fn target(&self) -> Target {
-        Target {
-            harness: self.name.into(),
-            skills_dir: self.skills_dir.iter().map(|s| s.to_string()).collect(),
-            mcp_format: self.mcp_format,
-            // Both CLIs show MCP tools as `mcp__<server>__<tool>`.
-            tool_name: "mcp__{server}__{tool}".into(),
-        }
-    }
+/// Names of the built-in harnesses, for messages.
+pub fn names() -> Vec<&'static str> {
+    Adapters::builtin()
+        .all()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect()
 }
-
-/// The harness called `name`, if this build has it.
-pub fn find(name: &str) -> Option<&'static HarnessInfo> {
-    HARNESSES.iter().find(|h| h.name == name)
-}
-
-/// The harnesses this build offers.
-pub const HARNESSES: [HarnessInfo; 2] = [
-    HarnessInfo {
-        name: "claude-code",
-        label: "Claude Code",
-        description: "Runs Anthropic's Claude Code CLI in a per-conversation workspace, resuming its session every turn.",
-        skills_dir: &[".claude", "skills"],
-        mcp_format: McpFormat::ClaudeJson,
-    },
-    HarnessInfo {
-        name: "codex",
-        label: "Codex",
-        description: "Runs OpenAI's Codex CLI in a per-conversation workspace, resuming its thread every turn.",
-        skills_dir: &[".agents", "skills"],
-        mcp_format: McpFormat::CodexOverrides,
-    },
-];
 
 /// `plugin:author/name/runner`, the id a host gives a runner (§4.1).
 pub fn runner_id(runner_name: &str) -> String {
@@ -136,18 +99,19 @@ pub fn requested_permissions() -> AgentRunnerPermissions {
 
 /// The discovery answer (`LIST_AGENT_RUNNERS`) for every harness.
 pub fn discovery() -> ListAgentRunnersResponse {
-    let runners = HARNESSES
+    let runners = Adapters::builtin()
+        .all()
         .iter()
         .map(|h| AgentRunnerDiscovery {
             plugin_author: PLUGIN_AUTHOR.into(),
             plugin_name: PLUGIN_NAME.into(),
-            runner_name: h.name.into(),
-            runner_description: Some(i18n(h.description)),
+            runner_name: h.name.clone(),
+            runner_description: Some(i18n(&h.description)),
             manifest: AgentRunnerManifest {
-                id: runner_id(h.name),
-                name: h.name.into(),
-                label: i18n(h.label),
-                description: Some(i18n(h.description)),
+                id: runner_id(&h.name),
+                name: h.name.clone(),
+                label: i18n(&h.label),
+                description: Some(i18n(&h.description)),
                 component_kind: Some("Runner".into()),
                 usages: vec!["agent".into()],
                 supported_event_patterns: Vec::new(),

@@ -1,11 +1,13 @@
-//! Harnesses: the code-agent CLIs the bridge runs: the catalog of runners
-//! the bridge offers a host (what `manifest` prints) and the decoders of
-//! their output streams. Adapter specs and launching join this module next.
+//! Harnesses: the code-agent CLIs the bridge runs. Adapter specs (data:
+//! `harness-adapters/*.yaml`), the catalog of runners built from them (what
+//! `manifest` prints), and the decoders of their output streams. Launching
+//! joins this module next.
 
+mod adapter;
 mod catalog;
 pub mod decode;
 
+pub use adapter::{AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, SpecError, Stdin, TurnValues};
 pub use catalog::{
-    HARNESSES, HarnessInfo, PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions,
-    runner_id,
+    PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, names, requested_permissions, runner_id,
 };

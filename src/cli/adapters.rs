@@ -1,0 +1,112 @@
+//! `harness-bridge adapters ...`: the harness specs in force.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use super::exit;
+use crate::harness::{AdapterSpec, Adapters};
+
+#[derive(Debug, Subcommand)]
+pub enum AdaptersCommand {
+    /// List the harnesses this bridge can run, and where each spec comes from.
+    List {
+        /// Folder of operator specs (*.yaml) that replace or add harnesses.
+        #[arg(long, value_name = "DIR")]
+        adapters: Option<PathBuf>,
+    },
+    /// Show one harness's spec as loaded (YAML).
+    Show {
+        /// Harness name (claude-code, codex, ...).
+        name: String,
+        /// Folder of operator specs (*.yaml) that replace or add harnesses.
+        #[arg(long, value_name = "DIR")]
+        adapters: Option<PathBuf>,
+    },
+}
+
+fn load(dir: Option<&PathBuf>) -> Result<Adapters, u8> {
+    match dir {
+        None => Ok(Adapters::builtin().clone()),
+        Some(dir) => Adapters::load(dir).map_err(|e| {
+            eprintln!("error: {e}");
+            exit::INVALID
+        }),
+    }
+}
+
+fn show(spec: &AdapterSpec, source: &str) -> String {
+    let argv = |items: &[crate::harness::ArgItem]| -> String {
+        items
+            .iter()
+            .map(|i| match i {
+                crate::harness::ArgItem::One(a) => a.clone(),
+                crate::harness::ArgItem::Group(g) => format!("[{}]", g.join(" ")),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    format!(
+        "name: {}\nlabel: {}\nsource: {source}\nbinary: {}\nnew turn: {} {}\nresumed turn: {} {}\nstdin: {:?}\nenv passed: {}\nenv set: {}\nskills: {}\nmcp: {:?}\ndecoder: {}\nsession not found: {:?}",
+        spec.name,
+        spec.label,
+        spec.binary,
+        spec.binary,
+        argv(&spec.argv.new),
+        spec.binary,
+        argv(&spec.argv.resume),
+        spec.stdin,
+        spec.env.pass.join(", "),
+        spec.env
+            .set
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        spec.skills_dir,
+        spec.target().mcp_format,
+        spec.decoder,
+        spec.session_not_found,
+    )
+}
+
+pub fn run(cmd: AdaptersCommand) -> u8 {
+    match cmd {
+        AdaptersCommand::List { adapters } => {
+            let Ok(loaded) = load(adapters.as_ref()) else {
+                return exit::INVALID;
+            };
+            for spec in loaded.all() {
+                let source = loaded
+                    .sources
+                    .get(&spec.name)
+                    .map_or("built-in", String::as_str);
+                out!("{:<14} {:<14} {source}", spec.name, spec.label);
+            }
+            exit::OK
+        }
+        AdaptersCommand::Show { name, adapters } => {
+            let Ok(loaded) = load(adapters.as_ref()) else {
+                return exit::INVALID;
+            };
+            match loaded.find(&name) {
+                Some(spec) => {
+                    let source = loaded
+                        .sources
+                        .get(&spec.name)
+                        .map_or("built-in", String::as_str);
+                    out!("{}", show(spec, source));
+                    exit::OK
+                }
+                None => {
+                    let known: Vec<&str> = loaded.all().iter().map(|s| s.name.as_str()).collect();
+                    eprintln!(
+                        "error: unknown harness `{name}` (known: {})",
+                        known.join(", ")
+                    );
+                    exit::USAGE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! Adapter specs: what it takes to run one harness CLI, as data
+//! (`harness-adapters/*.yaml`). The built-in specs are embedded; an
+//! operator folder may replace or add specs. A CLI that reuses a known
+//! output format is a new YAML file, not new code.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::projection::{McpFormat, Target};
+
+/// One argv item: a plain argument, or a group that is kept only when
+/// every placeholder in it has a value (e.g. `["--model", "{model}"]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ArgItem {
+    /// One argument.
+    One(String),
+    /// Arguments kept or dropped together.
+    Group(Vec<String>),
+}
+
+/// The argv of a new turn and of a resumed one.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Argv {
+    /// A turn with no session to resume.
+    pub new: Vec<ArgItem>,
+    /// A turn that resumes `{session_id}`.
+    pub resume: Vec<ArgItem>,
+}
+
+/// What the harness gets on stdin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stdin {
+    /// Nothing: stdin is closed at once (Codex waits on an open pipe).
+    Closed,
+    /// The turn prompt, then end of input.
+    Prompt,
+}
+
+/// The child's environment: a whitelist plus fixed values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSpec {
+    /// Variables passed through from the bridge's environment, when set.
+    #[serde(default)]
+    pub pass: Vec<String>,
+    /// Variables always set.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum McpFormatName {
+    ClaudeJson,
+    CodexOverrides,
+}
+
+/// One harness, as its spec file describes it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterSpec {
+    /// Harness name: runner name and `--harness` value.
+    pub name: String,
+    /// Name shown in a host's UI.
+    pub label: String,
+    /// One sentence for the host's runner picker.
+    pub description: String,
+    /// Program to run (looked up on PATH unless a path is configured).
+    pub binary: String,
+    /// Arguments, with placeholders.
+    pub argv: Argv,
+    /// What goes to stdin.
+    pub stdin: Stdin,
+    /// The child's environment.
+    #[serde(default)]
+    pub env: EnvSpec,
+    /// Where the harness finds project skills, relative to its cwd.
+    pub skills_dir: String,
+    mcp_format: McpFormatName,
+    /// Decoder of the harness's output (see [`super::decode::decoder`]).
+    pub decoder: String,
+    /// Output text that means "the session to resume does not exist".
+    pub session_not_found: String,
+}
+
+/// Values for one turn's placeholders.
+#[derive(Debug, Clone, Default)]
+pub struct TurnValues<'a> {
+    /// `{prompt}`: the turn prompt.
+    pub prompt: &'a str,
+    /// `{instructions}`: the stable instructions.
+    pub instructions: Option<&'a str>,
+    /// `{mcp_config}`: path of the MCP config file.
+    pub mcp_config: Option<&'a Path>,
+    /// `{session_id}`: the session to resume.
+    pub session_id: Option<&'a str>,
+    /// `{model}`: the model to use.
+    pub model: Option<&'a str>,
+    /// `{config_overrides}`: `KEY=VALUE` items, each rendered as `-c ITEM`.
+    pub config_overrides: &'a [String],
+}
+
+/// A spec that failed to load: where and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}{}: {reason}", .line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct SpecError {
+    /// The spec file.
+    pub file: String,
+    /// The line, when the parser knows it.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+const BUILT_IN: [(&str, &str); 2] = [
+    (
+        "claude-code.yaml",
+        include_str!("../../harness-adapters/claude-code.yaml"),
+    ),
+    (
+        "codex.yaml",
+        include_str!("../../harness-adapters/codex.yaml"),
+    ),
+];
+
+const PLACEHOLDERS: [&str; 6] = [
+    "prompt",
+    "instructions",
+    "mcp_config",
+    "session_id",
+    "model",
+    "config_overrides",
+];
+
+impl AdapterSpec {
+    /// Parse one spec file's text; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Self, SpecError> {
+        let spec: AdapterSpec = serde_yaml::from_str(text).map_err(|e| SpecError {
+            file: file.into(),
+            line: e.location().map(|l| l.line()),
+            reason: e.to_string(),
+        })?;
+        spec.check(file)?;
+        Ok(spec)
+    }
+
+    fn check(&self, file: &str) -> Result<(), SpecError> {
+        let fail = |reason: String| {
+            Err(SpecError {
+                file: file.into(),
+                line: None,
+                reason,
+            })
+        };
+        if super::decode::decoder(&self.decoder).is_none() {
+            return fail(format!(
+                "unknown decoder `{}` (known: claude-stream-json, codex-jsonl)",
+                self.decoder
+            ));
+        }
+        if crate::projection::relative_components(&self.skills_dir).is_err() {
+            return fail(format!(
+                "skills_dir `{}` must be a plain relative path",
+                self.skills_dir
+            ));
+        }
+        let items = self.argv.new.iter().chain(&self.argv.resume);
+        for text in items.flat_map(|item| match item {
+            ArgItem::One(a) => vec![a.as_str()],
+            ArgItem::Group(g) => g.iter().map(String::as_str).collect(),
+        }) {
+            for name in placeholders(text) {
+                if !PLACEHOLDERS.contains(&name) {
+                    return fail(format!(
+                        "unknown placeholder `{{{name}}}` in `{text}` (known: {})",
+                        PLACEHOLDERS.join(", ")
+                    ));
+                }
+            }
+        }
+        if !self
+            .argv
+            .resume
+            .iter()
+            .any(|i| matches!(i, ArgItem::One(a) if a.contains("{session_id}")))
+        {
+            return fail("argv.resume must pass {session_id}".into());
+        }
+        Ok(())
+    }
+
+    /// Where the projection puts things for this harness.
+    pub fn target(&self) -> Target {
+        Target {
+            harness: self.name.clone(),
+            skills_dir: self.skills_dir.split('/').map(str::to_string).collect(),
+            mcp_format: match self.mcp_format {
+                McpFormatName::ClaudeJson => McpFormat::ClaudeJson,
+                McpFormatName::CodexOverrides => McpFormat::CodexOverrides,
+            },
+            // Both CLIs show MCP tools as `mcp__<server>__<tool>`.
+            tool_name: "mcp__{server}__{tool}".into(),
+        }
+    }
+
+    /// The arguments of one turn: `resume` when there is a session id.
+    pub fn args(&self, values: &TurnValues<'_>) -> Vec<String> {
+        let items = if values.session_id.is_some() {
+            &self.argv.resume
+        } else {
+            &self.argv.new
+        };
+        let mcp_config = values.mcp_config.map(|p| p.to_string_lossy().into_owned());
+        let value = |name: &str| -> Option<String> {
+            match name {
+                "prompt" => Some(values.prompt.to_string()),
+                "instructions" => values.instructions.map(str::to_string),
+                "mcp_config" => mcp_config.clone(),
+                "session_id" => values.session_id.map(str::to_string),
+                "model" => values.model.filter(|m| !m.is_empty()).map(str::to_string),
+                _ => None,
+            }
+        };
+        let fill = |text: &str| -> Option<String> {
+            let mut out = text.to_string();
+            for name in placeholders(text) {
+                out = out.replace(&format!("{{{name}}}"), &value(name)?);
+            }
+            Some(out)
+        };
+        let mut args = Vec::new();
+        for item in items {
+            match item {
+                ArgItem::One(text) if text == "{config_overrides}" => {
+                    for o in values.config_overrides {
+                        args.push("-c".to_string());
+                        args.push(o.clone());
+                    }
+                }
+                ArgItem::One(text) => args.extend(fill(text)),
+                ArgItem::Group(group) => {
+                    if let Some(filled) = group.iter().map(|t| fill(t)).collect::<Option<Vec<_>>>()
+                    {
+                        args.extend(filled);
+                    }
+                }
+            }
+        }
+        args
+    }
+}
+
+/// `{name}` placeholders in a text.
+fn placeholders(text: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find('{') {
+        let Some(len) = rest[start + 1..].find('}') else {
+            break;
+        };
+        names.push(&rest[start + 1..start + 1 + len]);
+        rest = &rest[start + 1 + len + 1..];
+    }
+    names
+}
+
+/// The specs in force: built-in, replaced or extended by an operator folder.
+#[derive(Debug, Clone)]
+pub struct Adapters {
+    specs: Vec<AdapterSpec>,
+    /// Where each spec came from (`built-in` or a file path).
+    pub sources: BTreeMap<String, String>,
+}
+
+impl Adapters {
+    /// The built-in specs, parsed once.
+    pub fn builtin() -> &'static Adapters {
+        static BUILT: OnceLock<Adapters> = OnceLock::new();
+        BUILT.get_or_init(|| {
+            let specs: Vec<AdapterSpec> = BUILT_IN
+                .iter()
+                .map(|(file, text)| {
+                    AdapterSpec::parse(file, text)
+                        .expect("built-in adapter specs are valid (tested)")
+                })
+                .collect();
+            let sources = specs
+                .iter()
+                .map(|s| (s.name.clone(), "built-in".to_string()))
+                .collect();
+            Adapters { specs, sources }
+        })
+    }
+
+    /// The built-in specs plus every `*.yaml` in `dir` (a spec with a
+    /// built-in's name replaces it). Any malformed file fails the load.
+    pub fn load(dir: &Path) -> Result<Adapters, SpecError> {
+        let mut adapters = Adapters::builtin().clone();
+        let unreadable = |file: &PathBuf, e: std::io::Error| SpecError {
+            file: file.display().to_string(),
+            line: None,
+            reason: e.to_string(),
+        };
+        let entries = std::fs::read_dir(dir).map_err(|e| unreadable(&dir.to_path_buf(), e))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|e| unreadable(&file, e))?;
+            let spec = AdapterSpec::parse(&file.display().to_string(), &text)?;
+            adapters
+                .sources
+                .insert(spec.name.clone(), file.display().to_string());
+            adapters.specs.retain(|s| s.name != spec.name);
+            adapters.specs.push(spec);
+        }
+        Ok(adapters)
+    }
+
+    /// Every spec, by name.
+    pub fn all(&self) -> &[AdapterSpec] {
+        &self.specs
+    }
+
+    /// The spec called `name`.
+    pub fn find(&self, name: &str) -> Option<&AdapterSpec> {
+        self.specs.iter().find(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_specs_load_and_render() {
+        let adapters = Adapters::builtin();
+        let claude = adapters.find("claude-code").unwrap();
+        let values = TurnValues {
+            prompt: "hi",
+            instructions: Some("be brief"),
+            mcp_config: Some(Path::new("/w/.langbot/mcp.json")),
+            ..Default::default()
+        };
+        let args = claude.args(&values);
+        assert_eq!(&args[..2], ["-p", "hi"]);
+        assert!(
+            !args.contains(&"--model".to_string()),
+            "a group without its value is dropped"
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--append-system-prompt", "be brief"])
+        );
+        assert_eq!(
+            args.last().map(String::as_str),
+            Some("/w/.langbot/mcp.json")
+        );
+        let resumed = claude.args(&TurnValues {
+            session_id: Some("s-1"),
+            model: Some("sonnet"),
+            ..values
+        });
+        assert!(resumed.windows(2).any(|w| w == ["--resume", "s-1"]));
+        assert!(resumed.windows(2).any(|w| w == ["--model", "sonnet"]));
+
+        let codex = adapters.find("codex").unwrap();
+        let overrides = vec!["mcp_servers.langbot.url=\"http://x\"".to_string()];
+        let args = codex.args(&TurnValues {
+            prompt: "hi",
+            config_overrides: &overrides,
+            ..Default::default()
+        });
+        assert_eq!(
+            args,
+            [
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "-s",
+                "workspace-write",
+                "-c",
+                "mcp_servers.langbot.url=\"http://x\"",
+                "hi"
+            ]
+        );
+        let resumed = codex.args(&TurnValues {
+            prompt: "hi",
+            session_id: Some("th-1"),
+            ..Default::default()
+        });
+        assert_eq!(&resumed[..2], ["exec", "resume"]);
+        assert_eq!(&resumed[resumed.len() - 2..], ["th-1", "hi"]);
+        assert_eq!(codex.stdin, Stdin::Closed);
+    }
+
+    #[test]
+    fn malformed_specs_name_the_file_line_and_reason() {
+        let err = AdapterSpec::parse("bad.yaml", "name: x\nlabel: [unclosed\n").unwrap_err();
+        assert_eq!(err.file, "bad.yaml");
+        assert!(err.line.is_some(), "{err}");
+        let good = include_str!("../../harness-adapters/codex.yaml");
+        let err = AdapterSpec::parse(
+            "x.yaml",
+            &good.replace("decoder: codex-jsonl", "decoder: telepathy"),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("unknown decoder `telepathy`"),
+            "{err}"
+        );
+        let err =
+            AdapterSpec::parse("x.yaml", &good.replace("\"{prompt}\"", "\"{promt}\"")).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown placeholder `{promt}`"),
+            "{err}"
+        );
+        let err = AdapterSpec::parse("x.yaml", &format!("{good}\nsurprise: 1\n")).unwrap_err();
+        assert!(err.to_string().contains("surprise"), "{err}");
+        let err = AdapterSpec::parse(
+            "x.yaml",
+            &good.replace("skills_dir: .agents/skills", "skills_dir: ../out"),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("skills_dir"), "{err}");
+    }
+
+    #[test]
+    fn an_operator_folder_replaces_and_adds_specs() {
+        let dir = tempfile::tempdir().unwrap();
+        let codex = include_str!("../../harness-adapters/codex.yaml");
+        std::fs::write(
+            dir.path().join("codex.yaml"),
+            codex.replace("binary: codex", "binary: /opt/codex/bin/codex"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("my-codex.yaml"),
+            codex.replace("name: codex", "name: my-codex"),
+        )
+        .unwrap();
+        let adapters = Adapters::load(dir.path()).unwrap();
+        assert_eq!(
+            adapters.find("codex").unwrap().binary,
+            "/opt/codex/bin/codex"
+        );
+        assert!(adapters.find("my-codex").is_some());
+        assert!(adapters.find("claude-code").is_some());
+        std::fs::write(dir.path().join("broken.yaml"), "name: [").unwrap();
+        let err = Adapters::load(dir.path()).unwrap_err();
+        assert!(err.file.ends_with("broken.yaml"), "{err}");
+    }
+}
