@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use harness_bridge::host::sqlite::SqliteHost;
-use harness_bridge::host::{
-    GrantCaps, GrantPolicy, GrantedHost, Grants, HostApi, NewArtifact, tool_names,
-};
+use harness_bridge::host::{GrantedHost, Grants, HostApi, NewArtifact};
+use harness_bridge::mcp::tool_names;
 use harness_bridge::projection::{ProjectRequest, Target, Templates, project};
 use harness_bridge::protocol::AgentRunContext;
 use serde_json::json;
@@ -94,15 +93,7 @@ fn bench(c: &mut Criterion) {
         ids
     });
     let grants = Grants::new(Arc::new(store));
-    let policy = GrantPolicy {
-        caps: GrantCaps {
-            rate_per_second: 1e9,
-            burst: u32::MAX,
-            max_calls_per_run: u32::MAX,
-            ..GrantCaps::default()
-        },
-        ..GrantPolicy::default()
-    };
+    let policy = support::unlimited();
     let permissions = harness_bridge::harness::requested_permissions();
     let templates = Templates::load(None).expect("templates");
     let target: Target = harness_bridge::harness::find("claude-code")

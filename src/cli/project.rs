@@ -9,7 +9,8 @@ use clap::Args;
 use super::exit;
 use super::input::read_context;
 use crate::harness;
-use crate::host::{GrantPolicy, Grants, tool_names};
+use crate::host::{GrantPolicy, Grants};
+use crate::mcp::tool_names;
 use crate::projection::{ProjectRequest, Projection, Templates, WriteOutcome, project};
 
 /// Placeholder endpoint for a preview; a real run passes its own server's.

@@ -78,46 +78,6 @@ impl Api {
     }
 }
 
-impl Api {
-    /// The MCP tools that call this API; the names a harness sees.
-    pub fn tools(self) -> &'static [&'static str] {
-        match self {
-            Api::HistoryPage => &["history_page"],
-            Api::HistorySearch => &["history_search"],
-            Api::EventGet => &["event_get"],
-            Api::EventPage => &["event_page"],
-            Api::ArtifactMetadata => &["artifact_metadata"],
-            Api::ArtifactRead => &["artifact_read"],
-            Api::State => &["state_get", "state_set", "state_delete", "state_list"],
-            Api::PluginStorage => &[
-                "plugin_storage_get",
-                "plugin_storage_set",
-                "plugin_storage_delete",
-                "plugin_storage_keys",
-            ],
-            Api::WorkspaceStorage => &[
-                "workspace_storage_get",
-                "workspace_storage_set",
-                "workspace_storage_delete",
-                "workspace_storage_keys",
-            ],
-        }
-    }
-}
-
-/// Tools every run has: they read only what the host already handed over
-/// for this run (its current event and its own input files).
-pub const CURRENT_EVENT_TOOLS: [&str; 2] = ["get_current_event", "read_files"];
-
-/// Every MCP tool a run with `apis` may call, in a stable order.
-pub fn tool_names(apis: &BTreeSet<Api>) -> Vec<&'static str> {
-    CURRENT_EVENT_TOOLS
-        .iter()
-        .copied()
-        .chain(apis.iter().flat_map(|api| api.tools().iter().copied()))
-        .collect()
-}
-
 /// The APIs a run may use: `permissions` (already manifest ∩ binding) ∩ the
 /// flags the host opened in `ctx.context.available_apis` and `resources`.
 pub fn allowed_apis(ctx: &AgentRunContext, permissions: &AgentRunnerPermissions) -> BTreeSet<Api> {

@@ -2,7 +2,7 @@
 //! results as structured content plus a text rendering. A failure is a
 //! tool error whose text starts with its §9 code, so a model can act on it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
@@ -45,49 +45,6 @@ pub struct InputRef {
     pub local_path: Option<std::path::PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum Walk {
-    /// Newest first (the latest items, then older ones).
-    #[default]
-    Backward,
-    /// Oldest first.
-    Forward,
-}
-
-impl From<Walk> for Direction {
-    fn from(walk: Walk) -> Self {
-        match walk {
-            Walk::Backward => Direction::Backward,
-            Walk::Forward => Direction::Forward,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum Scope {
-    /// This conversation (with this runner).
-    Conversation,
-    /// The user who sent the message, across conversations.
-    Actor,
-    /// The object the event is about (a group, a channel).
-    Subject,
-    /// This runner, everywhere: use sparingly.
-    Runner,
-}
-
-impl From<Scope> for StateScope {
-    fn from(scope: Scope) -> Self {
-        match scope {
-            Scope::Conversation => StateScope::Conversation,
-            Scope::Actor => StateScope::Actor,
-            Scope::Subject => StateScope::Subject,
-            Scope::Runner => StateScope::Runner,
-        }
-    }
-}
-
 fn fifty() -> u32 {
     50
 }
@@ -119,7 +76,7 @@ struct HistoryPageArgs {
     limit: u32,
     /// `backward` (newest first, the default) or `forward` (oldest first).
     #[serde(default)]
-    direction: Walk,
+    direction: Direction,
     /// Include artifact references of each item.
     #[serde(default)]
     include_artifacts: bool,
@@ -161,7 +118,7 @@ struct EventPageArgs {
     limit: u32,
     /// `backward` (newest first, the default) or `forward`.
     #[serde(default)]
-    direction: Walk,
+    direction: Direction,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -195,7 +152,7 @@ struct ReadFilesArgs {
 #[serde(deny_unknown_fields)]
 struct StateKeyArgs {
     /// Whose state: `conversation`, `actor`, `subject` or `runner`.
-    scope: Scope,
+    scope: StateScope,
     /// The key, e.g. `memory.summary`.
     key: String,
 }
@@ -204,7 +161,7 @@ struct StateKeyArgs {
 #[serde(deny_unknown_fields)]
 struct StateSetArgs {
     /// Whose state: `conversation`, `actor`, `subject` or `runner`.
-    scope: Scope,
+    scope: StateScope,
     /// The key, e.g. `memory.summary`.
     key: String,
     /// Any JSON value (at most 256 KiB as JSON).
@@ -215,7 +172,7 @@ struct StateSetArgs {
 #[serde(deny_unknown_fields)]
 struct StateListArgs {
     /// Whose state: `conversation`, `actor`, `subject` or `runner`.
-    scope: Scope,
+    scope: StateScope,
     /// Only keys starting with this.
     prefix: Option<String>,
     /// How many entries, 1-1000.
@@ -385,6 +342,17 @@ const TOOLS: &[ToolSpec] = &[
     ),
 ];
 
+/// Every tool a run with `apis` may call, in the order `tools/list` gives
+/// them: the one table of tool names, shared by the server and by the
+/// projection that tells the harness about them.
+pub fn tool_names(apis: &BTreeSet<Api>) -> Vec<&'static str> {
+    TOOLS
+        .iter()
+        .filter(|t| t.api.is_none_or(|api| apis.contains(&api)))
+        .map(|t| t.name)
+        .collect()
+}
+
 /// Where a call finds its run: the grant, and the run's facts.
 pub(crate) struct RunAccess {
     pub host: GrantedHost,
@@ -536,7 +504,7 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
                 before_cursor: a.before_cursor,
                 after_cursor: a.after_cursor,
                 limit: a.limit,
-                direction: a.direction.into(),
+                direction: a.direction,
                 include_artifacts: a.include_artifacts,
             };
             to_json(host.history_page(&query).await?)
@@ -560,7 +528,7 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
                 before_cursor: a.before_cursor,
                 after_cursor: a.after_cursor,
                 limit: a.limit,
-                direction: a.direction.into(),
+                direction: a.direction,
             };
             to_json(host.event_page(&query).await?)
         }
@@ -593,23 +561,23 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
         }
         "state_get" => {
             let a: StateKeyArgs = parse(args)?;
-            let value = host.state_get(a.scope.into(), &a.key).await?;
+            let value = host.state_get(a.scope, &a.key).await?;
             Ok(json!({"key": a.key, "found": value.is_some(), "value": value}))
         }
         "state_set" => {
             let a: StateSetArgs = parse(args)?;
-            host.state_set(a.scope.into(), &a.key, &a.value).await?;
+            host.state_set(a.scope, &a.key, &a.value).await?;
             Ok(json!({"key": a.key, "stored": true}))
         }
         "state_delete" => {
             let a: StateKeyArgs = parse(args)?;
-            let existed = host.state_delete(a.scope.into(), &a.key).await?;
+            let existed = host.state_delete(a.scope, &a.key).await?;
             Ok(json!({"key": a.key, "deleted": existed}))
         }
         "state_list" => {
             let a: StateListArgs = parse(args)?;
             let entries = host
-                .state_list(a.scope.into(), a.prefix.as_deref(), a.limit)
+                .state_list(a.scope, a.prefix.as_deref(), a.limit)
                 .await?;
             Ok(json!({"entries": entries}))
         }

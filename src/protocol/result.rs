@@ -72,13 +72,30 @@ pub struct AgentRunResult {
     pub extra: JsonMap,
 }
 
-/// The state scopes of §5.10, shared by results and the state API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// The state scopes of §5.10, shared by results and the state API (and the
+/// MCP tools' argument schemas, hence `JsonSchema`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum StateScope {
+    /// This conversation (with this runner).
     Conversation,
+    /// The user who sent the message, across conversations.
     Actor,
+    /// The object the event is about (a group, a channel).
     Subject,
+    /// This runner, everywhere: use sparingly.
     Runner,
 }
 

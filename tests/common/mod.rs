@@ -155,7 +155,7 @@ impl E2e {
         let target = harness_bridge::harness::find(harness)
             .expect("harness")
             .target();
-        let names = harness_bridge::host::tool_names(&run.grant.apis);
+        let names = harness_bridge::mcp::tool_names(&run.grant.apis);
         let request = ProjectRequest {
             ctx: &ctx,
             target: &target,
