@@ -2,8 +2,7 @@
 //! bots through LangBot's AgentRunner Protocol v1.
 //!
 //! Data flows one way: [`protocol`] (wire types) → [`host`] (the host proxy
-//! API, run grants, the embedded store) → later projection, harness and run
-//! → [`cli`]. See `ARCHITECTURE.md` for the map and the invariants.
+//! API, run grants, the embedded store) → [`projection`] → [`harness`] → [`run`] → [`cli`]. See `ARCHITECTURE.md` for the map and the invariants.
 
 #![warn(missing_docs)]
 
@@ -13,3 +12,4 @@ pub mod host;
 pub mod mcp;
 pub mod projection;
 pub mod protocol;
+pub mod run;

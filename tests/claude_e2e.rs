@@ -1,23 +1,40 @@
-//! The real Claude Code CLI, offline, against a fake Messages API on
-//! 127.0.0.1: it loads the MCP config the projection wrote, connects to the
-//! bridge's MCP server with the run token from its environment, calls
-//! `mcp__langbot__history_page` when the fake model asks it to, and the
-//! next model request carries the transcript text from the real store.
+//! The real Claude Code CLI, offline, driven through `harness-bridge run`
+//! against a fake Messages API on 127.0.0.1. Two turns of one conversation:
+//! the first calls the bridge's `history_page` tool and gets the store's
+//! real transcript; the second resumes the first's session. Also: a deleted
+//! session falls back to a fresh one, a hanging harness is killed at the
+//! deadline with nothing left behind, and a missing binary is reported.
 
 mod common;
 
+use std::convert::Infallible;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Response, StatusCode};
 use axum::routing::{any, post};
-use harness_bridge::harness::TurnValues;
-use harness_bridge::projection::TOKEN_ENV;
+use common::{BridgeTurn, DECISION, bridge_run, processes_under, seed_decision};
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 
-type Requests = Arc<Mutex<Vec<Value>>>;
+const CONVERSATION: &str = "group-1";
+const ASK: &str = "What did we decide?";
+const ANSWER: &str = "You decided to ship on Friday.";
+const FOLLOW_UP: &str = "And is that still the plan?";
+const SECOND_ANSWER: &str = "Yes, still Friday.";
+/// The pause inside the first answer: deltas sent before it must reach the
+/// bridge's stdout before the run ends.
+const PAUSE: Duration = Duration::from_millis(1500);
+
+#[derive(Clone, Default)]
+struct Fake {
+    requests: Arc<Mutex<Vec<Value>>>,
+    hang: bool,
+}
 
 fn sse(events: &[Value]) -> String {
     events
@@ -32,192 +49,352 @@ fn sse(events: &[Value]) -> String {
         .collect()
 }
 
-/// One scripted reply: ask for the history tool until a tool result comes
-/// back, then answer with text.
-fn reply(request: &Value) -> Vec<Value> {
-    let saw_result = request["messages"].as_array().is_some_and(|messages| {
-        messages.iter().any(|m| {
-            m["content"]
-                .as_array()
-                .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
-        })
-    });
+fn text_events(text: &str) -> (Vec<Value>, Vec<Value>) {
+    let start = json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}});
+    (
+        vec![
+            start,
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ],
+        vec![
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 7}}),
+            json!({"type": "message_stop"}),
+        ],
+    )
+}
+
+fn tool_call_events() -> Vec<Value> {
+    vec![
+        json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": "mcp__langbot__history_page", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"limit\": 5}"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 5}}),
+        json!({"type": "message_stop"}),
+    ]
+}
+
+/// The script: the first question gets a history tool call, its result
+/// gets the answer (with a pause mid-stream), anything else the follow-up
+/// answer.
+fn script(request: &Value) -> (Vec<Value>, Vec<Value>) {
+    let last_user = request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .cloned()
+        .unwrap_or_default();
+    // On resume Claude Code appends the new prompt to the last user
+    // message (after turn 1's tool result): the last block decides.
+    let last_block = last_user["content"]
+        .as_array()
+        .and_then(|blocks| blocks.last())
+        .cloned()
+        .unwrap_or_default();
+    let answers_tool = last_block["type"] == "tool_result";
+    let last_user = last_block.to_string();
     let offers_tool = request["tools"].as_array().is_some_and(|tools| {
         tools
             .iter()
             .any(|t| t["name"] == "mcp__langbot__history_page")
     });
-    let start = json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}});
-    if offers_tool && !saw_result {
-        vec![
-            start,
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": "mcp__langbot__history_page", "input": {}}}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"limit\": 5}"}}),
-            json!({"type": "content_block_stop", "index": 0}),
-            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 5}}),
-            json!({"type": "message_stop"}),
-        ]
+    if answers_tool {
+        text_events(ANSWER)
+    } else if offers_tool && last_user.contains(ASK) {
+        (tool_call_events(), Vec::new())
     } else {
-        vec![
-            start,
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "You decided to ship on Friday."}}),
-            json!({"type": "content_block_stop", "index": 0}),
-            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 7}}),
-            json!({"type": "message_stop"}),
-        ]
+        text_events(SECOND_ANSWER)
     }
 }
 
-async fn messages(State(requests): State<Requests>, body: String) -> Response<Body> {
+async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    requests.lock().unwrap().push(request.clone());
-    let events = reply(&request);
-    if request["stream"] == true {
-        Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(Body::from(sse(&events)))
-            .unwrap()
-    } else {
-        let text = events
+    fake.requests.lock().unwrap().push(request.clone());
+    if fake.hang {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    let (head, tail) = script(&request);
+    if request["stream"] != true {
+        let text = head
             .iter()
             .find_map(|e| e["delta"]["text"].as_str())
             .unwrap_or("ok");
         let message = json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 7}});
-        Response::builder()
+        return Response::builder()
             .header("content-type", "application/json")
             .body(Body::from(message.to_string()))
-            .unwrap()
+            .unwrap();
     }
+    let pause = if head.iter().any(|e| e["delta"]["text"] == ANSWER) {
+        PAUSE
+    } else {
+        Duration::ZERO
+    };
+    let parts = vec![(Duration::ZERO, sse(&head)), (pause, sse(&tail))];
+    let stream = futures::stream::iter(parts).then(|(delay, chunk)| async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, Infallible>(chunk)
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
 }
 
-async fn fake_model() -> (String, Requests) {
-    let requests: Requests = Arc::default();
+async fn fake_model(hang: bool) -> (String, Fake) {
+    let fake = Fake {
+        hang,
+        ..Fake::default()
+    };
     let app = Router::new()
         .route("/v1/messages", post(messages))
         .fallback(any(|| async { StatusCode::OK }))
-        .with_state(requests.clone());
-    (common::serve_local(app).await, requests)
+        .with_state(fake.clone());
+    (common::serve_local(app).await, fake)
+}
+
+/// A user's machine: a data folder for the bridge, a home for Claude.
+struct Machine {
+    data: tempfile::TempDir,
+    home: tempfile::TempDir,
+    model_url: String,
+}
+
+impl Machine {
+    async fn new(model_url: String) -> Machine {
+        let data = tempfile::tempdir().unwrap();
+        seed_decision(data.path(), CONVERSATION).await;
+        Machine {
+            data,
+            home: tempfile::tempdir().unwrap(),
+            model_url,
+        }
+    }
+
+    fn claude_config(&self) -> std::path::PathBuf {
+        self.home.path().join(".claude")
+    }
+
+    async fn turn(&self, text: &str, extra: &[&str]) -> BridgeTurn {
+        let claude = common::cli("claude");
+        let claude = claude.to_string_lossy();
+        let mut args = vec![
+            "--harness",
+            "claude-code",
+            "--bin",
+            &claude,
+            "--conversation",
+            CONVERSATION,
+            "--text",
+            text,
+        ];
+        args.extend_from_slice(extra);
+        let env = [
+            ("HOME", self.home.path().to_string_lossy().into_owned()),
+            (
+                "CLAUDE_CONFIG_DIR",
+                self.claude_config().to_string_lossy().into_owned(),
+            ),
+            ("ANTHROPIC_BASE_URL", self.model_url.clone()),
+            ("ANTHROPIC_API_KEY", "test-key".to_string()),
+            ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+            // Not on the adapter's whitelist: must not reach the harness.
+            ("BRIDGE_ONLY_SECRET", "do-not-pass".to_string()),
+        ];
+        bridge_run(self.data.path(), &args, &env).await
+    }
+
+    fn workspace_root(&self) -> std::path::PathBuf {
+        self.data.path().join("workspaces")
+    }
+
+    /// Claude's session files for the conversation's workspace.
+    fn session_files(&self) -> Vec<std::path::PathBuf> {
+        walkdir::WalkDir::new(self.claude_config().join("projects"))
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .map(|e| e.into_path())
+            .collect()
+    }
+}
+
+fn instructions(workspace: &Path) -> String {
+    std::fs::read_to_string(workspace.join(".langbot/instructions.md")).expect("instructions")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_calls_the_history_tool_through_the_bridge() {
-    let claude = common::cli("claude");
-    let e2e = common::E2e::new("claude-code", "run-e2e").await;
-    let (model_url, requests) = fake_model().await;
-    let workspace = &e2e.projection.workspace;
-    let home = tempfile::tempdir().unwrap();
-    let spec = harness_bridge::harness::find("claude-code").unwrap();
-    let mcp_config = workspace.join(".langbot/mcp.json");
-    let args = spec.args(&TurnValues {
-        prompt: &e2e.projection.turn_prompt,
-        instructions: Some(&e2e.projection.instructions),
-        mcp_config: Some(&mcp_config),
-        ..TurnValues::default()
-    });
-    let output = tokio::process::Command::new(&claude)
-        .current_dir(workspace)
-        .args(&args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home.path())
-        .env("CLAUDE_CONFIG_DIR", home.path().join(".claude"))
-        .env("ANTHROPIC_BASE_URL", &model_url)
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("CLAUDE_CODE_MAX_RETRIES", "0")
-        .env(TOKEN_ENV, e2e.run.token.expose())
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(120), output)
-        .await
-        .expect("claude finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let init = lines
-        .iter()
-        .find(|l| l["type"] == "system" && l["subtype"] == "init")
-        .unwrap_or_else(|| {
-            panic!(
-                "no init line; stdout:\n{stdout}\nstderr:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-    let langbot = init["mcp_servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "langbot")
-        .expect("langbot server listed");
-    assert_eq!(langbot["status"], "connected", "{init}");
-    let result = lines
-        .iter()
-        .find(|l| l["type"] == "result")
-        .unwrap_or_else(|| panic!("no result line:\n{stdout}"));
-    assert_eq!(result["is_error"], false, "{result}");
-    assert!(
-        result["result"]
-            .as_str()
-            .unwrap_or("")
-            .contains("ship on Friday"),
-        "{result}"
-    );
+async fn two_turns_resume_one_claude_session_and_read_the_real_history() {
+    let (model_url, fake) = fake_model(false).await;
+    let machine = Machine::new(model_url).await;
 
-    // The model's second request carried the tool result: the store's text.
-    let requests = requests.lock().unwrap().clone();
-    let with_result = requests
+    // Turn 1: a fresh session; the model calls history_page through the bridge.
+    let first = machine.turn(ASK, &[]).await;
+    first.assert_well_formed();
+    let done = first.completed();
+    let kinds = first.kinds();
+    let tool_done = first
+        .first("tool.call.completed")
+        .expect("tool call result");
+    assert_eq!(tool_done["data"]["tool_name"], "mcp__langbot__history_page");
+    assert!(tool_done.to_string().contains(DECISION), "{tool_done}");
+    let message = first.first("message.completed").expect("message.completed");
+    assert_eq!(message["data"]["message"]["content"], ANSWER);
+    // The answer's delta was on stdout before the model had finished it.
+    let (delta_at, _) = first
+        .results
         .iter()
-        .find(|r| r.to_string().contains("tool_result"))
-        .unwrap_or_else(|| {
-            panic!(
-                "no request carried a tool result: {} requests",
-                requests.len()
-            )
-        });
+        .find(|(_, r)| r["type"] == "message.delta")
+        .expect("message.delta");
+    let (end_at, _) = first.results.last().unwrap();
     assert!(
-        with_result.to_string().contains(common::DECISION),
-        "the tool result did not carry the transcript"
+        *end_at - *delta_at >= PAUSE - Duration::from_millis(300),
+        "deltas were not streamed: {:?} before the end",
+        *end_at - *delta_at
     );
-    // The stable instructions reached the system prompt (`--append-system-prompt`).
-    assert!(
-        requests
-            .iter()
-            .any(|r| r["system"].to_string().contains("harness-bridge")),
-        "instructions missing from the system prompt"
-    );
-    e2e.assert_history_read().await;
+    let session = first
+        .state("external.session_id")
+        .and_then(Value::as_str)
+        .expect("state.updated external.session_id")
+        .to_string();
+    assert_eq!(first.state("external.harness"), Some(&json!("claude-code")));
+    let workspace = first
+        .state("external.working_directory")
+        .and_then(Value::as_str)
+        .expect("working directory")
+        .to_string();
+    let state_at = kinds.iter().position(|k| k == "state.updated").unwrap();
+    assert!(state_at < kinds.len() - 1);
+    assert_eq!(first.session()["resumed"], false, "{done}");
+    let instructions_1 = instructions(Path::new(&workspace));
+    let turn_1_requests = fake.requests.lock().unwrap().len();
 
-    // The bridge's decoder reads this real output as the run's results.
-    let results = common::decode("claude-stream-json", &stdout, output.status.code());
-    let kinds: Vec<&str> = results.iter().map(|r| r.kind.as_str()).collect();
-    let started = kinds
-        .iter()
-        .position(|k| *k == "tool.call.started")
-        .expect("tool.call.started");
-    let completed = kinds
-        .iter()
-        .position(|k| *k == "tool.call.completed")
-        .expect("tool.call.completed");
-    assert!(started < completed, "{kinds:?}");
+    // Turn 2, a separate process: it resumes turn 1's session.
+    let second = machine.turn(FOLLOW_UP, &[]).await;
+    second.assert_well_formed();
+    second.completed();
+    assert_eq!(second.session()["resumed"], true);
     assert_eq!(
-        results[started].data["tool_name"],
-        "mcp__langbot__history_page"
+        second.state("external.session_id").and_then(Value::as_str),
+        Some(session.as_str()),
+        "the same session goes on"
     );
+    let requests = fake.requests.lock().unwrap().clone();
+    let turn_2 = requests[turn_1_requests..]
+        .iter()
+        .find(|r| r["stream"] == true && r.to_string().contains(FOLLOW_UP))
+        .expect("turn 2 reached the model");
+    let seen = turn_2["messages"].to_string();
     assert!(
-        results[completed].data["result"]["text"]
-            .as_str()
-            .unwrap_or("")
-            .contains(common::DECISION)
+        seen.contains(ASK) && seen.contains(ANSWER),
+        "turn 2 did not carry turn 1: {seen}"
     );
-    assert!(kinds.contains(&"message.completed"), "{kinds:?}");
-    // `--include-partial-messages` is on: the stream has token deltas.
-    assert!(kinds.contains(&"message.delta"), "{kinds:?}");
-    assert_eq!(kinds.last(), Some(&"run.completed"), "{kinds:?}");
-    e2e.finish().await;
+    // The stable instructions: byte-identical, and in both turns' system prompt.
+    let instructions_2 = instructions(Path::new(&workspace));
+    assert_eq!(instructions_1, instructions_2);
+    let turn_1 = requests[..turn_1_requests]
+        .iter()
+        .find(|r| r["stream"] == true && r.to_string().contains(ASK))
+        .expect("turn 1 request");
+    let needle = instructions_1.trim();
+    for request in [turn_1, turn_2] {
+        let system = request["system"].to_string();
+        let system: String = serde_json::from_str::<Value>(&request["system"].to_string())
+            .ok()
+            .and_then(|s| {
+                s.as_array().map(|blocks| {
+                    blocks
+                        .iter()
+                        .filter_map(|b| b["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+            })
+            .unwrap_or(system);
+        assert!(
+            system.contains(needle),
+            "instructions missing from the system prompt"
+        );
+    }
+    // Nothing outside the whitelist reached the harness.
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.to_string().contains("do-not-pass")),
+        "a variable outside the whitelist leaked"
+    );
+
+    // The host keeps both turns: user and assistant, in order, and the audit
+    // shows the harness's history call.
+    let store = harness_bridge::host::sqlite::SqliteHost::open(machine.data.path()).unwrap();
+    let history = store
+        .conversation_history(CONVERSATION, None, 10)
+        .await
+        .unwrap();
+    let texts: Vec<String> = history
+        .items
+        .iter()
+        .map(|i| format!("{}: {}", i.role, i.content.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            format!("user: {DECISION}"),
+            format!("user: {ASK}"),
+            format!("assistant: {ANSWER}"),
+            format!("user: {FOLLOW_UP}"),
+            format!("assistant: {SECOND_ANSWER}"),
+        ]
+    );
+    let audit = store.audit_tail(None, 50).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|r| r.entry.action == "history_page" && r.entry.outcome == "ok"),
+        "{audit:?}"
+    );
+    assert!(processes_under(&machine.workspace_root()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_claude_session_falls_back_to_a_fresh_one() {
+    let (model_url, _fake) = fake_model(false).await;
+    let machine = Machine::new(model_url).await;
+    common::assert_session_fallback(
+        async |text: &str| machine.turn(text, &[]).await,
+        || {
+            machine
+                .session_files()
+                .iter()
+                .for_each(|f| std::fs::remove_file(f).unwrap())
+        },
+        || {
+            machine
+                .session_files()
+                .iter()
+                .for_each(|f| std::fs::write(f, "").unwrap())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_claude_is_killed_at_the_deadline_with_nothing_left() {
+    let (model_url, fake) = fake_model(true).await;
+    let machine = Machine::new(model_url).await;
+    let turn = machine
+        .turn("Are you there?", &["--timeout", "4", "--kill-grace", "1"])
+        .await;
+    assert!(
+        !fake.requests.lock().unwrap().is_empty(),
+        "the harness reached the model"
+    );
+    common::assert_killed_at_deadline(&turn, &machine.workspace_root());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_claude_binary_is_harness_not_found() {
+    common::assert_harness_not_found("claude-code", "npm install -g @anthropic-ai/claude-code")
+        .await;
 }

@@ -1,28 +1,49 @@
-//! The real Codex CLI, offline, against a fake Responses API on 127.0.0.1:
-//! it reaches the bridge's MCP server through the `-c mcp_servers.langbot`
-//! overrides the projection rendered (bearer token by env var name, tools
-//! approved), calls `history_page` as a namespace tool when the fake model
-//! asks, and the next model request carries the store's transcript text.
+//! The real Codex CLI, offline, driven through `harness-bridge run` against
+//! a fake Responses API on 127.0.0.1 (configured the operator's way: a
+//! provider in `$CODEX_HOME/config.toml`, which the bridge passes through
+//! untouched). Two turns of one conversation: the first calls the bridge's
+//! `history_page` tool; the second resumes the first's thread. Also: a
+//! deleted thread falls back to a fresh one, a hanging Codex is killed at
+//! the deadline with nothing left behind, and a missing binary is reported.
 
 mod common;
 
+use std::convert::Infallible;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Response, StatusCode};
 use axum::routing::{any, post};
-use harness_bridge::harness::TurnValues;
-use harness_bridge::projection::TOKEN_ENV;
+use common::{BridgeTurn, DECISION, bridge_run, processes_under, seed_decision};
 use serde_json::{Value, json};
 
-type Requests = Arc<Mutex<Vec<Value>>>;
+const CONVERSATION: &str = "group-1";
+const ASK: &str = "What did we decide?";
+const LOOKING: &str = "Let me look at the history.";
+const ANSWER: &str = "You decided to ship on Friday.";
+const FOLLOW_UP: &str = "And is that still the plan?";
+const SECOND_ANSWER: &str = "Yes, still Friday.";
+/// The fake model thinks this long before answering the tool output: the
+/// message sent before it must reach the bridge's stdout that much earlier.
+const PAUSE: Duration = Duration::from_millis(1500);
 
-fn events(request: &Value) -> Vec<Value> {
-    let saw_output = request["input"]
-        .as_array()
-        .is_some_and(|items| items.iter().any(|i| i["type"] == "function_call_output"));
+#[derive(Clone, Default)]
+struct Fake {
+    requests: Arc<Mutex<Vec<Value>>>,
+    hang: bool,
+}
+
+fn message(id: &str, text: &str) -> Value {
+    json!({"type": "message", "id": id, "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn events(request: &Value) -> (Duration, Vec<Value>) {
+    let input = request["input"].as_array().cloned().unwrap_or_default();
+    let last = input.last().cloned().unwrap_or_default();
     let offers_tool = request["tools"].as_array().is_some_and(|tools| {
         tools
             .iter()
@@ -31,32 +52,45 @@ fn events(request: &Value) -> Vec<Value> {
     let usage = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15});
     let created = json!({"type": "response.created", "response": {"id": "resp_fake", "status": "in_progress"}});
     let completed = json!({"type": "response.completed", "response": {"id": "resp_fake", "status": "completed", "usage": usage}});
-    if offers_tool && !saw_output {
-        let call = json!({"type": "function_call", "id": "fc_fake", "call_id": "call_fake", "namespace": "mcp__langbot", "name": "history_page", "arguments": "{\"limit\":5}", "status": "completed"});
+    let say = |text: &str| {
+        let m = message("msg_fake", text);
         vec![
-            created,
-            json!({"type": "response.output_item.added", "output_index": 0, "item": call}),
-            json!({"type": "response.output_item.done", "output_index": 0, "item": call}),
-            completed,
-        ]
-    } else {
-        let text = "You decided to ship on Friday.";
-        let message = json!({"type": "message", "id": "msg_fake", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]});
-        vec![
-            created,
+            created.clone(),
             json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_fake", "role": "assistant", "status": "in_progress", "content": []}}),
-            json!({"type": "response.content_part.added", "item_id": "msg_fake", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
             json!({"type": "response.output_text.delta", "item_id": "msg_fake", "output_index": 0, "content_index": 0, "delta": text}),
-            json!({"type": "response.output_item.done", "output_index": 0, "item": message}),
-            completed,
+            json!({"type": "response.output_item.done", "output_index": 0, "item": m}),
+            completed.clone(),
         ]
+    };
+    if last["type"] == "function_call_output" {
+        return (PAUSE, say(ANSWER));
     }
+    if offers_tool && last.to_string().contains(ASK) {
+        let call = json!({"type": "function_call", "id": "fc_fake", "call_id": "call_fake", "namespace": "mcp__langbot", "name": "history_page", "arguments": "{\"limit\":5}", "status": "completed"});
+        let note = message("msg_look", LOOKING);
+        return (
+            Duration::ZERO,
+            vec![
+                created,
+                json!({"type": "response.output_item.added", "output_index": 0, "item": note}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": note}),
+                json!({"type": "response.output_item.added", "output_index": 1, "item": call}),
+                json!({"type": "response.output_item.done", "output_index": 1, "item": call}),
+                completed,
+            ],
+        );
+    }
+    (Duration::ZERO, say(SECOND_ANSWER))
 }
 
-async fn responses(State(requests): State<Requests>, body: String) -> Response<Body> {
+async fn responses(State(fake): State<Fake>, body: String) -> Response<Body> {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    requests.lock().unwrap().push(request.clone());
-    let body: String = events(&request)
+    fake.requests.lock().unwrap().push(request.clone());
+    if fake.hang {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    let (pause, events) = events(&request);
+    let body: String = events
         .iter()
         .map(|e| {
             format!(
@@ -66,116 +100,234 @@ async fn responses(State(requests): State<Requests>, body: String) -> Response<B
             )
         })
         .collect();
+    let stream = futures::stream::once(async move {
+        tokio::time::sleep(pause).await;
+        Ok::<_, Infallible>(body)
+    });
     Response::builder()
         .header("content-type", "text/event-stream")
-        .body(Body::from(body))
+        .body(Body::from_stream(stream))
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_calls_the_history_tool_through_the_bridge() {
-    let codex = common::cli("codex");
-    let e2e = common::E2e::new("codex", "run-codex").await;
-    let requests: Requests = Arc::default();
+async fn fake_model(hang: bool) -> (String, Fake) {
+    let fake = Fake {
+        hang,
+        ..Fake::default()
+    };
     let app = Router::new()
         .route("/v1/responses", post(responses))
         .fallback(any(|| async { StatusCode::NOT_FOUND }))
-        .with_state(requests.clone());
-    let model_url = common::serve_local(app).await;
-    let (projection, run) = (&e2e.projection, &e2e.run);
-    assert!(
-        projection
-            .mcp
-            .overrides
-            .iter()
-            .all(|o| !o.contains(run.token.expose())),
-        "no token on argv"
-    );
+        .with_state(fake.clone());
+    (common::serve_local(app).await, fake)
+}
 
-    let home = tempfile::tempdir().unwrap();
-    let provider = format!(
-        "model_providers.fake={{name=\"fake\",base_url=\"{model_url}/v1\",env_key=\"FAKE_KEY\",wire_api=\"responses\",stream_max_retries=0,request_max_retries=0}}"
-    );
-    let spec = harness_bridge::harness::find("codex").unwrap();
-    let mut overrides = vec!["model_provider=fake".to_string(), provider];
-    overrides.extend(projection.mcp.overrides.iter().cloned());
-    let args = spec.args(&TurnValues {
-        prompt: &projection.turn_prompt,
-        model: Some("gpt-5-codex"),
-        config_overrides: &overrides,
-        ..TurnValues::default()
-    });
-    let output = tokio::process::Command::new(&codex)
-        .current_dir(&projection.workspace)
-        .args(&args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home.path())
-        .env("CODEX_HOME", home.path())
-        .env("FAKE_KEY", "test-key")
-        .env(TOKEN_ENV, run.token.expose())
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(120), output)
-        .await
-        .expect("codex finished in time")
+/// A user's machine: a data folder for the bridge, a `CODEX_HOME` whose
+/// config.toml points Codex at the fake model.
+struct Machine {
+    data: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Machine {
+    async fn new(model_url: &str) -> Machine {
+        let data = tempfile::tempdir().unwrap();
+        seed_decision(data.path(), CONVERSATION).await;
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(
+            home.path().join("config.toml"),
+            format!(
+                "model = \"gpt-5-codex\"\nmodel_provider = \"fake\"\n\n[model_providers.fake]\nname = \"fake\"\nbase_url = \"{model_url}/v1\"\nenv_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\nstream_max_retries = 0\nrequest_max_retries = 0\n"
+            ),
+        )
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let lines: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
+        Machine { data, home }
+    }
+
+    async fn turn(&self, text: &str, extra: &[&str]) -> BridgeTurn {
+        let codex = common::cli("codex");
+        let codex = codex.to_string_lossy();
+        let mut args = vec![
+            "--harness",
+            "codex",
+            "--bin",
+            &codex,
+            "--conversation",
+            CONVERSATION,
+            "--text",
+            text,
+        ];
+        args.extend_from_slice(extra);
+        let home = self.home.path().to_string_lossy().into_owned();
+        let env = [
+            ("HOME", home.clone()),
+            ("CODEX_HOME", home),
+            ("OPENAI_API_KEY", "test-key".to_string()),
+            ("BRIDGE_ONLY_SECRET", "do-not-pass".to_string()),
+        ];
+        bridge_run(self.data.path(), &args, &env).await
+    }
+
+    fn workspace_root(&self) -> std::path::PathBuf {
+        self.data.path().join("workspaces")
+    }
+
+    fn rollouts(&self) -> Vec<std::path::PathBuf> {
+        walkdir::WalkDir::new(self.home.path().join("sessions"))
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_file())
+            .map(|e| e.into_path())
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_turns_resume_one_codex_thread_and_read_the_real_history() {
+    let (model_url, fake) = fake_model(false).await;
+    let machine = Machine::new(&model_url).await;
+
+    let first = machine.turn(ASK, &[]).await;
+    first.assert_well_formed();
+    first.completed();
+    let started = first.first("tool.call.started").expect("tool call");
+    assert_eq!(started["data"]["tool_name"], "mcp__langbot__history_page");
+    let tool_done = first.first("tool.call.completed").expect("tool result");
+    assert!(tool_done.to_string().contains(DECISION), "{tool_done}");
+    // The first message streamed out while the model was still thinking.
+    let (note_at, _) = first
+        .results
+        .iter()
+        .find(|(_, r)| {
+            r["type"] == "message.completed" && r["data"]["message"]["content"] == LOOKING
+        })
+        .expect("the first message");
+    let (end_at, _) = first.results.last().unwrap();
+    assert!(
+        *end_at - *note_at >= PAUSE - Duration::from_millis(300),
+        "results were not streamed: {:?} before the end",
+        *end_at - *note_at
+    );
+    let thread = first
+        .state("external.session_id")
+        .and_then(Value::as_str)
+        .expect("state.updated external.session_id")
+        .to_string();
+    assert_eq!(first.state("external.harness"), Some(&json!("codex")));
+    let workspace = first
+        .state("external.working_directory")
+        .and_then(Value::as_str)
+        .expect("working directory")
+        .to_string();
+    let turn_1_requests = fake.requests.lock().unwrap().len();
+
+    let second = machine.turn(FOLLOW_UP, &[]).await;
+    second.assert_well_formed();
+    second.completed();
+    assert_eq!(second.session()["resumed"], true);
+    assert_eq!(
+        second.state("external.session_id").and_then(Value::as_str),
+        Some(thread.as_str())
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    let turn_2 = requests[turn_1_requests..]
+        .iter()
+        .find(|r| r.to_string().contains(FOLLOW_UP))
+        .expect("turn 2 reached the model");
+    let seen = turn_2["input"].to_string();
+    assert!(
+        seen.contains(ASK) && seen.contains(ANSWER),
+        "turn 2 did not carry turn 1"
+    );
+
+    // The stable instructions reach the model as the same developer text.
+    let instructions =
+        std::fs::read_to_string(Path::new(&workspace).join(".langbot/instructions.md")).unwrap();
+    let developer_text = |request: &Value| -> Vec<String> {
+        request["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["role"] == "developer")
+            .flat_map(|i| i["content"].as_array().cloned().unwrap_or_default())
+            .filter_map(|c| c["text"].as_str().map(str::to_string))
+            .filter(|t| t.contains(instructions.trim()))
+            .collect()
+    };
+    let turn_1 = &requests[0];
+    let (one, two) = (developer_text(turn_1), developer_text(turn_2));
+    assert!(
+        !one.is_empty(),
+        "instructions missing from turn 1's request"
+    );
+    assert_eq!(one[0], two[0], "instructions changed between turns");
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.to_string().contains("do-not-pass")),
+        "a variable outside the whitelist leaked"
+    );
+
+    let store = harness_bridge::host::sqlite::SqliteHost::open(machine.data.path()).unwrap();
+    let history = store
+        .conversation_history(CONVERSATION, None, 10)
+        .await
+        .unwrap();
+    let texts: Vec<String> = history
+        .items
+        .iter()
+        .map(|i| format!("{}: {}", i.role, i.content.clone().unwrap_or_default()))
         .collect();
-    let call = lines
-        .iter()
-        .find(|l| l["type"] == "item.completed" && l["item"]["type"] == "mcp_tool_call")
-        .unwrap_or_else(|| panic!("no mcp_tool_call item; stdout:\n{stdout}\nstderr:\n{stderr}"));
-    assert_eq!(call["item"]["server"], "langbot", "{call}");
-    assert_eq!(call["item"]["tool"], "history_page", "{call}");
-    assert_eq!(call["item"]["status"], "completed", "{call}");
-    assert!(
-        lines.iter().any(|l| l["type"] == "turn.completed"),
-        "{stdout}"
-    );
-    assert!(output.status.success(), "{stderr}");
-
-    let requests = requests.lock().unwrap().clone();
-    let with_output = requests
-        .iter()
-        .find(|r| r.to_string().contains("function_call_output"))
-        .unwrap_or_else(|| {
-            panic!(
-                "no request carried the tool output: {} requests",
-                requests.len()
-            )
-        });
-    assert!(
-        with_output.to_string().contains(common::DECISION),
-        "the tool output did not carry the transcript"
-    );
-    e2e.assert_history_read().await;
-
-    // The bridge's decoder reads this real output as the run's results.
-    let results = common::decode("codex-jsonl", &stdout, output.status.code());
-    let kinds: Vec<&str> = results.iter().map(|r| r.kind.as_str()).collect();
-    let started = kinds
-        .iter()
-        .position(|k| *k == "tool.call.started")
-        .expect("tool.call.started");
     assert_eq!(
-        results[started].data["tool_name"],
-        "mcp__langbot__history_page"
+        texts,
+        vec![
+            format!("user: {DECISION}"),
+            format!("user: {ASK}"),
+            format!("assistant: {LOOKING}\n\n{ANSWER}"),
+            format!("user: {FOLLOW_UP}"),
+            format!("assistant: {SECOND_ANSWER}"),
+        ]
     );
-    assert!(kinds.contains(&"tool.call.completed"), "{kinds:?}");
-    let answer = results
-        .iter()
-        .find(|r| r.kind.as_str() == "message.completed")
-        .expect("message.completed");
-    assert_eq!(
-        answer.data["message"]["content"],
-        "You decided to ship on Friday."
+    assert!(processes_under(&machine.workspace_root()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_codex_thread_falls_back_to_a_fresh_one() {
+    let (model_url, _fake) = fake_model(false).await;
+    let machine = Machine::new(&model_url).await;
+    common::assert_session_fallback(
+        async |text: &str| machine.turn(text, &[]).await,
+        || {
+            machine
+                .rollouts()
+                .iter()
+                .for_each(|f| std::fs::remove_file(f).unwrap())
+        },
+        || {
+            machine
+                .rollouts()
+                .iter()
+                .for_each(|f| std::fs::write(f, "").unwrap())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_codex_is_killed_at_the_deadline_with_nothing_left() {
+    let (model_url, fake) = fake_model(true).await;
+    let machine = Machine::new(&model_url).await;
+    let turn = machine
+        .turn("Are you there?", &["--timeout", "4", "--kill-grace", "1"])
+        .await;
+    assert!(
+        !fake.requests.lock().unwrap().is_empty(),
+        "the harness reached the model"
     );
-    assert_eq!(kinds.last(), Some(&"run.completed"), "{kinds:?}");
-    e2e.finish().await;
+    common::assert_killed_at_deadline(&turn, &machine.workspace_root());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_codex_binary_is_harness_not_found() {
+    common::assert_harness_not_found("codex", "npm install -g @openai/codex").await;
 }

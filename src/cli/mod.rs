@@ -17,6 +17,7 @@ mod host;
 mod input;
 mod logging;
 mod project;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -90,6 +91,10 @@ enum Command {
     Host(host::HostCommand),
     /// Print the runner discovery JSON (AgentRunnerDiscovery) for a host.
     Manifest,
+    /// Run one turn through a harness on the embedded host: results stream
+    /// to stdout, and the next turn resumes the same session.
+    #[command(after_help = run::AFTER_HELP)]
+    Run(run::RunArgs),
     /// Write a run's workspace for a harness without launching it, and list
     /// the files written: exactly what the harness will get.
     Project(project::ProjectArgs),
@@ -198,6 +203,13 @@ pub fn main() -> ExitCode {
             runtime.shutdown_background();
             code
         }
+        Command::Run(args) => match data_dir(cli.data_dir) {
+            Ok(dir) => run::run(args, &dir),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                exit::FAILURE
+            }
+        },
         Command::Project(args) => match data_dir(cli.data_dir) {
             Ok(dir) => project::run(args, &dir),
             Err(msg) => {

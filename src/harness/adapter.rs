@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
+use super::SessionStore;
 use crate::projection::{McpFormat, Target};
 
 /// One argv item: a plain argument, or a group that is kept only when
@@ -87,6 +88,15 @@ pub struct AdapterSpec {
     pub decoder: String,
     /// Output text that means "the session to resume does not exist".
     pub session_not_found: String,
+    /// Where the harness keeps sessions, to check one before resuming it.
+    #[serde(default = "unknown_store")]
+    pub session_store: SessionStore,
+    /// How an operator installs the harness, shown when it is missing.
+    pub install_hint: String,
+}
+
+fn unknown_store() -> SessionStore {
+    SessionStore::Unknown
 }
 
 /// Values for one turn's placeholders.
@@ -175,7 +185,14 @@ impl AdapterSpec {
             ArgItem::One(a) => vec![a.as_str()],
             ArgItem::Group(g) => g.iter().map(String::as_str).collect(),
         }) {
-            for name in placeholders(text) {
+            for placeholder in placeholders(text) {
+                let (name, filter) = split_filter(placeholder);
+                if let Some(filter) = filter.filter(|f| !FILTERS.contains(f)) {
+                    return fail(format!(
+                        "unknown filter `|{filter}` in `{text}` (known: {})",
+                        FILTERS.join(", ")
+                    ));
+                }
                 if !PLACEHOLDERS.contains(&name) {
                     return fail(format!(
                         "unknown placeholder `{{{name}}}` in `{text}` (known: {})",
@@ -229,8 +246,14 @@ impl AdapterSpec {
         };
         let fill = |text: &str| -> Option<String> {
             let mut out = text.to_string();
-            for name in placeholders(text) {
-                out = out.replace(&format!("{{{name}}}"), &value(name)?);
+            for placeholder in placeholders(text) {
+                let (name, filter) = split_filter(placeholder);
+                let mut v = value(name)?;
+                if filter == Some("toml") {
+                    // A JSON string literal is a valid TOML basic string.
+                    v = serde_json::to_string(&v).unwrap_or_default();
+                }
+                out = out.replace(&format!("{{{placeholder}}}"), &v);
             }
             Some(out)
         };
@@ -253,6 +276,18 @@ impl AdapterSpec {
             }
         }
         args
+    }
+}
+
+/// Filters a placeholder may carry: `{instructions|toml}` is the value as a
+/// quoted TOML string (for `-c key=value` config overrides).
+const FILTERS: [&str; 1] = ["toml"];
+
+/// `name|filter` → (`name`, `Some(filter)`).
+fn split_filter(placeholder: &str) -> (&str, Option<&str>) {
+    match placeholder.split_once('|') {
+        Some((name, filter)) => (name, Some(filter)),
+        None => (placeholder, None),
     }
 }
 

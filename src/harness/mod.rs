@@ -1,13 +1,19 @@
 //! Harnesses: the code-agent CLIs the bridge runs. Adapter specs (data:
 //! `harness-adapters/*.yaml`), the catalog of runners built from them (what
-//! `manifest` prints), and the decoders of their output streams. Launching
-//! joins this module next.
+//! `manifest` prints), the decoders of their output streams, the launcher
+//! (process groups, environment whitelist) and resume pointers.
 
 mod adapter;
 mod catalog;
 pub mod decode;
+mod launch;
+mod session;
 
 pub use adapter::{AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, SpecError, Stdin, TurnValues};
 pub use catalog::{
     PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, names, requested_permissions, runner_id,
+};
+pub use launch::{HarnessProcess, Launch, StderrTail, child_env, find_program};
+pub use session::{
+    HARNESS_KEY, ResumePointer, SESSION_ID_KEY, SessionStore, WORKING_DIRECTORY_KEY,
 };

@@ -1,9 +1,8 @@
 //! The binding: `ctx.config` read as the typed settings projection needs.
 //!
 //! The host passes the Agent's runner configuration through untyped; this
-//! is where it gets a shape, with errors that name the field. Keys the
-//! projection does not use (model, timeout, ...) are ignored here and left
-//! for the harness.
+//! is where it gets a shape, with errors that name the field. Keys no one
+//! knows are ignored: a host may store more than this bridge reads.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -103,6 +102,12 @@ pub struct Binding<'a> {
     /// JSON Schemas for state data kinds, shown next to the data.
     #[serde(default)]
     pub state_schemas: BTreeMap<String, serde_json::Value>,
+    /// Model passed to the harness; empty means the harness's default.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Longest a turn may run, in seconds (the context's deadline may be sooner).
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
 }
 
 impl<'a> Binding<'a> {

@@ -31,11 +31,11 @@ pub use mcp_config::{
 };
 pub use names::{check_skill_name, relative_components, safe_component};
 pub use render::{DataMessage, Templates};
-pub use scopes::{REDACTED, Scope, is_secret_key, is_secret_value, redact};
+pub use scopes::{REDACTED, Scope, is_secret_key, is_secret_value, redact, redact_text};
 pub use workspace::{components as workspace_components, paths};
 
 use crate::host::GrantedHost;
-use crate::protocol::AgentRunContext;
+use crate::protocol::{AgentRunContext, JsonMap};
 
 /// Schema id of `agent-context.json`.
 pub const CONTEXT_SCHEMA: &str = "langbot.agent_runner.external_harness_context.v1";
@@ -114,6 +114,9 @@ pub struct Projection {
     pub mcp: RenderedMcp,
     /// The input files as described to the harness.
     pub input_files: Vec<InputFile>,
+    /// The turn's event as the harness may see it (scoped, redacted): what
+    /// the `get_current_event` tool answers.
+    pub current_event: Value,
 }
 
 fn json_bytes(value: &Value) -> Vec<u8> {
@@ -295,7 +298,16 @@ pub async fn project(
         report.file(path.join("/"), outcome);
     }
 
+    let mut current_event: JsonMap = ["trigger", "event", "actor", "subject", "input"]
+        .into_iter()
+        .filter_map(|part| Some((part.to_string(), parts.get(part)?.clone())))
+        .collect();
+    if !input_files.is_empty() {
+        current_event.insert("input_files".into(), json!(input_files));
+    }
+
     Ok(Projection {
+        current_event: Value::Object(current_event),
         workspace: ws.path().to_path_buf(),
         report,
         instructions,

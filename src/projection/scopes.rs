@@ -206,6 +206,45 @@ pub fn is_secret_value(text: &str) -> bool {
                 .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
 }
 
+/// Redact secrets inside free text (a log or stderr line): words that look
+/// like secrets, `KEY=value` / `key: value` pairs whose key names a secret,
+/// and any of `known` (values the caller knows are secret, e.g. a token).
+pub fn redact_text(text: &str, known: &[&str]) -> String {
+    let mut out = text.to_string();
+    for secret in known.iter().filter(|s| s.len() >= 8) {
+        out = out.replace(secret, REDACTED);
+    }
+    let mut redact_next = false;
+    let words: Vec<String> = out
+        .split(' ')
+        .map(|word| {
+            let bare = word.trim_matches(|c: char| "\"'`,;()[]{}<>".contains(c));
+            if bare.eq_ignore_ascii_case("bearer") {
+                redact_next = true;
+                return word.to_string();
+            }
+            if redact_next && !bare.is_empty() {
+                redact_next = false;
+                return word.replace(bare, REDACTED);
+            }
+            if let Some((key, value)) = bare.split_once(['=', ':']) {
+                if is_secret_key(key, &[]) {
+                    if value.is_empty() {
+                        redact_next = bare.ends_with(':');
+                        return word.to_string();
+                    }
+                    return word.replace(value, REDACTED);
+                }
+            }
+            if is_secret_value(bare) {
+                return word.replace(bare, REDACTED);
+            }
+            word.to_string()
+        })
+        .collect();
+    words.join(" ")
+}
+
 /// Replace every secret in `value` (by key or by look) with [`REDACTED`].
 pub fn redact(value: &mut Value, extra_keys: &[String]) {
     match value {
@@ -228,6 +267,26 @@ pub fn redact(value: &mut Value, extra_keys: &[String]) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn secrets_inside_free_text_are_redacted() {
+        let line = "error: auth failed for OPENAI_API_KEY=sk-abcdefghijklmnopqrstu with \"Authorization: Bearer abcdefgh12345\" token: hunter2hunter2 (run tok_0123456789)";
+        let out = redact_text(line, &["tok_0123456789"]);
+        for secret in [
+            "sk-abcdefghijklmnopqrstu",
+            "abcdefgh12345",
+            "hunter2hunter2",
+            "tok_0123456789",
+        ] {
+            assert!(!out.contains(secret), "{secret} survived: {out}");
+        }
+        assert!(
+            out.starts_with("error: auth failed for OPENAI_API_KEY=[redacted]"),
+            "{out}"
+        );
+        let plain = "No conversation found with session ID: 1234";
+        assert_eq!(redact_text(plain, &[]), plain);
+    }
 
     #[test]
     fn secret_keys_and_values() {

@@ -237,3 +237,269 @@ pub fn decode(
     }
     out
 }
+
+/// One `harness-bridge run` as a user runs it: its NDJSON results, each
+/// with the moment it was read, the exit code and stderr.
+pub struct BridgeTurn {
+    pub results: Vec<(std::time::Instant, serde_json::Value)>,
+    pub code: Option<i32>,
+    pub stderr: String,
+    pub elapsed: std::time::Duration,
+}
+
+impl BridgeTurn {
+    pub fn kinds(&self) -> Vec<String> {
+        self.results
+            .iter()
+            .map(|(_, r)| r["type"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    pub fn first(&self, kind: &str) -> Option<&serde_json::Value> {
+        self.results
+            .iter()
+            .map(|(_, r)| r)
+            .find(|r| r["type"] == kind)
+    }
+
+    /// The last result, which must be the terminal one.
+    pub fn terminal(&self) -> &serde_json::Value {
+        let (_, last) = self
+            .results
+            .last()
+            .unwrap_or_else(|| panic!("no results at all; stderr:\n{}", self.stderr));
+        last
+    }
+
+    /// The value of a `state.updated` result for `key`.
+    pub fn state(&self, key: &str) -> Option<&serde_json::Value> {
+        self.results
+            .iter()
+            .map(|(_, r)| r)
+            .find(|r| r["type"] == "state.updated" && r["data"]["key"] == key)
+            .map(|r| &r["data"]["value"])
+    }
+
+    /// Sequence 1, 2, 3… on every result, one run id, one terminal at the end.
+    pub fn assert_well_formed(&self) {
+        let sequences: Vec<u64> = self
+            .results
+            .iter()
+            .map(|(_, r)| r["sequence"].as_u64().expect("sequence on every result"))
+            .collect();
+        assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>());
+        let terminals = self
+            .kinds()
+            .iter()
+            .filter(|k| *k == "run.completed" || *k == "run.failed")
+            .count();
+        assert_eq!(terminals, 1, "{:?}", self.kinds());
+        let kind = self.terminal()["type"].as_str().unwrap_or("");
+        assert!(kind == "run.completed" || kind == "run.failed", "{kind}");
+    }
+}
+
+/// The bridge binary built for these tests.
+pub fn bridge_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_harness-bridge")
+}
+
+/// Run `harness-bridge --data-dir DATA run ARGS` with exactly `env` (plus a
+/// PATH), reading its stdout as it streams.
+pub async fn bridge_run(
+    data: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> BridgeTurn {
+    use tokio::io::AsyncBufReadExt;
+    let start = std::time::Instant::now();
+    let mut child = tokio::process::Command::new(bridge_bin())
+        .arg("--data-dir")
+        .arg(data)
+        .arg("run")
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the bridge starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let errors = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
+        text
+    });
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut results = Vec::new();
+    let read = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let value: serde_json::Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+            results.push((std::time::Instant::now(), value));
+        }
+        child.wait().await.expect("the bridge exits")
+    };
+    let status = tokio::time::timeout(std::time::Duration::from_secs(240), read)
+        .await
+        .expect("the bridge finished in time");
+    let stderr = errors.await.unwrap_or_default();
+    BridgeTurn {
+        results,
+        code: status.code(),
+        stderr,
+        elapsed: start.elapsed(),
+    }
+}
+
+/// Processes whose working directory is under `root`: what a run must not
+/// leave behind.
+pub fn processes_under(root: &std::path::Path) -> Vec<String> {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) {
+            if cwd.starts_with(&root) {
+                let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                found.push(format!("{pid}: {cmd}"));
+            }
+        }
+    }
+    found
+}
+
+/// Put [`DECISION`] into `conversation`'s history in the store at `data`.
+pub async fn seed_decision(data: &std::path::Path, conversation: &str) {
+    let store = SqliteHost::open(data).expect("store opens");
+    store
+        .append_transcript(NewTranscriptItem {
+            event_id: "old".into(),
+            conversation_id: conversation.into(),
+            role: "user".into(),
+            content: Some(DECISION.into()),
+            ..NewTranscriptItem::default()
+        })
+        .await
+        .expect("seed transcript");
+}
+
+impl BridgeTurn {
+    /// The terminal result, which must be `run.completed` with exit code 0.
+    pub fn completed(&self) -> &serde_json::Value {
+        self.assert_well_formed();
+        let terminal = self.terminal();
+        assert_eq!(
+            terminal["type"],
+            "run.completed",
+            "{terminal}\nkinds: {:?}\nstderr:\n{}",
+            self.kinds(),
+            self.stderr
+        );
+        assert_eq!(self.code, Some(0), "{}", self.stderr);
+        terminal
+    }
+
+    /// The session facts the run reported in its final message.
+    pub fn session(&self) -> &serde_json::Value {
+        &self.terminal()["data"]["message"]["metadata"]["session"]
+    }
+
+    /// A `run.failed` with `code`, and the bridge's exit code 3.
+    pub fn assert_failed(&self, code: &str) -> &serde_json::Value {
+        self.assert_well_formed();
+        let terminal = self.terminal();
+        assert_eq!(terminal["type"], "run.failed", "{terminal}");
+        assert_eq!(terminal["data"]["code"], code, "{terminal}");
+        assert_eq!(self.code, Some(3), "{}", self.stderr);
+        terminal
+    }
+}
+
+/// A session that vanished falls back to a fresh one (noticed before the
+/// resume), and one the harness cannot resume is retried once as fresh.
+pub async fn assert_session_fallback(
+    turn: impl AsyncFn(&str) -> BridgeTurn,
+    delete_sessions: impl Fn(),
+    corrupt_sessions: impl Fn(),
+) {
+    let first = turn("Hello there").await;
+    first.completed();
+    let old = first
+        .state("external.session_id")
+        .cloned()
+        .expect("session");
+
+    delete_sessions();
+    let second = turn("Hello again").await;
+    second.completed();
+    let meta = second.session();
+    assert_eq!(meta["resumed"], false);
+    let notice = meta["notice"].as_str().unwrap_or("");
+    assert!(notice.contains("no longer exists"), "{meta}");
+    let new = second
+        .state("external.session_id")
+        .cloned()
+        .expect("new session");
+    assert_ne!(new, old);
+
+    corrupt_sessions();
+    let third = turn("Third time").await;
+    third.completed();
+    let meta = third.session();
+    assert_eq!(meta["resumed"], false, "{meta}");
+    let notice = meta["notice"].as_str().unwrap_or("");
+    assert!(notice.contains("could not be resumed"), "{meta}");
+    assert_ne!(third.state("external.session_id"), Some(&new));
+}
+
+/// A harness that hangs is stopped at the deadline, and nothing it started
+/// is left running under `workspaces`.
+pub fn assert_killed_at_deadline(turn: &BridgeTurn, workspaces: &std::path::Path) {
+    turn.assert_failed("deadline_exceeded");
+    assert!(
+        turn.elapsed < std::time::Duration::from_secs(30),
+        "{:?}",
+        turn.elapsed
+    );
+    let left = processes_under(workspaces);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+/// `harness` cannot be found: `harness_not_found` with its install hint.
+pub async fn assert_harness_not_found(harness: &str, hint: &str) {
+    let data = tempfile::tempdir().expect("data dir");
+    let turn = bridge_run(
+        data.path(),
+        &["--conversation", "c", "--text", "hi", "--harness", harness],
+        &[("PATH", "/nonexistent".to_string())],
+    )
+    .await;
+    let terminal = turn.assert_failed("harness_not_found");
+    let error = terminal["data"]["error"].as_str().unwrap_or("");
+    assert!(error.contains(hint), "{error}");
+    let named = bridge_run(
+        data.path(),
+        &[
+            "--conversation",
+            "c",
+            "--text",
+            "hi",
+            "--harness",
+            harness,
+            "--bin",
+            "/nonexistent/bin",
+        ],
+        &[],
+    )
+    .await;
+    named.assert_failed("harness_not_found");
+}

@@ -1,0 +1,327 @@
+//! `harness-bridge run`: one turn through a harness on the embedded host,
+//! its results streamed to stdout as NDJSON (or rendered for a person).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::exit;
+use super::input::{check, read_text};
+use crate::harness::Adapters;
+use crate::harness::decode::ResultStream;
+use crate::projection::Templates;
+use crate::protocol::{AgentRunResult, JsonMap, ResultPayload, ResultType, RunFailed, Severity};
+use crate::run::{Bridge, QuickTurn, Settings, quick_context};
+
+/// Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells expect).
+const CANCELLED: u8 = 130;
+
+pub const AFTER_HELP: &str = "\
+Examples:
+  harness-bridge run --conversation demo --text 'What did we decide?'
+  harness-bridge run --harness codex --conversation demo --text 'Go on' --format pretty
+  harness-bridge run --context turn.json --harness claude-code > results.ndjson
+
+Each turn resumes the conversation's previous session of the same harness
+(its pointer is kept in the embedded host's conversation state). The harness
+gets only whitelisted environment variables: see `adapters show NAME`, and
+add more with --pass-env.
+
+Exit codes: 0 run.completed, 1 invalid context or arguments, 3 run.failed,
+130 cancelled with Ctrl-C.";
+
+/// How results are written to stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// One AgentRunResult JSON object per line, as they happen.
+    Ndjson,
+    /// Streamed text, tool calls and the final status, for a person.
+    Pretty,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// AgentRunContext JSON file, or `-` for standard input.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["conversation", "text", "actor"], required_unless_present = "conversation")]
+    context: Option<PathBuf>,
+    /// Conversation id: builds the context from --conversation, --text and --actor.
+    #[arg(long, value_name = "ID", requires = "text")]
+    conversation: Option<String>,
+    /// The user's message (with --conversation).
+    #[arg(long, value_name = "TEXT")]
+    text: Option<String>,
+    /// Who is speaking (with --conversation).
+    #[arg(long, value_name = "ID", default_value = "local-user")]
+    actor: Option<String>,
+    /// Harness to run (see `adapters list`).
+    #[arg(long, value_name = "NAME", default_value = "claude-code")]
+    harness: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Ndjson)]
+    format: Format,
+    /// Harness program to run instead of looking the spec's binary up on PATH.
+    #[arg(long, value_name = "PATH")]
+    bin: Option<PathBuf>,
+    /// Also pass this variable (or prefix ending in `*`) to the harness. Repeatable.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pass_env: Vec<String>,
+    /// Model for the harness (sets the binding's `model`).
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+    /// Turn timeout in seconds (sets the binding's `timeout_seconds`).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<u64>,
+    /// Seconds between SIGTERM and SIGKILL when the harness is stopped.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    kill_grace: u64,
+    /// Folder under which conversation workspaces live [default: DATA_DIR/workspaces].
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Folder of template overrides.
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
+    /// Folder of adapter specs that add to or replace the built-in ones.
+    #[arg(long, value_name = "DIR")]
+    adapters: Option<PathBuf>,
+}
+
+/// Write one line; a closed stdout (piped into `head`) is not an error.
+fn line(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+/// An invalid context still gets a result stream: one `run.failed`.
+fn invalid(run_id: &str, error: String, format: Format) -> u8 {
+    let results = ResultStream::new(run_id).stamp(vec![ResultPayload::RunFailed(RunFailed {
+        code: "invalid_argument".into(),
+        error,
+        retryable: false,
+    })]);
+    for result in &results {
+        match format {
+            Format::Ndjson => line(&serde_json::to_string(result).unwrap_or_default()),
+            Format::Pretty => Pretty::default().show(result),
+        }
+    }
+    exit::INVALID
+}
+
+pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
+    let mut config = JsonMap::new();
+    let ctx = if let Some(file) = &args.context {
+        let text = match read_text(file) {
+            Ok(text) => text,
+            Err(e) => {
+                eprintln!("error: cannot read {}: {e}", file.display());
+                return exit::FAILURE;
+            }
+        };
+        let (ctx, problems) = check(&text);
+        let errors: Vec<String> = problems
+            .iter()
+            .filter(|p| p.severity == Severity::Error)
+            .map(|p| format!("{}: {}", p.path, p.message))
+            .collect();
+        let run_id = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|d| d["run_id"].as_str().map(str::to_string))
+            .unwrap_or_else(|| "invalid".into());
+        match ctx {
+            Some(ctx) if errors.is_empty() => ctx,
+            _ => {
+                return invalid(
+                    &run_id,
+                    format!("invalid AgentRunContext: {}", errors.join("; ")),
+                    args.format,
+                );
+            }
+        }
+    } else {
+        let (Some(conversation), Some(text)) = (&args.conversation, &args.text) else {
+            eprintln!("error: pass --context FILE, or --conversation ID --text TEXT");
+            return exit::USAGE;
+        };
+        match quick_context(&QuickTurn {
+            conversation,
+            actor: args.actor.as_deref().unwrap_or("local-user"),
+            text,
+            config: JsonMap::new(),
+        }) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                return invalid(
+                    "invalid",
+                    format!("cannot build the context: {e}"),
+                    args.format,
+                );
+            }
+        }
+    };
+    let mut ctx = ctx;
+    if let Some(model) = &args.model {
+        config.insert("model".into(), Value::String(model.clone()));
+    }
+    if let Some(timeout) = args.timeout {
+        config.insert("timeout_seconds".into(), Value::from(timeout));
+    }
+    ctx.config.extend(config);
+
+    let adapters = match &args.adapters {
+        Some(dir) => match Adapters::load(dir) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::INVALID;
+            }
+        },
+        None => Adapters::builtin().clone(),
+    };
+    let templates = match Templates::load(args.templates.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let (runtime, store) = match super::open_store(data_dir) {
+        Ok(opened) => opened,
+        Err(code) => return code,
+    };
+    let mut settings = Settings::new(args.root.unwrap_or_else(|| data_dir.join("workspaces")));
+    settings.pass_env = args.pass_env;
+    settings.kill_grace = Duration::from_secs(args.kill_grace);
+    if let Some(bin) = args.bin {
+        // A relative path is the operator's, from where they stand.
+        let bin = std::path::absolute(&bin).unwrap_or(bin);
+        settings.binaries.insert(args.harness.clone(), bin);
+    }
+    let format = args.format;
+    let harness = args.harness;
+    runtime.block_on(async move {
+        let bridge = match Bridge::start(Arc::new(store), adapters, templates, settings).await {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("error: cannot start the MCP server: {e}");
+                return exit::FAILURE;
+            }
+        };
+        let cancel = CancellationToken::new();
+        let on_signal = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("cancelling the run…");
+                on_signal.cancel();
+            }
+        });
+        let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
+        let printer = tokio::spawn(async move {
+            let mut pretty = Pretty::default();
+            while let Some(result) = rx.recv().await {
+                match format {
+                    Format::Ndjson => match serde_json::to_string(&result) {
+                        Ok(json) => line(&json),
+                        Err(e) => tracing::warn!("cannot render a result: {e}"),
+                    },
+                    Format::Pretty => pretty.show(&result),
+                }
+            }
+        });
+        let summary = bridge.run(&ctx, &harness, tx, cancel.clone()).await;
+        let _ = printer.await;
+        bridge.shutdown().await;
+        match (&summary.outcome, summary.failure_code.as_deref()) {
+            (ResultType::RunCompleted, _) => exit::OK,
+            (_, Some("cancelled")) => CANCELLED,
+            (_, Some("invalid_argument")) => exit::INVALID,
+            _ => exit::FAILURE,
+        }
+    })
+}
+
+/// Renders a result stream for a person: text as it streams, one line per
+/// tool call, artifact or state change, and the final status.
+#[derive(Default)]
+struct Pretty {
+    /// Text streamed by deltas since the last completed message.
+    streamed: String,
+}
+
+impl Pretty {
+    fn show(&mut self, result: &AgentRunResult) {
+        let data = &result.data;
+        let text = |v: &Value| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = match result.kind {
+            ResultType::MessageDelta => {
+                let chunk = text(&data["chunk"]["content"]);
+                self.streamed.push_str(&chunk);
+                write!(out, "{chunk}")
+            }
+            ResultType::MessageCompleted => {
+                let content = serde_json::from_value::<crate::protocol::MessageContent>(
+                    data["message"]["content"].clone(),
+                )
+                .map(|c| c.to_text())
+                .unwrap_or_default();
+                let streamed = std::mem::take(&mut self.streamed);
+                if streamed.is_empty() {
+                    writeln!(out, "{content}")
+                } else if content.starts_with(&streamed) {
+                    writeln!(out, "{}", &content[streamed.len()..])
+                } else {
+                    writeln!(out)
+                }
+            }
+            ResultType::ToolCallStarted => {
+                let params = data
+                    .get("parameters")
+                    .map(Value::to_string)
+                    .unwrap_or_default();
+                let params: String = params.chars().take(120).collect();
+                writeln!(out, "→ {}({params})", text(&data["tool_name"]))
+            }
+            ResultType::ToolCallCompleted => match data.get("error").filter(|e| !e.is_null()) {
+                Some(e) => writeln!(out, "  ✗ {}", text(e)),
+                None => writeln!(out, "  ✓ {}", text(&data["tool_name"])),
+            },
+            ResultType::ArtifactCreated => writeln!(
+                out,
+                "📎 {} ({} bytes)",
+                text(&data["name"]),
+                data["size_bytes"].as_u64().unwrap_or(0)
+            ),
+            ResultType::StateUpdated => {
+                writeln!(out, "· {} = {}", text(&data["key"]), data["value"])
+            }
+            ResultType::RunCompleted => {
+                let notice = &data["message"]["metadata"]["session"]["notice"];
+                if let Some(n) = notice.as_str() {
+                    let _ = writeln!(out, "ℹ {n}");
+                }
+                writeln!(out, "✓ completed ({})", text(&data["finish_reason"]))
+            }
+            ResultType::RunFailed => {
+                writeln!(
+                    out,
+                    "✗ failed [{}]: {}",
+                    text(&data["code"]),
+                    text(&data["error"])
+                )
+            }
+            _ => Ok(()),
+        };
+        let _ = out.flush();
+    }
+}

@@ -1,0 +1,268 @@
+//! Launching a harness process: its own process group, a whitelisted
+//! environment, stdin as the spec says, and a stop that takes the whole
+//! group (the harness and every MCP server or tool it started).
+//!
+//! The group is the unit of cleanup. A harness that exits normally can
+//! still leave children behind (a stdio MCP server it did not reap), so the
+//! group is killed after every run, not only on a deadline.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+
+use super::EnvSpec;
+use crate::projection::{is_secret_key, redact_text};
+
+/// How many stderr lines are kept for a failure message.
+const STDERR_TAIL_LINES: usize = 20;
+/// Longest stderr line kept, in bytes.
+const STDERR_LINE_MAX: usize = 400;
+
+/// What to run, where, with what.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    /// Resolved program path.
+    pub program: &'a Path,
+    /// Arguments (never secrets: those go in `env`).
+    pub args: &'a [String],
+    /// Working directory: the conversation's workspace.
+    pub cwd: &'a Path,
+    /// The complete environment; nothing else is inherited.
+    pub env: &'a BTreeMap<String, String>,
+    /// Text written to stdin before it is closed; `None` closes it at once.
+    pub stdin: Option<&'a str>,
+}
+
+/// The environment a harness gets: the spec's whitelist (names, or
+/// prefixes ending in `*`) and the operator's additions, read through
+/// `lookup`, then the spec's fixed values, then `extra` (run facts such as
+/// the MCP token). Nothing else from the bridge's environment.
+pub fn child_env(
+    spec: &EnvSpec,
+    operator_pass: &[String],
+    operator_set: &BTreeMap<String, String>,
+    extra: &BTreeMap<String, String>,
+    vars: &[(String, String)],
+) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for pattern in spec.pass.iter().chain(operator_pass) {
+        let matches = |name: &str| match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == pattern,
+        };
+        for (name, value) in vars.iter().filter(|(n, _)| matches(n)) {
+            env.insert(name.clone(), value.clone());
+        }
+    }
+    env.extend(spec.set.clone());
+    env.extend(operator_set.clone());
+    env.extend(extra.clone());
+    env
+}
+
+/// Find `binary` the way a shell would, on the child's `PATH`: a name with
+/// a `/` is taken as a path. `None` when there is no such executable file.
+pub fn find_program(binary: &str, path: Option<&str>) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if binary.contains('/') {
+        let p = PathBuf::from(binary);
+        return executable(&p).then_some(p);
+    }
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(binary))
+        .find(|p| executable(p))
+}
+
+/// The last lines a process wrote to stderr, secrets redacted.
+#[derive(Debug, Clone)]
+pub struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    secrets: Arc<Vec<String>>,
+}
+
+impl StderrTail {
+    /// A tail that also hides the values of the child's secret variables.
+    fn new(env: &BTreeMap<String, String>) -> Self {
+        let secrets = env
+            .iter()
+            .filter(|(k, _)| is_secret_key(k, &[]))
+            .map(|(_, v)| v.clone())
+            .collect();
+        StderrTail {
+            lines: Arc::default(),
+            secrets: Arc::new(secrets),
+        }
+    }
+
+    fn redact(&self, line: &str) -> String {
+        let known: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+        redact_text(line, &known)
+    }
+
+    fn push(&self, line: &str) {
+        let mut line = self.redact(line.trim_end());
+        if line.len() > STDERR_LINE_MAX {
+            let mut cut = STDERR_LINE_MAX;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+            line.push('…');
+        }
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() == STDERR_TAIL_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    /// The kept lines, oldest first.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
+/// A running harness, leader of its own process group.
+#[derive(Debug)]
+pub struct HarnessProcess {
+    child: Child,
+    pgid: Option<Pid>,
+    stderr: StderrTail,
+    stderr_done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl HarnessProcess {
+    /// Start the process; its stdout is handed back for the decoder.
+    pub fn spawn(launch: &Launch<'_>) -> std::io::Result<(Self, ChildStdout)> {
+        let mut command = Command::new(launch.program);
+        command
+            .args(launch.args)
+            .current_dir(launch.cwd)
+            .env_clear()
+            .envs(launch.env)
+            .stdin(if launch.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn()?;
+        let pgid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw);
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("the harness's stdout was not captured"))?;
+        if let (Some(text), Some(mut stdin)) = (launch.stdin, child.stdin.take()) {
+            let text = text.to_string();
+            tokio::spawn(async move {
+                // A harness that exits without reading its prompt is
+                // reported by its exit, not by this write.
+                let _ = stdin.write_all(text.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        let stderr = StderrTail::new(launch.env);
+        let stderr_done = child.stderr.take().map(|pipe| {
+            let tail = stderr.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(pipe).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if !line.trim().is_empty() {
+                        tracing::debug!(target: "harness_stderr", "{}", tail.redact(&line));
+                        tail.push(&line);
+                    }
+                }
+            })
+        });
+        Ok((
+            HarnessProcess {
+                child,
+                pgid,
+                stderr,
+                stderr_done,
+            },
+            stdout,
+        ))
+    }
+
+    /// The process group id (the leader's pid), for tests and logs.
+    pub fn pgid(&self) -> Option<i32> {
+        self.pgid.map(Pid::as_raw)
+    }
+
+    /// Wait for the harness to exit, then clear its group.
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        let status = self.child.wait().await;
+        self.kill_group(Signal::SIGKILL);
+        status
+    }
+
+    /// Stop the whole group: SIGTERM, then SIGKILL after `grace`.
+    pub async fn terminate(&mut self, grace: Duration) -> std::io::Result<ExitStatus> {
+        self.kill_group(Signal::SIGTERM);
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(status) => {
+                // The leader is gone; members that ignored SIGTERM are not.
+                self.kill_group(Signal::SIGKILL);
+                status
+            }
+            Err(_) => {
+                tracing::warn!(pgid = ?self.pgid, "harness ignored SIGTERM; killing its group");
+                self.kill_group(Signal::SIGKILL);
+                self.child.wait().await
+            }
+        }
+    }
+
+    /// The last stderr lines, once the stream has ended (or shortly after).
+    pub async fn stderr_tail(&mut self) -> Vec<String> {
+        if let Some(done) = self.stderr_done.take() {
+            // Grandchildren may hold the pipe open; do not wait forever.
+            let _ = tokio::time::timeout(Duration::from_millis(500), done).await;
+        }
+        self.stderr.lines()
+    }
+
+    fn kill_group(&self, signal: Signal) {
+        if let Some(pgid) = self.pgid {
+            match killpg(pgid, signal) {
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+                Err(e) => {
+                    tracing::warn!(pgid = pgid.as_raw(), "cannot signal the harness group: {e}")
+                }
+            }
+        }
+    }
+}
+
+impl Drop for HarnessProcess {
+    fn drop(&mut self) {
+        // A run that is abandoned (its task dropped) must not leave the
+        // harness behind.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill_group(Signal::SIGKILL);
+        }
+    }
+}

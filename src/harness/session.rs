@@ -1,0 +1,192 @@
+//! Resume pointers: which external session a conversation continues, and
+//! whether that session is still there to continue.
+//!
+//! The pointer lives with the host (conversation state), never in the
+//! bridge alone, so whichever bridge process handles the next turn finds
+//! it. Before resuming, the harness's own session store is checked: a
+//! missing session means a fresh one, not a failed turn.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::protocol::JsonMap;
+
+/// State key of the external session id.
+pub const SESSION_ID_KEY: &str = "external.session_id";
+/// State key of the working directory the session belongs to.
+pub const WORKING_DIRECTORY_KEY: &str = "external.working_directory";
+/// State key of the harness that owns the session.
+pub const HARNESS_KEY: &str = "external.harness";
+
+/// Where a harness keeps its sessions, so the bridge can tell whether one
+/// still exists before asking the harness to resume it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionStore {
+    /// `$CLAUDE_CONFIG_DIR` (else `~/.claude`) `/projects/<cwd, every
+    /// non-alphanumeric char as '-'>/<id>.jsonl`: found only from that cwd.
+    ClaudeProjects,
+    /// `$CODEX_HOME` (else `~/.codex`) `/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl`.
+    CodexSessions,
+    /// Not checkable: try to resume and rely on "session not found".
+    Unknown,
+}
+
+impl SessionStore {
+    /// Whether session `id` exists for a harness run from `cwd` with `env`.
+    pub fn has_session(self, env: &BTreeMap<String, String>, cwd: &Path, id: &str) -> bool {
+        let dir = |var: &str, default: &str| -> Option<PathBuf> {
+            env.get(var)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| env.get("HOME").map(|h| Path::new(h).join(default)))
+        };
+        // An id from state is data: it must not walk out of the store.
+        if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
+            return false;
+        }
+        match self {
+            SessionStore::ClaudeProjects => {
+                let Some(config) = dir("CLAUDE_CONFIG_DIR", ".claude") else {
+                    return false;
+                };
+                let slug: String = cwd
+                    .to_string_lossy()
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                config
+                    .join("projects")
+                    .join(slug)
+                    .join(format!("{id}.jsonl"))
+                    .is_file()
+            }
+            SessionStore::CodexSessions => {
+                let Some(home) = dir("CODEX_HOME", ".codex") else {
+                    return false;
+                };
+                let suffix = format!("-{id}.jsonl");
+                walkdir::WalkDir::new(home.join("sessions"))
+                    .max_depth(4)
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .any(|e| {
+                        e.file_type().is_file()
+                            && e.file_name().to_string_lossy().ends_with(&suffix)
+                    })
+            }
+            SessionStore::Unknown => true,
+        }
+    }
+}
+
+/// The external session a conversation continues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumePointer {
+    /// The harness that owns the session.
+    pub harness: String,
+    /// The harness's session (Claude) or thread (Codex) id.
+    pub session_id: String,
+    /// The workspace the session was run in.
+    pub working_directory: String,
+}
+
+impl ResumePointer {
+    /// The state keys a pointer is stored under.
+    pub const KEYS: [&'static str; 3] = [SESSION_ID_KEY, WORKING_DIRECTORY_KEY, HARNESS_KEY];
+
+    /// Read a pointer from state entries (`external.*` keys); `None` when
+    /// the session id is missing or not a string.
+    pub fn from_state(get: impl Fn(&str) -> Option<Value>) -> Option<Self> {
+        let text = |key| get(key).and_then(|v| v.as_str().map(str::to_string));
+        Some(ResumePointer {
+            session_id: text(SESSION_ID_KEY).filter(|s| !s.is_empty())?,
+            harness: text(HARNESS_KEY).unwrap_or_default(),
+            working_directory: text(WORKING_DIRECTORY_KEY).unwrap_or_default(),
+        })
+    }
+
+    /// Read a pointer from a context's `state.conversation` object.
+    pub fn from_map(map: &JsonMap) -> Option<Self> {
+        Self::from_state(|key| map.get(key).cloned())
+    }
+
+    /// The state entries that store this pointer, in a fixed order.
+    pub fn entries(&self) -> [(&'static str, Value); 3] {
+        [
+            (SESSION_ID_KEY, Value::String(self.session_id.clone())),
+            (
+                WORKING_DIRECTORY_KEY,
+                Value::String(self.working_directory.clone()),
+            ),
+            (HARNESS_KEY, Value::String(self.harness.clone())),
+        ]
+    }
+
+    /// Whether a turn of `harness` in `cwd` may resume this session: the
+    /// same harness, and (when recorded) the same working directory.
+    pub fn fits(&self, harness: &str, cwd: &Path) -> bool {
+        self.harness == harness
+            && (self.working_directory.is_empty() || Path::new(&self.working_directory) == cwd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn env(key: &str, dir: &Path) -> BTreeMap<String, String> {
+        BTreeMap::from([(key.to_string(), dir.to_string_lossy().into_owned())])
+    }
+
+    #[test]
+    fn claude_sessions_are_found_only_under_their_cwd() {
+        let config = tempfile::tempdir().unwrap();
+        let cwd = Path::new("/tmp/ws/bot_1/conv.a");
+        let folder = config.path().join("projects/-tmp-ws-bot-1-conv-a");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("abc-123.jsonl"), "{}\n").unwrap();
+        let env = env("CLAUDE_CONFIG_DIR", config.path());
+        let store = SessionStore::ClaudeProjects;
+        assert!(store.has_session(&env, cwd, "abc-123"));
+        assert!(!store.has_session(&env, Path::new("/tmp/other"), "abc-123"));
+        assert!(!store.has_session(&env, cwd, "gone"));
+        assert!(!store.has_session(&env, cwd, "../abc-123"));
+    }
+
+    #[test]
+    fn codex_rollouts_are_found_by_thread_id() {
+        let home = tempfile::tempdir().unwrap();
+        let day = home.path().join("sessions/2026/11/22");
+        std::fs::create_dir_all(&day).unwrap();
+        std::fs::write(day.join("rollout-2026-11-22T10-00-00-th-9.jsonl"), "").unwrap();
+        let env = env("CODEX_HOME", home.path());
+        let store = SessionStore::CodexSessions;
+        assert!(store.has_session(&env, Path::new("/any"), "th-9"));
+        assert!(!store.has_session(&env, Path::new("/any"), "th-8"));
+    }
+
+    #[test]
+    fn pointers_round_trip_through_state_and_check_their_harness() {
+        let pointer = ResumePointer {
+            harness: "codex".into(),
+            session_id: "th-1".into(),
+            working_directory: "/w/c".into(),
+        };
+        let map: JsonMap = pointer
+            .entries()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(ResumePointer::from_map(&map), Some(pointer.clone()));
+        assert!(pointer.fits("codex", Path::new("/w/c")));
+        assert!(!pointer.fits("claude-code", Path::new("/w/c")));
+        assert!(!pointer.fits("codex", Path::new("/w/other")));
+        let bad: JsonMap = serde_json::from_value(json!({"external.session_id": 7})).unwrap();
+        assert_eq!(ResumePointer::from_map(&bad), None);
+    }
+}

@@ -1,0 +1,231 @@
+//! One harness process: launch it, decode its stdout into results as the
+//! lines come, pick up outbox files as they are finished, and stop the
+//! whole process group at the deadline or on cancel.
+//!
+//! The terminal result is *returned*, not sent: the run decides whether
+//! the attempt stands or is retried as a fresh session, and sends the
+//! state and artifacts that belong before the end.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::emit::Emitter;
+use super::outbox::{self, Outbox};
+use crate::harness::decode::{Exit, LineBuffer, decoder};
+use crate::harness::{AdapterSpec, HarnessProcess, Launch};
+use crate::host::{HostApi, RunScope};
+use crate::protocol::{ResultPayload, RunFailed};
+
+/// How long stdout may stay open after the harness exited.
+const STDOUT_DRAIN: Duration = Duration::from_secs(2);
+/// How many stderr lines a harness failure quotes.
+const QUOTED_STDERR_LINES: usize = 8;
+
+/// What the run needs while the process lives.
+pub struct Live<'a> {
+    /// Where results go.
+    pub emit: &'a mut Emitter,
+    /// The workspace's outbox.
+    pub outbox: &'a mut Outbox,
+    /// For outbox files too large to send inline.
+    pub host: &'a dyn HostApi,
+    /// Who the run is, for stored artifacts.
+    pub scope: &'a RunScope,
+    /// When the run must be over.
+    pub deadline: Instant,
+    /// Set when the run is cancelled.
+    pub cancel: &'a CancellationToken,
+    /// How long the group gets between SIGTERM and SIGKILL.
+    pub grace: Duration,
+}
+
+/// How one attempt ended.
+pub struct AttemptEnd {
+    /// `run.completed` or `run.failed`.
+    pub terminal: ResultPayload,
+    /// The harness's session id, when its output named one.
+    pub session_id: Option<String>,
+    /// The output said the session to resume does not exist.
+    pub session_not_found: bool,
+}
+
+enum Stop {
+    Deadline,
+    Cancelled,
+}
+
+fn failed(code: &str, error: String, retryable: bool) -> ResultPayload {
+    ResultPayload::RunFailed(RunFailed {
+        code: code.into(),
+        error,
+        retryable,
+    })
+}
+
+/// Send one outbox file as `artifact.created` (a file that cannot be read
+/// is logged and skipped: it never fails the run).
+pub async fn send_artifact(live: &mut Live<'_>, path: &Path) {
+    let name = live.outbox.name(path);
+    match outbox::artifact(path, name, live.scope, live.host).await {
+        Ok(created) => {
+            live.emit
+                .send(vec![ResultPayload::ArtifactCreated(created)])
+                .await
+        }
+        Err(e) => tracing::warn!("{e}"),
+    }
+}
+
+/// Run the harness once, streaming its results into `live.emit`.
+pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_>) -> AttemptEnd {
+    let mut decode = match decoder(&spec.decoder) {
+        Some(d) => d,
+        None => {
+            return AttemptEnd {
+                terminal: failed(
+                    "harness_error",
+                    format!(
+                        "adapter `{}` names unknown decoder `{}`",
+                        spec.name, spec.decoder
+                    ),
+                    false,
+                ),
+                session_id: None,
+                session_not_found: false,
+            };
+        }
+    };
+    let (mut process, mut stdout) = match HarnessProcess::spawn(launch) {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            return AttemptEnd {
+                terminal: failed(
+                    "harness_error",
+                    format!("cannot start {}: {e}", launch.program.display()),
+                    false,
+                ),
+                session_id: None,
+                session_not_found: false,
+            };
+        }
+    };
+    tracing::info!(harness = %spec.name, pgid = ?process.pgid(), "harness started");
+    let mut lines = LineBuffer::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut not_found = false;
+    let mut stdout_open = true;
+    let mut exited = None;
+    let mut drain_until = None;
+    let stop = loop {
+        let until = drain_until.map_or(live.deadline, |d: Instant| d.min(live.deadline));
+        tokio::select! {
+            biased;
+            () = live.cancel.cancelled() => break Some(Stop::Cancelled),
+            () = tokio::time::sleep_until(until) => {
+                // Past the drain window the harness has ended on its own;
+                // only a harness still running has missed the deadline.
+                break if exited.is_some() { None } else { Some(Stop::Deadline) };
+            }
+            read = stdout.read(&mut buf), if stdout_open => match read {
+                Ok(0) | Err(_) => {
+                    stdout_open = false;
+                    if exited.is_some() {
+                        break None;
+                    }
+                }
+                Ok(n) => {
+                    for line in lines.push(&buf[..n]) {
+                        not_found |= line.contains(&spec.session_not_found);
+                        let payloads = decode.line(&line);
+                        live.emit.send(payloads).await;
+                    }
+                }
+            },
+            status = process.wait(), if exited.is_none() => {
+                exited = Some(status);
+                if !stdout_open {
+                    break None;
+                }
+                // The group is gone, so stdout ends soon; a process that
+                // escaped the group and holds it open gets a short grace.
+                drain_until = Some(Instant::now() + STDOUT_DRAIN);
+            }
+            Some(path) = live.outbox.next() => send_artifact(live, &path).await,
+        }
+    };
+    let status = match exited {
+        Some(status) if stop.is_none() => status,
+        _ => process.terminate(live.grace).await,
+    };
+    if let Some(line) = lines.finish() {
+        not_found |= line.contains(&spec.session_not_found);
+        let payloads = decode.line(&line);
+        live.emit.send(payloads).await;
+    }
+    let stderr = process.stderr_tail().await;
+    not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
+    let session_id = decode.session_id().map(str::to_string);
+    let seconds = |d: Duration| d.as_secs_f64();
+    let terminal = match stop {
+        Some(Stop::Deadline) => failed(
+            "deadline_exceeded",
+            format!(
+                "{} was still running at the run's deadline and was stopped (grace {:.0}s before SIGKILL)",
+                spec.label,
+                seconds(live.grace)
+            ),
+            true,
+        ),
+        Some(Stop::Cancelled) => failed(
+            "cancelled",
+            format!("the run was cancelled; {} was stopped", spec.label),
+            false,
+        ),
+        None => {
+            let exit = Exit {
+                code: status.ok().and_then(|s| s.code()),
+            };
+            let mut payloads = decode.finish(exit);
+            let terminal = payloads
+                .iter()
+                .rposition(|p| p.kind().is_terminal())
+                .map(|i| payloads.remove(i));
+            live.emit.send(payloads).await;
+            match terminal {
+                Some(ResultPayload::RunFailed(mut f)) => {
+                    let quoted: Vec<&String> = stderr
+                        .iter()
+                        .rev()
+                        .take(QUOTED_STDERR_LINES)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect();
+                    if !quoted.is_empty() && !exit.success() {
+                        f.error.push_str("\nlast stderr lines:");
+                        for line in quoted {
+                            f.error.push_str("\n  ");
+                            f.error.push_str(line);
+                        }
+                    }
+                    ResultPayload::RunFailed(f)
+                }
+                Some(other) => other,
+                None => failed(
+                    "harness_error",
+                    format!("{} ended without a result", spec.label),
+                    false,
+                ),
+            }
+        }
+    };
+    AttemptEnd {
+        terminal,
+        session_id,
+        session_not_found: not_found,
+    }
+}

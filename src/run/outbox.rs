@@ -1,0 +1,253 @@
+//! The workspace's `outbox/`: files the harness writes there become
+//! `artifact.created` results, each exactly once per run.
+//!
+//! Files are picked up as soon as they are finished (notify's close-after-
+//! write and moved-in events) so a user sees them while the run goes on,
+//! and a walk at the end catches whatever the watcher missed. What was in
+//! the folder before the run started is not sent again unless it changed.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+use notify::{EventKind, RecursiveMode, Watcher};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::host::{HostApi, NewArtifact, RunScope};
+use crate::protocol::{ArtifactCreated, INLINE_ARTIFACT_MAX_BYTES};
+
+/// The outbox folder's name in the workspace.
+pub const OUTBOX_DIR: &str = "outbox";
+
+type Stamp = (u64, Option<SystemTime>);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let meta = path.symlink_metadata().ok()?;
+    meta.is_file().then(|| (meta.len(), meta.modified().ok()))
+}
+
+/// A run's view of the outbox.
+pub struct Outbox {
+    dir: PathBuf,
+    before: HashMap<PathBuf, Stamp>,
+    sent: HashSet<PathBuf>,
+    events: mpsc::UnboundedReceiver<PathBuf>,
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+impl Outbox {
+    /// Watch `workspace/outbox/`, creating it if needed. A watcher that
+    /// cannot start (inotify limits) is logged; the final walk still runs.
+    pub fn watch(workspace: &Path) -> std::io::Result<Outbox> {
+        let dir = workspace.join(OUTBOX_DIR);
+        match dir.symlink_metadata() {
+            Ok(meta) if !meta.is_dir() => {
+                return Err(std::io::Error::other(format!(
+                    "{} must be a folder (not a file or a link)",
+                    dir.display()
+                )));
+            }
+            Ok(_) => {}
+            Err(_) => std::fs::create_dir(&dir)?,
+        }
+        let before = walk(&dir)
+            .into_iter()
+            .filter_map(|p| stamp(&p).map(|s| (p, s)))
+            .collect();
+        let (tx, events) = mpsc::unbounded_channel();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else { return };
+            let finished = matches!(
+                event.kind,
+                EventKind::Access(AccessKind::Close(AccessMode::Write))
+                    | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+            );
+            if finished {
+                for path in event.paths {
+                    let _ = tx.send(path);
+                }
+            }
+        })
+        .and_then(|mut w| w.watch(&dir, RecursiveMode::Recursive).map(|()| w));
+        let watcher = watcher
+            .inspect_err(|e| {
+                tracing::warn!("outbox watcher not started ({e}); files are collected at the end")
+            })
+            .ok();
+        Ok(Outbox {
+            dir,
+            before,
+            sent: HashSet::new(),
+            events,
+            _watcher: watcher,
+        })
+    }
+
+    /// Wait for the next finished file the watcher saw; `None` once the
+    /// watcher is gone (then only [`Outbox::sweep`] finds files).
+    pub async fn next(&mut self) -> Option<PathBuf> {
+        loop {
+            let path = self.events.recv().await?;
+            if self.is_new(&path) {
+                self.sent.insert(path.clone());
+                return Some(path);
+            }
+        }
+    }
+
+    /// Every file not yet sent: the end-of-run walk.
+    pub fn sweep(&mut self) -> Vec<PathBuf> {
+        let mut fresh = Vec::new();
+        for path in walk(&self.dir) {
+            if self.is_new(&path) {
+                self.sent.insert(path.clone());
+                fresh.push(path);
+            }
+        }
+        fresh
+    }
+
+    fn is_new(&self, path: &Path) -> bool {
+        if self.sent.contains(path) || !path.starts_with(&self.dir) {
+            return false;
+        }
+        match stamp(path) {
+            None => false,
+            Some(now) => self.before.get(path) != Some(&now),
+        }
+    }
+
+    /// The file's name as the user sees it: its path inside the outbox.
+    pub fn name(&self, path: &Path) -> String {
+        path.strip_prefix(&self.dir)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(walkdir::DirEntry::into_path)
+        .collect();
+    files.sort();
+    files
+}
+
+fn mime_type(name: &str) -> Option<&'static str> {
+    let ext = name.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "txt" | "log" => "text/plain",
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "html" | "htm" => "text/html",
+        "json" => "application/json",
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        "mp3" => "audio/mpeg",
+        "wav" => "audio/wav",
+        "mp4" => "video/mp4",
+        _ => return None,
+    })
+}
+
+/// Turn one outbox file into an `artifact.created` payload: inline up to
+/// 1 MiB, stored in the host's artifact store above that.
+pub async fn artifact(
+    path: &Path,
+    name: String,
+    scope: &RunScope,
+    host: &dyn HostApi,
+) -> Result<ArtifactCreated, String> {
+    let bytes = tokio::fs::read(path)
+        .await
+        .map_err(|e| format!("cannot read outbox file {name}: {e}"))?;
+    let mime = mime_type(&name).map(str::to_string);
+    let artifact_type = match mime.as_deref() {
+        Some(m) if m.starts_with("image/") => "image",
+        Some(m) if m.starts_with("audio/") => "audio",
+        Some(m) if m.starts_with("video/") => "video",
+        _ => "file",
+    }
+    .to_string();
+    let sha256 = hex::encode(Sha256::digest(&bytes));
+    let size = bytes.len() as u64;
+    let mut created = ArtifactCreated {
+        artifact_type: artifact_type.clone(),
+        artifact_id: None,
+        mime_type: mime.clone(),
+        name: Some(name.clone()),
+        size_bytes: Some(size),
+        sha256: Some(sha256),
+        metadata: None,
+        content_base64: None,
+    };
+    if bytes.len() <= INLINE_ARTIFACT_MAX_BYTES {
+        created.content_base64 = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
+    } else {
+        let stored = host
+            .put_artifact(
+                NewArtifact {
+                    artifact_type,
+                    mime_type: mime,
+                    name: Some(name.clone()),
+                    source: "runner".into(),
+                    conversation_id: scope.conversation_id.clone(),
+                    run_id: Some(scope.run_id.clone()),
+                    runner_id: Some(scope.runner_id.clone()),
+                    ..NewArtifact::default()
+                },
+                bytes,
+            )
+            .await
+            .map_err(|e| format!("cannot store outbox file {name}: {e}"))?;
+        created.artifact_id = Some(stored.artifact_id);
+    }
+    Ok(created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn files_are_reported_once_and_old_ones_not_again() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join(OUTBOX_DIR)).unwrap();
+        std::fs::write(ws.path().join("outbox/old.txt"), "from an earlier turn").unwrap();
+        let mut outbox = Outbox::watch(ws.path()).unwrap();
+        std::fs::write(ws.path().join("outbox/new.md"), "# report").unwrap();
+        let seen = tokio::time::timeout(std::time::Duration::from_secs(5), outbox.next())
+            .await
+            .expect("the watcher reports the new file")
+            .unwrap();
+        assert_eq!(outbox.name(&seen), "new.md");
+        std::fs::create_dir(ws.path().join("outbox/sub")).unwrap();
+        std::fs::write(ws.path().join("outbox/sub/late.csv"), "a,b").unwrap();
+        let swept: Vec<String> = outbox.sweep().iter().map(|p| outbox.name(p)).collect();
+        assert_eq!(
+            swept,
+            vec!["sub/late.csv"],
+            "new.md was already sent, old.txt predates the run"
+        );
+        assert!(outbox.sweep().is_empty());
+    }
+
+    #[test]
+    fn mime_types_by_extension() {
+        assert_eq!(mime_type("a/b.PNG"), Some("image/png"));
+        assert_eq!(mime_type("notes"), None);
+    }
+}

@@ -1,0 +1,80 @@
+//! A whole `AgentRunContext` from the few facts a person types: what
+//! `run --conversation ID --text ...` and the service's short form use.
+
+use serde_json::json;
+
+use crate::host::now_ms;
+use crate::protocol::{AgentRunContext, JsonMap};
+
+/// The facts of a typed turn.
+#[derive(Debug, Clone)]
+pub struct QuickTurn<'a> {
+    /// Conversation the turn belongs to (the workspace and session key).
+    pub conversation: &'a str,
+    /// Who is speaking.
+    pub actor: &'a str,
+    /// What they said.
+    pub text: &'a str,
+    /// Binding settings (`ctx.config`): model, timeout_seconds, prompt, ...
+    pub config: JsonMap,
+}
+
+/// A fresh run id: time-ordered and unique enough for one host.
+pub fn new_run_id() -> String {
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::fill(&mut bytes);
+    format!("run-{}-{}", now_ms(), hex::encode(bytes))
+}
+
+/// The context of one typed turn, with every host API the bridge serves
+/// opened to the run (the embedded host's default).
+pub fn quick_context(turn: &QuickTurn<'_>) -> Result<AgentRunContext, serde_json::Error> {
+    let run_id = new_run_id();
+    let now = now_ms() / 1000;
+    let doc = json!({
+        "run_id": run_id,
+        "trigger": {"type": "message.received", "source": "api", "timestamp": now},
+        "event": {
+            "event_id": format!("ev-{run_id}"),
+            "event_type": "message.received",
+            "event_time": now,
+            "source": "api",
+        },
+        "conversation": {"conversation_id": turn.conversation, "bot_id": "local", "workspace_id": "local"},
+        "actor": {"actor_type": "user", "actor_id": turn.actor, "actor_name": turn.actor},
+        "subject": {"subject_type": "conversation", "subject_id": turn.conversation},
+        "input": {"text": turn.text},
+        "delivery": {"surface": "cli", "supports_streaming": true},
+        "resources": {"storage": {"plugin_storage": true, "workspace_storage": true}},
+        "context": {"available_apis": {
+            "history_page": true, "history_search": true, "event_get": true, "event_page": true,
+            "artifact_metadata": true, "artifact_read": true, "state": true, "storage": true,
+        }},
+        "runtime": {},
+        "config": turn.config,
+    });
+    serde_json::from_value(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quick_context_is_valid_and_carries_the_turn() {
+        let ctx = quick_context(&QuickTurn {
+            conversation: "demo",
+            actor: "ada",
+            text: "hi \"there\"\n",
+            config: JsonMap::new(),
+        })
+        .unwrap();
+        let (parsed, problems) =
+            crate::protocol::validate_context(&serde_json::to_value(&ctx).unwrap());
+        assert!(parsed.is_some(), "{problems:?}");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(ctx.conversation_id(), Some("demo"));
+        assert_eq!(ctx.input.to_text(), "hi \"there\"\n");
+        assert_ne!(ctx.run_id, new_run_id());
+    }
+}
