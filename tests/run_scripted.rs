@@ -1,0 +1,356 @@
+//! `harness-bridge run` with a scripted harness: a shell script, declared
+//! by an operator's adapter spec, that records what it was given and
+//! prints a recorded Claude stream-json turn. It shows what the real CLIs
+//! cannot be made to do on cue: the exact environment the harness gets,
+//! the prompt on stdin, outbox files becoming artifacts, a crash with
+//! secrets in its stderr, Ctrl-C, and a context that is not valid.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{BridgeTurn, bridge_run, processes_under};
+use serde_json::Value;
+
+const SCRIPT: &str = r#"#!/bin/sh
+# Records what it was given, then acts as $FAKE_MODE says.
+env > received-env
+cat > received-stdin
+printf '%s\n' "$@" > received-args
+case "$FAKE_MODE" in
+  crash)
+    echo "loading config" >&2
+    echo "fatal: auth failed with key sk-abcdefghijklmnopqrstuvwxyz0123 for $LANGBOT_MCP_TOKEN" >&2
+    exit 2 ;;
+  hang)
+    sleep 300 &
+    sleep 300
+    exit 0 ;;
+esac
+if [ "$FAKE_MODE" != quiet ]; then
+  mkdir -p outbox/charts
+  printf 'hello' > outbox/note.txt
+  head -c 2097152 /dev/zero > outbox/charts/big.bin
+fi
+echo '{"type":"system","subtype":"init","session_id":"scripted-1","mcp_servers":[{"name":"langbot","status":"connected"}]}'
+echo 'not json at all'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]},"session_id":"scripted-1"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"scripted-1","stop_reason":"end_turn"}'
+"#;
+
+const SPEC: &str = r#"
+name: scripted
+label: Scripted
+description: A shell script that plays a harness.
+binary: scripted-harness
+argv:
+  new: ["--new", "{prompt}"]
+  resume: ["--resume", "{session_id}", "{prompt}"]
+stdin: prompt
+env:
+  pass: [PATH, "FAKE_*"]
+  set:
+    FIXED_BY_SPEC: "1"
+skills_dir: .scripted/skills
+mcp_format: claude-json
+decoder: claude-stream-json
+session_not_found: "No conversation found"
+install_hint: "it is written by the test"
+"#;
+
+struct Setup {
+    data: tempfile::TempDir,
+    tools: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let tools = tempfile::tempdir().unwrap();
+        let script = tools.path().join("scripted-harness");
+        std::fs::write(&script, SCRIPT).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(tools.path().join("adapters")).unwrap();
+        std::fs::write(tools.path().join("adapters/scripted.yaml"), SPEC).unwrap();
+        Setup {
+            data: tempfile::tempdir().unwrap(),
+            tools,
+        }
+    }
+
+    fn args<'a>(&'a self, adapters: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec![
+            "--adapters",
+            adapters,
+            "--harness",
+            "scripted",
+            "--conversation",
+            "chat-7",
+            "--text",
+            "Summarise the plan",
+        ];
+        args.extend_from_slice(extra);
+        args
+    }
+
+    fn path_with_script(&self) -> String {
+        format!(
+            "{}:{}",
+            self.tools.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+
+    async fn run(&self, mode: &str, extra: &[&str]) -> BridgeTurn {
+        let adapters = self.tools.path().join("adapters");
+        let adapters = adapters.to_string_lossy().into_owned();
+        let args = self.args(&adapters, extra);
+        let env = [
+            ("PATH", self.path_with_script()),
+            ("FAKE_MODE", mode.to_string()),
+            ("FAKE_VISIBLE", "yes".to_string()),
+            ("BRIDGE_ONLY_SECRET", "do-not-pass".to_string()),
+            ("HOME", self.data.path().to_string_lossy().into_owned()),
+        ];
+        bridge_run(self.data.path(), &args, &env).await
+    }
+
+    fn workspace(&self, turn: &BridgeTurn) -> PathBuf {
+        let dir = turn
+            .state("external.working_directory")
+            .and_then(Value::as_str)
+            .map(PathBuf::from);
+        dir.unwrap_or_else(|| {
+            walkdir::WalkDir::new(self.data.path().join("workspaces"))
+                .into_iter()
+                .filter_map(Result::ok)
+                .find(|e| e.file_name() == "received-env")
+                .and_then(|e| e.path().parent().map(Path::to_path_buf))
+                .expect("a workspace the harness ran in")
+        })
+    }
+}
+
+fn env_of(workspace: &Path) -> Vec<String> {
+    std::fs::read_to_string(workspace.join("received-env"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split('=').next().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
+    let setup = Setup::new();
+    let turn = setup.run("ok", &[]).await;
+    turn.completed();
+    let workspace = setup.workspace(&turn);
+
+    // Environment: the spec's whitelist, its fixed values and the run's
+    // MCP token; nothing else from the bridge's environment.
+    let mut names = env_of(&workspace);
+    names.retain(|n| !n.is_empty() && n != "PWD" && n != "SHLVL" && n != "_");
+    names.sort();
+    assert_eq!(
+        names,
+        vec![
+            "FAKE_MODE",
+            "FAKE_VISIBLE",
+            "FIXED_BY_SPEC",
+            "LANGBOT_MCP_TOKEN",
+            "PATH"
+        ]
+    );
+    // The prompt went to stdin (the spec says so) and argv; the token did not ride argv.
+    let stdin = std::fs::read_to_string(workspace.join("received-stdin")).unwrap();
+    assert!(stdin.contains("Summarise the plan"), "{stdin}");
+    let args = std::fs::read_to_string(workspace.join("received-args")).unwrap();
+    assert!(args.starts_with("--new\n"), "{args}");
+    let env = std::fs::read_to_string(workspace.join("received-env")).unwrap();
+    let token = env
+        .lines()
+        .find_map(|l| l.strip_prefix("LANGBOT_MCP_TOKEN="))
+        .unwrap();
+    assert!(!args.contains(token));
+
+    // Outbox files: each exactly once; small inline, large in the store.
+    let artifacts: Vec<&Value> = turn
+        .results
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| r["type"] == "artifact.created")
+        .collect();
+    let mut names: Vec<&str> = artifacts
+        .iter()
+        .map(|a| a["data"]["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["charts/big.bin", "note.txt"]);
+    let note = artifacts
+        .iter()
+        .find(|a| a["data"]["name"] == "note.txt")
+        .unwrap();
+    assert_eq!(note["data"]["content_base64"], "aGVsbG8=");
+    assert_eq!(note["data"]["mime_type"], "text/plain");
+    let big = artifacts
+        .iter()
+        .find(|a| a["data"]["name"] == "charts/big.bin")
+        .unwrap();
+    assert!(big["data"].get("content_base64").is_none());
+    assert_eq!(big["data"]["size_bytes"], 2 * 1024 * 1024);
+    let id = big["data"]["artifact_id"]
+        .as_str()
+        .expect("stored artifact");
+    let store = harness_bridge::host::sqlite::SqliteHost::open(setup.data.path()).unwrap();
+    let scope = harness_bridge::host::RunScope {
+        conversation_id: Some("chat-7".into()),
+        ..Default::default()
+    };
+    use harness_bridge::host::HostApi as _;
+    let meta = store.artifact_metadata(&scope, id).await.unwrap();
+    assert_eq!(meta.size_bytes, Some(2 * 1024 * 1024));
+    // The malformed line was skipped, not fatal; the reply was recorded.
+    assert_eq!(
+        turn.first("message.completed").unwrap()["data"]["message"]["content"],
+        "Done."
+    );
+
+    // Turn 2 resumes the scripted session and writes nothing: turn 1's
+    // outbox files are not sent again.
+    let second = setup.run("quiet", &[]).await;
+    second.completed();
+    assert_eq!(second.session()["resumed"], true);
+    let args = std::fs::read_to_string(workspace.join("received-args")).unwrap();
+    assert!(args.starts_with("--resume\nscripted-1\n"), "{args}");
+    assert!(
+        second.first("artifact.created").is_none(),
+        "{:?}",
+        second.kinds()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_is_harness_error_with_the_stderr_tail_redacted() {
+    let setup = Setup::new();
+    let turn = setup.run("crash", &[]).await;
+    let terminal = turn.assert_failed("harness_error");
+    let error = terminal["data"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("exited (code 2)") || error.contains("code 2"),
+        "{error}"
+    );
+    assert!(error.contains("fatal: auth failed"), "{error}");
+    assert!(
+        !error.contains("sk-abcdefghijklmnopqrstuvwxyz0123"),
+        "{error}"
+    );
+    let workspace = setup.workspace(&turn);
+    let env = std::fs::read_to_string(workspace.join("received-env")).unwrap();
+    let token = env
+        .lines()
+        .find_map(|l| l.strip_prefix("LANGBOT_MCP_TOKEN="))
+        .unwrap();
+    assert!(
+        !error.contains(token),
+        "the run token leaked into the error"
+    );
+    assert!(
+        !turn.stderr.contains(token),
+        "the run token leaked into the log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_the_run_and_stops_the_whole_group() {
+    use tokio::io::AsyncBufReadExt;
+    let setup = Setup::new();
+    let adapters = setup.tools.path().join("adapters");
+    let adapters = adapters.to_string_lossy().into_owned();
+    let mut child = tokio::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(setup.data.path())
+        .arg("run")
+        .args(setup.args(&adapters, &["--kill-grace", "1"]))
+        .env_clear()
+        .env("PATH", setup.path_with_script())
+        .env("FAKE_MODE", "hang")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let root = setup.data.path().join("workspaces");
+    // Wait until the harness and its child are running.
+    let mut waited = Duration::ZERO;
+    while processes_under(&root).len() < 2 {
+        assert!(
+            waited < Duration::from_secs(20),
+            "the harness never started"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut last = Value::Null;
+    while let Some(line) = lines.next_line().await.unwrap() {
+        last = serde_json::from_str(&line).unwrap();
+    }
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(last["type"], "run.failed", "{last}");
+    assert_eq!(last["data"]["code"], "cancelled", "{last}");
+    assert_eq!(status.code(), Some(130));
+    let left = processes_under(&root);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_context_is_invalid_argument_with_its_path() {
+    let data = tempfile::tempdir().unwrap();
+    let file = data.path().join("turn.json");
+    std::fs::write(
+        &file,
+        r#"{"run_id": "r-bad", "trigger": {"type": "message.received", "source": "platform"},
+            "event": {"event_id": "e", "event_type": "message.received", "source": "platform"},
+            "input": {"text": 7}, "delivery": {"surface": "platform"}, "resources": {}, "runtime": {}}"#,
+    )
+    .unwrap();
+    let turn = bridge_run(data.path(), &["--context", &file.to_string_lossy()], &[]).await;
+    turn.assert_well_formed();
+    let terminal = turn.terminal();
+    assert_eq!(terminal["run_id"], "r-bad");
+    assert_eq!(terminal["data"]["code"], "invalid_argument", "{terminal}");
+    let error = terminal["data"]["error"].as_str().unwrap();
+    assert!(error.contains("$.input.text"), "{error}");
+    assert_eq!(turn.code, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pretty_output_is_for_a_person() {
+    let setup = Setup::new();
+    let adapters = setup.tools.path().join("adapters");
+    let output = std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(setup.data.path())
+        .arg("run")
+        .args(setup.args(&adapters.to_string_lossy(), &["--format", "pretty"]))
+        .env_clear()
+        .env("PATH", setup.path_with_script())
+        .env("FAKE_MODE", "ok")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("Done."), "{text}");
+    assert!(text.contains("📎 note.txt (5 bytes)"), "{text}");
+    assert!(text.contains("✓ completed (end_turn)"), "{text}");
+    assert!(
+        !text.contains("\"type\""),
+        "NDJSON in pretty output: {text}"
+    );
+}
