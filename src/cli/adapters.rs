@@ -47,7 +47,7 @@ fn show(spec: &AdapterSpec, source: &str) -> String {
             .join(" ")
     };
     format!(
-        "name: {}\nlabel: {}\nsource: {source}\nbinary: {}\nnew turn: {} {}\nresumed turn: {} {}\nstdin: {:?}\nenv passed: {}\nenv set: {}\nskills: {}\nmcp: {:?}\ndecoder: {}\nsession not found: {:?}",
+        "name: {}\nlabel: {}\nsource: {source}\nbinary: {}\nnew turn: {} {}\nresumed turn: {} {}\nstdin: {:?}\nenv passed: {}\nenv set: {}\nskills: {}\nmcp: {:?}\ndecoder: {}\nsession not found: {:?}\nsession store: {:?}\ninstall: {}",
         spec.name,
         spec.label,
         spec.binary,
@@ -67,6 +67,8 @@ fn show(spec: &AdapterSpec, source: &str) -> String {
         spec.target().mcp_format,
         spec.decoder,
         spec.session_not_found,
+        spec.session_store,
+        spec.install_hint,
     )
 }
 

@@ -436,6 +436,28 @@ mod tests {
         assert_eq!(&resumed[..2], ["exec", "resume"]);
         assert_eq!(&resumed[resumed.len() - 2..], ["th-1", "hi"]);
         assert_eq!(codex.stdin, Stdin::Closed);
+        // `{instructions|toml}`: a quoted TOML string, whatever the text holds.
+        let args = codex.args(&TurnValues {
+            prompt: "hi",
+            instructions: Some("say \"hi\"\nthen \\ stop"),
+            ..Default::default()
+        });
+        assert!(
+            args.iter()
+                .any(|a| a == r#"developer_instructions="say \"hi\"\nthen \\ stop""#),
+            "{args:?}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_filter_is_rejected() {
+        let text = Adapters::builtin()
+            .find("codex")
+            .map(|_| include_str!("../../harness-adapters/codex.yaml"))
+            .unwrap()
+            .replace("{instructions|toml}", "{instructions|yaml}");
+        let err = AdapterSpec::parse("codex.yaml", &text).unwrap_err();
+        assert!(err.to_string().contains("unknown filter `|yaml`"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,11 @@
 
 use std::collections::HashMap;
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{Decoder, Exit};
 use crate::protocol::{
@@ -21,8 +25,8 @@ pub struct ClaudeStreamJson {
     session_id: Option<String>,
     /// tool_use id → tool name, to name completions.
     tools: HashMap<String, String>,
-    /// The `result` line, held until the exit code is known.
-    result: Option<Value>,
+    /// The `result` line, held (unparsed) until the exit code is known.
+    result: Option<String>,
 }
 
 fn text_chunk(text: &str) -> ResultPayload {
@@ -63,21 +67,19 @@ fn result_text(content: &Value) -> String {
 }
 
 impl ClaudeStreamJson {
-    fn init(&mut self, line: &Value) -> Vec<ResultPayload> {
-        if let Some(id) = line["session_id"].as_str() {
-            self.session_id = Some(id.to_string());
-        }
+    fn init(&mut self, line: &str) -> Vec<ResultPayload> {
+        let Ok(init) = serde_json::from_str::<Init>(line) else {
+            return Vec::new();
+        };
         // A failed MCP server does not fail Claude's run: say so, loudly.
-        line["mcp_servers"]
-            .as_array()
+        init.mcp_servers
             .into_iter()
-            .flatten()
-            .filter(|s| s["status"] != "connected")
+            .filter(|s| s.status.as_deref() != Some("connected"))
             .map(|s| {
                 let text = format!(
                     "MCP server `{}` is {} in the harness: its tools are unavailable this turn",
-                    s["name"].as_str().unwrap_or("?"),
-                    s["status"].as_str().unwrap_or("not connected")
+                    s.name.as_deref().unwrap_or("?"),
+                    s.status.as_deref().unwrap_or("not connected")
                 );
                 tracing::warn!("{text}");
                 ResultPayload::ProcessorLog(ProcessorLog {
@@ -142,40 +144,108 @@ impl ClaudeStreamJson {
     }
 }
 
+/// The fields every line is routed by, read without building the rest:
+/// most lines are token deltas, and a full `Value` per delta would be most
+/// of the decoder's time.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    subtype: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    event: Option<&'a RawValue>,
+}
+
+/// The `init` line, as far as the MCP servers' status goes.
+#[derive(Deserialize)]
+struct Init {
+    #[serde(default)]
+    mcp_servers: Vec<McpStatus>,
+}
+
+#[derive(Deserialize)]
+struct McpStatus {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// A `stream_event`'s event, as far as deltas need it.
+#[derive(Deserialize)]
+struct StreamEvent<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
 impl Decoder for ClaudeStreamJson {
     fn line(&mut self, line: &str) -> Vec<ResultPayload> {
-        let Ok(value) = serde_json::from_str::<Value>(line) else {
+        let Ok(head) = serde_json::from_str::<Head>(line) else {
             if !line.trim().is_empty() {
                 tracing::debug!(line = %line.chars().take(200).collect::<String>(), "skipping a non-JSON output line");
             }
             return Vec::new();
         };
-        match (value["type"].as_str(), value["subtype"].as_str()) {
-            (Some("system"), Some("init")) => self.init(&value),
-            (Some("stream_event"), _) => {
-                let event = &value["event"];
-                match (event["type"].as_str(), event["delta"]["type"].as_str()) {
-                    (Some("content_block_delta"), Some("text_delta")) => {
-                        vec![text_chunk(event["delta"]["text"].as_str().unwrap_or(""))]
-                    }
-                    _ => Vec::new(),
+        if head.kind.as_deref() == Some("stream_event") {
+            let Some(event) = head
+                .event
+                .and_then(|raw| serde_json::from_str::<StreamEvent>(raw.get()).ok())
+            else {
+                return Vec::new();
+            };
+            return match (event.kind.as_deref(), event.delta) {
+                (Some("content_block_delta"), Some(delta))
+                    if delta.kind.as_deref() == Some("text_delta") =>
+                {
+                    vec![text_chunk(delta.text.as_deref().unwrap_or(""))]
                 }
+                _ => Vec::new(),
+            };
+        }
+        if let Some(id) = head.session_id {
+            if self.session_id.as_deref() != Some(&id) {
+                self.session_id = Some(id.into_owned());
             }
-            (Some("assistant"), _) => self.assistant(&value),
-            (Some("user"), _) => self.user(&value),
+        }
+        match (head.kind.as_deref(), head.subtype.as_deref()) {
+            (Some("system"), Some("init")) => self.init(line),
             (Some("result"), _) => {
-                if let Some(id) = value["session_id"].as_str() {
-                    self.session_id = Some(id.to_string());
-                }
-                self.result = Some(value);
+                self.result = Some(line.to_string());
                 Vec::new()
+            }
+            (Some("assistant" | "user"), _) => {
+                // A few lines per turn, with content blocks: read them whole.
+                let Ok(value) = serde_json::from_str::<Value>(line) else {
+                    return Vec::new();
+                };
+                if head.kind.as_deref() == Some("assistant") {
+                    self.assistant(&value)
+                } else {
+                    self.user(&value)
+                }
             }
             _ => Vec::new(),
         }
     }
 
     fn finish(&mut self, exit: Exit) -> Vec<ResultPayload> {
-        let result = self.result.take();
+        let result = self
+            .result
+            .take()
+            .and_then(|line| serde_json::from_str::<Value>(&line).ok());
         let is_error = result
             .as_ref()
             .is_none_or(|r| r["is_error"].as_bool().unwrap_or(true));

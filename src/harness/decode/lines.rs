@@ -30,13 +30,15 @@ impl LineBuffer {
     pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
         let mut lines = Vec::new();
         let mut rest = chunk;
-        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
+        while let Some(pos) = memchr::memchr(b'\n', rest) {
             let (head, tail) = rest.split_at(pos);
             if !self.overflowed {
-                self.pending.extend_from_slice(head);
-                let line = String::from_utf8_lossy(&self.pending)
-                    .trim_end_matches('\r')
-                    .to_string();
+                let line = if self.pending.is_empty() {
+                    text(head)
+                } else {
+                    self.pending.extend_from_slice(head);
+                    text(&self.pending)
+                };
                 lines.push(line);
             }
             self.pending.clear();
@@ -59,13 +61,19 @@ impl LineBuffer {
 
     /// The last line, if the stream ended without a newline.
     pub fn finish(&mut self) -> Option<String> {
-        let line = (!self.pending.is_empty() && !self.overflowed).then(|| {
-            String::from_utf8_lossy(&self.pending)
-                .trim_end_matches('\r')
-                .to_string()
-        });
+        let line = (!self.pending.is_empty() && !self.overflowed).then(|| text(&self.pending));
         self.pending.clear();
         line
+    }
+}
+
+/// A line's text without a trailing `\r`; invalid UTF-8 is replaced, not
+/// fatal (checked strictly first: the common case is valid and faster).
+fn text(bytes: &[u8]) -> String {
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }
 

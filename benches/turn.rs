@@ -1,0 +1,337 @@
+//! A full turn through the bridge against the same turn without it, and
+//! the decoder's throughput on the real stream that turn produced.
+//!
+//! Both sides run the pinned Claude Code CLI (`tests/clis`, installed by
+//! `scripts/test`) against one fake Messages API on 127.0.0.1 that streams
+//! a short answer. "Direct" is `claude -p PROMPT --output-format
+//! stream-json --verbose --include-partial-messages`; "bridge" is
+//! `harness-bridge run` (a new process, store open, grant, workspace, MCP
+//! server the harness connects to, decoding, recording). Runs alternate
+//! so that drift hits both sides alike.
+//!
+//! Reproduce: `cargo bench --bench turn` (`TURNS=20` for more runs).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+use axum::routing::{any, post};
+use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream, decoder};
+use serde_json::{Value, json};
+
+const PROMPT: &str = "Say hello.";
+
+fn sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+async fn messages(body: String) -> Response<Body> {
+    let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let text = "Hello! How can I help you today?";
+    if request["stream"] != true {
+        let message = json!({"id": "msg_b", "type": "message", "role": "assistant", "model": "fake", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}});
+        return Response::new(Body::from(message.to_string()));
+    }
+    let mut events = vec![
+        json!({"type": "message_start", "message": {"id": "msg_b", "type": "message", "role": "assistant", "model": "fake", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ];
+    for word in text.split_inclusive(' ') {
+        events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}));
+    }
+    events.extend([
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 9}}),
+        json!({"type": "message_stop"}),
+    ]);
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(sse(&events)))
+        .unwrap_or_default()
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+struct Env {
+    home: tempfile::TempDir,
+    model_url: String,
+}
+
+impl Env {
+    fn apply<'a>(&self, command: &'a mut Command) -> &'a mut Command {
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("CLAUDE_CONFIG_DIR", self.home.path().join(".claude"))
+            .env("ANTHROPIC_BASE_URL", &self.model_url)
+            .env("ANTHROPIC_API_KEY", "bench-key")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+    }
+}
+
+fn direct(claude: &Path, env: &Env, cwd: &Path) -> (Duration, Vec<u8>) {
+    let start = Instant::now();
+    let output = env
+        .apply(Command::new(claude).current_dir(cwd).args([
+            "-p",
+            PROMPT,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+        ]))
+        .output()
+        .expect("claude runs");
+    let elapsed = start.elapsed();
+    assert!(output.status.success(), "direct claude failed");
+    (elapsed, output.stdout)
+}
+
+/// What the bridge gives Claude, set up once without the bridge's `run`:
+/// a workspace, a live MCP server and a run token.
+struct SameConfig {
+    workspace: PathBuf,
+    args: Vec<String>,
+    token: String,
+    _mcp: harness_bridge::mcp::McpHttpServer,
+    _root: tempfile::TempDir,
+}
+
+async fn same_config() -> SameConfig {
+    use harness_bridge::host::{GrantPolicy, Grants};
+    use harness_bridge::projection::{ProjectRequest, Templates, project};
+    let root = tempfile::tempdir().expect("root");
+    let store =
+        harness_bridge::host::sqlite::SqliteHost::open(&root.path().join("store")).expect("store");
+    let grants = std::sync::Arc::new(Grants::new(std::sync::Arc::new(store)));
+    let tools = harness_bridge::mcp::RunTools::default();
+    let mcp = harness_bridge::mcp::McpHttpServer::start(
+        grants.clone(),
+        tools,
+        "127.0.0.1:0".parse().expect("addr"),
+    )
+    .await
+    .expect("MCP server");
+    let ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+        conversation: "direct",
+        actor: "bench",
+        text: PROMPT,
+        config: Default::default(),
+    })
+    .expect("context");
+    let spec = harness_bridge::harness::find("claude-code").expect("spec");
+    let open = grants
+        .open_run(
+            &ctx,
+            &harness_bridge::harness::runner_id(&spec.name),
+            &harness_bridge::harness::requested_permissions(),
+            &GrantPolicy::default(),
+        )
+        .expect("run");
+    let names = harness_bridge::mcp::tool_names(&open.grant.apis);
+    let target = spec.target();
+    let projection = project(
+        &ProjectRequest {
+            ctx: &ctx,
+            target: &target,
+            runner: &spec.name,
+            root: &root.path().join("workspaces"),
+            tools: &names,
+            mcp_url: mcp.url(),
+            host: None,
+        },
+        &Templates::load(None).expect("templates"),
+    )
+    .await
+    .expect("projection");
+    let mcp_config = projection.workspace.join(".langbot/mcp.json");
+    let args = spec.args(&harness_bridge::harness::TurnValues {
+        prompt: &projection.turn_prompt,
+        instructions: Some(&projection.instructions),
+        mcp_config: Some(&mcp_config),
+        ..Default::default()
+    });
+    SameConfig {
+        workspace: projection.workspace,
+        args,
+        token: open.token.expose().to_string(),
+        _mcp: mcp,
+        _root: root,
+    }
+}
+
+fn direct_same(claude: &Path, env: &Env, same: &SameConfig) -> Duration {
+    let start = Instant::now();
+    let status = env
+        .apply(
+            Command::new(claude)
+                .current_dir(&same.workspace)
+                .args(&same.args)
+                .env(harness_bridge::projection::TOKEN_ENV, &same.token)
+                .stdout(Stdio::null()),
+        )
+        .status()
+        .expect("claude runs");
+    assert!(status.success(), "claude with the bridge's config failed");
+    start.elapsed()
+}
+
+fn bridged(claude: &Path, env: &Env, data: &Path, turn: usize) -> Duration {
+    let conversation = format!("bench-{turn}");
+    let start = Instant::now();
+    let output = env
+        .apply(Command::new(env!("CARGO_BIN_EXE_harness-bridge")).args([
+            "--data-dir".as_ref(),
+            data.as_os_str(),
+            "run".as_ref(),
+            "--bin".as_ref(),
+            claude.as_os_str(),
+            "--conversation".as_ref(),
+            conversation.as_ref(),
+            "--text".as_ref(),
+            PROMPT.as_ref(),
+        ]))
+        .output()
+        .expect("the bridge runs");
+    let elapsed = start.elapsed();
+    let last = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        output.status.success() && last.contains("run.completed"),
+        "bridged turn failed: {last}"
+    );
+    elapsed
+}
+
+/// Decode `stream` (a recorded stdout) in 64 KiB reads, as from a pipe.
+fn decode_all(stream: &[u8]) -> usize {
+    let mut d = decoder("claude-stream-json").expect("decoder");
+    let mut lines = LineBuffer::default();
+    let mut results = ResultStream::new("bench");
+    let mut count = 0;
+    for chunk in stream.chunks(64 * 1024) {
+        for line in lines.push(chunk) {
+            count += results.stamp(d.line(&line)).len();
+        }
+    }
+    count + results.stamp(d.finish(Exit { code: Some(0) })).len()
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is taken.
+    let turns: usize = std::env::var("TURNS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(10);
+    let claude =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clis/node_modules/.bin/claude");
+    if !claude.exists() {
+        eprintln!(
+            "claude is not installed at {}: run `npm ci --prefix tests/clis` (scripts/test does)",
+            claude.display()
+        );
+        std::process::exit(1);
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let model_url = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let app = Router::new()
+            .route("/v1/messages", post(messages))
+            .fallback(any(|| async { StatusCode::OK }));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    });
+    let env = Env {
+        home: tempfile::tempdir().expect("home"),
+        model_url,
+    };
+    let data = tempfile::tempdir().expect("data");
+    let cwd = tempfile::tempdir().expect("cwd");
+
+    // One of each first: caches warm, the recording for the decoder taken.
+    let (_, recorded) = direct(&claude, &env, cwd.path());
+    if turns > 0 {
+        let same = runtime.block_on(same_config());
+        bridged(&claude, &env, data.path(), 0);
+        direct_same(&claude, &env, &same);
+        let (mut plain, mut configured, mut through) = (Vec::new(), Vec::new(), Vec::new());
+        for turn in 1..=turns {
+            plain.push(direct(&claude, &env, cwd.path()).0);
+            configured.push(direct_same(&claude, &env, &same));
+            through.push(bridged(&claude, &env, data.path(), turn));
+        }
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let (plain, configured, through) = (
+            median(&mut plain),
+            median(&mut configured),
+            median(&mut through),
+        );
+        println!("turn, {turns} runs each (median):");
+        println!(
+            "  claude -p, bare                          {:>8.1} ms",
+            ms(plain)
+        );
+        println!(
+            "  claude -p, the bridge's argv and MCP     {:>8.1} ms",
+            ms(configured)
+        );
+        println!(
+            "  harness-bridge run                       {:>8.1} ms",
+            ms(through)
+        );
+        println!(
+            "  bridge vs the same claude invocation: ratio {:.3} (target <= 1.05), added {:.1} ms",
+            through.as_secs_f64() / configured.as_secs_f64(),
+            ms(through) - ms(configured)
+        );
+        println!(
+            "  bridge vs bare claude: ratio {:.3}, added {:.1} ms",
+            through.as_secs_f64() / plain.as_secs_f64(),
+            ms(through) - ms(plain)
+        );
+    }
+
+    // The recorded turn, repeated to 50 MB.
+    let mut stream = Vec::with_capacity(51 * 1024 * 1024);
+    while stream.len() < 50 * 1024 * 1024 {
+        stream.extend_from_slice(&recorded);
+        if !recorded.ends_with(b"\n") {
+            stream.push(b'\n');
+        }
+    }
+    let mut times = Vec::new();
+    let mut results = 0;
+    for _ in 0..5 {
+        let start = Instant::now();
+        results = decode_all(&stream);
+        times.push(start.elapsed());
+    }
+    let t = median(&mut times);
+    println!(
+        "decoder: {:.1} MB recorded claude stream-json ({} lines per turn) -> {results} results in {:.1} ms: {:.0} MB/s (target >= 200)",
+        stream.len() as f64 / 1e6,
+        recorded.iter().filter(|b| **b == b'\n').count(),
+        t.as_secs_f64() * 1e3,
+        stream.len() as f64 / 1e6 / t.as_secs_f64()
+    );
+}
