@@ -73,6 +73,9 @@ impl Setup {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::create_dir(tools.path().join("adapters")).unwrap();
         std::fs::write(tools.path().join("adapters/scripted.yaml"), SPEC).unwrap();
+        // A second harness with the same script: a conversation may switch.
+        let other = SPEC.replace("name: scripted", "name: scripted-b");
+        std::fs::write(tools.path().join("adapters/scripted-b.yaml"), other).unwrap();
         Setup {
             data: tempfile::tempdir().unwrap(),
             tools,
@@ -80,16 +83,13 @@ impl Setup {
     }
 
     fn args<'a>(&'a self, adapters: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-        let mut args = vec![
-            "--adapters",
-            adapters,
-            "--harness",
-            "scripted",
-            "--conversation",
-            "chat-7",
-            "--text",
-            "Summarise the plan",
-        ];
+        let mut args = vec!["--adapters", adapters];
+        if !extra.contains(&"--harness") {
+            args.extend(["--harness", "scripted"]);
+        }
+        if !extra.contains(&"--context") {
+            args.extend(["--conversation", "chat-7", "--text", "Summarise the plan"]);
+        }
         args.extend_from_slice(extra);
         args
     }
@@ -353,4 +353,86 @@ async fn pretty_output_is_for_a_person() {
         !text.contains("\"type\""),
         "NDJSON in pretty output: {text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_harness_starts_fresh_and_a_context_pointer_is_used_first() {
+    let setup = Setup::new();
+    let first = setup.run("quiet", &[]).await;
+    first.completed();
+    let workspace = setup.workspace(&first);
+
+    // The conversation moves to another harness: a fresh session, no error
+    // (each runner keeps its own state, so scripted-b has no pointer yet).
+    let switched = setup.run("quiet", &["--harness", "scripted-b"]).await;
+    switched.completed();
+    assert_eq!(switched.session()["resumed"], false);
+    let args = std::fs::read_to_string(setup.workspace(&switched).join("received-args")).unwrap();
+    assert!(args.starts_with("--new\n"), "{args}");
+    assert_eq!(
+        switched.state("external.harness"),
+        Some(&Value::from("scripted-b"))
+    );
+
+    // A pointer of another harness in the context is not resumed either.
+    let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+        conversation: "chat-7",
+        actor: "local-user",
+        text: "Go on",
+        config: Default::default(),
+    })
+    .unwrap();
+    ctx.state.conversation = serde_json::from_value(serde_json::json!({
+        "external.session_id": "scripted-1",
+        "external.harness": "scripted",
+    }))
+    .unwrap();
+    let file = setup.data.path().join("switch.json");
+    std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+    let other = setup
+        .run(
+            "quiet",
+            &[
+                "--harness",
+                "scripted-b",
+                "--context",
+                &file.to_string_lossy(),
+            ],
+        )
+        .await;
+    other.completed();
+    let session = other.session();
+    assert_eq!(session["resumed"], false);
+    assert!(
+        session["notice"]
+            .as_str()
+            .unwrap_or("")
+            .contains("switched to Scripted"),
+        "{session}"
+    );
+
+    // A host that sends the pointer in the context is believed first, over
+    // the embedded host's state (which now points at scripted-b).
+    let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+        conversation: "chat-7",
+        actor: "local-user",
+        text: "Go on",
+        config: Default::default(),
+    })
+    .unwrap();
+    ctx.state.conversation = serde_json::from_value(serde_json::json!({
+        "external.session_id": "from-the-host",
+        "external.harness": "scripted",
+        "external.working_directory": workspace,
+    }))
+    .unwrap();
+    let file = setup.data.path().join("turn.json");
+    std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+    let from_ctx = setup
+        .run("quiet", &["--context", &file.to_string_lossy()])
+        .await;
+    from_ctx.completed();
+    assert_eq!(from_ctx.session()["resumed"], true);
+    let args = std::fs::read_to_string(workspace.join("received-args")).unwrap();
+    assert!(args.starts_with("--resume\nfrom-the-host\n"), "{args}");
 }
