@@ -12,4 +12,5 @@ pub mod host;
 pub mod mcp;
 pub mod projection;
 pub mod protocol;
+pub mod relay;
 pub mod run;

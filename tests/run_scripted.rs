@@ -7,58 +7,11 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{BridgeTurn, bridge_run, processes_under};
 use serde_json::Value;
-
-const SCRIPT: &str = r#"#!/bin/sh
-# Records what it was given, then acts as $FAKE_MODE says.
-env > received-env
-cat > received-stdin
-printf '%s\n' "$@" > received-args
-case "$FAKE_MODE" in
-  crash)
-    echo "loading config" >&2
-    echo "fatal: auth failed with key sk-abcdefghijklmnopqrstuvwxyz0123 for $LANGBOT_MCP_TOKEN" >&2
-    exit 2 ;;
-  hang)
-    sleep 300 &
-    sleep 300
-    exit 0 ;;
-esac
-if [ "$FAKE_MODE" != quiet ]; then
-  mkdir -p outbox/charts
-  printf 'hello' > outbox/note.txt
-  head -c 2097152 /dev/zero > outbox/charts/big.bin
-fi
-echo '{"type":"system","subtype":"init","session_id":"scripted-1","mcp_servers":[{"name":"langbot","status":"connected"}]}'
-echo 'not json at all'
-echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]},"session_id":"scripted-1"}'
-echo '{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"scripted-1","stop_reason":"end_turn"}'
-"#;
-
-const SPEC: &str = r#"
-name: scripted
-label: Scripted
-description: A shell script that plays a harness.
-binary: scripted-harness
-argv:
-  new: ["--new", "{prompt}"]
-  resume: ["--resume", "{session_id}", "{prompt}"]
-stdin: prompt
-env:
-  pass: [PATH, "FAKE_*"]
-  set:
-    FIXED_BY_SPEC: "1"
-skills_dir: .scripted/skills
-mcp_format: claude-json
-decoder: claude-stream-json
-session_not_found: "No conversation found"
-install_hint: "it is written by the test"
-"#;
 
 struct Setup {
     data: tempfile::TempDir,
@@ -68,14 +21,7 @@ struct Setup {
 impl Setup {
     fn new() -> Setup {
         let tools = tempfile::tempdir().unwrap();
-        let script = tools.path().join("scripted-harness");
-        std::fs::write(&script, SCRIPT).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::create_dir(tools.path().join("adapters")).unwrap();
-        std::fs::write(tools.path().join("adapters/scripted.yaml"), SPEC).unwrap();
-        // A second harness with the same script: a conversation may switch.
-        let other = SPEC.replace("name: scripted", "name: scripted-b");
-        std::fs::write(tools.path().join("adapters/scripted-b.yaml"), other).unwrap();
+        common::scripted::install(tools.path());
         Setup {
             data: tempfile::tempdir().unwrap(),
             tools,

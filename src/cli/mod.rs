@@ -17,6 +17,7 @@ mod host;
 mod input;
 mod logging;
 mod project;
+mod relay;
 mod run;
 
 use std::path::PathBuf;
@@ -95,6 +96,10 @@ enum Command {
     /// to stdout, and the next turn resumes the same session.
     #[command(after_help = run::AFTER_HELP)]
     Run(run::RunArgs),
+    /// Serve a host plugin over stdio: runs in, results and host API calls
+    /// out (the LangBot relay plugin starts this).
+    #[command(after_help = relay::AFTER_HELP)]
+    Relay(relay::RelayArgs),
     /// Write a run's workspace for a harness without launching it, and list
     /// the files written: exactly what the harness will get.
     Project(project::ProjectArgs),
@@ -205,6 +210,13 @@ pub fn main() -> ExitCode {
         }
         Command::Run(args) => match data_dir(cli.data_dir) {
             Ok(dir) => run::run(args, &dir),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                exit::FAILURE
+            }
+        },
+        Command::Relay(args) => match data_dir(cli.data_dir) {
+            Ok(dir) => relay::run(args, &dir),
             Err(msg) => {
                 eprintln!("error: {msg}");
                 exit::FAILURE

@@ -17,7 +17,7 @@ use crate::harness::Adapters;
 use crate::harness::decode::ResultStream;
 use crate::projection::Templates;
 use crate::protocol::{AgentRunResult, JsonMap, ResultPayload, ResultType, RunFailed, Severity};
-use crate::run::{Bridge, QuickTurn, Settings, quick_context};
+use crate::run::{Bridge, QuickTurn, RunOptions, Settings, quick_context};
 
 /// Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells expect).
 const CANCELLED: u8 = 130;
@@ -234,7 +234,9 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
                 }
             }
         });
-        let summary = bridge.run(&ctx, &harness, tx, cancel.clone()).await;
+        let summary = bridge
+            .run(&ctx, &harness, &RunOptions::default(), tx, cancel.clone())
+            .await;
         let _ = printer.await;
         bridge.shutdown().await;
         match (&summary.outcome, summary.failure_code.as_deref()) {

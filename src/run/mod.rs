@@ -60,6 +60,20 @@ pub struct Settings {
     pub turn_timeout: Duration,
     /// Time between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
+    /// Record each turn's event, user message and reply with the host.
+    /// Off when the host records its own transcript (LangBot, via the relay).
+    pub record_turns: bool,
+}
+
+/// Per-run choices of the trusted front end (the operator's relay plugin
+/// config, the service's config) — never taken from the context, which a
+/// less trusted caller may write.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Program to run instead of the spec's binary (or the settings' path).
+    pub binary: Option<PathBuf>,
+    /// Variables set for this run's harness.
+    pub env: BTreeMap<String, String>,
 }
 
 impl Settings {
@@ -73,6 +87,7 @@ impl Settings {
             set_env: BTreeMap::new(),
             turn_timeout: DEFAULT_TURN_TIMEOUT,
             kill_grace: DEFAULT_KILL_GRACE,
+            record_turns: true,
         }
     }
 }
@@ -172,6 +187,7 @@ impl Bridge {
         &self,
         ctx: &AgentRunContext,
         harness: &str,
+        options: &RunOptions,
         out: mpsc::Sender<AgentRunResult>,
         cancel: CancellationToken,
     ) -> RunSummary {
@@ -184,7 +200,7 @@ impl Bridge {
             workspace: None,
         };
         if let Err(failure) = self
-            .turn(ctx, harness, &mut emit, &cancel, &mut summary)
+            .turn(ctx, harness, options, &mut emit, &cancel, &mut summary)
             .await
         {
             tracing::warn!(run_id = %ctx.run_id, code = %failure.code, "run failed: {}", failure.error);
@@ -199,6 +215,7 @@ impl Bridge {
         &self,
         ctx: &AgentRunContext,
         harness: &str,
+        options: &RunOptions,
         emit: &mut Emitter,
         cancel: &CancellationToken,
         summary: &mut RunSummary,
@@ -223,10 +240,10 @@ impl Bridge {
             &spec.env,
             &self.settings.pass_env,
             &self.settings.set_env,
-            &BTreeMap::new(),
+            &options.env,
             &vars,
         );
-        let program = self.program(spec, &env)?;
+        let program = self.program(spec, options, &env)?;
 
         let open = self
             .grants
@@ -272,9 +289,11 @@ impl Bridge {
         self.tools.set_facts(&ctx.run_id, facts(&projection));
 
         let host = self.grants.host().as_ref();
-        record::inbound(host, ctx)
-            .await
-            .map_err(|e| fail("runtime_error", format!("cannot record the turn: {e}")))?;
+        if self.settings.record_turns {
+            record::inbound(host, ctx)
+                .await
+                .map_err(|e| fail("runtime_error", format!("cannot record the turn: {e}")))?;
+        }
 
         env.extend(projection.mcp.child_env.clone());
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
@@ -365,8 +384,10 @@ impl Bridge {
                 tracing::warn!(run_id = %ctx.run_id, "cannot store the resume pointer: {e}");
             }
         }
-        if let Err(e) = record::reply(host, ctx, &spec.name, &emit.reply()).await {
-            tracing::warn!(run_id = %ctx.run_id, "cannot record the reply: {e}");
+        if self.settings.record_turns {
+            if let Err(e) = record::reply(host, ctx, &spec.name, &emit.reply()).await {
+                tracing::warn!(run_id = %ctx.run_id, "cannot record the reply: {e}");
+            }
         }
 
         let terminal = match end.terminal {
@@ -404,12 +425,13 @@ impl Bridge {
     fn program(
         &self,
         spec: &AdapterSpec,
+        options: &RunOptions,
         env: &BTreeMap<String, String>,
     ) -> Result<PathBuf, RunFailed> {
-        let wanted = self
-            .settings
-            .binaries
-            .get(&spec.name)
+        let wanted = options
+            .binary
+            .as_ref()
+            .or_else(|| self.settings.binaries.get(&spec.name))
             .map_or_else(|| spec.binary.clone(), |p| p.to_string_lossy().into_owned());
         find_program(&wanted, env.get("PATH").map(String::as_str)).ok_or_else(|| {
             fail(

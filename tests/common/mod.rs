@@ -1,6 +1,8 @@
 //! Shared fixtures for the integration tests.
 #![allow(dead_code)]
 
+pub mod scripted;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

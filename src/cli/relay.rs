@@ -1,0 +1,84 @@
+//! `harness-bridge relay`: serve a host plugin over stdio (see
+//! `docs/relay-protocol.md`). Frames go to stdout; logs stay on stderr.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+
+use super::exit;
+use crate::harness::Adapters;
+use crate::projection::Templates;
+use crate::run::Settings;
+
+pub const AFTER_HELP: &str = "\
+A host plugin (the LangBot plugin in integrations/langbot-plugin) starts
+this command and speaks the relay protocol on its stdin/stdout: run
+requests in, results and host API calls out. The host stays the source of
+truth for history and state; only workspaces live under --root.
+
+When stdin closes, or on SIGTERM, every run is cancelled and its harness
+process group killed before the command exits.";
+
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    /// Folder under which conversation workspaces live [default: DATA_DIR/workspaces].
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Folder of adapter specs that add to or replace the built-in ones.
+    #[arg(long, value_name = "DIR")]
+    adapters: Option<PathBuf>,
+    /// Folder of template overrides.
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
+    /// Also pass this variable (or prefix ending in `*`) to harnesses. Repeatable.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pass_env: Vec<String>,
+    /// Seconds between SIGTERM and SIGKILL when a harness is stopped.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    kill_grace: u64,
+}
+
+pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
+    let adapters = match &args.adapters {
+        Some(dir) => match Adapters::load(dir) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::INVALID;
+            }
+        },
+        None => Adapters::builtin().clone(),
+    };
+    let templates = match Templates::load(args.templates.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let mut settings = Settings::new(args.root.unwrap_or_else(|| data_dir.join("workspaces")));
+    settings.pass_env = args.pass_env;
+    settings.kill_grace = Duration::from_secs(args.kill_grace);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let result = runtime.block_on(crate::relay::serve_stdio(settings, adapters, templates));
+    // The stdin reader may still block a thread; do not wait for it.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILURE
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The relay's frames: one JSON object per line on stdio, tagged by
+//! `type`. Data only; `docs/relay-protocol.md` is the human description
+//! and must say the same.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::protocol::{AgentAPIError, AgentRunResult, JsonMap};
+
+/// The protocol name and version both sides announce in their hello.
+pub const PROTOCOL: &str = "harness-bridge.relay.v1";
+
+/// A frame from the plugin to the bridge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Inbound {
+    /// First frame: the plugin's protocol and who it is.
+    Hello {
+        /// Must be [`PROTOCOL`].
+        protocol: String,
+        /// Free text, for logs (e.g. `langbot-plugin harness-bridge 0.1.0`).
+        #[serde(default)]
+        client: String,
+    },
+    /// Start a run.
+    Run {
+        /// The run's id; every later frame about it carries it.
+        run_id: String,
+        /// Harness (runner) name, e.g. `claude-code`.
+        harness: String,
+        /// The AgentRunContext, as the host sent it.
+        context: Value,
+        /// Program path for the harness, when the operator set one.
+        #[serde(default)]
+        binary: Option<String>,
+        /// Variables the operator sets for the harness (PATH, HOME, keys).
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    /// Stop a run (the user interrupted it, or the host gave up).
+    Cancel {
+        /// The run to stop.
+        run_id: String,
+    },
+    /// The answer to a [`Outbound::HostCall`].
+    HostReply {
+        /// The call's id.
+        id: u64,
+        /// The call's result when it succeeded.
+        #[serde(default)]
+        data: Option<Value>,
+        /// Why it failed.
+        #[serde(default)]
+        error: Option<AgentAPIError>,
+    },
+}
+
+/// A frame from the bridge to the plugin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Outbound {
+    /// Answer to the plugin's hello.
+    Hello {
+        /// [`PROTOCOL`].
+        protocol: String,
+        /// The bridge's version.
+        version: String,
+        /// Harnesses this bridge can run.
+        harnesses: Vec<String>,
+    },
+    /// One result of a run, in order.
+    Result {
+        /// The run it belongs to.
+        run_id: String,
+        /// The result (boxed: results are the big frames).
+        result: Box<AgentRunResult>,
+    },
+    /// A host API call the plugin answers through the host (`ctx.api`).
+    HostCall {
+        /// Echoed in the reply.
+        id: u64,
+        /// The run the call is made for.
+        run_id: String,
+        /// e.g. `history_page`, `state_set`.
+        action: String,
+        /// The call's arguments.
+        args: JsonMap,
+    },
+    /// A frame the bridge could not use (the connection goes on).
+    Error {
+        /// The run it concerns, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+        /// What was wrong.
+        message: String,
+    },
+}

@@ -1,0 +1,350 @@
+//! `harness-bridge relay`: the bridge behind a host plugin, over stdio.
+//!
+//! The plugin (a LangBot plugin's Runner) sends runs in; the bridge sends
+//! each run's results out and asks the plugin to answer host API calls
+//! (history, events, state, storage) through the host. Many runs share one
+//! connection, told apart by `run_id`. When the plugin goes away (stdin
+//! ends) or the bridge is told to stop, every run is cancelled and its
+//! harness process group killed before the bridge exits (Protocol v1 §10:
+//! fail fast, leave nothing behind). See `docs/relay-protocol.md`.
+
+mod frame;
+mod host;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use frame::{Inbound, Outbound, PROTOCOL};
+pub use host::RelayHost;
+
+use crate::harness::Adapters;
+use crate::harness::decode::{LineBuffer, ResultStream};
+use crate::projection::Templates;
+use crate::protocol::{AgentRunResult, ResultPayload, RunFailed, Severity, validate_context};
+use crate::run::{Bridge, RunOptions, Settings};
+
+/// Why a relay session ended badly.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The plugin did not open with a hello this bridge speaks.
+    #[error("handshake failed: {0}")]
+    Handshake(String),
+    /// Reading or writing stdio failed.
+    #[error("relay i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Write frames, one JSON line each, flushed: the plugin reads them as
+/// they come.
+async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut frames: mpsc::Receiver<Outbound>) {
+    while let Some(frame) = frames.recv().await {
+        let mut line = match serde_json::to_vec(&frame) {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::error!("cannot encode a relay frame: {e}");
+                continue;
+            }
+        };
+        line.push(b'\n');
+        if writer.write_all(&line).await.is_err() || writer.flush().await.is_err() {
+            tracing::warn!("the relay's output closed");
+            return;
+        }
+    }
+}
+
+/// Reads frames; a line that is not a frame is reported, not fatal.
+struct Frames<R> {
+    reader: R,
+    lines: LineBuffer,
+    ready: std::collections::VecDeque<String>,
+    buf: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> Frames<R> {
+    fn new(reader: R) -> Self {
+        Frames {
+            reader,
+            lines: LineBuffer::default(),
+            ready: Default::default(),
+            buf: vec![0; 64 * 1024],
+        }
+    }
+
+    /// The next line; `None` at the end of input.
+    async fn next_line(&mut self) -> std::io::Result<Option<String>> {
+        loop {
+            if let Some(line) = self.ready.pop_front() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                return Ok(Some(line));
+            }
+            let n = self.reader.read(&mut self.buf).await?;
+            if n == 0 {
+                return Ok(self.lines.finish());
+            }
+            self.ready.extend(self.lines.push(&self.buf[..n]));
+        }
+    }
+}
+
+/// A run the relay cannot start: one `run.failed`, sequence 1.
+fn refused(run_id: &str, code: &str, error: String) -> Vec<Outbound> {
+    let failed = ResultPayload::RunFailed(RunFailed {
+        code: code.into(),
+        error,
+        retryable: false,
+    });
+    ResultStream::new(run_id)
+        .stamp(vec![failed])
+        .into_iter()
+        .map(|result| Outbound::Result {
+            run_id: run_id.into(),
+            result: Box::new(result),
+        })
+        .collect()
+}
+
+/// Serve one relay session on `reader`/`writer` until the plugin goes away
+/// or `stop` is cancelled; every run is over when this returns.
+pub async fn serve<R, W>(
+    reader: R,
+    writer: W,
+    mut settings: Settings,
+    adapters: Adapters,
+    templates: Templates,
+    stop: CancellationToken,
+) -> Result<(), RelayError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, frames_out) = mpsc::channel::<Outbound>(1024);
+    let writer = tokio::spawn(write_frames(writer, frames_out));
+    let mut frames = Frames::new(reader);
+
+    // Handshake: the plugin speaks first.
+    let hello = tokio::select! {
+        line = frames.next_line() => line?,
+        () = stop.cancelled() => None,
+    };
+    let client = match hello.as_deref().map(serde_json::from_str::<Inbound>) {
+        Some(Ok(Inbound::Hello { protocol, client })) if protocol == PROTOCOL => client,
+        other => {
+            let why = match other {
+                None => "the plugin closed the connection before its hello".to_string(),
+                Some(Ok(Inbound::Hello { protocol, .. })) => {
+                    format!("the plugin speaks `{protocol}`, this bridge `{PROTOCOL}`")
+                }
+                Some(Ok(_)) => "the first frame must be a hello".to_string(),
+                Some(Err(e)) => format!("the first frame is not a relay frame: {e}"),
+            };
+            let _ = out
+                .send(Outbound::Error {
+                    run_id: None,
+                    message: why.clone(),
+                })
+                .await;
+            drop(out);
+            let _ = writer.await;
+            return Err(RelayError::Handshake(why));
+        }
+    };
+    tracing::info!(%client, "relay connected");
+    let _ = out
+        .send(Outbound::Hello {
+            protocol: PROTOCOL.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            harnesses: adapters.all().iter().map(|s| s.name.clone()).collect(),
+        })
+        .await;
+
+    let host = Arc::new(RelayHost::new(out.clone()));
+    settings.record_turns = false;
+    let bridge = Arc::new(Bridge::start(host.clone(), adapters, templates, settings).await?);
+    let mut runs: HashMap<String, CancellationToken> = HashMap::new();
+    let mut tasks: JoinSet<String> = JoinSet::new();
+
+    let ended = loop {
+        let line = tokio::select! {
+            line = frames.next_line() => line,
+            Some(done) = tasks.join_next() => {
+                if let Ok(run_id) = done {
+                    runs.remove(&run_id);
+                }
+                continue;
+            }
+            () = stop.cancelled() => break "the bridge was told to stop",
+        };
+        let line = match line {
+            Ok(Some(line)) => line,
+            Ok(None) => break "the plugin closed the connection",
+            Err(e) => {
+                tracing::warn!("relay input failed: {e}");
+                break "the relay input failed";
+            }
+        };
+        let frame = match serde_json::from_str::<Inbound>(&line) {
+            Ok(frame) => frame,
+            Err(e) => {
+                let _ = out
+                    .send(Outbound::Error {
+                        run_id: None,
+                        message: format!("not a relay frame ({e}); ignored"),
+                    })
+                    .await;
+                continue;
+            }
+        };
+        match frame {
+            Inbound::Hello { .. } => {
+                let _ = out
+                    .send(Outbound::Error {
+                        run_id: None,
+                        message: "hello was already received; ignored".into(),
+                    })
+                    .await;
+            }
+            Inbound::HostReply { id, data, error } => {
+                let reply = match error {
+                    Some(error) => Err(error),
+                    None => Ok(data.unwrap_or(serde_json::Value::Null)),
+                };
+                if !host.answer(id, reply) {
+                    tracing::debug!(id, "a host reply nobody waits for (late, or unknown id)");
+                }
+            }
+            Inbound::Cancel { run_id } => match runs.get(&run_id) {
+                Some(token) => token.cancel(),
+                None => tracing::debug!(%run_id, "cancel for a run that is not running"),
+            },
+            Inbound::Run {
+                run_id,
+                harness,
+                context,
+                binary,
+                env,
+            } => {
+                if runs.contains_key(&run_id) {
+                    let _ = out
+                        .send(Outbound::Error {
+                            run_id: Some(run_id),
+                            message: "this run is already running; ignored".into(),
+                        })
+                        .await;
+                    continue;
+                }
+                let (ctx, problems) = validate_context(&context);
+                let errors: Vec<String> = problems
+                    .iter()
+                    .filter(|p| p.severity == Severity::Error)
+                    .map(|p| format!("{}: {}", p.path, p.message))
+                    .collect();
+                let ctx = match ctx {
+                    Some(ctx) if errors.is_empty() && ctx.run_id == run_id => ctx,
+                    Some(ctx) if errors.is_empty() => {
+                        let why = format!(
+                            "the frame's run_id `{run_id}` is not the context's `{}`",
+                            ctx.run_id
+                        );
+                        for frame in refused(&run_id, "invalid_argument", why) {
+                            let _ = out.send(frame).await;
+                        }
+                        continue;
+                    }
+                    _ => {
+                        let why = format!("invalid AgentRunContext: {}", errors.join("; "));
+                        for frame in refused(&run_id, "invalid_argument", why) {
+                            let _ = out.send(frame).await;
+                        }
+                        continue;
+                    }
+                };
+                let token = CancellationToken::new();
+                runs.insert(run_id.clone(), token.clone());
+                let bridge = bridge.clone();
+                let out = out.clone();
+                let options = RunOptions {
+                    binary: binary.map(Into::into),
+                    env,
+                };
+                tasks.spawn(async move {
+                    let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
+                    let forward = {
+                        let out = out.clone();
+                        let run_id = run_id.clone();
+                        tokio::spawn(async move {
+                            while let Some(result) = rx.recv().await {
+                                let frame = Outbound::Result {
+                                    run_id: run_id.clone(),
+                                    result: Box::new(result),
+                                };
+                                if out.send(frame).await.is_err() {
+                                    break;
+                                }
+                            }
+                        })
+                    };
+                    bridge.run(&ctx, &harness, &options, tx, token).await;
+                    let _ = forward.await;
+                    run_id
+                });
+            }
+        }
+    };
+
+    tracing::info!(runs = runs.len(), "relay ending: {ended}");
+    host.close();
+    for token in runs.values() {
+        token.cancel();
+    }
+    while tasks.join_next().await.is_some() {}
+    if let Ok(bridge) = Arc::try_unwrap(bridge) {
+        bridge.shutdown().await;
+    }
+    drop(host);
+    drop(out);
+    let _ = writer.await;
+    Ok(())
+}
+
+/// Start a relay session on the process's stdin and stdout; SIGTERM or
+/// Ctrl-C end it like the plugin going away.
+pub async fn serve_stdio(
+    settings: Settings,
+    adapters: Adapters,
+    templates: Templates,
+) -> Result<(), RelayError> {
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
+        on_signal.cancel();
+    });
+    serve(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        settings,
+        adapters,
+        templates,
+        stop,
+    )
+    .await
+}

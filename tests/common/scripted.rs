@@ -1,0 +1,67 @@
+//! A scripted harness: a shell script that plays one, declared by an
+//! operator's adapter spec. It records what it was given (env, stdin,
+//! argv) in its working directory, then acts as `$FAKE_MODE` says.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+pub const SCRIPT: &str = r#"#!/bin/sh
+# Records what it was given, then acts as $FAKE_MODE says.
+env > received-env
+cat > received-stdin
+printf '%s\n' "$@" > received-args
+case "$FAKE_MODE" in
+  crash)
+    echo "loading config" >&2
+    echo "fatal: auth failed with key sk-abcdefghijklmnopqrstuvwxyz0123 for $LANGBOT_MCP_TOKEN" >&2
+    exit 2 ;;
+  slow)
+    sleep 1 ;;
+  hang)
+    sleep 300 &
+    sleep 300
+    exit 0 ;;
+esac
+if [ "$FAKE_MODE" != quiet ]; then
+  mkdir -p outbox/charts
+  printf 'hello' > outbox/note.txt
+  head -c 2097152 /dev/zero > outbox/charts/big.bin
+fi
+echo '{"type":"system","subtype":"init","session_id":"scripted-1","mcp_servers":[{"name":"langbot","status":"connected"}]}'
+echo 'not json at all'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]},"session_id":"scripted-1"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"scripted-1","stop_reason":"end_turn"}'
+"#;
+
+pub const SPEC: &str = r#"
+name: scripted
+label: Scripted
+description: A shell script that plays a harness.
+binary: scripted-harness
+argv:
+  new: ["--new", "{prompt}"]
+  resume: ["--resume", "{session_id}", "{prompt}"]
+stdin: prompt
+env:
+  pass: [PATH, "FAKE_*"]
+  set:
+    FIXED_BY_SPEC: "1"
+skills_dir: .scripted/skills
+mcp_format: claude-json
+decoder: claude-stream-json
+session_not_found: "No conversation found"
+install_hint: "it is written by the test"
+"#;
+
+/// Write the script (`DIR/scripted-harness`) and two specs using it
+/// (`DIR/adapters/scripted.yaml`, `scripted-b.yaml`).
+pub fn install(dir: &Path) {
+    let script = dir.join("scripted-harness");
+    std::fs::write(&script, SCRIPT).expect("write script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::create_dir_all(dir.join("adapters")).expect("adapters dir");
+    std::fs::write(dir.join("adapters/scripted.yaml"), SPEC).expect("spec");
+    // A second harness with the same script: a conversation may switch.
+    let other = SPEC.replace("name: scripted", "name: scripted-b");
+    std::fs::write(dir.join("adapters/scripted-b.yaml"), other).expect("spec b");
+}

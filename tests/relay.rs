@@ -1,0 +1,343 @@
+//! `harness-bridge relay` as a host plugin drives it: frames on its stdio,
+//! the test playing the plugin (and, through it, the host). A scripted
+//! harness stands in for the CLI; the real CLIs go through the relay in
+//! `relay_langbot.rs`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+const PROTOCOL: &str = "harness-bridge.relay.v1";
+
+/// The plugin's end of a relay.
+struct Plugin {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+    data: tempfile::TempDir,
+    _tools: tempfile::TempDir,
+}
+
+impl Plugin {
+    async fn start() -> Plugin {
+        let tools = tempfile::tempdir().unwrap();
+        common::scripted::install(tools.path());
+        let data = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new(common::bridge_bin())
+            .arg("--data-dir")
+            .arg(data.path())
+            .arg("relay")
+            .arg("--adapters")
+            .arg(tools.path().join("adapters"))
+            .arg("--kill-grace")
+            .arg("1")
+            .env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    tools.path().display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("relay starts");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Plugin {
+            child,
+            stdin,
+            stdout,
+            data,
+            _tools: tools,
+        }
+    }
+
+    async fn send(&mut self, frame: Value) {
+        let mut line = frame.to_string();
+        line.push('\n');
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    async fn next(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(Duration::from_secs(30), self.stdout.next_line())
+            .await
+            .expect("a frame in time")
+            .unwrap()?;
+        Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+    }
+
+    async fn hello(&mut self) -> Value {
+        self.send(json!({"type": "hello", "protocol": PROTOCOL, "client": "test plugin"}))
+            .await;
+        let hello = self.next().await.expect("hello back");
+        assert_eq!(hello["type"], "hello", "{hello}");
+        hello
+    }
+
+    /// Wait until a hanging harness and its child run, answering the
+    /// bridge's host calls (null) meanwhile.
+    async fn wait_for_harness(&mut self) {
+        let root = self.data.path().join("workspaces");
+        for _ in 0..200 {
+            if common::processes_under(&root).len() >= 2 {
+                return;
+            }
+            let next = tokio::time::timeout(Duration::from_millis(100), self.stdout.next_line());
+            if let Ok(Ok(Some(line))) = next.await {
+                let frame: Value = serde_json::from_str(&line).unwrap();
+                if frame["type"] == "host_call" {
+                    self.send(json!({"type": "host_reply", "id": frame["id"], "data": null}))
+                        .await;
+                }
+            }
+        }
+        panic!("the harness never started");
+    }
+
+    fn run_frame(&self, run_id: &str, conversation: &str, mode: &str) -> Value {
+        let ctx = common::context(run_id, conversation);
+        json!({
+            "type": "run", "run_id": run_id, "harness": "scripted",
+            "context": ctx, "env": {"FAKE_MODE": mode},
+        })
+    }
+
+    /// Read frames until every run in `runs` has ended, answering host
+    /// calls with `answer`; returns each run's results in order.
+    async fn until_done(
+        &mut self,
+        runs: &[&str],
+        answer: impl Fn(&Value) -> Value,
+    ) -> (HashMap<String, Vec<Value>>, Vec<Value>) {
+        let mut results: HashMap<String, Vec<Value>> = HashMap::new();
+        let mut calls = Vec::new();
+        let mut open: Vec<&str> = runs.to_vec();
+        while !open.is_empty() {
+            let frame = self.next().await.expect("frames until the runs end");
+            match frame["type"].as_str() {
+                Some("result") => {
+                    let run_id = frame["run_id"].as_str().unwrap().to_string();
+                    let kind = frame["result"]["type"].as_str().unwrap_or("").to_string();
+                    results
+                        .entry(run_id.clone())
+                        .or_default()
+                        .push(frame["result"].clone());
+                    if kind == "run.completed" || kind == "run.failed" {
+                        open.retain(|r| *r != run_id);
+                    }
+                }
+                Some("host_call") => {
+                    let mut reply = answer(&frame);
+                    reply["type"] = json!("host_reply");
+                    reply["id"] = frame["id"].clone();
+                    calls.push(frame);
+                    self.send(reply).await;
+                }
+                _ => panic!("unexpected frame {frame}"),
+            }
+        }
+        (results, calls)
+    }
+}
+
+fn kinds(results: &[Value]) -> Vec<&str> {
+    results
+        .iter()
+        .map(|r| r["type"].as_str().unwrap_or(""))
+        .collect()
+}
+
+fn sequences(results: &[Value]) -> Vec<u64> {
+    results
+        .iter()
+        .map(|r| r["sequence"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_protocol_is_refused_with_a_reason() {
+    let mut plugin = Plugin::start().await;
+    plugin
+        .send(json!({"type": "hello", "protocol": "harness-bridge.relay.v0"}))
+        .await;
+    let error = plugin.next().await.expect("an error frame");
+    assert_eq!(error["type"], "error");
+    assert!(
+        error["message"].as_str().unwrap().contains(PROTOCOL),
+        "{error}"
+    );
+    let status = plugin.child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_multiplexed_and_host_calls_answered_by_the_plugin() {
+    let mut plugin = Plugin::start().await;
+    let hello = plugin.hello().await;
+    assert!(
+        hello["harnesses"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("scripted"))
+    );
+    // Two runs at once (the first slow); garbage in between is reported, not fatal.
+    let a = plugin.run_frame("run-a", "conv-a", "slow");
+    let b = plugin.run_frame("run-b", "conv-b", "quiet");
+    plugin.send(a).await;
+    plugin.send(json!({"type": "nonsense"})).await;
+    plugin.send(b).await;
+    let mut state: HashMap<String, Value> = HashMap::new();
+    let mut errors = 0;
+    let mut results: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut calls = Vec::new();
+    let mut open = vec!["run-a", "run-b"];
+    let mut order = Vec::new();
+    while !open.is_empty() {
+        let frame = plugin.next().await.unwrap();
+        match frame["type"].as_str().unwrap() {
+            "error" => errors += 1,
+            "host_call" => {
+                let key = format!("{}/{}", frame["run_id"], frame["args"]["key"]);
+                let data = match frame["action"].as_str().unwrap() {
+                    "state_get" => state.get(&key).cloned().unwrap_or(Value::Null),
+                    "state_set" => {
+                        state.insert(key, frame["args"]["value"].clone());
+                        Value::Null
+                    }
+                    other => panic!("unexpected host call {other}"),
+                };
+                plugin
+                    .send(json!({"type": "host_reply", "id": frame["id"], "data": data}))
+                    .await;
+                calls.push(frame);
+            }
+            "result" => {
+                let run_id = frame["run_id"].as_str().unwrap().to_string();
+                let kind = frame["result"]["type"].as_str().unwrap().to_string();
+                results
+                    .entry(run_id.clone())
+                    .or_default()
+                    .push(frame["result"].clone());
+                if kind.starts_with("run.") {
+                    order.push(run_id.clone());
+                    open.retain(|r| *r != run_id);
+                }
+            }
+            other => panic!("unexpected frame type {other}"),
+        }
+    }
+    assert_eq!(errors, 1, "the nonsense frame is reported once");
+    assert_eq!(
+        order,
+        vec!["run-b", "run-a"],
+        "the quick run did not wait for the slow one"
+    );
+    for run in ["run-a", "run-b"] {
+        let results = &results[run];
+        assert_eq!(
+            sequences(results),
+            (1..=results.len() as u64).collect::<Vec<_>>()
+        );
+        assert_eq!(kinds(results).last(), Some(&"run.completed"), "{results:?}");
+        assert!(results.iter().all(|r| r["run_id"] == run));
+    }
+    // The resume pointer went to the host through the plugin, per run.
+    let sets: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["action"] == "state_set")
+        .collect();
+    assert_eq!(sets.len(), 6, "{calls:?}");
+    assert!(sets.iter().all(|c| c["args"]["scope"] == "conversation"));
+    assert_eq!(
+        state[&format!("{}/{}", json!("run-a"), json!("external.session_id"))],
+        "scripted-1"
+    );
+    // Nothing kept locally but workspaces: the host keeps transcript and state.
+    let local: Vec<String> = std::fs::read_dir(plugin.data.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(local, vec!["workspaces"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_host_call_does_not_fail_the_run() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    let frame = plugin.run_frame("run-x", "conv-x", "quiet");
+    plugin.send(frame).await;
+    let (results, calls) = plugin
+        .until_done(&["run-x"], |call| match call["action"].as_str() {
+            Some("state_get") => {
+                json!({"error": {"code": "unauthorized", "message": "no state for you"}})
+            }
+            _ => json!({"data": null}),
+        })
+        .await;
+    assert!(calls.iter().any(|c| c["action"] == "state_get"));
+    let results = &results["run-x"];
+    assert_eq!(kinds(results).last(), Some(&"run.completed"), "{results:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_runs_are_refused_and_a_cancel_stops_a_run() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    plugin
+        .send(json!({"type": "run", "run_id": "bad", "harness": "scripted", "context": {"run_id": "bad"}}))
+        .await;
+    let (results, _) = plugin.until_done(&["bad"], |_| json!({"data": null})).await;
+    assert_eq!(results["bad"][0]["data"]["code"], "invalid_argument");
+    assert!(
+        results["bad"][0]["data"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("$.trigger")
+    );
+
+    let frame = plugin.run_frame("run-h", "conv-h", "hang");
+    plugin.send(frame).await;
+    plugin.wait_for_harness().await;
+    let root = plugin.data.path().join("workspaces");
+    plugin
+        .send(json!({"type": "cancel", "run_id": "run-h"}))
+        .await;
+    let (results, _) = plugin
+        .until_done(&["run-h"], |_| json!({"data": null}))
+        .await;
+    let last = results["run-h"].last().unwrap();
+    assert_eq!(last["data"]["code"], "cancelled", "{last}");
+    assert!(common::processes_under(&root).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_plugin_vanishes_every_run_stops_and_nothing_is_left() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    let frame = plugin.run_frame("run-v", "conv-v", "hang");
+    plugin.send(frame).await;
+    plugin.wait_for_harness().await;
+    let root = plugin.data.path().join("workspaces");
+    // The plugin goes away: its end of stdin closes.
+    drop(plugin.stdin.take());
+    let status = tokio::time::timeout(Duration::from_secs(20), plugin.child.wait())
+        .await
+        .expect("the relay exits")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let left = common::processes_under(&root);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
