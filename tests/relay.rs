@@ -21,7 +21,7 @@ struct Plugin {
     stdin: Option<ChildStdin>,
     stdout: Lines<BufReader<ChildStdout>>,
     data: tempfile::TempDir,
-    _tools: tempfile::TempDir,
+    tools: tempfile::TempDir,
 }
 
 impl Plugin {
@@ -59,7 +59,7 @@ impl Plugin {
             stdin,
             stdout,
             data,
-            _tools: tools,
+            tools,
         }
     }
 
@@ -107,11 +107,18 @@ impl Plugin {
         panic!("the harness never started");
     }
 
+    /// A run of the scripted harness; PATH comes in the frame, as the
+    /// plugin sends it from its config.
     fn run_frame(&self, run_id: &str, conversation: &str, mode: &str) -> Value {
         let ctx = common::context(run_id, conversation);
+        let path = format!(
+            "{}:{}",
+            self.tools.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
         json!({
             "type": "run", "run_id": run_id, "harness": "scripted",
-            "context": ctx, "env": {"FAKE_MODE": mode},
+            "context": ctx, "env": {"FAKE_MODE": mode, "PATH": path},
         })
     }
 
@@ -340,4 +347,100 @@ async fn when_the_plugin_vanishes_every_run_stops_and_nothing_is_left() {
     assert!(status.success(), "{status:?}");
     let left = common::processes_under(&root);
     assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+/// The real Claude Code CLI behind the relay: the harness's history tool
+/// reads the *host's* transcript (answered here, as LangBot would), the
+/// resume pointer goes to the host's state, and the next turn resumes
+/// from it. The relay itself runs with an empty environment: PATH, HOME
+/// and the model settings come in the run frame, as the plugin sends them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_behind_the_relay_reads_the_hosts_history_and_resumes_from_its_state() {
+    use common::anthropic::{ANSWER, ASK, FOLLOW_UP, fake_model};
+    const HOST_ONLY: &str = "HOST TRANSCRIPT: the launch code is tulip";
+    let claude = common::cli("claude");
+    let (model_url, fake) = fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    let env = json!({
+        "PATH": std::env::var("PATH").unwrap_or_default(),
+        "HOME": home.path(),
+        "CLAUDE_CONFIG_DIR": home.path().join(".claude"),
+        "ANTHROPIC_BASE_URL": model_url,
+        "ANTHROPIC_API_KEY": "test-key",
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+    });
+    let mut state: HashMap<String, Value> = HashMap::new();
+    let mut turn = async |plugin: &mut Plugin, run_id: &str, text: &str| {
+        let mut ctx = serde_json::to_value(common::context(run_id, "group-9")).unwrap();
+        ctx["input"]["text"] = json!(text);
+        plugin
+            .send(json!({
+                "type": "run", "run_id": run_id, "harness": "claude-code", "context": ctx,
+                "binary": claude, "env": env,
+            }))
+            .await;
+        let (results, calls) = plugin
+            .until_done(&[run_id], |call| {
+                let key = call["args"]["key"].as_str().unwrap_or("").to_string();
+                match call["action"].as_str().unwrap() {
+                    "history_page" => json!({"data": {"items": [{
+                        "transcript_id": "t1", "event_id": "e1", "conversation_id": "group-9",
+                        "role": "user", "item_type": "message", "content": HOST_ONLY, "seq": 1,
+                    }], "has_more": false}}),
+                    "state_get" => json!({"data": state.get(&key).cloned().unwrap_or(Value::Null)}),
+                    "state_set" => json!({"data": null}),
+                    other => {
+                        json!({"error": {"code": "not_found", "message": format!("no {other}")}})
+                    }
+                }
+            })
+            .await;
+        for call in calls.iter().filter(|c| c["action"] == "state_set") {
+            let key = call["args"]["key"].as_str().unwrap().to_string();
+            state.insert(key, call["args"]["value"].clone());
+        }
+        (results.into_values().next().unwrap(), calls)
+    };
+
+    let (first, calls) = turn(&mut plugin, "relay-1", ASK).await;
+    assert_eq!(kinds(&first).last(), Some(&"run.completed"), "{first:?}");
+    assert!(
+        calls.iter().any(|c| c["action"] == "history_page"),
+        "{calls:?}"
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests.iter().any(|r| r.to_string().contains(HOST_ONLY)),
+        "the model never saw the host's transcript"
+    );
+    let session = first
+        .iter()
+        .find(|r| r["type"] == "state.updated" && r["data"]["key"] == "external.session_id")
+        .map(|r| r["data"]["value"].clone())
+        .expect("state.updated external.session_id");
+
+    let (second, _) = turn(&mut plugin, "relay-2", FOLLOW_UP).await;
+    let last = second.last().unwrap();
+    assert_eq!(last["type"], "run.completed", "{last}");
+    assert_eq!(
+        last["data"]["message"]["metadata"]["session"]["resumed"],
+        true
+    );
+    assert_eq!(
+        last["data"]["message"]["metadata"]["session"]["session_id"],
+        session
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    let turn_2 = requests
+        .iter()
+        .rev()
+        .find(|r| r["stream"] == true && r.to_string().contains(FOLLOW_UP))
+        .expect("turn 2 reached the model");
+    let seen = turn_2["messages"].to_string();
+    assert!(
+        seen.contains(ASK) && seen.contains(ANSWER),
+        "turn 2 did not carry turn 1"
+    );
 }

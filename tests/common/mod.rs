@@ -1,6 +1,7 @@
 //! Shared fixtures for the integration tests.
 #![allow(dead_code)]
 
+pub mod anthropic;
 pub mod scripted;
 
 use std::path::PathBuf;

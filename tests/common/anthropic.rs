@@ -1,0 +1,149 @@
+//! A fake Anthropic Messages API on 127.0.0.1 scripted for the Claude
+//! Code tests: the first question gets a `history_page` tool call, its
+//! result gets the answer (with a pause mid-stream), anything else the
+//! follow-up answer; `hang` answers nothing, ever.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Response, StatusCode};
+use axum::routing::{any, post};
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+pub const CONVERSATION: &str = "group-1";
+pub const ASK: &str = "What did we decide?";
+pub const ANSWER: &str = "You decided to ship on Friday.";
+pub const FOLLOW_UP: &str = "And is that still the plan?";
+pub const SECOND_ANSWER: &str = "Yes, still Friday.";
+/// The pause inside the first answer: deltas sent before it must reach the
+/// bridge's stdout before the run ends.
+pub const PAUSE: Duration = Duration::from_millis(1500);
+
+#[derive(Clone, Default)]
+pub struct Fake {
+    pub requests: Arc<Mutex<Vec<Value>>>,
+    pub hang: bool,
+}
+
+fn sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "event: {}\ndata: {}\n\n",
+                e["type"].as_str().unwrap_or("message"),
+                e
+            )
+        })
+        .collect()
+}
+
+fn text_events(text: &str) -> (Vec<Value>, Vec<Value>) {
+    let start = json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}});
+    (
+        vec![
+            start,
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ],
+        vec![
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 7}}),
+            json!({"type": "message_stop"}),
+        ],
+    )
+}
+
+fn tool_call_events() -> Vec<Value> {
+    vec![
+        json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": "mcp__langbot__history_page", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"limit\": 5}"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 5}}),
+        json!({"type": "message_stop"}),
+    ]
+}
+
+/// The script: the first question gets a history tool call, its result
+/// gets the answer (with a pause mid-stream), anything else the follow-up
+/// answer.
+fn script(request: &Value) -> (Vec<Value>, Vec<Value>) {
+    let last_user = request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .cloned()
+        .unwrap_or_default();
+    // On resume Claude Code appends the new prompt to the last user
+    // message (after turn 1's tool result): the last block decides.
+    let last_block = last_user["content"]
+        .as_array()
+        .and_then(|blocks| blocks.last())
+        .cloned()
+        .unwrap_or_default();
+    let answers_tool = last_block["type"] == "tool_result";
+    let last_user = last_block.to_string();
+    let offers_tool = request["tools"].as_array().is_some_and(|tools| {
+        tools
+            .iter()
+            .any(|t| t["name"] == "mcp__langbot__history_page")
+    });
+    if answers_tool {
+        text_events(ANSWER)
+    } else if offers_tool && last_user.contains(ASK) {
+        (tool_call_events(), Vec::new())
+    } else {
+        text_events(SECOND_ANSWER)
+    }
+}
+
+async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
+    let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    fake.requests.lock().unwrap().push(request.clone());
+    if fake.hang {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    let (head, tail) = script(&request);
+    if request["stream"] != true {
+        let text = head
+            .iter()
+            .find_map(|e| e["delta"]["text"].as_str())
+            .unwrap_or("ok");
+        let message = json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 7}});
+        return Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(message.to_string()))
+            .unwrap();
+    }
+    let pause = if head.iter().any(|e| e["delta"]["text"] == ANSWER) {
+        PAUSE
+    } else {
+        Duration::ZERO
+    };
+    let parts = vec![(Duration::ZERO, sse(&head)), (pause, sse(&tail))];
+    let stream = futures::stream::iter(parts).then(|(delay, chunk)| async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, Infallible>(chunk)
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+pub async fn fake_model(hang: bool) -> (String, Fake) {
+    let fake = Fake {
+        hang,
+        ..Fake::default()
+    };
+    let app = Router::new()
+        .route("/v1/messages", post(messages))
+        .fallback(any(|| async { StatusCode::OK }))
+        .with_state(fake.clone());
+    (super::serve_local(app).await, fake)
+}
