@@ -2,6 +2,8 @@
 //! built with its pydantic models parse here, and what we serialize
 //! validates back there. Needs the SDK venv the test command creates.
 
+mod common;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -9,28 +11,12 @@ use std::process::{Command, Stdio};
 use harness_bridge::protocol::*;
 use serde_json::{Value, json};
 
-/// The venv's python: `HARNESS_BRIDGE_SDK_PYTHON`, else `target/sdk-venv`.
-fn sdk_python() -> PathBuf {
-    let path = std::env::var_os("HARNESS_BRIDGE_SDK_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/sdk-venv/bin/python")
-        });
-    assert!(
-        path.exists(),
-        "the langbot-plugin SDK venv is missing at {}: run `scripts/test` (it creates it from \
-         tests/interop/requirements.txt), or set HARNESS_BRIDGE_SDK_PYTHON to a python with the SDK installed",
-        path.display()
-    );
-    path
-}
-
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_models.py")
 }
 
 fn sdk(mode: &str, input: &str) -> Vec<Value> {
-    let mut child = Command::new(sdk_python())
+    let mut child = Command::new(common::sdk_python())
         .arg(script())
         .arg(mode)
         .stdin(Stdio::piped())

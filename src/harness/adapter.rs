@@ -112,6 +112,8 @@ pub struct TurnValues<'a> {
     pub session_id: Option<&'a str>,
     /// `{model}`: the model to use.
     pub model: Option<&'a str>,
+    /// `{permission_mode}`: how freely the harness may act.
+    pub permission_mode: Option<&'a str>,
     /// `{config_overrides}`: `KEY=VALUE` items, each rendered as `-c ITEM`.
     pub config_overrides: &'a [String],
 }
@@ -139,12 +141,13 @@ const BUILT_IN: [(&str, &str); 2] = [
     ),
 ];
 
-const PLACEHOLDERS: [&str; 6] = [
+const PLACEHOLDERS: [&str; 7] = [
     "prompt",
     "instructions",
     "mcp_config",
     "session_id",
     "model",
+    "permission_mode",
     "config_overrides",
 ];
 
@@ -241,6 +244,10 @@ impl AdapterSpec {
                 "mcp_config" => mcp_config.clone(),
                 "session_id" => values.session_id.map(str::to_string),
                 "model" => values.model.filter(|m| !m.is_empty()).map(str::to_string),
+                "permission_mode" => values
+                    .permission_mode
+                    .filter(|m| !m.is_empty() && *m != "default")
+                    .map(str::to_string),
                 _ => None,
             }
         };

@@ -105,6 +105,10 @@ pub struct Binding<'a> {
     /// Model passed to the harness; empty means the harness's default.
     #[serde(default)]
     pub model: Option<String>,
+    /// How freely the harness may act (Claude Code's `--permission-mode`);
+    /// empty or `default` leaves the harness's own default.
+    #[serde(default)]
+    pub permission_mode: Option<String>,
     /// Longest a turn may run, in seconds (the context's deadline may be sooner).
     #[serde(default)]
     pub timeout_seconds: Option<u64>,

@@ -327,6 +327,7 @@ impl Bridge {
                     .then_some(mcp_config.as_path()),
                 session_id: resume.as_deref(),
                 model: binding.model.as_deref(),
+                permission_mode: binding.permission_mode.as_deref(),
                 config_overrides: &projection.mcp.overrides,
             });
             let launch = Launch {

@@ -506,3 +506,19 @@ pub async fn assert_harness_not_found(harness: &str, hint: &str) {
     .await;
     named.assert_failed("harness_not_found");
 }
+
+/// The venv's python: `HARNESS_BRIDGE_SDK_PYTHON`, else `target/sdk-venv`.
+pub fn sdk_python() -> PathBuf {
+    let path = std::env::var_os("HARNESS_BRIDGE_SDK_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/sdk-venv/bin/python")
+        });
+    assert!(
+        path.exists(),
+        "the langbot-plugin SDK venv is missing at {}: run `scripts/test` (it creates it from \
+         tests/interop/requirements.txt), or set HARNESS_BRIDGE_SDK_PYTHON to a python with the SDK installed",
+        path.display()
+    );
+    path
+}

@@ -80,7 +80,8 @@ impl ResultStream {
             self.ended = payload.kind().is_terminal();
             let mut result = AgentRunResult::new(self.run_id.clone(), payload);
             result.sequence = Some(self.next);
-            result.timestamp = Some(now_ms());
+            // Epoch seconds, as the protocol and the released SDK have it.
+            result.timestamp = Some(now_ms() / 1000);
             self.next += 1;
             out.push(result);
         }

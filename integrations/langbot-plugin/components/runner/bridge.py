@@ -1,0 +1,296 @@
+"""The plugin's end of the harness-bridge relay (docs/relay-protocol.md).
+
+One `harness-bridge relay` process serves every run of this plugin: run
+frames go in, result frames come out, and the bridge's host calls
+(history, events, state, storage) are answered here through the run's
+`ctx.api`, limited to an allow-list. When this process goes away, the
+bridge's stdin closes and it stops every harness it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+PROTOCOL = "harness-bridge.relay.v1"
+CLIENT = "langbot-plugin harness-bridge 0.1.0"
+PLUGIN_DIR = Path(__file__).resolve().parents[2]
+BUNDLED = PLUGIN_DIR / "bin" / "harness-bridge"
+# A harness needs a PATH; the plugin runtime gives none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+LINE_LIMIT = 16 * 1024 * 1024
+
+log = logging.getLogger("harness_bridge_plugin")
+
+
+class BridgeError(Exception):
+    """The bridge could not be started or spoke out of turn."""
+
+
+def writable_dir(name: str) -> Path:
+    """A folder this plugin may write: next to the runtime's file storage
+    folder (the installation's own `data`/`tmp`/`home`), else the temp dir."""
+    storage = os.environ.get("LANGBOT_PLUGIN_FILE_STORAGE_DIR")
+    base = Path(storage).parent if storage else Path(tempfile.gettempdir()) / "harness-bridge-plugin"
+    path = base / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def bridge_binary(configured: str | None) -> Path:
+    """The bridge to run: the configured absolute path, else the bundled
+    binary copied out of the read-only package and made executable."""
+    if configured:
+        path = Path(configured)
+        if not path.is_absolute():
+            raise BridgeError(f"bridge_path must be an absolute path, got {configured!r}")
+        if not os.access(path, os.X_OK):
+            raise BridgeError(f"bridge_path {configured} is not an executable file")
+        return path
+    if not BUNDLED.is_file():
+        raise BridgeError(
+            "no harness-bridge binary: this package has none bundled (only linux x86_64 "
+            "packages do); set the plugin's bridge_path to an installed harness-bridge"
+        )
+    digest = hashlib.sha256(BUNDLED.read_bytes()).hexdigest()[:16]
+    target = writable_dir("data") / f"harness-bridge-{digest}"
+    if not target.exists():
+        partial = target.with_suffix(".partial")
+        shutil.copyfile(BUNDLED, partial)
+        partial.chmod(stat.S_IRWXU)
+        partial.replace(target)
+    return target
+
+
+def parse_env(text: Any) -> dict[str, str]:
+    """`KEY=VALUE` lines (or a mapping) from the config form."""
+    if isinstance(text, dict):
+        return {str(k): str(v) for k, v in text.items()}
+    env: dict[str, str] = {}
+    for line in str(text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        env[key.strip()] = value.strip()
+    return env
+
+
+def error_of(exc: BaseException) -> dict[str, Any]:
+    """A host call's failure as a Protocol v1 error object."""
+    inner = getattr(exc, "error", None)
+    code = getattr(inner, "code", None)
+    if code:
+        return {
+            "code": str(code),
+            "message": str(getattr(inner, "message", exc)),
+            "retryable": bool(getattr(inner, "retryable", False)),
+        }
+    if type(exc).__name__ == "PermissionDeniedError":
+        return {"code": "unauthorized", "message": str(exc)}
+    return {"code": "runtime_error", "message": f"{type(exc).__name__}: {exc}"}
+
+
+def dump(value: Any) -> Any:
+    """SDK models to plain JSON values."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, list):
+        return [dump(v) for v in value]
+    return value
+
+
+async def answer(api: Any, action: str, args: dict[str, Any]) -> Any:
+    """Answer one host call through `ctx.api`; only these actions exist."""
+    if action == "history_page":
+        page = await api.history_page(
+            conversation_id=args.get("conversation_id"),
+            before_cursor=args.get("before_cursor"),
+            after_cursor=args.get("after_cursor"),
+            limit=int(args.get("limit") or 50),
+            direction=args.get("direction") or "backward",
+            include_attachments=bool(args.get("include_artifacts")),
+        )
+        return dump(page)
+    if action == "history_search":
+        filters = {"conversation_id": args["conversation_id"]} if args.get("conversation_id") else None
+        return dump(await api.history_search(args.get("query") or "", filters=filters, top_k=int(args.get("top_k") or 10)))
+    if action == "event_get":
+        return dump(await api.event_get(args["event_id"]))
+    if action == "event_page":
+        return dump(
+            await api.event_page(
+                conversation_id=args.get("conversation_id"),
+                event_types=args.get("event_types") or None,
+                before_cursor=args.get("before_cursor"),
+                limit=int(args.get("limit") or 50),
+            )
+        )
+    if action == "state_get":
+        got = await api.state_get(args["scope"], args["key"])
+        return got.get("value") if isinstance(got, dict) else got
+    if action == "state_set":
+        await api.state_set(args["scope"], args["key"], args.get("value"))
+        return None
+    if action == "state_delete":
+        got = await api.state_delete(args["scope"], args["key"])
+        return bool(got.get("success", True)) if isinstance(got, dict) else True
+    if action == "state_list":
+        got = await api.state_list(args["scope"], prefix=args.get("prefix"), limit=int(args.get("limit") or 100))
+        keys = got.get("keys", []) if isinstance(got, dict) else []
+        return [{"key": k, "value": None} if isinstance(k, str) else k for k in keys]
+    if action in ("storage_get", "storage_set", "storage_delete", "storage_keys"):
+        area = args.get("area")
+        if area not in ("plugin", "workspace"):
+            raise ValueError(f"unknown storage area {area!r}")
+        if action == "storage_get":
+            value = await getattr(api, f"get_{area}_storage")(args["key"])
+            return base64.b64encode(value).decode() if value is not None else None
+        if action == "storage_set":
+            await getattr(api, f"set_{area}_storage")(args["key"], base64.b64decode(args.get("value_base64") or ""))
+            return None
+        if action == "storage_delete":
+            await getattr(api, f"delete_{area}_storage")(args["key"])
+            return True
+        return list(await getattr(api, f"get_{area}_storage_keys")())
+    raise LookupError(action)
+
+
+class Relay:
+    """One `harness-bridge relay` process, shared by every run."""
+
+    def __init__(self) -> None:
+        self._proc: asyncio.subprocess.Process | None = None
+        self._runs: dict[str, asyncio.Queue] = {}
+        self._apis: dict[str, Any] = {}
+        self._lock = asyncio.Lock()
+        self._reader: asyncio.Task | None = None
+        self._key: tuple | None = None
+
+    async def _ensure(self, binary: Path, data_dir: Path) -> asyncio.subprocess.Process:
+        async with self._lock:
+            key = (str(binary), str(data_dir))
+            if self._proc is not None and self._proc.returncode is None and self._key == key:
+                return self._proc
+            if self._proc is not None and self._proc.returncode is None:
+                # The operator changed the bridge or folder: let the old one finish its runs.
+                self._proc.stdin.close()
+            proc = await asyncio.create_subprocess_exec(
+                str(binary), "--data-dir", str(data_dir), "relay",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
+                env={"PATH": DEFAULT_PATH}, limit=LINE_LIMIT,
+            )
+            await self._write(proc, {"type": "hello", "protocol": PROTOCOL, "client": CLIENT})
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=30)
+            hello = json.loads(line or b"{}")
+            if hello.get("type") != "hello":
+                raise BridgeError(f"the bridge refused the relay: {hello.get('message') or hello}")
+            log.info("harness-bridge %s relay up (%s)", hello.get("version"), ", ".join(hello.get("harnesses", [])))
+            self._proc, self._key = proc, key
+            self._reader = asyncio.create_task(self._read(proc))
+            return proc
+
+    @staticmethod
+    async def _write(proc: asyncio.subprocess.Process, frame: dict[str, Any]) -> None:
+        proc.stdin.write((json.dumps(frame) + "\n").encode())
+        await proc.stdin.drain()
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        try:
+            while True:
+                line = await proc.stdout.readline()
+                if not line:
+                    break
+                try:
+                    frame = json.loads(line)
+                except ValueError:
+                    log.warning("bridge wrote a non-frame line: %r", line[:200])
+                    continue
+                kind = frame.get("type")
+                if kind == "result":
+                    queue = self._runs.get(frame.get("run_id"))
+                    if queue is not None:
+                        queue.put_nowait(frame["result"])
+                elif kind == "host_call":
+                    asyncio.create_task(self._host_call(proc, frame))
+                elif kind == "error":
+                    log.warning("bridge: %s", frame.get("message"))
+        finally:
+            # The bridge is gone: every waiting run ends with a failure.
+            for run_id, queue in list(self._runs.items()):
+                queue.put_nowait(None)
+
+    async def _host_call(self, proc: asyncio.subprocess.Process, frame: dict[str, Any]) -> None:
+        api = self._apis.get(frame.get("run_id"))
+        reply: dict[str, Any] = {"type": "host_reply", "id": frame.get("id")}
+        if api is None:
+            reply["error"] = {"code": "unauthorized", "message": "the run is not active"}
+        else:
+            try:
+                reply["data"] = await answer(api, frame.get("action", ""), frame.get("args") or {})
+            except LookupError as exc:
+                reply["error"] = {"code": "not_found", "message": f"host action {exc} is not available through LangBot"}
+            except Exception as exc:  # noqa: BLE001 - every failure goes back as an error reply
+                reply["error"] = error_of(exc)
+        try:
+            await self._write(proc, reply)
+        except (ConnectionError, RuntimeError):
+            pass
+
+    async def run(
+        self,
+        *,
+        binary: Path,
+        data_dir: Path,
+        run_id: str,
+        harness: str,
+        context: dict[str, Any],
+        env: dict[str, str],
+        harness_binary: str | None,
+        api: Any,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Start a run; yield its results (dicts) until the terminal one.
+        Closing the iterator early cancels the run on the bridge."""
+        proc = await self._ensure(binary, data_dir)
+        queue: asyncio.Queue = asyncio.Queue()
+        self._runs[run_id] = queue
+        self._apis[run_id] = api
+        ended = False
+        try:
+            frame = {"type": "run", "run_id": run_id, "harness": harness, "context": context, "env": env}
+            if harness_binary:
+                frame["binary"] = harness_binary
+            await self._write(proc, frame)
+            while True:
+                result = await queue.get()
+                if result is None:
+                    ended = True
+                    yield {
+                        "run_id": run_id, "type": "run.failed",
+                        "data": {"code": "harness_error", "error": "the harness-bridge process ended unexpectedly", "retryable": True},
+                    }
+                    return
+                ended = result.get("type") in ("run.completed", "run.failed")
+                yield result
+                if ended:
+                    return
+        finally:
+            if not ended and proc.returncode is None:
+                try:
+                    await self._write(proc, {"type": "cancel", "run_id": run_id})
+                except (ConnectionError, RuntimeError):
+                    pass
+            self._runs.pop(run_id, None)
+            self._apis.pop(run_id, None)
+
+
+RELAY = Relay()

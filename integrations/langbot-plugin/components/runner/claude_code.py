@@ -1,0 +1,9 @@
+"""Claude Code, through harness-bridge."""
+
+from components.runner.harness_runner import HarnessRunner
+
+
+class ClaudeCode(HarnessRunner):
+    harness = "claude-code"
+    key_var = "ANTHROPIC_API_KEY"
+    url_var = "ANTHROPIC_BASE_URL"

@@ -1,0 +1,9 @@
+"""Codex, through harness-bridge."""
+
+from components.runner.harness_runner import HarnessRunner
+
+
+class Codex(HarnessRunner):
+    harness = "codex"
+    key_var = "OPENAI_API_KEY"
+    url_var = "OPENAI_BASE_URL"

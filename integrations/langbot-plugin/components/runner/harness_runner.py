@@ -1,0 +1,103 @@
+"""The Runner behind every harness of this plugin: it relays the run to
+harness-bridge and turns the bridge's results into RunnerResults the way
+LangBot reads them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, AsyncGenerator
+
+from langbot_plugin.api.definition.components.runner.runner import Runner
+from langbot_plugin.api.entities.builtin.runner import RunnerContext, RunnerResult
+
+from components.runner.bridge import (
+    DEFAULT_PATH,
+    RELAY,
+    BridgeError,
+    bridge_binary,
+    parse_env,
+    writable_dir,
+)
+
+# Config keys that configure the launch, not the binding: they never reach
+# the bridge inside the context (secrets among them).
+LAUNCH_KEYS = ("api_key", "base_url", "extra_env", "harness_path")
+
+
+def _log(run_id: str, text: str, level: str = "info") -> RunnerResult:
+    return RunnerResult.model_validate(
+        {"run_id": run_id, "type": "processor.log", "data": {"text": text, "level": level}}
+    )
+
+
+class HarnessRunner(Runner):
+    """Relays runs of `harness` to harness-bridge."""
+
+    harness = ""
+    #: Variables the form's API key and base URL become.
+    key_var = ""
+    url_var = ""
+
+    def launch(self, config: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+        """The harness's environment and program from the form's values."""
+        env = parse_env(config.get("extra_env"))
+        if config.get("api_key"):
+            env[self.key_var] = str(config["api_key"])
+        if config.get("base_url"):
+            env[self.url_var] = str(config["base_url"])
+        harness_path = str(config.get("harness_path") or "").strip() or None
+        path = env.get("PATH", DEFAULT_PATH)
+        if harness_path:
+            path = f"{Path(harness_path).parent}:{path}"
+        env["PATH"] = path
+        env.setdefault("HOME", str(writable_dir("home")))
+        return env, harness_path
+
+    async def run(self, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
+        config = dict(ctx.config or {})
+        env, harness_path = self.launch(config)
+        plugin_config = self.get_plugin_config()
+        try:
+            binary = bridge_binary(str(plugin_config.get("bridge_path") or "").strip() or None)
+        except (BridgeError, OSError) as exc:
+            yield RunnerResult.run_failed(ctx.run_id, str(exc), code="harness_not_found")
+            return
+        root = str(plugin_config.get("workspace_root") or "").strip()
+        data_dir = Path(root) if root else writable_dir("data") / "harness-bridge"
+        context = ctx.model_dump(mode="json", exclude_none=True)
+        context["config"] = {k: v for k, v in config.items() if k not in LAUNCH_KEYS}
+
+        streamed = ""
+        async for result in RELAY.run(
+            binary=binary,
+            data_dir=data_dir,
+            run_id=ctx.run_id,
+            harness=self.harness,
+            context=context,
+            env=env,
+            harness_binary=harness_path,
+            api=ctx.api,
+        ):
+            kind = result.get("type")
+            data = result.get("data") or {}
+            if kind == "message.delta":
+                # LangBot reads `content` as the text so far unless
+                # `all_content` carries it: send both.
+                chunk = data.get("chunk") or {}
+                piece = chunk.get("content")
+                streamed += piece if isinstance(piece, str) else ""
+                chunk["all_content"] = streamed
+            elif kind == "message.completed":
+                streamed = ""
+            elif kind == "artifact.created":
+                name = data.get("name") or "a file"
+                yield _log(ctx.run_id, f"{self.harness} produced {name}; LangBot does not take files from runners yet", "warning")
+                continue
+            elif kind == "run.completed":
+                message = data.get("message") or {}
+                notice = ((message.get("metadata") or {}).get("session") or {}).get("notice")
+                if notice:
+                    yield _log(ctx.run_id, notice)
+            result["run_id"] = ctx.run_id
+            yield RunnerResult.model_validate(result)

@@ -1,0 +1,156 @@
+//! The LangBot plugin, for real but without LangBot: a stand-in runtime
+//! (`tests/interop/fake_runtime.py`) starts the real plugin worker of the
+//! pinned `langbot-plugin` SDK over stdio, as LangBot's runtime does; the
+//! plugin relays to the real bridge, which runs the real Claude Code CLI
+//! against a fake Messages API. Two turns of one conversation: the first
+//! reads the host's transcript through the history tool and stores the
+//! session pointer in the host's state; the second resumes it.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::anthropic::{ANSWER, ASK, FOLLOW_UP, fake_model};
+use serde_json::{Value, json};
+
+const HOST_ONLY: &str = "HOST TRANSCRIPT: the launch code is tulip";
+
+fn context(run_id: &str, text: &str, config: &Value) -> Value {
+    json!({
+        "run_id": run_id,
+        "trigger": {"type": "message.received", "source": "platform"},
+        "event": {"event_id": format!("ev-{run_id}"), "event_type": "message.received", "source": "platform"},
+        "conversation": {"conversation_id": "group-42", "bot_id": "bot-1", "workspace_id": "ws-1"},
+        "actor": {"actor_type": "user", "actor_id": "user-1", "actor_name": "Ada"},
+        "input": {"text": text},
+        "delivery": {"surface": "platform", "supports_streaming": true},
+        "resources": {"storage": {"plugin_storage": true}},
+        "context": {"available_apis": {"history_page": true, "history_search": true, "state": true}},
+        "runtime": {"deadline_at": null},
+        "config": config,
+    })
+}
+
+struct Events(Vec<Value>);
+
+impl Events {
+    fn of(&self, event: &str) -> impl Iterator<Item = &Value> {
+        self.0.iter().filter(move |e| e["event"] == event)
+    }
+
+    fn results(&self, run_id: &str) -> Vec<&Value> {
+        self.of("result")
+            .filter(|e| e["run_id"] == run_id)
+            .map(|e| &e["result"])
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
+    let claude = common::cli("claude");
+    let (model_url, fake) = fake_model(false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspaces = dir.path().join("bridge");
+    let home = dir.path().join("home");
+    let config = json!({
+        "harness_path": claude,
+        "api_key": "test-key",
+        "base_url": model_url,
+        "extra_env": format!(
+            "HOME={home}\nCLAUDE_CONFIG_DIR={home}/.claude\nCLAUDE_CODE_MAX_RETRIES=0",
+            home = home.display()
+        ),
+        "timeout": 120,
+    });
+    let plugin_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/langbot-plugin");
+    let scenario = json!({
+        "plugin_dir": plugin_dir,
+        "plugin_config": {"bridge_path": common::bridge_bin(), "workspace_root": workspaces},
+        "transcript": [{
+            "transcript_id": "t1", "event_id": "e0", "conversation_id": "group-42",
+            "role": "user", "item_type": "message", "content": HOST_ONLY, "seq": 1,
+        }],
+        "runs": [
+            {"runner_name": "claude-code", "context": context("lb-1", ASK, &config)},
+            {"runner_name": "claude-code", "context": context("lb-2", FOLLOW_UP, &config)},
+        ],
+    });
+    let file = dir.path().join("scenario.json");
+    std::fs::write(&file, scenario.to_string()).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/fake_runtime.py");
+    let output = tokio::process::Command::new(common::sdk_python())
+        .arg(&script)
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(240), output)
+        .await
+        .expect("the fake runtime finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let events = Events(
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect(),
+    );
+
+    // Turn 1: streamed, the history tool answered by the host, a pointer stored.
+    let first = events.results("lb-1");
+    let kinds: Vec<&str> = first.iter().map(|r| r["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.last(), Some(&"run.completed"), "{kinds:?}\n{stderr}");
+    let delta = first
+        .iter()
+        .find(|r| r["type"] == "message.delta")
+        .expect("a streamed delta");
+    assert_eq!(delta["data"]["chunk"]["all_content"], ANSWER, "{delta}");
+    assert!(kinds.contains(&"tool.call.completed"), "{kinds:?}");
+    assert!(
+        events
+            .of("host_action")
+            .any(|e| e["action"] == "history_page"),
+        "the bridge's history call did not reach the host"
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests.iter().any(|r| r.to_string().contains(HOST_ONLY)),
+        "the model never saw the host's transcript"
+    );
+    let done = events.of("done").next().expect("the runtime finished");
+    let session = done["state"]["conversation:external.session_id"].clone();
+    assert!(
+        session.is_string(),
+        "no pointer in the host's state: {done}"
+    );
+
+    // Turn 2: the host put the pointer into the context; the session goes on.
+    let second = events.results("lb-2");
+    let last = second.last().expect("turn 2 results");
+    assert_eq!(last["type"], "run.completed", "{last}");
+    let turn_2 = requests
+        .iter()
+        .find(|r| r["stream"] == true && r.to_string().contains(FOLLOW_UP))
+        .expect("turn 2 reached the model");
+    let seen = turn_2["messages"].to_string();
+    assert!(
+        seen.contains(ASK) && seen.contains(ANSWER),
+        "turn 2 did not carry turn 1"
+    );
+    let pointer = second
+        .iter()
+        .find(|r| r["type"] == "state.updated" && r["data"]["key"] == "external.session_id")
+        .expect("state.updated");
+    assert_eq!(pointer["data"]["value"], session);
+
+    // The worker is gone, and with it the bridge and every harness.
+    let left = common::processes_under(&workspaces);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
