@@ -382,3 +382,55 @@ async fn switching_harness_starts_fresh_and_a_context_pointer_is_used_first() {
     let args = std::fs::read_to_string(workspace.join("received-args")).unwrap();
     assert!(args.starts_with("--resume\nfrom-the-host\n"), "{args}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_bridge_takes_its_harness_with_it() {
+    let setup = Setup::new();
+    let adapters = setup.tools.path().join("adapters");
+    let mut child = tokio::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(setup.data.path())
+        .arg("run")
+        .args(setup.args(&adapters.to_string_lossy(), &[]))
+        .env_clear()
+        .env("PATH", setup.path_with_script())
+        .env("FAKE_MODE", "hang")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let root = setup.data.path().join("workspaces");
+    let mut waited = Duration::ZERO;
+    while processes_under(&root).len() < 2 {
+        assert!(
+            waited < Duration::from_secs(20),
+            "the harness never started"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+    // SIGKILL: the bridge cannot clean up; the kernel tells the harness.
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let mut leader_gone = false;
+    for _ in 0..50 {
+        let left = processes_under(&root);
+        if !left.iter().any(|p| p.contains("scripted-harness")) {
+            leader_gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // What the harness started itself (`sleep 300 &`) is the bridge's to
+    // kill normally; clean it up here.
+    for p in processes_under(&root) {
+        if let Some(pid) = p.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    assert!(leader_gone, "the harness outlived a killed bridge");
+}

@@ -165,6 +165,17 @@ impl HarnessProcess {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        // If the bridge itself is killed (SIGKILL leaves it no chance to
+        // clean up), the harness still gets SIGTERM from the kernel. The
+        // signal follows the spawning *thread*: runs spawn from runtime
+        // worker threads, which live as long as the bridge.
+        // SAFETY: the closure runs in the forked child before exec and
+        // only makes one async-signal-safe system call.
+        unsafe {
+            command.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
+            });
+        }
         let mut child = command.spawn()?;
         let pgid = child
             .id()
