@@ -258,3 +258,27 @@ async fn a_missing_claude_binary_is_harness_not_found() {
     common::assert_harness_not_found("claude-code", "npm install -g @anthropic-ai/claude-code")
         .await;
 }
+
+/// Claude Code names a project folder longer than 200 characters by a cut
+/// and a hash; host workspaces (LangBot's) are that long. Resume still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_workspace_path_still_resumes() {
+    let (model_url, _fake) = fake_model(false).await;
+    let machine = Machine::new(model_url).await;
+    let root = machine
+        .data
+        .path()
+        .join("a-rather-long-folder-name-for-workspaces".repeat(4))
+        .join("and-another-level-of-nesting".repeat(3));
+    assert!(root.to_string_lossy().len() > 200);
+    let root = root.to_string_lossy().into_owned();
+    let first = machine.turn("Hello there", &["--root", &root]).await;
+    first.completed();
+    let second = machine.turn("Hello again", &["--root", &root]).await;
+    second.completed();
+    assert_eq!(second.session()["resumed"], true, "{}", second.session());
+    assert_eq!(
+        second.state("external.session_id"),
+        first.state("external.session_id")
+    );
+}

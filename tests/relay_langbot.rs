@@ -3,18 +3,41 @@
 //! pinned `langbot-plugin` SDK over stdio, as LangBot's runtime does; the
 //! plugin relays to the real bridge, which runs the real Claude Code CLI
 //! against a fake Messages API. Two turns of one conversation: the first
-//! reads the host's transcript through the history tool and stores the
-//! session pointer in the host's state; the second resumes it.
+//! stores the session pointer in the host's state; the second resumes it
+//! and reads the host's transcript through the history tool (a host call
+//! of a later run: `ctx.api` must be used inside that run's invocation).
+//! The plugin runs from a read-only copy whose bundled bridge has lost its
+//! exec bit, as LangBot unpacks packages.
 
 mod common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::anthropic::{ANSWER, ASK, FOLLOW_UP, fake_model};
+use common::anthropic::{ANSWER, ASK, SECOND_ANSWER, fake_model};
 use serde_json::{Value, json};
 
 const HOST_ONLY: &str = "HOST TRANSCRIPT: the launch code is tulip";
+const FIRST: &str = "Remember this: the codeword is tulip.";
+
+/// A copy of the plugin as LangBot unpacks it: read-only, with the bridge
+/// bundled in `bin/` and no exec bits.
+fn unpacked_plugin(dir: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let plugin = common::copy_plugin(dir);
+    std::fs::create_dir_all(plugin.join("bin")).unwrap();
+    std::fs::copy(common::bridge_bin(), plugin.join("bin/harness-bridge")).unwrap();
+    for entry in walkdir::WalkDir::new(&plugin).contents_first(true) {
+        let entry = entry.unwrap();
+        let mode = if entry.file_type().is_dir() {
+            0o555
+        } else {
+            0o444
+        };
+        std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    plugin
+}
 
 fn context(run_id: &str, text: &str, config: &Value) -> Value {
     json!({
@@ -64,17 +87,17 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
         ),
         "timeout": 120,
     });
-    let plugin_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/langbot-plugin");
+    let plugin_dir = unpacked_plugin(dir.path());
     let scenario = json!({
         "plugin_dir": plugin_dir,
-        "plugin_config": {"bridge_path": common::bridge_bin(), "workspace_root": workspaces},
+        "plugin_config": {"workspace_root": workspaces},
         "transcript": [{
             "transcript_id": "t1", "event_id": "e0", "conversation_id": "group-42",
             "role": "user", "item_type": "message", "content": HOST_ONLY, "seq": 1,
         }],
         "runs": [
-            {"runner_name": "claude-code", "context": context("lb-1", ASK, &config)},
-            {"runner_name": "claude-code", "context": context("lb-2", FOLLOW_UP, &config)},
+            {"runner_name": "claude-code", "context": context("lb-1", FIRST, &config)},
+            {"runner_name": "claude-code", "context": context("lb-2", ASK, &config)},
         ],
     });
     let file = dir.path().join("scenario.json");
@@ -103,7 +126,7 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
             .collect(),
     );
 
-    // Turn 1: streamed, the history tool answered by the host, a pointer stored.
+    // Turn 1: streamed (LangBot reads `all_content`), a pointer stored.
     let first = events.results("lb-1");
     let kinds: Vec<&str> = first.iter().map(|r| r["type"].as_str().unwrap()).collect();
     assert_eq!(kinds.last(), Some(&"run.completed"), "{kinds:?}\n{stderr}");
@@ -111,8 +134,30 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
         .iter()
         .find(|r| r["type"] == "message.delta")
         .expect("a streamed delta");
-    assert_eq!(delta["data"]["chunk"]["all_content"], ANSWER, "{delta}");
-    assert!(kinds.contains(&"tool.call.completed"), "{kinds:?}");
+    assert_eq!(
+        delta["data"]["chunk"]["all_content"], SECOND_ANSWER,
+        "{delta}"
+    );
+    let done = events.of("done").next().expect("the runtime finished");
+    let session = done["state"]["conversation:external.session_id"].clone();
+    assert!(
+        session.is_string(),
+        "no pointer in the host's state: {done}"
+    );
+
+    // Turn 2: the host put the pointer into the context; the session goes
+    // on, and the history tool is answered by the host through `ctx.api`.
+    let second = events.results("lb-2");
+    let last = second.last().expect("turn 2 results");
+    assert_eq!(last["type"], "run.completed", "{last}");
+    let tool = second
+        .iter()
+        .find(|r| r["type"] == "tool.call.completed")
+        .expect("the history tool ran");
+    assert!(
+        tool["data"]["error"].is_null(),
+        "the host call failed: {tool}"
+    );
     assert!(
         events
             .of("host_action")
@@ -124,26 +169,13 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
         requests.iter().any(|r| r.to_string().contains(HOST_ONLY)),
         "the model never saw the host's transcript"
     );
-    let done = events.of("done").next().expect("the runtime finished");
-    let session = done["state"]["conversation:external.session_id"].clone();
-    assert!(
-        session.is_string(),
-        "no pointer in the host's state: {done}"
-    );
-
-    // Turn 2: the host put the pointer into the context; the session goes on.
-    let second = events.results("lb-2");
-    let last = second.last().expect("turn 2 results");
-    assert_eq!(last["type"], "run.completed", "{last}");
     let turn_2 = requests
         .iter()
-        .find(|r| r["stream"] == true && r.to_string().contains(FOLLOW_UP))
+        .find(|r| r["stream"] == true && r.to_string().contains(ASK))
         .expect("turn 2 reached the model");
     let seen = turn_2["messages"].to_string();
-    assert!(
-        seen.contains(ASK) && seen.contains(ANSWER),
-        "turn 2 did not carry turn 1"
-    );
+    assert!(seen.contains(FIRST), "turn 2 did not carry turn 1");
+    assert!(second.iter().any(|r| r.to_string().contains(ANSWER)));
     let pointer = second
         .iter()
         .find(|r| r["type"] == "state.updated" && r["data"]["key"] == "external.session_id")

@@ -53,14 +53,9 @@ impl SessionStore {
                 let Some(config) = dir("CLAUDE_CONFIG_DIR", ".claude") else {
                     return false;
                 };
-                let slug: String = cwd
-                    .to_string_lossy()
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-                    .collect();
                 config
                     .join("projects")
-                    .join(slug)
+                    .join(claude_project_folder(&cwd.to_string_lossy()))
                     .join(format!("{id}.jsonl"))
                     .is_file()
             }
@@ -81,6 +76,37 @@ impl SessionStore {
             SessionStore::Unknown => true,
         }
     }
+}
+
+/// Claude Code's folder name for a working directory: every character
+/// that is not an ASCII letter or digit becomes `-`; a name longer than 200
+/// characters is cut to 200 and followed by `-` and a base-36 hash of the
+/// path (a JavaScript string hash: `h = h * 31 + code unit`, in i32).
+fn claude_project_folder(cwd: &str) -> String {
+    const MAX: usize = 200;
+    let slug: String = cwd
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    if slug.len() <= MAX {
+        return slug;
+    }
+    let hash = cwd.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_shl(5)
+            .wrapping_sub(h)
+            .wrapping_add(i32::from(unit))
+    });
+    let mut n = i64::from(hash).unsigned_abs();
+    let mut digits = Vec::new();
+    loop {
+        digits.push(char::from_digit((n % 36) as u32, 36).unwrap_or('0'));
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    let hash: String = digits.iter().rev().collect();
+    format!("{}-{hash}", &slug[..MAX])
 }
 
 /// The external session a conversation continues.
@@ -156,6 +182,20 @@ mod tests {
         assert!(!store.has_session(&env, Path::new("/tmp/other"), "abc-123"));
         assert!(!store.has_session(&env, cwd, "gone"));
         assert!(!store.has_session(&env, cwd, "../abc-123"));
+    }
+
+    #[test]
+    fn long_claude_folders_are_cut_and_hashed() {
+        let short = "/tmp/ws/conv";
+        assert_eq!(claude_project_folder(short), "-tmp-ws-conv");
+        let long = format!("/{}", "a".repeat(250));
+        let folder = claude_project_folder(&long);
+        assert!(folder.starts_with(&format!("-{}", "a".repeat(199))));
+        assert_eq!(&folder[200..201], "-");
+        assert!(folder[201..].chars().all(|c| c.is_ascii_alphanumeric()));
+        // The same path always gives the same folder; another path another.
+        assert_eq!(folder, claude_project_folder(&long));
+        assert_ne!(folder, claude_project_folder(&format!("{long}b")));
     }
 
     #[test]

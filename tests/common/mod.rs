@@ -522,3 +522,30 @@ pub fn sdk_python() -> PathBuf {
     );
     path
 }
+
+/// A copy of the LangBot plugin's source (`integrations/langbot-plugin`)
+/// at `dir/code`, without build leftovers (`bin/`, `__pycache__`).
+pub fn copy_plugin(dir: &std::path::Path) -> PathBuf {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/langbot-plugin");
+    let plugin = dir.join("code");
+    for entry in walkdir::WalkDir::new(&source) {
+        let entry = entry.expect("plugin source readable");
+        let rel = entry
+            .path()
+            .strip_prefix(&source)
+            .expect("under the source");
+        if rel
+            .components()
+            .any(|c| c.as_os_str() == "__pycache__" || c.as_os_str() == "bin")
+        {
+            continue;
+        }
+        let to = plugin.join(rel);
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&to).expect("mkdir");
+        } else {
+            std::fs::copy(entry.path(), &to).expect("copy");
+        }
+    }
+    plugin
+}

@@ -171,7 +171,6 @@ class Relay:
     def __init__(self) -> None:
         self._proc: asyncio.subprocess.Process | None = None
         self._runs: dict[str, asyncio.Queue] = {}
-        self._apis: dict[str, Any] = {}
         self._lock = asyncio.Lock()
         self._reader: asyncio.Task | None = None
         self._key: tuple | None = None
@@ -216,12 +215,15 @@ class Relay:
                     log.warning("bridge wrote a non-frame line: %r", line[:200])
                     continue
                 kind = frame.get("type")
-                if kind == "result":
-                    queue = self._runs.get(frame.get("run_id"))
-                    if queue is not None:
-                        queue.put_nowait(frame["result"])
+                queue = self._runs.get(frame.get("run_id"))
+                if kind in ("result", "host_call") and queue is not None:
+                    # Both go to the run's own task: `ctx.api` works only
+                    # inside its invocation (a context variable of that task).
+                    queue.put_nowait(frame)
                 elif kind == "host_call":
-                    asyncio.create_task(self._host_call(proc, frame))
+                    reply = {"type": "host_reply", "id": frame.get("id"),
+                             "error": {"code": "unauthorized", "message": "the run is not active"}}
+                    await self._write(proc, reply)
                 elif kind == "error":
                     log.warning("bridge: %s", frame.get("message"))
         finally:
@@ -229,18 +231,14 @@ class Relay:
             for run_id, queue in list(self._runs.items()):
                 queue.put_nowait(None)
 
-    async def _host_call(self, proc: asyncio.subprocess.Process, frame: dict[str, Any]) -> None:
-        api = self._apis.get(frame.get("run_id"))
+    async def _host_call(self, proc: asyncio.subprocess.Process, frame: dict[str, Any], api: Any) -> None:
         reply: dict[str, Any] = {"type": "host_reply", "id": frame.get("id")}
-        if api is None:
-            reply["error"] = {"code": "unauthorized", "message": "the run is not active"}
-        else:
-            try:
-                reply["data"] = await answer(api, frame.get("action", ""), frame.get("args") or {})
-            except LookupError as exc:
-                reply["error"] = {"code": "not_found", "message": f"host action {exc} is not available through LangBot"}
-            except Exception as exc:  # noqa: BLE001 - every failure goes back as an error reply
-                reply["error"] = error_of(exc)
+        try:
+            reply["data"] = await answer(api, frame.get("action", ""), frame.get("args") or {})
+        except LookupError as exc:
+            reply["error"] = {"code": "not_found", "message": f"host action {exc} is not available through LangBot"}
+        except Exception as exc:  # noqa: BLE001 - every failure goes back as an error reply
+            reply["error"] = error_of(exc)
         try:
             await self._write(proc, reply)
         except (ConnectionError, RuntimeError):
@@ -263,7 +261,7 @@ class Relay:
         proc = await self._ensure(binary, data_dir)
         queue: asyncio.Queue = asyncio.Queue()
         self._runs[run_id] = queue
-        self._apis[run_id] = api
+        calls: set[asyncio.Task] = set()
         ended = False
         try:
             frame = {"type": "run", "run_id": run_id, "harness": harness, "context": context, "env": env}
@@ -271,7 +269,14 @@ class Relay:
                 frame["binary"] = harness_binary
             await self._write(proc, frame)
             while True:
-                result = await queue.get()
+                frame = await queue.get()
+                if frame is not None and frame.get("type") == "host_call":
+                    # Created here, the task runs in this invocation's context.
+                    task = asyncio.create_task(self._host_call(proc, frame, api))
+                    calls.add(task)
+                    task.add_done_callback(calls.discard)
+                    continue
+                result = frame["result"] if frame is not None else None
                 if result is None:
                     ended = True
                     yield {
@@ -290,7 +295,8 @@ class Relay:
                 except (ConnectionError, RuntimeError):
                     pass
             self._runs.pop(run_id, None)
-            self._apis.pop(run_id, None)
+            for task in calls:
+                task.cancel()
 
 
 RELAY = Relay()
