@@ -74,6 +74,8 @@ impl Events {
 async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
     let claude = common::cli("claude");
     let (model_url, fake) = fake_model(false).await;
+    // A model that never answers, for a run LangBot cancels.
+    let (stuck_url, stuck) = fake_model(true).await;
     let dir = tempfile::tempdir().unwrap();
     let workspaces = dir.path().join("bridge");
     let home = dir.path().join("home");
@@ -87,10 +89,13 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
         ),
         "timeout": 120,
     });
+    let mut stuck_config = config.clone();
+    stuck_config["base_url"] = json!(stuck_url);
     let plugin_dir = unpacked_plugin(dir.path());
     let scenario = json!({
         "plugin_dir": plugin_dir,
         "plugin_config": {"workspace_root": workspaces},
+        "watch_dir": workspaces,
         "transcript": [{
             "transcript_id": "t1", "event_id": "e0", "conversation_id": "group-42",
             "role": "user", "item_type": "message", "content": HOST_ONLY, "seq": 1,
@@ -98,6 +103,7 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
         "runs": [
             {"runner_name": "claude-code", "context": context("lb-1", FIRST, &config)},
             {"runner_name": "claude-code", "context": context("lb-2", ASK, &config)},
+            {"runner_name": "claude-code", "context": context("lb-3", "Still there?", &stuck_config), "cancel_after": 5},
         ],
     });
     let file = dir.path().join("scenario.json");
@@ -181,6 +187,23 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
         .find(|r| r["type"] == "state.updated" && r["data"]["key"] == "external.session_id")
         .expect("state.updated");
     assert_eq!(pointer["data"]["value"], session);
+
+    // Turn 3 hung at the model and LangBot cancelled it: the plugin told the
+    // bridge, which stopped the harness (checked below with the rest).
+    assert!(
+        !stuck.requests.lock().unwrap().is_empty(),
+        "turn 3 never reached the model"
+    );
+    assert!(events.of("cancel_sent").any(|e| e["run_id"] == "lb-3"));
+    let left = events
+        .of("processes")
+        .find(|e| e["run_id"] == "lb-3")
+        .expect("processes checked after the cancel");
+    assert_eq!(
+        left["left"],
+        json!([]),
+        "the cancelled harness outlived its run"
+    );
 
     // The worker is gone, and with it the bridge and every harness.
     let left = common::processes_under(&workspaces);

@@ -10,7 +10,8 @@ check.
 
 Usage: python fake_runtime.py SCENARIO.json
 SCENARIO: {"plugin_dir", "plugin_config", "transcript": [items],
-           "runs": [{"runner_name", "context"}], "cancel_after": seconds?}
+           "runs": [{"runner_name", "context", "cancel_after"?: seconds}],
+           "watch_dir"?: after a cancelled run, report processes left under it}
 """
 
 from __future__ import annotations
@@ -22,6 +23,19 @@ import sys
 import tempfile
 
 LIMIT = 64 * 1024 * 1024
+
+
+def processes_under(root: str) -> list[str]:
+    """Processes whose working directory is under `root`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd == root or cwd.startswith(root.rstrip("/") + "/"):
+            found.append(pid)
+    return found
 
 
 def emit(event: str, **fields) -> None:
@@ -138,16 +152,27 @@ class Runtime:
             }
             queue = await self.request("run_runner", {"runner_name": run["runner_name"], "context": context})
             cancel_after = run.get("cancel_after")
-            cancel = (
-                asyncio.get_running_loop().call_later(
-                    cancel_after,
-                    lambda q=queue: asyncio.ensure_future(self.send({"seq_id": self.seq + 1000, "action": "__cancel_action", "data": {"seq_id": q.seq_id}})),
-                )
-                if cancel_after
-                else None
-            )
+            cancel_at = asyncio.get_running_loop().time() + cancel_after if cancel_after else None
+            cancelled = False
             while True:
-                message = await asyncio.wait_for(queue.get(), timeout=180)
+                now = asyncio.get_running_loop().time()
+                if cancel_at is not None and not cancelled and now >= cancel_at:
+                    # As the runtime does when LangBot cancels a run.
+                    cancelled = True
+                    self.seq += 1
+                    await self.send({"seq_id": self.seq, "action": "__cancel_action", "data": {"seq_id": queue.seq_id}})
+                    emit("cancel_sent", run_id=context["run_id"])
+                wait = 180.0
+                if cancel_at is not None:
+                    wait = max(0.05, cancel_at - now) if not cancelled else 10.0
+                try:
+                    message = await asyncio.wait_for(queue.get(), timeout=wait)
+                except asyncio.TimeoutError:
+                    if cancelled:
+                        break
+                    if cancel_at is not None:
+                        continue
+                    raise
                 if message is None:
                     emit("error", message="the worker went away")
                     return 1
@@ -159,9 +184,16 @@ class Runtime:
                     emit("result", run_id=context["run_id"], result=data)
                 if message.get("chunk_status") != "continue":
                     break
-            if cancel:
-                cancel.cancel()
             emit("run_end", run_id=context["run_id"])
+            watch = self.scenario.get("watch_dir")
+            if cancel_at is not None and watch:
+                # The cancelled run's harness must go while the worker lives.
+                for _ in range(100):
+                    left = processes_under(watch)
+                    if not left:
+                        break
+                    await asyncio.sleep(0.1)
+                emit("processes", run_id=context["run_id"], left=left)
         # The worker keeps trying to reconnect after its stdin closes; the
         # runtime stops it with a signal, and so does this.
         self.proc.stdin.close()
