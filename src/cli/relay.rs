@@ -11,6 +11,7 @@ use crate::harness::Adapters;
 use crate::projection::Templates;
 use crate::run::Settings;
 
+/// What `relay --help` adds after the options: who starts it and when it ends.
 pub const AFTER_HELP: &str = "\
 A host plugin (the LangBot plugin in integrations/langbot-plugin) starts
 this command and speaks the relay protocol on its stdin/stdout: run
@@ -39,6 +40,7 @@ pub struct RelayArgs {
     kill_grace: u64,
 }
 
+/// Serve one relay session on stdio until the plugin goes away.
 pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
     let adapters = match &args.adapters {
         Some(dir) => match Adapters::load(dir) {

@@ -22,6 +22,7 @@ use crate::run::{Bridge, QuickTurn, RunOptions, Settings, quick_context};
 /// Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells expect).
 const CANCELLED: u8 = 130;
 
+/// What `run --help` adds after the options: examples and exit codes.
 pub const AFTER_HELP: &str = "\
 Examples:
   harness-bridge run --conversation demo --text 'What did we decide?'
@@ -114,6 +115,7 @@ fn invalid(run_id: &str, error: String, format: Format) -> u8 {
     exit::INVALID
 }
 
+/// Run one turn; the exit code says how it ended.
 pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
     let mut config = JsonMap::new();
     let ctx = if let Some(file) = &args.context {

@@ -177,6 +177,11 @@ impl AdapterSpec {
                 self.decoder
             ));
         }
+        if self.session_not_found.trim().is_empty() {
+            return fail(
+                "session_not_found must not be empty (it would match every output)".into(),
+            );
+        }
         if crate::projection::relative_components(&self.skills_dir).is_err() {
             return fail(format!(
                 "skills_dir `{}` must be a plain relative path",

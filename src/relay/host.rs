@@ -30,7 +30,25 @@ type Reply = Result<Value, AgentAPIError>;
 pub struct RelayHost {
     out: mpsc::Sender<Outbound>,
     next_id: AtomicU64,
-    pending: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
+    /// Calls waiting for a reply; `None` once the plugin is gone, so a
+    /// late call fails at once instead of waiting for a reply that
+    /// cannot come.
+    pending: Mutex<Option<HashMap<u64, oneshot::Sender<Reply>>>>,
+}
+
+/// Forgets a call's waiter however the call ends (answered, timed out by
+/// the grant, or dropped), so abandoned calls do not pile up.
+struct Waiting<'a> {
+    host: &'a RelayHost,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(pending) = self.host.lock().as_mut() {
+            pending.remove(&self.id);
+        }
+    }
 }
 
 fn gone() -> AgentAPIError {
@@ -43,31 +61,26 @@ impl RelayHost {
         RelayHost {
             out,
             next_id: AtomicU64::new(1),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Some(HashMap::new())),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Reply>>>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Deliver the plugin's answer to call `id`; false when no call waits.
     pub fn answer(&self, id: u64, reply: Reply) -> bool {
-        let waiter = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        let waiter = self.lock().as_mut().and_then(|p| p.remove(&id));
         match waiter {
             Some(tx) => tx.send(reply).is_ok(),
             None => false,
         }
     }
 
-    /// Fail every waiting call: the plugin is gone.
+    /// Fail every waiting call and every later one: the plugin is gone.
     pub fn close(&self) {
-        let waiting: Vec<_> = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .collect();
+        let waiting = self.lock().take().unwrap_or_default();
         for (_, tx) in waiting {
             let _ = tx.send(Err(gone()));
         }
@@ -76,10 +89,11 @@ impl RelayHost {
     async fn call(&self, scope: &RunScope, action: &str, args: Value) -> Reply {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, tx);
+        match self.lock().as_mut() {
+            Some(pending) => pending.insert(id, tx),
+            None => return Err(gone()),
+        };
+        let _waiting = Waiting { host: self, id };
         let args = match args {
             Value::Object(map) => map,
             _ => JsonMap::new(),
@@ -91,10 +105,6 @@ impl RelayHost {
             args,
         };
         if self.out.send(frame).await.is_err() {
-            self.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
             return Err(gone());
         }
         // The grant bounds the wait by the run's deadline.

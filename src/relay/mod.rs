@@ -41,7 +41,13 @@ pub enum RelayError {
 
 /// Write frames, one JSON line each, flushed: the plugin reads them as
 /// they come.
-async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut frames: mpsc::Receiver<Outbound>) {
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut frames: mpsc::Receiver<Outbound>,
+    gone: CancellationToken,
+) {
+    // Whatever ends the writer ends the session: nobody can hear us.
+    let _gone = gone.drop_guard();
     while let Some(frame) = frames.recv().await {
         let mut line = match serde_json::to_vec(&frame) {
             Ok(line) => line,
@@ -126,7 +132,8 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (out, frames_out) = mpsc::channel::<Outbound>(1024);
-    let writer = tokio::spawn(write_frames(writer, frames_out));
+    let output_gone = CancellationToken::new();
+    let writer = tokio::spawn(write_frames(writer, frames_out, output_gone.clone()));
     let mut frames = Frames::new(reader);
 
     // Handshake: the plugin speaks first.
@@ -181,6 +188,7 @@ where
                 continue;
             }
             () = stop.cancelled() => break "the bridge was told to stop",
+            () = output_gone.cancelled() => break "the plugin stopped reading",
         };
         let line = match line {
             Ok(Some(line)) => line,
@@ -193,23 +201,35 @@ where
         let frame = match serde_json::from_str::<Inbound>(&line) {
             Ok(frame) => frame,
             Err(e) => {
-                let _ = out
-                    .send(Outbound::Error {
-                        run_id: None,
-                        message: format!("not a relay frame ({e}); ignored"),
-                    })
-                    .await;
+                // A run frame that is not well-formed still gets its one
+                // terminal result when its run_id can be read.
+                let run_id = serde_json::from_str::<serde_json::Value>(&line)
+                    .ok()
+                    .filter(|v| v["type"] == "run")
+                    .and_then(|v| v["run_id"].as_str().map(str::to_string));
+                match run_id {
+                    Some(run_id) => {
+                        let why = format!("not a valid run frame: {e}");
+                        for frame in refused(&run_id, "invalid_argument", why) {
+                            let _ = out.try_send(frame);
+                        }
+                    }
+                    None => {
+                        let _ = out.try_send(Outbound::Error {
+                            run_id: None,
+                            message: format!("not a relay frame ({e}); ignored"),
+                        });
+                    }
+                }
                 continue;
             }
         };
         match frame {
             Inbound::Hello { .. } => {
-                let _ = out
-                    .send(Outbound::Error {
-                        run_id: None,
-                        message: "hello was already received; ignored".into(),
-                    })
-                    .await;
+                let _ = out.try_send(Outbound::Error {
+                    run_id: None,
+                    message: "hello was already received; ignored".into(),
+                });
             }
             Inbound::HostReply { id, data, error } => {
                 let reply = match error {
@@ -232,12 +252,10 @@ where
                 env,
             } => {
                 if runs.contains_key(&run_id) {
-                    let _ = out
-                        .send(Outbound::Error {
-                            run_id: Some(run_id),
-                            message: "this run is already running; ignored".into(),
-                        })
-                        .await;
+                    let _ = out.try_send(Outbound::Error {
+                        run_id: Some(run_id),
+                        message: "this run is already running; ignored".into(),
+                    });
                     continue;
                 }
                 let (ctx, problems) = validate_context(&context);
@@ -304,13 +322,30 @@ where
     for token in runs.values() {
         token.cancel();
     }
-    while tasks.join_next().await.is_some() {}
+    // Cancelled runs stop their harness within the kill grace. A run still
+    // here after that is stuck delivering to a plugin that stopped reading:
+    // dropping it kills whatever it still holds.
+    let patience = bridge.kill_grace() + std::time::Duration::from_secs(5);
+    if tokio::time::timeout(patience, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        tracing::warn!("runs still delivering results after the grace; dropped");
+        tasks.shutdown().await;
+    }
     if let Ok(bridge) = Arc::try_unwrap(bridge) {
         bridge.shutdown().await;
     }
     drop(host);
     drop(out);
-    let _ = writer.await;
+    if tokio::time::timeout(std::time::Duration::from_secs(5), writer)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the relay's output did not drain; closing");
+    }
     Ok(())
 }
 

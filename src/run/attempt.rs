@@ -99,6 +99,17 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             };
         }
     };
+    if live.cancel.is_cancelled() {
+        return AttemptEnd {
+            terminal: failed(
+                "cancelled",
+                "the run was cancelled before the harness started".into(),
+                false,
+            ),
+            session_id: None,
+            session_not_found: false,
+        };
+    }
     let (mut process, mut stdout) = match HarnessProcess::spawn(launch) {
         Ok(spawned) => spawned,
         Err(e) => {
@@ -157,9 +168,11 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             Some(path) = live.outbox.next() => send_artifact(live, &path).await,
         }
     };
-    let status = match exited {
-        Some(status) if stop.is_none() => status,
-        _ => process.terminate(live.grace).await,
+    // A harness that already exited ended the turn on its own, whatever
+    // came after (its group is gone; do not signal it again).
+    let (stop, status) = match exited {
+        Some(status) => (None, status),
+        None => (stop, process.terminate(live.grace).await),
     };
     if let Some(line) = lines.finish() {
         not_found |= line.contains(&spec.session_not_found);

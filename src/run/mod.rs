@@ -40,6 +40,9 @@ use crate::protocol::{
 
 /// A turn's timeout when neither the binding nor the context sets one.
 pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest the bridge waits for one of its own host calls (the resume
+/// pointer): the `state.updated` results carry the pointer anyway.
+const HOST_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// Time between SIGTERM and SIGKILL when a harness is stopped.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
@@ -171,6 +174,11 @@ impl Bridge {
         self.grants.host()
     }
 
+    /// How long a stopped harness gets between SIGTERM and SIGKILL.
+    pub fn kill_grace(&self) -> Duration {
+        self.settings.kill_grace
+    }
+
     /// The specs in force.
     pub fn adapters(&self) -> &Adapters {
         &self.adapters
@@ -299,7 +307,18 @@ impl Bridge {
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
 
         let scope = &open.grant.scope;
-        let pointer = record::pointer(host, scope, ctx).await;
+        // The bridge's own host calls are bounded too: a host that does not
+        // answer must not hold the turn past its deadline.
+        let host_wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline);
+        let pointer = tokio::select! {
+            found = tokio::time::timeout_at(host_wait, record::pointer(host, scope, ctx)) => {
+                found.unwrap_or_else(|_| {
+                    tracing::warn!(run_id = %ctx.run_id, "the host did not answer the resume pointer lookup; starting fresh");
+                    None
+                })
+            }
+            () = cancel.cancelled() => return Err(fail("cancelled", "the run was cancelled before the harness started")),
+        };
         let plan = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
         let mut notice = plan.notice;
 
@@ -381,8 +400,19 @@ impl Bridge {
                 })
                 .collect();
             emit.send(updates).await;
-            if let Err(e) = record::store_pointer(host, scope, &pointer).await {
-                tracing::warn!(run_id = %ctx.run_id, "cannot store the resume pointer: {e}");
+            let stored = tokio::time::timeout(
+                HOST_CALL_TIMEOUT,
+                record::store_pointer(host, scope, &pointer),
+            )
+            .await;
+            match stored {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(run_id = %ctx.run_id, "cannot store the resume pointer: {e}")
+                }
+                Err(_) => {
+                    tracing::warn!(run_id = %ctx.run_id, "the host did not answer storing the resume pointer")
+                }
             }
         }
         if self.settings.record_turns {

@@ -18,6 +18,9 @@ case "$FAKE_MODE" in
   slow)
     sleep 1 ;;
   hang)
+    # A session id first, as real harnesses print: a stopped run then
+    # stores its pointer on the way out.
+    echo '{"type":"system","subtype":"init","session_id":"scripted-hang","mcp_servers":[]}'
     sleep 300 &
     sleep 300
     exit 0 ;;

@@ -32,6 +32,9 @@ LINE_LIMIT = 16 * 1024 * 1024
 log = logging.getLogger("harness_bridge_plugin")
 
 
+_COPIED: Path | None = None
+
+
 class BridgeError(Exception):
     """The bridge could not be started or spoke out of turn."""
 
@@ -61,13 +64,20 @@ def bridge_binary(configured: str | None) -> Path:
             "no harness-bridge binary: this package has none bundled (only linux x86_64 "
             "packages do); set the plugin's bridge_path to an installed harness-bridge"
         )
+    global _COPIED
+    if _COPIED is not None and _COPIED.exists():
+        return _COPIED
     digest = hashlib.sha256(BUNDLED.read_bytes()).hexdigest()[:16]
     target = writable_dir("data") / f"harness-bridge-{digest}"
     if not target.exists():
-        partial = target.with_suffix(".partial")
+        # A name of its own, then an atomic rename: two runs starting at
+        # once never execute a half-written copy.
+        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".harness-bridge-")
+        os.close(fd)
         shutil.copyfile(BUNDLED, partial)
-        partial.chmod(stat.S_IRWXU)
-        partial.replace(target)
+        os.chmod(partial, stat.S_IRWXU)
+        os.replace(partial, target)
+    _COPIED = target
     return target
 
 
@@ -170,7 +180,8 @@ class Relay:
 
     def __init__(self) -> None:
         self._proc: asyncio.subprocess.Process | None = None
-        self._runs: dict[str, asyncio.Queue] = {}
+        # run_id -> (the bridge process it runs on, its frame queue)
+        self._runs: dict[str, tuple[asyncio.subprocess.Process, asyncio.Queue]] = {}
         self._lock = asyncio.Lock()
         self._reader: asyncio.Task | None = None
         self._key: tuple | None = None
@@ -181,18 +192,24 @@ class Relay:
             if self._proc is not None and self._proc.returncode is None and self._key == key:
                 return self._proc
             if self._proc is not None and self._proc.returncode is None:
-                # The operator changed the bridge or folder: let the old one finish its runs.
+                # The operator changed the bridge or folder: the old bridge
+                # ends (and with it the runs still on it).
                 self._proc.stdin.close()
             proc = await asyncio.create_subprocess_exec(
                 str(binary), "--data-dir", str(data_dir), "relay",
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
                 env={"PATH": DEFAULT_PATH}, limit=LINE_LIMIT,
             )
-            await self._write(proc, {"type": "hello", "protocol": PROTOCOL, "client": CLIENT})
-            line = await asyncio.wait_for(proc.stdout.readline(), timeout=30)
-            hello = json.loads(line or b"{}")
-            if hello.get("type") != "hello":
-                raise BridgeError(f"the bridge refused the relay: {hello.get('message') or hello}")
+            try:
+                await self._write(proc, {"type": "hello", "protocol": PROTOCOL, "client": CLIENT})
+                line = await asyncio.wait_for(proc.stdout.readline(), timeout=30)
+                hello = json.loads(line or b"{}")
+                if not isinstance(hello, dict) or hello.get("type") != "hello":
+                    raise BridgeError(f"the bridge refused the relay: {hello}")
+            except BaseException:
+                if proc.returncode is None:
+                    proc.kill()
+                raise
             log.info("harness-bridge %s relay up (%s)", hello.get("version"), ", ".join(hello.get("harnesses", [])))
             self._proc, self._key = proc, key
             self._reader = asyncio.create_task(self._read(proc))
@@ -206,7 +223,11 @@ class Relay:
     async def _read(self, proc: asyncio.subprocess.Process) -> None:
         try:
             while True:
-                line = await proc.stdout.readline()
+                try:
+                    line = await proc.stdout.readline()
+                except ValueError:  # a line over the limit: skip it, go on
+                    log.warning("bridge wrote a line over %d bytes; skipped", LINE_LIMIT)
+                    continue
                 if not line:
                     break
                 try:
@@ -214,8 +235,11 @@ class Relay:
                 except ValueError:
                     log.warning("bridge wrote a non-frame line: %r", line[:200])
                     continue
+                if not isinstance(frame, dict):
+                    continue
                 kind = frame.get("type")
-                queue = self._runs.get(frame.get("run_id"))
+                entry = self._runs.get(frame.get("run_id"))
+                queue = entry[1] if entry and entry[0] is proc else None
                 if kind in ("result", "host_call") and queue is not None:
                     # Both go to the run's own task: `ctx.api` works only
                     # inside its invocation (a context variable of that task).
@@ -227,9 +251,13 @@ class Relay:
                 elif kind == "error":
                     log.warning("bridge: %s", frame.get("message"))
         finally:
-            # The bridge is gone: every waiting run ends with a failure.
-            for run_id, queue in list(self._runs.items()):
-                queue.put_nowait(None)
+            # This bridge is gone: its runs end with a failure, and the next
+            # run starts a new one.
+            if self._proc is proc:
+                self._proc = None
+            for owner, queue in list(self._runs.values()):
+                if owner is proc:
+                    queue.put_nowait(None)
 
     async def _host_call(self, proc: asyncio.subprocess.Process, frame: dict[str, Any], api: Any) -> None:
         reply: dict[str, Any] = {"type": "host_reply", "id": frame.get("id")}
@@ -258,9 +286,17 @@ class Relay:
     ) -> AsyncIterator[dict[str, Any]]:
         """Start a run; yield its results (dicts) until the terminal one.
         Closing the iterator early cancels the run on the bridge."""
+        if run_id in self._runs:
+            yield {
+                "run_id": run_id, "type": "run.failed",
+                "data": {"code": "invalid_argument", "error": f"run {run_id} is already running", "retryable": False},
+            }
+            return
         proc = await self._ensure(binary, data_dir)
         queue: asyncio.Queue = asyncio.Queue()
-        self._runs[run_id] = queue
+        self._runs[run_id] = (proc, queue)
+        if proc.returncode is not None or self._proc is not proc:
+            queue.put_nowait(None)
         calls: set[asyncio.Task] = set()
         ended = False
         try:

@@ -4,7 +4,7 @@ LangBot reads them."""
 
 from __future__ import annotations
 
-import os
+import asyncio
 from pathlib import Path
 from typing import Any, AsyncGenerator
 
@@ -68,6 +68,16 @@ class HarnessRunner(Runner):
         context = ctx.model_dump(mode="json", exclude_none=True)
         context["config"] = {k: v for k, v in config.items() if k not in LAUNCH_KEYS}
 
+        try:
+            async for result in self._relay(ctx, binary, data_dir, context, env, harness_path):
+                yield result
+        except (BridgeError, OSError, ValueError, asyncio.TimeoutError) as exc:
+            # The run still ends with one terminal result the host can show.
+            yield RunnerResult.run_failed(
+                ctx.run_id, f"harness-bridge failed: {type(exc).__name__}: {exc}", code="harness_error"
+            )
+
+    async def _relay(self, ctx, binary, data_dir, context, env, harness_path):
         streamed = ""
         async for result in RELAY.run(
             binary=binary,
