@@ -21,6 +21,9 @@ use crate::protocol::{ArtifactCreated, INLINE_ARTIFACT_MAX_BYTES};
 
 /// The outbox folder's name in the workspace.
 pub const OUTBOX_DIR: &str = "outbox";
+/// Largest outbox file delivered: a file is read whole, so a runaway
+/// harness output must not take the bridge's memory with it.
+const MAX_ARTIFACT_BYTES: u64 = 256 * 1024 * 1024;
 
 type Stamp = (u64, Option<SystemTime>);
 
@@ -171,6 +174,15 @@ pub async fn artifact(
     scope: &RunScope,
     host: &dyn HostApi,
 ) -> Result<ArtifactCreated, String> {
+    let size = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| format!("cannot read outbox file {name}: {e}"))?
+        .len();
+    if size > MAX_ARTIFACT_BYTES {
+        return Err(format!(
+            "outbox file {name} is {size} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit; it stays in the workspace"
+        ));
+    }
     let bytes = tokio::fs::read(path)
         .await
         .map_err(|e| format!("cannot read outbox file {name}: {e}"))?;
