@@ -14,3 +14,4 @@ pub mod projection;
 pub mod protocol;
 pub mod relay;
 pub mod run;
+pub mod serve;

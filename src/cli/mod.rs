@@ -19,6 +19,7 @@ mod logging;
 mod project;
 mod relay;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -100,6 +101,10 @@ enum Command {
     /// out (the LangBot relay plugin starts this).
     #[command(after_help = relay::AFTER_HELP)]
     Relay(relay::RelayArgs),
+    /// Serve the bridge over HTTP: runs queued per conversation, streamed
+    /// results, cancel, graceful shutdown.
+    #[command(after_help = serve::AFTER_HELP)]
+    Serve(serve::ServeArgs),
     /// Write a run's workspace for a harness without launching it, and list
     /// the files written: exactly what the harness will get.
     Project(project::ProjectArgs),
@@ -127,6 +132,41 @@ fn open_store(
         exit::FAILURE
     })?;
     Ok((runtime, store))
+}
+
+/// The adapter specs in force: built-in, plus an operator folder; a bad
+/// spec is reported (file, line, reason) and gives the exit code.
+fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapters, u8> {
+    match dir {
+        Some(dir) => crate::harness::Adapters::load(dir).map_err(|e| {
+            eprintln!("error: {e}");
+            exit::INVALID
+        }),
+        None => Ok(crate::harness::Adapters::builtin().clone()),
+    }
+}
+
+/// A token cancelled by SIGTERM or Ctrl-C: how long-running commands
+/// learn to stop.
+fn stop_on_signal() -> tokio_util::sync::CancellationToken {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
+        on_signal.cancel();
+    });
+    stop
 }
 
 /// Resolve the data folder: flag or env var, then XDG, then `~/.local/share`.
@@ -217,6 +257,13 @@ pub fn main() -> ExitCode {
         },
         Command::Relay(args) => match data_dir(cli.data_dir) {
             Ok(dir) => relay::run(args, &dir),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                exit::FAILURE
+            }
+        },
+        Command::Serve(args) => match data_dir(cli.data_dir) {
+            Ok(dir) => serve::run(args, &dir),
             Err(msg) => {
                 eprintln!("error: {msg}");
                 exit::FAILURE

@@ -7,7 +7,6 @@ use std::time::Duration;
 use clap::Args;
 
 use super::exit;
-use crate::harness::Adapters;
 use crate::projection::Templates;
 use crate::run::Settings;
 
@@ -42,15 +41,9 @@ pub struct RelayArgs {
 
 /// Serve one relay session on stdio until the plugin goes away.
 pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
-    let adapters = match &args.adapters {
-        Some(dir) => match Adapters::load(dir) {
-            Ok(a) => a,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::INVALID;
-            }
-        },
-        None => Adapters::builtin().clone(),
+    let adapters = match super::load_adapters(args.adapters.as_deref()) {
+        Ok(adapters) => adapters,
+        Err(code) => return code,
     };
     let templates = match Templates::load(args.templates.as_deref()) {
         Ok(t) => t,
@@ -73,7 +66,10 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
             return exit::FAILURE;
         }
     };
-    let result = runtime.block_on(crate::relay::serve_stdio(settings, adapters, templates));
+    let result = runtime.block_on(async move {
+        let stop = super::stop_on_signal();
+        crate::relay::serve_stdio(settings, adapters, templates, stop).await
+    });
     // The stdin reader may still block a thread; do not wait for it.
     runtime.shutdown_background();
     match result {

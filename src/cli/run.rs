@@ -12,11 +12,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::exit;
-use super::input::{check, read_text};
-use crate::harness::Adapters;
+use super::input::read_text;
 use crate::harness::decode::ResultStream;
 use crate::projection::Templates;
-use crate::protocol::{AgentRunResult, JsonMap, ResultPayload, ResultType, RunFailed, Severity};
+use crate::protocol::{
+    AgentRunResult, JsonMap, ResultPayload, ResultType, RunFailed, checked_context,
+};
 use crate::run::{Bridge, QuickTurn, RunOptions, Settings, quick_context};
 
 /// Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells expect).
@@ -126,25 +127,16 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
                 return exit::FAILURE;
             }
         };
-        let (ctx, problems) = check(&text);
-        let errors: Vec<String> = problems
-            .iter()
-            .filter(|p| p.severity == Severity::Error)
-            .map(|p| format!("{}: {}", p.path, p.message))
-            .collect();
         let run_id = serde_json::from_str::<Value>(&text)
             .ok()
             .and_then(|d| d["run_id"].as_str().map(str::to_string))
             .unwrap_or_else(|| "invalid".into());
-        match ctx {
-            Some(ctx) if errors.is_empty() => ctx,
-            _ => {
-                return invalid(
-                    &run_id,
-                    format!("invalid AgentRunContext: {}", errors.join("; ")),
-                    args.format,
-                );
-            }
+        let checked = serde_json::from_str::<Value>(&text)
+            .map_err(|e| format!("not JSON: {e}"))
+            .and_then(|doc| checked_context(&doc));
+        match checked {
+            Ok(ctx) => ctx,
+            Err(why) => return invalid(&run_id, why, args.format),
         }
     } else {
         let (Some(conversation), Some(text)) = (&args.conversation, &args.text) else {
@@ -176,15 +168,9 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
     }
     ctx.config.extend(config);
 
-    let adapters = match &args.adapters {
-        Some(dir) => match Adapters::load(dir) {
-            Ok(a) => a,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::INVALID;
-            }
-        },
-        None => Adapters::builtin().clone(),
+    let adapters = match super::load_adapters(args.adapters.as_deref()) {
+        Ok(adapters) => adapters,
+        Err(code) => return code,
     };
     let templates = match Templates::load(args.templates.as_deref()) {
         Ok(t) => t,

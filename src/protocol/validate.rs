@@ -69,6 +69,21 @@ fn check_part<T: DeserializeOwned>(root: &str, value: &Value, problems: &mut Vec
     }
 }
 
+/// A context from `doc`, or one sentence naming every error with its path
+/// (`$.input.text: ...; $.trigger: ...`): what a run refuses with.
+pub fn checked_context(doc: &Value) -> Result<AgentRunContext, String> {
+    let (ctx, problems) = validate_context(doc);
+    let errors: Vec<String> = problems
+        .iter()
+        .filter(|p| p.severity == Severity::Error)
+        .map(|p| format!("{}: {}", p.path, p.message))
+        .collect();
+    match ctx {
+        Some(ctx) if errors.is_empty() => Ok(ctx),
+        _ => Err(format!("invalid AgentRunContext: {}", errors.join("; "))),
+    }
+}
+
 /// Check a JSON document as an `AgentRunContext`. Returns the parsed context
 /// when it has no errors, and every problem found (warnings included).
 pub fn validate_context(doc: &Value) -> (Option<AgentRunContext>, Vec<Problem>) {

@@ -25,7 +25,7 @@ pub use host::RelayHost;
 use crate::harness::Adapters;
 use crate::harness::decode::{LineBuffer, ResultStream};
 use crate::projection::Templates;
-use crate::protocol::{AgentRunResult, ResultPayload, RunFailed, Severity, validate_context};
+use crate::protocol::{AgentRunResult, ResultPayload, RunFailed, checked_context};
 use crate::run::{Bridge, RunOptions, Settings};
 
 /// Why a relay session ended badly.
@@ -258,28 +258,21 @@ where
                     });
                     continue;
                 }
-                let (ctx, problems) = validate_context(&context);
-                let errors: Vec<String> = problems
-                    .iter()
-                    .filter(|p| p.severity == Severity::Error)
-                    .map(|p| format!("{}: {}", p.path, p.message))
-                    .collect();
-                let ctx = match ctx {
-                    Some(ctx) if errors.is_empty() && ctx.run_id == run_id => ctx,
-                    Some(ctx) if errors.is_empty() => {
-                        let why = format!(
+                let checked = checked_context(&context).and_then(|ctx| {
+                    if ctx.run_id == run_id {
+                        Ok(ctx)
+                    } else {
+                        Err(format!(
                             "the frame's run_id `{run_id}` is not the context's `{}`",
                             ctx.run_id
-                        );
-                        for frame in refused(&run_id, "invalid_argument", why) {
-                            let _ = out.send(frame).await;
-                        }
-                        continue;
+                        ))
                     }
-                    _ => {
-                        let why = format!("invalid AgentRunContext: {}", errors.join("; "));
+                });
+                let ctx = match checked {
+                    Ok(ctx) => ctx,
+                    Err(why) => {
                         for frame in refused(&run_id, "invalid_argument", why) {
-                            let _ = out.send(frame).await;
+                            let _ = out.try_send(frame);
                         }
                         continue;
                     }
@@ -349,30 +342,14 @@ where
     Ok(())
 }
 
-/// Start a relay session on the process's stdin and stdout; SIGTERM or
-/// Ctrl-C end it like the plugin going away.
+/// Start a relay session on the process's stdin and stdout; cancelling
+/// `stop` (SIGTERM, Ctrl-C) ends it like the plugin going away.
 pub async fn serve_stdio(
     settings: Settings,
     adapters: Adapters,
     templates: Templates,
+    stop: CancellationToken,
 ) -> Result<(), RelayError> {
-    let stop = CancellationToken::new();
-    let on_signal = stop.clone();
-    tokio::spawn(async move {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = term => {}
-        }
-        on_signal.cancel();
-    });
     serve(
         tokio::io::stdin(),
         tokio::io::stdout(),

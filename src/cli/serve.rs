@@ -1,0 +1,95 @@
+//! `harness-bridge serve`: the bridge as a service (see `serve`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::exit;
+use crate::projection::Templates;
+use crate::run::{Bridge, Settings};
+use crate::serve::{ServeConfig, Service};
+
+/// What `serve --help` adds after the options: the API in brief.
+pub const AFTER_HELP: &str = "\
+API (bearer token from api_tokens on every route but /healthz):
+  POST /v1/runs                      an AgentRunContext, or {conversation, text, actor?, harness?, config?};
+                                     answers with the result stream (NDJSON; SSE with Accept: text/event-stream)
+  GET  /v1/runs/{id}                 status and results so far
+  POST /v1/runs/{id}/cancel          stop a run (run.failed, code cancelled)
+  GET  /v1/runners                   the runner discovery JSON
+  GET  /v1/conversations/{id}/history?limit=N
+  GET  /healthz
+
+Turns of one conversation run one after another, in arrival order; a full
+queue answers 429. SIGTERM or Ctrl-C: stop accepting, let running turns
+finish within shutdown_grace_seconds, then cancel them.";
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The service's settings (YAML); every key has a default.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// Serve until SIGTERM or Ctrl-C.
+pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
+    let config = match ServeConfig::load(args.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let adapters = match super::load_adapters(config.adapters.as_deref()) {
+        Ok(adapters) => adapters,
+        Err(code) => return code,
+    };
+    let store_dir = config
+        .store
+        .clone()
+        .unwrap_or_else(|| data_dir.to_path_buf());
+    let (runtime, store) = match super::open_store(&store_dir) {
+        Ok(opened) => opened,
+        Err(code) => return code,
+    };
+    let mut settings = Settings::new(
+        config
+            .workspace_root
+            .clone()
+            .unwrap_or_else(|| data_dir.join("workspaces")),
+    );
+    settings.binaries = config.harness_binaries.clone();
+    settings.pass_env = config.pass_env.clone();
+    settings.set_env = config.set_env.clone();
+    settings.turn_timeout = Duration::from_secs(config.turn_timeout_seconds.max(1));
+    settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
+    let result = runtime.block_on(async move {
+        let bridge = Bridge::start(
+            Arc::new(store),
+            adapters,
+            Templates::load(None).map_err(|e| e.to_string())?,
+            settings,
+        )
+        .await
+        .map_err(|e| format!("cannot start the MCP server: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        eprintln!("harness-bridge serving on http://{addr}");
+        let stop = super::stop_on_signal();
+        let service = Service::new(bridge, config);
+        crate::serve::serve(service, listener, stop)
+            .await
+            .map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILURE
+        }
+    }
+}

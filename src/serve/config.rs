@@ -1,0 +1,141 @@
+//! `bridge.yaml`: the operator's settings for `harness-bridge serve`, each
+//! with a default, checked at start with a message that names the key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The service's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// Where the HTTP API listens. Loopback by default.
+    pub listen: SocketAddr,
+    /// Bearer tokens the API accepts. Empty means no auth, which is allowed
+    /// only on a loopback address.
+    pub api_tokens: Vec<String>,
+    /// Folder of the embedded store (default: the data folder).
+    pub store: Option<PathBuf>,
+    /// Folder under which workspaces live (default: DATA_DIR/workspaces).
+    pub workspace_root: Option<PathBuf>,
+    /// Folder of adapter specs that add to or replace the built-in ones.
+    pub adapters: Option<PathBuf>,
+    /// Harness name → program path.
+    pub harness_binaries: BTreeMap<String, PathBuf>,
+    /// More variables (names or `PREFIX*`) passed to every harness.
+    pub pass_env: Vec<String>,
+    /// Variables set for every harness.
+    pub set_env: BTreeMap<String, String>,
+    /// Harness for a short-form request that names none.
+    pub default_harness: String,
+    /// Turns running at once, across conversations.
+    pub max_concurrent_runs: usize,
+    /// Turns waiting per conversation before new ones get 429.
+    pub max_queue_per_conversation: usize,
+    /// A turn's timeout when the binding sets none, in seconds.
+    pub turn_timeout_seconds: u64,
+    /// Seconds between SIGTERM and SIGKILL for a stopped harness.
+    pub kill_grace_seconds: u64,
+    /// Seconds running turns get to finish on shutdown before they are cancelled.
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            api_tokens: Vec::new(),
+            store: None,
+            workspace_root: None,
+            adapters: None,
+            harness_binaries: BTreeMap::new(),
+            pass_env: Vec::new(),
+            set_env: BTreeMap::new(),
+            default_harness: "claude-code".into(),
+            max_concurrent_runs: 4,
+            max_queue_per_conversation: 8,
+            turn_timeout_seconds: 600,
+            kill_grace_seconds: 5,
+            shutdown_grace_seconds: 30,
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Read and check `file`; `None` gives the defaults.
+    pub fn load(file: Option<&Path>) -> Result<ServeConfig, String> {
+        let config = match file {
+            None => ServeConfig::default(),
+            Some(file) => {
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                if text.trim().is_empty() {
+                    ServeConfig::default()
+                } else {
+                    serde_yaml::from_str(&text).map_err(|e| {
+                        let at = e
+                            .location()
+                            .map(|l| format!(":{}", l.line()))
+                            .unwrap_or_default();
+                        format!("{}{at}: {e}", file.display())
+                    })?
+                }
+            }
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.api_tokens.is_empty() && !self.listen.ip().is_loopback() {
+            return Err(format!(
+                "api_tokens is empty but listen is {}: without tokens the API may only listen on a loopback address",
+                self.listen
+            ));
+        }
+        if self.api_tokens.iter().any(|t| t.len() < 16) {
+            return Err("api_tokens: each token needs at least 16 characters".into());
+        }
+        if self.max_concurrent_runs == 0 {
+            return Err("max_concurrent_runs must be at least 1".into());
+        }
+        if self.max_queue_per_conversation == 0 {
+            return Err("max_queue_per_conversation must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<ServeConfig, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bridge.yaml");
+        std::fs::write(&file, text).unwrap();
+        ServeConfig::load(Some(&file))
+    }
+
+    #[test]
+    fn defaults_and_clear_errors() {
+        let config = load("").unwrap();
+        assert!(config.listen.ip().is_loopback());
+        assert_eq!(config.max_concurrent_runs, 4);
+        let err = load("max_concurent_runs: 3\n").unwrap_err();
+        assert!(
+            err.contains("bridge.yaml:1") && err.contains("max_concurent_runs"),
+            "{err}"
+        );
+        let err = load("listen: 0.0.0.0:8787\n").unwrap_err();
+        assert!(err.contains("loopback"), "{err}");
+        assert!(load("listen: 0.0.0.0:8787\napi_tokens: [0123456789abcdef0123]\n").is_ok());
+        assert!(
+            load("max_concurrent_runs: 0\n")
+                .unwrap_err()
+                .contains("at least 1")
+        );
+    }
+}

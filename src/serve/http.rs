@@ -1,0 +1,263 @@
+//! The HTTP API of `serve`: runs in, result streams out (NDJSON, or SSE
+//! when the client asks for `text/event-stream`), run status and cancel,
+//! the runner manifest, conversation history, health. Every route but
+//! `/healthz` needs a bearer token when tokens are configured.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Refused, RunEntry, Service};
+use crate::protocol::{JsonMap, checked_context};
+use crate::run::{QuickTurn, quick_context};
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({"error": message.into()}))).into_response()
+}
+
+async fn auth(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
+    let tokens = &service.config.api_tokens;
+    if tokens.is_empty() || request.uri().path() == "/healthz" {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(token) if tokens.iter().any(|t| t == token) => next.run(request).await,
+        _ => error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token (Authorization: Bearer <one of api_tokens>)",
+        ),
+    }
+}
+
+/// The router, with auth in front.
+pub fn router(service: Arc<Service>) -> Router {
+    Router::new()
+        .route("/v1/runs", post(create_run))
+        .route("/v1/runs/{run_id}", get(get_run))
+        .route("/v1/runs/{run_id}/cancel", post(cancel_run))
+        .route("/v1/runners", get(runners))
+        .route("/v1/conversations/{id}/history", get(history))
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(json!({"status": "ok"})) }),
+        )
+        .layer(middleware::from_fn_with_state(service.clone(), auth))
+        .with_state(service)
+}
+
+/// The short form of a run request.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShortRun {
+    conversation: String,
+    text: String,
+    #[serde(default)]
+    actor: Option<String>,
+    #[serde(default)]
+    harness: Option<String>,
+    #[serde(default)]
+    config: JsonMap,
+}
+
+#[derive(Deserialize, Default)]
+struct RunQuery {
+    harness: Option<String>,
+}
+
+async fn create_run(
+    State(service): State<Arc<Service>>,
+    Query(query): Query<RunQuery>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let Ok(doc) = serde_json::from_str::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    let (ctx, harness) = if doc.get("run_id").is_some() {
+        match checked_context(&doc) {
+            Ok(ctx) => (ctx, query.harness),
+            Err(why) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
+        }
+    } else {
+        let short: ShortRun = match serde_json::from_value(doc) {
+            Ok(short) => short,
+            Err(e) => {
+                return error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "expected an AgentRunContext or {{conversation, text, actor?, harness?, config?}}: {e}"
+                    ),
+                );
+            }
+        };
+        let ctx = quick_context(&QuickTurn {
+            conversation: &short.conversation,
+            actor: short.actor.as_deref().unwrap_or("api-user"),
+            text: &short.text,
+            config: short.config,
+        });
+        match ctx {
+            Ok(ctx) => (ctx, short.harness.or(query.harness)),
+            Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        }
+    };
+    let harness = harness.unwrap_or_else(|| service.config.default_harness.clone());
+    let run_id = ctx.run_id.clone();
+    match service.submit(ctx, harness) {
+        Ok(run) => stream(run, &headers),
+        Err(Refused::Busy(full)) => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this conversation already has {} turns waiting; try again when one has run",
+                full.waiting
+            ),
+        ),
+        Err(Refused::Duplicate) => error(
+            StatusCode::CONFLICT,
+            format!("run {run_id} exists; a run id is used once"),
+        ),
+    }
+}
+
+/// The run's results as they come, from the first: NDJSON, or SSE when
+/// asked. The run does not depend on this stream: a client that goes away
+/// only stops reading.
+fn stream(run: Arc<RunEntry>, headers: &HeaderMap) -> Response {
+    let sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    let mut changes = run.count.subscribe();
+    let body = async_stream(move |send| async move {
+        let mut sent = 0;
+        loop {
+            for result in run.results_from(sent) {
+                sent += 1;
+                let json = serde_json::to_string(&result).unwrap_or_default();
+                let chunk = if sse {
+                    format!("event: {}\ndata: {json}\n\n", result.kind)
+                } else {
+                    format!("{json}\n")
+                };
+                if send.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+            }
+            if run.ended() && run.results_from(sent).is_empty() {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    let content_type = if sse {
+        "text/event-stream"
+    } else {
+        "application/x-ndjson"
+    };
+    Response::builder()
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "cannot build the stream"))
+}
+
+/// A body fed by a task through a channel.
+fn async_stream<F, Fut>(produce: F) -> Body
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<String, Infallible>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(produce(tx));
+    Body::from_stream(tokio_stream_from(rx))
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<String, Infallible>>,
+) -> impl futures_util::Stream<Item = Result<String, Infallible>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+async fn get_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>) -> Response {
+    match service.run(&run_id) {
+        Some(run) => axum::Json(json!({
+            "run_id": run_id,
+            "conversation_id": run.conversation_id,
+            "status": run.status(),
+            "results": run.results_from(0),
+        }))
+        .into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no run {run_id}")),
+    }
+}
+
+async fn cancel_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>) -> Response {
+    match service.run(&run_id) {
+        Some(run) => {
+            run.cancel();
+            (
+                StatusCode::ACCEPTED,
+                axum::Json(json!({"run_id": run_id, "status": run.status()})),
+            )
+                .into_response()
+        }
+        None => error(StatusCode::NOT_FOUND, format!("no run {run_id}")),
+    }
+}
+
+async fn runners() -> Response {
+    axum::Json(crate::harness::discovery()).into_response()
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    #[serde(default = "default_limit")]
+    limit: u32,
+}
+
+fn default_limit() -> u32 {
+    50
+}
+
+async fn history(
+    State(service): State<Arc<Service>>,
+    Path(id): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> Response {
+    let scope = crate::host::RunScope {
+        conversation_id: Some(id.clone()),
+        ..Default::default()
+    };
+    let page = service
+        .bridge
+        .host()
+        .history_page(
+            &scope,
+            &crate::host::HistoryQuery {
+                conversation_id: Some(id),
+                limit: query.limit.clamp(1, 100),
+                ..Default::default()
+            },
+        )
+        .await;
+    match page {
+        Ok(page) => axum::Json(page).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}

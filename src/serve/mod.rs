@@ -1,0 +1,239 @@
+//! `harness-bridge serve`: the bridge as a long-running service. One
+//! process holds the embedded host, the MCP server and an HTTP API; turns
+//! of a conversation run one after another in arrival order, different
+//! conversations in parallel up to a limit; results are kept per run so a
+//! client that went away can fetch them; shutdown lets running turns
+//! finish within a grace, then cancels them.
+
+mod config;
+mod http;
+mod queue;
+
+use std::collections::HashMap;
+use std::future::IntoFuture;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use config::ServeConfig;
+pub use queue::{QueueFull, Scheduler};
+
+use crate::protocol::{AgentRunContext, AgentRunResult};
+use crate::run::{Bridge, RunOptions};
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Waiting for its conversation or a free slot.
+    Queued,
+    /// The harness is running.
+    Running,
+    /// Ended with `run.completed`.
+    Completed,
+    /// Ended with `run.failed`.
+    Failed,
+}
+
+/// One run's record: its results so far and how to stop it.
+pub struct RunEntry {
+    /// The run's conversation.
+    pub conversation_id: String,
+    status: Mutex<RunStatus>,
+    results: Mutex<Vec<AgentRunResult>>,
+    /// Number of results so far; changes wake streaming clients.
+    count: watch::Sender<usize>,
+    cancel: CancellationToken,
+}
+
+impl RunEntry {
+    fn new(conversation_id: String) -> Arc<RunEntry> {
+        Arc::new(RunEntry {
+            conversation_id,
+            status: Mutex::new(RunStatus::Queued),
+            results: Mutex::new(Vec::new()),
+            count: watch::channel(0).0,
+            cancel: CancellationToken::new(),
+        })
+    }
+
+    /// The run's status.
+    pub fn status(&self) -> RunStatus {
+        *self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_status(&self, status: RunStatus) {
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = status;
+        self.count.send_modify(|_| {});
+    }
+
+    fn push(&self, result: AgentRunResult) {
+        let mut results = self.results.lock().unwrap_or_else(|p| p.into_inner());
+        results.push(result);
+        let n = results.len();
+        drop(results);
+        self.count.send_replace(n);
+    }
+
+    /// Results from index `from` on.
+    pub fn results_from(&self, from: usize) -> Vec<AgentRunResult> {
+        let results = self.results.lock().unwrap_or_else(|p| p.into_inner());
+        results.get(from..).map(<[_]>::to_vec).unwrap_or_default()
+    }
+
+    /// Whether the run has ended.
+    pub fn ended(&self) -> bool {
+        matches!(self.status(), RunStatus::Completed | RunStatus::Failed)
+    }
+
+    /// Ask the run to stop.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
+/// The service: the bridge, the scheduler and every run's record.
+pub struct Service {
+    bridge: Arc<Bridge>,
+    scheduler: Arc<Scheduler>,
+    runs: Mutex<HashMap<String, Arc<RunEntry>>>,
+    tasks: tokio_util::task::TaskTracker,
+    config: ServeConfig,
+}
+
+/// Why a run was not accepted.
+#[derive(Debug)]
+pub enum Refused {
+    /// The conversation's queue is full (429).
+    Busy(QueueFull),
+    /// A run with this id exists (409).
+    Duplicate,
+}
+
+impl Service {
+    /// A service around a started bridge.
+    pub fn new(bridge: Bridge, config: ServeConfig) -> Arc<Service> {
+        Arc::new(Service {
+            scheduler: Scheduler::new(
+                config.max_concurrent_runs,
+                config.max_queue_per_conversation,
+            ),
+            bridge: Arc::new(bridge),
+            runs: Mutex::new(HashMap::new()),
+            tasks: tokio_util::task::TaskTracker::new(),
+            config,
+        })
+    }
+
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<RunEntry>>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A run by id.
+    pub fn run(&self, run_id: &str) -> Option<Arc<RunEntry>> {
+        self.runs().get(run_id).cloned()
+    }
+
+    /// Queue a turn; it runs in the background whatever happens to the
+    /// caller, and its results are kept under its run id.
+    pub fn submit(
+        self: &Arc<Self>,
+        ctx: AgentRunContext,
+        harness: String,
+    ) -> Result<Arc<RunEntry>, Refused> {
+        let conversation = ctx.conversation_id().unwrap_or("_").to_string();
+        let mut runs = self.runs();
+        if runs.contains_key(&ctx.run_id) {
+            return Err(Refused::Duplicate);
+        }
+        let ticket = self
+            .scheduler
+            .enqueue(&conversation)
+            .map_err(Refused::Busy)?;
+        let entry = RunEntry::new(conversation);
+        runs.insert(ctx.run_id.clone(), entry.clone());
+        drop(runs);
+        let service = self.clone();
+        let run = entry.clone();
+        self.tasks.spawn(async move {
+            let turn = tokio::select! {
+                turn = ticket.start() => Some(turn),
+                () = run.cancel.cancelled() => None,
+            };
+            let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
+            let forward = {
+                let run = run.clone();
+                tokio::spawn(async move {
+                    while let Some(result) = rx.recv().await {
+                        run.push(result);
+                    }
+                })
+            };
+            run.set_status(RunStatus::Running);
+            // A run cancelled while queued still ends with its one
+            // `run.failed` (`cancelled`): the bridge sees the token at once.
+            let summary = service
+                .bridge
+                .run(
+                    &ctx,
+                    &harness,
+                    &RunOptions::default(),
+                    tx,
+                    run.cancel.clone(),
+                )
+                .await;
+            let _ = forward.await;
+            drop(turn);
+            run.set_status(match summary.outcome {
+                crate::protocol::ResultType::RunCompleted => RunStatus::Completed,
+                _ => RunStatus::Failed,
+            });
+        });
+        Ok(entry)
+    }
+
+    /// Turns waiting across conversations.
+    pub fn queued(&self) -> usize {
+        self.scheduler.queued()
+    }
+
+    /// Stop: running turns get `shutdown_grace_seconds` to finish, then
+    /// every run left is cancelled (its harness group killed).
+    pub async fn shutdown(&self) {
+        self.tasks.close();
+        let grace = Duration::from_secs(self.config.shutdown_grace_seconds);
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("turns still running after the shutdown grace; cancelling them");
+            for run in self.runs().values() {
+                run.cancel();
+            }
+            self.tasks.wait().await;
+        }
+    }
+}
+
+/// Serve until `stop` is cancelled, then shut down gracefully.
+pub async fn serve(
+    service: Arc<Service>,
+    listener: tokio::net::TcpListener,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    let app = http::router(service.clone());
+    let shutdown = stop.clone();
+    let server = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await });
+    // Streams of running turns hold their connections open: the turns are
+    // wound down alongside, and the server returns once they have ended.
+    let drain = async {
+        stop.cancelled().await;
+        service.shutdown().await;
+    };
+    let (served, ()) = tokio::join!(server.into_future(), drain);
+    served
+}
