@@ -227,16 +227,7 @@ async fn ctrl_c_cancels_the_run_and_stops_the_whole_group() {
         .spawn()
         .unwrap();
     let root = setup.data.path().join("workspaces");
-    // Wait until the harness and its child are running.
-    let mut waited = Duration::ZERO;
-    while processes_under(&root).len() < 2 {
-        assert!(
-            waited < Duration::from_secs(20),
-            "the harness never started"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += Duration::from_millis(100);
-    }
+    common::wait_for_processes(&root, 2).await;
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
@@ -401,15 +392,7 @@ async fn a_killed_bridge_takes_its_harness_with_it() {
         .spawn()
         .unwrap();
     let root = setup.data.path().join("workspaces");
-    let mut waited = Duration::ZERO;
-    while processes_under(&root).len() < 2 {
-        assert!(
-            waited < Duration::from_secs(20),
-            "the harness never started"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += Duration::from_millis(100);
-    }
+    common::wait_for_processes(&root, 2).await;
     // SIGKILL: the bridge cannot clean up; the kernel tells the harness.
     child.start_kill().unwrap();
     child.wait().await.unwrap();

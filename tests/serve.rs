@@ -124,14 +124,7 @@ impl Server {
 
     /// Wait until the (hanging) harness and its child run.
     async fn wait_for_harness(&self) {
-        let root = self.workspaces();
-        for _ in 0..200 {
-            if common::processes_under(&root).len() >= 2 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the harness never started");
+        common::wait_for_processes(&self.workspaces(), 2).await;
     }
 }
 

@@ -146,6 +146,15 @@ fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapte
     }
 }
 
+/// The templates in force: built-in, or an operator folder's overrides; a
+/// broken one is reported and gives the exit code.
+fn load_templates(dir: Option<&std::path::Path>) -> Result<crate::projection::Templates, u8> {
+    crate::projection::Templates::load(dir).map_err(|e| {
+        eprintln!("error: {e}");
+        exit::INVALID
+    })
+}
+
 /// A token cancelled by SIGTERM or Ctrl-C: how long-running commands
 /// learn to stop.
 fn stop_on_signal() -> tokio_util::sync::CancellationToken {

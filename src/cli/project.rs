@@ -11,7 +11,7 @@ use super::input::read_context;
 use crate::harness;
 use crate::host::{GrantPolicy, Grants};
 use crate::mcp::tool_names;
-use crate::projection::{ProjectRequest, Projection, Templates, WriteOutcome, project};
+use crate::projection::{ProjectRequest, Projection, WriteOutcome, project};
 
 /// Placeholder endpoint for a preview; a real run passes its own server's.
 const PREVIEW_MCP_URL: &str = "http://127.0.0.1:8765/mcp";
@@ -97,12 +97,9 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
         Ok(ctx) => ctx,
         Err(code) => return code,
     };
-    let templates = match Templates::load(args.templates.as_deref()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::INVALID;
-        }
+    let templates = match super::load_templates(args.templates.as_deref()) {
+        Ok(templates) => templates,
+        Err(code) => return code,
     };
     let (runtime, host) = match super::open_store(data_dir) {
         Ok(opened) => opened,

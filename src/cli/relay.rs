@@ -7,7 +7,6 @@ use std::time::Duration;
 use clap::Args;
 
 use super::exit;
-use crate::projection::Templates;
 use crate::run::Settings;
 
 /// What `relay --help` adds after the options: who starts it and when it ends.
@@ -45,12 +44,9 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
         Ok(adapters) => adapters,
         Err(code) => return code,
     };
-    let templates = match Templates::load(args.templates.as_deref()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::INVALID;
-        }
+    let templates = match super::load_templates(args.templates.as_deref()) {
+        Ok(templates) => templates,
+        Err(code) => return code,
     };
     let mut settings = Settings::new(args.root.unwrap_or_else(|| data_dir.join("workspaces")));
     settings.pass_env = args.pass_env;

@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use super::exit;
 use super::input::read_text;
 use crate::harness::decode::ResultStream;
-use crate::projection::Templates;
 use crate::protocol::{
     AgentRunResult, JsonMap, ResultPayload, ResultType, RunFailed, checked_context,
 };
@@ -127,16 +126,16 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
                 return exit::FAILURE;
             }
         };
-        let run_id = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|d| d["run_id"].as_str().map(str::to_string))
-            .unwrap_or_else(|| "invalid".into());
-        let checked = serde_json::from_str::<Value>(&text)
-            .map_err(|e| format!("not JSON: {e}"))
-            .and_then(|doc| checked_context(&doc));
-        match checked {
+        let doc = match serde_json::from_str::<Value>(&text) {
+            Ok(doc) => doc,
+            Err(e) => return invalid("invalid", format!("not JSON: {e}"), args.format),
+        };
+        match checked_context(&doc) {
             Ok(ctx) => ctx,
-            Err(why) => return invalid(&run_id, why, args.format),
+            Err(why) => {
+                let run_id = doc["run_id"].as_str().unwrap_or("invalid");
+                return invalid(run_id, why, args.format);
+            }
         }
     } else {
         let (Some(conversation), Some(text)) = (&args.conversation, &args.text) else {
@@ -172,12 +171,9 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
         Ok(adapters) => adapters,
         Err(code) => return code,
     };
-    let templates = match Templates::load(args.templates.as_deref()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::INVALID;
-        }
+    let templates = match super::load_templates(args.templates.as_deref()) {
+        Ok(templates) => templates,
+        Err(code) => return code,
     };
     let (runtime, store) = match super::open_store(data_dir) {
         Ok(opened) => opened,

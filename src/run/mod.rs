@@ -179,11 +179,6 @@ impl Bridge {
         self.settings.kill_grace
     }
 
-    /// The specs in force.
-    pub fn adapters(&self) -> &Adapters {
-        &self.adapters
-    }
-
     /// Stop the MCP server.
     pub async fn shutdown(self) {
         self.mcp.shutdown().await;

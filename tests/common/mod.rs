@@ -549,3 +549,29 @@ pub fn copy_plugin(dir: &std::path::Path) -> PathBuf {
     }
     plugin
 }
+
+/// Wait until at least `n` processes run under `root` (a harness and its
+/// child); panics after 20 s.
+pub async fn wait_for_processes(root: &std::path::Path, n: usize) {
+    for _ in 0..200 {
+        if processes_under(root).len() >= n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the harness never started under {}", root.display());
+}
+
+/// A conversation's transcript in the store at `data`, as `role: text`.
+pub async fn transcript(data: &std::path::Path, conversation: &str) -> Vec<String> {
+    let store = SqliteHost::open(data).expect("store opens");
+    let history = store
+        .conversation_history(conversation, None, 50)
+        .await
+        .expect("history");
+    history
+        .items
+        .iter()
+        .map(|i| format!("{}: {}", i.role, i.content.clone().unwrap_or_default()))
+        .collect()
+}
