@@ -10,6 +10,7 @@ pub mod cli;
 pub mod harness;
 pub mod host;
 pub mod mcp;
+pub mod metrics;
 pub mod projection;
 pub mod protocol;
 pub mod relay;

@@ -1,10 +1,14 @@
 //! `harness-bridge serve` as a client meets it, with the scripted harness:
-//! turns of one conversation in order (the second resumes the first), a
-//! full queue answers 429, cancel stops a run's process group, and SIGTERM
-//! during a run leaves no process behind.
+//! turns of one conversation in order (the second resumes the first), 50
+//! conversations × 3 turns at once, a full queue answers 429, cancel stops
+//! a run's process group, SIGTERM during a run leaves no process behind, a
+//! crash leaves the in-flight run marked failed at the next start, and the
+//! metrics and logs say what happened.
 
 mod common;
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -13,9 +17,11 @@ use tokio::io::AsyncBufReadExt;
 struct Server {
     child: tokio::process::Child,
     url: String,
-    data: tempfile::TempDir,
-    _tools: tempfile::TempDir,
+    data: Arc<tempfile::TempDir>,
+    tools: Arc<tempfile::TempDir>,
     client: reqwest::Client,
+    /// Every line serve wrote to stderr.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -23,7 +29,22 @@ impl Server {
     async fn start(mode: &str, extra: &str) -> Server {
         let tools = tempfile::tempdir().unwrap();
         common::scripted::install(tools.path());
-        let data = tempfile::tempdir().unwrap();
+        Server::start_in(
+            Arc::new(tempfile::tempdir().unwrap()),
+            Arc::new(tools),
+            mode,
+            extra,
+        )
+        .await
+    }
+
+    /// A server on an existing data folder (a restart).
+    async fn start_in(
+        data: Arc<tempfile::TempDir>,
+        tools: Arc<tempfile::TempDir>,
+        mode: &str,
+        extra: &str,
+    ) -> Server {
         let config = data.path().join("bridge.yaml");
         std::fs::write(
             &config,
@@ -36,7 +57,7 @@ impl Server {
         let mut child = tokio::process::Command::new(common::bridge_bin())
             .arg("--data-dir")
             .arg(data.path())
-            .arg("serve")
+            .args(["--log-format", "json", "serve"])
             .arg("--config")
             .arg(&config)
             .env_clear()
@@ -53,25 +74,59 @@ impl Server {
             .spawn()
             .expect("serve starts");
         let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(Vec::new()));
         let url = tokio::time::timeout(Duration::from_secs(20), async {
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(url) = line.strip_prefix("harness-bridge serving on ") {
                     return url.to_string();
                 }
+                log.lock().unwrap().push(line);
             }
-            panic!("serve exited before listening");
+            panic!("serve exited before listening: {:?}", log.lock().unwrap());
         })
         .await
         .expect("serve listens in time");
         // Keep draining stderr so the server never blocks on it.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let kept = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                kept.lock().unwrap().push(line);
+            }
+        });
         Server {
             child,
             url,
             data,
-            _tools: tools,
+            tools,
             client: reqwest::Client::new(),
+            log,
         }
+    }
+
+    async fn get_text(&self, path: &str) -> String {
+        let response = self.client.get(format!("{}{path}", self.url)).send().await;
+        response.expect("answered").text().await.unwrap_or_default()
+    }
+
+    /// The run id of the (only) run whose harness has started, from the
+    /// context projected into its workspace.
+    fn started_run_id(&self) -> String {
+        let file = walkdir::WalkDir::new(self.workspaces())
+            .into_iter()
+            .filter_map(Result::ok)
+            .find(|e| e.file_name() == "received-env")
+            .expect("the harness ran");
+        let ctx: Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                file.path()
+                    .parent()
+                    .unwrap()
+                    .join(".langbot/agent-context.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        ctx["run_id"].as_str().unwrap().to_string()
     }
 
     /// Post a short-form turn; the whole NDJSON stream, or the refusal.
@@ -132,14 +187,45 @@ fn terminal(results: &[Value]) -> &Value {
     results.last().expect("results")
 }
 
+/// Every conversation workspace under `root` logged `turns` turns, each
+/// ending before the next started.
+fn assert_sequential(root: &std::path::Path, turns: usize) {
+    let logs: Vec<_> = walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() == "turn-log")
+        .collect();
+    assert!(!logs.is_empty(), "no turn logged under {}", root.display());
+    for log in logs {
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2 * turns, "{}: {text}", log.path().display());
+        for pair in lines.chunks(2) {
+            let (start, end) = (pair[0], pair[1]);
+            assert_eq!(
+                start.strip_prefix("start "),
+                end.strip_prefix("end "),
+                "turns overlapped in {}: {text}",
+                log.path().display()
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turns_of_one_conversation_run_in_order_and_resume() {
     let server = Server::start("slow", "").await;
-    let (first, second) = tokio::join!(server.turn("chat-1", "one"), async {
-        // Sent right behind the first.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        server.turn("chat-1", "two").await
-    });
+    // Posted at the same instant: which one arrives first is the server's
+    // to decide, and the other must wait for it.
+    let (a, b) = tokio::join!(server.turn("chat-1", "one"), server.turn("chat-1", "two"));
+    let session = |r: &(u16, Vec<Value>)| {
+        r.1.last().unwrap()["data"]["message"]["metadata"]["session"].clone()
+    };
+    let (first, second) = if session(&a)["resumed"] == false {
+        (a, b)
+    } else {
+        (b, a)
+    };
     for (status, results) in [&first, &second] {
         assert_eq!(*status, 200);
         assert_eq!(terminal(results)["type"], "run.completed", "{results:?}");
@@ -150,14 +236,12 @@ async fn turns_of_one_conversation_run_in_order_and_resume() {
         assert_eq!(sequences, (1..=results.len() as u64).collect::<Vec<_>>());
     }
     // The second waited for the first: it resumed the session the first stored.
-    assert_eq!(
-        first.1.last().unwrap()["data"]["message"]["metadata"]["session"]["resumed"],
-        false
-    );
-    assert_eq!(
-        second.1.last().unwrap()["data"]["message"]["metadata"]["session"]["resumed"],
-        true
-    );
+    assert_eq!(session(&first)["resumed"], false);
+    assert_eq!(session(&second)["resumed"], true);
+    assert_eq!(session(&second)["session_id"], session(&first)["session_id"]);
+    // Strictly one after the other: the harness logged both turns in the
+    // conversation's workspace, and they do not overlap.
+    assert_sequential(&server.workspaces(), 2);
     // Results stay retrievable by run id.
     let run_id = terminal(&second.1)["run_id"].as_str().unwrap();
     let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
@@ -196,25 +280,7 @@ async fn cancel_stops_the_run_and_its_process_group() {
     let run = server.post_in_background();
     server.wait_for_harness().await;
     let root = server.workspaces();
-    // The run id is in the run's first results; find it through the runner's workspace.
-    let run_id = {
-        let file = walkdir::WalkDir::new(&root)
-            .into_iter()
-            .filter_map(Result::ok)
-            .find(|e| e.file_name() == "received-env")
-            .expect("the harness ran");
-        let ctx: Value = serde_json::from_str(
-            &std::fs::read_to_string(
-                file.path()
-                    .parent()
-                    .unwrap()
-                    .join(".langbot/agent-context.json"),
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        ctx["run_id"].as_str().unwrap().to_string()
-    };
+    let run_id = server.started_run_id();
     let cancel = server
         .client
         .post(format!("{}/v1/runs/{run_id}/cancel", server.url))
@@ -253,4 +319,131 @@ async fn sigterm_during_a_run_stops_everything() {
     );
     let left = common::processes_under(&root);
     assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_conversations_of_three_turns_at_once() {
+    let server = Server::start("quiet", "max_concurrent_runs: 8\n").await;
+    let server = &server;
+    let posts = (0..50).flat_map(|c| {
+        (0..3).map(move |t| async move {
+            let conversation = format!("conv-{c}");
+            let (status, results) = server.turn(&conversation, &format!("turn {t}")).await;
+            (conversation, status, results)
+        })
+    });
+    let answers = futures::future::join_all(posts).await;
+    assert_eq!(answers.len(), 150);
+    let mut run_ids = HashSet::new();
+    let mut fresh: HashMap<String, usize> = HashMap::new();
+    for (conversation, status, results) in &answers {
+        assert_eq!(*status, 200, "{results:?}");
+        // Every result once, in sequence, one terminal result, last.
+        let sequences: Vec<u64> = results
+            .iter()
+            .map(|r| r["sequence"].as_u64().unwrap())
+            .collect();
+        assert_eq!(sequences, (1..=results.len() as u64).collect::<Vec<_>>());
+        let terminals = results
+            .iter()
+            .filter(|r| matches!(r["type"].as_str(), Some("run.completed" | "run.failed")))
+            .count();
+        assert_eq!(terminals, 1, "{results:?}");
+        assert_eq!(terminal(results)["type"], "run.completed", "{results:?}");
+        let run_id = terminal(results)["run_id"].as_str().unwrap().to_string();
+        assert!(results.iter().all(|r| r["run_id"] == run_id.as_str()));
+        assert!(run_ids.insert(run_id), "a run answered twice");
+        if terminal(results)["data"]["message"]["metadata"]["session"]["resumed"] == false {
+            *fresh.entry(conversation.clone()).or_default() += 1;
+        }
+    }
+    // Each conversation started one session and resumed it twice.
+    assert_eq!(fresh.len(), 50, "{fresh:?}");
+    assert!(fresh.values().all(|n| *n == 1), "{fresh:?}");
+    assert_sequential(&server.workspaces(), 3);
+    let history = server.get_json("/v1/conversations/conv-7/history").await;
+    assert_eq!(history["items"].as_array().unwrap().len(), 6, "{history}");
+
+    let metrics = server.get_text("/metrics").await;
+    for expected in [
+        r#"harness_bridge_runs_total{harness="scripted",outcome="completed",code=""} 150"#,
+        "harness_bridge_run_duration_seconds_count 150",
+        "harness_bridge_queue_depth 0",
+        "harness_bridge_runs_running 0",
+    ] {
+        assert!(metrics.contains(expected), "{expected} not in:\n{metrics}");
+    }
+
+    // Every log line written inside a run names it and its conversation.
+    let log = server.log.lock().unwrap().clone();
+    let run_lines: Vec<Value> = log
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["span"]["name"] == "run")
+        .collect();
+    let started = run_lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "run started")
+        .count();
+    assert_eq!(started, 150, "{log:?}");
+    for line in &run_lines {
+        assert!(
+            line["span"]["run_id"].is_string()
+                && line["span"]["conversation"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("conv-")),
+            "{line}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
+    let mut server = Server::start("hang", "").await;
+    let run = server.post_in_background();
+    server.wait_for_harness().await;
+    let run_id = server.started_run_id();
+    assert_eq!(
+        server.get_json(&format!("/v1/runs/{run_id}")).await["status"],
+        "running"
+    );
+    // A crash: no shutdown, no chance to tidy up.
+    server.child.kill().await.unwrap();
+    let _ = run.await;
+    let (data, tools) = (server.data.clone(), server.tools.clone());
+    let root = server.workspaces();
+    drop(server);
+    // What the harness started itself may outlive a bridge killed outright;
+    // the next start finds the group in the journal and ends it.
+    let server = Server::start_in(data, tools, "quiet", "").await;
+    let mut left = common::processes_under(&root);
+    for _ in 0..50 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = common::processes_under(&root);
+    }
+    assert!(left.is_empty(), "the crashed run's processes are left: {left:?}");
+    let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["code"], "interrupted", "{run}");
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains(&run_id) && log.contains("marked failed"),
+        "the restart says which run it marked: {log}"
+    );
+    // The conversation goes on: the interrupted turn's message is in the
+    // transcript with no reply, and the next turn runs and is recorded.
+    let (status, results) = server.turn("c", "again").await;
+    assert_eq!(status, 200);
+    assert_eq!(terminal(&results)["type"], "run.completed", "{results:?}");
+    let history = server.get_json("/v1/conversations/c/history").await;
+    let texts: Vec<String> = history["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| format!("{}:{}", i["role"], i["content"]))
+        .collect();
+    assert_eq!(texts.len(), 3, "{texts:?}");
 }

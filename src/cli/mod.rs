@@ -210,7 +210,14 @@ pub fn main() -> ExitCode {
             });
         }
     };
-    logging::init(cli.log_format);
+    // A service's operator wants to see turns start and end; a one-shot
+    // command keeps stderr for warnings.
+    let default_level = if matches!(cli.command, Command::Serve(_)) {
+        "info"
+    } else {
+        "warn"
+    };
+    logging::init(cli.log_format, default_level);
     let code = match cli.command {
         Command::Adapters(cmd) => adapters::run(cmd),
         Command::Context(cmd) => context::run(cmd),

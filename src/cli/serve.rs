@@ -13,7 +13,9 @@ use crate::serve::{ServeConfig, Service};
 
 /// What `serve --help` adds after the options: the API in brief.
 pub const AFTER_HELP: &str = "\
-API (bearer token from api_tokens on every route but /healthz):
+API (bearer token from api_tokens on every route but / and /healthz):
+  GET  /                             the debug chat page: pick a harness, a conversation and an actor,
+                                     send messages, watch the reply, tool calls and the resume pointer
   POST /v1/runs                      an AgentRunContext, or {conversation, text, actor?, harness?, config?};
                                      answers with the result stream (NDJSON; SSE with Accept: text/event-stream)
   GET  /v1/runs/{id}                 status and results so far
@@ -21,10 +23,16 @@ API (bearer token from api_tokens on every route but /healthz):
   GET  /v1/runners                   the runner discovery JSON
   GET  /v1/conversations/{id}/history?limit=N
   GET  /healthz
+  GET  /metrics                      Prometheus text: runs by outcome, queue depth, run durations,
+                                     MCP calls by tool and outcome
 
 Turns of one conversation run one after another, in arrival order; a full
 queue answers 429. SIGTERM or Ctrl-C: stop accepting, let running turns
-finish within shutdown_grace_seconds, then cancel them.";
+finish within shutdown_grace_seconds, then cancel them. Every run is
+journaled beside the store (serve-runs.db); a run in flight when the bridge
+died is marked failed (code interrupted) at the next start.
+Logs: one line per event on stderr, each naming run_id and conversation;
+--log-format json for collectors, RUST_LOG to filter (default info).";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -54,12 +62,31 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         Ok(opened) => opened,
         Err(code) => return code,
     };
-    let mut settings = Settings::new(
-        config
-            .workspace_root
-            .clone()
-            .unwrap_or_else(|| data_dir.join("workspaces")),
-    );
+    let workspace_root = config
+        .workspace_root
+        .clone()
+        .unwrap_or_else(|| data_dir.join("workspaces"));
+    let retention = Duration::from_secs(config.retention_hours.saturating_mul(3600));
+    let journal = match crate::serve::Journal::open(&store_dir, retention) {
+        Ok((journal, interrupted)) => {
+            for run in interrupted {
+                tracing::warn!(
+                    run_id = %run.run_id,
+                    "run was in flight when the bridge last stopped; marked failed ({})",
+                    crate::serve::INTERRUPTED
+                );
+                if let Some(pgid) = run.pgid {
+                    crate::harness::kill_leftover_group(pgid, &workspace_root);
+                }
+            }
+            journal
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let mut settings = Settings::new(workspace_root);
     settings.binaries = config.harness_binaries.clone();
     settings.pass_env = config.pass_env.clone();
     settings.set_env = config.set_env.clone();
@@ -80,7 +107,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         eprintln!("harness-bridge serving on http://{addr}");
         let stop = super::stop_on_signal();
-        let service = Service::new(bridge, config);
+        let service = Service::new(bridge, journal, config);
         crate::serve::serve(service, listener, stop)
             .await
             .map_err(|e| e.to_string())

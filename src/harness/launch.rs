@@ -17,6 +17,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
+use tracing::Instrument;
 
 use super::EnvSpec;
 use crate::projection::{is_secret_key, redact_text};
@@ -205,7 +206,8 @@ impl HarnessProcess {
                         tail.push(&line);
                     }
                 }
-            })
+            }
+            .in_current_span())
         });
         Ok((
             HarnessProcess {
@@ -266,6 +268,44 @@ impl HarnessProcess {
             }
         }
     }
+}
+
+/// Kill what is left of a harness process group a previous bridge started
+/// and could not stop (it was killed outright): every process in group
+/// `pgid` gets SIGKILL, but only when one of them still works under
+/// `root`, so a group id the system has since reused for something else
+/// is left alone. Returns how many processes of the group were found.
+pub fn kill_leftover_group(pgid: i32, root: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    // The kernel reports cwd resolved; the root may be relative or linked.
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut members = 0;
+    let mut ours = false;
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
+        let pgrp = stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().nth(2))
+            .and_then(|field| field.parse::<i32>().ok());
+        if pgrp != Some(pgid) {
+            continue;
+        }
+        members += 1;
+        ours |= std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&root));
+    }
+    if ours {
+        tracing::warn!(pgid, members, "killing a harness group left by a bridge that died");
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    members
 }
 
 impl Drop for HarnessProcess {

@@ -13,7 +13,9 @@ pub use adapter::{AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, SpecError, Stdi
 pub use catalog::{
     PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, names, requested_permissions, runner_id,
 };
-pub use launch::{HarnessProcess, Launch, StderrTail, child_env, find_program};
+pub use launch::{
+    HarnessProcess, Launch, StderrTail, child_env, find_program, kill_leftover_group,
+};
 pub use session::{
     HARNESS_KEY, ResumePointer, SESSION_ID_KEY, SessionStore, WORKING_DIRECTORY_KEY,
 };

@@ -18,6 +18,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use tracing::Instrument;
+
 use crate::host::{Api, Direction, EventQuery, GrantedHost, HistoryQuery};
 use crate::protocol::{AgentAPIError, StateScope, StorageKind};
 
@@ -419,9 +421,23 @@ impl RunTools {
         args: Option<rmcp::model::JsonObject>,
     ) -> CallToolResult {
         let args = Value::Object(args.unwrap_or_default());
-        match dispatch(access, name, args).await {
-            Ok(value) => success(value),
-            Err(err) => failure(&err),
+        let tool = TOOLS.iter().find(|t| t.name == name).map_or("unknown", |t| t.name);
+        let scope = &access.host.grant().scope;
+        let span = tracing::info_span!(
+            "mcp",
+            run_id = %scope.run_id,
+            conversation = scope.conversation_id.as_deref().unwrap_or(""),
+            tool
+        );
+        match dispatch(access, name, args).instrument(span).await {
+            Ok(value) => {
+                crate::metrics::global().mcp_call(tool, "ok");
+                success(value)
+            }
+            Err(err) => {
+                crate::metrics::global().mcp_call(tool, &err.code.to_string());
+                failure(&err)
+            }
         }
     }
 }

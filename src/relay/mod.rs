@@ -284,6 +284,7 @@ where
                 let options = RunOptions {
                     binary: binary.map(Into::into),
                     env,
+                    on_spawn: None,
                 };
                 tasks.spawn(async move {
                     let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);

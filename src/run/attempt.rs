@@ -41,6 +41,8 @@ pub struct Live<'a> {
     pub cancel: &'a CancellationToken,
     /// How long the group gets between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// Told the harness's process group.
+    pub on_spawn: Option<&'a super::SpawnHook>,
 }
 
 /// How one attempt ended.
@@ -125,6 +127,9 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
         }
     };
     tracing::info!(harness = %spec.name, pgid = ?process.pgid(), "harness started");
+    if let (Some(hook), Some(pgid)) = (live.on_spawn, process.pgid()) {
+        (hook.0)(pgid);
+    }
     let mut lines = LineBuffer::default();
     let mut buf = vec![0u8; 64 * 1024];
     let mut not_found = false;

@@ -19,6 +19,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use emit::Emitter;
 pub use outbox::OUTBOX_DIR;
@@ -77,6 +78,19 @@ pub struct RunOptions {
     pub binary: Option<PathBuf>,
     /// Variables set for this run's harness.
     pub env: BTreeMap<String, String>,
+    /// Told each harness process group as it starts, so a caller can note
+    /// it somewhere that outlives the bridge (the service's journal).
+    pub on_spawn: Option<SpawnHook>,
+}
+
+/// A callback with a harness's process group id, as it starts.
+#[derive(Clone)]
+pub struct SpawnHook(pub Arc<dyn Fn(i32) + Send + Sync>);
+
+impl std::fmt::Debug for SpawnHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpawnHook")
+    }
 }
 
 impl Settings {
@@ -202,13 +216,32 @@ impl Bridge {
             resumed: false,
             workspace: None,
         };
-        if let Err(failure) = self
-            .turn(ctx, harness, options, &mut emit, &cancel, &mut summary)
-            .await
-        {
-            tracing::warn!(run_id = %ctx.run_id, code = %failure.code, "run failed: {}", failure.error);
-            emit.send(vec![ResultPayload::RunFailed(failure)]).await;
+        // Every line logged during the turn, in whatever task, names the run
+        // and its conversation: an operator greps one id and sees the turn.
+        let span = tracing::info_span!(
+            "run",
+            run_id = %ctx.run_id,
+            conversation = ctx.conversation_id().unwrap_or(""),
+            harness
+        );
+        let started = std::time::Instant::now();
+        async {
+            tracing::info!("run started");
+            if let Err(failure) = self
+                .turn(ctx, harness, options, &mut emit, &cancel, &mut summary)
+                .await
+            {
+                tracing::warn!(code = %failure.code, "run failed: {}", failure.error);
+                emit.send(vec![ResultPayload::RunFailed(failure)]).await;
+            }
+            tracing::info!(
+                outcome = emit.outcome().map_or("none", |o| o.as_str()),
+                ms = started.elapsed().as_millis() as u64,
+                "run ended"
+            );
         }
+        .instrument(span)
+        .await;
         summary.outcome = emit.outcome().cloned().unwrap_or(ResultType::RunFailed);
         summary.failure_code = emit.failure().map(|f| f.code.clone());
         summary
@@ -308,7 +341,7 @@ impl Bridge {
         let pointer = tokio::select! {
             found = tokio::time::timeout_at(host_wait, record::pointer(host, scope, ctx)) => {
                 found.unwrap_or_else(|_| {
-                    tracing::warn!(run_id = %ctx.run_id, "the host did not answer the resume pointer lookup; starting fresh");
+                    tracing::warn!("the host did not answer the resume pointer lookup; starting fresh");
                     None
                 })
             }
@@ -329,6 +362,7 @@ impl Bridge {
             deadline,
             cancel,
             grace: self.settings.kill_grace,
+            on_spawn: options.on_spawn.as_ref(),
         };
         let end = loop {
             let args = spec.args(&TurnValues {
@@ -362,7 +396,7 @@ impl Bridge {
                         "The previous {} session ({old}) could not be resumed; this turn started a fresh session.",
                         spec.label
                     ));
-                    tracing::info!(run_id = %ctx.run_id, "session {old} not found; retrying as a fresh session");
+                    tracing::info!("session {old} not found; retrying as a fresh session");
                 }
                 other => {
                     summary.resumed = other.is_some();
@@ -403,16 +437,16 @@ impl Bridge {
             match stored {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(run_id = %ctx.run_id, "cannot store the resume pointer: {e}")
+                    tracing::warn!("cannot store the resume pointer: {e}")
                 }
                 Err(_) => {
-                    tracing::warn!(run_id = %ctx.run_id, "the host did not answer storing the resume pointer")
+                    tracing::warn!("the host did not answer storing the resume pointer")
                 }
             }
         }
         if self.settings.record_turns {
             if let Err(e) = record::reply(host, ctx, &spec.name, &emit.reply()).await {
-                tracing::warn!(run_id = %ctx.run_id, "cannot record the reply: {e}");
+                tracing::warn!("cannot record the reply: {e}");
             }
         }
 

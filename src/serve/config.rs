@@ -30,6 +30,10 @@ pub struct ServeConfig {
     pub set_env: BTreeMap<String, String>,
     /// Harness for a short-form request that names none.
     pub default_harness: String,
+    /// Binding config (model, permission_mode, timeout_seconds,
+    /// instructions, ...) under every short-form request's own `config`:
+    /// the request's keys win.
+    pub default_config: serde_json::Map<String, serde_json::Value>,
     /// Turns running at once, across conversations.
     pub max_concurrent_runs: usize,
     /// Turns waiting per conversation before new ones get 429.
@@ -40,6 +44,8 @@ pub struct ServeConfig {
     pub kill_grace_seconds: u64,
     /// Seconds running turns get to finish on shutdown before they are cancelled.
     pub shutdown_grace_seconds: u64,
+    /// Hours a finished run's results stay retrievable by id.
+    pub retention_hours: u64,
 }
 
 impl Default for ServeConfig {
@@ -54,11 +60,13 @@ impl Default for ServeConfig {
             pass_env: Vec::new(),
             set_env: BTreeMap::new(),
             default_harness: "claude-code".into(),
+            default_config: serde_json::Map::new(),
             max_concurrent_runs: 4,
             max_queue_per_conversation: 8,
             turn_timeout_seconds: 600,
             kill_grace_seconds: 5,
             shutdown_grace_seconds: 30,
+            retention_hours: 168,
         }
     }
 }

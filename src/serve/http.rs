@@ -1,7 +1,8 @@
 //! The HTTP API of `serve`: runs in, result streams out (NDJSON, or SSE
 //! when the client asks for `text/event-stream`), run status and cancel,
-//! the runner manifest, conversation history, health. Every route but
-//! `/healthz` needs a bearer token when tokens are configured.
+//! the runner manifest, conversation history, health, metrics, and the
+//! debug chat page. Every route but `/` and `/healthz` needs a bearer token
+//! when tokens are configured.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -26,7 +27,9 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 async fn auth(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
     let tokens = &service.config.api_tokens;
-    if tokens.is_empty() || request.uri().path() == "/healthz" {
+    // The page holds no data (it asks for a token and calls the API with
+    // it), and health checks come from probes without one.
+    if tokens.is_empty() || matches!(request.uri().path(), "/" | "/healthz") {
         return next.run(request).await;
     }
     let given = request
@@ -51,6 +54,8 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v1/runs/{run_id}/cancel", post(cancel_run))
         .route("/v1/runners", get(runners))
         .route("/v1/conversations/{id}/history", get(history))
+        .route("/metrics", get(metrics))
+        .route("/", get(chat_page))
         .route(
             "/healthz",
             get(|| async { axum::Json(json!({"status": "ok"})) }),
@@ -104,11 +109,13 @@ async fn create_run(
                 );
             }
         };
+        let mut config = service.config.default_config.clone();
+        config.extend(short.config);
         let ctx = quick_context(&QuickTurn {
             conversation: &short.conversation,
             actor: short.actor.as_deref().unwrap_or("api-user"),
             text: &short.text,
-            config: short.config,
+            config,
         });
         match ctx {
             Ok(ctx) => (ctx, short.harness.or(query.harness)),
@@ -195,16 +202,52 @@ fn tokio_stream_from(
 }
 
 async fn get_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>) -> Response {
-    match service.run(&run_id) {
-        Some(run) => axum::Json(json!({
+    if let Some(run) = service.run(&run_id) {
+        return axum::Json(json!({
             "run_id": run_id,
             "conversation_id": run.conversation_id,
+            "harness": run.harness,
             "status": run.status(),
             "results": run.results_from(0),
         }))
-        .into_response(),
+        .into_response();
+    }
+    match service.past_run(&run_id) {
+        Some(past) => {
+            let mut body = json!({
+                "run_id": run_id,
+                "conversation_id": past.conversation_id,
+                "harness": past.harness,
+                "status": past.status,
+                "results": past.results,
+            });
+            if past.code.as_deref() == Some(super::INTERRUPTED) {
+                body["code"] = json!(super::INTERRUPTED);
+                body["error"] =
+                    json!("the bridge stopped while this run was in flight; it did not finish");
+            }
+            axum::Json(body).into_response()
+        }
         None => error(StatusCode::NOT_FOUND, format!("no run {run_id}")),
     }
+}
+
+/// The debug chat page: one static file, no build step.
+async fn chat_page() -> Response {
+    axum::response::Html(include_str!("chat.html")).into_response()
+}
+
+async fn metrics(State(service): State<Arc<Service>>) -> Response {
+    let metrics = crate::metrics::global();
+    metrics.set_queued(service.queued());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics.encode(),
+    )
+        .into_response()
 }
 
 async fn cancel_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>) -> Response {

@@ -7,6 +7,7 @@
 
 mod config;
 mod http;
+mod journal;
 mod queue;
 
 use std::collections::HashMap;
@@ -19,10 +20,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use config::ServeConfig;
+pub use journal::{INTERRUPTED, Interrupted, Journal, JournalRun};
 pub use queue::{QueueFull, Scheduler};
 
 use crate::protocol::{AgentRunContext, AgentRunResult};
-use crate::run::{Bridge, RunOptions};
+use crate::run::{Bridge, RunOptions, SpawnHook};
 
 /// Where a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -38,10 +40,13 @@ pub enum RunStatus {
     Failed,
 }
 
-/// One run's record: its results so far and how to stop it.
+/// One run's record while it is in flight: its results so far and how to
+/// stop it. Once it ends, the journal has it.
 pub struct RunEntry {
     /// The run's conversation.
     pub conversation_id: String,
+    /// The harness it runs on.
+    pub harness: String,
     status: Mutex<RunStatus>,
     results: Mutex<Vec<AgentRunResult>>,
     /// Number of results so far; changes wake streaming clients.
@@ -50,9 +55,10 @@ pub struct RunEntry {
 }
 
 impl RunEntry {
-    fn new(conversation_id: String) -> Arc<RunEntry> {
+    fn new(conversation_id: String, harness: String) -> Arc<RunEntry> {
         Arc::new(RunEntry {
             conversation_id,
+            harness,
             status: Mutex::new(RunStatus::Queued),
             results: Mutex::new(Vec::new()),
             count: watch::channel(0).0,
@@ -95,11 +101,13 @@ impl RunEntry {
     }
 }
 
-/// The service: the bridge, the scheduler and every run's record.
+/// The service: the bridge, the scheduler, the runs in flight and the
+/// journal of every run.
 pub struct Service {
     bridge: Arc<Bridge>,
     scheduler: Arc<Scheduler>,
     runs: Mutex<HashMap<String, Arc<RunEntry>>>,
+    journal: Journal,
     tasks: tokio_util::task::TaskTracker,
     config: ServeConfig,
 }
@@ -114,8 +122,8 @@ pub enum Refused {
 }
 
 impl Service {
-    /// A service around a started bridge.
-    pub fn new(bridge: Bridge, config: ServeConfig) -> Arc<Service> {
+    /// A service around a started bridge and an opened journal.
+    pub fn new(bridge: Bridge, journal: Journal, config: ServeConfig) -> Arc<Service> {
         Arc::new(Service {
             scheduler: Scheduler::new(
                 config.max_concurrent_runs,
@@ -123,6 +131,7 @@ impl Service {
             ),
             bridge: Arc::new(bridge),
             runs: Mutex::new(HashMap::new()),
+            journal,
             tasks: tokio_util::task::TaskTracker::new(),
             config,
         })
@@ -132,9 +141,14 @@ impl Service {
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A run by id.
+    /// A run in flight, by id.
     pub fn run(&self, run_id: &str) -> Option<Arc<RunEntry>> {
         self.runs().get(run_id).cloned()
+    }
+
+    /// A run that has ended (or was interrupted), by id, from the journal.
+    pub fn past_run(&self, run_id: &str) -> Option<JournalRun> {
+        self.journal.get(run_id)
     }
 
     /// Queue a turn; it runs in the background whatever happens to the
@@ -146,14 +160,15 @@ impl Service {
     ) -> Result<Arc<RunEntry>, Refused> {
         let conversation = ctx.conversation_id().unwrap_or("_").to_string();
         let mut runs = self.runs();
-        if runs.contains_key(&ctx.run_id) {
+        if runs.contains_key(&ctx.run_id) || self.journal.contains(&ctx.run_id) {
             return Err(Refused::Duplicate);
         }
         let ticket = self
             .scheduler
             .enqueue(&conversation)
             .map_err(Refused::Busy)?;
-        let entry = RunEntry::new(conversation);
+        self.journal.queued(&ctx.run_id, &conversation, &harness);
+        let entry = RunEntry::new(conversation, harness);
         runs.insert(ctx.run_id.clone(), entry.clone());
         drop(runs);
         let service = self.clone();
@@ -163,6 +178,10 @@ impl Service {
                 turn = ticket.start() => Some(turn),
                 () = run.cancel.cancelled() => None,
             };
+            service.journal.started(&ctx.run_id);
+            let metrics = crate::metrics::global();
+            metrics.run_started();
+            let started = std::time::Instant::now();
             let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
             let forward = {
                 let run = run.clone();
@@ -179,18 +198,39 @@ impl Service {
                 .bridge
                 .run(
                     &ctx,
-                    &harness,
-                    &RunOptions::default(),
+                    &run.harness,
+                    &RunOptions {
+                        on_spawn: Some(SpawnHook(Arc::new({
+                            let service = service.clone();
+                            let run_id = ctx.run_id.clone();
+                            move |pgid| service.journal.spawned(&run_id, pgid)
+                        }))),
+                        ..RunOptions::default()
+                    },
                     tx,
                     run.cancel.clone(),
                 )
                 .await;
             let _ = forward.await;
             drop(turn);
-            run.set_status(match summary.outcome {
+            let status = match summary.outcome {
                 crate::protocol::ResultType::RunCompleted => RunStatus::Completed,
                 _ => RunStatus::Failed,
-            });
+            };
+            metrics.run_ended(
+                &run.harness,
+                summary.failure_code.as_deref(),
+                started.elapsed().as_secs_f64(),
+            );
+            // Journal first, then out of memory: a lookup always finds it.
+            service.journal.ended(
+                &ctx.run_id,
+                status,
+                summary.failure_code.as_deref(),
+                &run.results_from(0),
+            );
+            run.set_status(status);
+            service.runs().remove(&ctx.run_id);
         });
         Ok(entry)
     }
@@ -198,6 +238,16 @@ impl Service {
     /// Turns waiting across conversations.
     pub fn queued(&self) -> usize {
         self.scheduler.queued()
+    }
+
+    /// Forget finished runs older than the retention.
+    fn prune(&self) {
+        let retention = Duration::from_secs(self.config.retention_hours.saturating_mul(3600));
+        match self.journal.prune(retention) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(runs = n, "pruned finished runs past retention"),
+            Err(e) => tracing::error!("cannot prune the run journal: {e}"),
+        }
     }
 
     /// Stop: running turns get `shutdown_grace_seconds` to finish, then
@@ -234,6 +284,15 @@ pub async fn serve(
         stop.cancelled().await;
         service.shutdown().await;
     };
-    let (served, ()) = tokio::join!(server.into_future(), drain);
+    let prune = async {
+        let mut hourly = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            tokio::select! {
+                _ = hourly.tick() => service.prune(),
+                () = stop.cancelled() => return,
+            }
+        }
+    };
+    let (served, (), ()) = tokio::join!(server.into_future(), drain, prune);
     served
 }

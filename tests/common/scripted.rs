@@ -1,12 +1,15 @@
 //! A scripted harness: a shell script that plays one, declared by an
 //! operator's adapter spec. It records what it was given (env, stdin,
-//! argv) in its working directory, then acts as `$FAKE_MODE` says.
+//! argv) in its working directory, then acts as `$FAKE_MODE` says. Each
+//! turn appends `start PID` and `end PID` to `turn-log` there, so a test
+//! can see whether turns of one conversation overlapped.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 pub const SCRIPT: &str = r#"#!/bin/sh
 # Records what it was given, then acts as $FAKE_MODE says.
+echo "start $$" >> turn-log
 env > received-env
 cat > received-stdin
 printf '%s\n' "$@" > received-args
@@ -33,6 +36,7 @@ fi
 echo '{"type":"system","subtype":"init","session_id":"scripted-1","mcp_servers":[{"name":"langbot","status":"connected"}]}'
 echo 'not json at all'
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]},"session_id":"scripted-1"}'
+echo "end $$" >> turn-log
 echo '{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"scripted-1","stop_reason":"end_turn"}'
 "#;
 

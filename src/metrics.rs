@@ -1,0 +1,160 @@
+//! The bridge's counters, in one process-wide registry, so that the layers
+//! that see an event (the MCP server sees tool calls, the service sees runs
+//! end) count it where it happens, and `serve` exposes them all at
+//! `GET /metrics` in Prometheus text format. Commands that never expose them
+//! (`run`, `relay`) pay a few atomic adds.
+
+use std::sync::LazyLock;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// A finished run, by how it ended (`code` is empty for a completed run).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    harness: String,
+    outcome: String,
+    code: String,
+}
+
+/// An MCP tool call, by tool and outcome (`ok` or the error code).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+    outcome: String,
+}
+
+/// Every metric the bridge keeps.
+pub struct Metrics {
+    registry: Registry,
+    runs: Family<RunLabels, Counter>,
+    run_seconds: Histogram,
+    running: Gauge,
+    queued: Gauge,
+    mcp_calls: Family<ToolLabels, Counter>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process's metrics.
+pub fn global() -> &'static Metrics {
+    &METRICS
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("harness_bridge");
+        let runs = Family::<RunLabels, Counter>::default();
+        registry.register(
+            "runs",
+            "Runs ended, by harness and outcome (completed, failed) with the failure code",
+            runs.clone(),
+        );
+        // Turns last from under a second (a short answer) to the 10-minute
+        // default timeout.
+        let run_seconds = Histogram::new([
+            0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+        ]);
+        registry.register(
+            "run_duration_seconds",
+            "Time from a run's start (after its queue wait) to its terminal result",
+            run_seconds.clone(),
+        );
+        let running = Gauge::default();
+        registry.register("runs_running", "Runs whose harness is running", running.clone());
+        let queued = Gauge::default();
+        registry.register(
+            "queue_depth",
+            "Turns waiting for their conversation or a free slot",
+            queued.clone(),
+        );
+        let mcp_calls = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "mcp_calls",
+            "Host tool calls served over MCP, by tool and outcome (ok or the error code)",
+            mcp_calls.clone(),
+        );
+        Metrics {
+            registry,
+            runs,
+            run_seconds,
+            running,
+            queued,
+            mcp_calls,
+        }
+    }
+
+    /// A run left its queue and started.
+    pub fn run_started(&self) {
+        self.running.inc();
+    }
+
+    /// A started run ended: `code` is `None` when it completed.
+    pub fn run_ended(&self, harness: &str, code: Option<&str>, seconds: f64) {
+        self.running.dec();
+        self.run_seconds.observe(seconds);
+        self.runs
+            .get_or_create(&RunLabels {
+                harness: harness.to_string(),
+                outcome: if code.is_some() { "failed" } else { "completed" }.into(),
+                code: code.unwrap_or_default().to_string(),
+            })
+            .inc();
+    }
+
+    /// The number of turns waiting now.
+    pub fn set_queued(&self, waiting: usize) {
+        self.queued.set(i64::try_from(waiting).unwrap_or(i64::MAX));
+    }
+
+    /// An MCP tool call ended. `tool` must be a known tool name (callers
+    /// map anything else to `unknown`, so a harness cannot grow the label
+    /// set without bound).
+    pub fn mcp_call(&self, tool: &str, outcome: &str) {
+        self.mcp_calls
+            .get_or_create(&ToolLabels {
+                tool: tool.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Everything, in Prometheus text exposition format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_show_up_in_the_text() {
+        let metrics = Metrics::new();
+        metrics.run_started();
+        metrics.run_ended("codex", Some("cancelled"), 0.3);
+        metrics.mcp_call("history_page", "ok");
+        metrics.set_queued(3);
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"harness_bridge_runs_total{harness="codex",outcome="failed",code="cancelled"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"harness_bridge_run_duration_seconds_bucket{le="0.5"} 1"#));
+        assert!(text.contains(
+            r#"harness_bridge_mcp_calls_total{tool="history_page",outcome="ok"} 1"#
+        ));
+        assert!(text.contains("harness_bridge_queue_depth 3"));
+        assert!(text.contains("harness_bridge_runs_running 0"));
+    }
+}

@@ -1,0 +1,295 @@
+//! The run journal: one row per run the service accepted, written when it
+//! is queued, started and ended, with its results at the end. It is what
+//! makes a crash visible: a run still `queued` or `running` when the
+//! service starts again was in flight when the last one died, and is
+//! marked failed (`interrupted`) before anything else happens. It also
+//! keeps finished runs retrievable by id after they leave memory, for
+//! `retention_hours`.
+//!
+//! A SQLite file of its own beside the host store (`serve-runs.db`): the
+//! host store is the host's, and the journal is the service's.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::RunStatus;
+use crate::protocol::AgentRunResult;
+
+const FILE: &str = "serve-runs.db";
+
+/// The failure code of a run found in flight at start.
+pub const INTERRUPTED: &str = "interrupted";
+
+/// A run as the journal has it.
+#[derive(Debug, Clone)]
+pub struct JournalRun {
+    /// The run's conversation.
+    pub conversation_id: String,
+    /// The harness it ran on.
+    pub harness: String,
+    /// Where it got to.
+    pub status: RunStatus,
+    /// The failure code, when it failed.
+    pub code: Option<String>,
+    /// Its results (empty for a run that was interrupted).
+    pub results: Vec<AgentRunResult>,
+}
+
+/// A run found in flight when the journal was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted {
+    /// The run.
+    pub run_id: String,
+    /// Its harness's process group, if one had started: what may be left
+    /// of it is the new service's to kill.
+    pub pgid: Option<i32>,
+}
+
+/// The journal file.
+pub struct Journal {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Queued => "queued",
+        RunStatus::Running => "running",
+        RunStatus::Completed => "completed",
+        RunStatus::Failed => "failed",
+    }
+}
+
+fn status_of(name: &str) -> RunStatus {
+    match name {
+        "queued" => RunStatus::Queued,
+        "running" => RunStatus::Running,
+        "completed" => RunStatus::Completed,
+        _ => RunStatus::Failed,
+    }
+}
+
+impl Journal {
+    /// Open (or create) the journal in `dir`, mark every run left in flight
+    /// as failed, and drop runs that ended more than `retention` ago.
+    /// Returns the journal and the runs it marked.
+    pub fn open(dir: &Path, retention: Duration) -> Result<(Journal, Vec<Interrupted>), String> {
+        let path = dir.join(FILE);
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let fail = |e: rusqlite::Error| format!("run journal {}: {e}", path.display());
+        let conn = Connection::open(&path).map_err(fail)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
+             PRAGMA busy_timeout = 5000;
+             CREATE TABLE IF NOT EXISTS runs (
+                 run_id TEXT PRIMARY KEY,
+                 conversation_id TEXT NOT NULL,
+                 harness TEXT NOT NULL,
+                 status TEXT NOT NULL,
+                 code TEXT,
+                 pgid INTEGER,
+                 queued_at_ms INTEGER NOT NULL,
+                 ended_at_ms INTEGER,
+                 results TEXT
+             );
+             CREATE INDEX IF NOT EXISTS runs_ended ON runs(ended_at_ms);",
+        )
+        .map_err(fail)?;
+        let journal = Journal {
+            conn: Mutex::new(conn),
+            path: path.clone(),
+        };
+        let interrupted = journal.recover().map_err(fail)?;
+        journal.prune(retention).map_err(fail)?;
+        Ok((journal, interrupted))
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn recover(&self) -> rusqlite::Result<Vec<Interrupted>> {
+        let conn = self.conn();
+        let ids = conn
+            .prepare("SELECT run_id, pgid FROM runs WHERE status IN ('queued', 'running')")?
+            .query_map([], |row| {
+                Ok(Interrupted {
+                    run_id: row.get(0)?,
+                    pgid: row.get(1)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        conn.execute(
+            "UPDATE runs SET status = 'failed', code = ?1, ended_at_ms = ?2
+             WHERE status IN ('queued', 'running')",
+            params![INTERRUPTED, now_ms()],
+        )?;
+        Ok(ids)
+    }
+
+    /// Forget runs that ended longer than `retention` ago.
+    pub fn prune(&self, retention: Duration) -> rusqlite::Result<usize> {
+        let cutoff = now_ms() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        self.conn().execute(
+            "DELETE FROM runs WHERE ended_at_ms IS NOT NULL AND ended_at_ms < ?1",
+            params![cutoff],
+        )
+    }
+
+    fn report(&self, e: rusqlite::Error) {
+        // The journal is bookkeeping: a run goes on when it cannot be
+        // written, and the operator hears why.
+        tracing::error!(journal = %self.path.display(), "cannot write the run journal: {e}");
+    }
+
+    /// Whether a run with this id was ever accepted (run ids are used once).
+    pub fn contains(&self, run_id: &str) -> bool {
+        self.conn()
+            .query_row("SELECT 1 FROM runs WHERE run_id = ?1", [run_id], |_| Ok(()))
+            .optional()
+            .unwrap_or_else(|e| {
+                self.report(e);
+                None
+            })
+            .is_some()
+    }
+
+    /// A run was accepted.
+    pub fn queued(&self, run_id: &str, conversation_id: &str, harness: &str) {
+        let written = self.conn().execute(
+            "INSERT OR IGNORE INTO runs (run_id, conversation_id, harness, status, queued_at_ms)
+             VALUES (?1, ?2, ?3, 'queued', ?4)",
+            params![run_id, conversation_id, harness, now_ms()],
+        );
+        if let Err(e) = written {
+            self.report(e);
+        }
+    }
+
+    /// A run started.
+    pub fn started(&self, run_id: &str) {
+        let written = self.conn().execute(
+            "UPDATE runs SET status = 'running' WHERE run_id = ?1",
+            [run_id],
+        );
+        if let Err(e) = written {
+            self.report(e);
+        }
+    }
+
+    /// A run's harness started in process group `pgid` (a run may start
+    /// two, when a stale session is retried fresh: the last one counts).
+    pub fn spawned(&self, run_id: &str, pgid: i32) {
+        let written = self
+            .conn()
+            .execute("UPDATE runs SET pgid = ?2 WHERE run_id = ?1", params![run_id, pgid]);
+        if let Err(e) = written {
+            self.report(e);
+        }
+    }
+
+    /// A run ended, with everything it produced.
+    pub fn ended(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        code: Option<&str>,
+        results: &[AgentRunResult],
+    ) {
+        let results = serde_json::to_string(results).unwrap_or_else(|_| "[]".into());
+        let written = self.conn().execute(
+            "UPDATE runs SET status = ?2, code = ?3, ended_at_ms = ?4, results = ?5
+             WHERE run_id = ?1",
+            params![run_id, status_name(status), code, now_ms(), results],
+        );
+        if let Err(e) = written {
+            self.report(e);
+        }
+    }
+
+    /// A run by id.
+    pub fn get(&self, run_id: &str) -> Option<JournalRun> {
+        let row = self
+            .conn()
+            .query_row(
+                "SELECT conversation_id, harness, status, code, results FROM runs WHERE run_id = ?1",
+                [run_id],
+                |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, Option<String>>(3)?,
+                        row.get::<_, Option<String>>(4)?,
+                    ))
+                },
+            )
+            .optional();
+        let (conversation_id, harness, status, code, results) = match row {
+            Ok(row) => row?,
+            Err(e) => {
+                self.report(e);
+                return None;
+            }
+        };
+        Some(JournalRun {
+            conversation_id,
+            harness,
+            status: status_of(&status),
+            code,
+            results: results
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_left_in_flight_is_failed_on_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = Duration::from_secs(86_400);
+        {
+            let (journal, interrupted) = Journal::open(dir.path(), day).unwrap();
+            assert!(interrupted.is_empty());
+            journal.queued("r1", "c", "claude-code");
+            journal.started("r1");
+            journal.spawned("r1", 4242);
+            journal.queued("r2", "c", "claude-code");
+            journal.queued("r3", "d", "codex");
+            journal.started("r3");
+            journal.ended("r3", RunStatus::Completed, None, &[]);
+            assert!(journal.contains("r2"));
+        }
+        let (journal, mut interrupted) = Journal::open(dir.path(), day).unwrap();
+        interrupted.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        let r = |run_id: &str, pgid| Interrupted {
+            run_id: run_id.into(),
+            pgid,
+        };
+        assert_eq!(interrupted, [r("r1", Some(4242)), r("r2", None)]);
+        let r1 = journal.get("r1").unwrap();
+        assert_eq!(r1.status, RunStatus::Failed);
+        assert_eq!(r1.code.as_deref(), Some(INTERRUPTED));
+        assert_eq!(journal.get("r3").unwrap().status, RunStatus::Completed);
+        assert!(journal.get("nope").is_none());
+        // Retention: everything ended counts as older than zero.
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(journal.prune(Duration::ZERO).unwrap(), 3);
+        assert!(!journal.contains("r1"));
+    }
+}
