@@ -65,7 +65,11 @@ impl Metrics {
             run_seconds.clone(),
         );
         let running = Gauge::default();
-        registry.register("runs_running", "Runs whose harness is running", running.clone());
+        registry.register(
+            "runs_running",
+            "Runs whose harness is running",
+            running.clone(),
+        );
         let queued = Gauge::default();
         registry.register(
             "queue_depth",
@@ -100,7 +104,12 @@ impl Metrics {
         self.runs
             .get_or_create(&RunLabels {
                 harness: harness.to_string(),
-                outcome: if code.is_some() { "failed" } else { "completed" }.into(),
+                outcome: if code.is_some() {
+                    "failed"
+                } else {
+                    "completed"
+                }
+                .into(),
                 code: code.unwrap_or_default().to_string(),
             })
             .inc();
@@ -151,9 +160,9 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"harness_bridge_run_duration_seconds_bucket{le="0.5"} 1"#));
-        assert!(text.contains(
-            r#"harness_bridge_mcp_calls_total{tool="history_page",outcome="ok"} 1"#
-        ));
+        assert!(
+            text.contains(r#"harness_bridge_mcp_calls_total{tool="history_page",outcome="ok"} 1"#)
+        );
         assert!(text.contains("harness_bridge_queue_depth 3"));
         assert!(text.contains("harness_bridge_runs_running 0"));
     }

@@ -7,21 +7,31 @@
 
 mod common;
 
+use common::server::ServeProcess;
+
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
+/// A serve process whose harness is the scripted one.
 struct Server {
-    child: tokio::process::Child,
-    url: String,
-    data: Arc<tempfile::TempDir>,
+    process: ServeProcess,
     tools: Arc<tempfile::TempDir>,
-    client: reqwest::Client,
-    /// Every line serve wrote to stderr.
-    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = ServeProcess;
+    fn deref(&self) -> &ServeProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut ServeProcess {
+        &mut self.process
+    }
 }
 
 impl Server {
@@ -45,67 +55,19 @@ impl Server {
         mode: &str,
         extra: &str,
     ) -> Server {
-        let config = data.path().join("bridge.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "listen: 127.0.0.1:0\nadapters: {}\ndefault_harness: scripted\nkill_grace_seconds: 1\nset_env:\n  FAKE_MODE: {mode}\n{extra}",
-                tools.path().join("adapters").display()
-            ),
-        )
-        .unwrap();
-        let mut child = tokio::process::Command::new(common::bridge_bin())
-            .arg("--data-dir")
-            .arg(data.path())
-            .args(["--log-format", "json", "serve"])
-            .arg("--config")
-            .arg(&config)
-            .env_clear()
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    tools.path().display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            )
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("serve starts");
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let url = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(url) = line.strip_prefix("harness-bridge serving on ") {
-                    return url.to_string();
-                }
-                log.lock().unwrap().push(line);
-            }
-            panic!("serve exited before listening: {:?}", log.lock().unwrap());
-        })
-        .await
-        .expect("serve listens in time");
-        // Keep draining stderr so the server never blocks on it.
-        let kept = log.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                kept.lock().unwrap().push(line);
-            }
-        });
+        let config = format!(
+            "adapters: {}\ndefault_harness: scripted\nkill_grace_seconds: 1\nset_env:\n  FAKE_MODE: {mode}\n{extra}",
+            tools.path().join("adapters").display()
+        );
+        let path = format!(
+            "{}:{}",
+            tools.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
         Server {
-            child,
-            url,
-            data,
+            process: ServeProcess::spawn(data, &config, &[("PATH", path)]).await,
             tools,
-            client: reqwest::Client::new(),
-            log,
         }
-    }
-
-    async fn get_text(&self, path: &str) -> String {
-        let response = self.client.get(format!("{}{path}", self.url)).send().await;
-        response.expect("answered").text().await.unwrap_or_default()
     }
 
     /// The run id of the (only) run whose harness has started, from the
@@ -148,16 +110,6 @@ impl Server {
             vec![serde_json::from_str(&body).unwrap_or(Value::Null)]
         };
         (status, results)
-    }
-
-    async fn get_json(&self, path: &str) -> Value {
-        let response = self.client.get(format!("{}{path}", self.url)).send().await;
-        let text = response.expect("answered").text().await.unwrap_or_default();
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
-    }
-
-    fn workspaces(&self) -> std::path::PathBuf {
-        self.data.path().join("workspaces")
     }
 
     /// Post a turn and read its stream in the background.
@@ -238,7 +190,10 @@ async fn turns_of_one_conversation_run_in_order_and_resume() {
     // The second waited for the first: it resumed the session the first stored.
     assert_eq!(session(&first)["resumed"], false);
     assert_eq!(session(&second)["resumed"], true);
-    assert_eq!(session(&second)["session_id"], session(&first)["session_id"]);
+    assert_eq!(
+        session(&second)["session_id"],
+        session(&first)["session_id"]
+    );
     // Strictly one after the other: the harness logged both turns in the
     // conversation's workspace, and they do not overlap.
     assert_sequential(&server.workspaces(), 2);
@@ -303,12 +258,7 @@ async fn sigterm_during_a_run_stops_everything() {
     let run = server.post_in_background();
     server.wait_for_harness().await;
     let root = server.workspaces();
-    let pid = nix::unistd::Pid::from_raw(server.child.id().unwrap() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
-        .await
-        .expect("serve exits")
-        .unwrap();
+    let status = server.stop().await;
     assert!(status.success(), "{status:?}");
     let body = run.await.unwrap();
     let last: Value =
@@ -319,6 +269,33 @@ async fn sigterm_during_a_run_stops_everything() {
     );
     let left = common::processes_under(&root);
     assert!(left.is_empty(), "processes left behind: {left:?}");
+
+    // The store is consistent: after a restart the run is a finished,
+    // cancelled run with all its results (not an interrupted one), the
+    // pointer it stored on the way out is resumed, and the transcript
+    // holds both turns.
+    let run_id = last["run_id"].as_str().unwrap().to_string();
+    let (data, tools) = (server.data.clone(), server.tools.clone());
+    drop(server);
+    let server = Server::start_in(data, tools, "quiet", "").await;
+    let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["results"].as_array().unwrap().last().unwrap(), &last);
+    let (_, results) = server.turn("c", "again").await;
+    let session = &terminal(&results)["data"]["message"]["metadata"]["session"];
+    assert_eq!(session["resumed"], true, "{results:?}");
+    let args = std::fs::read_to_string(
+        walkdir::WalkDir::new(&root)
+            .into_iter()
+            .filter_map(Result::ok)
+            .find(|e| e.file_name() == "received-args")
+            .unwrap()
+            .path(),
+    )
+    .unwrap();
+    assert!(args.starts_with("--resume\nscripted-hang\n"), "{args}");
+    let history = server.get_json("/v1/conversations/c/history").await;
+    assert_eq!(history["items"].as_array().unwrap().len(), 3, "{history}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -424,7 +401,10 @@ async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         left = common::processes_under(&root);
     }
-    assert!(left.is_empty(), "the crashed run's processes are left: {left:?}");
+    assert!(
+        left.is_empty(),
+        "the crashed run's processes are left: {left:?}"
+    );
     let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
     assert_eq!(run["status"], "failed", "{run}");
     assert_eq!(run["code"], "interrupted", "{run}");

@@ -198,16 +198,18 @@ impl HarnessProcess {
         let stderr = StderrTail::new(launch.env);
         let stderr_done = child.stderr.take().map(|pipe| {
             let tail = stderr.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(pipe).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if !line.trim().is_empty() {
-                        tracing::debug!(target: "harness_stderr", "{}", tail.redact(&line));
-                        tail.push(&line);
+            tokio::spawn(
+                async move {
+                    let mut lines = BufReader::new(pipe).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        if !line.trim().is_empty() {
+                            tracing::debug!(target: "harness_stderr", "{}", tail.redact(&line));
+                            tail.push(&line);
+                        }
                     }
                 }
-            }
-            .in_current_span())
+                .in_current_span(),
+            )
         });
         Ok((
             HarnessProcess {
@@ -284,7 +286,11 @@ pub fn kill_leftover_group(pgid: i32, root: &Path) -> usize {
     let mut members = 0;
     let mut ours = false;
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -299,10 +305,15 @@ pub fn kill_leftover_group(pgid: i32, root: &Path) -> usize {
             continue;
         }
         members += 1;
-        ours |= std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&root));
+        ours |=
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&root));
     }
     if ours {
-        tracing::warn!(pgid, members, "killing a harness group left by a bridge that died");
+        tracing::warn!(
+            pgid,
+            members,
+            "killing a harness group left by a bridge that died"
+        );
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
     members

@@ -421,7 +421,10 @@ impl RunTools {
         args: Option<rmcp::model::JsonObject>,
     ) -> CallToolResult {
         let args = Value::Object(args.unwrap_or_default());
-        let tool = TOOLS.iter().find(|t| t.name == name).map_or("unknown", |t| t.name);
+        let tool = TOOLS
+            .iter()
+            .find(|t| t.name == name)
+            .map_or("unknown", |t| t.name);
         let scope = &access.host.grant().scope;
         let span = tracing::info_span!(
             "mcp",

@@ -191,9 +191,10 @@ impl Journal {
     /// A run's harness started in process group `pgid` (a run may start
     /// two, when a stale session is retried fresh: the last one counts).
     pub fn spawned(&self, run_id: &str, pgid: i32) {
-        let written = self
-            .conn()
-            .execute("UPDATE runs SET pgid = ?2 WHERE run_id = ?1", params![run_id, pgid]);
+        let written = self.conn().execute(
+            "UPDATE runs SET pgid = ?2 WHERE run_id = ?1",
+            params![run_id, pgid],
+        );
         if let Err(e) = written {
             self.report(e);
         }

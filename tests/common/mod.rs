@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 pub mod scripted;
+pub mod server;
 
 use std::path::PathBuf;
 use std::sync::Arc;

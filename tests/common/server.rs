@@ -1,0 +1,94 @@
+//! `harness-bridge serve` as a child process: started on an OS-chosen
+//! loopback port with a given `bridge.yaml` and environment, its stderr
+//! (JSON log lines) kept for the test to read.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+pub struct ServeProcess {
+    pub child: tokio::process::Child,
+    pub url: String,
+    pub data: Arc<tempfile::TempDir>,
+    pub client: reqwest::Client,
+    /// Every line serve wrote to stderr.
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl ServeProcess {
+    /// Start serve on `data` with `config` (`listen: 127.0.0.1:0` is
+    /// added) and exactly `env`.
+    pub async fn spawn(
+        data: Arc<tempfile::TempDir>,
+        config: &str,
+        env: &[(&str, String)],
+    ) -> ServeProcess {
+        let file = data.path().join("bridge.yaml");
+        std::fs::write(&file, format!("listen: 127.0.0.1:0\n{config}")).unwrap();
+        let mut child = tokio::process::Command::new(super::bridge_bin())
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["--log-format", "json", "serve"])
+            .arg("--config")
+            .arg(&file)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("serve starts");
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let url = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(url) = line.strip_prefix("harness-bridge serving on ") {
+                    return url.to_string();
+                }
+                log.lock().unwrap().push(line);
+            }
+            panic!("serve exited before listening: {:?}", log.lock().unwrap());
+        })
+        .await
+        .expect("serve listens in time");
+        // Keep draining stderr so the server never blocks on it.
+        let kept = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                kept.lock().unwrap().push(line);
+            }
+        });
+        ServeProcess {
+            child,
+            url,
+            data,
+            client: reqwest::Client::new(),
+            log,
+        }
+    }
+
+    pub async fn get_text(&self, path: &str) -> String {
+        let response = self.client.get(format!("{}{path}", self.url)).send().await;
+        response.expect("answered").text().await.unwrap_or_default()
+    }
+
+    pub async fn get_json(&self, path: &str) -> Value {
+        let text = self.get_text(path).await;
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    pub fn workspaces(&self) -> std::path::PathBuf {
+        self.data.path().join("workspaces")
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit.
+    pub async fn stop(&mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id().expect("running") as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("serve exits")
+            .unwrap()
+    }
+}
