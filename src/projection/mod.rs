@@ -150,10 +150,8 @@ fn archive_previous_run(
     if keep > 0 {
         let folder = safe_component(&previous_run);
         for file in paths::ARCHIVED {
-            if let Some(bytes) = ws.read(&file)? {
-                let target = [paths::RUNS[0], paths::RUNS[1], folder.as_str(), file[1]];
-                ws.write(&target, &bytes, Access::Shared)?;
-            }
+            let target = [paths::RUNS[0], paths::RUNS[1], folder.as_str(), file[1]];
+            ws.keep_copy(&file, &target, Access::Shared)?;
         }
     }
     // Oldest first by modification time; remove beyond `keep`.

@@ -8,6 +8,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use base64::Engine as _;
@@ -38,7 +40,114 @@ pub struct Outbox {
     before: HashMap<PathBuf, Stamp>,
     sent: HashSet<PathBuf>,
     events: mpsc::UnboundedReceiver<PathBuf>,
-    _watcher: Option<notify::RecommendedWatcher>,
+    _watch: Option<Registration>,
+}
+
+/// One watcher for every run in the process. The kernel allows a user
+/// only so many inotify instances (often 128): a watcher per run would
+/// stop watching at the 129th concurrent run, while one instance holds
+/// thousands of watches.
+struct SharedWatcher {
+    watcher: notify::RecommendedWatcher,
+    routes: Arc<Mutex<Routes>>,
+}
+
+/// Outbox folder → the runs watching it (by registration id).
+type Routes = HashMap<PathBuf, Vec<(u64, mpsc::UnboundedSender<PathBuf>)>>;
+
+static SHARED: Mutex<Option<SharedWatcher>> = Mutex::new(None);
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A run's place in the shared watcher; dropping it stops the watch.
+struct Registration {
+    dir: PathBuf,
+    id: u64,
+}
+
+impl SharedWatcher {
+    fn start() -> notify::Result<SharedWatcher> {
+        let routes: Arc<Mutex<Routes>> = Arc::default();
+        let seen = routes.clone();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else { return };
+            let finished = matches!(
+                event.kind,
+                EventKind::Access(AccessKind::Close(AccessMode::Write))
+                    | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+            );
+            if !finished {
+                return;
+            }
+            let routes = lock(&seen);
+            for path in event.paths {
+                // The nearest watched folder above the file is its outbox.
+                if let Some(runs) = path.ancestors().skip(1).find_map(|dir| routes.get(dir)) {
+                    for (_, tx) in runs {
+                        let _ = tx.send(path.clone());
+                    }
+                }
+            }
+        })?;
+        Ok(SharedWatcher { watcher, routes })
+    }
+}
+
+impl Registration {
+    fn new(dir: &Path, tx: mpsc::UnboundedSender<PathBuf>) -> notify::Result<Registration> {
+        let mut shared = lock(&SHARED);
+        if shared.is_none() {
+            *shared = Some(SharedWatcher::start()?);
+        }
+        let Some(shared) = shared.as_mut() else {
+            return Err(notify::Error::generic("the outbox watcher is gone"));
+        };
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let first = {
+            let mut routes = lock(&shared.routes);
+            let runs = routes.entry(dir.to_path_buf()).or_default();
+            runs.push((id, tx));
+            runs.len() == 1
+        };
+        if first {
+            if let Err(e) = shared.watcher.watch(dir, RecursiveMode::Recursive) {
+                lock(&shared.routes).remove(dir);
+                return Err(e);
+            }
+        }
+        Ok(Registration {
+            dir: dir.to_path_buf(),
+            id,
+        })
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut shared = lock(&SHARED);
+        let Some(shared) = shared.as_mut() else {
+            return;
+        };
+        let last = {
+            let mut routes = lock(&shared.routes);
+            let Some(runs) = routes.get_mut(&self.dir) else {
+                return;
+            };
+            runs.retain(|(id, _)| *id != self.id);
+            let last = runs.is_empty();
+            if last {
+                routes.remove(&self.dir);
+            }
+            last
+        };
+        if last {
+            // Gone already when the folder was removed: nothing to undo.
+            let _ = shared.watcher.unwatch(&self.dir);
+        }
+    }
 }
 
 impl Outbox {
@@ -61,21 +170,7 @@ impl Outbox {
             .filter_map(|p| stamp(&p).map(|s| (p, s)))
             .collect();
         let (tx, events) = mpsc::unbounded_channel();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let Ok(event) = event else { return };
-            let finished = matches!(
-                event.kind,
-                EventKind::Access(AccessKind::Close(AccessMode::Write))
-                    | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
-            );
-            if finished {
-                for path in event.paths {
-                    let _ = tx.send(path);
-                }
-            }
-        })
-        .and_then(|mut w| w.watch(&dir, RecursiveMode::Recursive).map(|()| w));
-        let watcher = watcher
+        let watch = Registration::new(&dir, tx)
             .inspect_err(|e| {
                 tracing::warn!("outbox watcher not started ({e}); files are collected at the end")
             })
@@ -85,7 +180,7 @@ impl Outbox {
             before,
             sent: HashSet::new(),
             events,
-            _watcher: watcher,
+            _watch: watch,
         })
     }
 
@@ -233,6 +328,31 @@ pub async fn artifact(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn hundreds_of_runs_at_once_are_all_watched() {
+        // More than the usual per-user inotify instance limit (128).
+        let workspaces: Vec<_> = (0..300).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut outboxes: Vec<_> = workspaces
+            .iter()
+            .map(|ws| Outbox::watch(ws.path()).unwrap())
+            .collect();
+        for ws in [&workspaces[0], &workspaces[299]] {
+            std::fs::write(ws.path().join("outbox/out.txt"), "x").unwrap();
+        }
+        for i in [0, 299] {
+            let seen = tokio::time::timeout(std::time::Duration::from_secs(5), outboxes[i].next())
+                .await
+                .expect("the file is seen while the run goes on");
+            assert_eq!(seen, Some(workspaces[i].path().join("outbox/out.txt")));
+        }
+        // Another run's file is not this run's.
+        assert!(outboxes[1].events.try_recv().is_err());
+        // Runs that end stop watching; the folder may be watched again.
+        outboxes.truncate(1);
+        let again = Outbox::watch(workspaces[299].path()).unwrap();
+        assert!(again._watch.is_some());
+    }
 
     #[tokio::test]
     async fn files_are_reported_once_and_old_ones_not_again() {

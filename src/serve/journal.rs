@@ -147,6 +147,18 @@ impl Journal {
         )
     }
 
+    /// Run one write through the statement cache; a failure is reported,
+    /// not returned.
+    fn write(&self, sql: &str, params: impl rusqlite::Params) {
+        let written = self
+            .conn()
+            .prepare_cached(sql)
+            .and_then(|mut statement| statement.execute(params));
+        if let Err(e) = written {
+            self.report(e);
+        }
+    }
+
     fn report(&self, e: rusqlite::Error) {
         // The journal is bookkeeping: a run goes on when it cannot be
         // written, and the operator hears why.
@@ -167,37 +179,28 @@ impl Journal {
 
     /// A run was accepted.
     pub fn queued(&self, run_id: &str, conversation_id: &str, harness: &str) {
-        let written = self.conn().execute(
+        self.write(
             "INSERT OR IGNORE INTO runs (run_id, conversation_id, harness, status, queued_at_ms)
              VALUES (?1, ?2, ?3, 'queued', ?4)",
             params![run_id, conversation_id, harness, now_ms()],
         );
-        if let Err(e) = written {
-            self.report(e);
-        }
     }
 
     /// A run started.
     pub fn started(&self, run_id: &str) {
-        let written = self.conn().execute(
+        self.write(
             "UPDATE runs SET status = 'running' WHERE run_id = ?1",
             [run_id],
         );
-        if let Err(e) = written {
-            self.report(e);
-        }
     }
 
     /// A run's harness started in process group `pgid` (a run may start
     /// two, when a stale session is retried fresh: the last one counts).
     pub fn spawned(&self, run_id: &str, pgid: i32) {
-        let written = self.conn().execute(
+        self.write(
             "UPDATE runs SET pgid = ?2 WHERE run_id = ?1",
             params![run_id, pgid],
         );
-        if let Err(e) = written {
-            self.report(e);
-        }
     }
 
     /// A run ended, with everything it produced.
@@ -209,14 +212,11 @@ impl Journal {
         results: &[AgentRunResult],
     ) {
         let results = serde_json::to_string(results).unwrap_or_else(|_| "[]".into());
-        let written = self.conn().execute(
+        self.write(
             "UPDATE runs SET status = ?2, code = ?3, ended_at_ms = ?4, results = ?5
              WHERE run_id = ?1",
             params![run_id, status_name(status), code, now_ms(), results],
         );
-        if let Err(e) = written {
-            self.report(e);
-        }
     }
 
     /// A run by id.

@@ -276,6 +276,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = http::router(service.clone());
     let shutdown = stop.clone();
+    // Results are small writes: without TCP_NODELAY a run's last lines can
+    // wait for the client's delayed ACK (40 ms on Linux) before they leave.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    });
     let server = axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await });
     // Streams of running turns hold their connections open: the turns are

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 
-use super::{db_error, json_text, new_id, parse_json, write_error};
+use super::{db_error, execute_cached, json_text, new_id, parse_json, write_error};
 use crate::host::grant::now_ms;
 use crate::host::{HostResult, NewArtifact};
 use crate::protocol::{AgentAPIError, ArtifactMetadata, ArtifactReadResult};
@@ -57,7 +57,7 @@ pub(super) fn insert(
         Some(id) if !id.is_empty() => id.clone(),
         _ => new_id("art")?,
     };
-    tx.execute(
+    execute_cached(tx,
         "INSERT INTO artifacts (artifact_id, artifact_type, mime_type, name, size_bytes, sha256, source,
              conversation_id, run_id, runner_id, created_at, expires_at, metadata)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",

@@ -4,7 +4,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params, params_from_iter};
 
 use super::streams::{self, PageRequest, open_page};
-use super::{db_error, json_text, parse_json};
+use super::{db_error, execute_cached, json_text, parse_json};
 use crate::host::grant::now_ms;
 use crate::host::{Cursor, CursorCodec, CursorKind, EventQuery, HostResult, NewEvent, RunScope};
 use crate::protocol::{AgentAPIError, AgentEventRecord, EventPage};
@@ -157,7 +157,7 @@ pub(super) fn append(
         }
         None => (None, None),
     };
-    tx.execute(
+    execute_cached(tx,
         "INSERT INTO events (stream_id, seq, event_id, event_type, event_time, source, bot_id, workspace_id,
              conversation_id, thread_id, actor_type, actor_id, actor_name, subject_type, subject_id,
              input_summary, input_ref, raw_ref, created_at, metadata)

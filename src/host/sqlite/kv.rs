@@ -8,7 +8,7 @@
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde_json::Value;
 
-use super::db_error;
+use super::{db_error, execute_cached};
 use crate::host::grant::now_ms;
 use crate::host::{HostResult, RunScope, StateEntry};
 use crate::protocol::{AgentAPIError, StateScope, StorageKind};
@@ -90,7 +90,7 @@ pub(super) fn state_set(
 ) -> HostResult<()> {
     let text =
         serde_json::to_string(value).map_err(|e| AgentAPIError::invalid_argument(e.to_string()))?;
-    tx.execute(
+    execute_cached(tx,
         "INSERT INTO state (scope, owner, key, value, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (scope, owner, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
         params![state.as_str(), owner, key, text, now_ms()],
@@ -105,7 +105,8 @@ pub(super) fn state_delete(
     owner: &str,
     key: &str,
 ) -> HostResult<bool> {
-    tx.execute(
+    execute_cached(
+        tx,
         "DELETE FROM state WHERE scope = ?1 AND owner = ?2 AND key = ?3",
         params![state.as_str(), owner, key],
     )
@@ -173,7 +174,7 @@ pub(super) fn storage_set(
     key: &str,
     value: &[u8],
 ) -> HostResult<()> {
-    tx.execute(
+    execute_cached(tx,
         "INSERT INTO storage (area, owner, key, value, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (area, owner, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
         params![area_name(area), owner, key, value, now_ms()],
@@ -188,7 +189,8 @@ pub(super) fn storage_delete(
     owner: &str,
     key: &str,
 ) -> HostResult<bool> {
-    tx.execute(
+    execute_cached(
+        tx,
         "DELETE FROM storage WHERE area = ?1 AND owner = ?2 AND key = ?3",
         params![area_name(area), owner, key],
     )

@@ -65,6 +65,17 @@ pub enum OpenError {
     Random(String),
 }
 
+/// Run a statement through the connection's statement cache: the same few
+/// statements run every turn, and parsing them anew each time showed up
+/// in the service's profile.
+pub(crate) fn execute_cached(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}
+
 pub(crate) fn db_error(e: rusqlite::Error) -> AgentAPIError {
     AgentAPIError::runtime(format!("host store error: {e}"))
 }

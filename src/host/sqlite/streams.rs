@@ -8,7 +8,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use super::db_error;
+use super::{db_error, execute_cached};
 use crate::host::{
     Cursor, CursorCodec, CursorKind, Direction, EventQuery, HistoryQuery, HostResult, RunScope,
 };
@@ -42,7 +42,8 @@ pub(super) fn find(conn: &Connection, conversation: &str, thread: &str) -> HostR
 
 /// The id of a stream, created on first write.
 pub(super) fn ensure(tx: &Transaction<'_>, conversation: &str, thread: &str) -> HostResult<i64> {
-    tx.execute(
+    execute_cached(
+        tx,
         "INSERT INTO streams (conversation_id, thread_id) VALUES (?1, ?2)
          ON CONFLICT (conversation_id, thread_id) DO NOTHING",
         params![conversation, thread],

@@ -3,7 +3,7 @@
 use rusqlite::{Connection, Row, Transaction, params};
 
 use super::streams::{self, PageRequest, open_page};
-use super::{db_error, json_text, new_id, parse_json, write_error};
+use super::{db_error, execute_cached, json_text, new_id, parse_json, write_error};
 use crate::host::grant::now_ms;
 use crate::host::{
     Cursor, CursorCodec, CursorKind, HistoryQuery, HostResult, NewTranscriptItem, RunScope,
@@ -250,7 +250,7 @@ pub(super) fn append(
     } else {
         &item.item_type
     };
-    tx.execute(
+    execute_cached(tx,
             "INSERT INTO transcript (stream_id, seq, transcript_id, event_id, bot_id, workspace_id, role,
                  item_type, content, content_json, artifact_refs, created_at, metadata)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ",

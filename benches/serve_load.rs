@@ -1,0 +1,383 @@
+//! `harness-bridge serve` under load: many conversations at once, each
+//! sending turns one after another, against a fake harness that prints a
+//! recorded Claude Code stream. Reports runs per second, the latency the
+//! bridge adds to each turn (p50/p99), the bridge's peak RSS, and checks
+//! that every result arrived exactly once and in sequence.
+//!
+//! The fake harness is `examples/fake_harness.rs`, a tiny std-only program
+//! the bench builds first: it notes when it started and ended (in
+//! `harness-timing` in its workspace), waits `HB_FAKE_THINK_MS` (a model
+//! thinking) after its first line, and prints a recorded stream. A turn's
+//! added latency is what the client waited minus the harness's own time
+//! from `main` to exit, so starting the process counts against the bridge;
+//! the bench also reports what starting it directly costs, for scale.
+//!
+//! Conversations start spread over one harness turn, as people write at
+//! different moments, and keep sending until they have sent `TURNS`.
+//!
+//! Reproduce: `cargo bench --bench serve_load` (defaults: 256 conversations,
+//! 4 turns each, harness turns of 0, 2 and 5 s; `CONVERSATIONS`, `TURNS`,
+//! `THINK_MS` to change them).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+const SPEC: &str = r#"
+name: fake
+label: Fake
+description: Prints a recorded Claude Code stream.
+binary: fake-harness
+argv:
+  new: ["--new"]
+  resume: ["--resume", "{session_id}"]
+stdin: prompt
+env:
+  pass: [PATH, "HB_FAKE_*"]
+skills_dir: .fake/skills
+mcp_format: claude-json
+decoder: claude-stream-json
+session_not_found: "No conversation found"
+install_hint: "the bench starts itself as the fake harness"
+"#;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is understood.
+    let conversations = env_or("CONVERSATIONS", 256);
+    let turns = env_or("TURNS", 4);
+    // Three loads: harness turns that take no time (the bridge's own
+    // throughput, everything queued), and harness turns of 2 s and 5 s (a
+    // model answering) — where the added latency means something.
+    let thinks = match std::env::var("THINK_MS") {
+        Ok(v) => vec![v.parse().expect("THINK_MS is a number of milliseconds")],
+        Err(_) => vec![0, 2000, 5000],
+    };
+    direct_launch_cost();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for think in thinks {
+        runtime.block_on(load(conversations, turns, think));
+    }
+}
+
+/// Build the fake harness (an example of this package) and return its path.
+fn fake_harness_binary() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let output = std::process::Command::new(env!("CARGO"))
+                .args([
+                    "build",
+                    "--release",
+                    "--example",
+                    "fake_harness",
+                    "--message-format=json",
+                ])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("cargo builds the fake harness");
+            assert!(output.status.success(), "the fake harness does not build");
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
+                .expect("cargo names the fake harness executable")
+        })
+        .clone()
+}
+
+/// Start the fake harness directly (no bridge) and report what launching
+/// it costs beyond its own time: a floor no launcher goes under.
+fn direct_launch_cost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let binary = fake_harness_binary();
+    let mut costs: Vec<f64> = (0..100)
+        .map(|_| {
+            let started = Instant::now();
+            let mut child = std::process::Command::new(&binary)
+                .current_dir(dir.path())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("the fake harness starts");
+            drop(child.stdin.take());
+            child.wait().expect("it exits");
+            started.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    let text = std::fs::read_to_string(dir.path().join("harness-timing")).expect("timing");
+    let own: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.split(' ').filter_map(|v| v.parse::<u128>().ok());
+            Some((parts.next()?, parts.next()?))
+        })
+        .map(|(start, end)| (end - start) as f64 / 1e6)
+        .collect();
+    for (cost, own) in costs.iter_mut().zip(own) {
+        *cost -= own;
+    }
+    costs.sort_by(f64::total_cmp);
+    println!(
+        "direct launch of the fake harness (no bridge): p50 {:.2} ms, p99 {:.2} ms beyond its own time",
+        percentile(&costs, 0.5),
+        percentile(&costs, 0.99)
+    );
+}
+
+/// What one turn looked like from the client.
+struct Turn {
+    conversation: usize,
+    index: usize,
+    latency: Duration,
+    run_id: String,
+    results: usize,
+}
+
+async fn load(conversations: usize, turns: usize, think: usize) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tools = dir.path().join("tools");
+    std::fs::create_dir_all(tools.join("adapters")).expect("tools");
+    std::fs::write(tools.join("adapters/fake.yaml"), SPEC).expect("spec");
+    std::os::unix::fs::symlink(fake_harness_binary(), tools.join("fake-harness")).expect("link");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).expect("data");
+    let config = data.join("bridge.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: 127.0.0.1:0\nadapters: {}\ndefault_harness: fake\nmax_concurrent_runs: {conversations}\n\
+             set_env:\n  HB_FAKE_THINK_MS: \"{think}\"\n",
+            tools.join("adapters").display()
+        ),
+    )
+    .expect("config");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                tools.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env(
+            "RUST_LOG",
+            std::env::var("SERVE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let pid = child.id().expect("serve pid");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut url = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(found) = line.strip_prefix("harness-bridge serving on ") {
+            url = found.to_string();
+            break;
+        }
+        eprintln!("{line}");
+    }
+    assert!(!url.is_empty(), "serve did not start");
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("serve: {line}");
+        }
+    });
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(conversations)
+        .build()
+        .expect("client");
+    let url = Arc::new(url);
+
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..conversations)
+        .map(|conversation| {
+            let client = client.clone();
+            let url = url.clone();
+            // Conversations start spread over one think time, as people
+            // do, rather than all in the same millisecond.
+            let offset = Duration::from_millis((think * conversation / conversations) as u64);
+            tokio::spawn(async move {
+                tokio::time::sleep(offset).await;
+                let mut done = Vec::new();
+                for index in 0..turns {
+                    let sent = Instant::now();
+                    let body = client
+                        .post(format!("{url}/v1/runs"))
+                        .body(
+                            json!({"conversation": format!("load-{conversation}"), "text": format!("turn {index}")})
+                                .to_string(),
+                        )
+                        .send()
+                        .await
+                        .expect("answered")
+                        .text()
+                        .await
+                        .expect("body");
+                    let latency = sent.elapsed();
+                    let results: Vec<Value> = body
+                        .lines()
+                        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+                        .collect();
+                    let sequences: Vec<u64> = results
+                        .iter()
+                        .filter_map(|r| r["sequence"].as_u64())
+                        .collect();
+                    assert_eq!(
+                        sequences,
+                        (1..=results.len() as u64).collect::<Vec<_>>(),
+                        "results out of sequence: {body}"
+                    );
+                    let last = results.last().expect("results");
+                    assert_eq!(last["type"], "run.completed", "{body}");
+                    done.push(Turn {
+                        conversation,
+                        index,
+                        latency,
+                        run_id: last["run_id"].as_str().unwrap_or("").to_string(),
+                        results: results.len(),
+                    });
+                }
+                done
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("a client task"));
+    }
+    let wall = started.elapsed();
+    let peak_kb = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+        })
+        .unwrap_or(0);
+
+    // CPU the bridge itself spent (user + system, in clock ticks of 10 ms).
+    let cpu_s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let fields: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks =
+                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0);
+
+    // Exactly once: every run id distinct, and the service's record of
+    // each run holds the same number of results the stream delivered.
+    let ids: HashSet<&str> = all.iter().map(|t| t.run_id.as_str()).collect();
+    assert_eq!(ids.len(), conversations * turns, "lost or duplicated runs");
+    let mut mismatched = 0;
+    for turn in &all {
+        let run: Value = client
+            .get(format!("{url}/v1/runs/{}", turn.run_id))
+            .send()
+            .await
+            .expect("answered")
+            .json()
+            .await
+            .expect("JSON");
+        if run["results"].as_array().map_or(0, Vec::len) != turn.results {
+            mismatched += 1;
+        }
+    }
+    assert_eq!(mismatched, 0, "stream and record disagree");
+
+    // The harness's own time per turn, from its workspace.
+    let mut own: HashMap<(usize, usize), f64> = HashMap::new();
+    for entry in walkdir::WalkDir::new(data.join("workspaces"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() == "harness-timing")
+    {
+        let workspace = entry.path().parent().expect("workspace");
+        let conversation = conversation_of(workspace);
+        let text = std::fs::read_to_string(entry.path()).expect("timing");
+        for (index, line) in text.lines().enumerate() {
+            let mut parts = line.split(' ').filter_map(|v| v.parse::<u128>().ok());
+            if let (Some(start), Some(end)) = (parts.next(), parts.next()) {
+                own.insert((conversation, index), (end - start) as f64 / 1e6);
+            }
+        }
+    }
+    let mut added: Vec<f64> = all
+        .iter()
+        .map(|t| {
+            let harness = own.get(&(t.conversation, t.index)).copied().unwrap_or(0.0);
+            t.latency.as_secs_f64() * 1e3 - harness
+        })
+        .collect();
+    assert_eq!(own.len(), all.len(), "a turn's harness timing is missing");
+    added.sort_by(f64::total_cmp);
+    let mut latency: Vec<f64> = all.iter().map(|t| t.latency.as_secs_f64() * 1e3).collect();
+    latency.sort_by(f64::total_cmp);
+    let results: usize = all.iter().map(|t| t.results).sum();
+    println!(
+        "serve load: {conversations} conversations x {turns} turns, harness think {think} ms\n  \
+         {} runs in {:.2} s = {:.0} runs/s; {results} results, 0 lost, 0 duplicated\n  \
+         turn latency p50 {:.1} ms, p99 {:.1} ms\n  \
+         added by the bridge p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (target p99 < 20)\n  \
+         bridge peak RSS {:.1} MB (target < 150); bridge CPU {:.2} ms per run",
+        all.len(),
+        wall.as_secs_f64(),
+        all.len() as f64 / wall.as_secs_f64(),
+        percentile(&latency, 0.5),
+        percentile(&latency, 0.99),
+        percentile(&added, 0.5),
+        percentile(&added, 0.99),
+        added.last().copied().unwrap_or(0.0),
+        peak_kb as f64 / 1024.0,
+        cpu_s * 1e3 / all.len() as f64,
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+}
+
+/// The conversation index of a workspace, from its projected context.
+fn conversation_of(workspace: &Path) -> usize {
+    let ctx: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace.join(".langbot/agent-context.json")).expect("context"),
+    )
+    .expect("context JSON");
+    ctx["conversation_id"]
+        .as_str()
+        .or_else(|| ctx["conversation"]["conversation_id"].as_str())
+        .and_then(|c| c.strip_prefix("load-"))
+        .and_then(|n| n.parse().ok())
+        .expect("a load conversation")
+}
