@@ -165,7 +165,7 @@ async fn load(conversations: usize, turns: usize, think: usize) {
     std::fs::write(
         &config,
         format!(
-            "listen: 127.0.0.1:0\nadapters: {}\ndefault_harness: fake\nmax_concurrent_runs: {conversations}\n\
+            "listen: 127.0.0.1:0\nno_auth: true\nadapters: {}\ndefault_harness: fake\nmax_concurrent_runs: {conversations}\n\
              set_env:\n  HB_FAKE_THINK_MS: \"{think}\"\n",
             tools.join("adapters").display()
         ),

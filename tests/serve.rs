@@ -427,3 +427,58 @@ async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
         .collect();
     assert_eq!(texts.len(), 3, "{texts:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_needs_the_token_serve_keeps_unless_auth_is_off() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = Server::start("quiet", "").await;
+    let token = server.token.clone().expect("serve generates a token");
+    let file = server.data.path().join("api-token");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "only the operator reads the token");
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(!log.contains(&token), "the token is never logged: {log}");
+    assert!(log.contains("api-token"), "serve says where it is: {log}");
+
+    let stranger = reqwest::Client::new();
+    let status = |r: reqwest::Response| r.status().as_u16();
+    for path in ["/v1/runners", "/metrics", "/v1/runs/nope"] {
+        let url = format!("{}{path}", server.url);
+        assert_eq!(status(stranger.get(&url).send().await.unwrap()), 401, "{path}");
+        let wrong = stranger.get(&url).bearer_auth("0123456789abcdef0123");
+        assert_eq!(status(wrong.send().await.unwrap()), 401, "{path}");
+    }
+    let post = stranger
+        .post(format!("{}/v1/runs", server.url))
+        .body(json!({"conversation": "c", "text": "hi"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(post), 401);
+    for path in ["/", "/healthz"] {
+        let open = stranger.get(format!("{}{path}", server.url)).send().await;
+        assert_eq!(status(open.unwrap()), 200, "{path}");
+    }
+    let runners = server.get_json("/v1/runners").await;
+    assert!(runners["runners"].is_array(), "{runners}");
+
+    // A restart keeps the token; `no_auth` turns it off (on loopback).
+    let (data, tools) = (server.data.clone(), server.tools.clone());
+    drop(server);
+    let again = Server::start_in(data, tools.clone(), "quiet", "").await;
+    assert_eq!(again.token.as_deref(), Some(token.as_str()));
+    let open = Server::start_in(
+        Arc::new(tempfile::tempdir().unwrap()),
+        tools,
+        "quiet",
+        "no_auth: true\n",
+    )
+    .await;
+    assert!(open.token.is_none());
+    let answer = stranger
+        .get(format!("{}/v1/runners", open.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(answer), 200);
+}

@@ -13,7 +13,8 @@ use crate::serve::{ServeConfig, Service};
 
 /// What `serve --help` adds after the options: the API in brief.
 pub const AFTER_HELP: &str = "\
-API (bearer token from api_tokens on every route but / and /healthz):
+API (bearer token on every route but / and /healthz: one of api_tokens,
+or, when there are none, the one serve keeps in STORE/api-token):
   GET  /                             the debug chat page: pick a harness, a conversation and an actor,
                                      send messages, watch the reply, tool calls and the resume pointer
   POST /v1/runs                      an AgentRunContext, or {conversation, text, actor?, harness?, config?};
@@ -62,6 +63,22 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    let mut config = config;
+    if config.api_tokens.is_empty() && !config.no_auth {
+        match api_token(&store_dir) {
+            Ok((token, file)) => {
+                eprintln!(
+                    "API token: in {} (send Authorization: Bearer <token>; set api_tokens to choose your own)",
+                    file.display()
+                );
+                config.api_tokens.push(token);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::FAILURE;
+            }
+        }
+    }
     let workspace_root = config
         .workspace_root
         .clone()
@@ -119,4 +136,38 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
             exit::FAILURE
         }
     }
+}
+
+/// The service's own token, in `dir/api-token`: read when it is there,
+/// generated (32 random bytes, hex, file mode 0600) when not. It lives in a
+/// file, not in the log, so it never lands where logs are collected.
+fn api_token(dir: &Path) -> Result<(String, PathBuf), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = dir.join("api-token");
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let token = text.trim().to_string();
+            if token.len() < 16 {
+                return Err(format!(
+                    "{} holds a token of under 16 characters; delete it to get a new one",
+                    file.display()
+                ));
+            }
+            return Ok((token, file));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for the API token: {e}"))?;
+    let token = hex::encode(bytes);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&file)
+        .and_then(|mut f| f.write_all(token.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    Ok((token, file))
 }

@@ -13,9 +13,11 @@ use serde::Deserialize;
 pub struct ServeConfig {
     /// Where the HTTP API listens. Loopback by default.
     pub listen: SocketAddr,
-    /// Bearer tokens the API accepts. Empty means no auth, which is allowed
-    /// only on a loopback address.
+    /// Bearer tokens the API accepts. Empty: the service uses the token in
+    /// `STORE/api-token`, generated on first start (0600).
     pub api_tokens: Vec<String>,
+    /// No token at all, for development on a loopback address only.
+    pub no_auth: bool,
     /// Folder of the embedded store (default: the data folder).
     pub store: Option<PathBuf>,
     /// Folder under which workspaces live (default: DATA_DIR/workspaces).
@@ -53,6 +55,7 @@ impl Default for ServeConfig {
         ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             api_tokens: Vec::new(),
+            no_auth: false,
             store: None,
             workspace_root: None,
             adapters: None,
@@ -97,11 +100,14 @@ impl ServeConfig {
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.api_tokens.is_empty() && !self.listen.ip().is_loopback() {
+        if self.no_auth && !self.listen.ip().is_loopback() {
             return Err(format!(
-                "api_tokens is empty but listen is {}: without tokens the API may only listen on a loopback address",
+                "no_auth is set but listen is {}: an API without tokens may only listen on a loopback address",
                 self.listen
             ));
+        }
+        if self.no_auth && !self.api_tokens.is_empty() {
+            return Err("no_auth and api_tokens are both set: choose one".into());
         }
         if self.api_tokens.iter().any(|t| t.len() < 16) {
             return Err("api_tokens: each token needs at least 16 characters".into());
@@ -137,8 +143,9 @@ mod tests {
             err.contains("bridge.yaml:1") && err.contains("max_concurent_runs"),
             "{err}"
         );
-        let err = load("listen: 0.0.0.0:8787\n").unwrap_err();
+        let err = load("listen: 0.0.0.0:8787\nno_auth: true\n").unwrap_err();
         assert!(err.contains("loopback"), "{err}");
+        assert!(load("no_auth: true\n").unwrap().no_auth);
         assert!(load("listen: 0.0.0.0:8787\napi_tokens: [0123456789abcdef0123]\n").is_ok());
         assert!(
             load("max_concurrent_runs: 0\n")

@@ -5,7 +5,8 @@
 // judges it.
 //
 // Environment: PLAYWRIGHT_CORE (path of the playwright-core package),
-// CHROMIUM (the browser), URL (the page), CONVERSATION, HARNESS, FIRST,
+// CHROMIUM (the browser), URL (the page), TOKEN (the API token),
+// CONVERSATION, HARNESS, FIRST,
 // SECOND (the messages), STREAMED (text that must show while the run is
 // still going), SCREENSHOTS (a folder).
 "use strict";
@@ -27,6 +28,9 @@ async function main() {
     page.on("console", (m) => { if (m.type() === "error") out.console_errors.push(m.text()); });
     page.on("pageerror", (e) => out.console_errors.push(String(e)));
     await page.goto(process.env.URL);
+    // The page asks for the API token (serve keeps it in STORE/api-token).
+    await page.fill("#token", process.env.TOKEN);
+    await page.dispatchEvent("#token", "change");
     await page.waitForFunction((h) => [...document.querySelectorAll("#harness option")].some((o) => o.value === h),
       process.env.HARNESS, WAIT);
     await page.selectOption("#harness", process.env.HARNESS);

@@ -12,7 +12,10 @@ pub struct ServeProcess {
     pub child: tokio::process::Child,
     pub url: String,
     pub data: Arc<tempfile::TempDir>,
+    /// Sends the service's token on every request.
     pub client: reqwest::Client,
+    /// The token serve generated in `DATA/api-token` (none with `no_auth`).
+    pub token: Option<String>,
     /// Every line serve wrote to stderr.
     pub log: Arc<Mutex<Vec<String>>>,
 }
@@ -59,11 +62,24 @@ impl ServeProcess {
                 kept.lock().unwrap().push(line);
             }
         });
+        let token = std::fs::read_to_string(data.path().join("api-token")).ok();
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = &token {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {token}").parse().unwrap(),
+            );
+        }
+        let client = reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap();
         ServeProcess {
             child,
             url,
             data,
-            client: reqwest::Client::new(),
+            client,
+            token,
             log,
         }
     }
