@@ -114,12 +114,28 @@ impl Server {
 
     /// Post a turn and read its stream in the background.
     fn post_in_background(&self) -> tokio::task::JoinHandle<String> {
+        self.post_body_in_background(json!({"conversation": "c", "text": "hi"}))
+    }
+
+    /// Post a full context with our own run id, in the background.
+    fn post_run_in_background(
+        &self,
+        run_id: &str,
+        conversation: &str,
+        text: &str,
+    ) -> tokio::task::JoinHandle<String> {
+        let mut ctx = serde_json::to_value(common::context(run_id, conversation)).unwrap();
+        ctx["input"]["text"] = json!(text);
+        self.post_body_in_background(ctx)
+    }
+
+    fn post_body_in_background(&self, body: Value) -> tokio::task::JoinHandle<String> {
         let client = self.client.clone();
         let url = self.url.clone();
         tokio::spawn(async move {
             let response = client
                 .post(format!("{url}/v1/runs"))
-                .body(json!({"conversation": "c", "text": "hi"}).to_string())
+                .body(body.to_string())
                 .send()
                 .await;
             match response {
@@ -127,6 +143,39 @@ impl Server {
                 Err(_) => String::new(),
             }
         })
+    }
+
+    /// POST a path with no body; the status.
+    async fn post_status(&self, path: &str) -> u16 {
+        let response = self.client.post(format!("{}{path}", self.url)).send().await;
+        response.expect("answered").status().as_u16()
+    }
+
+    /// Poll `/metrics` until it holds every line in `expected`.
+    async fn wait_for_metrics(&self, expected: &[&str]) {
+        let mut metrics = String::new();
+        for _ in 0..100 {
+            metrics = self.get_text("/metrics").await;
+            if expected.iter().all(|e| metrics.contains(e)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{expected:?} not in:\n{metrics}");
+    }
+
+    /// Wait (bounded) until no process works under the workspaces.
+    async fn assert_nothing_left(&self) {
+        let root = self.workspaces();
+        let mut left = common::processes_under(&root);
+        for _ in 0..100 {
+            if left.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            left = common::processes_under(&root);
+        }
+        panic!("processes left behind: {left:?}");
     }
 
     /// Wait until the (hanging) harness and its child run.
@@ -208,25 +257,97 @@ async fn turns_of_one_conversation_run_in_order_and_resume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_429() {
-    let server = Server::start("slow", "max_queue_per_conversation: 1\n").await;
-    let (a, b, c) = tokio::join!(
-        server.turn("busy", "a"),
-        server.turn("busy", "b"),
-        server.turn("busy", "c")
+    let server = Server::start("hang", "max_queue_per_conversation: 1\n").await;
+    let _running = server.post_run_in_background("busy-1", "busy", "a");
+    server.wait_for_harness().await;
+    let _queued = server.post_run_in_background("busy-2", "busy", "b");
+    // The queue depth counts the waiting turn; one harness runs.
+    server
+        .wait_for_metrics(&[
+            "harness_bridge_queue_depth 1",
+            "harness_bridge_runs_running 1",
+        ])
+        .await;
+    let (status, refused) = server.turn("busy", "c").await;
+    assert_eq!(status, 429, "{refused:?}");
+    assert!(
+        refused[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("1 turns waiting"),
+        "{refused:?}"
     );
-    let statuses = [a.0, b.0, c.0];
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 429).count(),
-        1,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        2,
-        "{statuses:?}"
-    );
-    let refused = [&a, &b, &c].into_iter().find(|r| r.0 == 429).unwrap();
-    assert!(refused.1[0]["error"].as_str().unwrap().contains("waiting"));
+    // Another conversation is not held up by this one's queue.
+    assert_eq!(server.post_status("/v1/runs/busy-2/cancel").await, 202);
+    assert_eq!(server.post_status("/v1/runs/busy-1/cancel").await, 202);
+    server
+        .wait_for_metrics(&[
+            "harness_bridge_queue_depth 0",
+            "harness_bridge_runs_running 0",
+        ])
+        .await;
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cancelled_while_queued_leaves_no_trace_and_the_queue_moves_on() {
+    let server = Server::start("slow", "").await;
+    let first = server.post_run_in_background("q-1", "q", "first");
+    server.wait_for_harness().await;
+    let second = server.post_run_in_background("q-2", "q", "never run");
+    let third = server.post_run_in_background("q-3", "q", "third");
+    // q-2 and q-3 wait behind q-1; cancel q-2 while it waits.
+    server
+        .wait_for_metrics(&["harness_bridge_queue_depth 2"])
+        .await;
+    assert_eq!(server.post_status("/v1/runs/q-2/cancel").await, 202);
+    let second = second.await.unwrap();
+    let results: Vec<Value> = second
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 1, "one result, the terminal one: {second}");
+    assert_eq!(results[0]["data"]["code"], "cancelled");
+    assert_eq!(results[0]["sequence"], 1);
+    // The queue moved on: q-1 and q-3 both complete, in order.
+    for run in [first, third] {
+        let body = run.await.unwrap();
+        let last: Value = serde_json::from_str(body.lines().last().unwrap()).unwrap();
+        assert_eq!(last["type"], "run.completed", "{body}");
+    }
+    assert_sequential(&server.workspaces(), 2);
+    // The cancelled turn was never recorded.
+    let history = server.get_json("/v1/conversations/q/history").await;
+    assert!(!history.to_string().contains("never run"), "{history}");
+    assert_eq!(history["items"].as_array().unwrap().len(), 4, "{history}");
+    // Run ids are used once; an ended run cannot be cancelled.
+    let again = server
+        .post_run_in_background("q-1", "q", "again")
+        .await
+        .unwrap();
+    assert!(again.contains("used once"), "{again}");
+    assert_eq!(server.post_status("/v1/runs/q-1/cancel").await, 409);
+    assert_eq!(server.post_status("/v1/runs/nope/cancel").await, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_does_not_stop_its_run() {
+    let server = Server::start("slow", "").await;
+    let run = server.post_run_in_background("gone-1", "gone", "hello");
+    server.wait_for_harness().await;
+    run.abort(); // the client hangs up mid-stream
+    let _ = run.await;
+    let mut status = Value::Null;
+    for _ in 0..100 {
+        status = server.get_json("/v1/runs/gone-1").await;
+        if status["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status["status"], "completed", "{status}");
+    let results = status["results"].as_array().unwrap();
+    assert_eq!(results.last().unwrap()["type"], "run.completed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,7 +370,8 @@ async fn cancel_stops_the_run_and_its_process_group() {
         .unwrap();
     let last: Value = serde_json::from_str(body.lines().last().unwrap()).unwrap();
     assert_eq!(last["data"]["code"], "cancelled", "{last}");
-    assert!(common::processes_under(&root).is_empty());
+    assert!(root.exists());
+    server.assert_nothing_left().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,9 +379,18 @@ async fn sigterm_during_a_run_stops_everything() {
     let mut server = Server::start("hang", "shutdown_grace_seconds: 1\n").await;
     let run = server.post_in_background();
     server.wait_for_harness().await;
+    let queued = server.post_run_in_background("behind", "c", "queued");
+    server
+        .wait_for_metrics(&["harness_bridge_queue_depth 1"])
+        .await;
     let root = server.workspaces();
     let status = server.stop().await;
     assert!(status.success(), "{status:?}");
+    let queued = queued.await.unwrap();
+    assert!(
+        queued.contains("cancelled") && queued.lines().count() == 1,
+        "the queued turn ended at once, cancelled: {queued}"
+    );
     let body = run.await.unwrap();
     let last: Value =
         serde_json::from_str(body.lines().last().unwrap_or("null")).unwrap_or(Value::Null);
@@ -267,8 +398,7 @@ async fn sigterm_during_a_run_stops_everything() {
         last["data"]["code"], "cancelled",
         "the client saw the run end: {body}"
     );
-    let left = common::processes_under(&root);
-    assert!(left.is_empty(), "processes left behind: {left:?}");
+    server.assert_nothing_left().await;
 
     // The store is consistent: after a restart the run is a finished,
     // cancelled run with all its results (not an interrupted one), the
@@ -444,7 +574,11 @@ async fn the_api_needs_the_token_serve_keeps_unless_auth_is_off() {
     let status = |r: reqwest::Response| r.status().as_u16();
     for path in ["/v1/runners", "/metrics", "/v1/runs/nope"] {
         let url = format!("{}{path}", server.url);
-        assert_eq!(status(stranger.get(&url).send().await.unwrap()), 401, "{path}");
+        assert_eq!(
+            status(stranger.get(&url).send().await.unwrap()),
+            401,
+            "{path}"
+        );
         let wrong = stranger.get(&url).bearer_auth("0123456789abcdef0123");
         assert_eq!(status(wrong.send().await.unwrap()), 401, "{path}");
     }

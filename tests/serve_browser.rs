@@ -67,7 +67,10 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         .env("PLAYWRIGHT_CORE", &playwright)
         .env("CHROMIUM", chromium)
         .env("URL", format!("{}/", server.url))
-        .env("TOKEN", server.token.as_deref().expect("serve made a token"))
+        .env(
+            "TOKEN",
+            server.token.as_deref().expect("serve made a token"),
+        )
         .env("CONVERSATION", CONVERSATION)
         .env("HARNESS", "claude-code")
         .env("FIRST", ASK)

@@ -158,24 +158,42 @@ fn load_templates(dir: Option<&std::path::Path>) -> Result<crate::projection::Te
 /// A token cancelled by SIGTERM or Ctrl-C: how long-running commands
 /// learn to stop.
 fn stop_on_signal() -> tokio_util::sync::CancellationToken {
-    let stop = tokio_util::sync::CancellationToken::new();
-    let on_signal = stop.clone();
+    stop_and_hurry_on_signal().0
+}
+
+/// Two tokens: the first signal (SIGTERM or Ctrl-C) cancels the first
+/// (stop gracefully), a second one the second (stop now: an operator who
+/// presses Ctrl-C twice does not want to wait out the grace).
+fn stop_and_hurry_on_signal() -> (
+    tokio_util::sync::CancellationToken,
+    tokio_util::sync::CancellationToken,
+) {
+    let (stop, hurry) = (
+        tokio_util::sync::CancellationToken::new(),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let (on_stop, on_hurry) = (stop.clone(), hurry.clone());
     tokio::spawn(async move {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut signal = async || match term.as_mut() {
+            Some(term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
                 }
-                Err(_) => std::future::pending::<()>().await,
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
             }
         };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = term => {}
-        }
-        on_signal.cancel();
+        signal().await;
+        on_stop.cancel();
+        signal().await;
+        tracing::warn!("second signal: cancelling every run now");
+        on_hurry.cancel();
     });
-    stop
+    (stop, hurry)
 }
 
 /// Resolve the data folder: flag or env var, then XDG, then `~/.local/share`.

@@ -29,7 +29,8 @@ or, when there are none, the one serve keeps in STORE/api-token):
 
 Turns of one conversation run one after another, in arrival order; a full
 queue answers 429. SIGTERM or Ctrl-C: stop accepting, let running turns
-finish within shutdown_grace_seconds, then cancel them. Every run is
+finish within shutdown_grace_seconds (a second signal: at once), then
+cancel them; queued turns are cancelled at once. Every run is
 journaled beside the store (serve-runs.db); a run in flight when the bridge
 died is marked failed (code interrupted) at the next start.
 Logs: one line per event on stderr, each naming run_id and conversation;
@@ -92,8 +93,8 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
                     "run was in flight when the bridge last stopped; marked failed ({})",
                     crate::serve::INTERRUPTED
                 );
-                if let Some(pgid) = run.pgid {
-                    crate::harness::kill_leftover_group(pgid, &workspace_root);
+                if let (Some(pgid), Some(workspace)) = (run.pgid, &run.workspace) {
+                    crate::harness::kill_leftover_group(pgid, workspace);
                 }
             }
             journal
@@ -123,9 +124,9 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         eprintln!("harness-bridge serving on http://{addr}");
-        let stop = super::stop_on_signal();
+        let (stop, hurry) = super::stop_and_hurry_on_signal();
         let service = Service::new(bridge, journal, config);
-        crate::serve::serve(service, listener, stop)
+        crate::serve::serve(service, listener, stop, hurry)
             .await
             .map_err(|e| e.to_string())
     });

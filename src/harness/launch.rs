@@ -274,9 +274,10 @@ impl HarnessProcess {
 
 /// Kill what is left of a harness process group a previous bridge started
 /// and could not stop (it was killed outright): every process in group
-/// `pgid` gets SIGKILL, but only when one of them still works under
-/// `root`, so a group id the system has since reused for something else
-/// is left alone. Returns how many processes of the group were found.
+/// `pgid` gets SIGKILL, but only when one of them still works in `root`
+/// (the run's own workspace), so a group id the system has since reused
+/// for something else is left alone. Returns how many processes of the
+/// group were found.
 pub fn kill_leftover_group(pgid: i32, root: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;

@@ -212,48 +212,6 @@ impl ConfinedDir {
         }
     }
 
-    /// Keep the file at `from` also at `to` (folders created), without
-    /// copying: a hard link. That is safe because every write here replaces
-    /// a file (temp + rename) and never changes one in place, so the kept
-    /// copy cannot change when `from` is later rewritten. Where links are
-    /// refused (some filesystems), the bytes are copied instead. Returns
-    /// whether `from` existed.
-    pub fn keep_copy(
-        &self,
-        from: &[&str],
-        to: &[&str],
-        access: Access,
-    ) -> Result<bool, ProjectionError> {
-        let source = match self.existing(from)? {
-            Some((path, meta)) if meta.is_file() => path,
-            Some((path, _)) => {
-                return Err(ProjectionError::InTheWay {
-                    path,
-                    expected: "file",
-                });
-            }
-            None => return Ok(false),
-        };
-        let Some((file, folders)) = to.split_last() else {
-            return Err(ProjectionError::UnsafePath {
-                path: String::new(),
-                reason: "empty path",
-            });
-        };
-        check_parts(to)?;
-        let target = self.ensure_dir(folders)?.join(file);
-        match fs::hard_link(&source, &target) {
-            Ok(()) => Ok(true),
-            // Kept already (the same run projected twice).
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(true),
-            Err(_) => {
-                let bytes = fs::read(&source).map_err(ProjectionError::io("read", &source))?;
-                self.write(to, &bytes, access)?;
-                Ok(true)
-            }
-        }
-    }
-
     /// Sizes of several files under one folder (`None` where a file is
     /// missing). Each folder on the way is checked for symlinks once, not
     /// once per file: the fast path of an unchanged re-projection.

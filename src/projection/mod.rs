@@ -149,9 +149,13 @@ fn archive_previous_run(
     };
     if keep > 0 {
         let folder = safe_component(&previous_run);
+        // Copied, not linked: a harness may write a live file in place,
+        // which would change a linked archive too.
         for file in paths::ARCHIVED {
-            let target = [paths::RUNS[0], paths::RUNS[1], folder.as_str(), file[1]];
-            ws.keep_copy(&file, &target, Access::Shared)?;
+            if let Some(bytes) = ws.read(&file)? {
+                let target = [paths::RUNS[0], paths::RUNS[1], folder.as_str(), file[1]];
+                ws.write(&target, &bytes, Access::Shared)?;
+            }
         }
     }
     // Oldest first by modification time; remove beyond `keep`.

@@ -128,7 +128,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     };
     tracing::info!(harness = %spec.name, pgid = ?process.pgid(), "harness started");
     if let (Some(hook), Some(pgid)) = (live.on_spawn, process.pgid()) {
-        (hook.0)(pgid);
+        (hook.0)(pgid, launch.cwd);
     }
     let mut lines = LineBuffer::default();
     let mut buf = vec![0u8; 64 * 1024];

@@ -83,9 +83,13 @@ pub struct RunOptions {
     pub on_spawn: Option<SpawnHook>,
 }
 
-/// A callback with a harness's process group id, as it starts.
+/// What a [`SpawnHook`] calls: the process group id and the working
+/// directory of a harness that just started.
+pub type OnSpawn = dyn Fn(i32, &std::path::Path) + Send + Sync;
+
+/// A callback told each harness that starts.
 #[derive(Clone)]
-pub struct SpawnHook(pub Arc<dyn Fn(i32) + Send + Sync>);
+pub struct SpawnHook(pub Arc<OnSpawn>);
 
 impl std::fmt::Debug for SpawnHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -256,6 +260,11 @@ impl Bridge {
         cancel: &CancellationToken,
         summary: &mut RunSummary,
     ) -> Result<(), RunFailed> {
+        // Cancelled before it began (while queued): nothing is written,
+        // recorded or started.
+        if cancel.is_cancelled() {
+            return Err(fail("cancelled", "the run was cancelled before it started"));
+        }
         let spec = self.adapters.find(harness).ok_or_else(|| {
             let known: Vec<&str> = self
                 .adapters

@@ -40,6 +40,9 @@ pub struct ServeConfig {
     pub max_concurrent_runs: usize,
     /// Turns waiting per conversation before new ones get 429.
     pub max_queue_per_conversation: usize,
+    /// Turns accepted but not yet started, across conversations, before
+    /// new ones get 429.
+    pub max_queued_total: usize,
     /// A turn's timeout when the binding sets none, in seconds.
     pub turn_timeout_seconds: u64,
     /// Seconds between SIGTERM and SIGKILL for a stopped harness.
@@ -66,6 +69,7 @@ impl Default for ServeConfig {
             default_config: serde_json::Map::new(),
             max_concurrent_runs: 4,
             max_queue_per_conversation: 8,
+            max_queued_total: 1024,
             turn_timeout_seconds: 600,
             kill_grace_seconds: 5,
             shutdown_grace_seconds: 30,
@@ -117,6 +121,9 @@ impl ServeConfig {
         }
         if self.max_queue_per_conversation == 0 {
             return Err("max_queue_per_conversation must be at least 1".into());
+        }
+        if self.max_queued_total == 0 {
+            return Err("max_queued_total must be at least 1".into());
         }
         Ok(())
     }

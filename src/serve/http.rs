@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Refused, RunEntry, Service};
+use super::{QueueFull, Refused, RunEntry, Service};
 use crate::protocol::{JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
 
@@ -126,13 +126,19 @@ async fn create_run(
     let run_id = ctx.run_id.clone();
     match service.submit(ctx, harness) {
         Ok(run) => stream(run, &headers),
-        Err(Refused::Busy(full)) => error(
+        Err(Refused::Busy(QueueFull::Conversation(waiting))) => error(
             StatusCode::TOO_MANY_REQUESTS,
             format!(
-                "this conversation already has {} turns waiting; try again when one has run",
-                full.waiting
+                "this conversation already has {waiting} turns waiting; try again when one has run"
             ),
         ),
+        Err(Refused::Busy(QueueFull::Total(waiting))) => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "the bridge already has {waiting} turns waiting (max_queued_total); try again shortly"
+            ),
+        ),
+        Err(Refused::Unavailable(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
         Err(Refused::Duplicate) => error(
             StatusCode::CONFLICT,
             format!("run {run_id} exists; a run id is used once"),
@@ -251,15 +257,25 @@ async fn metrics(State(service): State<Arc<Service>>) -> Response {
 }
 
 async fn cancel_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>) -> Response {
-    match service.run(&run_id) {
-        Some(run) => {
-            run.cancel();
-            (
-                StatusCode::ACCEPTED,
-                axum::Json(json!({"run_id": run_id, "status": run.status()})),
-            )
-                .into_response()
-        }
+    if let Some(run) = service.run(&run_id) {
+        run.cancel();
+        return (
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"run_id": run_id, "status": run.status()})),
+        )
+            .into_response();
+    }
+    match service.past_run(&run_id) {
+        Some(past) => error(
+            StatusCode::CONFLICT,
+            format!(
+                "run {run_id} has already ended ({}); there is nothing to cancel",
+                serde_json::to_value(past.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            ),
+        ),
         None => error(StatusCode::NOT_FOUND, format!("no run {run_id}")),
     }
 }

@@ -43,9 +43,19 @@ pub struct JournalRun {
 pub struct Interrupted {
     /// The run.
     pub run_id: String,
-    /// Its harness's process group, if one had started: what may be left
-    /// of it is the new service's to kill.
+    /// Its harness's process group, if one had started since the machine
+    /// last booted: what may be left of it is the new service's to kill.
     pub pgid: Option<i32>,
+    /// The harness's working directory (its conversation's workspace).
+    pub workspace: Option<PathBuf>,
+}
+
+/// This boot of the machine: a process group id from another boot means
+/// nothing now.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The journal file.
@@ -99,6 +109,8 @@ impl Journal {
                  status TEXT NOT NULL,
                  code TEXT,
                  pgid INTEGER,
+                 workspace TEXT,
+                 boot_id TEXT,
                  queued_at_ms INTEGER NOT NULL,
                  ended_at_ms INTEGER,
                  results TEXT
@@ -121,12 +133,18 @@ impl Journal {
 
     fn recover(&self) -> rusqlite::Result<Vec<Interrupted>> {
         let conn = self.conn();
-        let ids = conn
-            .prepare("SELECT run_id, pgid FROM runs WHERE status IN ('queued', 'running')")?
+        let boot = boot_id();
+        let runs = conn
+            .prepare(
+                "SELECT run_id, pgid, workspace, boot_id FROM runs
+                 WHERE status IN ('queued', 'running')",
+            )?
             .query_map([], |row| {
+                let same_boot = row.get::<_, Option<String>>(3)?.as_deref() == Some(&boot);
                 Ok(Interrupted {
                     run_id: row.get(0)?,
-                    pgid: row.get(1)?,
+                    pgid: row.get::<_, Option<i32>>(1)?.filter(|_| same_boot),
+                    workspace: row.get::<_, Option<String>>(2)?.map(PathBuf::from),
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -135,7 +153,7 @@ impl Journal {
              WHERE status IN ('queued', 'running')",
             params![INTERRUPTED, now_ms()],
         )?;
-        Ok(ids)
+        Ok(runs)
     }
 
     /// Forget runs that ended longer than `retention` ago.
@@ -165,16 +183,18 @@ impl Journal {
         tracing::error!(journal = %self.path.display(), "cannot write the run journal: {e}");
     }
 
-    /// Whether a run with this id was ever accepted (run ids are used once).
-    pub fn contains(&self, run_id: &str) -> bool {
+    /// Whether a run with this id was accepted within the retention (run
+    /// ids are used once). An error means the journal cannot tell, and
+    /// the caller should not guess.
+    pub fn contains(&self, run_id: &str) -> Result<bool, String> {
         self.conn()
-            .query_row("SELECT 1 FROM runs WHERE run_id = ?1", [run_id], |_| Ok(()))
-            .optional()
-            .unwrap_or_else(|e| {
-                self.report(e);
-                None
+            .prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1")
+            .and_then(|mut statement| statement.exists([run_id]))
+            .map_err(|e| {
+                let message = format!("cannot read the run journal: {e}");
+                tracing::error!(journal = %self.path.display(), "{message}");
+                message
             })
-            .is_some()
     }
 
     /// A run was accepted.
@@ -194,12 +214,13 @@ impl Journal {
         );
     }
 
-    /// A run's harness started in process group `pgid` (a run may start
-    /// two, when a stale session is retried fresh: the last one counts).
-    pub fn spawned(&self, run_id: &str, pgid: i32) {
+    /// A run's harness started in process group `pgid`, working in
+    /// `workspace` (a run may start two, when a stale session is retried
+    /// fresh: the last one counts).
+    pub fn spawned(&self, run_id: &str, pgid: i32, workspace: &Path) {
         self.write(
-            "UPDATE runs SET pgid = ?2 WHERE run_id = ?1",
-            params![run_id, pgid],
+            "UPDATE runs SET pgid = ?2, workspace = ?3, boot_id = ?4 WHERE run_id = ?1",
+            params![run_id, pgid, workspace.to_string_lossy(), boot_id()],
         );
     }
 
@@ -269,20 +290,24 @@ mod tests {
             assert!(interrupted.is_empty());
             journal.queued("r1", "c", "claude-code");
             journal.started("r1");
-            journal.spawned("r1", 4242);
+            journal.spawned("r1", 4242, Path::new("/w/c"));
             journal.queued("r2", "c", "claude-code");
             journal.queued("r3", "d", "codex");
             journal.started("r3");
             journal.ended("r3", RunStatus::Completed, None, &[]);
-            assert!(journal.contains("r2"));
+            assert!(journal.contains("r2").unwrap());
         }
         let (journal, mut interrupted) = Journal::open(dir.path(), day).unwrap();
         interrupted.sort_by(|a, b| a.run_id.cmp(&b.run_id));
-        let r = |run_id: &str, pgid| Interrupted {
+        let r = |run_id: &str, pgid, workspace: Option<&str>| Interrupted {
             run_id: run_id.into(),
             pgid,
+            workspace: workspace.map(PathBuf::from),
         };
-        assert_eq!(interrupted, [r("r1", Some(4242)), r("r2", None)]);
+        assert_eq!(
+            interrupted,
+            [r("r1", Some(4242), Some("/w/c")), r("r2", None, None)]
+        );
         let r1 = journal.get("r1").unwrap();
         assert_eq!(r1.status, RunStatus::Failed);
         assert_eq!(r1.code.as_deref(), Some(INTERRUPTED));
@@ -291,6 +316,6 @@ mod tests {
         // Retention: everything ended counts as older than zero.
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(journal.prune(Duration::ZERO).unwrap(), 3);
-        assert!(!journal.contains("r1"));
+        assert!(!journal.contains("r1").unwrap());
     }
 }

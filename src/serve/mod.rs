@@ -12,6 +12,7 @@ mod queue;
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,9 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::ServeConfig;
 pub use journal::{INTERRUPTED, Interrupted, Journal, JournalRun};
-pub use queue::{QueueFull, Scheduler};
+pub use queue::{QueueFull, Scheduler, Ticket};
 
-use crate::protocol::{AgentRunContext, AgentRunResult};
+use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
 use crate::run::{Bridge, RunOptions, SpawnHook};
 
 /// Where a run is.
@@ -49,6 +50,8 @@ pub struct RunEntry {
     pub harness: String,
     status: Mutex<RunStatus>,
     results: Mutex<Vec<AgentRunResult>>,
+    /// Counted in `runs_running` (and not yet taken off).
+    counted: AtomicBool,
     /// Number of results so far; changes wake streaming clients.
     count: watch::Sender<usize>,
     cancel: CancellationToken,
@@ -61,6 +64,7 @@ impl RunEntry {
             harness,
             status: Mutex::new(RunStatus::Queued),
             results: Mutex::new(Vec::new()),
+            counted: AtomicBool::new(false),
             count: watch::channel(0).0,
             cancel: CancellationToken::new(),
         })
@@ -109,16 +113,20 @@ pub struct Service {
     runs: Mutex<HashMap<String, Arc<RunEntry>>>,
     journal: Journal,
     tasks: tokio_util::task::TaskTracker,
+    /// Set once shutdown begins: new runs are refused.
+    closing: AtomicBool,
     config: ServeConfig,
 }
 
 /// Why a run was not accepted.
 #[derive(Debug)]
 pub enum Refused {
-    /// The conversation's queue is full (429).
+    /// A queue is full (429).
     Busy(QueueFull),
-    /// A run with this id exists (409).
+    /// A run with this id exists or existed (409).
     Duplicate,
+    /// The service is shutting down, or cannot check its journal (503).
+    Unavailable(String),
 }
 
 impl Service {
@@ -128,11 +136,13 @@ impl Service {
             scheduler: Scheduler::new(
                 config.max_concurrent_runs,
                 config.max_queue_per_conversation,
+                config.max_queued_total,
             ),
             bridge: Arc::new(bridge),
             runs: Mutex::new(HashMap::new()),
             journal,
             tasks: tokio_util::task::TaskTracker::new(),
+            closing: AtomicBool::new(false),
             config,
         })
     }
@@ -158,9 +168,19 @@ impl Service {
         ctx: AgentRunContext,
         harness: String,
     ) -> Result<Arc<RunEntry>, Refused> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Refused::Unavailable(
+                "the bridge is shutting down; send the turn again when it is back".into(),
+            ));
+        }
         let conversation = ctx.conversation_id().unwrap_or("_").to_string();
         let mut runs = self.runs();
-        if runs.contains_key(&ctx.run_id) || self.journal.contains(&ctx.run_id) {
+        let known = runs.contains_key(&ctx.run_id)
+            || self
+                .journal
+                .contains(&ctx.run_id)
+                .map_err(Refused::Unavailable)?;
+        if known {
             return Err(Refused::Duplicate);
         }
         let ticket = self
@@ -174,65 +194,118 @@ impl Service {
         let service = self.clone();
         let run = entry.clone();
         self.tasks.spawn(async move {
-            let turn = tokio::select! {
-                turn = ticket.start() => Some(turn),
-                () = run.cancel.cancelled() => None,
-            };
-            service.journal.started(&ctx.run_id);
-            let metrics = crate::metrics::global();
-            metrics.run_started();
-            let started = std::time::Instant::now();
-            let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
-            let forward = {
-                let run = run.clone();
-                tokio::spawn(async move {
-                    while let Some(result) = rx.recv().await {
-                        run.push(result);
-                    }
-                })
-            };
-            run.set_status(RunStatus::Running);
-            // A run cancelled while queued still ends with its one
-            // `run.failed` (`cancelled`): the bridge sees the token at once.
-            let summary = service
-                .bridge
-                .run(
-                    &ctx,
-                    &run.harness,
-                    &RunOptions {
-                        on_spawn: Some(SpawnHook(Arc::new({
-                            let service = service.clone();
-                            let run_id = ctx.run_id.clone();
-                            move |pgid| service.journal.spawned(&run_id, pgid)
-                        }))),
-                        ..RunOptions::default()
-                    },
-                    tx,
-                    run.cancel.clone(),
-                )
-                .await;
-            let _ = forward.await;
-            drop(turn);
-            let status = match summary.outcome {
-                crate::protocol::ResultType::RunCompleted => RunStatus::Completed,
-                _ => RunStatus::Failed,
-            };
+            let run_id = ctx.run_id.clone();
+            // Its own task, so that a panic in a run is caught here and the
+            // run still ends properly for its client and the journal.
+            let turn = tokio::spawn(service.clone().execute(ctx, run.clone(), ticket));
+            if let Err(e) = turn.await {
+                service.abandon(&run_id, &run, &e.to_string());
+            }
+        });
+        Ok(entry)
+    }
+
+    /// One run, from its place in the queue to its record in the journal.
+    async fn execute(self: Arc<Self>, ctx: AgentRunContext, run: Arc<RunEntry>, ticket: Ticket) {
+        let turn = tokio::select! {
+            turn = ticket.start() => Some(turn),
+            () = run.cancel.cancelled() => None,
+        };
+        // A run cancelled while queued goes through the bridge too, which
+        // sees the cancel before doing anything and sends the run's one
+        // `run.failed` (`cancelled`): no workspace, no records, no harness.
+        if turn.is_some() {
+            self.journal.started(&ctx.run_id);
+        }
+        let metrics = crate::metrics::global();
+        metrics.run_started();
+        run.counted.store(true, Ordering::Release);
+        let started = std::time::Instant::now();
+        let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
+        let forward = {
+            let run = run.clone();
+            tokio::spawn(async move {
+                while let Some(result) = rx.recv().await {
+                    run.push(result);
+                }
+            })
+        };
+        run.set_status(RunStatus::Running);
+        let spawned = SpawnHook(Arc::new({
+            let service = self.clone();
+            let run_id = ctx.run_id.clone();
+            move |pgid, workspace: &std::path::Path| {
+                service.journal.spawned(&run_id, pgid, workspace)
+            }
+        }));
+        let summary = self
+            .bridge
+            .run(
+                &ctx,
+                &run.harness,
+                &RunOptions {
+                    on_spawn: Some(spawned),
+                    ..RunOptions::default()
+                },
+                tx,
+                run.cancel.clone(),
+            )
+            .await;
+        let _ = forward.await;
+        drop(turn);
+        let status = match summary.outcome {
+            crate::protocol::ResultType::RunCompleted => RunStatus::Completed,
+            _ => RunStatus::Failed,
+        };
+        if run.counted.swap(false, Ordering::AcqRel) {
             metrics.run_ended(
                 &run.harness,
                 summary.failure_code.as_deref(),
                 started.elapsed().as_secs_f64(),
             );
-            // Journal first, then out of memory: a lookup always finds it.
-            service.journal.ended(
-                &ctx.run_id,
-                status,
-                summary.failure_code.as_deref(),
+        }
+        // Journal first, then out of memory: a lookup always finds it.
+        self.journal.ended(
+            &ctx.run_id,
+            status,
+            summary.failure_code.as_deref(),
+            &run.results_from(0),
+        );
+        run.set_status(status);
+        self.runs().remove(&ctx.run_id);
+    }
+
+    /// A run's task died (a bug): end the run for its client, the journal
+    /// and the metrics, and say so in the log.
+    fn abandon(&self, run_id: &str, run: &RunEntry, why: &str) {
+        tracing::error!(run_id, "the run's task failed: {why}");
+        if !run.ended() {
+            let mut failed = AgentRunResult::new(
+                run_id,
+                ResultPayload::RunFailed(RunFailed {
+                    code: "internal_error".into(),
+                    error: "the bridge failed while running this turn; see its log".into(),
+                    retryable: true,
+                }),
+            );
+            failed.sequence = Some(run.results_from(0).len() as u64 + 1);
+            failed.timestamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| i64::try_from(d.as_secs()).ok());
+            run.push(failed);
+            self.journal.ended(
+                run_id,
+                RunStatus::Failed,
+                Some("internal_error"),
                 &run.results_from(0),
             );
-            run.set_status(status);
-            service.runs().remove(&ctx.run_id);
-        });
-        Ok(entry)
+            run.set_status(RunStatus::Failed);
+        }
+        if run.counted.swap(false, Ordering::AcqRel) {
+            crate::metrics::global().run_ended(&run.harness, Some("internal_error"), 0.0);
+        }
+        self.runs().remove(run_id);
     }
 
     /// Turns waiting across conversations.
@@ -250,16 +323,25 @@ impl Service {
         }
     }
 
-    /// Stop: running turns get `shutdown_grace_seconds` to finish, then
-    /// every run left is cancelled (its harness group killed).
-    pub async fn shutdown(&self) {
+    /// Stop: new runs are refused, queued ones cancelled at once (they
+    /// have not started), running turns get `shutdown_grace_seconds` to
+    /// finish (or until `hurry` fires: a second signal), then every run
+    /// left is cancelled (its harness group killed).
+    pub async fn shutdown(&self, hurry: impl std::future::Future<Output = ()>) {
+        self.closing.store(true, Ordering::Release);
         self.tasks.close();
+        for run in self.runs().values() {
+            if run.status() == RunStatus::Queued {
+                run.cancel();
+            }
+        }
         let grace = Duration::from_secs(self.config.shutdown_grace_seconds);
-        if tokio::time::timeout(grace, self.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("turns still running after the shutdown grace; cancelling them");
+        let finished = tokio::select! {
+            waited = tokio::time::timeout(grace, self.tasks.wait()) => waited.is_ok(),
+            () = hurry => false,
+        };
+        if !finished {
+            tracing::warn!("turns still running; cancelling them");
             for run in self.runs().values() {
                 run.cancel();
             }
@@ -268,11 +350,13 @@ impl Service {
     }
 }
 
-/// Serve until `stop` is cancelled, then shut down gracefully.
+/// Serve until `stop` is cancelled, then shut down gracefully; `hurry`
+/// (a second signal) cuts the grace short.
 pub async fn serve(
     service: Arc<Service>,
     listener: tokio::net::TcpListener,
     stop: CancellationToken,
+    hurry: CancellationToken,
 ) -> std::io::Result<()> {
     let app = http::router(service.clone());
     let shutdown = stop.clone();
@@ -289,7 +373,7 @@ pub async fn serve(
     // wound down alongside, and the server returns once they have ended.
     let drain = async {
         stop.cancelled().await;
-        service.shutdown().await;
+        service.shutdown(hurry.cancelled()).await;
     };
     let prune = async {
         let mut hourly = tokio::time::interval(Duration::from_secs(3600));

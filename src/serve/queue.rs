@@ -3,15 +3,18 @@
 //! full one refuses at once (the caller answers 429), never drops.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-/// The conversation's queue is full.
+/// No room for another turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueFull {
-    /// Turns already waiting.
-    pub waiting: usize,
+pub enum QueueFull {
+    /// The conversation has this many turns waiting already.
+    Conversation(usize),
+    /// This many turns wait across all conversations already.
+    Total(usize),
 }
 
 #[derive(Default)]
@@ -25,6 +28,10 @@ pub struct Scheduler {
     global: Arc<Semaphore>,
     conversations: Mutex<HashMap<String, Conversation>>,
     max_waiting: usize,
+    max_total: usize,
+    /// Tickets not yet started: behind their conversation or waiting for
+    /// a free slot.
+    pending: AtomicUsize,
 }
 
 /// A place in a conversation's queue, taken in arrival order.
@@ -47,12 +54,15 @@ pub struct Turn {
 }
 
 impl Scheduler {
-    /// At most `max_running` turns at once, `max_waiting` queued per conversation.
-    pub fn new(max_running: usize, max_waiting: usize) -> Arc<Scheduler> {
+    /// At most `max_running` turns at once, `max_waiting` queued per
+    /// conversation and `max_total` not yet started in all.
+    pub fn new(max_running: usize, max_waiting: usize, max_total: usize) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             global: Arc::new(Semaphore::new(max_running)),
             conversations: Mutex::new(HashMap::new()),
             max_waiting,
+            max_total,
+            pending: AtomicUsize::new(0),
         })
     }
 
@@ -64,12 +74,14 @@ impl Scheduler {
     /// order of these calls), or refuse when it is full.
     pub fn enqueue(self: &Arc<Self>, conversation: &str) -> Result<Ticket, QueueFull> {
         let mut conversations = self.lock();
+        let pending = self.pending.load(Ordering::Acquire);
+        if pending >= self.max_total {
+            return Err(QueueFull::Total(pending));
+        }
         let entry = conversations.entry(conversation.to_string()).or_default();
         let turn = if entry.running {
             if entry.waiting.len() >= self.max_waiting {
-                return Err(QueueFull {
-                    waiting: entry.waiting.len(),
-                });
+                return Err(QueueFull::Conversation(entry.waiting.len()));
             }
             let (tx, rx) = oneshot::channel();
             entry.waiting.push_back(tx);
@@ -78,6 +90,7 @@ impl Scheduler {
             entry.running = true;
             None
         };
+        self.pending.fetch_add(1, Ordering::AcqRel);
         Ok(Ticket {
             scheduler: self.clone(),
             conversation: conversation.to_string(),
@@ -87,9 +100,9 @@ impl Scheduler {
         })
     }
 
-    /// Turns waiting in all conversations.
+    /// Turns accepted and not yet started, in all conversations.
     pub fn queued(&self) -> usize {
-        self.lock().values().map(|c| c.waiting.len()).sum()
+        self.pending.load(Ordering::Acquire)
     }
 
     /// The conversation's turn is over: wake the next one, if any.
@@ -112,9 +125,12 @@ impl Ticket {
     /// Wait for the conversation's turn, then for a free slot. Dropping
     /// the future gives the place up (and the conversation, if it was ours).
     pub async fn start(mut self) -> Turn {
-        if let Some(turn) = self.turn.take() {
-            // The sender stays queued until it is our turn.
+        if let Some(turn) = self.turn.as_mut() {
+            // The sender stays queued until it is our turn. The receiver
+            // stays in the ticket, so a ticket dropped right as the turn
+            // was handed over still passes it on (see `Drop`).
             self.holding = turn.await.is_ok();
+            self.turn = None;
         }
         // The semaphore is closed only when the scheduler is dropped, and
         // the scheduler outlives every ticket.
@@ -124,6 +140,7 @@ impl Ticket {
             }
         };
         self.started = true;
+        self.scheduler.pending.fetch_sub(1, Ordering::AcqRel);
         Turn {
             scheduler: self.scheduler.clone(),
             conversation: self.conversation.clone(),
@@ -134,7 +151,18 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if self.holding && !self.started {
+        if self.started {
+            return;
+        }
+        self.scheduler.pending.fetch_sub(1, Ordering::AcqRel);
+        if let Some(mut turn) = self.turn.take() {
+            // Closing first settles the race with `next`: either the turn
+            // was handed over already (and is ours to pass on), or the
+            // hand-over fails and `next` skips to the following ticket.
+            turn.close();
+            self.holding |= turn.try_recv().is_ok();
+        }
+        if self.holding {
             self.scheduler.next(&self.conversation);
         }
     }
@@ -153,11 +181,15 @@ mod tests {
 
     #[tokio::test]
     async fn one_turn_per_conversation_in_order_and_a_bounded_queue() {
-        let scheduler = Scheduler::new(4, 2);
+        let scheduler = Scheduler::new(4, 2, 100);
         let first = scheduler.enqueue("c").unwrap();
         let second = scheduler.enqueue("c").unwrap();
         let third = scheduler.enqueue("c").unwrap();
-        assert_eq!(scheduler.enqueue("c").err(), Some(QueueFull { waiting: 2 }));
+        assert_eq!(
+            scheduler.enqueue("c").err(),
+            Some(QueueFull::Conversation(2))
+        );
+        assert_eq!(scheduler.queued(), 3, "accepted, none started");
         let other = scheduler.enqueue("d").unwrap().start().await;
         let running = first.start().await;
         let waiting = tokio::spawn(second.start());
@@ -179,5 +211,41 @@ mod tests {
             scheduler.enqueue("c").unwrap().turn.is_none(),
             "the queue is free again"
         );
+    }
+
+    #[tokio::test]
+    async fn a_turn_handed_over_to_a_dropped_ticket_is_passed_on() {
+        let scheduler = Scheduler::new(4, 4, 100);
+        let first = scheduler.enqueue("c").unwrap().start().await;
+        let second = scheduler.enqueue("c").unwrap();
+        let third = scheduler.enqueue("c").unwrap();
+        // The second's wait is polled once (registered), then the first
+        // ends (handing the turn over) and the second is dropped before
+        // it sees that: the turn must reach the third.
+        let mut waiting = Box::pin(second.start());
+        assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+        drop(first);
+        drop(waiting);
+        let third = tokio::time::timeout(Duration::from_secs(1), third.start())
+            .await
+            .expect("the conversation was passed on");
+        drop(third);
+        assert_eq!(scheduler.queued(), 0);
+    }
+
+    #[tokio::test]
+    async fn turns_waiting_for_a_slot_are_counted_and_capped() {
+        let scheduler = Scheduler::new(1, 4, 2);
+        let running = scheduler.enqueue("a").unwrap().start().await;
+        let b = scheduler.enqueue("b").unwrap();
+        let _c = scheduler.enqueue("c").unwrap();
+        assert_eq!(scheduler.queued(), 2, "waiting for the one slot");
+        assert_eq!(scheduler.enqueue("d").err(), Some(QueueFull::Total(2)));
+        drop(running);
+        let b = tokio::time::timeout(Duration::from_secs(1), b.start())
+            .await
+            .expect("b gets the slot");
+        assert_eq!(scheduler.queued(), 1);
+        drop(b);
     }
 }
