@@ -523,18 +523,8 @@ async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
     // What the harness started itself may outlive a bridge killed outright;
     // the next start finds the group in the journal and ends it.
     let server = Server::start_in(data, tools, "quiet", "").await;
-    let mut left = common::processes_under(&root);
-    for _ in 0..50 {
-        if left.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        left = common::processes_under(&root);
-    }
-    assert!(
-        left.is_empty(),
-        "the crashed run's processes are left: {left:?}"
-    );
+    assert_eq!(server.workspaces(), root);
+    server.assert_nothing_left().await;
     let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
     assert_eq!(run["status"], "failed", "{run}");
     assert_eq!(run["code"], "interrupted", "{run}");
