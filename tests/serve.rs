@@ -145,6 +145,22 @@ impl Server {
         })
     }
 
+    /// POST a run body; the status and the body (the last NDJSON line, or
+    /// the error).
+    async fn post_json(&self, body: Value) -> (u16, Value) {
+        let response = self
+            .client
+            .post(format!("{}/v1/runs", self.url))
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("answered");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        let last = text.lines().last().unwrap_or("null");
+        (status, serde_json::from_str(last).unwrap_or(Value::Null))
+    }
+
     /// POST a path with no body; the status.
     async fn post_status(&self, path: &str) -> u16 {
         let response = self.client.post(format!("{}{path}", self.url)).send().await;
@@ -327,6 +343,16 @@ async fn a_turn_cancelled_while_queued_leaves_no_trace_and_the_queue_moves_on() 
         .unwrap();
     assert!(again.contains("used once"), "{again}");
     assert_eq!(server.post_status("/v1/runs/q-1/cancel").await, 409);
+    // The short form takes the client's own run id, checked.
+    let (status, refused) = server
+        .post_json(json!({"conversation": "q", "text": "x", "run_id": "no spaces"}))
+        .await;
+    assert_eq!(status, 422, "{refused}");
+    let (status, body) = server
+        .post_json(json!({"conversation": "q2", "text": "x", "run_id": "mine-1"}))
+        .await;
+    assert_eq!(status, 200);
+    assert!(body.to_string().contains("\"run_id\":\"mine-1\""), "{body}");
     assert_eq!(server.post_status("/v1/runs/nope/cancel").await, 404);
 }
 

@@ -17,7 +17,7 @@ API (bearer token on every route but / and /healthz: one of api_tokens,
 or, when there are none, the one serve keeps in STORE/api-token):
   GET  /                             the debug chat page: pick a harness, a conversation and an actor,
                                      send messages, watch the reply, tool calls and the resume pointer
-  POST /v1/runs                      an AgentRunContext, or {conversation, text, actor?, harness?, config?};
+  POST /v1/runs                      an AgentRunContext, or {conversation, text, actor?, harness?, config?, run_id?};
                                      answers with the result stream (NDJSON; SSE with Accept: text/event-stream)
   GET  /v1/runs/{id}                 status and results so far
   POST /v1/runs/{id}/cancel          stop a run (run.failed, code cancelled)

@@ -70,6 +70,10 @@ pub fn router(service: Arc<Service>) -> Router {
 struct ShortRun {
     conversation: String,
     text: String,
+    /// The client's own id for the run, so it can cancel or look the run
+    /// up before its first result (a generated one otherwise).
+    #[serde(default)]
+    run_id: Option<String>,
     #[serde(default)]
     actor: Option<String>,
     #[serde(default)]
@@ -92,7 +96,17 @@ async fn create_run(
     let Ok(doc) = serde_json::from_str::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
-    let (ctx, harness) = if doc.get("run_id").is_some() {
+    // The short form names its conversation with a string; a context
+    // carries a `conversation` object (or none).
+    let short_form = doc.get("conversation").is_some_and(Value::is_string);
+    if !short_form && doc.get("run_id").is_none() {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "expected an AgentRunContext (with run_id) or the short form \
+             {\"conversation\": \"...\", \"text\": \"...\", actor?, harness?, config?, run_id?}",
+        );
+    }
+    let (ctx, harness) = if !short_form {
         match checked_context(&doc) {
             Ok(ctx) => (ctx, query.harness),
             Err(why) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
@@ -104,7 +118,7 @@ async fn create_run(
                 return error(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     format!(
-                        "expected an AgentRunContext or {{conversation, text, actor?, harness?, config?}}: {e}"
+                        "expected an AgentRunContext or {{conversation, text, actor?, harness?, config?, run_id?}}: {e}"
                     ),
                 );
             }
@@ -117,10 +131,24 @@ async fn create_run(
             text: &short.text,
             config,
         });
-        match ctx {
-            Ok(ctx) => (ctx, short.harness.or(query.harness)),
+        let mut ctx = match ctx {
+            Ok(ctx) => ctx,
             Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        };
+        if let Some(run_id) = short.run_id {
+            let fits = (1..=128).contains(&run_id.len())
+                && run_id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+            if !fits {
+                return error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "run_id: 1 to 128 characters of letters, digits and - _ . :",
+                );
+            }
+            ctx.run_id = run_id;
         }
+        (ctx, short.harness.or(query.harness))
     };
     let harness = harness.unwrap_or_else(|| service.config.default_harness.clone());
     let run_id = ctx.run_id.clone();
