@@ -15,24 +15,27 @@ use crate::serve::{ServeConfig, Service};
 pub const AFTER_HELP: &str = "\
 API (bearer token on every route but / and /healthz: one of api_tokens,
 or, when there are none, the one serve keeps in STORE/api-token):
-  GET  /                             the debug chat page: pick a harness, a conversation and an actor,
-                                     send messages, watch the reply, tool calls and the resume pointer
-  POST /v1/runs                      an AgentRunContext, or {conversation, text, actor?, harness?, config?, run_id?};
-                                     answers with the result stream (NDJSON; SSE with Accept: text/event-stream)
-  GET  /v1/runs/{id}                 status and results so far
-  POST /v1/runs/{id}/cancel          stop a run (run.failed, code cancelled)
-  GET  /v1/runners                   the runner discovery JSON
+  GET  /                    the debug chat page: a harness, a conversation,
+                            an actor; the reply, tool calls, resume pointer
+  POST /v1/runs             an AgentRunContext, or the short form
+                            {conversation, text, actor?, harness?, config?,
+                            run_id?}; answers with the result stream
+                            (NDJSON; SSE with Accept: text/event-stream)
+  GET  /v1/runs/{id}        status and results so far
+  POST /v1/runs/{id}/cancel stop a run (run.failed, code cancelled)
+  GET  /v1/runners          the runner discovery JSON
   GET  /v1/conversations/{id}/history?limit=N
   GET  /healthz
-  GET  /metrics                      Prometheus text: runs by outcome, queue depth, run durations,
-                                     MCP calls by tool and outcome
+  GET  /metrics             Prometheus text: runs by outcome, queue depth,
+                            run durations, MCP calls by tool and outcome
 
 Turns of one conversation run one after another, in arrival order; a full
-queue answers 429. SIGTERM or Ctrl-C: stop accepting, let running turns
-finish within shutdown_grace_seconds (a second signal: at once), then
-cancel them; queued turns are cancelled at once. Every run is
-journaled beside the store (serve-runs.db); a run in flight when the bridge
-died is marked failed (code interrupted) at the next start.
+queue answers 429. SIGTERM or Ctrl-C: new runs get 503, queued turns are
+cancelled, running ones get shutdown_grace_seconds to finish (a second
+signal: none), then are cancelled. Every run is journaled beside the store
+(serve-runs.db); a run in flight when the bridge died is marked failed
+(code interrupted) at the next start.
+
 Logs: one line per event on stderr, each naming run_id and conversation;
 --log-format json for collectors, RUST_LOG to filter (default info).";
 
