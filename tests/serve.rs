@@ -632,3 +632,40 @@ async fn the_api_needs_the_token_serve_keeps_unless_auth_is_off() {
         .unwrap();
     assert_eq!(status(answer), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_stream_as_server_sent_events_when_asked() {
+    let server = Server::start("quiet", "").await;
+    let response = server
+        .client
+        .post(format!("{}/v1/runs", server.url))
+        .header("accept", "text/event-stream")
+        .body(json!({"conversation": "sse", "text": "hi"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let body = response.text().await.unwrap();
+    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert!(events.len() >= 3, "{body}");
+    for (i, event) in events.iter().enumerate() {
+        let field = |name: &str| {
+            event
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in {event:?}"))
+        };
+        let data: Value = serde_json::from_str(field("data: ")).unwrap();
+        let sequence = i as u64 + 1;
+        assert_eq!(data["sequence"], sequence, "{event}");
+        assert_eq!(field("id: "), sequence.to_string());
+        assert_eq!(field("event: "), data["type"].as_str().unwrap());
+    }
+    assert!(
+        events.last().unwrap().contains("event: run.completed"),
+        "{body}"
+    );
+}

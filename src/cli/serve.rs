@@ -41,7 +41,8 @@ Logs: one line per event on stderr, each naming run_id and conversation;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The service's settings (YAML); every key has a default.
+    /// The service's settings (YAML); every key has a default, and
+    /// docs/bridge.example.yaml explains each.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The service's settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
     /// Where the HTTP API listens. Loopback by default.
@@ -138,6 +138,22 @@ mod tests {
         let file = dir.path().join("bridge.yaml");
         std::fs::write(&file, text).unwrap();
         ServeConfig::load(Some(&file))
+    }
+
+    #[test]
+    fn the_example_config_loads_and_states_the_defaults() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/bridge.example.yaml");
+        let example = ServeConfig::load(Some(&file)).unwrap();
+        // Every key it sets is the default, so the file cannot drift from
+        // the code without this test saying so.
+        let defaults = ServeConfig::default();
+        assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        // Every key the service knows is explained there.
+        let keys = serde_json::to_value(&defaults).unwrap();
+        for key in keys.as_object().unwrap().keys() {
+            assert!(text.contains(&format!("{key}:")), "{key} is not documented");
+        }
     }
 
     #[test]

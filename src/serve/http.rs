@@ -190,7 +190,13 @@ fn stream(run: Arc<RunEntry>, headers: &HeaderMap) -> Response {
                 sent += 1;
                 let json = serde_json::to_string(&result).unwrap_or_default();
                 let chunk = if sse {
-                    format!("event: {}\ndata: {json}\n\n", result.kind)
+                    // `id` is the sequence: what a client would send back
+                    // as Last-Event-ID.
+                    let id = result
+                        .sequence
+                        .map(|n| format!("id: {n}\n"))
+                        .unwrap_or_default();
+                    format!("{id}event: {}\ndata: {json}\n\n", result.kind)
                 } else {
                     format!("{json}\n")
                 };
