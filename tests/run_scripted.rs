@@ -40,6 +40,26 @@ impl Setup {
         args
     }
 
+    /// `harness-bridge run` with the harness hanging, as a child process
+    /// (stdout piped) the test can signal.
+    fn spawn_hanging_run(&self, extra: &[&str]) -> tokio::process::Child {
+        let adapters = self.tools.path().join("adapters");
+        let adapters = adapters.to_string_lossy().into_owned();
+        tokio::process::Command::new(common::bridge_bin())
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .arg("run")
+            .args(self.args(&adapters, extra))
+            .env_clear()
+            .env("PATH", self.path_with_script())
+            .env("FAKE_MODE", "hang")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the bridge starts")
+    }
+
     fn path_with_script(&self) -> String {
         format!(
             "{}:{}",
@@ -211,21 +231,7 @@ async fn a_crash_is_harness_error_with_the_stderr_tail_redacted() {
 async fn ctrl_c_cancels_the_run_and_stops_the_whole_group() {
     use tokio::io::AsyncBufReadExt;
     let setup = Setup::new();
-    let adapters = setup.tools.path().join("adapters");
-    let adapters = adapters.to_string_lossy().into_owned();
-    let mut child = tokio::process::Command::new(common::bridge_bin())
-        .arg("--data-dir")
-        .arg(setup.data.path())
-        .arg("run")
-        .args(setup.args(&adapters, &["--kill-grace", "1"]))
-        .env_clear()
-        .env("PATH", setup.path_with_script())
-        .env("FAKE_MODE", "hang")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = setup.spawn_hanging_run(&["--kill-grace", "1"]);
     let root = setup.data.path().join("workspaces");
     common::wait_for_processes(&root, 2).await;
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
@@ -377,20 +383,7 @@ async fn switching_harness_starts_fresh_and_a_context_pointer_is_used_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_bridge_takes_its_harness_with_it() {
     let setup = Setup::new();
-    let adapters = setup.tools.path().join("adapters");
-    let mut child = tokio::process::Command::new(common::bridge_bin())
-        .arg("--data-dir")
-        .arg(setup.data.path())
-        .arg("run")
-        .args(setup.args(&adapters.to_string_lossy(), &[]))
-        .env_clear()
-        .env("PATH", setup.path_with_script())
-        .env("FAKE_MODE", "hang")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = setup.spawn_hanging_run(&[]);
     let root = setup.data.path().join("workspaces");
     common::wait_for_processes(&root, 2).await;
     // SIGKILL: the bridge cannot clean up; the kernel tells the harness.

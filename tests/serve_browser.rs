@@ -151,5 +151,5 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
     );
     let root = server.workspaces();
     assert!(server.stop().await.success());
-    assert!(common::processes_under(&root).is_empty());
+    common::assert_none_left_under(&root).await;
 }

@@ -196,6 +196,17 @@ fn stop_and_hurry_on_signal() -> (
     (stop, hurry)
 }
 
+/// Run a store-backed command in the data folder, or say why there is none.
+fn in_data_dir(flag: Option<PathBuf>, command: impl FnOnce(&std::path::Path) -> u8) -> u8 {
+    match data_dir(flag) {
+        Ok(dir) => command(&dir),
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            exit::FAILURE
+        }
+    }
+}
+
 /// Resolve the data folder: flag or env var, then XDG, then `~/.local/share`.
 fn data_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
     if let Some(dir) = flag {
@@ -252,13 +263,7 @@ pub fn main() -> ExitCode {
                 }
             }
         }
-        Command::Host(cmd) => match data_dir(cli.data_dir) {
-            Ok(dir) => host::run(cmd, &dir),
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                exit::FAILURE
-            }
-        },
+        Command::Host(cmd) => in_data_dir(cli.data_dir, |dir| host::run(cmd, dir)),
         Command::McpStdio => {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -282,27 +287,9 @@ pub fn main() -> ExitCode {
             runtime.shutdown_background();
             code
         }
-        Command::Run(args) => match data_dir(cli.data_dir) {
-            Ok(dir) => run::run(args, &dir),
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                exit::FAILURE
-            }
-        },
-        Command::Relay(args) => match data_dir(cli.data_dir) {
-            Ok(dir) => relay::run(args, &dir),
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                exit::FAILURE
-            }
-        },
-        Command::Serve(args) => match data_dir(cli.data_dir) {
-            Ok(dir) => serve::run(args, &dir),
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                exit::FAILURE
-            }
-        },
+        Command::Run(args) => in_data_dir(cli.data_dir, |dir| run::run(args, dir)),
+        Command::Relay(args) => in_data_dir(cli.data_dir, |dir| relay::run(args, dir)),
+        Command::Serve(args) => in_data_dir(cli.data_dir, |dir| serve::run(args, dir)),
         Command::Project(args) => match data_dir(cli.data_dir) {
             Ok(dir) => project::run(args, &dir),
             Err(msg) => {

@@ -49,7 +49,7 @@ pub struct ServeArgs {
 
 /// Serve until SIGTERM or Ctrl-C.
 pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
-    let config = match ServeConfig::load(args.config.as_deref()) {
+    let mut config = match ServeConfig::load(args.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("error: {e}");
@@ -68,7 +68,6 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         Ok(opened) => opened,
         Err(code) => return code,
     };
-    let mut config = config;
     if config.api_tokens.is_empty() && !config.no_auth {
         match api_token(&store_dir) {
             Ok((token, file)) => {
@@ -167,12 +166,18 @@ fn api_token(dir: &Path) -> Result<(String, PathBuf), String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for the API token: {e}"))?;
     let token = hex::encode(bytes);
-    std::fs::OpenOptions::new()
+    match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(&file)
-        .and_then(|mut f| f.write_all(token.as_bytes()))
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    {
+        Ok(mut f) => f
+            .write_all(token.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))?,
+        // Another serve on this store made it first: use that one.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return api_token(dir),
+        Err(e) => return Err(format!("cannot write {}: {e}", file.display())),
+    }
     Ok((token, file))
 }

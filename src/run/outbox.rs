@@ -98,12 +98,10 @@ impl SharedWatcher {
 
 impl Registration {
     fn new(dir: &Path, tx: mpsc::UnboundedSender<PathBuf>) -> notify::Result<Registration> {
-        let mut shared = lock(&SHARED);
-        if shared.is_none() {
-            *shared = Some(SharedWatcher::start()?);
-        }
-        let Some(shared) = shared.as_mut() else {
-            return Err(notify::Error::generic("the outbox watcher is gone"));
+        let mut guard = lock(&SHARED);
+        let shared = match &mut *guard {
+            Some(shared) => shared,
+            None => guard.insert(SharedWatcher::start()?),
         };
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let first = {

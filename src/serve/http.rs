@@ -87,6 +87,48 @@ struct RunQuery {
     harness: Option<String>,
 }
 
+/// The two bodies `POST /v1/runs` takes, for error messages.
+const RUN_FORMS: &str = "an AgentRunContext (with run_id) or the short form \
+     {\"conversation\": \"...\", \"text\": \"...\", actor?, harness?, config?, run_id?}";
+
+/// A run request's context, and the harness it names (the short form may).
+/// The short form gets `defaults` under its own config.
+fn run_request(
+    doc: Value,
+    defaults: &JsonMap,
+) -> Result<(crate::protocol::AgentRunContext, Option<String>), String> {
+    // The short form names its conversation with a string; a context
+    // carries a `conversation` object (or none).
+    if !doc.get("conversation").is_some_and(Value::is_string) {
+        if doc.get("run_id").is_none() {
+            return Err(format!("expected {RUN_FORMS}"));
+        }
+        return checked_context(&doc).map(|ctx| (ctx, None));
+    }
+    let short: ShortRun =
+        serde_json::from_value(doc).map_err(|e| format!("expected {RUN_FORMS}: {e}"))?;
+    let mut config = defaults.clone();
+    config.extend(short.config);
+    let mut ctx = quick_context(&QuickTurn {
+        conversation: &short.conversation,
+        actor: short.actor.as_deref().unwrap_or("api-user"),
+        text: &short.text,
+        config,
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(run_id) = short.run_id {
+        let fits = (1..=128).contains(&run_id.len())
+            && run_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+        if !fits {
+            return Err("run_id: 1 to 128 characters of letters, digits and - _ . :".into());
+        }
+        ctx.run_id = run_id;
+    }
+    Ok((ctx, short.harness))
+}
+
 async fn create_run(
     State(service): State<Arc<Service>>,
     Query(query): Query<RunQuery>,
@@ -96,60 +138,11 @@ async fn create_run(
     let Ok(doc) = serde_json::from_str::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
-    // The short form names its conversation with a string; a context
-    // carries a `conversation` object (or none).
-    let short_form = doc.get("conversation").is_some_and(Value::is_string);
-    if !short_form && doc.get("run_id").is_none() {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "expected an AgentRunContext (with run_id) or the short form \
-             {\"conversation\": \"...\", \"text\": \"...\", actor?, harness?, config?, run_id?}",
-        );
-    }
-    let (ctx, harness) = if !short_form {
-        match checked_context(&doc) {
-            Ok(ctx) => (ctx, query.harness),
-            Err(why) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
-        }
-    } else {
-        let short: ShortRun = match serde_json::from_value(doc) {
-            Ok(short) => short,
-            Err(e) => {
-                return error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    format!(
-                        "expected an AgentRunContext or {{conversation, text, actor?, harness?, config?, run_id?}}: {e}"
-                    ),
-                );
-            }
-        };
-        let mut config = service.config.default_config.clone();
-        config.extend(short.config);
-        let ctx = quick_context(&QuickTurn {
-            conversation: &short.conversation,
-            actor: short.actor.as_deref().unwrap_or("api-user"),
-            text: &short.text,
-            config,
-        });
-        let mut ctx = match ctx {
-            Ok(ctx) => ctx,
-            Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
-        };
-        if let Some(run_id) = short.run_id {
-            let fits = (1..=128).contains(&run_id.len())
-                && run_id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
-            if !fits {
-                return error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "run_id: 1 to 128 characters of letters, digits and - _ . :",
-                );
-            }
-            ctx.run_id = run_id;
-        }
-        (ctx, short.harness.or(query.harness))
+    let (ctx, harness) = match run_request(doc, &service.config.default_config) {
+        Ok(request) => request,
+        Err(why) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
     };
+    let harness = harness.or(query.harness);
     let harness = harness.unwrap_or_else(|| service.config.default_harness.clone());
     let run_id = ctx.run_id.clone();
     match service.submit(ctx, harness) {
@@ -304,10 +297,7 @@ async fn cancel_run(State(service): State<Arc<Service>>, Path(run_id): Path<Stri
             StatusCode::CONFLICT,
             format!(
                 "run {run_id} has already ended ({}); there is nothing to cancel",
-                serde_json::to_value(past.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
+                past.status.as_str()
             ),
         ),
         None => error(StatusCode::NOT_FOUND, format!("no run {run_id}")),

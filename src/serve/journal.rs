@@ -70,15 +70,6 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Queued => "queued",
-        RunStatus::Running => "running",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-    }
-}
-
 fn status_of(name: &str) -> RunStatus {
     match name {
         "queued" => RunStatus::Queued,
@@ -236,7 +227,7 @@ impl Journal {
         self.write(
             "UPDATE runs SET status = ?2, code = ?3, ended_at_ms = ?4, results = ?5
              WHERE run_id = ?1",
-            params![run_id, status_name(status), code, now_ms(), results],
+            params![run_id, status.as_str(), code, now_ms(), results],
         );
     }
 

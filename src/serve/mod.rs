@@ -41,6 +41,18 @@ pub enum RunStatus {
     Failed,
 }
 
+impl RunStatus {
+    /// The name clients and the journal use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
 /// One run's record while it is in flight: its results so far and how to
 /// stop it. Once it ends, the journal has it.
 pub struct RunEntry {

@@ -563,6 +563,21 @@ pub async fn wait_for_processes(root: &std::path::Path, n: usize) {
     panic!("the harness never started under {}", root.display());
 }
 
+/// Wait (bounded, 10 s) until no process works under `root`, and fail
+/// with what is left otherwise: a group's members may take a moment to die
+/// after its leader, more so on a loaded machine.
+pub async fn assert_none_left_under(root: &std::path::Path) {
+    let mut left = processes_under(root);
+    for _ in 0..100 {
+        if left.is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        left = processes_under(root);
+    }
+    panic!("processes left behind under {}: {left:?}", root.display());
+}
+
 /// A conversation's transcript in the store at `data`, as `role: text`.
 pub async fn transcript(data: &std::path::Path, conversation: &str) -> Vec<String> {
     let store = SqliteHost::open(data).expect("store opens");
