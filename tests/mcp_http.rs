@@ -466,8 +466,28 @@ async fn every_tool_returns_the_stores_data() {
         )
         .await
         .unwrap();
-    let local = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(local.path(), "inline upload").unwrap();
+    // The run's workspace with its inline copies; the harness can replace
+    // a copy with a link to something outside, which must not be read.
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "do not leak").unwrap();
+    std::fs::create_dir_all(ws.path().join(".langbot/inputs")).unwrap();
+    std::fs::write(ws.path().join(".langbot/inputs/up.txt"), "inline upload").unwrap();
+    std::fs::write(
+        ws.path().join(".langbot/inputs/big.txt"),
+        "a".repeat(1536 * 1024),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret"),
+        ws.path().join(".langbot/inputs/link.txt"),
+    )
+    .unwrap();
+    let copy = |name: &str| InputRef {
+        name: name.into(),
+        artifact_id: None,
+        copy: Some(format!(".langbot/inputs/{name}").into()),
+    };
     let run = s
         .grants
         .open_run(
@@ -483,23 +503,19 @@ async fn every_tool_returns_the_stores_data() {
             InputRef {
                 name: "notes.txt".into(),
                 artifact_id: Some(art.artifact_id.clone()),
-                local_path: None,
+                copy: None,
             },
         ),
-        (
-            "f_local".to_string(),
-            InputRef {
-                name: "up.txt".into(),
-                artifact_id: None,
-                local_path: Some(local.path().to_path_buf()),
-            },
-        ),
+        ("f_local".to_string(), copy("up.txt")),
+        ("f_big".to_string(), copy("big.txt")),
+        ("f_link".to_string(), copy("link.txt")),
     ];
     s.tools.set_facts(
         "run-all",
         RunFacts {
             current_event: json!({"event_id": "ev-now"}),
             input_files: inputs.into_iter().collect(),
+            workspace: ws.path().to_path_buf(),
         },
     );
     let c = client(s.http.url(), run.token.expose()).await.unwrap();
@@ -522,6 +538,33 @@ async fn every_tool_returns_the_stores_data() {
             .unwrap()
             .starts_with("not_found")
     );
+    assert_eq!(files["files"][1]["size_bytes"], 13);
+    assert!(files["files"][1].get("truncated").is_none());
+
+    // A long file comes back cut at 1 MiB and says so; a link is not followed.
+    let files = ok(call(&c, "read_files", json!({"ids": ["f_big", "f_link"]})).await);
+    assert_eq!(files["files"][0]["truncated"], true);
+    assert_eq!(files["files"][0]["size_bytes"], 1536 * 1024);
+    assert_eq!(
+        files["files"][0]["text"].as_str().unwrap().len(),
+        1024 * 1024
+    );
+    let refused = files["files"][1]["error"].as_str().unwrap();
+    assert!(refused.starts_with("not_found"), "{refused}");
+    assert!(!files.to_string().contains("do not leak"));
+
+    // Ids repeat once; more than 16 distinct ids is refused whole.
+    let once = ok(call(
+        &c,
+        "read_files",
+        json!({"ids": ["f_local", "f_local", "f_local"]}),
+    )
+    .await);
+    assert_eq!(once["files"].as_array().unwrap().len(), 1);
+    let many: Vec<String> = (0..17).map(|i| format!("f_{i}")).collect();
+    let r = call(&c, "read_files", json!({ "ids": many })).await;
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(r.structured_content.unwrap()["code"], "invalid_argument");
     assert_eq!(
         ok(call(&c, "get_current_event", json!({})).await)["event_id"],
         "ev-now"

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::host::{Api, Direction, EventQuery, GrantedHost, HistoryQuery};
+use crate::projection::{HeadRead, read_beneath};
 use crate::protocol::{AgentAPIError, StateScope, StorageKind};
 
 /// The server name harnesses see: tools are `mcp__langbot__<tool>`.
@@ -34,6 +35,8 @@ pub struct RunFacts {
     pub current_event: Value,
     /// Input file id → (artifact id, inline copy path, display name).
     pub input_files: HashMap<String, InputRef>,
+    /// The run's workspace: inline copies are read beneath it only.
+    pub workspace: std::path::PathBuf,
 }
 
 /// Where an input file's bytes are.
@@ -43,8 +46,9 @@ pub struct InputRef {
     pub name: String,
     /// Artifact id in the host store, when there is one.
     pub artifact_id: Option<String>,
-    /// Workspace copy, when the artifact is not in the store.
-    pub local_path: Option<std::path::PathBuf>,
+    /// Workspace copy (relative to the workspace), when the artifact is
+    /// not in the store.
+    pub copy: Option<std::path::PathBuf>,
 }
 
 fn fifty() -> u32 {
@@ -146,7 +150,7 @@ struct ArtifactReadArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReadFilesArgs {
-    /// File ids from `# Input Files` (e.g. `f_3a9c0e12b4d7`).
+    /// File ids from `# Input Files` (e.g. `f_3a9c0e12b4d7`), at most 16.
     ids: Vec<String>,
 }
 
@@ -232,7 +236,7 @@ const TOOLS: &[ToolSpec] = &[
         "read_files",
         None,
         ReadFilesArgs,
-        "Text of this conversation's input files by id (ids from `# Input Files`). Binary files come back base64-encoded."
+        "Text of this conversation's input files by id (ids from `# Input Files`), up to 1 MiB of each and 4 MiB per call; a longer file says `truncated`. Binary files come back base64-encoded."
     ),
     tool!(
         "history_page",
@@ -630,49 +634,96 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
     }
 }
 
+/// Most ids one `read_files` call takes.
+const READ_FILES_MAX_IDS: usize = 16;
+/// Most bytes of one file a `read_files` call returns.
+const READ_FILES_PER_FILE: u64 = 1024 * 1024;
+/// Most bytes all files of one `read_files` call return together.
+const READ_FILES_PER_CALL: u64 = 4 * 1024 * 1024;
+
 /// `read_files`: the run's own input files by id, through the grant when
-/// they are artifacts (so each read is checked and audited).
+/// they are artifacts (so each read is checked and audited). Bounded per
+/// file and per call; inline copies are read beneath the workspace only,
+/// following no link, since the harness can replace them.
 async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAPIError> {
-    const MAX: u64 = 1024 * 1024;
-    let mut files = Vec::with_capacity(ids.len());
+    let mut unique: Vec<&String> = Vec::with_capacity(ids.len());
     for id in ids {
+        if !unique.contains(&id) {
+            unique.push(id);
+        }
+    }
+    if unique.len() > READ_FILES_MAX_IDS {
+        return Err(AgentAPIError::invalid_argument(format!(
+            "{} ids in one call; ask for at most {READ_FILES_MAX_IDS}",
+            unique.len()
+        )));
+    }
+    let mut budget = READ_FILES_PER_CALL;
+    let mut files = Vec::with_capacity(unique.len());
+    for id in unique {
         let Some(input) = access.facts.input_files.get(id) else {
             files.push(json!({"id": id, "error": "not_found: no input file with this id in this conversation"}));
             continue;
         };
-        let bytes = if let Some(artifact_id) = &input.artifact_id {
-            let read = access
-                .host
-                .artifact_read(
-                    artifact_id,
-                    0,
-                    MAX.min(access.host.grant().caps.max_read_length),
-                )
-                .await;
-            match read {
-                Ok(read) => base64::engine::general_purpose::STANDARD
-                    .decode(read.content_base64.unwrap_or_default())
-                    .map_err(|e| AgentAPIError::runtime(e.to_string())),
-                Err(e) => Err(e),
-            }
-        } else if let Some(path) = &input.local_path {
-            tokio::fs::read(path)
-                .await
-                .map_err(|e| AgentAPIError::not_found(format!("copy is gone: {e}")))
+        let max = READ_FILES_PER_FILE.min(budget);
+        let read = if max == 0 {
+            Err(AgentAPIError::too_large(format!(
+                "this call already returned {READ_FILES_PER_CALL} bytes; ask for this file in another call"
+            )))
         } else {
-            Err(AgentAPIError::not_found(
-                "this file has no readable content",
-            ))
+            read_input(access, input, max).await
         };
-        files.push(match bytes {
-            Ok(bytes) if as_text(&bytes).is_some() => {
-                json!({"id": id, "name": input.name, "text": String::from_utf8_lossy(&bytes)})
+        files.push(match read {
+            Ok(read) => {
+                budget -= read.bytes.len() as u64;
+                let mut file = json!({"id": id, "name": input.name, "size_bytes": read.size});
+                if (read.bytes.len() as u64) < read.size {
+                    file["truncated"] = Value::Bool(true);
+                }
+                match as_text(&read.bytes) {
+                    Some(text) => file["text"] = Value::String(text.to_string()),
+                    None => {
+                        file["content_base64"] = Value::String(
+                            base64::engine::general_purpose::STANDARD.encode(&read.bytes),
+                        )
+                    }
+                }
+                file
             }
-            Ok(bytes) => json!({"id": id, "name": input.name, "content_base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
             Err(e) => json!({"id": id, "name": input.name, "error": e.to_string()}),
         });
     }
     Ok(json!({"files": files}))
+}
+
+/// The first `max` bytes of one input file, from the store or its copy.
+async fn read_input(
+    access: &RunAccess,
+    input: &InputRef,
+    max: u64,
+) -> Result<HeadRead, AgentAPIError> {
+    if let Some(artifact_id) = &input.artifact_id {
+        let length = max.min(access.host.grant().caps.max_read_length);
+        let read = access.host.artifact_read(artifact_id, 0, length).await?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(read.content_base64.unwrap_or_default())
+            .map_err(|e| AgentAPIError::runtime(format!("host sent invalid base64: {e}")))?;
+        let size = read.size_bytes.unwrap_or(bytes.len() as u64);
+        Ok(HeadRead { bytes, size })
+    } else if let Some(copy) = &input.copy {
+        let root = access.facts.workspace.clone();
+        let copy = copy.clone();
+        tokio::task::spawn_blocking(move || read_beneath(&root, &copy, max))
+            .await
+            .map_err(|e| AgentAPIError::runtime(format!("read stopped: {e}")))?
+            .map_err(|e| {
+                AgentAPIError::not_found(format!("the workspace copy cannot be read: {e}"))
+            })
+    } else {
+        Err(AgentAPIError::not_found(
+            "this file has no readable content",
+        ))
+    }
 }
 
 fn success(value: Value) -> CallToolResult {

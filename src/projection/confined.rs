@@ -306,3 +306,108 @@ impl ConfinedDir {
             .collect())
     }
 }
+
+/// The first bytes of a file read by [`read_beneath`], and its whole size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadRead {
+    /// At most the requested number of bytes, from the start.
+    pub bytes: Vec<u8>,
+    /// The file's size when it was opened.
+    pub size: u64,
+}
+
+/// Read at most `max` bytes of the regular file `relative` under `root`,
+/// following no symlink on the way and never leaving `root`.
+///
+/// For files the harness can reach: it may have replaced a projected copy
+/// with a link to a secret, a FIFO that never ends, or `/dev/zero`. The
+/// kernel resolves the path beneath `root` without links (`openat2`); on
+/// kernels without it, each component is checked first and the last one
+/// opened with `O_NOFOLLOW`. A FIFO opens without blocking and is refused
+/// as not a regular file.
+pub fn read_beneath(root: &Path, relative: &Path, max: u64) -> std::io::Result<HeadRead> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+    use nix::sys::stat::Mode;
+    use std::io::Read as _;
+
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let dir = open(
+        root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let how = OpenHow::new()
+        .flags(flags)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let fd = match openat2(&dir, relative, how) {
+        Err(nix::errno::Errno::ENOSYS) => {
+            let mut path = root.to_path_buf();
+            for part in relative.components() {
+                let std::path::Component::Normal(part) = part else {
+                    return Err(std::io::Error::other("not a plain path inside the folder"));
+                };
+                path.push(part);
+                if fs::symlink_metadata(&path)?.file_type().is_symlink() {
+                    return Err(std::io::Error::other(format!(
+                        "{} is a symlink",
+                        path.display()
+                    )));
+                }
+            }
+            open(&path, flags, Mode::empty())?
+        }
+        other => other?,
+    };
+    let file = fs::File::from(fd);
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::with_capacity(meta.len().min(max) as usize);
+    file.take(max).read_to_end(&mut bytes)?;
+    Ok(HeadRead {
+        bytes,
+        size: meta.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_beneath_reads_a_plain_file_up_to_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("in")).unwrap();
+        fs::write(dir.path().join("in/a.txt"), b"hello world").unwrap();
+        let read = read_beneath(dir.path(), Path::new("in/a.txt"), 5).unwrap();
+        assert_eq!(read.bytes, b"hello");
+        assert_eq!(read.size, 11);
+        let whole = read_beneath(dir.path(), Path::new("in/a.txt"), 100).unwrap();
+        assert_eq!(whole.bytes, b"hello world");
+    }
+
+    #[test]
+    fn read_beneath_refuses_links_fifos_devices_and_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret"), b"key").unwrap();
+        let root = dir.path();
+        fs::create_dir(root.join("in")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.join("in/link")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("dirlink")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root.join("in/zero")).unwrap();
+        nix::unistd::mkfifo(&root.join("in/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for relative in [
+            "in/link",
+            "dirlink/secret",
+            "in/zero",
+            "in/fifo",
+            "../secret",
+            "in",
+        ] {
+            let read = read_beneath(root, Path::new(relative), 10);
+            assert!(read.is_err(), "{relative} was read: {read:?}");
+        }
+    }
+}

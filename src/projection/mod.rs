@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 pub use binding::{Binding, ExtraServer, SkillSpec};
-pub use confined::{Access, ConfinedDir, WriteOutcome};
+pub use confined::{Access, ConfinedDir, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{

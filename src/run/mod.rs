@@ -575,7 +575,7 @@ fn facts(projection: &Projection) -> RunFacts {
                 InputRef {
                     name: f.name.clone(),
                     artifact_id: f.artifact_id.clone(),
-                    local_path: f.path.as_ref().map(|p| projection.workspace.join(p)),
+                    copy: f.path.as_ref().map(std::path::PathBuf::from),
                 },
             )
         })
@@ -583,5 +583,6 @@ fn facts(projection: &Projection) -> RunFacts {
     RunFacts {
         current_event: projection.current_event.clone(),
         input_files,
+        workspace: projection.workspace.clone(),
     }
 }
