@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine as _;
 use common::{RUNNER, all_permissions, context};
 use harness_bridge::host::sqlite::SqliteHost;
 use harness_bridge::host::{GrantPolicy, Grants, HostApi, NewTranscriptItem};
@@ -14,6 +15,7 @@ use harness_bridge::mcp::{McpHttpServer, RunTools};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shim_relays_and_exits_when_the_run_ends() {
@@ -66,6 +68,34 @@ async fn shim_relays_and_exits_when_the_run_ends() {
         page.structured_content.unwrap()["items"][0]["content"],
         "relayed line"
     );
+
+    // A value at the grant's cap (4 MiB, base64 in JSON) gets through the
+    // shim and the server; a request larger than the server reads fails
+    // that call only, and the tools stay for the rest of the turn.
+    let store_blob = |bytes: usize| {
+        let value = base64::engine::general_purpose::STANDARD.encode(vec![7u8; bytes]);
+        let args = json!({"key": "blob", "value": value, "base64": true});
+        let serde_json::Value::Object(args) = args else {
+            unreachable!()
+        };
+        CallToolRequestParams::new("workspace_storage_set").with_arguments(args)
+    };
+    let stored = client.call_tool(store_blob(4 * 1024 * 1024)).await.unwrap();
+    assert_ne!(stored.is_error, Some(true), "{stored:?}");
+    let too_big = client.call_tool(store_blob(7 * 1024 * 1024)).await;
+    let refused = match too_big {
+        Err(e) => e.to_string(),
+        Ok(r) => {
+            assert_eq!(r.is_error, Some(true), "{r:?}");
+            format!("{r:?}")
+        }
+    };
+    assert!(!refused.contains("run has ended"), "{refused}");
+    let still = client
+        .call_tool(CallToolRequestParams::new("history_page"))
+        .await
+        .unwrap();
+    assert_ne!(still.is_error, Some(true), "{still:?}");
 
     grants.close_run("run-s");
     let after = client

@@ -21,6 +21,11 @@ use crate::host::Grants;
 /// How a harness must authenticate, for error messages and docs.
 pub const TOKEN_HEADER_HINT: &str = "Authorization: Bearer <run token>";
 
+/// Largest tool-call request the server reads. A storage value at the
+/// grant's default cap (4 MiB) travels base64-encoded (a third larger) in
+/// JSON: the transport must not refuse what the grant would accept.
+const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
+
 /// A running MCP server.
 pub struct McpHttpServer {
     url: String,
@@ -78,6 +83,7 @@ impl McpHttpServer {
         // handler keeps nothing per session, since every request names its
         // run by its token, and tool calls are plain request/response.
         let config = StreamableHttpServerConfig::default()
+            .with_max_request_body_bytes(MAX_REQUEST_BYTES)
             .with_legacy_session_mode(false)
             .with_json_response(true)
             .with_cancellation_token(stop.child_token());

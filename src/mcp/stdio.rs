@@ -4,16 +4,20 @@
 //! so authorization, audit and scope stay in one place.
 //!
 //! The endpoint and token come from the environment (never argv). When the
-//! run ends its token dies; the next forwarded call is refused, and the
-//! shim exits instead of lingering.
+//! run ends its token dies; the next forwarded call is refused (401), and
+//! the shim exits instead of lingering. Any other failure of one call (a
+//! request too large, a dropped connection) is that call's error only: the
+//! harness keeps its tools for the rest of the turn.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{RequestContext, RunningService};
+use rmcp::service::{RequestContext, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    AuthRequiredError, StreamableHttpClientTransportConfig,
+};
 use rmcp::{ErrorData as McpError, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -47,11 +51,37 @@ struct Relay {
     ended: CancellationToken,
 }
 
+/// Whether a failed call means the run is over: its token was refused, or
+/// the bridge closed the connection for good.
+fn run_ended(e: &ServiceError) -> bool {
+    match e {
+        ServiceError::TransportClosed => true,
+        ServiceError::TransportSend(sent) => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(sent.error.as_ref());
+            while let Some(e) = cause {
+                if e.is::<AuthRequiredError>() {
+                    return true;
+                }
+                cause = e.source();
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
 impl Relay {
-    fn gone(&self, e: impl std::fmt::Display) -> McpError {
-        // The run ended (token refused) or the bridge went away: finish.
-        self.ended.cancel();
-        McpError::internal_error(format!("the run has ended: {e}"), None)
+    fn failed(&self, e: ServiceError) -> McpError {
+        if run_ended(&e) {
+            self.ended.cancel();
+            return McpError::internal_error(format!("the run has ended: {e}"), None);
+        }
+        match e {
+            ServiceError::McpError(e) => e,
+            e => {
+                McpError::internal_error(format!("the bridge did not answer this call: {e}"), None)
+            }
+        }
     }
 }
 
@@ -70,7 +100,7 @@ impl ServerHandler for Relay {
             .upstream
             .list_all_tools()
             .await
-            .map_err(|e| self.gone(e))?;
+            .map_err(|e| self.failed(e))?;
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -87,7 +117,7 @@ impl ServerHandler for Relay {
             .upstream
             .call_tool(forwarded)
             .await
-            .map_err(|e| self.gone(e))?;
+            .map_err(|e| self.failed(e))?;
         Ok(result.into())
     }
 }
