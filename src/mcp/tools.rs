@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use tracing::Instrument;
 
-use crate::host::{Api, Direction, EventQuery, GrantedHost, HistoryQuery};
+use crate::host::{Api, Direction, EventQuery, GrantedHost, HistoryQuery, StateEntry};
 use crate::projection::{HeadRead, read_beneath};
 use crate::protocol::{AgentAPIError, StateScope, StorageKind};
 
@@ -296,7 +296,7 @@ const TOOLS: &[ToolSpec] = &[
         "state_list",
         Some(Api::State),
         StateListArgs,
-        "List kept values of a scope, optionally by key prefix."
+        "List kept values of a scope, optionally by key prefix. Values past the first 1 MiB come back as keys only (`value_omitted`): read those with state_get."
     ),
     tool!(
         "plugin_storage_get",
@@ -602,7 +602,7 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
             let entries = host
                 .state_list(a.scope, a.prefix.as_deref(), a.limit)
                 .await?;
-            Ok(json!({"entries": entries}))
+            Ok(json!({"entries": entries_within(entries, STATE_LIST_VALUE_BYTES)}))
         }
         n if n.ends_with("_storage_get") => {
             let a: StorageKeyArgs = parse(args)?;
@@ -632,6 +632,28 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
         }
         other => Err(AgentAPIError::not_found(format!("no tool `{other}`"))),
     }
+}
+
+/// Most bytes of values one `state_list` answer carries: a thousand values
+/// of 256 KiB would flood the model's context.
+const STATE_LIST_VALUE_BYTES: usize = 1024 * 1024;
+
+/// State entries with their values while the values fit in `budget` bytes
+/// (as JSON), and by key only after that.
+fn entries_within(entries: Vec<StateEntry>, mut budget: usize) -> Vec<Value> {
+    entries
+        .into_iter()
+        .map(|entry| {
+            let size = serde_json::to_string(&entry.value).map_or(usize::MAX, |t| t.len());
+            if size <= budget {
+                budget -= size;
+                json!({"key": entry.key, "value": entry.value})
+            } else {
+                budget = 0;
+                json!({"key": entry.key, "value_omitted": true, "value_bytes": size})
+            }
+        })
+        .collect()
 }
 
 /// Most ids one `read_files` call takes.
@@ -771,5 +793,33 @@ impl ServerHandler for RunTools {
         Ok(Self::call(&access, &request.name, request.arguments)
             .await
             .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_list_values_stop_at_the_budget_and_keys_go_on() {
+        let entry = |key: &str, text: &str| StateEntry {
+            key: key.into(),
+            value: Value::String(text.into()),
+        };
+        // Each value is its text plus two quotes as JSON.
+        let listed = entries_within(
+            vec![
+                entry("a", "12345678"),
+                entry("b", "12345678"),
+                entry("c", "1"),
+            ],
+            15,
+        );
+        assert_eq!(listed[0], json!({"key": "a", "value": "12345678"}));
+        assert_eq!(
+            listed[1],
+            json!({"key": "b", "value_omitted": true, "value_bytes": 10})
+        );
+        assert_eq!(listed[2]["value_omitted"], true, "{listed:?}");
     }
 }
