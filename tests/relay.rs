@@ -300,6 +300,50 @@ async fn a_failing_host_call_does_not_fail_the_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_the_bridge_cannot_read_still_ends_the_call() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    let frame = plugin.run_frame("run-m", "conv-m", "quiet");
+    plugin.send(frame).await;
+    // An error without its message is not a valid reply; the harness's
+    // call must still end (as an error) rather than wait for the deadline.
+    let (results, calls) = plugin
+        .until_done(&["run-m"], |call| match call["action"].as_str() {
+            Some("state_get") => json!({"error": {"code": "unauthorized"}}),
+            _ => json!({"data": null}),
+        })
+        .await;
+    assert!(calls.iter().any(|c| c["action"] == "state_get"));
+    let results = &results["run-m"];
+    assert_eq!(kinds(results).last(), Some(&"run.completed"), "{results:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_frame_over_the_limit_gets_its_run_failed() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    let mut frame = plugin.run_frame("run-big", "conv-big", "quiet");
+    frame["context"]["input"]["text"] = json!("x".repeat(65 * 1024 * 1024));
+    plugin.send(frame).await;
+    let (results, _) = plugin
+        .until_done(&["run-big"], |_| json!({"data": null}))
+        .await;
+    let results = &results["run-big"];
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["sequence"], 1);
+    assert_eq!(results[0]["data"]["code"], "invalid_argument");
+    let why = results[0]["data"]["error"].as_str().unwrap();
+    assert!(why.contains("64 MiB"), "{why}");
+    // The relay reads on: the next run goes through.
+    let frame = plugin.run_frame("run-after", "conv-big", "quiet");
+    plugin.send(frame).await;
+    let (results, _) = plugin
+        .until_done(&["run-after"], |_| json!({"data": null}))
+        .await;
+    assert_eq!(kinds(&results["run-after"]).last(), Some(&"run.completed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_runs_are_refused_and_a_cancel_stops_a_run() {
     let mut plugin = Plugin::start().await;
     plugin.hello().await;

@@ -10,22 +10,24 @@
 
 mod frame;
 mod host;
+mod reader;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use frame::{Inbound, Outbound, PROTOCOL};
 pub use host::RelayHost;
+pub use reader::MAX_FRAME_BYTES;
+use reader::{Frames, Incoming, field_in_head};
 
 use crate::harness::Adapters;
-use crate::harness::decode::{LineBuffer, ResultStream};
 use crate::projection::Templates;
-use crate::protocol::{AgentRunResult, ResultPayload, RunFailed, checked_context};
+use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
 use crate::run::{Bridge, RunOptions, Settings};
 
 /// Why a relay session ended badly.
@@ -64,57 +66,98 @@ async fn write_frames<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Reads frames; a line that is not a frame is reported, not fatal.
-struct Frames<R> {
-    reader: R,
-    lines: LineBuffer,
-    ready: std::collections::VecDeque<String>,
-    buf: Vec<u8>,
-}
-
-impl<R: AsyncRead + Unpin> Frames<R> {
-    fn new(reader: R) -> Self {
-        Frames {
-            reader,
-            lines: LineBuffer::default(),
-            ready: Default::default(),
-            buf: vec![0; 64 * 1024],
-        }
-    }
-
-    /// The next line; `None` at the end of input.
-    async fn next_line(&mut self) -> std::io::Result<Option<String>> {
-        loop {
-            if let Some(line) = self.ready.pop_front() {
-                if line.trim().is_empty() {
-                    continue;
-                }
-                return Ok(Some(line));
-            }
-            let n = self.reader.read(&mut self.buf).await?;
-            if n == 0 {
-                return Ok(self.lines.finish());
-            }
-            self.ready.extend(self.lines.push(&self.buf[..n]));
-        }
-    }
-}
-
-/// A run the relay cannot start: one `run.failed`, sequence 1.
-fn refused(run_id: &str, code: &str, error: String) -> Vec<Outbound> {
+/// A run the relay cannot start (or could not finish): one `run.failed`,
+/// numbered after the `sent` results the plugin already has.
+fn failed_frame(run_id: &str, sent: u64, code: &str, error: String, retryable: bool) -> Outbound {
     let failed = ResultPayload::RunFailed(RunFailed {
         code: code.into(),
         error,
-        retryable: false,
+        retryable,
     });
-    ResultStream::new(run_id)
-        .stamp(vec![failed])
-        .into_iter()
-        .map(|result| Outbound::Result {
-            run_id: run_id.into(),
+    let mut result = AgentRunResult::new(run_id, failed);
+    result.sequence = Some(sent + 1);
+    result.timestamp = Some(crate::host::now_ms() / 1000);
+    Outbound::Result {
+        run_id: run_id.into(),
+        result: Box::new(result),
+    }
+}
+
+/// A frame the plugin must get even when its input is backed up: sent
+/// from a task of its own, so the read loop never waits on the plugin.
+fn send_later(out: &mpsc::Sender<Outbound>, frame: Outbound) {
+    let out = out.clone();
+    tokio::spawn(async move {
+        let _ = out.send(frame).await;
+    });
+}
+
+/// Answer a frame too long to read, when its first bytes say whose it
+/// is: a run gets its `run.failed`, a host reply ends its call.
+fn answer_too_long(
+    head: &str,
+    out: &mpsc::Sender<Outbound>,
+    host: &RelayHost,
+    runs: &HashMap<String, CancellationToken>,
+) {
+    let cap = MAX_FRAME_BYTES / (1024 * 1024);
+    let kind = field_in_head::<String>(head, "type");
+    tracing::warn!(
+        kind = kind.as_deref().unwrap_or("?"),
+        "a frame over {cap} MiB; dropped"
+    );
+    match kind.as_deref() {
+        Some("run") => {
+            if let Some(run_id) =
+                field_in_head::<String>(head, "run_id").filter(|run_id| !runs.contains_key(run_id))
+            {
+                let why = format!(
+                    "the run frame is over the relay's {cap} MiB limit; send large files as artifacts, not inline"
+                );
+                send_later(
+                    out,
+                    failed_frame(&run_id, 0, "invalid_argument", why, false),
+                );
+                return;
+            }
+        }
+        Some("host_reply") => {
+            if let Some(id) = field_in_head::<u64>(head, "id") {
+                let why = format!("the plugin's reply is over the relay's {cap} MiB limit");
+                host.answer(id, Err(AgentAPIError::too_large(why)));
+                return;
+            }
+        }
+        _ => {}
+    }
+    let _ = out.try_send(Outbound::Error {
+        run_id: None,
+        message: format!(
+            "a frame over the relay's {cap} MiB limit, whose id could not be read; ignored"
+        ),
+    });
+}
+
+/// Forward one run's results to the plugin; returns how many were sent and
+/// whether the last was terminal.
+async fn forward_results(
+    out: mpsc::Sender<Outbound>,
+    run_id: String,
+    mut results: mpsc::Receiver<AgentRunResult>,
+) -> (u64, bool) {
+    let (mut sent, mut terminal) = (0, false);
+    while let Some(result) = results.recv().await {
+        terminal = result.kind.is_terminal();
+        let frame = Outbound::Result {
+            run_id: run_id.clone(),
             result: Box::new(result),
-        })
-        .collect()
+        };
+        if out.send(frame).await.is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    (sent, terminal)
 }
 
 /// Serve one relay session on `reader`/`writer` until the plugin goes away
@@ -138,9 +181,13 @@ where
 
     // Handshake: the plugin speaks first.
     let hello = tokio::select! {
-        line = frames.next_line() => line?,
+        line = frames.next() => line?,
         () = stop.cancelled() => None,
     };
+    let hello = hello.map(|line| match line {
+        Incoming::Line(line) => line,
+        Incoming::TooLong(head) => head,
+    });
     let client = match hello.as_deref().map(serde_json::from_str::<Inbound>) {
         Some(Ok(Inbound::Hello { protocol, client })) if protocol == PROTOCOL => client,
         other => {
@@ -180,8 +227,9 @@ where
 
     let ended = loop {
         let line = tokio::select! {
-            line = frames.next_line() => line,
+            line = frames.next() => line,
             Some(done) = tasks.join_next() => {
+                // A run's task returns its id even when the run panicked.
                 if let Ok(run_id) = done {
                     runs.remove(&run_id);
                 }
@@ -191,7 +239,11 @@ where
             () = output_gone.cancelled() => break "the plugin stopped reading",
         };
         let line = match line {
-            Ok(Some(line)) => line,
+            Ok(Some(Incoming::Line(line))) => line,
+            Ok(Some(Incoming::TooLong(head))) => {
+                answer_too_long(&head, &out, &host, &runs);
+                continue;
+            }
             Ok(None) => break "the plugin closed the connection",
             Err(e) => {
                 tracing::warn!("relay input failed: {e}");
@@ -202,22 +254,33 @@ where
             Ok(frame) => frame,
             Err(e) => {
                 // A run frame that is not well-formed still gets its one
-                // terminal result when its run_id can be read.
-                let run_id = serde_json::from_str::<serde_json::Value>(&line)
-                    .ok()
-                    .filter(|v| v["type"] == "run")
-                    .and_then(|v| v["run_id"].as_str().map(str::to_string));
-                match run_id {
-                    Some(run_id) => {
-                        let why = format!("not a valid run frame: {e}");
-                        for frame in refused(&run_id, "invalid_argument", why) {
-                            let _ = out.try_send(frame);
-                        }
+                // terminal result, and a host reply still ends its call,
+                // when the id can be read.
+                let value = serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default();
+                let why = format!(
+                    "not a valid {} frame: {e}",
+                    value["type"].as_str().unwrap_or("relay")
+                );
+                match (value["type"].as_str(), &value["run_id"], &value["id"]) {
+                    (Some("run"), serde_json::Value::String(run_id), _)
+                        if !runs.contains_key(run_id) =>
+                    {
+                        send_later(
+                            &out,
+                            failed_frame(run_id, 0, "invalid_argument", why, false),
+                        );
                     }
-                    None => {
+                    (Some("host_reply"), _, id) if id.is_u64() => {
+                        let id = id.as_u64().unwrap_or_default();
+                        host.answer(
+                            id,
+                            Err(AgentAPIError::runtime(format!("the plugin's reply: {why}"))),
+                        );
+                    }
+                    _ => {
                         let _ = out.try_send(Outbound::Error {
                             run_id: None,
-                            message: format!("not a relay frame ({e}); ignored"),
+                            message: format!("{why}; ignored"),
                         });
                     }
                 }
@@ -271,9 +334,10 @@ where
                 let ctx = match checked {
                     Ok(ctx) => ctx,
                     Err(why) => {
-                        for frame in refused(&run_id, "invalid_argument", why) {
-                            let _ = out.try_send(frame);
-                        }
+                        send_later(
+                            &out,
+                            failed_frame(&run_id, 0, "invalid_argument", why, false),
+                        );
                         continue;
                     }
                 };
@@ -287,24 +351,30 @@ where
                     on_spawn: None,
                 };
                 tasks.spawn(async move {
-                    let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
-                    let forward = {
-                        let out = out.clone();
-                        let run_id = run_id.clone();
-                        tokio::spawn(async move {
-                            while let Some(result) = rx.recv().await {
-                                let frame = Outbound::Result {
-                                    run_id: run_id.clone(),
-                                    result: Box::new(result),
-                                };
-                                if out.send(frame).await.is_err() {
-                                    break;
-                                }
-                            }
-                        })
-                    };
-                    bridge.run(&ctx, &harness, &options, tx, token).await;
-                    let _ = forward.await;
+                    let (tx, rx) = mpsc::channel::<AgentRunResult>(256);
+                    let forward = tokio::spawn(forward_results(out.clone(), run_id.clone(), rx));
+                    // Its own task, so that a panic in the run is caught here
+                    // and the plugin still gets the run's terminal result.
+                    let turn = tokio::spawn(async move {
+                        bridge.run(&ctx, &harness, &options, tx, token).await;
+                    })
+                    .await;
+                    let (sent, terminal) = forward.await.unwrap_or((0, false));
+                    if let Err(e) = turn {
+                        tracing::error!(%run_id, "the run's task failed: {e}");
+                        if !terminal {
+                            let why = "the bridge failed while running this turn; see its log";
+                            let _ = out
+                                .send(failed_frame(
+                                    &run_id,
+                                    sent,
+                                    "internal_error",
+                                    why.into(),
+                                    true,
+                                ))
+                                .await;
+                        }
+                    }
                     run_id
                 });
             }

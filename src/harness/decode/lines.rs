@@ -2,13 +2,20 @@
 
 /// Bytes in, complete lines out; a partial line waits for the rest. A line
 /// longer than the cap is dropped (with a warning) rather than growing
-/// memory without bound.
+/// memory without bound; its first bytes are kept, so that a reader whose
+/// every line must be answered can still tell whose line it was.
 #[derive(Debug)]
 pub struct LineBuffer {
     pending: Vec<u8>,
     max_line: usize,
     overflowed: bool,
+    dropped: Vec<Vec<u8>>,
 }
+
+/// How much of a dropped line is kept.
+const DROPPED_HEAD: usize = 1024;
+/// How many dropped lines' heads are kept until taken.
+const DROPPED_KEPT: usize = 16;
 
 impl Default for LineBuffer {
     fn default() -> Self {
@@ -23,7 +30,14 @@ impl LineBuffer {
             pending: Vec::new(),
             max_line,
             overflowed: false,
+            dropped: Vec::new(),
         }
+    }
+
+    /// The first bytes of each line dropped since the last call (at most
+    /// 16 lines; older ones beyond that are forgotten).
+    pub fn take_dropped(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Feed a chunk; returns the lines it completed (lossy UTF-8, no `\n`).
@@ -52,6 +66,10 @@ impl LineBuffer {
                     bytes = self.pending.len(),
                     "output line over the cap; dropped"
                 );
+                if self.dropped.len() < DROPPED_KEPT {
+                    self.dropped
+                        .push(self.pending[..DROPPED_HEAD.min(self.pending.len())].to_vec());
+                }
                 self.pending.clear();
                 self.overflowed = true;
             }
@@ -104,5 +122,7 @@ mod tests {
         assert!(buffer.push(b"0123456789").is_empty());
         assert!(buffer.push(b"more of it").is_empty());
         assert_eq!(buffer.push(b"\nok\n"), vec!["ok".to_string()]);
+        assert_eq!(buffer.take_dropped(), vec![b"0123456789".to_vec()]);
+        assert!(buffer.take_dropped().is_empty());
     }
 }
