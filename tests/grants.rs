@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{RUNNER, all_permissions, context, fixture};
 use harness_bridge::host::{
-    Api, GrantCaps, GrantPolicy, HistoryQuery, HostApi, NewArtifact, NewEvent,
+    Api, EventQuery, GrantCaps, GrantPolicy, HistoryQuery, HostApi, NewArtifact, NewEvent,
 };
 use harness_bridge::protocol::{
     AgentRunnerPermissions, ErrorCode, HistoryOperation, StateScope, StorageKind,
@@ -308,6 +308,26 @@ async fn caps_are_enforced() {
             .unwrap_err()
             .code,
         ErrorCode::PayloadTooLarge
+    );
+    // A search query and an event-type filter are bounded too; a NUL in a
+    // query is a word break, not an FTS5 syntax error.
+    let long_query = "word ".repeat(300);
+    assert_eq!(
+        host.history_search(None, &long_query, 5)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::InvalidArgument
+    );
+    assert!(host.history_search(None, "foo\u{0}bar", 5).await.is_ok());
+    let types = EventQuery {
+        event_types: (0..65).map(|i| format!("type.{i}")).collect(),
+        limit: 10,
+        ..EventQuery::default()
+    };
+    assert_eq!(
+        host.event_page(&types).await.unwrap_err().code,
+        ErrorCode::InvalidArgument
     );
 }
 

@@ -145,6 +145,10 @@ pub struct GrantCaps {
     pub max_storage_value_bytes: usize,
     /// Longest state or storage key, in bytes.
     pub max_key_bytes: usize,
+    /// Longest history search query, in bytes.
+    pub max_query_bytes: usize,
+    /// Most event types one event page may filter on.
+    pub max_event_types: usize,
     /// Calls allowed over the run's whole life.
     pub max_calls_per_run: u32,
     /// Sustained calls per second.
@@ -164,6 +168,8 @@ impl Default for GrantCaps {
             max_state_value_bytes: 256 * 1024,
             max_storage_value_bytes: 4 * 1024 * 1024,
             max_key_bytes: 512,
+            max_query_bytes: 1024,
+            max_event_types: 64,
             max_calls_per_run: 5_000,
             rate_per_second: 50.0,
             burst: 100,
@@ -687,6 +693,13 @@ impl GrantedHost {
             if query.trim().is_empty() {
                 return Err(AgentAPIError::invalid_argument("query must not be empty"));
             }
+            let max = self.grant.caps.max_query_bytes;
+            if query.len() > max {
+                return Err(AgentAPIError::invalid_argument(format!(
+                    "query is {} bytes; search with at most {max}",
+                    query.len()
+                )));
+            }
             self.host
                 .history_search(&self.grant.scope, conversation_id, query, top_k)
                 .await
@@ -722,6 +735,13 @@ impl GrantedHost {
         let resource = self.conversation_resource(query.conversation_id.as_deref());
         self.call(Api::EventPage, "event_page", resource, async {
             self.check_limit(query.limit, self.grant.caps.max_page_limit, "limit")?;
+            let max = self.grant.caps.max_event_types;
+            if query.event_types.len() > max {
+                return Err(AgentAPIError::invalid_argument(format!(
+                    "{} event types; filter on at most {max}",
+                    query.event_types.len()
+                )));
+            }
             self.grant
                 .target_conversation(query.conversation_id.as_deref())?;
             self.host.event_page(&self.grant.scope, query).await

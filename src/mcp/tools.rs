@@ -479,6 +479,16 @@ fn storage_value(bytes: Option<Vec<u8>>) -> Value {
     }
 }
 
+/// `bytes` as text when they are text, allowing a character cut off at the
+/// end when the bytes are only the first part of a file (`cut`): the text
+/// then stops before it. A range of CJK text almost always ends mid-character.
+fn text_head(bytes: &[u8], cut: bool) -> Option<&str> {
+    match std::str::from_utf8(bytes) {
+        Err(e) if cut && e.error_len().is_none() => as_text(&bytes[..e.valid_up_to()]),
+        _ => as_text(bytes),
+    }
+}
+
 fn is_text(mime: Option<&str>, bytes: &[u8]) -> bool {
     let declared_binary = mime.is_some_and(|m| {
         !(m.starts_with("text/")
@@ -575,10 +585,17 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
                 "length": read.length,
                 "has_more": read.has_more,
             });
-            if is_text(read.mime_type.as_deref(), &bytes) {
-                out["text"] = Value::String(String::from_utf8_lossy(&bytes).into_owned());
-            } else {
-                out["content_base64"] = Value::String(read.content_base64.unwrap_or_default());
+            let text = text_head(&bytes, read.has_more)
+                .filter(|text| is_text(read.mime_type.as_deref(), text.as_bytes()));
+            match text {
+                Some(text) => {
+                    // A character cut at the end is left for the next read.
+                    out["length"] = json!(text.len());
+                    out["text"] = Value::String(text.to_string());
+                }
+                None => {
+                    out["content_base64"] = Value::String(read.content_base64.unwrap_or_default())
+                }
             }
             Ok(out)
         }
@@ -702,7 +719,7 @@ async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAP
                 if (read.bytes.len() as u64) < read.size {
                     file["truncated"] = Value::Bool(true);
                 }
-                match as_text(&read.bytes) {
+                match text_head(&read.bytes, (read.bytes.len() as u64) < read.size) {
                     Some(text) => file["text"] = Value::String(text.to_string()),
                     None => {
                         file["content_base64"] = Value::String(
@@ -799,6 +816,21 @@ impl ServerHandler for RunTools {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_cut_mid_character_stops_before_it() {
+        let text = "部署完成".as_bytes();
+        // 7 bytes: two characters and the first byte of the third.
+        assert_eq!(text_head(&text[..7], true), Some("部署"));
+        assert_eq!(
+            text_head(&text[..7], false),
+            None,
+            "a whole file must be whole"
+        );
+        assert_eq!(text_head(text, false), Some("部署完成"));
+        assert_eq!(text_head(&[0xff, b'a'], true), None, "invalid is not cut");
+        assert_eq!(text_head(b"a\x00b", true), None, "control bytes are binary");
+    }
 
     #[test]
     fn state_list_values_stop_at_the_budget_and_keys_go_on() {

@@ -130,10 +130,11 @@ fn fts_rowid(stream: i64, seq: i64) -> i64 {
 }
 
 /// A person's search words as FTS5 phrases: each word quoted, so no FTS5
-/// operator syntax leaks through.
+/// operator syntax leaks through. Control characters split words too: FTS5
+/// reads a query only up to a NUL.
 fn search_terms(query: &str) -> Vec<String> {
     query
-        .split_whitespace()
+        .split(|c: char| c.is_whitespace() || c.is_control())
         // Words with no letter or digit hold no token the index could match.
         .filter(|word| word.chars().any(char::is_alphanumeric))
         .map(|word| format!("\"{}\"", index_text(word).trim().replace('"', "\"\"")))
@@ -313,6 +314,7 @@ mod tests {
             ["\"deploy\"", "\"\"\"x\"\"\"", "\"OR\"", "\"部  署\""]
         );
         assert!(search_terms("   ").is_empty());
+        assert_eq!(search_terms("foo\u{0}bar\u{7}"), ["\"foo\"", "\"bar\""]);
         assert!(fts_rowid(2, 1) > fts_rowid(1, 0xFFFF_FFFF));
     }
 }
