@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use harness_bridge::host::{HistoryQuery, HostApi, RunScope};
+use harness_bridge::host::{Api, HistoryQuery, HostApi, RunScope};
 use harness_bridge::relay::{Inbound, Outbound, RelayHost};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
@@ -58,7 +58,7 @@ fn bench(c: &mut Criterion) {
         let mut stdin = peer.stdin.take().expect("stdin");
         let stdout = peer.stdout.take().expect("stdout");
         let (tx, mut rx) = mpsc::channel::<Outbound>(64);
-        let host = Arc::new(RelayHost::new(tx));
+        let host = Arc::new(RelayHost::new(tx, Api::ALL.into_iter().collect()));
         tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
                 let mut line = serde_json::to_vec(&frame).expect("frame");

@@ -80,8 +80,12 @@ impl Plugin {
     }
 
     async fn hello(&mut self) -> Value {
-        self.send(json!({"type": "hello", "protocol": PROTOCOL, "client": "test plugin"}))
-            .await;
+        self.hello_frame(json!({"type": "hello", "protocol": PROTOCOL, "client": "test plugin"}))
+            .await
+    }
+
+    async fn hello_frame(&mut self, frame: Value) -> Value {
+        self.send(frame).await;
         let hello = self.next().await.expect("hello back");
         assert_eq!(hello["type"], "hello", "{hello}");
         hello
@@ -341,6 +345,64 @@ async fn a_run_frame_over_the_limit_gets_its_run_failed() {
         .until_done(&["run-after"], |_| json!({"data": null}))
         .await;
     assert_eq!(kinds(&results["run-after"]).last(), Some(&"run.completed"));
+}
+
+/// The instructions the run's harness got, which name its tools.
+fn instructions_of_only_workspace(data: &std::path::Path) -> String {
+    let found: Vec<_> = walkdir::WalkDir::new(data.join("workspaces"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().ends_with(".langbot/instructions.md"))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    std::fs::read_to_string(found[0].path()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_gets_only_the_tools_its_plugin_can_answer() {
+    for (apis, shown, hidden) in [
+        (
+            None,
+            vec!["history_page", "artifact_read", "plugin_storage_get"],
+            vec![],
+        ),
+        (
+            Some(json!(["history_page", "state", "no_such_api"])),
+            vec!["history_page", "state_get"],
+            vec![
+                "artifact_read",
+                "artifact_metadata",
+                "plugin_storage_get",
+                "event_page",
+            ],
+        ),
+    ] {
+        let mut plugin = Plugin::start().await;
+        let mut hello = json!({"type": "hello", "protocol": PROTOCOL, "client": "test plugin"});
+        if let Some(apis) = apis {
+            hello["apis"] = apis;
+        }
+        plugin.hello_frame(hello).await;
+        let frame = plugin.run_frame("run-t", "conv-t", "quiet");
+        plugin.send(frame).await;
+        let (results, _) = plugin
+            .until_done(&["run-t"], |_| json!({"data": null}))
+            .await;
+        assert_eq!(kinds(&results["run-t"]).last(), Some(&"run.completed"));
+        let instructions = instructions_of_only_workspace(plugin.data.path());
+        for tool in shown {
+            assert!(
+                instructions.contains(tool),
+                "{tool} missing:\n{instructions}"
+            );
+        }
+        for tool in hidden {
+            assert!(
+                !instructions.contains(tool),
+                "{tool} shown:\n{instructions}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,6 +164,14 @@ pub struct AuditEntry {
 /// not authorize. Runner-facing callers use [`super::GrantedHost`].
 #[async_trait]
 pub trait HostApi: Send + Sync + 'static {
+    /// Whether this host can answer `api` at all. A grant never includes
+    /// what its host cannot do, so a harness is not shown tools that could
+    /// only fail (a plugin host may lack some APIs).
+    fn answers(&self, api: super::Api) -> bool {
+        let _ = api;
+        true
+    }
+
     /// A page of a conversation's transcript (§8 `history_page`).
     async fn history_page(&self, scope: &RunScope, query: &HistoryQuery)
     -> HostResult<HistoryPage>;

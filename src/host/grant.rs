@@ -62,6 +62,11 @@ impl Api {
         Api::WorkspaceStorage,
     ];
 
+    /// The API named `name` (as [`Api::as_str`] spells it).
+    pub fn named(name: &str) -> Option<Api> {
+        Api::ALL.into_iter().find(|api| api.as_str() == name)
+    }
+
     /// The API's name as audited and as tools are named after it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -455,7 +460,10 @@ impl Grants {
         };
         let grant = Arc::new(RunGrant {
             scope,
-            apis: allowed_apis(ctx, permissions),
+            apis: allowed_apis(ctx, permissions)
+                .into_iter()
+                .filter(|api| self.host.answers(*api))
+                .collect(),
             caps: policy.caps.clone(),
             cross_conversation: policy.cross_conversation,
             input_artifacts: ctx

@@ -23,6 +23,10 @@ pub enum Inbound {
         /// Free text, for logs (e.g. `langbot-plugin harness-bridge 0.1.0`).
         #[serde(default)]
         client: String,
+        /// The host APIs the plugin can answer (`history_page`, `state`,
+        /// `plugin_storage`, ...); absent means all of them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        apis: Option<Vec<String>>,
     },
     /// Start a run.
     Run {

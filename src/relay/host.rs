@@ -4,7 +4,7 @@
 //! and storage. Grants still check every runner-facing call on this side
 //! first; the host checks again on its side.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::frame::Outbound;
 use crate::host::{
-    AuditEntry, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact, NewEvent,
+    Api, AuditEntry, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact, NewEvent,
     NewTranscriptItem, RunScope, StateEntry,
 };
 use crate::protocol::{
@@ -34,6 +34,8 @@ pub struct RelayHost {
     /// late call fails at once instead of waiting for a reply that
     /// cannot come.
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<Reply>>>>,
+    /// The APIs the plugin said it answers.
+    answers: BTreeSet<Api>,
 }
 
 /// Forgets a call's waiter however the call ends (answered, timed out by
@@ -56,12 +58,13 @@ fn gone() -> AgentAPIError {
 }
 
 impl RelayHost {
-    /// A host whose calls are written to `out`.
-    pub fn new(out: mpsc::Sender<Outbound>) -> Self {
+    /// A host whose calls are written to `out`, answering `answers`.
+    pub fn new(out: mpsc::Sender<Outbound>, answers: BTreeSet<Api>) -> Self {
         RelayHost {
             out,
             next_id: AtomicU64::new(1),
             pending: Mutex::new(Some(HashMap::new())),
+            answers,
         }
     }
 
@@ -132,6 +135,10 @@ fn not_relayed(what: &str) -> AgentAPIError {
 
 #[async_trait]
 impl HostApi for RelayHost {
+    fn answers(&self, api: Api) -> bool {
+        self.answers.contains(&api)
+    }
+
     async fn history_page(
         &self,
         scope: &RunScope,

@@ -12,7 +12,7 @@ mod frame;
 mod host;
 mod reader;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -26,6 +26,7 @@ pub use reader::MAX_FRAME_BYTES;
 use reader::{Frames, Incoming, field_in_head};
 
 use crate::harness::Adapters;
+use crate::host::Api;
 use crate::projection::Templates;
 use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
 use crate::run::{Bridge, RunOptions, Settings};
@@ -189,7 +190,11 @@ where
         Incoming::TooLong(head) => head,
     });
     let client = match hello.as_deref().map(serde_json::from_str::<Inbound>) {
-        Some(Ok(Inbound::Hello { protocol, client })) if protocol == PROTOCOL => client,
+        Some(Ok(Inbound::Hello {
+            protocol,
+            client,
+            apis,
+        })) if protocol == PROTOCOL => (client, apis),
         other => {
             let why = match other {
                 None => "the plugin closed the connection before its hello".to_string(),
@@ -210,7 +215,17 @@ where
             return Err(RelayError::Handshake(why));
         }
     };
-    tracing::info!(%client, "relay connected");
+    let (client, apis) = client;
+    let answers: BTreeSet<Api> = match &apis {
+        None => Api::ALL.into_iter().collect(),
+        Some(names) => names.iter().filter_map(|name| Api::named(name)).collect(),
+    };
+    if let Some(names) = &apis {
+        for unknown in names.iter().filter(|name| Api::named(name).is_none()) {
+            tracing::warn!(api = %unknown, "the plugin names a host API this bridge does not know; ignored");
+        }
+    }
+    tracing::info!(%client, answers = ?answers, "relay connected");
     let _ = out
         .send(Outbound::Hello {
             protocol: PROTOCOL.into(),
@@ -219,7 +234,7 @@ where
         })
         .await;
 
-    let host = Arc::new(RelayHost::new(out.clone()));
+    let host = Arc::new(RelayHost::new(out.clone(), answers));
     settings.record_turns = false;
     let bridge = Arc::new(Bridge::start(host.clone(), adapters, templates, settings).await?);
     let mut runs: HashMap<String, CancellationToken> = HashMap::new();

@@ -23,6 +23,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 PROTOCOL = "harness-bridge.relay.v1"
 CLIENT = "langbot-plugin harness-bridge 0.1.0"
+# The host APIs `answer` below can serve; the bridge grants runs no other.
+APIS = ["history_page", "history_search", "event_get", "event_page", "state", "plugin_storage", "workspace_storage"]
 PLUGIN_DIR = Path(__file__).resolve().parents[2]
 BUNDLED = PLUGIN_DIR / "bin" / "harness-bridge"
 # A harness needs a PATH; the plugin runtime gives none.
@@ -201,7 +203,7 @@ class Relay:
                 env={"PATH": DEFAULT_PATH}, limit=LINE_LIMIT,
             )
             try:
-                await self._write(proc, {"type": "hello", "protocol": PROTOCOL, "client": CLIENT})
+                await self._write(proc, {"type": "hello", "protocol": PROTOCOL, "client": CLIENT, "apis": APIS})
                 line = await asyncio.wait_for(proc.stdout.readline(), timeout=30)
                 hello = json.loads(line or b"{}")
                 if not isinstance(hello, dict) or hello.get("type") != "hello":
