@@ -209,3 +209,46 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
     let left = common::processes_under(&workspaces);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
+
+/// The plugin's answer to `state_list` carries each key's value: the host
+/// lists keys only, so the plugin reads the values.
+#[test]
+fn the_plugin_lists_state_with_values() {
+    let runner = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("integrations/langbot-plugin/components/runner");
+    let script = r#"
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])
+import bridge
+
+class Api:
+    async def state_list(self, scope, prefix=None, limit=100):
+        assert (scope, prefix, limit) == ("conversation", "external.", 100)
+        return {"keys": ["external.harness", "external.session_id"], "has_more": False}
+
+    async def state_get(self, scope, key):
+        return {"value": {"external.harness": "codex", "external.session_id": {"id": 7}}[key]}
+
+args = {"scope": "conversation", "prefix": "external."}
+print(json.dumps(asyncio.run(bridge.answer(Api(), "state_list", args))))
+"#;
+    let out = std::process::Command::new(common::sdk_python())
+        .arg("-c")
+        .arg(script)
+        .arg(&runner)
+        .output()
+        .expect("python starts");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let entries: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        entries,
+        json!([
+            {"key": "external.harness", "value": "codex"},
+            {"key": "external.session_id", "value": {"id": 7}},
+        ])
+    );
+}

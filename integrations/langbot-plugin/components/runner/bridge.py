@@ -157,9 +157,18 @@ async def answer(api: Any, action: str, args: dict[str, Any]) -> Any:
         got = await api.state_delete(args["scope"], args["key"])
         return bool(got.get("success", True)) if isinstance(got, dict) else True
     if action == "state_list":
+        # The host lists keys only; each value is read with a bounded number
+        # of calls in flight, so the entries carry values as documented.
         got = await api.state_list(args["scope"], prefix=args.get("prefix"), limit=int(args.get("limit") or 100))
-        keys = got.get("keys", []) if isinstance(got, dict) else []
-        return [{"key": k, "value": None} if isinstance(k, str) else k for k in keys]
+        keys = [k for k in (got.get("keys", []) if isinstance(got, dict) else []) if isinstance(k, str)]
+        gate = asyncio.Semaphore(8)
+
+        async def entry(key: str) -> dict[str, Any]:
+            async with gate:
+                value = await api.state_get(args["scope"], key)
+            return {"key": key, "value": value.get("value") if isinstance(value, dict) else value}
+
+        return list(await asyncio.gather(*(entry(k) for k in keys)))
     if action in ("storage_get", "storage_set", "storage_delete", "storage_keys"):
         area = args.get("area")
         if area not in ("plugin", "workspace"):
