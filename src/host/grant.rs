@@ -393,6 +393,27 @@ type Slot = (Arc<RunGrant>, Option<Instant>);
 pub struct Grants {
     host: Arc<dyn HostApi>,
     runs: Mutex<HashMap<[u8; 32], Slot>>,
+    unknown: Mutex<UnknownTokens>,
+}
+
+/// Refusals of tokens that name no run, audited at most once a second:
+/// any local process can send them, and each would otherwise be a row.
+#[derive(Default)]
+struct UnknownTokens {
+    last_row_ms: i64,
+    since: u64,
+}
+
+impl UnknownTokens {
+    /// Count one refusal; `Some(n)` when a row is due, covering `n` of them.
+    fn refused(&mut self, now: i64) -> Option<u64> {
+        self.since += 1;
+        if now - self.last_row_ms < 1000 {
+            return None;
+        }
+        self.last_row_ms = now;
+        Some(std::mem::take(&mut self.since))
+    }
 }
 
 impl Grants {
@@ -401,6 +422,7 @@ impl Grants {
         Grants {
             host,
             runs: Mutex::new(HashMap::new()),
+            unknown: Mutex::new(UnknownTokens::default()),
         }
     }
 
@@ -532,14 +554,18 @@ impl Grants {
             }
             None => {
                 let err = AgentAPIError::unauthorized("unknown run token");
-                audit(
-                    &self.host,
-                    None,
-                    "authorize",
-                    "token",
-                    &Err::<(), _>(err.clone()),
-                )
-                .await;
+                let due = self
+                    .unknown
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .refused(now_ms());
+                if let Some(count) = due {
+                    let mut row = err.clone();
+                    if count > 1 {
+                        row.message = format!("{count} unknown run tokens since the last such row");
+                    }
+                    audit(&self.host, None, "authorize", "token", &Err::<(), _>(row)).await;
+                }
                 Err(err)
             }
         }
@@ -950,5 +976,20 @@ impl GrantedHost {
             self.host.storage_keys(&self.grant.scope, area).await
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_tokens_are_audited_once_a_second_with_a_count() {
+        let mut unknown = UnknownTokens::default();
+        assert_eq!(unknown.refused(10_000), Some(1));
+        assert_eq!(unknown.refused(10_100), None);
+        assert_eq!(unknown.refused(10_999), None);
+        assert_eq!(unknown.refused(11_000), Some(3));
+        assert_eq!(unknown.refused(11_001), None);
     }
 }
