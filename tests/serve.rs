@@ -563,6 +563,47 @@ async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_on_the_same_store_is_refused_and_harms_nothing() {
+    let server = Server::start("hang", "").await;
+    let run = server.post_in_background();
+    server.wait_for_harness().await;
+    let run_id = server.started_run_id();
+    let config = server.data.path().join("second.yaml");
+    std::fs::write(&config, "listen: 127.0.0.1:0\n").unwrap();
+    let second = tokio::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(server.data.path())
+        .args(["serve", "--config"])
+        .arg(&config)
+        .kill_on_drop(true)
+        .output();
+    let second = tokio::time::timeout(Duration::from_secs(20), second)
+        .await
+        .expect("the second serve exits")
+        .unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{said}");
+    assert!(
+        said.contains("another harness-bridge serve (pid "),
+        "says why: {said}"
+    );
+    // The first service's run is untouched: still running, harness alive.
+    assert_eq!(
+        server.get_json(&format!("/v1/runs/{run_id}")).await["status"],
+        "running"
+    );
+    assert!(common::processes_under(&server.workspaces()).len() >= 2);
+    assert_eq!(
+        server
+            .post_status(&format!("/v1/runs/{run_id}/cancel"))
+            .await,
+        202
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(20), run).await;
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_needs_the_token_serve_keeps_unless_auth_is_off() {
     use std::os::unix::fs::PermissionsExt;
     let server = Server::start("quiet", "").await;

@@ -19,6 +19,8 @@ use super::RunStatus;
 use crate::protocol::AgentRunResult;
 
 const FILE: &str = "serve-runs.db";
+/// Held (`flock`) by the one service that owns the journal.
+const LOCK_FILE: &str = "serve.lock";
 
 /// The failure code of a run found in flight at start.
 pub const INTERRUPTED: &str = "interrupted";
@@ -62,6 +64,48 @@ fn boot_id() -> String {
 pub struct Journal {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// Released when the service exits, however it exits.
+    _owner: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Become the one service on the store in `dir`. A second `serve` on the
+/// same store would mark the first one's runs interrupted and kill their
+/// harnesses, then run turns beside it; it is refused instead.
+fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::io::{Read as _, Seek as _, Write as _};
+
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => lock,
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            let who = if pid.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {pid})")
+            };
+            return Err(format!(
+                "another harness-bridge serve{who} is using the store in {}; stop it first, or give this one another store",
+                dir.display()
+            ));
+        }
+        Err((_, e)) => return Err(format!("cannot lock {}: {e}", path.display())),
+    };
+    // The owner's pid, for the message above; the lock is what counts.
+    let _ = lock.set_len(0);
+    let _ = lock.rewind();
+    let _ = writeln!(lock, "{}", std::process::id());
+    Ok(lock)
 }
 
 fn now_ms() -> i64 {
@@ -81,12 +125,14 @@ fn status_of(name: &str) -> RunStatus {
 
 impl Journal {
     /// Open (or create) the journal in `dir`, mark every run left in flight
-    /// as failed, and drop runs that ended more than `retention` ago.
+    /// as failed, and drop runs that ended more than `retention` ago. Fails
+    /// while another service has the journal open.
     /// Returns the journal and the runs it marked.
     pub fn open(dir: &Path, retention: Duration) -> Result<(Journal, Vec<Interrupted>), String> {
         let path = dir.join(FILE);
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let owner = own_store(dir)?;
         let fail = |e: rusqlite::Error| format!("run journal {}: {e}", path.display());
         let conn = Connection::open(&path).map_err(fail)?;
         conn.execute_batch(
@@ -112,6 +158,7 @@ impl Journal {
         let journal = Journal {
             conn: Mutex::new(conn),
             path: path.clone(),
+            _owner: owner,
         };
         let interrupted = journal.recover().map_err(fail)?;
         journal.prune(retention).map_err(fail)?;
@@ -308,5 +355,30 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(journal.prune(Duration::ZERO).unwrap(), 3);
         assert!(!journal.contains("r1").unwrap());
+    }
+
+    #[test]
+    fn a_second_service_on_the_store_is_refused_and_touches_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = Duration::from_secs(86_400);
+        let (first, _) = Journal::open(dir.path(), day).unwrap();
+        first.queued("r1", "c", "claude-code");
+        first.started("r1");
+        let refused = Journal::open(dir.path(), day).err().unwrap();
+        assert!(
+            refused.contains(&format!(
+                "another harness-bridge serve (pid {})",
+                std::process::id()
+            )),
+            "{refused}"
+        );
+        assert_eq!(first.get("r1").unwrap().status, RunStatus::Running);
+        drop(first);
+        let (_, interrupted) = Journal::open(dir.path(), day).unwrap();
+        assert_eq!(
+            interrupted.len(),
+            1,
+            "once the first is gone, the next one recovers"
+        );
     }
 }
