@@ -563,6 +563,23 @@ async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_harness_is_refused_before_it_queues() {
+    let server = Server::start("quiet", "").await;
+    let (status, body) = server
+        .post_json(json!({"conversation": "c", "text": "hi", "harness": "nope"}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let why = body["error"].as_str().unwrap_or_default();
+    assert!(why.contains("`nope`") && why.contains("scripted"), "{body}");
+    let metrics = server.get_text("/metrics").await;
+    assert!(!metrics.contains("nope"), "{metrics}");
+    let (status, _) = server
+        .post_json(json!({"conversation": "c", "text": "hi"}))
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_serve_on_the_same_store_is_refused_and_harms_nothing() {
     let server = Server::start("hang", "").await;
     let run = server.post_in_background();
@@ -640,6 +657,21 @@ async fn the_api_needs_the_token_serve_keeps_unless_auth_is_off() {
     }
     let runners = server.get_json("/v1/runners").await;
     assert!(runners["runners"].is_array(), "{runners}");
+    // The scheme is case-insensitive; a token with anything after it is not it.
+    let lower = stranger
+        .get(format!("{}/v1/runners", server.url))
+        .header("authorization", format!("bearer {token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(lower), 200);
+    let longer = stranger
+        .get(format!("{}/v1/runners", server.url))
+        .bearer_auth(format!("{token}x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(longer), 401);
 
     // A restart keeps the token; `no_auth` turns it off (on loopback).
     let (data, tools) = (server.data.clone(), server.tools.clone());

@@ -192,6 +192,11 @@ impl Bridge {
         self.grants.host()
     }
 
+    /// The harnesses this bridge can launch.
+    pub fn adapters(&self) -> &Adapters {
+        &self.adapters
+    }
+
     /// How long a stopped harness gets between SIGTERM and SIGKILL.
     pub fn kill_grace(&self) -> Duration {
         self.settings.kill_grace
@@ -280,7 +285,11 @@ impl Bridge {
         let binding = Binding::from_config(&ctx.config)
             .map_err(|e| fail("invalid_argument", e.to_string()))?;
 
-        let vars: Vec<(String, String)> = std::env::vars().collect();
+        // `vars()` would panic on a variable that is not UTF-8; such a
+        // variable is simply not passed on.
+        let vars: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
         let mut env = child_env(
             &spec.env,
             &self.settings.pass_env,

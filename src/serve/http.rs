@@ -21,6 +21,8 @@ use super::{QueueFull, Refused, RunEntry, Service};
 use crate::protocol::{JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
 
+use sha2::{Digest as _, Sha256};
+
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into()}))).into_response()
 }
@@ -32,13 +34,19 @@ async fn auth(State(service): State<Arc<Service>>, request: Request, next: Next)
     if tokens.is_empty() || matches!(request.uri().path(), "/" | "/healthz") {
         return next.run(request).await;
     }
+    // The scheme is case-insensitive (RFC 7235). Digests are compared, not
+    // the tokens, so the time a wrong guess takes says nothing about them.
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| Sha256::digest(token.trim().as_bytes()));
     match given {
-        Some(token) if tokens.iter().any(|t| t == token) => next.run(request).await,
+        Some(given) if tokens.iter().any(|t| Sha256::digest(t.as_bytes()) == given) => {
+            next.run(request).await
+        }
         _ => error(
             StatusCode::UNAUTHORIZED,
             "missing or wrong bearer token (Authorization: Bearer <one of api_tokens>)",
@@ -160,6 +168,7 @@ async fn create_run(
             ),
         ),
         Err(Refused::Unavailable(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+        Err(Refused::UnknownHarness(why)) => error(StatusCode::UNPROCESSABLE_ENTITY, why),
         Err(Refused::Duplicate) => error(
             StatusCode::CONFLICT,
             format!("run {run_id} exists; a run id is used once"),

@@ -139,6 +139,8 @@ pub enum Refused {
     Duplicate,
     /// The service is shutting down, or cannot check its journal (503).
     Unavailable(String),
+    /// No harness of this name (422); the message names the known ones.
+    UnknownHarness(String),
 }
 
 impl Service {
@@ -180,13 +182,31 @@ impl Service {
         ctx: AgentRunContext,
         harness: String,
     ) -> Result<Arc<RunEntry>, Refused> {
+        // Refused before it takes a place: an unknown name would otherwise
+        // queue, fail, and stay in the metrics as a label for good.
+        if self.bridge.adapters().find(&harness).is_none() {
+            let known: Vec<&str> = self
+                .bridge
+                .adapters()
+                .all()
+                .iter()
+                .map(|spec| spec.name.as_str())
+                .collect();
+            return Err(Refused::UnknownHarness(format!(
+                "unknown harness `{}` (known: {})",
+                harness.escape_debug().take(64).collect::<String>(),
+                known.join(", ")
+            )));
+        }
+        let conversation = ctx.conversation_id().unwrap_or("_").to_string();
+        // Under the runs lock, as shutdown sets it: a turn is either refused
+        // here or in the map (and tracked) before shutdown looks.
+        let mut runs = self.runs();
         if self.closing.load(Ordering::Acquire) {
             return Err(Refused::Unavailable(
                 "the bridge is shutting down; send the turn again when it is back".into(),
             ));
         }
-        let conversation = ctx.conversation_id().unwrap_or("_").to_string();
-        let mut runs = self.runs();
         let known = runs.contains_key(&ctx.run_id)
             || self
                 .journal
@@ -202,7 +222,6 @@ impl Service {
         self.journal.queued(&ctx.run_id, &conversation, &harness);
         let entry = RunEntry::new(conversation, harness);
         runs.insert(ctx.run_id.clone(), entry.clone());
-        drop(runs);
         let service = self.clone();
         let run = entry.clone();
         self.tasks.spawn(async move {
@@ -214,6 +233,7 @@ impl Service {
                 service.abandon(&run_id, &run, &e.to_string());
             }
         });
+        drop(runs);
         Ok(entry)
     }
 
@@ -340,13 +360,16 @@ impl Service {
     /// finish (or until `hurry` fires: a second signal), then every run
     /// left is cancelled (its harness group killed).
     pub async fn shutdown(&self, hurry: impl std::future::Future<Output = ()>) {
-        self.closing.store(true, Ordering::Release);
-        self.tasks.close();
-        for run in self.runs().values() {
-            if run.status() == RunStatus::Queued {
-                run.cancel();
+        {
+            let runs = self.runs();
+            self.closing.store(true, Ordering::Release);
+            for run in runs.values() {
+                if run.status() == RunStatus::Queued {
+                    run.cancel();
+                }
             }
         }
+        self.tasks.close();
         let grace = Duration::from_secs(self.config.shutdown_grace_seconds);
         let finished = tokio::select! {
             waited = tokio::time::timeout(grace, self.tasks.wait()) => waited.is_ok(),
