@@ -399,7 +399,10 @@ mod tests {
             ..Default::default()
         };
         let args = claude.args(&values);
-        assert_eq!(&args[..2], ["-p", "hi"]);
+        // The prompt goes on stdin, never on the command line.
+        assert_eq!(claude.stdin, Stdin::Prompt);
+        assert!(!args.contains(&"hi".to_string()), "{args:?}");
+        assert_eq!(args[0], "-p");
         assert!(
             !args.contains(&"--model".to_string()),
             "a group without its value is dropped"
@@ -437,7 +440,7 @@ mod tests {
                 "workspace-write",
                 "-c",
                 "mcp_servers.langbot.url=\"http://x\"",
-                "hi"
+                "-"
             ]
         );
         let resumed = codex.args(&TurnValues {
@@ -446,8 +449,8 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(&resumed[..2], ["exec", "resume"]);
-        assert_eq!(&resumed[resumed.len() - 2..], ["th-1", "hi"]);
-        assert_eq!(codex.stdin, Stdin::Closed);
+        assert_eq!(&resumed[resumed.len() - 2..], ["th-1", "-"]);
+        assert_eq!(codex.stdin, Stdin::Prompt);
         // `{instructions|toml}`: a quoted TOML string, whatever the text holds.
         let args = codex.args(&TurnValues {
             prompt: "hi",
@@ -487,8 +490,8 @@ mod tests {
             err.to_string().contains("unknown decoder `telepathy`"),
             "{err}"
         );
-        let err =
-            AdapterSpec::parse("x.yaml", &good.replace("\"{prompt}\"", "\"{promt}\"")).unwrap_err();
+        let err = AdapterSpec::parse("x.yaml", &good.replace("\"{session_id}\"", "\"{promt}\""))
+            .unwrap_err();
         assert!(
             err.to_string().contains("unknown placeholder `{promt}`"),
             "{err}"
