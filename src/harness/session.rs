@@ -153,10 +153,11 @@ impl ResumePointer {
     }
 
     /// Whether a turn of `harness` in `cwd` may resume this session: the
-    /// same harness, and (when recorded) the same working directory.
+    /// same harness in the same working directory. A pointer without its
+    /// directory fits nowhere: a session store searched by id alone (Codex)
+    /// would otherwise resume another conversation's session.
     pub fn fits(&self, harness: &str, cwd: &Path) -> bool {
-        self.harness == harness
-            && (self.working_directory.is_empty() || Path::new(&self.working_directory) == cwd)
+        self.harness == harness && Path::new(&self.working_directory) == cwd
     }
 }
 
@@ -226,6 +227,11 @@ mod tests {
         assert!(pointer.fits("codex", Path::new("/w/c")));
         assert!(!pointer.fits("claude-code", Path::new("/w/c")));
         assert!(!pointer.fits("codex", Path::new("/w/other")));
+        let placeless = ResumePointer {
+            working_directory: String::new(),
+            ..pointer.clone()
+        };
+        assert!(!placeless.fits("codex", Path::new("/w/c")));
         let bad: JsonMap = serde_json::from_value(json!({"external.session_id": 7})).unwrap();
         assert_eq!(ResumePointer::from_map(&bad), None);
     }
