@@ -299,6 +299,26 @@ async fn pretty_output_is_for_a_person() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_turn_that_quotes_session_not_found_is_not_run_again() {
+    let setup = Setup::new();
+    let first = setup.run("quiet", &[]).await;
+    first.completed();
+    let workspace = setup.workspace(&first);
+    let failed = setup.run("quote", &[]).await;
+    assert_eq!(
+        failed.kinds().last().map(String::as_str),
+        Some("run.failed")
+    );
+    // Once for the first turn, once for this one: no fresh-session retry,
+    // which would run the turn's tool actions a second time.
+    let log = std::fs::read_to_string(workspace.join("turn-log")).unwrap();
+    assert_eq!(log.matches("start").count(), 2, "{log}");
+    let results: Vec<&Value> = failed.results.iter().map(|(_, r)| r).collect();
+    let text = serde_json::to_string(&results).unwrap();
+    assert!(!text.contains("could not be resumed"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_harness_starts_fresh_and_a_context_pointer_is_used_first() {
     let setup = Setup::new();
     let first = setup.run("quiet", &[]).await;

@@ -18,7 +18,7 @@ use super::outbox::{self, Outbox};
 use crate::harness::decode::{Exit, LineBuffer, decoder};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::host::{HostApi, RunScope};
-use crate::protocol::{ResultPayload, RunFailed};
+use crate::protocol::{ResultPayload, ResultType, RunFailed};
 
 /// How long stdout may stay open after the harness exited.
 const STDOUT_DRAIN: Duration = Duration::from_secs(2);
@@ -133,6 +133,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     let mut lines = LineBuffer::default();
     let mut buf = vec![0u8; 64 * 1024];
     let mut not_found = false;
+    let mut spoke = false;
     let mut stdout_open = true;
     let mut exited = None;
     let mut drain_until = None;
@@ -155,8 +156,14 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                 }
                 Ok(n) => {
                     for line in lines.push(&buf[..n]) {
-                        not_found |= line.contains(&spec.session_not_found);
                         let payloads = decode.line(&line);
+                        // A harness that cannot resume says so before the
+                        // model speaks; after that, the text is the model's
+                        // or a tool's, and may quote anything.
+                        spoke = spoke || payloads.iter().any(|p| is_model_output(&p.kind()));
+                        if !spoke {
+                            not_found |= line.contains(&spec.session_not_found);
+                        }
                         live.emit.send(payloads).await;
                     }
                 }
@@ -180,7 +187,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
         None => (stop, process.terminate(live.grace).await),
     };
     if let Some(line) = lines.finish() {
-        not_found |= line.contains(&spec.session_not_found);
+        not_found |= !spoke && line.contains(&spec.session_not_found);
         let payloads = decode.line(&line);
         live.emit.send(payloads).await;
     }
@@ -246,4 +253,15 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
         session_id,
         session_not_found: not_found,
     }
+}
+
+/// Results that carry the model's (or a tool's) words.
+fn is_model_output(kind: &ResultType) -> bool {
+    matches!(
+        kind,
+        ResultType::MessageDelta
+            | ResultType::MessageCompleted
+            | ResultType::ToolCallStarted
+            | ResultType::ToolCallCompleted
+    )
 }

@@ -20,6 +20,14 @@ case "$FAKE_MODE" in
     exit 2 ;;
   slow)
     sleep 1 ;;
+  quote)
+    # The model quotes the harness's own "session not found" words, then
+    # the turn fails for another reason: not a missing session.
+    echo '{"type":"system","subtype":"init","session_id":"scripted-1","mcp_servers":[]}'
+    echo '{"type":"assistant","message":{"content":[{"type":"text","text":"The log says: No conversation found"}]},"session_id":"scripted-1"}'
+    echo "end $$" >> turn-log
+    echo '{"type":"result","subtype":"error_during_execution","is_error":true,"result":"tool failed","session_id":"scripted-1"}'
+    exit 1 ;;
   hang)
     # A session id first, as real harnesses print: a stopped run then
     # stores its pointer on the way out.
