@@ -563,6 +563,52 @@ async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_does_not_hold_up_shutdown() {
+    use tokio::io::AsyncWriteExt;
+    let mut server = Server::start("flood", "").await;
+    // A client that sends its turn and never reads the answer.
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let body = json!({"conversation": "c", "text": "hi"}).to_string();
+    let token = server.token.clone().expect("a token");
+    let request = format!(
+        "POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    for _ in 0..200 {
+        let ran = walkdir::WalkDir::new(server.workspaces())
+            .into_iter()
+            .filter_map(Result::ok)
+            .any(|e| e.file_name() == "received-env");
+        if ran {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let run_id = server.started_run_id();
+    let mut status = Value::Null;
+    for _ in 0..200 {
+        status = server.get_json(&format!("/v1/runs/{run_id}")).await["status"].clone();
+        if status == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, "completed");
+    // The run is over and journaled; the stream is still unread. SIGTERM
+    // ends serve anyway (`stop` fails if it takes over 30 s).
+    let started = std::time::Instant::now();
+    assert!(server.stop().await.success());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(tcp);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_harness_is_refused_before_it_queues() {
     let server = Server::start("quiet", "").await;
     let (status, body) = server

@@ -385,6 +385,9 @@ impl Service {
     }
 }
 
+/// How long result streams may stay open after every run has ended.
+const STREAM_DRAIN: Duration = Duration::from_secs(5);
+
 /// Serve until `stop` is cancelled, then shut down gracefully; `hurry`
 /// (a second signal) cuts the grace short.
 pub async fn serve(
@@ -403,12 +406,30 @@ pub async fn serve(
         }
     });
     let server = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await });
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .into_future();
     // Streams of running turns hold their connections open: the turns are
     // wound down alongside, and the server returns once they have ended.
+    let drained = CancellationToken::new();
     let drain = async {
         stop.cancelled().await;
         service.shutdown(hurry.cancelled()).await;
+        drained.cancel();
+    };
+    // Every run has ended and is journaled once `drain` is done; a client
+    // that stopped reading could still hold its stream open for good. It
+    // gets a moment to take the rest, then the server stops waiting.
+    let serve = async {
+        tokio::select! {
+            served = server => served,
+            () = async {
+                drained.cancelled().await;
+                tokio::time::sleep(STREAM_DRAIN).await;
+            } => {
+                tracing::warn!("a client still holds a result stream open; closing it");
+                Ok(())
+            }
+        }
     };
     let prune = async {
         let mut hourly = tokio::time::interval(Duration::from_secs(3600));
@@ -419,6 +440,6 @@ pub async fn serve(
             }
         }
     };
-    let (served, (), ()) = tokio::join!(server.into_future(), drain, prune);
+    let (served, (), ()) = tokio::join!(serve, drain, prune);
     served
 }

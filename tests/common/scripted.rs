@@ -20,6 +20,11 @@ case "$FAKE_MODE" in
     exit 2 ;;
   slow)
     sleep 1 ;;
+  flood)
+    # Ten megabytes of answer, more than socket buffers hold unread.
+    echo '{"type":"system","subtype":"init","session_id":"scripted-1","mcp_servers":[]}'
+    text=$(head -c 2000 /dev/zero | tr '\000' x)
+    yes "{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"$text\"}]},\"session_id\":\"scripted-1\"}" | head -n 5000 ;;
   quote)
     # The model quotes the harness's own "session not found" words, then
     # the turn fails for another reason: not a missing session.
