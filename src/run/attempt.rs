@@ -72,7 +72,7 @@ fn failed(code: &str, error: String, retryable: bool) -> ResultPayload {
 /// is logged and skipped: it never fails the run).
 pub async fn send_artifact(live: &mut Live<'_>, path: &Path) {
     let name = live.outbox.name(path);
-    match outbox::artifact(path, name, live.scope, live.host).await {
+    match outbox::artifact(live.outbox.dir(), name, live.scope, live.host).await {
         Ok(created) => {
             live.emit
                 .send(vec![ResultPayload::ArtifactCreated(created)])

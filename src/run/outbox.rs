@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::host::{HostApi, NewArtifact, RunScope};
+use crate::projection::read_beneath;
 use crate::protocol::{ArtifactCreated, INLINE_ARTIFACT_MAX_BYTES};
 
 /// The outbox folder's name in the workspace.
@@ -217,6 +218,12 @@ impl Outbox {
     }
 
     /// The file's name as the user sees it: its path inside the outbox.
+    /// The outbox folder (`WORKSPACE/outbox`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A file's name relative to the outbox.
     pub fn name(&self, path: &Path) -> String {
         path.strip_prefix(&self.dir)
             .unwrap_or(path)
@@ -259,26 +266,37 @@ fn mime_type(name: &str) -> Option<&'static str> {
     })
 }
 
-/// Turn one outbox file into an `artifact.created` payload: inline up to
-/// 1 MiB, stored in the host's artifact store above that.
+/// Turn the outbox file `name` (relative to the outbox) into an
+/// `artifact.created` payload: inline up to 1 MiB, stored in the host's
+/// artifact store above that.
+///
+/// The file is read beneath the workspace without following links and
+/// only up to the limit: the harness may swap a file for a link to
+/// something outside, or let it grow, after it was seen.
 pub async fn artifact(
-    path: &Path,
+    outbox: &Path,
     name: String,
     scope: &RunScope,
     host: &dyn HostApi,
 ) -> Result<ArtifactCreated, String> {
-    let size = tokio::fs::metadata(path)
-        .await
-        .map_err(|e| format!("cannot read outbox file {name}: {e}"))?
-        .len();
-    if size > MAX_ARTIFACT_BYTES {
+    let cannot = |e: String| format!("cannot read outbox file {name}: {e}");
+    let root = outbox
+        .parent()
+        .ok_or_else(|| cannot("the outbox has no workspace".into()))?
+        .to_path_buf();
+    let relative = Path::new(OUTBOX_DIR).join(&name);
+    let read =
+        tokio::task::spawn_blocking(move || read_beneath(&root, &relative, MAX_ARTIFACT_BYTES + 1))
+            .await
+            .map_err(|e| cannot(e.to_string()))?
+            .map_err(|e| cannot(e.to_string()))?;
+    if read.size > MAX_ARTIFACT_BYTES || read.bytes.len() as u64 > MAX_ARTIFACT_BYTES {
         return Err(format!(
-            "outbox file {name} is {size} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit; it stays in the workspace"
+            "outbox file {name} is {} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit; it stays in the workspace",
+            read.size.max(read.bytes.len() as u64)
         ));
     }
-    let bytes = tokio::fs::read(path)
-        .await
-        .map_err(|e| format!("cannot read outbox file {name}: {e}"))?;
+    let bytes = read.bytes;
     let mime = mime_type(&name).map(str::to_string);
     let artifact_type = match mime.as_deref() {
         Some(m) if m.starts_with("image/") => "image",
@@ -373,6 +391,27 @@ mod tests {
             "new.md was already sent, old.txt predates the run"
         );
         assert!(outbox.sweep().is_empty());
+    }
+
+    #[tokio::test]
+    async fn outbox_files_are_read_without_following_links() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "key").unwrap();
+        let outbox = ws.path().join(OUTBOX_DIR);
+        std::fs::create_dir(&outbox).unwrap();
+        std::fs::write(outbox.join("ok.txt"), "fine").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), outbox.join("leak.txt")).unwrap();
+        let host = crate::host::sqlite::SqliteHost::open(&ws.path().join("store")).unwrap();
+        let scope = RunScope::default();
+        let ok = artifact(&outbox, "ok.txt".into(), &scope, &host)
+            .await
+            .unwrap();
+        assert_eq!(ok.size_bytes, Some(4));
+        let err = artifact(&outbox, "leak.txt".into(), &scope, &host)
+            .await
+            .unwrap_err();
+        assert!(err.contains("leak.txt"), "{err}");
     }
 
     #[test]
