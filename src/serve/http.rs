@@ -16,12 +16,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 
 use super::{QueueFull, Refused, RunEntry, Service};
-use crate::protocol::{JsonMap, checked_context};
+use crate::protocol::{ErrorCode, JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
-
-use sha2::{Digest as _, Sha256};
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into()}))).into_response()
@@ -350,6 +349,15 @@ async fn history(
         .await;
     match page {
         Ok(page) => axum::Json(page).into_response(),
-        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => {
+            // The caller's mistake is a 4xx; the store's failure is not.
+            let status = match e.code {
+                ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
+                ErrorCode::NotFound => StatusCode::NOT_FOUND,
+                ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            error(status, e.to_string())
+        }
     }
 }
