@@ -296,13 +296,23 @@ impl Service {
                 started.elapsed().as_secs_f64(),
             );
         }
-        // Journal first, then out of memory: a lookup always finds it.
-        self.journal.ended(
-            &ctx.run_id,
-            status,
-            summary.failure_code.as_deref(),
-            &run.results_from(0),
-        );
+        // Journal first, then out of memory: a lookup always finds it. The
+        // write (every result, as JSON) is blocking SQLite work: off the
+        // async workers, so a long run's record does not stall the others.
+        let journal = {
+            let service = self.clone();
+            let run_id = ctx.run_id.clone();
+            let code = summary.failure_code.clone();
+            let results = run.results_from(0);
+            tokio::task::spawn_blocking(move || {
+                service
+                    .journal
+                    .ended(&run_id, status, code.as_deref(), &results);
+            })
+        };
+        if let Err(e) = journal.await {
+            tracing::error!("the run's journal write failed: {e}");
+        }
         run.set_status(status);
         self.runs().remove(&ctx.run_id);
     }
