@@ -180,6 +180,19 @@ impl Server {
         panic!("{expected:?} not in:\n{metrics}");
     }
 
+    /// Poll `GET /v1/runs/{run_id}` until the run has `status`; the run.
+    async fn wait_for_status(&self, run_id: &str, status: &str) -> Value {
+        let mut run = Value::Null;
+        for _ in 0..200 {
+            run = self.get_json(&format!("/v1/runs/{run_id}")).await;
+            if run["status"] == status {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("run {run_id} never reached {status}: {run}");
+    }
+
     /// Wait (bounded) until no process works under the workspaces.
     async fn assert_nothing_left(&self) {
         common::assert_none_left_under(&self.workspaces()).await;
@@ -354,15 +367,7 @@ async fn a_client_that_goes_away_does_not_stop_its_run() {
     server.wait_for_harness().await;
     run.abort(); // the client hangs up mid-stream
     let _ = run.await;
-    let mut status = Value::Null;
-    for _ in 0..100 {
-        status = server.get_json("/v1/runs/gone-1").await;
-        if status["status"] == "completed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(status["status"], "completed", "{status}");
+    let status = server.wait_for_status("gone-1", "completed").await;
     let results = status["results"].as_array().unwrap();
     assert_eq!(results.last().unwrap()["type"], "run.completed");
 }
@@ -569,33 +574,14 @@ async fn a_client_that_stops_reading_does_not_hold_up_shutdown() {
     // A client that sends its turn and never reads the answer.
     let addr = server.url.trim_start_matches("http://").to_string();
     let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let body = json!({"conversation": "c", "text": "hi"}).to_string();
+    let body = json!({"conversation": "c", "text": "hi", "run_id": "unread-1"}).to_string();
     let token = server.token.clone().expect("a token");
     let request = format!(
         "POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     tcp.write_all(request.as_bytes()).await.unwrap();
-    for _ in 0..200 {
-        let ran = walkdir::WalkDir::new(server.workspaces())
-            .into_iter()
-            .filter_map(Result::ok)
-            .any(|e| e.file_name() == "received-env");
-        if ran {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let run_id = server.started_run_id();
-    let mut status = Value::Null;
-    for _ in 0..200 {
-        status = server.get_json(&format!("/v1/runs/{run_id}")).await["status"].clone();
-        if status == "completed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(status, "completed");
+    server.wait_for_status("unread-1", "completed").await;
     // The run is over and journaled; the stream is still unread. SIGTERM
     // ends serve anyway (`stop` fails if it takes over 30 s).
     let started = std::time::Instant::now();

@@ -91,8 +91,8 @@ pub fn run(cmd: AdaptersCommand) -> u8 {
             let Ok(loaded) = load(adapters.as_ref()) else {
                 return exit::INVALID;
             };
-            match loaded.find(&name) {
-                Some(spec) => {
+            match loaded.require(&name) {
+                Ok(spec) => {
                     let source = loaded
                         .sources
                         .get(&spec.name)
@@ -100,12 +100,8 @@ pub fn run(cmd: AdaptersCommand) -> u8 {
                     out!("{}", show(spec, source));
                     exit::OK
                 }
-                None => {
-                    let known: Vec<&str> = loaded.all().iter().map(|s| s.name.as_str()).collect();
-                    eprintln!(
-                        "error: unknown harness `{name}` (known: {})",
-                        known.join(", ")
-                    );
+                Err(why) => {
+                    eprintln!("error: {why}");
                     exit::USAGE
                 }
             }

@@ -84,14 +84,12 @@ fn print(projection: &Projection, json: bool) {
 }
 
 pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
-    let Some(info) = harness::find(&args.harness) else {
-        let known = harness::names();
-        eprintln!(
-            "error: unknown harness `{}` (known: {})",
-            args.harness,
-            known.join(", ")
-        );
-        return exit::USAGE;
+    let info = match harness::Adapters::builtin().require(&args.harness) {
+        Ok(info) => info,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return exit::USAGE;
+        }
     };
     let ctx = match read_context(&args.context) {
         Ok(ctx) => ctx,

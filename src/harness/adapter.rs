@@ -382,6 +382,19 @@ impl Adapters {
     pub fn find(&self, name: &str) -> Option<&AdapterSpec> {
         self.specs.iter().find(|s| s.name == name)
     }
+
+    /// The spec called `name`, or the one message every caller gives when
+    /// there is none: the name (cut short, escaped) and the known ones.
+    pub fn require(&self, name: &str) -> Result<&AdapterSpec, String> {
+        self.find(name).ok_or_else(|| {
+            let known: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
+            format!(
+                "unknown harness `{}` (known: {})",
+                name.escape_debug().take(64).collect::<String>(),
+                known.join(", ")
+            )
+        })
+    }
 }
 
 #[cfg(test)]

@@ -21,15 +21,6 @@ pub fn find(name: &str) -> Option<&'static AdapterSpec> {
     Adapters::builtin().find(name)
 }
 
-/// Names of the built-in harnesses, for messages.
-pub fn names() -> Vec<&'static str> {
-    Adapters::builtin()
-        .all()
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect()
-}
-
 /// `plugin:author/name/runner`, the id a host gives a runner (§4.1).
 pub fn runner_id(runner_name: &str) -> String {
     format!("plugin:{PLUGIN_AUTHOR}/{PLUGIN_NAME}/{runner_name}")

@@ -10,9 +10,7 @@ mod launch;
 mod session;
 
 pub use adapter::{AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, SpecError, Stdin, TurnValues};
-pub use catalog::{
-    PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, names, requested_permissions, runner_id,
-};
+pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
 pub use launch::{
     HarnessProcess, Launch, StderrTail, child_env, find_program, kill_leftover_group,
 };

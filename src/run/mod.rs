@@ -270,18 +270,10 @@ impl Bridge {
         if cancel.is_cancelled() {
             return Err(fail("cancelled", "the run was cancelled before it started"));
         }
-        let spec = self.adapters.find(harness).ok_or_else(|| {
-            let known: Vec<&str> = self
-                .adapters
-                .all()
-                .iter()
-                .map(|s| s.name.as_str())
-                .collect();
-            fail(
-                "invalid_argument",
-                format!("unknown harness `{harness}` (known: {})", known.join(", ")),
-            )
-        })?;
+        let spec = self
+            .adapters
+            .require(harness)
+            .map_err(|why| fail("invalid_argument", why))?;
         let binding = Binding::from_config(&ctx.config)
             .map_err(|e| fail("invalid_argument", e.to_string()))?;
 

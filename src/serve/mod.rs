@@ -184,20 +184,10 @@ impl Service {
     ) -> Result<Arc<RunEntry>, Refused> {
         // Refused before it takes a place: an unknown name would otherwise
         // queue, fail, and stay in the metrics as a label for good.
-        if self.bridge.adapters().find(&harness).is_none() {
-            let known: Vec<&str> = self
-                .bridge
-                .adapters()
-                .all()
-                .iter()
-                .map(|spec| spec.name.as_str())
-                .collect();
-            return Err(Refused::UnknownHarness(format!(
-                "unknown harness `{}` (known: {})",
-                harness.escape_debug().take(64).collect::<String>(),
-                known.join(", ")
-            )));
-        }
+        self.bridge
+            .adapters()
+            .require(&harness)
+            .map_err(Refused::UnknownHarness)?;
         let conversation = ctx.conversation_id().unwrap_or("_").to_string();
         // Under the runs lock, as shutdown sets it: a turn is either refused
         // here or in the map (and tracked) before shutdown looks.
