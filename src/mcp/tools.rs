@@ -685,17 +685,19 @@ const READ_FILES_PER_CALL: u64 = 4 * 1024 * 1024;
 /// file and per call; inline copies are read beneath the workspace only,
 /// following no link, since the harness can replace them.
 async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAPIError> {
-    let mut unique: Vec<&String> = Vec::with_capacity(ids.len());
+    // Repeats count once; the list is refused as soon as it is too long,
+    // before any work that grows with it.
+    let mut seen = std::collections::HashSet::new();
+    let mut unique: Vec<&String> = Vec::new();
     for id in ids {
-        if !unique.contains(&id) {
+        if seen.insert(id.as_str()) {
+            if unique.len() == READ_FILES_MAX_IDS {
+                return Err(AgentAPIError::invalid_argument(format!(
+                    "more than {READ_FILES_MAX_IDS} different ids in one call; ask in several calls"
+                )));
+            }
             unique.push(id);
         }
-    }
-    if unique.len() > READ_FILES_MAX_IDS {
-        return Err(AgentAPIError::invalid_argument(format!(
-            "{} ids in one call; ask for at most {READ_FILES_MAX_IDS}",
-            unique.len()
-        )));
     }
     let mut budget = READ_FILES_PER_CALL;
     let mut files = Vec::with_capacity(unique.len());
@@ -714,12 +716,13 @@ async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAP
         };
         files.push(match read {
             Ok(read) => {
-                budget -= read.bytes.len() as u64;
+                budget = budget.saturating_sub(read.bytes.len() as u64);
+                let truncated = (read.bytes.len() as u64) < read.size;
                 let mut file = json!({"id": id, "name": input.name, "size_bytes": read.size});
-                if (read.bytes.len() as u64) < read.size {
+                if truncated {
                     file["truncated"] = Value::Bool(true);
                 }
-                match text_head(&read.bytes, (read.bytes.len() as u64) < read.size) {
+                match text_head(&read.bytes, truncated) {
                     Some(text) => file["text"] = Value::String(text.to_string()),
                     None => {
                         file["content_base64"] = Value::String(
