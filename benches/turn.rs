@@ -159,12 +159,14 @@ async fn same_config() -> SameConfig {
     .await
     .expect("projection");
     let mcp_config = projection.workspace.join(".langbot/mcp.json");
-    let args = spec.args(&harness_bridge::harness::TurnValues {
-        prompt: &projection.turn_prompt,
-        instructions: Some(&projection.instructions),
-        mcp_config: Some(&mcp_config),
-        ..Default::default()
-    });
+    let args = spec
+        .args(&harness_bridge::harness::TurnValues {
+            prompt: &projection.turn_prompt,
+            instructions: Some(&projection.instructions),
+            mcp_config: Some(&mcp_config),
+            ..Default::default()
+        })
+        .expect("the built-in spec renders");
     SameConfig {
         workspace: projection.workspace,
         args,

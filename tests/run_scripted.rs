@@ -430,3 +430,45 @@ async fn a_killed_bridge_takes_its_harness_with_it() {
     }
     assert!(leader_gone, "the harness outlived a killed bridge");
 }
+
+/// A stored pointer is data anyone who can write the conversation's state
+/// may have set: an id that is not a session id is never passed to the
+/// harness, so it cannot become one of its options.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_session_id_that_looks_like_an_option_is_never_passed() {
+    let setup = Setup::new();
+    let first = setup.run("quiet", &[]).await;
+    first.completed();
+    let workspace = setup.workspace(&first);
+    let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+        conversation: "chat-7",
+        actor: "local-user",
+        text: "Go on",
+        config: Default::default(),
+    })
+    .unwrap();
+    ctx.state.conversation = serde_json::from_value(serde_json::json!({
+        "external.session_id": "--dangerously-skip-permissions",
+        "external.harness": "scripted",
+        "external.working_directory": workspace,
+    }))
+    .unwrap();
+    let file = setup.data.path().join("hostile.json");
+    std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+    let turn = setup
+        .run("quiet", &["--context", &file.to_string_lossy()])
+        .await;
+    turn.completed();
+    let session = turn.session();
+    assert_eq!(session["resumed"], false, "{session}");
+    assert!(
+        session["notice"]
+            .as_str()
+            .unwrap_or("")
+            .contains("is not a Scripted session id"),
+        "{session}"
+    );
+    let args = std::fs::read_to_string(workspace.join("received-args")).unwrap();
+    assert!(args.starts_with("--new\n"), "{args}");
+    assert!(!args.contains("--dangerously-skip-permissions"), "{args}");
+}

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use super::SessionStore;
+use super::{SessionIdFormat, SessionStore};
 use crate::projection::{McpFormat, Target};
 
 /// One argv item: a plain argument, or a group that is kept only when
@@ -91,6 +91,10 @@ pub struct AdapterSpec {
     /// Where the harness keeps sessions, to check one before resuming it.
     #[serde(default = "unknown_store")]
     pub session_store: SessionStore,
+    /// What the harness's session ids look like; a stored id of another
+    /// form is not resumed.
+    #[serde(default)]
+    pub session_id_format: SessionIdFormat,
     /// How an operator installs the harness, shown when it is missing.
     pub install_hint: String,
 }
@@ -235,7 +239,12 @@ impl AdapterSpec {
     }
 
     /// The arguments of one turn: `resume` when there is a session id.
-    pub fn args(&self, values: &TurnValues<'_>) -> Vec<String> {
+    ///
+    /// Values come from the binding and the host's state, which a less
+    /// trusted caller may write: a value that would begin an argument of
+    /// its own and starts with `-` is refused, so it can never be read as
+    /// an option (specs pass such values as `--flag={value}`).
+    pub fn args(&self, values: &TurnValues<'_>) -> Result<Vec<String>, String> {
         let items = if values.session_id.is_some() {
             &self.argv.resume
         } else {
@@ -256,18 +265,26 @@ impl AdapterSpec {
                 _ => None,
             }
         };
-        let fill = |text: &str| -> Option<String> {
+        let fill = |text: &str| -> Result<Option<String>, String> {
             let mut out = text.to_string();
             for placeholder in placeholders(text) {
                 let (name, filter) = split_filter(placeholder);
-                let mut v = value(name)?;
+                let Some(mut v) = value(name) else {
+                    return Ok(None);
+                };
                 if filter == Some("toml") {
                     // A JSON string literal is a valid TOML basic string.
                     v = serde_json::to_string(&v).unwrap_or_default();
                 }
                 out = out.replace(&format!("{{{placeholder}}}"), &v);
             }
-            Some(out)
+            if text.starts_with('{') && out.starts_with('-') {
+                return Err(format!(
+                    "the value of `{text}` starts with `-`, so {} would read it as an option; it is refused",
+                    self.label
+                ));
+            }
+            Ok(Some(out))
         };
         let mut args = Vec::new();
         for item in items {
@@ -278,16 +295,19 @@ impl AdapterSpec {
                         args.push(o.clone());
                     }
                 }
-                ArgItem::One(text) => args.extend(fill(text)),
+                ArgItem::One(text) => args.extend(fill(text)?),
                 ArgItem::Group(group) => {
-                    if let Some(filled) = group.iter().map(|t| fill(t)).collect::<Option<Vec<_>>>()
-                    {
+                    let filled = group
+                        .iter()
+                        .map(|t| fill(t))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if let Some(filled) = filled.into_iter().collect::<Option<Vec<_>>>() {
                         args.extend(filled);
                     }
                 }
             }
         }
-        args
+        Ok(args)
     }
 }
 
@@ -411,38 +431,40 @@ mod tests {
             mcp_config: Some(Path::new("/w/.langbot/mcp.json")),
             ..Default::default()
         };
-        let args = claude.args(&values);
+        let args = claude.args(&values).unwrap();
         // The prompt goes on stdin, never on the command line.
         assert_eq!(claude.stdin, Stdin::Prompt);
         assert!(!args.contains(&"hi".to_string()), "{args:?}");
         assert_eq!(args[0], "-p");
         assert!(
-            !args.contains(&"--model".to_string()),
+            !args.iter().any(|a| a.starts_with("--model")),
             "a group without its value is dropped"
         );
-        assert!(
-            args.windows(2)
-                .any(|w| w == ["--append-system-prompt", "be brief"])
-        );
+        assert!(args.contains(&"--append-system-prompt=be brief".to_string()));
         assert_eq!(
             args.last().map(String::as_str),
-            Some("/w/.langbot/mcp.json")
+            Some("--mcp-config=/w/.langbot/mcp.json")
         );
-        let resumed = claude.args(&TurnValues {
-            session_id: Some("s-1"),
-            model: Some("sonnet"),
-            ..values
-        });
-        assert!(resumed.windows(2).any(|w| w == ["--resume", "s-1"]));
-        assert!(resumed.windows(2).any(|w| w == ["--model", "sonnet"]));
+        let resumed = claude
+            .args(&TurnValues {
+                session_id: Some("s-1"),
+                model: Some("-sonnet"),
+                ..values
+            })
+            .unwrap();
+        assert!(resumed.contains(&"--resume=s-1".to_string()));
+        // Values ride `--flag=value`: one starting with `-` is still a value.
+        assert!(resumed.contains(&"--model=-sonnet".to_string()));
 
         let codex = adapters.find("codex").unwrap();
         let overrides = vec!["mcp_servers.langbot.url=\"http://x\"".to_string()];
-        let args = codex.args(&TurnValues {
-            prompt: "hi",
-            config_overrides: &overrides,
-            ..Default::default()
-        });
+        let args = codex
+            .args(&TurnValues {
+                prompt: "hi",
+                config_overrides: &overrides,
+                ..Default::default()
+            })
+            .unwrap();
         assert_eq!(
             args,
             [
@@ -456,24 +478,73 @@ mod tests {
                 "-"
             ]
         );
-        let resumed = codex.args(&TurnValues {
-            prompt: "hi",
-            session_id: Some("th-1"),
-            ..Default::default()
-        });
+        let resumed = codex
+            .args(&TurnValues {
+                prompt: "hi",
+                session_id: Some("th-1"),
+                ..Default::default()
+            })
+            .unwrap();
         assert_eq!(&resumed[..2], ["exec", "resume"]);
-        assert_eq!(&resumed[resumed.len() - 2..], ["th-1", "-"]);
+        assert_eq!(&resumed[resumed.len() - 3..], ["--", "th-1", "-"]);
         assert_eq!(codex.stdin, Stdin::Prompt);
         // `{instructions|toml}`: a quoted TOML string, whatever the text holds.
-        let args = codex.args(&TurnValues {
-            prompt: "hi",
-            instructions: Some("say \"hi\"\nthen \\ stop"),
-            ..Default::default()
-        });
+        let args = codex
+            .args(&TurnValues {
+                prompt: "hi",
+                instructions: Some("say \"hi\"\nthen \\ stop"),
+                ..Default::default()
+            })
+            .unwrap();
         assert!(
             args.iter()
                 .any(|a| a == r#"developer_instructions="say \"hi\"\nthen \\ stop""#),
             "{args:?}"
+        );
+    }
+
+    #[test]
+    fn a_value_that_would_begin_an_argument_with_a_dash_is_refused() {
+        let text = include_str!("../../harness-adapters/codex.yaml")
+            .replace("[\"--model={model}\"]", "[\"-m\", \"{model}\"]");
+        let spec = AdapterSpec::parse("codex.yaml", &text).unwrap();
+        let values = TurnValues {
+            prompt: "hi",
+            model: Some("--dangerously-bypass-approvals-and-sandbox"),
+            ..Default::default()
+        };
+        let err = spec.args(&values).unwrap_err();
+        assert!(err.contains("read it as an option"), "{err}");
+        let fine = spec.args(&TurnValues {
+            model: Some("gpt-5"),
+            ..values
+        });
+        assert!(fine.unwrap().windows(2).any(|w| w == ["-m", "gpt-5"]));
+    }
+
+    #[test]
+    fn session_id_forms() {
+        use SessionIdFormat::{Token, Uuid};
+        assert!(Uuid.accepts("0199a213-81c0-7800-8aa1-bbab2a035a53"));
+        for bad in [
+            "--dangerously-skip-permissions",
+            "0199a213-81c0-7800-8aa1-bbab2a035a5",
+            "0199a213_81c0-7800-8aa1-bbab2a035a53",
+            "",
+            "../0199a213-81c0-7800-8aa1-bbab2a035",
+        ] {
+            assert!(!Uuid.accepts(bad), "{bad}");
+        }
+        assert!(Token.accepts("scripted-1"));
+        assert!(Token.accepts("thread:42.a_b"));
+        for bad in ["-x", ".hidden", "a b", "a/b", "", &"x".repeat(129)] {
+            assert!(!Token.accepts(bad), "{bad}");
+        }
+        let claude = Adapters::builtin().find("claude-code").unwrap();
+        assert_eq!(claude.session_id_format, Uuid);
+        assert_eq!(
+            Adapters::builtin().find("codex").unwrap().session_id_format,
+            Uuid
         );
     }
 

@@ -15,5 +15,6 @@ pub use launch::{
     HarnessProcess, Launch, StderrTail, child_env, find_program, kill_leftover_group,
 };
 pub use session::{
-    HARNESS_KEY, ResumePointer, SESSION_ID_KEY, SessionStore, WORKING_DIRECTORY_KEY,
+    HARNESS_KEY, ResumePointer, SESSION_ID_KEY, SessionIdFormat, SessionStore,
+    WORKING_DIRECTORY_KEY,
 };

@@ -78,6 +78,53 @@ impl SessionStore {
     }
 }
 
+/// What a harness's session ids look like. A stored pointer is data that
+/// anyone who can write the conversation's state may have changed: an id
+/// that does not look like one the harness gives is never passed to it
+/// (it would otherwise reach the harness's command line).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionIdFormat {
+    /// A UUID in its usual text form (Claude Code sessions, Codex threads).
+    Uuid,
+    /// 1 to 128 letters, digits and `. _ : -`, not starting with `-`.
+    #[default]
+    Token,
+}
+
+impl SessionIdFormat {
+    /// Whether `id` is a session id of this form.
+    pub fn accepts(self, id: &str) -> bool {
+        match self {
+            SessionIdFormat::Uuid => {
+                let groups: Vec<&str> = id.split('-').collect();
+                groups.len() == 5
+                    && groups
+                        .iter()
+                        .zip([8, 4, 4, 4, 12])
+                        .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
+            }
+            SessionIdFormat::Token => {
+                (1..=128).contains(&id.len())
+                    && !id.starts_with(['-', '.'])
+                    && id
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+            }
+        }
+    }
+
+    /// The form, as a sentence fragment for notices.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SessionIdFormat::Uuid => "a UUID",
+            SessionIdFormat::Token => {
+                "1-128 letters, digits and . _ : - (not starting with - or .)"
+            }
+        }
+    }
+}
+
 /// Claude Code's folder name for a working directory: every character
 /// that is not an ASCII letter or digit becomes `-`; a name longer than 200
 /// characters is cut to 200 and followed by `-` and a base-36 hash of the

@@ -375,19 +375,21 @@ impl Bridge {
             on_spawn: options.on_spawn.as_ref(),
         };
         let end = loop {
-            let args = spec.args(&TurnValues {
-                prompt: &projection.turn_prompt,
-                instructions: Some(&projection.instructions),
-                mcp_config: projection
-                    .mcp
-                    .file
-                    .is_some()
-                    .then_some(mcp_config.as_path()),
-                session_id: resume.as_deref(),
-                model: binding.model.as_deref(),
-                permission_mode: binding.permission_mode.as_deref(),
-                config_overrides: &projection.mcp.overrides,
-            });
+            let args = spec
+                .args(&TurnValues {
+                    prompt: &projection.turn_prompt,
+                    instructions: Some(&projection.instructions),
+                    mcp_config: projection
+                        .mcp
+                        .file
+                        .is_some()
+                        .then_some(mcp_config.as_path()),
+                    session_id: resume.as_deref(),
+                    model: binding.model.as_deref(),
+                    permission_mode: binding.permission_mode.as_deref(),
+                    config_overrides: &projection.mcp.overrides,
+                })
+                .map_err(|why| fail("invalid_argument", why))?;
             let launch = Launch {
                 program: &program,
                 args: &args,
@@ -420,7 +422,21 @@ impl Bridge {
         }
         let emit = live.emit;
 
-        if let Some(session_id) = &end.session_id {
+        // A session id the harness printed is kept only in the form the
+        // spec says its ids take: the pointer is passed back to it.
+        let session_id = end.session_id.clone().filter(|id| {
+            let fits = spec.session_id_format.accepts(id);
+            if !fits {
+                tracing::warn!(
+                    "{} named its session `{}`, which is not {}; it is not kept",
+                    spec.label,
+                    id.escape_debug().take(80).collect::<String>(),
+                    spec.session_id_format.describe()
+                );
+            }
+            fits
+        });
+        if let Some(session_id) = &session_id {
             summary.session_id = Some(session_id.clone());
             let pointer = ResumePointer {
                 harness: spec.name.clone(),
@@ -470,7 +486,7 @@ impl Bridge {
                     "metadata".into(),
                     json!({"session": {
                         "harness": spec.name,
-                        "session_id": end.session_id,
+                        "session_id": session_id,
                         "resumed": summary.resumed,
                         "notice": notice,
                     }}),
@@ -544,6 +560,20 @@ impl Bridge {
                         spec.label
                     )
                 }),
+            };
+        }
+        if !spec.session_id_format.accepts(&pointer.session_id) {
+            tracing::warn!(
+                "the stored session id is not {}; starting a fresh session",
+                spec.session_id_format.describe()
+            );
+            return SessionPlan {
+                resume: None,
+                notice: Some(format!(
+                    "The stored session id is not a {} session id ({}); this turn started a fresh session.",
+                    spec.label,
+                    spec.session_id_format.describe()
+                )),
             };
         }
         if !spec
