@@ -49,6 +49,9 @@ fn context(run_id: &str, text: &str, artifacts: &[String]) -> AgentRunContext {
     .expect("bench context")
 }
 
+/// No extra MCP servers: the bench projects the bridge's own server only.
+static NO_SERVERS: harness_bridge::projection::McpCatalog = std::collections::BTreeMap::new();
+
 struct Fixed<'a> {
     target: &'a Target,
     tools: &'a [&'a str],
@@ -64,6 +67,7 @@ impl<'a> Fixed<'a> {
             root,
             tools: self.tools,
             mcp_url: "http://127.0.0.1:9/mcp",
+            mcp_servers: &NO_SERVERS,
             host: Some(self.host),
         }
     }

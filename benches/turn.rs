@@ -152,6 +152,7 @@ async fn same_config() -> SameConfig {
             root: &root.path().join("workspaces"),
             tools: &names,
             mcp_url: mcp.url(),
+            mcp_servers: &Default::default(),
             host: None,
         },
         &Templates::load(None).expect("templates"),

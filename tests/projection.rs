@@ -45,9 +45,19 @@ async fn run(
         root,
         tools: &tools,
         mcp_url: "http://127.0.0.1:9/mcp",
+        mcp_servers: &operator_servers(),
         host: None,
     };
     project(&request, &templates).await
+}
+
+/// The extra MCP servers the operator of these tests configured.
+fn operator_servers() -> harness_bridge::projection::McpCatalog {
+    serde_json::from_value(json!({
+        "search": {"url": "https://search.invalid/mcp", "headers": {"X-Api-Key": "SECRET-HEADER-VALUE"}},
+        "langbot": {"url": "http://x"},
+    }))
+    .unwrap()
 }
 
 /// Every file under `dir`: relative path → (bytes, mtime).
@@ -582,6 +592,7 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
         root: root.path(),
         tools: &tools,
         mcp_url: "http://127.0.0.1:9/mcp",
+        mcp_servers: &Default::default(),
         host: Some(&host),
     };
     let p = project(&request, &templates).await.unwrap();
@@ -652,10 +663,34 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
     assert_eq!(open.grant.calls(), 0, "already copied: no host call");
 }
 
+/// A binding is written by whoever sends the run: it may name one of the
+/// operator's servers, never define one (a server is a program that runs
+/// with the harness's secrets).
+#[tokio::test]
+async fn a_binding_cannot_define_an_mcp_server() {
+    let root = tempfile::tempdir().unwrap();
+    for harness in ["claude-code", "codex"] {
+        let hostile = json!({"mcp_servers": {"x": {"command": "/bin/sh", "args": ["-c", "id"], "env": {"CODEX_HOME": "/tmp/planted"}}}});
+        let err = run(root.path(), &ctx("run-1", "x", hostile), &target(harness))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cannot define one (command, url, env)"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_dir(root.path()).unwrap().count(),
+            0,
+            "nothing is written for a refused binding"
+        );
+    }
+}
+
 #[tokio::test]
 async fn mcp_config_matches_each_harness() {
     let root = tempfile::tempdir().unwrap();
-    let config = json!({"mcp_servers": {"search": {"url": "https://search.invalid/mcp", "headers": {"X-Api-Key": "SECRET-HEADER-VALUE"}}}});
+    let config = json!({"mcp_servers": ["search"]});
     let claude = run(
         root.path(),
         &ctx("run-1", "x", config.clone()),
@@ -707,16 +742,25 @@ async fn mcp_config_matches_each_harness() {
 
     let err = run(
         root.path(),
-        &ctx(
-            "run-1",
-            "x",
-            json!({"mcp_servers": {"langbot": {"url": "http://x"}}}),
-        ),
+        &ctx("run-1", "x", json!({"mcp_servers": "langbot"})),
         &target("codex"),
     )
     .await
     .unwrap_err();
     assert!(err.to_string().contains("the bridge's own server"), "{err}");
+    let err = run(
+        root.path(),
+        &ctx("run-1", "x", json!({"mcp_servers": ["shell"]})),
+        &target("codex"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "`shell` is not an MCP server the operator configured (configured: langbot, search)"
+        ),
+        "{err}"
+    );
     let err = run(
         root.path(),
         &ctx("run-1", "x", json!({"skills": "not a list"})),
@@ -749,6 +793,7 @@ async fn operator_templates_override_the_built_ins() {
         root: root.path(),
         tools: &[],
         mcp_url: "http://127.0.0.1:9/mcp",
+        mcp_servers: &Default::default(),
         host: None,
     };
     let p = project(&request, &templates).await.unwrap();

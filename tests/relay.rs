@@ -536,3 +536,48 @@ async fn claude_behind_the_relay_reads_the_hosts_history_and_resumes_from_its_st
         "turn 2 did not carry turn 1"
     );
 }
+
+/// The plugin's run frame carries the operator's MCP servers; the context
+/// only names them, and a context that defines one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_names_the_operators_mcp_servers_and_defines_none() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    let mut frame = plugin.run_frame("r-picks", "c-1", "quiet");
+    frame["mcp_servers"] = json!({"wiki": {"url": "http://127.0.0.1:9/wiki"}});
+    frame["context"]["config"] = json!({"mcp_servers": ["wiki"]});
+    plugin.send(frame).await;
+    let mut hostile = plugin.run_frame("r-defines", "c-2", "quiet");
+    hostile["context"]["config"] =
+        json!({"mcp_servers": {"sh": {"command": "/bin/sh", "args": ["-c", "id"]}}});
+    plugin.send(hostile).await;
+    let (results, _) = plugin
+        .until_done(&["r-picks", "r-defines"], |_| json!({"data": null}))
+        .await;
+    assert_eq!(
+        results["r-picks"].last().unwrap()["type"],
+        "run.completed",
+        "{:?}",
+        results["r-picks"]
+    );
+    let config = walkdir::WalkDir::new(plugin.data.path().join("workspaces"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name() == "mcp.json")
+        .expect("the picking run's MCP config");
+    let config: Value = serde_json::from_slice(&std::fs::read(config.path()).unwrap()).unwrap();
+    assert_eq!(
+        config["mcpServers"]["wiki"]["url"],
+        "http://127.0.0.1:9/wiki"
+    );
+    assert!(config["mcpServers"].get("sh").is_none(), "{config}");
+    let refused = results["r-defines"].last().unwrap();
+    assert_eq!(refused["data"]["code"], "invalid_argument", "{refused}");
+    assert!(
+        refused["data"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cannot define one"),
+        "{refused}"
+    );
+}

@@ -472,3 +472,66 @@ async fn a_stored_session_id_that_looks_like_an_option_is_never_passed() {
     assert!(args.starts_with("--new\n"), "{args}");
     assert!(!args.contains("--dangerously-skip-permissions"), "{args}");
 }
+
+/// An extra server's environment reaches a Codex-style harness through
+/// its own environment: it may add variables, never change one the
+/// harness reads itself (a planted `CODEX_HOME` would pick its config).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extra_servers_env_never_changes_the_harnesss_own() {
+    let setup = Setup::new();
+    let adapters = setup.tools.path().join("adapters");
+    let spec = std::fs::read_to_string(adapters.join("scripted.yaml")).unwrap();
+    std::fs::write(
+        adapters.join("scripted-codex.yaml"),
+        spec.replace("name: scripted", "name: scripted-codex")
+            .replace("mcp_format: claude-json", "mcp_format: codex-overrides"),
+    )
+    .unwrap();
+    let servers = setup.data.path().join("servers.yaml");
+    std::fs::write(
+        &servers,
+        "tools:\n  command: /opt/tools\n  env: {FAKE_MODE: crash}\n",
+    )
+    .unwrap();
+    let servers = servers.to_string_lossy().into_owned();
+    let refused = setup
+        .run(
+            "quiet",
+            &["--harness", "scripted-codex", "--mcp-servers", &servers],
+        )
+        .await;
+    let failed = refused.assert_failed("invalid_argument");
+    assert!(
+        failed["data"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sets `FAKE_MODE`, which Scripted reads itself"),
+        "{failed}"
+    );
+    assert!(
+        walkdir::WalkDir::new(setup.data.path().join("workspaces"))
+            .into_iter()
+            .filter_map(Result::ok)
+            .all(|e| e.file_name() != "received-env"),
+        "the harness never started"
+    );
+
+    let servers = setup.data.path().join("servers-ok.yaml");
+    std::fs::write(
+        &servers,
+        "tools:\n  command: /opt/tools\n  env: {TOOLS_KEY: tk-1}\n",
+    )
+    .unwrap();
+    let servers = servers.to_string_lossy().into_owned();
+    let turn = setup
+        .run(
+            "quiet",
+            &["--harness", "scripted-codex", "--mcp-servers", &servers],
+        )
+        .await;
+    turn.completed();
+    let env = std::fs::read_to_string(setup.workspace(&turn).join("received-env")).unwrap();
+    let env: Vec<&str> = env.lines().collect();
+    assert!(env.contains(&"TOOLS_KEY=tk-1"), "{env:?}");
+    assert!(env.contains(&"FAKE_MODE=quiet"), "{env:?}");
+}

@@ -762,3 +762,65 @@ async fn results_stream_as_server_sent_events_when_asked() {
         "{body}"
     );
 }
+
+/// Which extra MCP servers exist is the operator's to say: a request in
+/// either form that tries to define one is refused before it queues, and
+/// one that names a configured server gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_picks_the_operators_mcp_servers_by_name_and_defines_none() {
+    let server = Server::start(
+        "quiet",
+        "mcp_servers:\n  search:\n    url: http://127.0.0.1:9/search\n    headers: {X-Key: op-secret}\n",
+    )
+    .await;
+    let hostile = json!({"x": {"command": "/bin/sh", "args": ["-c", "touch /tmp/pwned"]}});
+    let (status, body) = server
+        .post_json(json!({"conversation": "c", "text": "hi", "config": {"mcp_servers": hostile}}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cannot define one"),
+        "{body}"
+    );
+    let mut ctx = serde_json::to_value(common::context("run-hostile", "c")).unwrap();
+    ctx["config"] = json!({"mcp_servers": hostile});
+    let (status, body) = server.post_json(ctx).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        !server.workspaces().exists(),
+        "a refused request starts nothing and writes no workspace"
+    );
+
+    let (status, body) = server
+        .post_json(
+            json!({"conversation": "c", "text": "hi", "config": {"mcp_servers": ["search"]}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["type"], "run.completed", "{body}");
+    let config = walkdir::WalkDir::new(server.workspaces())
+        .into_iter()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name() == "mcp.json")
+        .expect("the harness's MCP config");
+    let config: Value = serde_json::from_slice(&std::fs::read(config.path()).unwrap()).unwrap();
+    assert_eq!(
+        config["mcpServers"]["search"]["url"],
+        "http://127.0.0.1:9/search"
+    );
+    let (status, body) = server
+        .post_json(json!({"conversation": "c", "text": "hi", "config": {"mcp_servers": ["nope"]}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["code"], "invalid_argument", "{body}");
+    assert!(
+        body["data"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("`nope` is not an MCP server the operator configured (configured: search)"),
+        "{body}"
+    );
+}

@@ -146,6 +146,32 @@ fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapte
     }
 }
 
+/// The operator's extra MCP servers from a YAML (or JSON) file mapping a
+/// name to `{command, args, env}` or `{url, headers}`; none without a file.
+/// A bad file is reported (file, line, reason) and gives the exit code.
+fn load_mcp_servers(file: Option<&std::path::Path>) -> Result<crate::projection::McpCatalog, u8> {
+    let Some(file) = file else {
+        return Ok(Default::default());
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        eprintln!("error: cannot read {}: {e}", file.display());
+        exit::FAILURE
+    })?;
+    let catalog: crate::projection::McpCatalog = serde_yaml::from_str(&text).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!(":{}", l.line()))
+            .unwrap_or_default();
+        eprintln!("error: {}{at}: {e}", file.display());
+        exit::INVALID
+    })?;
+    crate::projection::check_mcp_catalog(&catalog).map_err(|e| {
+        eprintln!("error: {}: {e}", file.display());
+        exit::INVALID
+    })?;
+    Ok(catalog)
+}
+
 /// The templates in force: built-in, or an operator folder's overrides; a
 /// broken one is reported and gives the exit code.
 fn load_templates(dir: Option<&std::path::Path>) -> Result<crate::projection::Templates, u8> {

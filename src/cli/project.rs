@@ -33,6 +33,11 @@ pub struct ProjectArgs {
     /// The bridge's MCP endpoint to write into the harness's config.
     #[arg(long, value_name = "URL", default_value = PREVIEW_MCP_URL)]
     mcp_url: String,
+    /// Extra MCP servers the operator allows (YAML: name → {command, args,
+    /// env} or {url, headers}); the context's `config.mcp_servers` picks
+    /// among them by name.
+    #[arg(long, value_name = "FILE")]
+    mcp_servers: Option<PathBuf>,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -99,6 +104,10 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
         Ok(templates) => templates,
         Err(code) => return code,
     };
+    let servers = match super::load_mcp_servers(args.mcp_servers.as_deref()) {
+        Ok(servers) => servers,
+        Err(code) => return code,
+    };
     let (runtime, host) = match super::open_store(data_dir) {
         Ok(opened) => opened,
         Err(code) => return code,
@@ -128,6 +137,7 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
         root: &root,
         tools: &tools,
         mcp_url: &args.mcp_url,
+        mcp_servers: &servers,
         host: Some(&granted),
     };
     let result = runtime.block_on(project(&request, &templates));

@@ -90,6 +90,11 @@ pub struct RunArgs {
     /// Folder of adapter specs that add to or replace the built-in ones.
     #[arg(long, value_name = "DIR")]
     adapters: Option<PathBuf>,
+    /// Extra MCP servers the operator allows (YAML: name → {command, args,
+    /// env} or {url, headers}). A turn from --conversation uses them all; a
+    /// --context picks among them by name in `config.mcp_servers`.
+    #[arg(long, value_name = "FILE")]
+    mcp_servers: Option<PathBuf>,
 }
 
 /// Write one line; a closed stdout (piped into `head`) is not an error.
@@ -159,6 +164,16 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
         }
     };
     let mut ctx = ctx;
+    let servers = match super::load_mcp_servers(args.mcp_servers.as_deref()) {
+        Ok(servers) => servers,
+        Err(code) => return code,
+    };
+    if args.context.is_none() && !servers.is_empty() {
+        config.insert(
+            "mcp_servers".into(),
+            Value::from(servers.keys().cloned().collect::<Vec<_>>()),
+        );
+    }
     if let Some(model) = &args.model {
         config.insert("model".into(), Value::String(model.clone()));
     }
@@ -182,6 +197,7 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
     let mut settings = Settings::new(args.root.unwrap_or_else(|| data_dir.join("workspaces")));
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);
+    settings.mcp_servers = servers;
     if let Some(bin) = args.bin {
         // A relative path is the operator's, from where they stand.
         let bin = std::path::absolute(&bin).unwrap_or(bin);

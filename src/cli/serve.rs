@@ -111,6 +111,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
     settings.binaries = config.harness_binaries.clone();
     settings.pass_env = config.pass_env.clone();
     settings.set_env = config.set_env.clone();
+    settings.mcp_servers = config.mcp_servers.clone();
     settings.turn_timeout = Duration::from_secs(config.turn_timeout_seconds.max(1));
     settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
     let result = runtime.block_on(async move {

@@ -55,11 +55,7 @@ pub fn child_env(
 ) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     for pattern in spec.pass.iter().chain(operator_pass) {
-        let matches = |name: &str| match pattern.strip_suffix('*') {
-            Some(prefix) => name.starts_with(prefix),
-            None => name == pattern,
-        };
-        for (name, value) in vars.iter().filter(|(n, _)| matches(n)) {
+        for (name, value) in vars.iter().filter(|(n, _)| env_pattern_matches(pattern, n)) {
             env.insert(name.clone(), value.clone());
         }
     }
@@ -67,6 +63,15 @@ pub fn child_env(
     env.extend(operator_set.clone());
     env.extend(extra.clone());
     env
+}
+
+/// Whether variable `name` is one a whitelist `pattern` passes: the same
+/// name, or a prefix when the pattern ends in `*`.
+pub fn env_pattern_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    }
 }
 
 /// Find `binary` the way a shell would, on the child's `PATH`: a name with

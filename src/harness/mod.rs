@@ -12,7 +12,8 @@ mod session;
 pub use adapter::{AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, SpecError, Stdin, TurnValues};
 pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
 pub use launch::{
-    HarnessProcess, Launch, StderrTail, child_env, find_program, kill_leftover_group,
+    HarnessProcess, Launch, StderrTail, child_env, env_pattern_matches, find_program,
+    kill_leftover_group,
 };
 pub use session::{
     HARNESS_KEY, ResumePointer, SESSION_ID_KEY, SessionIdFormat, SessionStore,

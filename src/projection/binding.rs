@@ -30,49 +30,62 @@ pub struct SkillSpec<'a> {
     pub files: BTreeMap<String, Cow<'a, str>>,
 }
 
-/// An extra MCP server the operator allows for this binding.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExtraServer {
-    /// Command of a stdio server.
-    #[serde(default)]
-    pub command: Option<String>,
-    /// Arguments of a stdio server.
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Environment of a stdio server.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// URL of a streamable-HTTP server.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// Headers of an HTTP server.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-}
-
-fn scopes<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Vec<Scope>>, D::Error> {
-    // Host UIs often store a multi-select as "a,b,c": accept both forms.
+/// A list of names, as a list or as "a,b,c": host UIs often store a
+/// multi-select as one text.
+fn names<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Vec<String>>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Form {
         List(Vec<String>),
         Text(String),
+        /// Anything else, to say what was expected.
+        Other(serde::de::IgnoredAny),
     }
-    let names = match Option::<Form>::deserialize(de)? {
-        None => return Ok(None),
-        Some(Form::List(list)) => list,
-        Some(Form::Text(text)) => text
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
+    Ok(match Option::<Form>::deserialize(de)? {
+        None => None,
+        Some(Form::List(list)) => Some(list),
+        Some(Form::Text(text)) => Some(
+            text.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        ),
+        Some(Form::Other(_)) => {
+            return Err(serde::de::Error::custom(
+                "expected a list of names (or one text of names separated by commas)",
+            ));
+        }
+    })
+}
+
+fn scopes<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Vec<Scope>>, D::Error> {
+    let Some(names) = names(de)? else {
+        return Ok(None);
     };
     names
         .iter()
         .map(|name| name.parse().map_err(serde::de::Error::custom))
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
+}
+
+/// Extra MCP servers are the operator's to define: a binding (which a
+/// less trusted caller may write) only picks among them by name. A server
+/// given whole here would run a program of the caller's choice with the
+/// harness's secrets.
+fn server_names<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(de)?;
+    if value.as_ref().is_some_and(serde_json::Value::is_object) {
+        return Err(serde::de::Error::custom(
+            "a binding picks extra MCP servers by name (e.g. [\"search\"]) from those the \
+             operator configured; it cannot define one (command, url, env). Define servers in \
+             bridge.yaml's `mcp_servers` (serve), the plugin's runner settings (LangBot) or \
+             `run --mcp-servers FILE`",
+        ));
+    }
+    names(value.unwrap_or_default())
+        .map(Option::unwrap_or_default)
+        .map_err(serde::de::Error::custom)
 }
 
 /// The binding settings the projection uses, borrowing from `ctx.config`.
@@ -87,9 +100,10 @@ pub struct Binding<'a> {
     /// Skills to write where the harness finds them.
     #[serde(default, borrow)]
     pub skills: Vec<SkillSpec<'a>>,
-    /// Extra MCP servers, by name.
-    #[serde(default)]
-    pub mcp_servers: BTreeMap<String, ExtraServer>,
+    /// Extra MCP servers for this run, by name, from those the operator
+    /// configured.
+    #[serde(default, deserialize_with = "server_names")]
+    pub mcp_servers: Vec<String>,
     /// Extra key names whose values are never projected.
     #[serde(default)]
     pub secret_keys: Vec<String>,

@@ -1,5 +1,11 @@
 //! MCP server configuration in each harness's own format, from one neutral
-//! list: the bridge's own host-API server plus the binding's extra servers.
+//! list: the bridge's own host-API server plus the extra servers the
+//! binding picks by name from those the operator configured.
+//!
+//! Which extra servers exist (their command, URL, environment and
+//! secrets) is operator configuration only: a server is a program that
+//! runs with the harness's secrets, so a run's context, which a less
+//! trusted caller may write, can only name one.
 //!
 //! Secrets never ride argv: the bridge's bearer token is referenced by
 //! environment variable name (Claude Code expands `${VAR}` in its MCP
@@ -10,13 +16,80 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use serde::{Deserialize, Serialize};
+
 use super::ProjectionError;
-use super::binding::ExtraServer;
 
 /// Name of the bridge's own server: tools appear as `mcp__langbot__...`.
 pub const BRIDGE_SERVER: &str = "langbot";
 /// Environment variable that carries the run's bearer token to the harness.
 pub const TOKEN_ENV: &str = "LANGBOT_MCP_TOKEN";
+
+/// An extra MCP server as the operator defines it (`bridge.yaml`, the
+/// plugin's runner settings, `run --mcp-servers FILE`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtraServer {
+    /// Command of a stdio server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Arguments of a stdio server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment of a stdio server.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// URL of a streamable-HTTP server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Headers of an HTTP server.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The operator's extra servers, by name: what a binding may pick from.
+pub type McpCatalog = BTreeMap<String, ExtraServer>;
+
+/// Check an operator's catalog when it is loaded, so a mistake is found at
+/// start, naming the server, rather than on some later turn.
+pub fn check_catalog(catalog: &McpCatalog) -> Result<(), String> {
+    for (name, spec) in catalog {
+        McpServer::extra(name, spec).map_err(|e| e.to_string())?;
+        for key in spec.env.keys() {
+            let valid = !key.is_empty()
+                && !key.starts_with(|c: char| c.is_ascii_digit())
+                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !valid {
+                return Err(format!(
+                    "mcp_servers.{name}.env: `{key}` is not an environment variable name"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The servers a binding picks, by name, from the operator's catalog.
+pub fn pick(catalog: &McpCatalog, names: &[String]) -> Result<Vec<McpServer>, ProjectionError> {
+    names
+        .iter()
+        .map(|name| match catalog.get(name) {
+            Some(spec) => McpServer::extra(name, spec),
+            None => Err(ProjectionError::Binding(format!(
+                "mcp_servers: `{}` is not an MCP server the operator configured ({})",
+                name.escape_debug().take(64).collect::<String>(),
+                if catalog.is_empty() {
+                    "none are".to_string()
+                } else {
+                    format!(
+                        "configured: {}",
+                        catalog.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )
+                }
+            ))),
+        })
+        .collect()
+}
 
 /// How a server is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]

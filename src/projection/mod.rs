@@ -22,12 +22,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-pub use binding::{Binding, ExtraServer, SkillSpec};
+pub use binding::{Binding, SkillSpec};
 pub use confined::{Access, ConfinedDir, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{
-    BRIDGE_SERVER, McpFormat, McpServer, RenderedMcp, TOKEN_ENV, Transport, render as render_mcp,
+    BRIDGE_SERVER, ExtraServer, McpCatalog, McpFormat, McpServer, RenderedMcp, TOKEN_ENV,
+    Transport, check_catalog as check_mcp_catalog, render as render_mcp,
 };
 pub use names::{check_skill_name, relative_components, safe_component};
 pub use render::{DataMessage, Templates};
@@ -70,6 +71,9 @@ pub struct ProjectRequest<'a> {
     pub tools: &'a [&'a str],
     /// URL of the bridge's MCP server for this run.
     pub mcp_url: &'a str,
+    /// The extra MCP servers the operator configured; the binding picks
+    /// among them by name.
+    pub mcp_servers: &'a McpCatalog,
     /// The host through the run's grant, to copy input artifacts; `None`
     /// leaves artifact-backed inputs listed only.
     pub host: Option<&'a GrantedHost>,
@@ -227,9 +231,7 @@ pub async fn project(
     )?;
 
     let mut servers = vec![McpServer::bridge(request.mcp_url)];
-    for (name, spec) in &binding.mcp_servers {
-        servers.push(McpServer::extra(name, spec)?);
-    }
+    servers.extend(mcp_config::pick(request.mcp_servers, &binding.mcp_servers)?);
     let mcp = render_mcp(&servers, target.mcp_format);
     if let Some(file) = &mcp.file {
         let outcome = ws.write(&paths::MCP_CONFIG, file, Access::Private)?;

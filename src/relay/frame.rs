@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::projection::McpCatalog;
 use crate::protocol::{AgentAPIError, AgentRunResult, JsonMap};
 
 /// The protocol name and version both sides announce in their hello.
@@ -42,6 +43,10 @@ pub enum Inbound {
         /// Variables the operator sets for the harness (PATH, HOME, keys).
         #[serde(default)]
         env: BTreeMap<String, String>,
+        /// Extra MCP servers the operator configured for this runner; the
+        /// context's `config.mcp_servers` picks among them by name.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        mcp_servers: McpCatalog,
     },
     /// Stop a run (the user interrupted it, or the host gave up).
     Cancel {

@@ -328,6 +328,7 @@ where
                 context,
                 binary,
                 env,
+                mcp_servers,
             } => {
                 if runs.contains_key(&run_id) {
                     let _ = out.try_send(Outbound::Error {
@@ -336,16 +337,18 @@ where
                     });
                     continue;
                 }
-                let checked = checked_context(&context).and_then(|ctx| {
-                    if ctx.run_id == run_id {
-                        Ok(ctx)
-                    } else {
-                        Err(format!(
-                            "the frame's run_id `{run_id}` is not the context's `{}`",
-                            ctx.run_id
-                        ))
-                    }
-                });
+                let checked = crate::projection::check_mcp_catalog(&mcp_servers)
+                    .and_then(|()| checked_context(&context))
+                    .and_then(|ctx| {
+                        if ctx.run_id == run_id {
+                            Ok(ctx)
+                        } else {
+                            Err(format!(
+                                "the frame's run_id `{run_id}` is not the context's `{}`",
+                                ctx.run_id
+                            ))
+                        }
+                    });
                 let ctx = match checked {
                     Ok(ctx) => ctx,
                     Err(why) => {
@@ -363,6 +366,7 @@ where
                 let options = RunOptions {
                     binary: binary.map(Into::into),
                     env,
+                    mcp_servers,
                     on_spawn: None,
                 };
                 tasks.spawn(async move {

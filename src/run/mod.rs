@@ -26,13 +26,14 @@ pub use outbox::OUTBOX_DIR;
 pub use quick::{QuickTurn, new_run_id, quick_context};
 
 use crate::harness::{
-    AdapterSpec, Adapters, Launch, ResumePointer, Stdin, TurnValues, child_env, find_program,
-    requested_permissions, runner_id,
+    AdapterSpec, Adapters, Launch, ResumePointer, Stdin, TurnValues, child_env,
+    env_pattern_matches, find_program, requested_permissions, runner_id,
 };
 use crate::host::{GrantPolicy, Grants, HostApi};
 use crate::mcp::{InputRef, McpHttpServer, RunFacts, RunTools, tool_names};
 use crate::projection::{
-    Binding, ProjectRequest, Projection, ProjectionError, TOKEN_ENV, Templates, paths, project,
+    Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV, Templates, paths,
+    project,
 };
 use crate::protocol::{
     AgentRunContext, AgentRunResult, Message, ResultPayload, ResultType, RunFailed, StateScope,
@@ -67,6 +68,8 @@ pub struct Settings {
     /// Record each turn's event, user message and reply with the host.
     /// Off when the host records its own transcript (LangBot, via the relay).
     pub record_turns: bool,
+    /// Extra MCP servers a binding may pick by name.
+    pub mcp_servers: McpCatalog,
 }
 
 /// Per-run choices of the trusted front end (the operator's relay plugin
@@ -78,6 +81,9 @@ pub struct RunOptions {
     pub binary: Option<PathBuf>,
     /// Variables set for this run's harness.
     pub env: BTreeMap<String, String>,
+    /// Extra MCP servers this run's binding may pick by name, besides the
+    /// settings' (the plugin's runner settings, through the relay).
+    pub mcp_servers: McpCatalog,
     /// Told each harness process group as it starts, so a caller can note
     /// it somewhere that outlives the bridge (the service's journal).
     pub on_spawn: Option<SpawnHook>,
@@ -109,6 +115,7 @@ impl Settings {
             turn_timeout: DEFAULT_TURN_TIMEOUT,
             kill_grace: DEFAULT_KILL_GRACE,
             record_turns: true,
+            mcp_servers: McpCatalog::new(),
         }
     }
 }
@@ -313,6 +320,8 @@ impl Bridge {
         let granted = self.grants.granted(open.grant.clone());
         let target = spec.target();
         let names = tool_names(&open.grant.apis);
+        let mut servers = self.settings.mcp_servers.clone();
+        servers.extend(options.mcp_servers.clone());
         let projection = project(
             &ProjectRequest {
                 ctx,
@@ -321,6 +330,7 @@ impl Bridge {
                 root: &self.settings.workspace_root,
                 tools: &names,
                 mcp_url: self.mcp.url(),
+                mcp_servers: &servers,
                 host: Some(&granted),
             },
             &self.templates,
@@ -341,6 +351,28 @@ impl Bridge {
                 .map_err(|e| fail("runtime_error", format!("cannot record the turn: {e}")))?;
         }
 
+        // Extra servers' secrets ride the child's environment (Codex reads
+        // them by name); they must never change a variable the harness
+        // itself reads (`CODEX_HOME`, a key, `PATH`).
+        if let Some(name) = projection.mcp.child_env.keys().find(|name| {
+            env.contains_key(*name)
+                || *name == TOKEN_ENV
+                || spec
+                    .env
+                    .pass
+                    .iter()
+                    .chain(&self.settings.pass_env)
+                    .any(|pattern| env_pattern_matches(pattern, name))
+        }) {
+            return Err(fail(
+                "invalid_argument",
+                format!(
+                    "an extra MCP server's environment sets `{name}`, which {} reads itself; \
+                     the operator must give that server's variable another name",
+                    spec.label
+                ),
+            ));
+        }
         env.extend(projection.mcp.child_env.clone());
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
 

@@ -30,6 +30,10 @@ pub struct ServeConfig {
     pub pass_env: Vec<String>,
     /// Variables set for every harness.
     pub set_env: BTreeMap<String, String>,
+    /// Extra MCP servers (name → `{command, args, env}` or `{url,
+    /// headers}`) a run may pick by name in its `config.mcp_servers`: only
+    /// the operator defines what runs.
+    pub mcp_servers: crate::projection::McpCatalog,
     /// Harness for a short-form request that names none.
     pub default_harness: String,
     /// Binding config (model, permission_mode, timeout_seconds,
@@ -65,6 +69,7 @@ impl Default for ServeConfig {
             harness_binaries: BTreeMap::new(),
             pass_env: Vec::new(),
             set_env: BTreeMap::new(),
+            mcp_servers: Default::default(),
             default_harness: "claude-code".into(),
             default_config: serde_json::Map::new(),
             max_concurrent_runs: 4,
@@ -113,6 +118,7 @@ impl ServeConfig {
         if self.no_auth && !self.api_tokens.is_empty() {
             return Err("no_auth and api_tokens are both set: choose one".into());
         }
+        crate::projection::check_mcp_catalog(&self.mcp_servers)?;
         if self.api_tokens.iter().any(|t| t.len() < 16) {
             return Err("api_tokens: each token needs at least 16 characters".into());
         }

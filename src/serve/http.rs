@@ -149,6 +149,11 @@ async fn create_run(
         Ok(request) => request,
         Err(why) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
     };
+    // A binding that could never run (a wrong key, a server it tries to
+    // define) is the client's to fix now, not a queued turn's to fail.
+    if let Err(e) = crate::projection::Binding::from_config(&ctx.config) {
+        return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
+    }
     let harness = harness.or(query.harness);
     let harness = harness.unwrap_or_else(|| service.config.default_harness.clone());
     let run_id = ctx.run_id.clone();

@@ -167,6 +167,7 @@ impl E2e {
             root: root.path(),
             tools: &names,
             mcp_url: http.url(),
+            mcp_servers: &Default::default(),
             host: None,
         };
         let projection = project(&request, &Templates::load(None).expect("templates"))
@@ -417,13 +418,15 @@ impl BridgeTurn {
         &self.terminal()["data"]["message"]["metadata"]["session"]
     }
 
-    /// A `run.failed` with `code`, and the bridge's exit code 3.
+    /// A `run.failed` with `code`, and the bridge's exit code for it (1
+    /// for `invalid_argument`, 3 otherwise).
     pub fn assert_failed(&self, code: &str) -> &serde_json::Value {
         self.assert_well_formed();
         let terminal = self.terminal();
         assert_eq!(terminal["type"], "run.failed", "{terminal}");
         assert_eq!(terminal["data"]["code"], code, "{terminal}");
-        assert_eq!(self.code, Some(3), "{}", self.stderr);
+        let exit = if code == "invalid_argument" { 1 } else { 3 };
+        assert_eq!(self.code, Some(exit), "{}", self.stderr);
         terminal
     }
 }

@@ -294,6 +294,7 @@ class Relay:
         env: dict[str, str],
         harness_binary: str | None,
         api: Any,
+        mcp_servers: dict[str, Any] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Start a run; yield its results (dicts) until the terminal one.
         Closing the iterator early cancels the run on the bridge."""
@@ -314,6 +315,8 @@ class Relay:
             frame = {"type": "run", "run_id": run_id, "harness": harness, "context": context, "env": env}
             if harness_binary:
                 frame["binary"] = harness_binary
+            if mcp_servers:
+                frame["mcp_servers"] = mcp_servers
             await self._write(proc, frame)
             while True:
                 frame = await queue.get()

@@ -21,8 +21,10 @@ from components.runner.bridge import (
 )
 
 # Config keys that configure the launch, not the binding: they never reach
-# the bridge inside the context (secrets among them).
-LAUNCH_KEYS = ("api_key", "base_url", "extra_env", "harness_path")
+# the bridge inside the context (secrets among them). The MCP servers the
+# form defines travel as operator configuration in the run frame; the
+# context only names them.
+LAUNCH_KEYS = ("api_key", "base_url", "extra_env", "harness_path", "mcp_servers")
 
 
 def _log(run_id: str, text: str, level: str = "info") -> RunnerResult:
@@ -67,9 +69,13 @@ class HarnessRunner(Runner):
         data_dir = Path(root) if root else writable_dir("data") / "harness-bridge"
         context = ctx.model_dump(mode="json", exclude_none=True)
         context["config"] = {k: v for k, v in config.items() if k not in LAUNCH_KEYS}
+        servers = config.get("mcp_servers")
+        servers = servers if isinstance(servers, dict) else {}
+        if servers:
+            context["config"]["mcp_servers"] = sorted(servers)
 
         try:
-            async for result in self._relay(ctx, binary, data_dir, context, env, harness_path):
+            async for result in self._relay(ctx, binary, data_dir, context, env, harness_path, servers):
                 yield result
         except (BridgeError, OSError, ValueError, asyncio.TimeoutError) as exc:
             # The run still ends with one terminal result the host can show.
@@ -77,7 +83,7 @@ class HarnessRunner(Runner):
                 ctx.run_id, f"harness-bridge failed: {type(exc).__name__}: {exc}", code="harness_error"
             )
 
-    async def _relay(self, ctx, binary, data_dir, context, env, harness_path):
+    async def _relay(self, ctx, binary, data_dir, context, env, harness_path, servers):
         streamed = ""
         async for result in RELAY.run(
             binary=binary,
@@ -88,6 +94,7 @@ class HarnessRunner(Runner):
             env=env,
             harness_binary=harness_path,
             api=ctx.api,
+            mcp_servers=servers,
         ):
             kind = result.get("type")
             data = result.get("data") or {}
