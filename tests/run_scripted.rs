@@ -43,6 +43,12 @@ impl Setup {
     /// `harness-bridge run` with the harness hanging, as a child process
     /// (stdout piped) the test can signal.
     fn spawn_hanging_run(&self, extra: &[&str]) -> tokio::process::Child {
+        self.spawn_run("hang", extra)
+    }
+
+    /// `harness-bridge run` with the harness in `mode`, as a child process
+    /// whose stdout is piped and read only if the test reads it.
+    fn spawn_run(&self, mode: &str, extra: &[&str]) -> tokio::process::Child {
         let adapters = self.tools.path().join("adapters");
         let adapters = adapters.to_string_lossy().into_owned();
         tokio::process::Command::new(common::bridge_bin())
@@ -52,7 +58,7 @@ impl Setup {
             .args(self.args(&adapters, extra))
             .env_clear()
             .env("PATH", self.path_with_script())
-            .env("FAKE_MODE", "hang")
+            .env("FAKE_MODE", mode)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -534,4 +540,29 @@ async fn an_extra_servers_env_never_changes_the_harnesss_own() {
     let env: Vec<&str> = env.lines().collect();
     assert!(env.contains(&"TOOLS_KEY=tk-1"), "{env:?}");
     assert!(env.contains(&"FAKE_MODE=quiet"), "{env:?}");
+}
+
+/// A consumer that stops reading (`run ... | a reader that stalls`) holds
+/// the results back, never the deadline: the harness is stopped on time
+/// while its output still waits to be read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_holds_while_nobody_reads_the_results() {
+    let setup = Setup::new();
+    let mut bridge = setup.spawn_run("flood", &["--timeout", "2", "--kill-grace", "1"]);
+    let workspaces = setup.data.path().join("workspaces");
+    common::wait_for_processes(&workspaces, 1).await;
+    // Nobody reads the bridge's stdout: ten megabytes fill every buffer
+    // on the way and the harness blocks on its writes. At the deadline it
+    // is gone all the same.
+    common::assert_none_left_under(&workspaces).await;
+    // The bridge still holds the rest for its reader, and ends once read.
+    let mut out = bridge.stdout.take().unwrap();
+    let mut text = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut out, &mut text)
+        .await
+        .unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "run.failed", "{last}");
+    assert_eq!(last["data"]["code"], "deadline_exceeded", "{last}");
+    assert_eq!(bridge.wait().await.unwrap().code(), Some(3));
 }

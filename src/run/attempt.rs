@@ -68,16 +68,14 @@ fn failed(code: &str, error: String, retryable: bool) -> ResultPayload {
     })
 }
 
-/// Send one outbox file as `artifact.created` (a file that cannot be read
+/// Queue one outbox file as `artifact.created` (a file that cannot be read
 /// is logged and skipped: it never fails the run).
-pub async fn send_artifact(live: &mut Live<'_>, path: &Path) {
+pub async fn push_artifact(live: &mut Live<'_>, path: &Path) {
     let name = live.outbox.name(path);
     match outbox::artifact(live.outbox.dir(), name, live.scope, live.host).await {
-        Ok(created) => {
-            live.emit
-                .send(vec![ResultPayload::ArtifactCreated(created)])
-                .await
-        }
+        Ok(created) => live
+            .emit
+            .push(vec![ResultPayload::ArtifactCreated(created)]),
         Err(e) => tracing::warn!("{e}"),
     }
 }
@@ -136,9 +134,17 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     let mut spoke = false;
     let mut stdout_open = true;
     let mut exited = None;
-    let mut drain_until = None;
+    let mut drain_until: Option<Instant> = None;
+    // The deadline and cancel are watched in every state, also while
+    // results wait for a consumer that stopped reading: back-pressure
+    // pauses reading the harness's output, never its stop.
     let stop = loop {
-        let until = drain_until.map_or(live.deadline, |d: Instant| d.min(live.deadline));
+        // Past its exit, the harness gets a short window for output still
+        // in the pipe; a consumer that holds results back does not use it up.
+        let until = match drain_until {
+            Some(drain) if !live.emit.pending() => drain.min(live.deadline),
+            _ => live.deadline,
+        };
         tokio::select! {
             biased;
             () = live.cancel.cancelled() => break Some(Stop::Cancelled),
@@ -147,7 +153,8 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                 // only a harness still running has missed the deadline.
                 break if exited.is_some() { None } else { Some(Stop::Deadline) };
             }
-            read = stdout.read(&mut buf), if stdout_open => match read {
+            () = live.emit.flush(), if live.emit.pending() => {}
+            read = stdout.read(&mut buf), if stdout_open && !live.emit.pending() => match read {
                 Ok(0) | Err(_) => {
                     stdout_open = false;
                     if exited.is_some() {
@@ -155,6 +162,9 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                     }
                 }
                 Ok(n) => {
+                    if exited.is_some() {
+                        drain_until = Some(Instant::now() + STDOUT_DRAIN);
+                    }
                     for line in lines.push(&buf[..n]) {
                         let payloads = decode.line(&line);
                         // A harness that cannot resume says so before the
@@ -164,7 +174,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                         if !spoke {
                             not_found |= line.contains(&spec.session_not_found);
                         }
-                        live.emit.send(payloads).await;
+                        live.emit.push(payloads);
                     }
                 }
             },
@@ -177,7 +187,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                 // escaped the group and holds it open gets a short grace.
                 drain_until = Some(Instant::now() + STDOUT_DRAIN);
             }
-            Some(path) = live.outbox.next() => send_artifact(live, &path).await,
+            Some(path) = live.outbox.next(), if !live.emit.pending() => push_artifact(live, &path).await,
         }
     };
     // A harness that already exited ended the turn on its own, whatever

@@ -1,10 +1,22 @@
 //! The run's side of the result stream: numbering, delivery, and what the
 //! run needs to remember of what it sent (the reply text, the outcome).
+//!
+//! Delivery is a queue the run fills without waiting ([`Emitter::push`])
+//! and drains when it can ([`Emitter::flush`]): a consumer that stops
+//! reading (a plugin, a pipe nobody reads) then holds results back, never
+//! the run's deadline or its cancel, which the run keeps watching while
+//! results wait.
+
+use std::collections::VecDeque;
 
 use tokio::sync::mpsc;
 
 use crate::harness::decode::ResultStream;
 use crate::protocol::{AgentRunResult, MessageContent, ResultPayload, ResultType, RunFailed};
+
+/// Most reply text a run keeps to record and to answer with when the
+/// harness gives no final message; the results themselves carry it all.
+pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Numbers payloads and sends them to the run's consumer.
 ///
@@ -13,7 +25,10 @@ use crate::protocol::{AgentRunResult, MessageContent, ResultPayload, ResultType,
 pub struct Emitter {
     stream: ResultStream,
     out: mpsc::Sender<AgentRunResult>,
+    /// Numbered, not yet taken by the consumer; in order.
+    waiting: VecDeque<AgentRunResult>,
     reply: Vec<String>,
+    reply_bytes: usize,
     outcome: Option<ResultType>,
     failure: Option<RunFailed>,
     consumer_gone: bool,
@@ -25,20 +40,22 @@ impl Emitter {
         Emitter {
             stream: ResultStream::new(run_id),
             out,
+            waiting: VecDeque::new(),
             reply: Vec::new(),
+            reply_bytes: 0,
             outcome: None,
             failure: None,
             consumer_gone: false,
         }
     }
 
-    /// Stamp and send payloads, in order.
-    pub async fn send(&mut self, payloads: Vec<ResultPayload>) {
+    /// Stamp payloads and queue them, in order, without waiting.
+    pub fn push(&mut self, payloads: Vec<ResultPayload>) {
         for payload in &payloads {
             match payload {
                 ResultPayload::MessageCompleted(m) => {
                     if let Some(MessageContent::Text(text)) = &m.message.content {
-                        self.reply.push(text.clone());
+                        self.keep_reply(text);
                     }
                 }
                 ResultPayload::RunFailed(f) => self.failure = Some(f.clone()),
@@ -49,10 +66,59 @@ impl Emitter {
             if result.kind.is_terminal() {
                 self.outcome = Some(result.kind.clone());
             }
-            if !self.consumer_gone && self.out.send(result).await.is_err() {
-                tracing::info!("the result consumer went away; the run goes on");
-                self.consumer_gone = true;
+            if !self.consumer_gone {
+                self.waiting.push_back(result);
             }
+        }
+    }
+
+    /// Whether results wait for the consumer.
+    pub fn pending(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Hand every waiting result to the consumer. Cancel-safe: dropped
+    /// part-way, it has lost nothing, and the next flush goes on in order.
+    pub async fn flush(&mut self) {
+        while !self.waiting.is_empty() {
+            match self.out.reserve().await {
+                Ok(permit) => {
+                    if let Some(result) = self.waiting.pop_front() {
+                        permit.send(result);
+                    }
+                }
+                Err(_) => {
+                    tracing::info!("the result consumer went away; the run goes on");
+                    self.consumer_gone = true;
+                    self.waiting.clear();
+                }
+            }
+        }
+    }
+
+    /// Stamp, queue and deliver payloads, in order.
+    pub async fn send(&mut self, payloads: Vec<ResultPayload>) {
+        self.push(payloads);
+        self.flush().await;
+    }
+
+    fn keep_reply(&mut self, text: &str) {
+        let room = MAX_REPLY_BYTES.saturating_sub(self.reply_bytes);
+        if room == 0 {
+            return;
+        }
+        let mut cut = text.len().min(room);
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.reply_bytes += cut;
+        self.reply.push(text[..cut].to_string());
+        if cut < text.len() {
+            self.reply_bytes = MAX_REPLY_BYTES;
+            self.reply.push(format!(
+                "[the reply was cut here: it is over {} MiB]",
+                MAX_REPLY_BYTES / (1024 * 1024)
+            ));
         }
     }
 
@@ -69,5 +135,54 @@ impl Emitter {
     /// The failure sent, if the run failed.
     pub fn failure(&self) -> Option<&RunFailed> {
         self.failure.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Message, MessageCompleted};
+
+    fn text(t: &str) -> ResultPayload {
+        ResultPayload::MessageCompleted(MessageCompleted {
+            message: Message::assistant(t.to_string()),
+            file_ids: Vec::new(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_flush_dropped_part_way_loses_nothing_and_keeps_the_order() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let mut emit = Emitter::new("r", tx);
+        emit.push(vec![text("a"), text("b"), text("c")]);
+        // Room for one: the flush waits for the consumer and is abandoned.
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), emit.flush()).await;
+        assert!(waited.is_err());
+        assert!(emit.pending());
+        let mut seen = vec![rx.recv().await.unwrap().sequence];
+        let drain = tokio::spawn(async move {
+            while let Some(r) = rx.recv().await {
+                seen.push(r.sequence);
+            }
+            seen
+        });
+        emit.flush().await;
+        drop(emit);
+        assert_eq!(drain.await.unwrap(), [Some(1), Some(2), Some(3)]);
+    }
+
+    #[test]
+    fn the_kept_reply_stops_at_its_cap() {
+        let (tx, _rx) = mpsc::channel(1);
+        let mut emit = Emitter::new("r", tx);
+        let big = "é".repeat(MAX_REPLY_BYTES);
+        emit.push(vec![text(&big), text("more")]);
+        let reply = emit.reply();
+        assert!(reply.len() < MAX_REPLY_BYTES + 200, "{}", reply.len());
+        assert!(
+            reply.ends_with("it is over 4 MiB]"),
+            "{}",
+            &reply[reply.len() - 60..]
+        );
     }
 }

@@ -450,7 +450,7 @@ impl Bridge {
         };
 
         for path in live.outbox.sweep() {
-            attempt::send_artifact(&mut live, &path).await;
+            attempt::push_artifact(&mut live, &path).await;
         }
         let emit = live.emit;
 
