@@ -581,3 +581,47 @@ async fn a_context_names_the_operators_mcp_servers_and_defines_none() {
         "{refused}"
     );
 }
+
+/// Turns of one conversation share its workspace: the relay runs them one
+/// at a time in the order their frames came, and a turn cancelled while it
+/// waits ends without ever starting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_of_one_conversation_run_one_at_a_time_in_order() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    for run_id in ["r-1", "r-2", "r-3"] {
+        let frame = plugin.run_frame(run_id, "c-same", "slow");
+        plugin.send(frame).await;
+    }
+    plugin
+        .send(json!({"type": "cancel", "run_id": "r-3"}))
+        .await;
+    let (results, _) = plugin
+        .until_done(&["r-1", "r-2", "r-3"], |_| json!({"data": null}))
+        .await;
+    for run_id in ["r-1", "r-2"] {
+        let last = results[run_id].last().unwrap();
+        assert_eq!(last["type"], "run.completed", "{run_id}: {last}");
+    }
+    let cancelled = results["r-3"].last().unwrap();
+    assert_eq!(cancelled["data"]["code"], "cancelled", "{cancelled}");
+    let log = walkdir::WalkDir::new(plugin.data.path().join("workspaces"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name() == "turn-log")
+        .expect("the turns' log");
+    let text = std::fs::read_to_string(log.path()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        4,
+        "two turns ran, the cancelled one never: {text}"
+    );
+    for pair in lines.chunks(2) {
+        assert_eq!(
+            pair[0].strip_prefix("start "),
+            pair[1].strip_prefix("end "),
+            "turns overlapped: {text}"
+        );
+    }
+}

@@ -16,6 +16,11 @@ this command and speaks the relay protocol on its stdin/stdout: run
 requests in, results and host API calls out. The host stays the source of
 truth for history and state; only workspaces live under --root.
 
+Turns of one conversation run one at a time, in the order their run frames
+arrived (they share the conversation's workspace); different conversations
+run in parallel up to --max-concurrent-runs. A turn beyond the queue limits
+ends at once with run.failed (rate_limited).
+
 When stdin closes, or on SIGTERM, every run is cancelled and its harness
 process group killed before the command exits.";
 
@@ -36,6 +41,12 @@ pub struct RelayArgs {
     /// Seconds between SIGTERM and SIGKILL when a harness is stopped.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     kill_grace: u64,
+    /// Turns running at once, across conversations.
+    #[arg(long, value_name = "N", default_value_t = crate::relay::Limits::default().max_concurrent_runs)]
+    max_concurrent_runs: usize,
+    /// Turns waiting per conversation before new ones are refused.
+    #[arg(long, value_name = "N", default_value_t = crate::relay::Limits::default().max_queue_per_conversation)]
+    max_queue_per_conversation: usize,
 }
 
 /// Serve one relay session on stdio until the plugin goes away.
@@ -64,7 +75,12 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
     };
     let result = runtime.block_on(async move {
         let stop = super::stop_on_signal();
-        crate::relay::serve_stdio(settings, adapters, templates, stop).await
+        let limits = crate::relay::Limits {
+            max_concurrent_runs: args.max_concurrent_runs,
+            max_queue_per_conversation: args.max_queue_per_conversation,
+            ..Default::default()
+        };
+        crate::relay::serve_stdio(settings, adapters, templates, limits, stop).await
     });
     // The stdin reader may still block a thread; do not wait for it.
     runtime.shutdown_background();

@@ -29,7 +29,30 @@ use crate::harness::Adapters;
 use crate::host::Api;
 use crate::projection::Templates;
 use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
-use crate::run::{Bridge, RunOptions, Settings};
+use crate::run::{Bridge, QueueFull, RunOptions, Scheduler, Settings};
+
+/// How many turns the relay runs and holds: turns of one conversation run
+/// one at a time in arrival order (they share its workspace), different
+/// conversations in parallel up to a limit.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Turns running at once, across conversations.
+    pub max_concurrent_runs: usize,
+    /// Turns waiting per conversation before new ones are refused.
+    pub max_queue_per_conversation: usize,
+    /// Turns waiting across conversations before new ones are refused.
+    pub max_queued_total: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_concurrent_runs: 16,
+            max_queue_per_conversation: 64,
+            max_queued_total: 4096,
+        }
+    }
+}
 
 /// Why a relay session ended badly.
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +192,7 @@ pub async fn serve<R, W>(
     mut settings: Settings,
     adapters: Adapters,
     templates: Templates,
+    limits: Limits,
     stop: CancellationToken,
 ) -> Result<(), RelayError>
 where
@@ -239,6 +263,11 @@ where
     let bridge = Arc::new(Bridge::start(host.clone(), adapters, templates, settings).await?);
     let mut runs: HashMap<String, CancellationToken> = HashMap::new();
     let mut tasks: JoinSet<String> = JoinSet::new();
+    let scheduler = Scheduler::new(
+        limits.max_concurrent_runs.max(1),
+        limits.max_queue_per_conversation,
+        limits.max_queued_total,
+    );
 
     let ended = loop {
         let line = tokio::select! {
@@ -359,6 +388,24 @@ where
                         continue;
                     }
                 };
+                // Its place in the conversation's queue is taken now, in
+                // the order the frames arrived.
+                let conversation = ctx.conversation_id().unwrap_or("_").to_string();
+                let ticket = match scheduler.enqueue(&conversation) {
+                    Ok(ticket) => ticket,
+                    Err(full) => {
+                        let why = match full {
+                            QueueFull::Conversation(n) => format!(
+                                "this conversation already has {n} turns waiting; send it again when one has run"
+                            ),
+                            QueueFull::Total(n) => format!(
+                                "the bridge already has {n} turns waiting; send it again shortly"
+                            ),
+                        };
+                        send_later(&out, failed_frame(&run_id, 0, "rate_limited", why, true));
+                        continue;
+                    }
+                };
                 let token = CancellationToken::new();
                 runs.insert(run_id.clone(), token.clone());
                 let bridge = bridge.clone();
@@ -375,7 +422,15 @@ where
                     // Its own task, so that a panic in the run is caught here
                     // and the plugin still gets the run's terminal result.
                     let turn = tokio::spawn(async move {
+                        // A run cancelled while it waits still goes through
+                        // the bridge, which ends it at once with its one
+                        // `run.failed` (`cancelled`), touching nothing.
+                        let turn = tokio::select! {
+                            turn = ticket.start() => Some(turn),
+                            () = token.cancelled() => None,
+                        };
                         bridge.run(&ctx, &harness, &options, tx, token).await;
+                        drop(turn);
                     })
                     .await;
                     let (sent, terminal) = forward.await.unwrap_or((0, false));
@@ -438,6 +493,7 @@ pub async fn serve_stdio(
     settings: Settings,
     adapters: Adapters,
     templates: Templates,
+    limits: Limits,
     stop: CancellationToken,
 ) -> Result<(), RelayError> {
     serve(
@@ -446,6 +502,7 @@ pub async fn serve_stdio(
         settings,
         adapters,
         templates,
+        limits,
         stop,
     )
     .await

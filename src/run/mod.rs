@@ -7,6 +7,7 @@
 mod attempt;
 mod emit;
 mod outbox;
+mod queue;
 mod quick;
 mod record;
 
@@ -23,6 +24,7 @@ use tracing::Instrument;
 
 pub use emit::Emitter;
 pub use outbox::OUTBOX_DIR;
+pub use queue::{QueueFull, Scheduler, Ticket, Turn};
 pub use quick::{QuickTurn, new_run_id, quick_context};
 
 use crate::harness::{

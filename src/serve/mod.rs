@@ -8,7 +8,6 @@
 mod config;
 mod http;
 mod journal;
-mod queue;
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
@@ -20,9 +19,9 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::run::{QueueFull, Scheduler, Ticket};
 pub use config::ServeConfig;
 pub use journal::{INTERRUPTED, Interrupted, Journal, JournalRun};
-pub use queue::{QueueFull, Scheduler, Ticket};
 
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
 use crate::run::{Bridge, RunOptions, SpawnHook};
