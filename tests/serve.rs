@@ -824,3 +824,26 @@ async fn a_request_picks_the_operators_mcp_servers_by_name_and_defines_none() {
         "{body}"
     );
 }
+
+/// A harness that prints without end does not take the service's memory
+/// with it: past `max_run_output_bytes` the run is stopped and fails with
+/// `output_too_large`, and what was kept is bounded and journaled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_output_passes_the_cap_is_stopped_and_says_why() {
+    let server = Server::start("flood", "max_run_output_bytes: 1048576\n").await;
+    let (status, results) = server.turn("c", "hi").await;
+    assert_eq!(status, 200);
+    let last = terminal(&results);
+    assert_eq!(last["type"], "run.failed", "{last}");
+    assert_eq!(last["data"]["code"], "output_too_large", "{last}");
+    let streamed: usize = results.iter().map(|r| r.to_string().len()).sum();
+    assert!(streamed < 2 * 1024 * 1024, "{streamed} bytes kept");
+    let run_id = last["run_id"].as_str().unwrap();
+    let run = server.wait_for_status(run_id, "failed").await;
+    assert_eq!(
+        run["results"].as_array().map(Vec::len),
+        Some(results.len()),
+        "the journal has what the stream had"
+    );
+    server.assert_nothing_left().await;
+}

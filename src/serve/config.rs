@@ -55,6 +55,9 @@ pub struct ServeConfig {
     pub shutdown_grace_seconds: u64,
     /// Hours a finished run's results stay retrievable by id.
     pub retention_hours: u64,
+    /// Most bytes of results (as JSON) one run may produce; past it the run
+    /// is stopped and fails with `output_too_large`.
+    pub max_run_output_bytes: usize,
 }
 
 impl Default for ServeConfig {
@@ -79,6 +82,7 @@ impl Default for ServeConfig {
             kill_grace_seconds: 5,
             shutdown_grace_seconds: 30,
             retention_hours: 168,
+            max_run_output_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -130,6 +134,9 @@ impl ServeConfig {
         }
         if self.max_queued_total == 0 {
             return Err("max_queued_total must be at least 1".into());
+        }
+        if self.max_run_output_bytes < 64 * 1024 {
+            return Err("max_run_output_bytes must be at least 65536".into());
         }
         Ok(())
     }

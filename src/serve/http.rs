@@ -157,7 +157,7 @@ async fn create_run(
     let harness = harness.or(query.harness);
     let harness = harness.unwrap_or_else(|| service.config.default_harness.clone());
     let run_id = ctx.run_id.clone();
-    match service.submit(ctx, harness) {
+    match service.submit(ctx, harness).await {
         Ok(run) => stream(run, &headers),
         Err(Refused::Busy(QueueFull::Conversation(waiting))) => error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -258,7 +258,7 @@ async fn get_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>
         }))
         .into_response();
     }
-    match service.past_run(&run_id) {
+    match service.past_run(&run_id).await {
         Some(past) => {
             let mut body = json!({
                 "run_id": run_id,
@@ -305,7 +305,7 @@ async fn cancel_run(State(service): State<Arc<Service>>, Path(run_id): Path<Stri
         )
             .into_response();
     }
-    match service.past_run(&run_id) {
+    match service.past_run(&run_id).await {
         Some(past) => error(
             StatusCode::CONFLICT,
             format!(

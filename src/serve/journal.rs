@@ -1,5 +1,5 @@
 //! The run journal: one row per run the service accepted, written when it
-//! is queued, started and ended, with its results at the end. It is what
+//! is queued, started and ended, and its results as they come. It is what
 //! makes a crash visible: a run still `queued` or `running` when the
 //! service starts again was in flight when the last one died, and is
 //! marked failed (`interrupted`) before anything else happens. It also
@@ -8,12 +8,22 @@
 //!
 //! A SQLite file of its own beside the host store (`serve-runs.db`): the
 //! host store is the host's, and the journal is the service's.
+//!
+//! Writes go to one writer thread, in order, batched while it is busy: a
+//! run's results are journaled one by one as they come (a crash keeps what
+//! was produced; no run ends with one giant write), and no SQLite work
+//! runs on the async workers. The few writes a caller must know succeeded
+//! (a run accepted, a run ended) are acknowledged. Reads use their own
+//! connection (WAL readers never wait for the writer) and block: callers
+//! on async workers run them on the blocking pool.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
 
 use super::RunStatus;
 use crate::protocol::AgentRunResult;
@@ -36,7 +46,7 @@ pub struct JournalRun {
     pub status: RunStatus,
     /// The failure code, when it failed.
     pub code: Option<String>,
-    /// Its results (empty for a run that was interrupted).
+    /// Its results, in order (what was produced before an interruption).
     pub results: Vec<AgentRunResult>,
 }
 
@@ -60,9 +70,49 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
+/// Where an acknowledged write's outcome goes.
+type Ack = oneshot::Sender<Result<(), String>>;
+
+/// One write, for the writer thread.
+enum Write {
+    Queued {
+        run_id: String,
+        conversation_id: String,
+        harness: String,
+        done: Ack,
+    },
+    Started(String),
+    Spawned {
+        run_id: String,
+        pgid: i32,
+        workspace: String,
+    },
+    Result {
+        run_id: String,
+        seq: i64,
+        body: String,
+    },
+    Ended {
+        run_id: String,
+        status: RunStatus,
+        code: Option<String>,
+        done: Option<Ack>,
+    },
+    Prune {
+        retention: Duration,
+        done: oneshot::Sender<Result<usize, String>>,
+    },
+}
+
 /// The journal file.
 pub struct Journal {
-    conn: Mutex<Connection>,
+    /// `None` once the journal is closing.
+    writes: Mutex<Option<std_mpsc::Sender<Write>>>,
+    /// Joined on drop: everything sent is written before the store's lock
+    /// is let go.
+    writer: Option<std::thread::JoinHandle<()>>,
+    /// Reads only; the writer thread has its own connection.
+    reader: Mutex<Connection>,
     path: PathBuf,
     /// Released when the service exits, however it exits.
     _owner: nix::fcntl::Flock<std::fs::File>,
@@ -123,6 +173,31 @@ fn status_of(name: &str) -> RunStatus {
     }
 }
 
+const SCHEMA: &str = "
+    PRAGMA journal_mode = WAL;
+    PRAGMA synchronous = NORMAL;
+    PRAGMA busy_timeout = 5000;
+    CREATE TABLE IF NOT EXISTS runs (
+        run_id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        harness TEXT NOT NULL,
+        status TEXT NOT NULL,
+        code TEXT,
+        pgid INTEGER,
+        workspace TEXT,
+        boot_id TEXT,
+        queued_at_ms INTEGER NOT NULL,
+        ended_at_ms INTEGER,
+        results TEXT
+    );
+    CREATE INDEX IF NOT EXISTS runs_ended ON runs(ended_at_ms);
+    CREATE TABLE IF NOT EXISTS results (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;";
+
 impl Journal {
     /// Open (or create) the journal in `dir`, mark every run left in flight
     /// as failed, and drop runs that ended more than `retention` ago. Fails
@@ -134,154 +209,148 @@ impl Journal {
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let owner = own_store(dir)?;
         let fail = |e: rusqlite::Error| format!("run journal {}: {e}", path.display());
-        let conn = Connection::open(&path).map_err(fail)?;
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = NORMAL;
-             PRAGMA busy_timeout = 5000;
-             CREATE TABLE IF NOT EXISTS runs (
-                 run_id TEXT PRIMARY KEY,
-                 conversation_id TEXT NOT NULL,
-                 harness TEXT NOT NULL,
-                 status TEXT NOT NULL,
-                 code TEXT,
-                 pgid INTEGER,
-                 workspace TEXT,
-                 boot_id TEXT,
-                 queued_at_ms INTEGER NOT NULL,
-                 ended_at_ms INTEGER,
-                 results TEXT
-             );
-             CREATE INDEX IF NOT EXISTS runs_ended ON runs(ended_at_ms);",
-        )
-        .map_err(fail)?;
-        let journal = Journal {
-            conn: Mutex::new(conn),
-            path: path.clone(),
-            _owner: owner,
-        };
-        let interrupted = journal.recover().map_err(fail)?;
-        journal.prune(retention).map_err(fail)?;
-        Ok((journal, interrupted))
+        let mut conn = Connection::open(&path).map_err(fail)?;
+        conn.execute_batch(SCHEMA).map_err(fail)?;
+        let interrupted = recover(&conn).map_err(fail)?;
+        prune(&mut conn, retention).map_err(fail)?;
+        let reader = Connection::open(&path).map_err(fail)?;
+        reader
+            .execute_batch("PRAGMA busy_timeout = 5000;")
+            .map_err(fail)?;
+        let (writes, inbox) = std_mpsc::channel();
+        let where_ = path.clone();
+        let writer = std::thread::Builder::new()
+            .name("run-journal".into())
+            .spawn(move || write_loop(conn, inbox, &where_))
+            .map_err(|e| format!("cannot start the run journal's writer: {e}"))?;
+        Ok((
+            Journal {
+                writes: Mutex::new(Some(writes)),
+                writer: Some(writer),
+                reader: Mutex::new(reader),
+                path,
+                _owner: owner,
+            },
+            interrupted,
+        ))
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn recover(&self) -> rusqlite::Result<Vec<Interrupted>> {
-        let conn = self.conn();
-        let boot = boot_id();
-        let runs = conn
-            .prepare(
-                "SELECT run_id, pgid, workspace, boot_id FROM runs
-                 WHERE status IN ('queued', 'running')",
-            )?
-            .query_map([], |row| {
-                let same_boot = row.get::<_, Option<String>>(3)?.as_deref() == Some(&boot);
-                Ok(Interrupted {
-                    run_id: row.get(0)?,
-                    pgid: row.get::<_, Option<i32>>(1)?.filter(|_| same_boot),
-                    workspace: row.get::<_, Option<String>>(2)?.map(PathBuf::from),
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        conn.execute(
-            "UPDATE runs SET status = 'failed', code = ?1, ended_at_ms = ?2
-             WHERE status IN ('queued', 'running')",
-            params![INTERRUPTED, now_ms()],
-        )?;
-        Ok(runs)
-    }
-
-    /// Forget runs that ended longer than `retention` ago.
-    pub fn prune(&self, retention: Duration) -> rusqlite::Result<usize> {
-        let cutoff = now_ms() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-        self.conn().execute(
-            "DELETE FROM runs WHERE ended_at_ms IS NOT NULL AND ended_at_ms < ?1",
-            params![cutoff],
-        )
-    }
-
-    /// Run one write through the statement cache; a failure is reported,
-    /// not returned.
-    fn write(&self, sql: &str, params: impl rusqlite::Params) {
-        let written = self
-            .conn()
-            .prepare_cached(sql)
-            .and_then(|mut statement| statement.execute(params));
-        if let Err(e) = written {
-            self.report(e);
+    fn send(&self, write: Write) {
+        let writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        let sent = writes.as_ref().map(|writes| writes.send(write));
+        if !matches!(sent, Some(Ok(()))) {
+            tracing::error!(journal = %self.path.display(), "the run journal's writer has stopped");
         }
     }
 
-    fn report(&self, e: rusqlite::Error) {
-        // The journal is bookkeeping: a run goes on when it cannot be
-        // written, and the operator hears why.
-        tracing::error!(journal = %self.path.display(), "cannot write the run journal: {e}");
+    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn report(&self, e: &rusqlite::Error) {
+        tracing::error!(journal = %self.path.display(), "cannot read the run journal: {e}");
     }
 
     /// Whether a run with this id was accepted within the retention (run
     /// ids are used once). An error means the journal cannot tell, and
-    /// the caller should not guess.
+    /// the caller should not guess. Blocks.
     pub fn contains(&self, run_id: &str) -> Result<bool, String> {
-        self.conn()
+        self.reader()
             .prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1")
             .and_then(|mut statement| statement.exists([run_id]))
             .map_err(|e| {
-                let message = format!("cannot read the run journal: {e}");
-                tracing::error!(journal = %self.path.display(), "{message}");
-                message
+                self.report(&e);
+                format!("cannot read the run journal: {e}")
             })
     }
 
-    /// A run was accepted.
-    pub fn queued(&self, run_id: &str, conversation_id: &str, harness: &str) {
-        self.write(
-            "INSERT OR IGNORE INTO runs (run_id, conversation_id, harness, status, queued_at_ms)
-             VALUES (?1, ?2, ?3, 'queued', ?4)",
-            params![run_id, conversation_id, harness, now_ms()],
-        );
+    /// A run was accepted; resolves once it is written (a journal that
+    /// cannot write, a full disk, refuses the run rather than lose it).
+    pub async fn queued(
+        &self,
+        run_id: &str,
+        conversation_id: &str,
+        harness: &str,
+    ) -> Result<(), String> {
+        let (done, written) = oneshot::channel();
+        self.send(Write::Queued {
+            run_id: run_id.into(),
+            conversation_id: conversation_id.into(),
+            harness: harness.into(),
+            done,
+        });
+        written
+            .await
+            .unwrap_or_else(|_| Err("the run journal's writer has stopped".into()))
     }
 
     /// A run started.
     pub fn started(&self, run_id: &str) {
-        self.write(
-            "UPDATE runs SET status = 'running' WHERE run_id = ?1",
-            [run_id],
-        );
+        self.send(Write::Started(run_id.into()));
     }
 
     /// A run's harness started in process group `pgid`, working in
     /// `workspace` (a run may start two, when a stale session is retried
     /// fresh: the last one counts).
     pub fn spawned(&self, run_id: &str, pgid: i32, workspace: &Path) {
-        self.write(
-            "UPDATE runs SET pgid = ?2, workspace = ?3, boot_id = ?4 WHERE run_id = ?1",
-            params![run_id, pgid, workspace.to_string_lossy(), boot_id()],
-        );
+        self.send(Write::Spawned {
+            run_id: run_id.into(),
+            pgid,
+            workspace: workspace.to_string_lossy().into_owned(),
+        });
     }
 
-    /// A run ended, with everything it produced.
-    pub fn ended(
+    /// One result of a run, as its JSON text (`seq` orders them).
+    pub fn result(&self, run_id: &str, seq: u64, body: String) {
+        self.send(Write::Result {
+            run_id: run_id.into(),
+            seq: i64::try_from(seq).unwrap_or(i64::MAX),
+            body,
+        });
+    }
+
+    /// A run ended; resolves once that and every result before it is written.
+    pub async fn ended(
         &self,
         run_id: &str,
         status: RunStatus,
         code: Option<&str>,
-        results: &[AgentRunResult],
-    ) {
-        let results = serde_json::to_string(results).unwrap_or_else(|_| "[]".into());
-        self.write(
-            "UPDATE runs SET status = ?2, code = ?3, ended_at_ms = ?4, results = ?5
-             WHERE run_id = ?1",
-            params![run_id, status.as_str(), code, now_ms(), results],
-        );
+    ) -> Result<(), String> {
+        let (done, written) = oneshot::channel();
+        self.send(Write::Ended {
+            run_id: run_id.into(),
+            status,
+            code: code.map(str::to_string),
+            done: Some(done),
+        });
+        written
+            .await
+            .unwrap_or_else(|_| Err("the run journal's writer has stopped".into()))
     }
 
-    /// A run by id.
+    /// A run ended, without waiting to hear it was written.
+    pub fn ended_later(&self, run_id: &str, status: RunStatus, code: Option<&str>) {
+        self.send(Write::Ended {
+            run_id: run_id.into(),
+            status,
+            code: code.map(str::to_string),
+            done: None,
+        });
+    }
+
+    /// Forget runs that ended longer than `retention` ago; how many.
+    pub async fn prune(&self, retention: Duration) -> Result<usize, String> {
+        let (done, pruned) = oneshot::channel();
+        self.send(Write::Prune { retention, done });
+        pruned
+            .await
+            .unwrap_or_else(|_| Err("the run journal's writer has stopped".into()))
+    }
+
+    /// A run by id. Blocks.
     pub fn get(&self, run_id: &str) -> Option<JournalRun> {
-        let row = self
-            .conn()
+        let conn = self.reader();
+        let row = conn
             .query_row(
                 "SELECT conversation_id, harness, status, code, results FROM runs WHERE run_id = ?1",
                 [run_id],
@@ -296,11 +365,33 @@ impl Journal {
                 },
             )
             .optional();
-        let (conversation_id, harness, status, code, results) = match row {
+        let (conversation_id, harness, status, code, legacy) = match row {
             Ok(row) => row?,
             Err(e) => {
-                self.report(e);
+                self.report(&e);
                 return None;
+            }
+        };
+        let results = conn
+            .prepare_cached("SELECT body FROM results WHERE run_id = ?1 ORDER BY seq")
+            .and_then(|mut statement| {
+                statement
+                    .query_map([run_id], |row| row.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()
+            });
+        let results = match results {
+            Ok(bodies) if !bodies.is_empty() => bodies
+                .iter()
+                .filter_map(|body| serde_json::from_str(body).ok())
+                .collect(),
+            // Journals written before results had a table of their own
+            // kept them whole in the run's row.
+            Ok(_) => legacy
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or_default(),
+            Err(e) => {
+                self.report(&e);
+                Vec::new()
             }
         };
         Some(JournalRun {
@@ -308,31 +399,203 @@ impl Journal {
             harness,
             status: status_of(&status),
             code,
-            results: results
-                .and_then(|text| serde_json::from_str(&text).ok())
-                .unwrap_or_default(),
+            results,
         })
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.writes.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn recover(conn: &Connection) -> rusqlite::Result<Vec<Interrupted>> {
+    let boot = boot_id();
+    let runs = conn
+        .prepare(
+            "SELECT run_id, pgid, workspace, boot_id FROM runs
+             WHERE status IN ('queued', 'running')",
+        )?
+        .query_map([], |row| {
+            let same_boot = row.get::<_, Option<String>>(3)?.as_deref() == Some(&boot);
+            Ok(Interrupted {
+                run_id: row.get(0)?,
+                pgid: row.get::<_, Option<i32>>(1)?.filter(|_| same_boot),
+                workspace: row.get::<_, Option<String>>(2)?.map(PathBuf::from),
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    conn.execute(
+        "UPDATE runs SET status = 'failed', code = ?1, ended_at_ms = ?2
+         WHERE status IN ('queued', 'running')",
+        params![INTERRUPTED, now_ms()],
+    )?;
+    Ok(runs)
+}
+
+fn prune(conn: &mut Connection, retention: Duration) -> rusqlite::Result<usize> {
+    let cutoff = now_ms() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let tx = conn.transaction()?;
+    tx.execute(
+        "DELETE FROM results WHERE run_id IN
+         (SELECT run_id FROM runs WHERE ended_at_ms IS NOT NULL AND ended_at_ms < ?1)",
+        params![cutoff],
+    )?;
+    let pruned = tx.execute(
+        "DELETE FROM runs WHERE ended_at_ms IS NOT NULL AND ended_at_ms < ?1",
+        params![cutoff],
+    )?;
+    tx.commit()?;
+    Ok(pruned)
+}
+
+/// One write; acknowledgements wait for the batch's commit.
+fn apply(
+    tx: &rusqlite::Transaction<'_>,
+    write: Write,
+    acks: &mut Vec<(Ack, Result<(), String>)>,
+) -> rusqlite::Result<()> {
+    let fail = |e: &rusqlite::Error| Err(format!("cannot write the run journal: {e}"));
+    match write {
+        Write::Queued {
+            run_id,
+            conversation_id,
+            harness,
+            done,
+        } => {
+            let written = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO runs (run_id, conversation_id, harness, status, queued_at_ms)
+                     VALUES (?1, ?2, ?3, 'queued', ?4)",
+                )
+                .and_then(|mut s| s.execute(params![run_id, conversation_id, harness, now_ms()]));
+            acks.push((done, written.as_ref().map(|_| ()).or_else(fail)));
+            written.map(|_| ())
+        }
+        Write::Started(run_id) => tx
+            .prepare_cached("UPDATE runs SET status = 'running' WHERE run_id = ?1")
+            .and_then(|mut s| s.execute([run_id]))
+            .map(|_| ()),
+        Write::Spawned {
+            run_id,
+            pgid,
+            workspace,
+        } => tx
+            .prepare_cached(
+                "UPDATE runs SET pgid = ?2, workspace = ?3, boot_id = ?4 WHERE run_id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![run_id, pgid, workspace, boot_id()]))
+            .map(|_| ()),
+        Write::Result { run_id, seq, body } => tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO results (run_id, seq, body) VALUES (?1, ?2, ?3)",
+            )
+            .and_then(|mut s| s.execute(params![run_id, seq, body]))
+            .map(|_| ()),
+        Write::Ended {
+            run_id,
+            status,
+            code,
+            done,
+        } => {
+            let written = tx
+                .prepare_cached(
+                    "UPDATE runs SET status = ?2, code = ?3, ended_at_ms = ?4 WHERE run_id = ?1",
+                )
+                .and_then(|mut s| s.execute(params![run_id, status.as_str(), code, now_ms()]));
+            if let Some(done) = done {
+                acks.push((done, written.as_ref().map(|_| ()).or_else(fail)));
+            }
+            written.map(|_| ())
+        }
+        // Handled outside a batch: it has its own transaction.
+        Write::Prune { .. } => Ok(()),
+    }
+}
+
+/// The writer thread: everything waiting is one transaction; it ends when
+/// the journal is dropped.
+fn write_loop(mut conn: Connection, inbox: std_mpsc::Receiver<Write>, path: &Path) {
+    while let Ok(first) = inbox.recv() {
+        if let Write::Prune { retention, done } = first {
+            let _ = done.send(prune(&mut conn, retention).map_err(|e| e.to_string()));
+            continue;
+        }
+        let mut batch = vec![first];
+        // What queued meanwhile, up to a bound so acknowledgements stay prompt.
+        while batch.len() < 512 {
+            match inbox.try_recv() {
+                Ok(Write::Prune { retention, done }) => {
+                    let _ = done.send(prune(&mut conn, retention).map_err(|e| e.to_string()));
+                }
+                Ok(write) => batch.push(write),
+                Err(_) => break,
+            }
+        }
+        let mut acks = Vec::new();
+        let committed = conn.transaction().and_then(|tx| {
+            for write in batch {
+                if let Err(e) = apply(&tx, write, &mut acks) {
+                    // One bad write does not lose the others of the batch.
+                    tracing::error!(journal = %path.display(), "cannot write the run journal: {e}");
+                }
+            }
+            tx.commit()
+        });
+        for (done, result) in acks {
+            let result = match &committed {
+                Ok(()) => result,
+                Err(e) => Err(format!("cannot write the run journal: {e}")),
+            };
+            let _ = done.send(result);
+        }
+        if let Err(e) = committed {
+            tracing::error!(journal = %path.display(), "cannot write the run journal: {e}");
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{AgentRunResult, ResultPayload, RunFailed};
 
-    #[test]
-    fn a_run_left_in_flight_is_failed_on_the_next_open() {
+    fn failed(run_id: &str, seq: u64) -> AgentRunResult {
+        let mut result = AgentRunResult::new(
+            run_id,
+            ResultPayload::RunFailed(RunFailed {
+                code: "x".into(),
+                error: "y".into(),
+                retryable: false,
+            }),
+        );
+        result.sequence = Some(seq);
+        result
+    }
+
+    #[tokio::test]
+    async fn a_run_left_in_flight_is_failed_on_the_next_open() {
         let dir = tempfile::tempdir().unwrap();
         let day = Duration::from_secs(86_400);
         {
             let (journal, interrupted) = Journal::open(dir.path(), day).unwrap();
             assert!(interrupted.is_empty());
-            journal.queued("r1", "c", "claude-code");
+            journal.queued("r1", "c", "claude-code").await.unwrap();
             journal.started("r1");
             journal.spawned("r1", 4242, Path::new("/w/c"));
-            journal.queued("r2", "c", "claude-code");
-            journal.queued("r3", "d", "codex");
+            journal.result("r1", 1, serde_json::to_string(&failed("r1", 1)).unwrap());
+            journal.queued("r2", "c", "claude-code").await.unwrap();
+            journal.queued("r3", "d", "codex").await.unwrap();
             journal.started("r3");
-            journal.ended("r3", RunStatus::Completed, None, &[]);
+            journal.result("r3", 1, serde_json::to_string(&failed("r3", 1)).unwrap());
+            journal
+                .ended("r3", RunStatus::Completed, None)
+                .await
+                .unwrap();
             assert!(journal.contains("r2").unwrap());
         }
         let (journal, mut interrupted) = Journal::open(dir.path(), day).unwrap();
@@ -349,20 +612,27 @@ mod tests {
         let r1 = journal.get("r1").unwrap();
         assert_eq!(r1.status, RunStatus::Failed);
         assert_eq!(r1.code.as_deref(), Some(INTERRUPTED));
-        assert_eq!(journal.get("r3").unwrap().status, RunStatus::Completed);
+        assert_eq!(
+            r1.results.len(),
+            1,
+            "what the run produced before the crash"
+        );
+        let r3 = journal.get("r3").unwrap();
+        assert_eq!(r3.status, RunStatus::Completed);
+        assert_eq!(r3.results[0].sequence, Some(1));
         assert!(journal.get("nope").is_none());
         // Retention: everything ended counts as older than zero.
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(journal.prune(Duration::ZERO).unwrap(), 3);
+        assert_eq!(journal.prune(Duration::ZERO).await.unwrap(), 3);
         assert!(!journal.contains("r1").unwrap());
     }
 
-    #[test]
-    fn a_second_service_on_the_store_is_refused_and_touches_nothing() {
+    #[tokio::test]
+    async fn a_second_service_on_the_store_is_refused_and_touches_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let day = Duration::from_secs(86_400);
         let (first, _) = Journal::open(dir.path(), day).unwrap();
-        first.queued("r1", "c", "claude-code");
+        first.queued("r1", "c", "claude-code").await.unwrap();
         first.started("r1");
         let refused = Journal::open(dir.path(), day).err().unwrap();
         assert!(
@@ -372,6 +642,8 @@ mod tests {
             )),
             "{refused}"
         );
+        // The writer is asynchronous: an acknowledged write orders it.
+        first.ended("r0", RunStatus::Failed, None).await.unwrap();
         assert_eq!(first.get("r1").unwrap().status, RunStatus::Running);
         drop(first);
         let (_, interrupted) = Journal::open(dir.path(), day).unwrap();

@@ -11,7 +11,7 @@ mod journal;
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,6 +66,11 @@ pub struct RunEntry {
     /// Number of results so far; changes wake streaming clients.
     count: watch::Sender<usize>,
     cancel: CancellationToken,
+    /// Bytes of results (as JSON) kept so far.
+    kept_bytes: AtomicUsize,
+    /// Set once the results passed the service's cap: the run was stopped
+    /// and no more of its output is kept.
+    over_cap: AtomicBool,
 }
 
 impl RunEntry {
@@ -78,6 +83,8 @@ impl RunEntry {
             counted: AtomicBool::new(false),
             count: watch::channel(0).0,
             cancel: CancellationToken::new(),
+            kept_bytes: AtomicUsize::new(0),
+            over_cap: AtomicBool::new(false),
         })
     }
 
@@ -169,14 +176,22 @@ impl Service {
         self.runs().get(run_id).cloned()
     }
 
-    /// A run that has ended (or was interrupted), by id, from the journal.
-    pub fn past_run(&self, run_id: &str) -> Option<JournalRun> {
-        self.journal.get(run_id)
+    /// A run that has ended (or was interrupted), by id, from the journal
+    /// (read on the blocking pool).
+    pub async fn past_run(self: &Arc<Self>, run_id: &str) -> Option<JournalRun> {
+        let service = self.clone();
+        let run_id = run_id.to_string();
+        tokio::task::spawn_blocking(move || service.journal.get(&run_id))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Queue a turn; it runs in the background whatever happens to the
-    /// caller, and its results are kept under its run id.
-    pub fn submit(
+    /// caller, and its results are kept under its run id. The turn's place
+    /// in its conversation is taken before this returns; it is accepted
+    /// only once the journal has it.
+    pub async fn submit(
         self: &Arc<Self>,
         ctx: AgentRunContext,
         harness: String,
@@ -187,30 +202,54 @@ impl Service {
             .adapters()
             .require(&harness)
             .map_err(Refused::UnknownHarness)?;
-        let conversation = ctx.conversation_id().unwrap_or("_").to_string();
-        // Under the runs lock, as shutdown sets it: a turn is either refused
-        // here or in the map (and tracked) before shutdown looks.
-        let mut runs = self.runs();
-        if self.closing.load(Ordering::Acquire) {
-            return Err(Refused::Unavailable(
-                "the bridge is shutting down; send the turn again when it is back".into(),
-            ));
-        }
-        let known = runs.contains_key(&ctx.run_id)
-            || self
-                .journal
-                .contains(&ctx.run_id)
-                .map_err(Refused::Unavailable)?;
-        if known {
+        // Runs that ended are in the journal (read off the async workers);
+        // runs in flight are in memory, checked below under the lock.
+        let ended = {
+            let service = self.clone();
+            let run_id = ctx.run_id.clone();
+            tokio::task::spawn_blocking(move || service.journal.contains(&run_id))
+                .await
+                .map_err(|e| Refused::Unavailable(format!("cannot read the run journal: {e}")))?
+                .map_err(Refused::Unavailable)?
+        };
+        if ended {
             return Err(Refused::Duplicate);
         }
-        let ticket = self
-            .scheduler
-            .enqueue(&conversation)
-            .map_err(Refused::Busy)?;
-        self.journal.queued(&ctx.run_id, &conversation, &harness);
-        let entry = RunEntry::new(conversation, harness);
-        runs.insert(ctx.run_id.clone(), entry.clone());
+        let conversation = ctx.conversation_id().unwrap_or("_").to_string();
+        let (entry, ticket) = {
+            // Under the runs lock, as shutdown sets it: a turn is either
+            // refused here or in the map (and tracked) before shutdown looks.
+            let mut runs = self.runs();
+            if self.closing.load(Ordering::Acquire) {
+                return Err(Refused::Unavailable(
+                    "the bridge is shutting down; send the turn again when it is back".into(),
+                ));
+            }
+            if runs.contains_key(&ctx.run_id) {
+                return Err(Refused::Duplicate);
+            }
+            let ticket = self
+                .scheduler
+                .enqueue(&conversation)
+                .map_err(Refused::Busy)?;
+            let entry = RunEntry::new(conversation.clone(), harness.clone());
+            runs.insert(ctx.run_id.clone(), entry.clone());
+            (entry, ticket)
+        };
+        // A run the journal cannot record (a full disk) is refused, not
+        // run unrecorded: its id would be accepted again, and a crash
+        // would leave no trace of it.
+        if let Err(why) = self
+            .journal
+            .queued(&ctx.run_id, &conversation, &harness)
+            .await
+        {
+            self.runs().remove(&ctx.run_id);
+            drop(ticket);
+            return Err(Refused::Unavailable(format!(
+                "{why}; the turn was not accepted"
+            )));
+        }
         let service = self.clone();
         let run = entry.clone();
         self.tasks.spawn(async move {
@@ -222,7 +261,6 @@ impl Service {
                 service.abandon(&run_id, &run, &e.to_string());
             }
         });
-        drop(runs);
         Ok(entry)
     }
 
@@ -245,9 +283,11 @@ impl Service {
         let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
         let forward = {
             let run = run.clone();
+            let service = self.clone();
+            let run_id = ctx.run_id.clone();
             tokio::spawn(async move {
                 while let Some(result) = rx.recv().await {
-                    run.push(result);
+                    service.keep(&run_id, &run, result);
                 }
             })
         };
@@ -279,31 +319,41 @@ impl Service {
             _ => RunStatus::Failed,
         };
         if run.counted.swap(false, Ordering::AcqRel) {
+            let over = run
+                .over_cap
+                .load(Ordering::Acquire)
+                .then_some(OUTPUT_TOO_LARGE);
             metrics.run_ended(
                 &run.harness,
-                summary.failure_code.as_deref(),
+                over.or(summary.failure_code.as_deref()),
                 started.elapsed().as_secs_f64(),
             );
         }
-        // Journal first, then out of memory: a lookup always finds it. The
-        // write (every result, as JSON) is blocking SQLite work: off the
-        // async workers, so a long run's record does not stall the others.
-        let journal = {
-            let service = self.clone();
-            let run_id = ctx.run_id.clone();
-            let code = summary.failure_code.clone();
-            let results = run.results_from(0);
-            tokio::task::spawn_blocking(move || {
-                service
-                    .journal
-                    .ended(&run_id, status, code.as_deref(), &results);
-            })
+        let code = if run.over_cap.load(Ordering::Acquire) {
+            Some(OUTPUT_TOO_LARGE.to_string())
+        } else {
+            summary.failure_code.clone()
         };
-        if let Err(e) = journal.await {
-            tracing::error!("the run's journal write failed: {e}");
-        }
+        let status = if code.is_some() {
+            RunStatus::Failed
+        } else {
+            status
+        };
+        // Journal first, then out of memory: a lookup always finds it. Its
+        // results are journaled already, one by one as they came.
+        let journaled = self
+            .journal
+            .ended(&ctx.run_id, status, code.as_deref())
+            .await;
         run.set_status(status);
-        self.runs().remove(&ctx.run_id);
+        match journaled {
+            Ok(()) => {
+                self.runs().remove(&ctx.run_id);
+            }
+            // Kept in memory instead, so lookups tell the truth until the
+            // service restarts (the journal then calls it interrupted).
+            Err(e) => tracing::error!(run_id = %ctx.run_id, "{e}; the run stays in memory"),
+        }
     }
 
     /// A run's task died (a bug): end the run for its client, the journal
@@ -324,13 +374,13 @@ impl Service {
                 .duration_since(std::time::UNIX_EPOCH)
                 .ok()
                 .and_then(|d| i64::try_from(d.as_secs()).ok());
+            if let Ok(body) = serde_json::to_string(&failed) {
+                self.journal
+                    .result(run_id, failed.sequence.unwrap_or_default(), body);
+            }
             run.push(failed);
-            self.journal.ended(
-                run_id,
-                RunStatus::Failed,
-                Some("internal_error"),
-                &run.results_from(0),
-            );
+            self.journal
+                .ended_later(run_id, RunStatus::Failed, Some("internal_error"));
             run.set_status(RunStatus::Failed);
         }
         if run.counted.swap(false, Ordering::AcqRel) {
@@ -339,15 +389,46 @@ impl Service {
         self.runs().remove(run_id);
     }
 
+    /// Keep one result of a run: in memory for its streams, in the journal
+    /// for good. Past `max_run_output_bytes` the run is stopped and nothing
+    /// more is kept but its end, which then says why
+    /// ([`OUTPUT_TOO_LARGE`]): memory stays bounded whatever a harness
+    /// prints, and the run's status does not pretend it completed.
+    fn keep(&self, run_id: &str, run: &RunEntry, mut result: AgentRunResult) {
+        if run.over_cap.load(Ordering::Acquire) {
+            if !result.kind.is_terminal() {
+                return;
+            }
+            result = output_too_large(result, self.config.max_run_output_bytes);
+        }
+        let body = serde_json::to_string(&result).unwrap_or_default();
+        let kept = run.kept_bytes.fetch_add(body.len(), Ordering::AcqRel) + body.len();
+        if kept > self.config.max_run_output_bytes
+            && !result.kind.is_terminal()
+            && !run.over_cap.swap(true, Ordering::AcqRel)
+        {
+            tracing::warn!(
+                run_id,
+                cap = self.config.max_run_output_bytes,
+                "the run's results passed max_run_output_bytes; stopping it"
+            );
+            run.cancel();
+            return;
+        }
+        self.journal
+            .result(run_id, result.sequence.unwrap_or_default(), body);
+        run.push(result);
+    }
+
     /// Turns waiting across conversations.
     pub fn queued(&self) -> usize {
         self.scheduler.queued()
     }
 
     /// Forget finished runs older than the retention.
-    fn prune(&self) {
+    async fn prune(&self) {
         let retention = Duration::from_secs(self.config.retention_hours.saturating_mul(3600));
-        match self.journal.prune(retention) {
+        match self.journal.prune(retention).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(runs = n, "pruned finished runs past retention"),
             Err(e) => tracing::error!("cannot prune the run journal: {e}"),
@@ -382,6 +463,30 @@ impl Service {
             self.tasks.wait().await;
         }
     }
+}
+
+/// The failure code of a run stopped because its results passed the
+/// service's `max_run_output_bytes`.
+pub const OUTPUT_TOO_LARGE: &str = "output_too_large";
+
+/// A run's terminal result, once its output passed the cap: the run
+/// failed, and says why, whatever the harness's own end was.
+fn output_too_large(terminal: AgentRunResult, cap: usize) -> AgentRunResult {
+    let mut failed = AgentRunResult::new(
+        &terminal.run_id,
+        ResultPayload::RunFailed(RunFailed {
+            code: OUTPUT_TOO_LARGE.into(),
+            error: format!(
+                "the run's results passed {} MiB (max_run_output_bytes); the harness was stopped \
+                 and the rest of its output was not kept",
+                cap / (1024 * 1024)
+            ),
+            retryable: false,
+        }),
+    );
+    failed.sequence = terminal.sequence;
+    failed.timestamp = terminal.timestamp;
+    failed
 }
 
 /// How long result streams may stay open after every run has ended.
@@ -434,7 +539,7 @@ pub async fn serve(
         let mut hourly = tokio::time::interval(Duration::from_secs(3600));
         loop {
             tokio::select! {
-                _ = hourly.tick() => service.prune(),
+                _ = hourly.tick() => service.prune().await,
                 () = stop.cancelled() => return,
             }
         }
