@@ -847,3 +847,87 @@ async fn a_run_whose_output_passes_the_cap_is_stopped_and_says_why() {
     );
     server.assert_nothing_left().await;
 }
+
+/// Connections are bounded: one that trickles half a request is closed at
+/// the header deadline, idle ones beyond `max_connections` are closed as
+/// they come (the service's descriptors stay bounded), and real requests
+/// are served once the idle ones are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_bounded() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start("quiet", "header_timeout_seconds: 1\nmax_connections: 16\n").await;
+    let addr = server.url.trim_start_matches("http://").to_string();
+
+    let mut trickle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    trickle
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 256];
+        loop {
+            if trickle.write_all(b"X").await.is_err() {
+                return;
+            }
+            match tokio::time::timeout(Duration::from_millis(300), trickle.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                Ok(Ok(_)) | Err(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "a trickling request was never closed");
+
+    let pid = server.child.id().unwrap();
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = fds();
+    assert!(
+        during <= before + 16 + 4,
+        "200 idle connections took {} descriptors",
+        during - before
+    );
+    // The idle ones are closed at the header deadline; then real requests
+    // get through again.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let health = server.get_json("/healthz").await;
+    assert_eq!(health["status"], "ok");
+    drop(idle);
+}
+
+/// While running turns wind down after SIGTERM, the API still answers: a
+/// new run hears why it is refused (503) instead of finding the port shut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sent_during_shutdown_gets_503() {
+    let mut server = Server::start("hang", "shutdown_grace_seconds: 3\n").await;
+    let run = server.post_in_background();
+    server.wait_for_harness().await;
+    let pid = nix::unistd::Pid::from_raw(server.child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = server
+        .post_json(json!({"conversation": "other", "text": "hi"}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("shutting down"),
+        "{body}"
+    );
+    let status = server.stop().await;
+    assert!(status.success(), "{status:?}");
+    let body = run.await.unwrap();
+    assert!(body.contains("cancelled"), "{body}");
+    server.assert_nothing_left().await;
+}

@@ -107,6 +107,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
             return exit::FAILURE;
         }
     };
+    crate::listen::raise_fd_limit();
     let mut settings = Settings::new(workspace_root);
     settings.binaries = config.harness_binaries.clone();
     settings.pass_env = config.pass_env.clone();

@@ -97,21 +97,10 @@ impl McpHttpServer {
             .layer(middleware::from_fn_with_state(grants, authenticate));
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let shutdown = stop.clone();
-        // A tool call is a small request and a small answer: do not let
-        // Nagle hold the answer for the harness's delayed ACK.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("cannot set TCP_NODELAY: {e}");
-            }
-        });
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "MCP server stopped");
-            }
-        });
+        // Any local process can connect: the same bounds as the API, so
+        // idle or trickling connections cannot starve the harnesses' calls.
+        let limits = crate::listen::Limits::default();
+        let task = tokio::spawn(crate::listen::serve(listener, app, limits, stop.clone()));
         tracing::info!(%addr, "MCP server listening");
         Ok(McpHttpServer {
             url: format!("http://{addr}/mcp"),

@@ -58,6 +58,11 @@ pub struct ServeConfig {
     /// Most bytes of results (as JSON) one run may produce; past it the run
     /// is stopped and fails with `output_too_large`.
     pub max_run_output_bytes: usize,
+    /// Connections open at once; more are closed as soon as they arrive.
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers (also while a
+    /// kept-alive connection idles); then the connection is closed.
+    pub header_timeout_seconds: u64,
 }
 
 impl Default for ServeConfig {
@@ -83,6 +88,8 @@ impl Default for ServeConfig {
             shutdown_grace_seconds: 30,
             retention_hours: 168,
             max_run_output_bytes: 64 * 1024 * 1024,
+            max_connections: 1024,
+            header_timeout_seconds: 10,
         }
     }
 }
@@ -134,6 +141,9 @@ impl ServeConfig {
         }
         if self.max_queued_total == 0 {
             return Err("max_queued_total must be at least 1".into());
+        }
+        if self.max_connections == 0 {
+            return Err("max_connections must be at least 1".into());
         }
         if self.max_run_output_bytes < 64 * 1024 {
             return Err("max_run_output_bytes must be at least 65536".into());

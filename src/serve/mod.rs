@@ -10,7 +10,6 @@ mod http;
 mod journal;
 
 use std::collections::HashMap;
-use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -494,6 +493,10 @@ const STREAM_DRAIN: Duration = Duration::from_secs(5);
 
 /// Serve until `stop` is cancelled, then shut down gracefully; `hurry`
 /// (a second signal) cuts the grace short.
+///
+/// The listener stays open while running turns wind down, so a client
+/// that calls meanwhile hears why (`503` for a new run) instead of finding
+/// the port closed; it closes once every run has ended and is journaled.
 pub async fn serve(
     service: Arc<Service>,
     listener: tokio::net::TcpListener,
@@ -501,39 +504,20 @@ pub async fn serve(
     hurry: CancellationToken,
 ) -> std::io::Result<()> {
     let app = http::router(service.clone());
-    let shutdown = stop.clone();
-    // Results are small writes: without TCP_NODELAY a run's last lines can
-    // wait for the client's delayed ACK (40 ms on Linux) before they leave.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .into_future();
-    // Streams of running turns hold their connections open: the turns are
-    // wound down alongside, and the server returns once they have ended.
+    let limits = crate::listen::Limits {
+        max_connections: service.config.max_connections,
+        header_timeout: Duration::from_secs(service.config.header_timeout_seconds.max(1)),
+        // Every run has ended and is journaled once the listener stops; a
+        // client that stopped reading could still hold its stream open for
+        // good: it gets a moment to take the rest.
+        drain: STREAM_DRAIN,
+    };
     let drained = CancellationToken::new();
+    let server = crate::listen::serve(listener, app, limits, drained.clone());
     let drain = async {
         stop.cancelled().await;
         service.shutdown(hurry.cancelled()).await;
         drained.cancel();
-    };
-    // Every run has ended and is journaled once `drain` is done; a client
-    // that stopped reading could still hold its stream open for good. It
-    // gets a moment to take the rest, then the server stops waiting.
-    let serve = async {
-        tokio::select! {
-            served = server => served,
-            () = async {
-                drained.cancelled().await;
-                tokio::time::sleep(STREAM_DRAIN).await;
-            } => {
-                tracing::warn!("a client still holds a result stream open; closing it");
-                Ok(())
-            }
-        }
     };
     let prune = async {
         let mut hourly = tokio::time::interval(Duration::from_secs(3600));
@@ -544,6 +528,6 @@ pub async fn serve(
             }
         }
     };
-    let (served, (), ()) = tokio::join!(serve, drain, prune);
-    served
+    tokio::join!(server, drain, prune);
+    Ok(())
 }
