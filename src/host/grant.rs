@@ -237,6 +237,8 @@ pub struct RunGrant {
     bucket: Mutex<Bucket>,
     /// Artifacts already checked visible to this run.
     visible: Mutex<HashSet<String>>,
+    /// Calls with this run's token after it closed, audited throttled.
+    closed_refusals: Mutex<RefusalThrottle>,
 }
 
 impl std::fmt::Debug for RunGrant {
@@ -393,18 +395,20 @@ type Slot = (Arc<RunGrant>, Option<Instant>);
 pub struct Grants {
     host: Arc<dyn HostApi>,
     runs: Mutex<HashMap<[u8; 32], Slot>>,
-    unknown: Mutex<UnknownTokens>,
+    unknown: Mutex<RefusalThrottle>,
 }
 
-/// Refusals of tokens that name no run, audited at most once a second:
-/// any local process can send them, and each would otherwise be a row.
+/// Refusals of a token that no longer (or never) opens anything, audited at
+/// most once a second with a count: such a token costs its sender nothing
+/// to send again (an unknown one can come from any local process, a closed
+/// run's from a harness that outlived it), and each would otherwise be a row.
 #[derive(Default)]
-struct UnknownTokens {
+struct RefusalThrottle {
     last_row_ms: i64,
     since: u64,
 }
 
-impl UnknownTokens {
+impl RefusalThrottle {
     /// Count one refusal; `Some(n)` when a row is due, covering `n` of them.
     fn refused(&mut self, now: i64) -> Option<u64> {
         self.since += 1;
@@ -422,7 +426,7 @@ impl Grants {
         Grants {
             host,
             runs: Mutex::new(HashMap::new()),
-            unknown: Mutex::new(UnknownTokens::default()),
+            unknown: Mutex::new(RefusalThrottle::default()),
         }
     }
 
@@ -502,6 +506,7 @@ impl Grants {
                 last: Instant::now(),
             }),
             visible: Mutex::new(HashSet::new()),
+            closed_refusals: Mutex::new(RefusalThrottle::default()),
         });
         runs.insert(token_key(&token), (grant.clone(), None));
         tracing::info!(run_id = %ctx.run_id, apis = ?grant.apis, "run opened");
@@ -542,14 +547,28 @@ impl Grants {
                     "run {} is closed; its token is no longer valid",
                     grant.run_id()
                 ));
-                audit(
-                    &self.host,
-                    Some(&grant),
-                    "authorize",
-                    "token",
-                    &Err::<(), _>(err.clone()),
-                )
-                .await;
+                let due = grant
+                    .closed_refusals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .refused(now_ms());
+                if let Some(count) = due {
+                    let mut row = err.clone();
+                    if count > 1 {
+                        row.message = format!(
+                            "run {} is closed; {count} calls with its token since the last such row",
+                            grant.run_id()
+                        );
+                    }
+                    audit(
+                        &self.host,
+                        Some(&grant),
+                        "authorize",
+                        "token",
+                        &Err::<(), _>(row),
+                    )
+                    .await;
+                }
                 Err(err)
             }
             None => {
@@ -985,7 +1004,7 @@ mod tests {
 
     #[test]
     fn unknown_tokens_are_audited_once_a_second_with_a_count() {
-        let mut unknown = UnknownTokens::default();
+        let mut unknown = RefusalThrottle::default();
         assert_eq!(unknown.refused(10_000), Some(1));
         assert_eq!(unknown.refused(10_100), None);
         assert_eq!(unknown.refused(10_999), None);
