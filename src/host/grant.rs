@@ -560,14 +560,7 @@ impl Grants {
                             grant.run_id()
                         );
                     }
-                    audit(
-                        &self.host,
-                        Some(&grant),
-                        "authorize",
-                        "token",
-                        &Err::<(), _>(row),
-                    )
-                    .await;
+                    audit(&self.host, Some(&grant), "authorize", "token", Some(&row)).await;
                 }
                 Err(err)
             }
@@ -583,7 +576,7 @@ impl Grants {
                     if count > 1 {
                         row.message = format!("{count} unknown run tokens since the last such row");
                     }
-                    audit(&self.host, None, "authorize", "token", &Err::<(), _>(row)).await;
+                    audit(&self.host, None, "authorize", "token", Some(&row)).await;
                 }
                 Err(err)
             }
@@ -599,16 +592,34 @@ impl Grants {
     }
 }
 
-async fn audit<T>(
+/// Longest resource or detail an audit row keeps, in bytes: both may quote
+/// what a caller sent (a conversation id, a tool name, a parser's message),
+/// and a row is a record of the call, not a copy of it.
+const AUDIT_FIELD_BYTES: usize = 512;
+
+/// `text` cut to at most `max` bytes on a character boundary, marked `…`.
+fn clipped(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Write one audit row: `refusal` is `None` for a call that went through.
+async fn audit(
     host: &Arc<dyn HostApi>,
     grant: Option<&RunGrant>,
     action: &str,
     resource: &str,
-    outcome: &HostResult<T>,
+    refusal: Option<&AgentAPIError>,
 ) {
-    let (outcome, detail) = match outcome {
-        Ok(_) => ("ok".to_string(), String::new()),
-        Err(e) => (e.code.to_string(), e.message.clone()),
+    let (outcome, detail) = match refusal {
+        None => ("ok".to_string(), String::new()),
+        Some(e) => (e.code.to_string(), clipped(&e.message, AUDIT_FIELD_BYTES)),
     };
     let scope = grant.map_or(String::new(), |g| {
         match (&g.scope.conversation_id, &g.scope.thread_id) {
@@ -622,7 +633,7 @@ async fn audit<T>(
         run_id: grant.map_or(String::new(), |g| g.scope.run_id.clone()),
         runner_id: grant.map_or(String::new(), |g| g.scope.runner_id.clone()),
         action: action.to_string(),
-        resource: resource.to_string(),
+        resource: clipped(resource, AUDIT_FIELD_BYTES),
         scope,
         outcome,
         detail,
@@ -665,8 +676,30 @@ impl GrantedHost {
                 )),
             },
         };
-        audit(&self.host, Some(&self.grant), action, &resource, &outcome).await;
+        audit(
+            &self.host,
+            Some(&self.grant),
+            action,
+            &resource,
+            outcome.as_ref().err(),
+        )
+        .await;
         outcome
+    }
+
+    /// Audit a refusal decided in front of the grant (an unknown tool, a
+    /// tool not granted, arguments that do not parse, a request the MCP
+    /// transport turned down): one row, as for any call, so every refusal
+    /// of this run is in the audit whichever layer made it.
+    pub async fn refused(&self, action: &str, resource: &str, refusal: &AgentAPIError) {
+        audit(
+            &self.host,
+            Some(&self.grant),
+            action,
+            resource,
+            Some(refusal),
+        )
+        .await;
     }
 
     fn check_limit(&self, limit: u32, max: u32, what: &str) -> HostResult<()> {
@@ -1010,5 +1043,14 @@ mod tests {
         assert_eq!(unknown.refused(10_999), None);
         assert_eq!(unknown.refused(11_000), Some(3));
         assert_eq!(unknown.refused(11_001), None);
+    }
+
+    #[test]
+    fn audit_fields_are_clipped_on_a_character_boundary() {
+        assert_eq!(clipped("short", 8), "short");
+        assert_eq!(clipped("abcdefgh", 8), "abcdefgh");
+        assert_eq!(clipped("abcdefghi", 8), "abcdefgh…");
+        // "部" is three bytes: a cut inside it stops before it.
+        assert_eq!(clipped("ab部署", 4), "ab…");
     }
 }

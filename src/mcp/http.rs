@@ -1,14 +1,16 @@
 //! The streamable-HTTP transport: one server on 127.0.0.1 for every run.
 //! Each request names its run with `Authorization: Bearer <run token>`;
 //! a wrong, missing or dead token is answered 401 before any MCP handling,
-//! and the refusal is audited.
+//! and the refusal is audited. A request the MCP transport itself turns
+//! down (a body over the limit, JSON-RPC it cannot read) never reaches a
+//! tool: the same layer audits that refusal against the token's run.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -16,7 +18,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::RunTools;
-use crate::host::Grants;
+use crate::host::{GrantedHost, Grants};
+use crate::protocol::{AgentAPIError, ErrorCode};
 
 /// How a harness must authenticate, for error messages and docs.
 pub const TOKEN_HEADER_HINT: &str = "Authorization: Bearer <run token>";
@@ -34,6 +37,39 @@ pub struct McpHttpServer {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Most of a refusal's body kept as its audit detail.
+const REFUSAL_BODY_BYTES: usize = 4096;
+
+/// The §9 code an HTTP refusal of the MCP transport stands for.
+fn refusal_code(status: StatusCode) -> ErrorCode {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ErrorCode::Unauthorized,
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        s if s.is_server_error() => ErrorCode::RuntimeError,
+        _ => ErrorCode::InvalidArgument,
+    }
+}
+
+/// Audit a request of `host`'s run that the MCP transport answered with an
+/// error status (its handler, which audits tool calls, never ran), and
+/// hand the answer on unchanged. The refusal's own words are the detail.
+async fn audit_refusal(host: &GrantedHost, response: Response) -> Response {
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, REFUSAL_BODY_BYTES)
+        .await
+        .unwrap_or_default();
+    let said = String::from_utf8_lossy(&bytes);
+    let reason = match said.trim() {
+        "" => format!("the MCP transport answered {}", parts.status),
+        text => format!("the MCP transport answered {}: {text}", parts.status),
+    };
+    let err = AgentAPIError::new(refusal_code(parts.status), reason);
+    host.refused("unknown", "request", &err).await;
+    crate::metrics::global().mcp_call("unknown", &err.code.to_string());
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
 async fn authenticate(
     State(grants): State<Arc<Grants>>,
     mut request: Request,
@@ -49,8 +85,17 @@ async fn authenticate(
         .to_string();
     match grants.authorize(&token).await {
         Ok(host) => {
-            request.extensions_mut().insert(host);
-            next.run(request).await
+            // Only a POST carries a call; a GET or DELETE answered 405 is
+            // how a stateless server says it has no stream to open.
+            let call = request.method() == Method::POST;
+            request.extensions_mut().insert(host.clone());
+            let response = next.run(request).await;
+            let status = response.status();
+            if call && (status.is_client_error() || status.is_server_error()) {
+                audit_refusal(&host, response).await
+            } else {
+                response
+            }
         }
         Err(err) => {
             let body = serde_json::json!({"code": err.code, "message": err.message, "hint": TOKEN_HEADER_HINT});
