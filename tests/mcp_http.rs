@@ -891,3 +891,37 @@ async fn every_refusal_is_one_audit_row() {
     c.cancel().await.unwrap();
     s.http.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let s = server().await;
+    let run = s
+        .grants
+        .open_run(
+            &context("run-b", "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let initialize = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let status = post_raw(
+            s.http.url(),
+            &format!("{scheme} {}", run.token.expose()),
+            initialize.to_vec(),
+        )
+        .await;
+        assert_eq!(status, 200, "{scheme}");
+    }
+    assert_eq!(
+        post_raw(
+            s.http.url(),
+            &format!("Basic {}", run.token.expose()),
+            initialize.to_vec()
+        )
+        .await,
+        401
+    );
+    s.http.shutdown().await;
+}

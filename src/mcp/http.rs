@@ -37,6 +37,15 @@ pub struct McpHttpServer {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The token of an `Authorization` value: the scheme is case-insensitive
+/// (RFC 9110), the token is taken as sent.
+fn bearer_token(value: &str) -> &str {
+    match value.trim_start().split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+        _ => "",
+    }
+}
+
 /// Most of a refusal's body kept as its audit detail.
 const REFUSAL_BODY_BYTES: usize = 4096;
 
@@ -79,9 +88,7 @@ async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("")
-        .trim()
+        .map_or("", bearer_token)
         .to_string();
     match grants.authorize(&token).await {
         Ok(host) => {
@@ -180,5 +187,20 @@ impl McpHttpServer {
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), "abc");
+        assert_eq!(bearer_token("bearer abc"), "abc");
+        assert_eq!(bearer_token("BEARER  abc "), "abc");
+        assert_eq!(bearer_token("Basic abc"), "");
+        assert_eq!(bearer_token("Bearer"), "");
+        assert_eq!(bearer_token("abc"), "");
     }
 }
