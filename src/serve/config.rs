@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,8 @@ pub struct ServeConfig {
     pub shutdown_grace_seconds: u64,
     /// Hours a finished run's results stay retrievable by id.
     pub retention_hours: u64,
+    /// Days the store keeps audit rows (host calls and their refusals).
+    pub audit_retention_days: u64,
 }
 
 impl Default for ServeConfig {
@@ -74,11 +77,17 @@ impl Default for ServeConfig {
             kill_grace_seconds: 5,
             shutdown_grace_seconds: 30,
             retention_hours: 168,
+            audit_retention_days: 90,
         }
     }
 }
 
 impl ServeConfig {
+    /// How long the store keeps audit rows.
+    pub fn audit_retention(&self) -> Duration {
+        Duration::from_secs(self.audit_retention_days.saturating_mul(24 * 3600))
+    }
+
     /// Read and check `file`; `None` gives the defaults.
     pub fn load(file: Option<&Path>) -> Result<ServeConfig, String> {
         let config = match file {
@@ -124,6 +133,9 @@ impl ServeConfig {
         }
         if self.max_queued_total == 0 {
             return Err("max_queued_total must be at least 1".into());
+        }
+        if self.audit_retention_days == 0 {
+            return Err("audit_retention_days must be at least 1".into());
         }
         Ok(())
     }
@@ -174,6 +186,17 @@ mod tests {
             load("max_concurrent_runs: 0\n")
                 .unwrap_err()
                 .contains("at least 1")
+        );
+        assert_eq!(
+            load("audit_retention_days: 365\n")
+                .unwrap()
+                .audit_retention_days,
+            365
+        );
+        assert!(
+            load("audit_retention_days: 0\n")
+                .unwrap_err()
+                .contains("audit_retention_days")
         );
     }
 }
