@@ -114,7 +114,7 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
     let workspace = setup.workspace(&turn);
 
     // Environment: the spec's whitelist, its fixed values and the run's
-    // MCP token; nothing else from the bridge's environment.
+    // MCP token and endpoint; nothing else from the bridge's environment.
     let mut names = env_of(&workspace);
     names.retain(|n| !n.is_empty() && n != "PWD" && n != "SHLVL" && n != "_");
     names.sort();
@@ -125,6 +125,7 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
             "FAKE_VISIBLE",
             "FIXED_BY_SPEC",
             "LANGBOT_MCP_TOKEN",
+            "LANGBOT_MCP_URL",
             "PATH"
         ]
     );
@@ -139,6 +140,15 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
         .find_map(|l| l.strip_prefix("LANGBOT_MCP_TOKEN="))
         .unwrap();
     assert!(!args.contains(token));
+    // The endpoint rides along, for a stdio relay the harness may launch.
+    let url = env
+        .lines()
+        .find_map(|l| l.strip_prefix("LANGBOT_MCP_URL="))
+        .unwrap();
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
 
     // Outbox files: each exactly once; small inline, large in the store.
     let artifacts: Vec<&Value> = turn

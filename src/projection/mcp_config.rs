@@ -17,6 +17,10 @@ use super::binding::ExtraServer;
 pub const BRIDGE_SERVER: &str = "langbot";
 /// Environment variable that carries the run's bearer token to the harness.
 pub const TOKEN_ENV: &str = "LANGBOT_MCP_TOKEN";
+/// Environment variable that carries the bridge's MCP endpoint to the
+/// harness: the port is chosen when the bridge starts, so a stdio relay
+/// the harness launches (`mcp-stdio`) learns it from here.
+pub const URL_ENV: &str = "LANGBOT_MCP_URL";
 
 /// How a server is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,7 +27,8 @@ pub use confined::{Access, ConfinedDir, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{
-    BRIDGE_SERVER, McpFormat, McpServer, RenderedMcp, TOKEN_ENV, Transport, render as render_mcp,
+    BRIDGE_SERVER, McpFormat, McpServer, RenderedMcp, TOKEN_ENV, Transport, URL_ENV,
+    render as render_mcp,
 };
 pub use names::{check_skill_name, relative_components, safe_component};
 pub use render::{DataMessage, Templates};

@@ -32,7 +32,8 @@ use crate::harness::{
 use crate::host::{GrantPolicy, Grants, HostApi};
 use crate::mcp::{InputRef, McpHttpServer, RunFacts, RunTools, tool_names};
 use crate::projection::{
-    Binding, ProjectRequest, Projection, ProjectionError, TOKEN_ENV, Templates, paths, project,
+    Binding, ProjectRequest, Projection, ProjectionError, TOKEN_ENV, Templates, URL_ENV, paths,
+    project,
 };
 use crate::protocol::{
     AgentRunContext, AgentRunResult, Message, ResultPayload, ResultType, RunFailed, StateScope,
@@ -343,6 +344,7 @@ impl Bridge {
 
         env.extend(projection.mcp.child_env.clone());
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
+        env.insert(URL_ENV.into(), self.mcp.url().to_string());
 
         let scope = &open.grant.scope;
         // The bridge's own host calls are bounded too: a host that does not
