@@ -440,3 +440,58 @@ async fn a_killed_bridge_takes_its_harness_with_it() {
     }
     assert!(leader_gone, "the harness outlived a killed bridge");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_sent_to_the_client_name_no_path_of_the_bridges_machine() {
+    let setup = Setup::new();
+    let first = setup.run("quiet", &[]).await;
+    first.completed();
+    let workspace = setup.workspace(&first);
+    let data = setup.data.path().to_string_lossy().into_owned();
+    let tools = setup.tools.path().to_string_lossy().into_owned();
+    let private = |turn: &BridgeTurn, code: &str, names: &str| {
+        let terminal = turn.assert_failed(code);
+        let error = terminal["data"]["error"].as_str().unwrap().to_string();
+        assert!(error.contains(names), "{error}");
+        assert!(
+            !error.contains(&data) && !error.contains(&tools),
+            "a path of the bridge's machine: {error}"
+        );
+    };
+
+    // The harness swapped its .langbot folder for a link: refused, and
+    // named relative to the workspaces.
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::rename(workspace.join(".langbot"), workspace.join("moved")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), workspace.join(".langbot")).unwrap();
+    private(
+        &setup.run("quiet", &[]).await,
+        "workspace_error",
+        ".langbot",
+    );
+    std::fs::remove_file(workspace.join(".langbot")).unwrap();
+    std::fs::rename(workspace.join("moved"), workspace.join(".langbot")).unwrap();
+
+    // Its outbox is a file now.
+    std::fs::remove_dir_all(workspace.join("outbox")).unwrap();
+    std::fs::write(workspace.join("outbox"), "not a folder").unwrap();
+    private(&setup.run("quiet", &[]).await, "workspace_error", "outbox");
+    std::fs::remove_file(workspace.join("outbox")).unwrap();
+
+    // A configured program that cannot start, and one that is not there.
+    let broken = setup.tools.path().join("broken-harness");
+    std::fs::write(&broken, "#!/nonexistent/interpreter\n").unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let broken = broken.to_string_lossy().into_owned();
+    private(
+        &setup.run("quiet", &["--bin", &broken]).await,
+        "harness_error",
+        "cannot start Scripted",
+    );
+    let missing = format!("{tools}/nowhere/scripted-harness");
+    private(
+        &setup.run("quiet", &["--bin", &missing]).await,
+        "harness_not_found",
+        "Scripted",
+    );
+}

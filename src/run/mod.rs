@@ -329,7 +329,11 @@ impl Bridge {
         .await
         .map_err(|e| match e {
             ProjectionError::Binding(_) => fail("invalid_argument", e.to_string()),
-            _ => fail("workspace_error", e.to_string()),
+            _ => {
+                tracing::error!(error = %e, "cannot write the workspace");
+                let root = &self.settings.workspace_root;
+                fail("workspace_error", e.within(root).to_string())
+            }
         })?;
         let workspace = projection.workspace.clone();
         summary.workspace = Some(workspace.clone());
@@ -362,8 +366,10 @@ impl Bridge {
         let plan = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
         let mut notice = plan.notice;
 
-        let mut outbox = outbox::Outbox::watch(&workspace)
-            .map_err(|e| fail("workspace_error", format!("outbox: {e}")))?;
+        let mut outbox = outbox::Outbox::watch(&workspace).map_err(|e| {
+            tracing::error!(workspace = %workspace.display(), error = %e, "cannot watch the outbox");
+            fail("workspace_error", format!("outbox: {e}"))
+        })?;
         let mcp_config = workspace.join(paths::MCP_CONFIG.join("/"));
         let mut resume = plan.resume;
         let mut live = attempt::Live {
@@ -506,18 +512,18 @@ impl Bridge {
             .or_else(|| self.settings.binaries.get(&spec.name))
             .map_or_else(|| spec.binary.clone(), |p| p.to_string_lossy().into_owned());
         find_program(&wanted, env.get("PATH").map(String::as_str)).ok_or_else(|| {
+            // A configured path is the operator's, named in the log; the
+            // client is told which program, not where it was looked for.
+            let place = match wanted.rsplit_once('/') {
+                Some((_, name)) => {
+                    tracing::warn!(program = %wanted, "the configured harness program is not there");
+                    format!("`{name}`) was not found where configured")
+                }
+                None => format!("`{wanted}`) was not found on PATH"),
+            };
             fail(
                 "harness_not_found",
-                format!(
-                    "{} (`{wanted}`) was not found{}: {}",
-                    spec.label,
-                    if wanted.contains('/') {
-                        String::new()
-                    } else {
-                        " on PATH".to_string()
-                    },
-                    spec.install_hint
-                ),
+                format!("{} ({place}: {}", spec.label, spec.install_hint),
             )
         })
     }
