@@ -725,17 +725,25 @@ async fn last_row_id(s: &Server) -> i64 {
 }
 
 /// A raw POST to the MCP endpoint: status (0 when the server closed the
-/// connection before answering).
-async fn post_raw(url: &str, authorization: &str, body: Vec<u8>) -> u16 {
-    reqwest::Client::new()
+/// connection before answering) and body.
+async fn post_answer(url: &str, authorization: &str, body: Vec<u8>) -> (u16, String) {
+    let sent = reqwest::Client::new()
         .post(url)
         .header("Authorization", authorization)
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")
         .body(body)
         .send()
-        .await
-        .map_or(0, |r| r.status().as_u16())
+        .await;
+    match sent {
+        Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// The status of [`post_answer`].
+async fn post_raw(url: &str, authorization: &str, body: Vec<u8>) -> u16 {
+    post_answer(url, authorization, body).await.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -868,8 +876,10 @@ async fn every_refusal_is_one_audit_row() {
     );
     let before = last_row_id(&s).await;
     let malformed = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":"#.to_vec();
-    let status = post_raw(s.http.url(), &bearer, malformed).await;
+    let (status, said) = post_answer(s.http.url(), &bearer, malformed).await;
     assert!((400..500).contains(&status), "{status}");
+    // The client still gets the transport's own words.
+    assert!(said.contains("deserialize"), "{said}");
     let rows = rows_after(&s, "run-r", before).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(

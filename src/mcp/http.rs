@@ -46,8 +46,8 @@ fn bearer_token(value: &str) -> &str {
     }
 }
 
-/// Most of a refusal's body kept as its audit detail.
-const REFUSAL_BODY_BYTES: usize = 4096;
+/// Most of a refusal's body quoted in its audit detail.
+const REFUSAL_QUOTE_BYTES: usize = 512;
 
 /// The §9 code an HTTP refusal of the MCP transport stands for.
 fn refusal_code(status: StatusCode) -> ErrorCode {
@@ -65,10 +65,12 @@ fn refusal_code(status: StatusCode) -> ErrorCode {
 /// hand the answer on unchanged. The refusal's own words are the detail.
 async fn audit_refusal(host: &GrantedHost, response: Response) -> Response {
     let (parts, body) = response.into_parts();
-    let bytes = axum::body::to_bytes(body, REFUSAL_BODY_BYTES)
+    // rmcp builds its refusals in memory: reading one whole costs nothing
+    // more, and the client still gets every byte of it.
+    let bytes = axum::body::to_bytes(body, usize::MAX)
         .await
         .unwrap_or_default();
-    let said = String::from_utf8_lossy(&bytes);
+    let said = String::from_utf8_lossy(&bytes[..bytes.len().min(REFUSAL_QUOTE_BYTES)]);
     let reason = match said.trim() {
         "" => format!("the MCP transport answered {}", parts.status),
         text => format!("the MCP transport answered {}: {text}", parts.status),
