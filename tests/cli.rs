@@ -170,3 +170,58 @@ fn adapters_list_show_and_refuse_a_malformed_spec() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("broken.yaml:"), "file and line: {err}");
 }
+
+#[tokio::test]
+async fn run_prunes_audit_rows_past_the_retention_and_reading_them_does_not() {
+    use harness_bridge::host::{AuditEntry, HostApi, now_ms};
+    let f = fixture();
+    let day = 24 * 3600 * 1000;
+    for (age_days, action) in [(400, "ancient"), (1, "recent")] {
+        f.store
+            .record_audit(AuditEntry {
+                at_ms: now_ms() - age_days * day,
+                run_id: "run-old".into(),
+                runner_id: String::new(),
+                action: action.into(),
+                resource: String::new(),
+                scope: String::new(),
+                outcome: "ok".into(),
+                detail: String::new(),
+            })
+            .await
+            .unwrap();
+    }
+    f.store.audit_tail(None, 1).await.unwrap();
+    let dir = f.store.dir().to_str().unwrap().to_string();
+    let audit = || stdout(&bridge(&["--data-dir", &dir, "host", "audit"]));
+
+    let before = audit();
+    assert!(
+        before.contains("ancient") && before.contains("recent"),
+        "{before}"
+    );
+    // A turn (here one whose harness is missing) opens the store with the
+    // default retention: rows older than it go, the others stay.
+    let out = Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+        .args([
+            "--data-dir",
+            &dir,
+            "run",
+            "--conversation",
+            "c",
+            "--text",
+            "hi",
+        ])
+        .env_remove("HARNESS_BRIDGE_DATA_DIR")
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("harness_not_found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = audit();
+    assert!(!after.contains("ancient"), "{after}");
+    assert!(after.contains("recent"), "{after}");
+}

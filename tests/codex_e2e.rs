@@ -272,6 +272,18 @@ async fn two_turns_resume_one_codex_thread_and_read_the_real_history() {
             format!("assistant: {SECOND_ANSWER}"),
         ]
     );
+    // The history call is audited, and nothing Codex's MCP client did was
+    // refused: probing for a stream the stateless server does not offer is
+    // not a refusal.
+    let store = harness_bridge::host::sqlite::SqliteHost::open(machine.data.path()).unwrap();
+    let audit = store.audit_tail(None, 50).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|r| r.entry.action == "history_page" && r.entry.outcome == "ok"),
+        "{audit:?}"
+    );
+    assert!(audit.iter().all(|r| r.entry.outcome == "ok"), "{audit:?}");
     assert!(processes_under(&machine.workspace_root()).is_empty());
 }
 

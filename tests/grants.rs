@@ -103,6 +103,54 @@ async fn wrong_and_closed_tokens_are_unauthorized() {
 }
 
 #[tokio::test]
+async fn a_closed_runs_token_is_audited_at_most_once_a_second_with_a_count() {
+    let f = fixture();
+    let run = f.open("run-c", "c1", &GrantPolicy::default());
+    assert!(f.grants.close_run("run-c"));
+    let started = std::time::Instant::now();
+    for _ in 0..50 {
+        let err = f.grants.authorize(run.token.expose()).await.err().unwrap();
+        assert_eq!(err.code, ErrorCode::Unauthorized);
+        assert!(err.message.contains("closed"), "{err:?}");
+    }
+    let seconds = started.elapsed().as_secs();
+    let rows = f.store.audit_tail(Some("run-c".into()), 100).await.unwrap();
+    assert!(
+        !rows.is_empty() && rows.len() as u64 <= seconds + 1,
+        "{} rows in {seconds} s",
+        rows.len()
+    );
+    assert_eq!(
+        (
+            rows[0].entry.action.as_str(),
+            rows[0].entry.outcome.as_str()
+        ),
+        ("authorize", "unauthorized")
+    );
+    // A second later the next refusal is a row again, counting the ones
+    // that had none.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    f.grants.authorize(run.token.expose()).await.err().unwrap();
+    let last = last_audit(&f).await;
+    assert_eq!(last.run_id, "run-c");
+    let counted: u64 = f
+        .store
+        .audit_tail(Some("run-c".into()), 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.entry
+                .detail
+                .split_whitespace()
+                .find_map(|w| w.parse::<u64>().ok())
+                .unwrap_or(1)
+        })
+        .sum();
+    assert_eq!(counted, 51, "every refusal is counted in some row");
+}
+
+#[tokio::test]
 async fn apis_not_granted_are_refused() {
     let f = fixture();
     // Manifest ∩ binding: only history page survives.

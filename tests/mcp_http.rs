@@ -655,8 +655,27 @@ async fn every_tool_returns_the_stores_data() {
         .await
         .unwrap();
     // One row per host call through the grant (get_current_event and the
-    // local input file touch no host; read_files' artifact is one read).
-    let mut actions: Vec<&str> = audited.iter().map(|r| r.entry.action.as_str()).collect();
+    // local input file touch no host; read_files' artifact is one read),
+    // and one per refusal: the unknown id, the link, the 17 ids.
+    let mut actions: Vec<(&str, &str)> = audited
+        .iter()
+        .filter(|r| r.entry.outcome != "ok")
+        .map(|r| (r.entry.action.as_str(), r.entry.outcome.as_str()))
+        .collect();
+    actions.sort_unstable();
+    assert_eq!(
+        actions,
+        [
+            ("read_files", "invalid_argument"),
+            ("read_files", "not_found"),
+            ("read_files", "not_found"),
+        ]
+    );
+    let mut actions: Vec<&str> = audited
+        .iter()
+        .filter(|r| r.entry.outcome == "ok")
+        .map(|r| r.entry.action.as_str())
+        .collect();
     actions.sort_unstable();
     assert_eq!(
         actions,
@@ -681,7 +700,238 @@ async fn every_tool_returns_the_stores_data() {
             "storage_set",
         ]
     );
-    assert!(audited.iter().all(|r| r.entry.outcome == "ok"));
     c.cancel().await.unwrap();
+    s.http.shutdown().await;
+}
+
+/// The audit rows of `run` written after row `after`.
+async fn rows_after(
+    s: &Server,
+    run: &str,
+    after: i64,
+) -> Vec<harness_bridge::host::sqlite::AuditRow> {
+    let rows = s.store.audit_tail(Some(run.into()), 1000).await.unwrap();
+    rows.into_iter().filter(|r| r.id > after).collect()
+}
+
+/// The id of the newest audit row, 0 when there is none.
+async fn last_row_id(s: &Server) -> i64 {
+    s.store
+        .audit_tail(None, 1)
+        .await
+        .unwrap()
+        .last()
+        .map_or(0, |r| r.id)
+}
+
+/// A raw POST to the MCP endpoint: status (0 when the server closed the
+/// connection before answering) and body.
+async fn post_answer(url: &str, authorization: &str, body: Vec<u8>) -> (u16, String) {
+    let sent = reqwest::Client::new()
+        .post(url)
+        .header("Authorization", authorization)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body)
+        .send()
+        .await;
+    match sent {
+        Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// The status of [`post_answer`].
+async fn post_raw(url: &str, authorization: &str, body: Vec<u8>) -> u16 {
+    post_answer(url, authorization, body).await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_one_audit_row() {
+    use harness_bridge::mcp::InputRef;
+    let s = server().await;
+    // History pages and workspace storage only: history_search is not granted.
+    let narrow: AgentRunnerPermissions =
+        serde_json::from_value(json!({"history": ["page"], "storage": ["workspace"]})).unwrap();
+    let run = s
+        .grants
+        .open_run(
+            &context("run-r", "c1"),
+            RUNNER,
+            &narrow,
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    // An input copy the harness replaced with a link: reading it is refused.
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "do not leak").unwrap();
+    std::fs::create_dir_all(ws.path().join(".langbot/inputs")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret"),
+        ws.path().join(".langbot/inputs/link.txt"),
+    )
+    .unwrap();
+    let link = InputRef {
+        name: "link.txt".into(),
+        artifact_id: None,
+        copy: Some(".langbot/inputs/link.txt".into()),
+    };
+    s.tools.set_facts(
+        "run-r",
+        RunFacts {
+            current_event: json!({"event_id": "ev-now"}),
+            input_files: [("f_link".to_string(), link)].into_iter().collect(),
+            workspace: ws.path().to_path_buf(),
+        },
+    );
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+
+    let many: Vec<String> = (0..17).map(|i| format!("f_{i}")).collect();
+    let refusals = [
+        (
+            "history_search",
+            json!({"query": "x"}),
+            "history_search",
+            "unauthorized",
+        ),
+        ("no_such_tool", json!({}), "unknown", "not_found"),
+        (
+            "history_page",
+            json!({"limit": 5, "sneaky": true}),
+            "history_page",
+            "invalid_argument",
+        ),
+        (
+            "get_current_event",
+            json!({"extra": 1}),
+            "get_current_event",
+            "invalid_argument",
+        ),
+        (
+            "read_files",
+            json!({"ids": "f_link"}),
+            "read_files",
+            "invalid_argument",
+        ),
+        (
+            "read_files",
+            json!({ "ids": many }),
+            "read_files",
+            "invalid_argument",
+        ),
+        (
+            "read_files",
+            json!({"ids": ["f_nope"]}),
+            "read_files",
+            "not_found",
+        ),
+        (
+            "read_files",
+            json!({"ids": ["f_link"]}),
+            "read_files",
+            "not_found",
+        ),
+        (
+            "workspace_storage_set",
+            json!({"key": "k", "value": "not base64!", "base64": true}),
+            "workspace_storage_set",
+            "invalid_argument",
+        ),
+    ];
+    for (tool, args, action, outcome) in refusals {
+        let before = last_row_id(&s).await;
+        let result = call(&c, tool, args.clone()).await;
+        let refused = result.is_error == Some(true)
+            || result.structured_content.as_ref().is_some_and(|v| {
+                v["files"][0]["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with(outcome))
+            });
+        assert!(refused, "{tool} {args} was not refused: {result:?}");
+        let rows = rows_after(&s, "run-r", before).await;
+        let got: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| (r.entry.action.as_str(), r.entry.outcome.as_str()))
+            .collect();
+        assert_eq!(got, [(action, outcome)], "{tool} {args}");
+        assert!(!rows[0].entry.detail.is_empty(), "{rows:?}");
+        assert_eq!(rows[0].entry.runner_id, RUNNER);
+    }
+
+    // Refused by the MCP transport before any tool runs: a body over the
+    // limit, and JSON-RPC it cannot read. Still one row each, for the run.
+    let bearer = format!("Bearer {}", run.token.expose());
+    let before = last_row_id(&s).await;
+    let status = post_raw(s.http.url(), &bearer, vec![b' '; 9 * 1024 * 1024]).await;
+    assert!(matches!(status, 413 | 0), "{status}");
+    let rows = rows_after(&s, "run-r", before).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            rows[0].entry.action.as_str(),
+            rows[0].entry.outcome.as_str()
+        ),
+        ("unknown", "payload_too_large")
+    );
+    let before = last_row_id(&s).await;
+    let malformed = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":"#.to_vec();
+    let (status, said) = post_answer(s.http.url(), &bearer, malformed).await;
+    assert!((400..500).contains(&status), "{status}");
+    // The client still gets the transport's own words.
+    assert!(said.contains("deserialize"), "{said}");
+    let rows = rows_after(&s, "run-r", before).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            rows[0].entry.action.as_str(),
+            rows[0].entry.outcome.as_str()
+        ),
+        ("unknown", "invalid_argument")
+    );
+    assert!(rows[0].entry.detail.contains("415"), "{rows:?}");
+
+    // A call that goes through is still one row, from the grant.
+    let before = last_row_id(&s).await;
+    let page = call(&c, "history_page", json!({"limit": 5})).await;
+    assert_ne!(page.is_error, Some(true), "{page:?}");
+    let rows = rows_after(&s, "run-r", before).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].entry.outcome, "ok");
+    c.cancel().await.unwrap();
+    s.http.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let s = server().await;
+    let run = s
+        .grants
+        .open_run(
+            &context("run-b", "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let initialize = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let status = post_raw(
+            s.http.url(),
+            &format!("{scheme} {}", run.token.expose()),
+            initialize.to_vec(),
+        )
+        .await;
+        assert_eq!(status, 200, "{scheme}");
+    }
+    assert_eq!(
+        post_raw(
+            s.http.url(),
+            &format!("Basic {}", run.token.expose()),
+            initialize.to_vec()
+        )
+        .await,
+        401
+    );
     s.http.shutdown().await;
 }

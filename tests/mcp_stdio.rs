@@ -119,3 +119,45 @@ fn shim_without_its_environment_says_what_is_missing() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("LANGBOT_MCP_URL is not set"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shim_sends_the_token_only_to_plain_http_on_a_loopback_address() {
+    use tokio::io::AsyncReadExt;
+    // Something listening on every address: 0.0.0.0 and `localhost` reach
+    // it, but neither is a loopback address the bridge would give.
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heard = tokio::spawn(async move {
+        let mut heard = Vec::new();
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = conn.read(&mut buf).await.unwrap_or(0);
+            heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        heard
+    });
+    for url in [
+        format!("http://0.0.0.0:{port}/mcp"),
+        format!("http://localhost:{port}/mcp"),
+        format!("https://127.0.0.1:{port}/mcp"),
+    ] {
+        let shim = tokio::process::Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+            .arg("mcp-stdio")
+            .env("LANGBOT_MCP_URL", &url)
+            .env("LANGBOT_MCP_TOKEN", "secret-run-token")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(30), shim)
+            .await
+            .expect("the shim refuses at once")
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{url}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("loopback"), "{url}: {said}");
+        assert!(!said.contains("secret-run-token"), "{said}");
+    }
+    heard.abort();
+    let heard = heard.await.unwrap_or_default();
+    assert!(heard.is_empty(), "the shim connected: {heard:?}");
+}

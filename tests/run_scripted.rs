@@ -120,7 +120,7 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
     let workspace = setup.workspace(&turn);
 
     // Environment: the spec's whitelist, its fixed values and the run's
-    // MCP token; nothing else from the bridge's environment.
+    // MCP token and endpoint; nothing else from the bridge's environment.
     let mut names = env_of(&workspace);
     names.retain(|n| !n.is_empty() && n != "PWD" && n != "SHLVL" && n != "_");
     names.sort();
@@ -131,6 +131,7 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
             "FAKE_VISIBLE",
             "FIXED_BY_SPEC",
             "LANGBOT_MCP_TOKEN",
+            "LANGBOT_MCP_URL",
             "PATH"
         ]
     );
@@ -145,6 +146,15 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
         .find_map(|l| l.strip_prefix("LANGBOT_MCP_TOKEN="))
         .unwrap();
     assert!(!args.contains(token));
+    // The endpoint rides along, for a stdio relay the harness may launch.
+    let url = env
+        .lines()
+        .find_map(|l| l.strip_prefix("LANGBOT_MCP_URL="))
+        .unwrap();
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
 
     // Outbox files: each exactly once; small inline, large in the store.
     let artifacts: Vec<&Value> = turn
@@ -565,4 +575,59 @@ async fn the_deadline_holds_while_nobody_reads_the_results() {
     assert_eq!(last["type"], "run.failed", "{last}");
     assert_eq!(last["data"]["code"], "deadline_exceeded", "{last}");
     assert_eq!(bridge.wait().await.unwrap().code(), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_sent_to_the_client_name_no_path_of_the_bridges_machine() {
+    let setup = Setup::new();
+    let first = setup.run("quiet", &[]).await;
+    first.completed();
+    let workspace = setup.workspace(&first);
+    let data = setup.data.path().to_string_lossy().into_owned();
+    let tools = setup.tools.path().to_string_lossy().into_owned();
+    let private = |turn: &BridgeTurn, code: &str, names: &str| {
+        let terminal = turn.assert_failed(code);
+        let error = terminal["data"]["error"].as_str().unwrap().to_string();
+        assert!(error.contains(names), "{error}");
+        assert!(
+            !error.contains(&data) && !error.contains(&tools),
+            "a path of the bridge's machine: {error}"
+        );
+    };
+
+    // The harness swapped its .langbot folder for a link: refused, and
+    // named relative to the workspaces.
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::rename(workspace.join(".langbot"), workspace.join("moved")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), workspace.join(".langbot")).unwrap();
+    private(
+        &setup.run("quiet", &[]).await,
+        "workspace_error",
+        ".langbot",
+    );
+    std::fs::remove_file(workspace.join(".langbot")).unwrap();
+    std::fs::rename(workspace.join("moved"), workspace.join(".langbot")).unwrap();
+
+    // Its outbox is a file now.
+    std::fs::remove_dir_all(workspace.join("outbox")).unwrap();
+    std::fs::write(workspace.join("outbox"), "not a folder").unwrap();
+    private(&setup.run("quiet", &[]).await, "workspace_error", "outbox");
+    std::fs::remove_file(workspace.join("outbox")).unwrap();
+
+    // A configured program that cannot start, and one that is not there.
+    let broken = setup.tools.path().join("broken-harness");
+    std::fs::write(&broken, "#!/nonexistent/interpreter\n").unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let broken = broken.to_string_lossy().into_owned();
+    private(
+        &setup.run("quiet", &["--bin", &broken]).await,
+        "harness_error",
+        "cannot start Scripted",
+    );
+    let missing = format!("{tools}/nowhere/scripted-harness");
+    private(
+        &setup.run("quiet", &["--bin", &missing]).await,
+        "harness_not_found",
+        "Scripted",
+    );
 }

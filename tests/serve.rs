@@ -931,3 +931,37 @@ async fn a_run_sent_during_shutdown_gets_503() {
     assert!(body.contains("cancelled"), "{body}");
     server.assert_nothing_left().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failure_is_a_500_whose_details_stay_in_the_log() {
+    let server = Server::start("quiet", "").await;
+    // Break the store under the running service.
+    let db = rusqlite::Connection::open(server.data.path().join("host.db")).unwrap();
+    db.execute_batch("DROP TABLE streams").unwrap();
+    let response = server
+        .client
+        .get(format!("{}/v1/conversations/c/history", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 500);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("log"), "{body}");
+    assert!(
+        !body.contains("streams"),
+        "store details reached the client: {body}"
+    );
+    // The log keeps the details (read as serve writes it).
+    let logged = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let logged = server.log.lock().unwrap().join("\n");
+            if logged.contains("history read failed") {
+                return logged;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the failure is logged");
+    assert!(logged.contains("streams"), "{logged}");
+}

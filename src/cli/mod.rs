@@ -109,8 +109,10 @@ enum Command {
     /// the files written: exactly what the harness will get.
     Project(project::ProjectArgs),
     /// Serve the run's host tools on stdio, relaying to the bridge's MCP
-    /// server (LANGBOT_MCP_URL, LANGBOT_MCP_TOKEN from the environment): what
-    /// a harness launches when it prefers a stdio MCP server.
+    /// server: what a harness launches when it prefers a stdio MCP server.
+    /// Reads LANGBOT_MCP_URL and LANGBOT_MCP_TOKEN, which the bridge sets in
+    /// every harness's environment; the token goes only to http:// on a
+    /// loopback address.
     McpStdio,
 }
 

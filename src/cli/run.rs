@@ -194,6 +194,10 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    if let Err(e) = store.keep_audit_for(crate::host::sqlite::DEFAULT_AUDIT_RETENTION) {
+        eprintln!("error: {e}");
+        return exit::FAILURE;
+    }
     let mut settings = Settings::new(args.root.unwrap_or_else(|| data_dir.join("workspaces")));
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);

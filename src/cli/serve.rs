@@ -68,6 +68,10 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    if let Err(e) = store.keep_audit_for(config.audit_retention()) {
+        eprintln!("error: {e}");
+        return exit::FAILURE;
+    }
     if config.api_tokens.is_empty() && !config.no_auth {
         match api_token(&store_dir) {
             Ok((token, file)) => {

@@ -237,6 +237,8 @@ pub struct RunGrant {
     bucket: Mutex<Bucket>,
     /// Artifacts already checked visible to this run.
     visible: Mutex<HashSet<String>>,
+    /// Calls with this run's token after it closed, audited throttled.
+    closed_refusals: Mutex<RefusalThrottle>,
 }
 
 impl std::fmt::Debug for RunGrant {
@@ -393,18 +395,20 @@ type Slot = (Arc<RunGrant>, Option<Instant>);
 pub struct Grants {
     host: Arc<dyn HostApi>,
     runs: Mutex<HashMap<[u8; 32], Slot>>,
-    unknown: Mutex<UnknownTokens>,
+    unknown: Mutex<RefusalThrottle>,
 }
 
-/// Refusals of tokens that name no run, audited at most once a second:
-/// any local process can send them, and each would otherwise be a row.
+/// Refusals of a token that no longer (or never) opens anything, audited at
+/// most once a second with a count: such a token costs its sender nothing
+/// to send again (an unknown one can come from any local process, a closed
+/// run's from a harness that outlived it), and each would otherwise be a row.
 #[derive(Default)]
-struct UnknownTokens {
+struct RefusalThrottle {
     last_row_ms: i64,
     since: u64,
 }
 
-impl UnknownTokens {
+impl RefusalThrottle {
     /// Count one refusal; `Some(n)` when a row is due, covering `n` of them.
     fn refused(&mut self, now: i64) -> Option<u64> {
         self.since += 1;
@@ -422,7 +426,7 @@ impl Grants {
         Grants {
             host,
             runs: Mutex::new(HashMap::new()),
-            unknown: Mutex::new(UnknownTokens::default()),
+            unknown: Mutex::new(RefusalThrottle::default()),
         }
     }
 
@@ -502,6 +506,7 @@ impl Grants {
                 last: Instant::now(),
             }),
             visible: Mutex::new(HashSet::new()),
+            closed_refusals: Mutex::new(RefusalThrottle::default()),
         });
         runs.insert(token_key(&token), (grant.clone(), None));
         tracing::info!(run_id = %ctx.run_id, apis = ?grant.apis, "run opened");
@@ -542,14 +547,21 @@ impl Grants {
                     "run {} is closed; its token is no longer valid",
                     grant.run_id()
                 ));
-                audit(
-                    &self.host,
-                    Some(&grant),
-                    "authorize",
-                    "token",
-                    &Err::<(), _>(err.clone()),
-                )
-                .await;
+                let due = grant
+                    .closed_refusals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .refused(now_ms());
+                if let Some(count) = due {
+                    let mut row = err.clone();
+                    if count > 1 {
+                        row.message = format!(
+                            "run {} is closed; {count} calls with its token since the last such row",
+                            grant.run_id()
+                        );
+                    }
+                    audit(&self.host, Some(&grant), "authorize", "token", Some(&row)).await;
+                }
                 Err(err)
             }
             None => {
@@ -564,7 +576,7 @@ impl Grants {
                     if count > 1 {
                         row.message = format!("{count} unknown run tokens since the last such row");
                     }
-                    audit(&self.host, None, "authorize", "token", &Err::<(), _>(row)).await;
+                    audit(&self.host, None, "authorize", "token", Some(&row)).await;
                 }
                 Err(err)
             }
@@ -580,16 +592,34 @@ impl Grants {
     }
 }
 
-async fn audit<T>(
+/// Longest resource or detail an audit row keeps, in bytes: both may quote
+/// what a caller sent (a conversation id, a tool name, a parser's message),
+/// and a row is a record of the call, not a copy of it.
+const AUDIT_FIELD_BYTES: usize = 512;
+
+/// `text` cut to at most `max` bytes on a character boundary, marked `…`.
+fn clipped(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Write one audit row: `refusal` is `None` for a call that went through.
+async fn audit(
     host: &Arc<dyn HostApi>,
     grant: Option<&RunGrant>,
     action: &str,
     resource: &str,
-    outcome: &HostResult<T>,
+    refusal: Option<&AgentAPIError>,
 ) {
-    let (outcome, detail) = match outcome {
-        Ok(_) => ("ok".to_string(), String::new()),
-        Err(e) => (e.code.to_string(), e.message.clone()),
+    let (outcome, detail) = match refusal {
+        None => ("ok".to_string(), String::new()),
+        Some(e) => (e.code.to_string(), clipped(&e.message, AUDIT_FIELD_BYTES)),
     };
     let scope = grant.map_or(String::new(), |g| {
         match (&g.scope.conversation_id, &g.scope.thread_id) {
@@ -603,7 +633,7 @@ async fn audit<T>(
         run_id: grant.map_or(String::new(), |g| g.scope.run_id.clone()),
         runner_id: grant.map_or(String::new(), |g| g.scope.runner_id.clone()),
         action: action.to_string(),
-        resource: resource.to_string(),
+        resource: clipped(resource, AUDIT_FIELD_BYTES),
         scope,
         outcome,
         detail,
@@ -646,8 +676,30 @@ impl GrantedHost {
                 )),
             },
         };
-        audit(&self.host, Some(&self.grant), action, &resource, &outcome).await;
+        audit(
+            &self.host,
+            Some(&self.grant),
+            action,
+            &resource,
+            outcome.as_ref().err(),
+        )
+        .await;
         outcome
+    }
+
+    /// Audit a refusal decided in front of the grant (an unknown tool, a
+    /// tool not granted, arguments that do not parse, a request the MCP
+    /// transport turned down): one row, as for any call, so every refusal
+    /// of this run is in the audit whichever layer made it.
+    pub async fn refused(&self, action: &str, resource: &str, refusal: &AgentAPIError) {
+        audit(
+            &self.host,
+            Some(&self.grant),
+            action,
+            resource,
+            Some(refusal),
+        )
+        .await;
     }
 
     fn check_limit(&self, limit: u32, max: u32, what: &str) -> HostResult<()> {
@@ -985,11 +1037,20 @@ mod tests {
 
     #[test]
     fn unknown_tokens_are_audited_once_a_second_with_a_count() {
-        let mut unknown = UnknownTokens::default();
+        let mut unknown = RefusalThrottle::default();
         assert_eq!(unknown.refused(10_000), Some(1));
         assert_eq!(unknown.refused(10_100), None);
         assert_eq!(unknown.refused(10_999), None);
         assert_eq!(unknown.refused(11_000), Some(3));
         assert_eq!(unknown.refused(11_001), None);
+    }
+
+    #[test]
+    fn audit_fields_are_clipped_on_a_character_boundary() {
+        assert_eq!(clipped("short", 8), "short");
+        assert_eq!(clipped("abcdefgh", 8), "abcdefgh");
+        assert_eq!(clipped("abcdefghi", 8), "abcdefgh…");
+        // "部" is three bytes: a cut inside it stops before it.
+        assert_eq!(clipped("ab部署", 4), "ab…");
     }
 }

@@ -1,14 +1,16 @@
 //! The streamable-HTTP transport: one server on 127.0.0.1 for every run.
 //! Each request names its run with `Authorization: Bearer <run token>`;
 //! a wrong, missing or dead token is answered 401 before any MCP handling,
-//! and the refusal is audited.
+//! and the refusal is audited. A request the MCP transport itself turns
+//! down (a body over the limit, JSON-RPC it cannot read) never reaches a
+//! tool: the same layer audits that refusal against the token's run.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -16,7 +18,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::RunTools;
-use crate::host::Grants;
+use crate::host::{GrantedHost, Grants};
+use crate::protocol::{AgentAPIError, ErrorCode};
 
 /// How a harness must authenticate, for error messages and docs.
 pub const TOKEN_HEADER_HINT: &str = "Authorization: Bearer <run token>";
@@ -34,6 +37,50 @@ pub struct McpHttpServer {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The token of an `Authorization` value: the scheme is case-insensitive
+/// (RFC 9110), the token is taken as sent.
+fn bearer_token(value: &str) -> &str {
+    match value.trim_start().split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+        _ => "",
+    }
+}
+
+/// Most of a refusal's body quoted in its audit detail.
+const REFUSAL_QUOTE_BYTES: usize = 512;
+
+/// The §9 code an HTTP refusal of the MCP transport stands for.
+fn refusal_code(status: StatusCode) -> ErrorCode {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ErrorCode::Unauthorized,
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        s if s.is_server_error() => ErrorCode::RuntimeError,
+        _ => ErrorCode::InvalidArgument,
+    }
+}
+
+/// Audit a request of `host`'s run that the MCP transport answered with an
+/// error status (its handler, which audits tool calls, never ran), and
+/// hand the answer on unchanged. The refusal's own words are the detail.
+async fn audit_refusal(host: &GrantedHost, response: Response) -> Response {
+    let (parts, body) = response.into_parts();
+    // rmcp builds its refusals in memory: reading one whole costs nothing
+    // more, and the client still gets every byte of it.
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let said = String::from_utf8_lossy(&bytes[..bytes.len().min(REFUSAL_QUOTE_BYTES)]);
+    let reason = match said.trim() {
+        "" => format!("the MCP transport answered {}", parts.status),
+        text => format!("the MCP transport answered {}: {text}", parts.status),
+    };
+    let err = AgentAPIError::new(refusal_code(parts.status), reason);
+    host.refused("unknown", "request", &err).await;
+    crate::metrics::global().mcp_call("unknown", &err.code.to_string());
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
 async fn authenticate(
     State(grants): State<Arc<Grants>>,
     mut request: Request,
@@ -43,14 +90,21 @@ async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("")
-        .trim()
+        .map_or("", bearer_token)
         .to_string();
     match grants.authorize(&token).await {
         Ok(host) => {
-            request.extensions_mut().insert(host);
-            next.run(request).await
+            // Only a POST carries a call; a GET or DELETE answered 405 is
+            // how a stateless server says it has no stream to open.
+            let call = request.method() == Method::POST;
+            request.extensions_mut().insert(host.clone());
+            let response = next.run(request).await;
+            let status = response.status();
+            if call && (status.is_client_error() || status.is_server_error()) {
+                audit_refusal(&host, response).await
+            } else {
+                response
+            }
         }
         Err(err) => {
             let body = serde_json::json!({"code": err.code, "message": err.message, "hint": TOKEN_HEADER_HINT});
@@ -124,5 +178,20 @@ impl McpHttpServer {
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), "abc");
+        assert_eq!(bearer_token("bearer abc"), "abc");
+        assert_eq!(bearer_token("BEARER  abc "), "abc");
+        assert_eq!(bearer_token("Basic abc"), "");
+        assert_eq!(bearer_token("Bearer"), "");
+        assert_eq!(bearer_token("abc"), "");
     }
 }

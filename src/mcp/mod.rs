@@ -11,5 +11,5 @@ mod stdio;
 mod tools;
 
 pub use http::{McpHttpServer, TOKEN_HEADER_HINT};
-pub use stdio::{ShimError, URL_ENV, run_stdio_shim};
+pub use stdio::{ShimError, run_stdio_shim};
 pub use tools::{InputRef, RunFacts, RunTools, SERVER_NAME, tool_names};

@@ -3,7 +3,10 @@
 //! request is forwarded to the bridge's HTTP server with the run's token,
 //! so authorization, audit and scope stay in one place.
 //!
-//! The endpoint and token come from the environment (never argv). When the
+//! The endpoint and token come from the environment (never argv), where
+//! the bridge puts them for every harness it launches. The token is sent
+//! only to plain HTTP on a loopback address, where the bridge listens: an
+//! endpoint elsewhere is refused before anything is sent. When the
 //! run ends its token dies; the next forwarded call is refused (401), and
 //! the shim exits instead of lingering. Any other failure of one call (a
 //! request too large, a dropped connection) is that call's error only: the
@@ -22,10 +25,7 @@ use rmcp::{ErrorData as McpError, RoleClient, RoleServer, ServerHandler, Service
 use tokio_util::sync::CancellationToken;
 
 use super::SERVER_NAME;
-use crate::projection::TOKEN_ENV;
-
-/// Environment variable naming the bridge's MCP endpoint for the shim.
-pub const URL_ENV: &str = "LANGBOT_MCP_URL";
+use crate::projection::{TOKEN_ENV, URL_ENV};
 
 /// Why the shim could not start: for the harness's MCP log.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +33,12 @@ pub enum ShimError {
     /// A required variable is not set.
     #[error("{0} is not set; the bridge sets it when it launches the harness")]
     MissingEnv(&'static str),
+    /// The endpoint is not the bridge's: the token would leave the machine
+    /// or travel where the bridge does not listen.
+    #[error(
+        "{URL_ENV} points at {0}: the run's token is sent only to http:// on a loopback address (127.0.0.1, [::1]), where the bridge listens"
+    )]
+    NotLoopback(String),
     /// The bridge's server refused or could not be reached.
     #[error("cannot reach the bridge's MCP server at {url}: {message}")]
     Upstream {
@@ -122,9 +128,30 @@ impl ServerHandler for Relay {
     }
 }
 
+/// `url` if it is plain HTTP to a loopback address (an IP, not a name a
+/// resolver could send elsewhere); otherwise why not, naming the host only.
+fn loopback_endpoint(url: &str) -> Result<&str, ShimError> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| ShimError::NotLoopback("something that is not a URL".into()))?;
+    let host = uri.host().unwrap_or("");
+    let ip = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>();
+    match (uri.scheme_str(), ip) {
+        (Some("http"), Ok(ip)) if ip.is_loopback() => Ok(url),
+        (scheme, _) => Err(ShimError::NotLoopback(format!(
+            "{}://{host}",
+            scheme.unwrap_or("?")
+        ))),
+    }
+}
+
 /// Run the shim until stdin closes or the run ends.
 pub async fn run_stdio_shim() -> Result<(), ShimError> {
     let url = std::env::var(URL_ENV).map_err(|_| ShimError::MissingEnv(URL_ENV))?;
+    let url = loopback_endpoint(&url)?.to_string();
     let token = std::env::var(TOKEN_ENV).map_err(|_| ShimError::MissingEnv(TOKEN_ENV))?;
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header(token),
@@ -154,4 +181,31 @@ pub async fn run_stdio_shim() -> Result<(), ShimError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_http_to_a_loopback_address_gets_the_token() {
+        for ok in [
+            "http://127.0.0.1:4000/mcp",
+            "http://127.8.9.10/mcp",
+            "http://[::1]:4000/mcp",
+        ] {
+            assert!(loopback_endpoint(ok).is_ok(), "{ok}");
+        }
+        for refused in [
+            "https://127.0.0.1:4000/mcp",
+            "http://10.0.0.1:4000/mcp",
+            "http://0.0.0.0:4000/mcp",
+            "http://localhost:4000/mcp",
+            "http://bridge.example/mcp",
+            "127.0.0.1:4000",
+            "not a url",
+        ] {
+            assert!(loopback_endpoint(refused).is_err(), "{refused}");
+        }
+    }
 }

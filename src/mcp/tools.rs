@@ -365,6 +365,26 @@ pub(crate) struct RunAccess {
     pub facts: Arc<RunFacts>,
 }
 
+impl RunAccess {
+    /// A refusal this layer makes itself (the grant audits its own): audited
+    /// as one row against the run, then returned.
+    async fn refuse(&self, action: &str, resource: &str, err: AgentAPIError) -> AgentAPIError {
+        self.host.refused(action, resource, &err).await;
+        err
+    }
+
+    /// `tool`'s arguments as its type; unknown or malformed ones are refused.
+    async fn args<T: DeserializeOwned>(&self, tool: &str, args: Value) -> Result<T, AgentAPIError> {
+        match serde_json::from_value(args) {
+            Ok(parsed) => Ok(parsed),
+            Err(e) => {
+                let err = AgentAPIError::invalid_argument(format!("bad arguments: {e}"));
+                Err(self.refuse(tool, &format!("tool:{tool}"), err).await)
+            }
+        }
+    }
+}
+
 /// The MCP handler. Over HTTP each request carries the run it belongs to
 /// (resolved from its bearer token before it reaches here).
 #[derive(Clone, Default)]
@@ -449,11 +469,6 @@ impl RunTools {
     }
 }
 
-fn parse<T: DeserializeOwned>(args: Value) -> Result<T, AgentAPIError> {
-    serde_json::from_value(args)
-        .map_err(|e| AgentAPIError::invalid_argument(format!("bad arguments: {e}")))
-}
-
 fn to_json<T: serde::Serialize>(value: T) -> Result<Value, AgentAPIError> {
     serde_json::to_value(value).map_err(|e| AgentAPIError::runtime(e.to_string()))
 }
@@ -500,19 +515,21 @@ fn is_text(mime: Option<&str>, bytes: &[u8]) -> bool {
     !declared_binary && as_text(bytes).is_some()
 }
 
+/// One tool call. Refusals made here (unknown tool, not granted, bad
+/// arguments, `read_files`' own) are audited here; everything that reaches
+/// the host goes through the grant, which audits it.
 async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, AgentAPIError> {
     let host = &access.host;
-    let spec = TOOLS
-        .iter()
-        .find(|t| t.name == name)
-        .ok_or_else(|| AgentAPIError::not_found(format!("no tool `{name}`")))?;
+    let Some(spec) = TOOLS.iter().find(|t| t.name == name) else {
+        let err = AgentAPIError::not_found(format!("no tool `{name}`"));
+        return Err(access.refuse("unknown", &format!("tool:{name}"), err).await);
+    };
     // Refused again here, whatever the tool list said.
     if let Some(api) = spec.api
         && !host.allows(api)
     {
-        return Err(AgentAPIError::unauthorized(format!(
-            "`{name}` is not granted to this run"
-        )));
+        let err = AgentAPIError::unauthorized(format!("`{name}` is not granted to this run"));
+        return Err(access.refuse(name, &format!("tool:{name}"), err).await);
     }
     let area = |n: &str| {
         if n.starts_with("plugin_") {
@@ -523,15 +540,15 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
     };
     match name {
         "get_current_event" => {
-            parse::<NoArgs>(args)?;
+            access.args::<NoArgs>(name, args).await?;
             Ok(access.facts.current_event.clone())
         }
         "read_files" => {
-            let a: ReadFilesArgs = parse(args)?;
+            let a: ReadFilesArgs = access.args(name, args).await?;
             read_files(access, &a.ids).await
         }
         "history_page" => {
-            let a: HistoryPageArgs = parse(args)?;
+            let a: HistoryPageArgs = access.args(name, args).await?;
             let query = HistoryQuery {
                 conversation_id: a.conversation_id,
                 before_cursor: a.before_cursor,
@@ -543,18 +560,18 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
             to_json(host.history_page(&query).await?)
         }
         "history_search" => {
-            let a: HistorySearchArgs = parse(args)?;
+            let a: HistorySearchArgs = access.args(name, args).await?;
             to_json(
                 host.history_search(a.conversation_id.as_deref(), &a.query, a.top_k)
                     .await?,
             )
         }
         "event_get" => {
-            let a: EventGetArgs = parse(args)?;
+            let a: EventGetArgs = access.args(name, args).await?;
             to_json(host.event_get(&a.event_id).await?)
         }
         "event_page" => {
-            let a: EventPageArgs = parse(args)?;
+            let a: EventPageArgs = access.args(name, args).await?;
             let query = EventQuery {
                 conversation_id: a.conversation_id,
                 event_types: a.event_types,
@@ -566,11 +583,11 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
             to_json(host.event_page(&query).await?)
         }
         "artifact_metadata" => {
-            let a: ArtifactIdArgs = parse(args)?;
+            let a: ArtifactIdArgs = access.args(name, args).await?;
             to_json(host.artifact_metadata(&a.artifact_id).await?)
         }
         "artifact_read" => {
-            let a: ArtifactReadArgs = parse(args)?;
+            let a: ArtifactReadArgs = access.args(name, args).await?;
             let read = host
                 .artifact_read(&a.artifact_id, a.offset, a.length)
                 .await?;
@@ -600,39 +617,42 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
             Ok(out)
         }
         "state_get" => {
-            let a: StateKeyArgs = parse(args)?;
+            let a: StateKeyArgs = access.args(name, args).await?;
             let value = host.state_get(a.scope, &a.key).await?;
             Ok(json!({"key": a.key, "found": value.is_some(), "value": value}))
         }
         "state_set" => {
-            let a: StateSetArgs = parse(args)?;
+            let a: StateSetArgs = access.args(name, args).await?;
             host.state_set(a.scope, &a.key, &a.value).await?;
             Ok(json!({"key": a.key, "stored": true}))
         }
         "state_delete" => {
-            let a: StateKeyArgs = parse(args)?;
+            let a: StateKeyArgs = access.args(name, args).await?;
             let existed = host.state_delete(a.scope, &a.key).await?;
             Ok(json!({"key": a.key, "deleted": existed}))
         }
         "state_list" => {
-            let a: StateListArgs = parse(args)?;
+            let a: StateListArgs = access.args(name, args).await?;
             let entries = host
                 .state_list(a.scope, a.prefix.as_deref(), a.limit)
                 .await?;
             Ok(json!({"entries": entries_within(entries, STATE_LIST_VALUE_BYTES)}))
         }
         n if n.ends_with("_storage_get") => {
-            let a: StorageKeyArgs = parse(args)?;
+            let a: StorageKeyArgs = access.args(name, args).await?;
             Ok(storage_value(host.storage_get(area(n), &a.key).await?))
         }
         n if n.ends_with("_storage_set") => {
-            let a: StorageSetArgs = parse(args)?;
+            let a: StorageSetArgs = access.args(name, args).await?;
             let bytes = if a.base64 {
-                base64::engine::general_purpose::STANDARD
-                    .decode(&a.value)
-                    .map_err(|e| {
-                        AgentAPIError::invalid_argument(format!("value is not base64: {e}"))
-                    })?
+                match base64::engine::general_purpose::STANDARD.decode(&a.value) {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        let err =
+                            AgentAPIError::invalid_argument(format!("value is not base64: {e}"));
+                        return Err(access.refuse(n, &format!("tool:{n}"), err).await);
+                    }
+                }
             } else {
                 a.value.into_bytes()
             };
@@ -640,14 +660,17 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
             Ok(json!({"key": a.key, "stored": true}))
         }
         n if n.ends_with("_storage_delete") => {
-            let a: StorageKeyArgs = parse(args)?;
+            let a: StorageKeyArgs = access.args(name, args).await?;
             Ok(json!({"key": a.key, "deleted": host.storage_delete(area(n), &a.key).await?}))
         }
         n if n.ends_with("_storage_keys") => {
-            parse::<NoArgs>(args)?;
+            access.args::<NoArgs>(name, args).await?;
             Ok(json!({"keys": host.storage_keys(area(n)).await?}))
         }
-        other => Err(AgentAPIError::not_found(format!("no tool `{other}`"))),
+        other => {
+            let err = AgentAPIError::not_found(format!("no tool `{other}`"));
+            Err(access.refuse(other, &format!("tool:{other}"), err).await)
+        }
     }
 }
 
@@ -683,7 +706,9 @@ const READ_FILES_PER_CALL: u64 = 4 * 1024 * 1024;
 /// `read_files`: the run's own input files by id, through the grant when
 /// they are artifacts (so each read is checked and audited). Bounded per
 /// file and per call; inline copies are read beneath the workspace only,
-/// following no link, since the harness can replace them.
+/// following no link, since the harness can replace them. A file refused
+/// here (unknown id, over the call's budget, a copy that cannot be read)
+/// is one audit row of its own, as a refused artifact read is.
 async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAPIError> {
     // Repeats count once; the list is refused as soon as it is too long,
     // before any work that grows with it.
@@ -692,9 +717,10 @@ async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAP
     for id in ids {
         if seen.insert(id.as_str()) {
             if unique.len() == READ_FILES_MAX_IDS {
-                return Err(AgentAPIError::invalid_argument(format!(
+                let err = AgentAPIError::invalid_argument(format!(
                     "more than {READ_FILES_MAX_IDS} different ids in one call; ask in several calls"
-                )));
+                ));
+                return Err(access.refuse("read_files", "tool:read_files", err).await);
             }
             unique.push(id);
         }
@@ -702,17 +728,21 @@ async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAP
     let mut budget = READ_FILES_PER_CALL;
     let mut files = Vec::with_capacity(unique.len());
     for id in unique {
+        let resource = format!("input:{id}");
         let Some(input) = access.facts.input_files.get(id) else {
-            files.push(json!({"id": id, "error": "not_found: no input file with this id in this conversation"}));
+            let err = AgentAPIError::not_found("no input file with this id in this conversation");
+            let err = access.refuse("read_files", &resource, err).await;
+            files.push(json!({"id": id, "error": err.to_string()}));
             continue;
         };
         let max = READ_FILES_PER_FILE.min(budget);
         let read = if max == 0 {
-            Err(AgentAPIError::too_large(format!(
+            let err = AgentAPIError::too_large(format!(
                 "this call already returned {READ_FILES_PER_CALL} bytes; ask for this file in another call"
-            )))
+            ));
+            Err(access.refuse("read_files", &resource, err).await)
         } else {
-            read_input(access, input, max).await
+            read_input(access, &resource, input, max).await
         };
         files.push(match read {
             Ok(read) => {
@@ -738,9 +768,12 @@ async fn read_files(access: &RunAccess, ids: &[String]) -> Result<Value, AgentAP
     Ok(json!({"files": files}))
 }
 
-/// The first `max` bytes of one input file, from the store or its copy.
+/// The first `max` bytes of one input file, from the store (the grant
+/// audits the read) or its workspace copy (a refusal is audited here, as
+/// `resource`).
 async fn read_input(
     access: &RunAccess,
+    resource: &str,
     input: &InputRef,
     max: u64,
 ) -> Result<HeadRead, AgentAPIError> {
@@ -751,20 +784,27 @@ async fn read_input(
             .decode(read.content_base64.unwrap_or_default())
             .map_err(|e| AgentAPIError::runtime(format!("host sent invalid base64: {e}")))?;
         let size = read.size_bytes.unwrap_or(bytes.len() as u64);
-        Ok(HeadRead { bytes, size })
-    } else if let Some(copy) = &input.copy {
-        let root = access.facts.workspace.clone();
-        let copy = copy.clone();
-        tokio::task::spawn_blocking(move || read_beneath(&root, &copy, max))
-            .await
-            .map_err(|e| AgentAPIError::runtime(format!("read stopped: {e}")))?
-            .map_err(|e| {
-                AgentAPIError::not_found(format!("the workspace copy cannot be read: {e}"))
-            })
-    } else {
-        Err(AgentAPIError::not_found(
+        return Ok(HeadRead { bytes, size });
+    }
+    let read = match &input.copy {
+        Some(copy) => {
+            let root = access.facts.workspace.clone();
+            let copy = copy.clone();
+            match tokio::task::spawn_blocking(move || read_beneath(&root, &copy, max)).await {
+                Ok(Ok(read)) => Ok(read),
+                Ok(Err(e)) => Err(AgentAPIError::not_found(format!(
+                    "the workspace copy cannot be read: {e}"
+                ))),
+                Err(e) => Err(AgentAPIError::runtime(format!("read stopped: {e}"))),
+            }
+        }
+        None => Err(AgentAPIError::not_found(
             "this file has no readable content",
-        ))
+        )),
+    };
+    match read {
+        Ok(read) => Ok(read),
+        Err(err) => Err(access.refuse("read_files", resource, err).await),
     }
 }
 

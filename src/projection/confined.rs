@@ -342,15 +342,18 @@ pub fn read_beneath(root: &Path, relative: &Path, max: u64) -> std::io::Result<H
     let fd = match openat2(&dir, relative, how) {
         Err(nix::errno::Errno::ENOSYS) => {
             let mut path = root.to_path_buf();
+            let mut walked = PathBuf::new();
             for part in relative.components() {
                 let std::path::Component::Normal(part) = part else {
                     return Err(std::io::Error::other("not a plain path inside the folder"));
                 };
                 path.push(part);
+                walked.push(part);
                 if fs::symlink_metadata(&path)?.file_type().is_symlink() {
+                    // Relative: the message may reach the harness.
                     return Err(std::io::Error::other(format!(
                         "{} is a symlink",
-                        path.display()
+                        walked.display()
                     )));
                 }
             }

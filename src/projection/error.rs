@@ -1,6 +1,6 @@
 //! Why a projection failed, in words an operator can act on.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A projection failure. Nothing outside the workspace was touched.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,39 @@ pub enum ProjectionError {
 }
 
 impl ProjectionError {
+    /// The same error with its path relative to `root` (the workspace
+    /// root), for whoever sent the turn: it names the file in terms they
+    /// know, and no folder of the bridge's machine. The log keeps the
+    /// error as it was.
+    pub fn within(self, root: &Path) -> Self {
+        let relative = |path: PathBuf| match path.strip_prefix(root) {
+            Ok(inside) if inside.as_os_str().is_empty() => PathBuf::from("the workspace root"),
+            Ok(inside) => inside.to_path_buf(),
+            Err(_) => path
+                .file_name()
+                .map_or_else(|| PathBuf::from("a folder"), PathBuf::from),
+        };
+        match self {
+            ProjectionError::Symlink { path } => ProjectionError::Symlink {
+                path: relative(path),
+            },
+            ProjectionError::InTheWay { path, expected } => ProjectionError::InTheWay {
+                path: relative(path),
+                expected,
+            },
+            ProjectionError::Io {
+                action,
+                path,
+                source,
+            } => ProjectionError::Io {
+                action,
+                path: relative(path),
+                source,
+            },
+            other => other,
+        }
+    }
+
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,

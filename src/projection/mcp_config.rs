@@ -24,6 +24,10 @@ use super::ProjectionError;
 pub const BRIDGE_SERVER: &str = "langbot";
 /// Environment variable that carries the run's bearer token to the harness.
 pub const TOKEN_ENV: &str = "LANGBOT_MCP_TOKEN";
+/// Environment variable that carries the bridge's MCP endpoint to the
+/// harness: the port is chosen when the bridge starts, so a stdio relay
+/// the harness launches (`mcp-stdio`) learns it from here.
+pub const URL_ENV: &str = "LANGBOT_MCP_URL";
 
 /// An extra MCP server as the operator defines it (`bridge.yaml`, the
 /// plugin's runner settings, `run --mcp-servers FILE`).

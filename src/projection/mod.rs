@@ -28,7 +28,7 @@ pub use error::ProjectionError;
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{
     BRIDGE_SERVER, ExtraServer, McpCatalog, McpFormat, McpServer, RenderedMcp, TOKEN_ENV,
-    Transport, check_catalog as check_mcp_catalog, render as render_mcp,
+    Transport, URL_ENV, check_catalog as check_mcp_catalog, render as render_mcp,
 };
 pub use names::{check_skill_name, relative_components, safe_component};
 pub use render::{DataMessage, Templates};

@@ -113,10 +113,11 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     let (mut process, mut stdout) = match HarnessProcess::spawn(launch) {
         Ok(spawned) => spawned,
         Err(e) => {
+            tracing::error!(program = %launch.program.display(), error = %e, "cannot start the harness");
             return AttemptEnd {
                 terminal: failed(
                     "harness_error",
-                    format!("cannot start {}: {e}", launch.program.display()),
+                    format!("cannot start {}: {e}", spec.label),
                     false,
                 ),
                 session_id: None,

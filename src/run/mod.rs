@@ -34,8 +34,8 @@ use crate::harness::{
 use crate::host::{GrantPolicy, Grants, HostApi};
 use crate::mcp::{InputRef, McpHttpServer, RunFacts, RunTools, tool_names};
 use crate::projection::{
-    Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV, Templates, paths,
-    project,
+    Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV, Templates,
+    URL_ENV, paths, project,
 };
 use crate::protocol::{
     AgentRunContext, AgentRunResult, Message, ResultPayload, ResultType, RunFailed, StateScope,
@@ -340,7 +340,11 @@ impl Bridge {
         .await
         .map_err(|e| match e {
             ProjectionError::Binding(_) => fail("invalid_argument", e.to_string()),
-            _ => fail("workspace_error", e.to_string()),
+            _ => {
+                tracing::error!(error = %e, "cannot write the workspace");
+                let root = &self.settings.workspace_root;
+                fail("workspace_error", e.within(root).to_string())
+            }
         })?;
         let workspace = projection.workspace.clone();
         summary.workspace = Some(workspace.clone());
@@ -377,6 +381,7 @@ impl Bridge {
         }
         env.extend(projection.mcp.child_env.clone());
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
+        env.insert(URL_ENV.into(), self.mcp.url().to_string());
 
         let scope = &open.grant.scope;
         // The bridge's own host calls are bounded too: a host that does not
@@ -394,8 +399,10 @@ impl Bridge {
         let plan = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
         let mut notice = plan.notice;
 
-        let mut outbox = outbox::Outbox::watch(&workspace)
-            .map_err(|e| fail("workspace_error", format!("outbox: {e}")))?;
+        let mut outbox = outbox::Outbox::watch(&workspace).map_err(|e| {
+            tracing::error!(workspace = %workspace.display(), error = %e, "cannot watch the outbox");
+            fail("workspace_error", format!("outbox: {e}"))
+        })?;
         let mcp_config = workspace.join(paths::MCP_CONFIG.join("/"));
         let mut resume = plan.resume;
         let mut live = attempt::Live {
@@ -554,18 +561,18 @@ impl Bridge {
             .or_else(|| self.settings.binaries.get(&spec.name))
             .map_or_else(|| spec.binary.clone(), |p| p.to_string_lossy().into_owned());
         find_program(&wanted, env.get("PATH").map(String::as_str)).ok_or_else(|| {
+            // A configured path is the operator's, named in the log; the
+            // client is told which program, not where it was looked for.
+            let place = match wanted.rsplit_once('/') {
+                Some((_, name)) => {
+                    tracing::warn!(program = %wanted, "the configured harness program is not there");
+                    format!("`{name}`) was not found where configured")
+                }
+                None => format!("`{wanted}`) was not found on PATH"),
+            };
             fail(
                 "harness_not_found",
-                format!(
-                    "{} (`{wanted}`) was not found{}: {}",
-                    spec.label,
-                    if wanted.contains('/') {
-                        String::new()
-                    } else {
-                        " on PATH".to_string()
-                    },
-                    spec.install_hint
-                ),
+                format!("{} ({place}: {}", spec.label, spec.install_hint),
             )
         })
     }

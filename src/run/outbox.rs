@@ -157,8 +157,7 @@ impl Outbox {
         match dir.symlink_metadata() {
             Ok(meta) if !meta.is_dir() => {
                 return Err(std::io::Error::other(format!(
-                    "{} must be a folder (not a file or a link)",
-                    dir.display()
+                    "{OUTBOX_DIR}/ in the workspace must be a folder (not a file or a link)"
                 )));
             }
             Ok(_) => {}

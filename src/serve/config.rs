@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +64,8 @@ pub struct ServeConfig {
     /// Seconds a client has to send a request's headers (also while a
     /// kept-alive connection idles); then the connection is closed.
     pub header_timeout_seconds: u64,
+    /// Days the store keeps audit rows (host calls and their refusals).
+    pub audit_retention_days: u64,
 }
 
 impl Default for ServeConfig {
@@ -90,11 +93,17 @@ impl Default for ServeConfig {
             max_run_output_bytes: 64 * 1024 * 1024,
             max_connections: 1024,
             header_timeout_seconds: 10,
+            audit_retention_days: 90,
         }
     }
 }
 
 impl ServeConfig {
+    /// How long the store keeps audit rows.
+    pub fn audit_retention(&self) -> Duration {
+        Duration::from_secs(self.audit_retention_days.saturating_mul(24 * 3600))
+    }
+
     /// Read and check `file`; `None` gives the defaults.
     pub fn load(file: Option<&Path>) -> Result<ServeConfig, String> {
         let config = match file {
@@ -148,6 +157,9 @@ impl ServeConfig {
         if self.max_run_output_bytes < 64 * 1024 {
             return Err("max_run_output_bytes must be at least 65536".into());
         }
+        if self.audit_retention_days == 0 {
+            return Err("audit_retention_days must be at least 1".into());
+        }
         Ok(())
     }
 }
@@ -197,6 +209,17 @@ mod tests {
             load("max_concurrent_runs: 0\n")
                 .unwrap_err()
                 .contains("at least 1")
+        );
+        assert_eq!(
+            load("audit_retention_days: 365\n")
+                .unwrap()
+                .audit_retention_days,
+            365
+        );
+        assert!(
+            load("audit_retention_days: 0\n")
+                .unwrap_err()
+                .contains("audit_retention_days")
         );
     }
 }

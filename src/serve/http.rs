@@ -355,12 +355,19 @@ async fn history(
     match page {
         Ok(page) => axum::Json(page).into_response(),
         Err(e) => {
-            // The caller's mistake is a 4xx; the store's failure is not.
+            // The caller's mistake is a 4xx, in its own words; the store's
+            // failure is a 500 whose details (files, SQLite) stay in the log.
             let status = match e.code {
                 ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
                 ErrorCode::NotFound => StatusCode::NOT_FOUND,
                 ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => {
+                    tracing::error!(error = %e, "history read failed");
+                    return error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the store could not read this history; the bridge's log says why",
+                    );
+                }
             };
             error(status, e.to_string())
         }

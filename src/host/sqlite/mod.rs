@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde_json::Value;
 
-pub use audit::AuditRow;
+pub use audit::{AuditRow, DEFAULT_AUDIT_RETENTION};
 pub use kv::inspect_owner;
 
 use super::{
@@ -288,6 +288,13 @@ impl SqliteHost {
     ) -> HostResult<Vec<StateEntry>> {
         self.read(move |conn, _| kv::state_dump(conn, scope, &owner))
             .await
+    }
+
+    /// Keep audit rows for `keep`: older ones are pruned now and about once
+    /// an hour after, by the audit writer. Set by the commands that run
+    /// turns (`run`, `serve`); a store only read (`host audit`) prunes nothing.
+    pub fn keep_audit_for(&self, keep: std::time::Duration) -> HostResult<()> {
+        self.inner.audit.keep_for(keep, audit::PRUNE_EVERY)
     }
 
     /// The newest audit rows, oldest first (`host audit`).
