@@ -230,6 +230,7 @@ async fn load(conversations: usize, turns: usize, think: usize) {
                     let sent = Instant::now();
                     let body = client
                         .post(format!("{url}/v1/runs"))
+                        .header("content-type", "application/json")
                         .body(
                             json!({"conversation": format!("load-{conversation}"), "text": format!("turn {index}")})
                                 .to_string(),

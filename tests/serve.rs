@@ -577,7 +577,7 @@ async fn a_client_that_stops_reading_does_not_hold_up_shutdown() {
     let body = json!({"conversation": "c", "text": "hi", "run_id": "unread-1"}).to_string();
     let token = server.token.clone().expect("a token");
     let request = format!(
-        "POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n{body}",
+        "POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     tcp.write_all(request.as_bytes()).await.unwrap();
@@ -678,6 +678,7 @@ async fn the_api_needs_the_token_serve_keeps_unless_auth_is_off() {
     }
     let post = stranger
         .post(format!("{}/v1/runs", server.url))
+        .header("content-type", "application/json")
         .body(json!({"conversation": "c", "text": "hi"}).to_string())
         .send()
         .await
@@ -964,4 +965,60 @@ async fn a_store_failure_is_a_500_whose_details_stay_in_the_log() {
     .await
     .expect("the failure is logged");
     assert!(logged.contains("streams"), "{logged}");
+}
+
+/// Without tokens (`no_auth`, for development), any web page the user
+/// opens could otherwise drive the API: a cross-site "simple" POST, a page
+/// of another origin, or a name rebound to 127.0.0.1. Only programs and
+/// the service's own page get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_of_other_sites_cannot_drive_the_api() {
+    let server = Server::start("quiet", "no_auth: true\n").await;
+    let bare = reqwest::Client::new();
+    let url = format!("{}/v1/runs", server.url);
+    let body = json!({"conversation": "c", "text": "hi"}).to_string();
+    let status = |r: reqwest::Response| r.status().as_u16();
+
+    // What a form or a no-cors fetch of another site sends.
+    let simple = bare
+        .post(&url)
+        .header("content-type", "text/plain")
+        .header("origin", "http://evil.example")
+        .body(body.clone());
+    assert_eq!(status(simple.send().await.unwrap()), 403);
+    let simple = bare
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body(body.clone());
+    assert_eq!(status(simple.send().await.unwrap()), 415);
+    let foreign = bare
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("origin", "http://evil.example")
+        .body(body.clone());
+    assert_eq!(status(foreign.send().await.unwrap()), 403);
+    // A name that resolves here (DNS rebinding): its page is same-origin
+    // with itself, but not addressed to a loopback name.
+    let port = server.url.rsplit(':').next().unwrap();
+    let rebound = bare
+        .post(&url)
+        .header("host", format!("evil.example:{port}"))
+        .header("origin", format!("http://evil.example:{port}"))
+        .header("content-type", "application/json")
+        .body(body.clone());
+    assert_eq!(status(rebound.send().await.unwrap()), 403);
+    assert!(
+        !server.workspaces().exists(),
+        "no refused request started a turn"
+    );
+
+    // The service's own page, and programs, get through.
+    let own = bare
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("origin", server.url.clone())
+        .body(body.clone());
+    assert_eq!(status(own.send().await.unwrap()), 200);
+    let page = bare.get(format!("{}/", server.url)).send().await.unwrap();
+    assert_eq!(status(page), 200);
 }

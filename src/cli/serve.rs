@@ -14,7 +14,9 @@ use crate::serve::{ServeConfig, Service};
 /// What `serve --help` adds after the options: the API in brief.
 pub const AFTER_HELP: &str = "\
 API (bearer token on every route but / and /healthz: one of api_tokens,
-or, when there are none, the one serve keeps in STORE/api-token):
+or, when there are none, the one serve keeps in STORE/api-token; every
+POST with Content-Type: application/json; requests from pages of other
+sites are refused):
   GET  /                    the debug chat page: a harness, a conversation,
                             an actor; the reply, tool calls, resume pointer
   POST /v1/runs             an AgentRunContext, or the short form

@@ -53,7 +53,78 @@ async fn auth(State(service): State<Arc<Service>>, request: Request, next: Next)
     }
 }
 
-/// The router, with auth in front.
+/// Whether a `Host` (or `Origin` authority) names this machine's loopback.
+fn is_loopback_host(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Browsers may send requests here from any page a user opens: a form or a
+/// `fetch` from another site, or a site whose name is made to resolve to
+/// this machine (DNS rebinding). Only requests from the service's own page
+/// or from programs get through:
+/// - an `Origin` (every browser sends one on a cross-site request, and on
+///   every POST) must be this service's own;
+/// - a POST must say `Content-Type: application/json`, which no page can
+///   send to another site without a preflight this service never approves;
+/// - without tokens (`no_auth`), the request must be addressed to a
+///   loopback name, so a rebound name cannot reach it.
+async fn same_origin(
+    State(service): State<Arc<Service>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if service.config.no_auth && !is_loopback_host(host) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "without api_tokens (no_auth) this service answers only requests addressed to \
+             127.0.0.1, [::1] or localhost",
+        );
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        if authority != Some(host) || host.is_empty() {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "a request from another site (Origin {}) is refused; call the API from a \
+                     program, or from this service's own page",
+                    origin.escape_debug().take(100).collect::<String>()
+                ),
+            );
+        }
+    }
+    if request.method() == http::Method::POST {
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a POST needs Content-Type: application/json (also one with no body)",
+            );
+        }
+    }
+    next.run(request).await
+}
+
+/// The router, with the origin checks and auth in front.
 pub fn router(service: Arc<Service>) -> Router {
     Router::new()
         .route("/v1/runs", post(create_run))
@@ -68,6 +139,7 @@ pub fn router(service: Arc<Service>) -> Router {
             get(|| async { axum::Json(json!({"status": "ok"})) }),
         )
         .layer(middleware::from_fn_with_state(service.clone(), auth))
+        .layer(middleware::from_fn_with_state(service.clone(), same_origin))
         .with_state(service)
 }
 

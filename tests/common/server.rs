@@ -64,6 +64,11 @@ impl ServeProcess {
         });
         let token = std::fs::read_to_string(data.path().join("api-token")).ok();
         let mut headers = reqwest::header::HeaderMap::new();
+        // The API takes JSON only (a page of another site cannot send it).
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            "application/json".parse().unwrap(),
+        );
         if let Some(token) = &token {
             headers.insert(
                 reqwest::header::AUTHORIZATION,
