@@ -631,3 +631,33 @@ async fn failures_sent_to_the_client_name_no_path_of_the_bridges_machine() {
         "Scripted",
     );
 }
+
+/// Transcripts, state, the cursor secret and workspaces are the owner's
+/// alone: a data folder others could read is made private (with a
+/// warning), and everything a turn creates under it is 0600 / 0700.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_folder_and_what_a_turn_writes_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = Setup::new();
+    std::fs::set_permissions(setup.data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let turn = setup.run("quiet", &[]).await;
+    turn.completed();
+    assert!(turn.stderr.contains("now 0700"), "{}", turn.stderr);
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(setup.data.path()), 0o700);
+    let mut open = Vec::new();
+    for entry in walkdir::WalkDir::new(setup.data.path()).min_depth(1) {
+        let entry = entry.unwrap();
+        if entry.file_type().is_symlink() {
+            continue;
+        }
+        if mode(entry.path()) & 0o077 != 0 {
+            open.push(format!(
+                "{:o} {}",
+                mode(entry.path()),
+                entry.path().display()
+            ));
+        }
+    }
+    assert!(open.is_empty(), "readable by others: {open:#?}");
+}

@@ -226,13 +226,47 @@ fn stop_and_hurry_on_signal() -> (
 
 /// Run a store-backed command in the data folder, or say why there is none.
 fn in_data_dir(flag: Option<PathBuf>, command: impl FnOnce(&std::path::Path) -> u8) -> u8 {
-    match data_dir(flag) {
+    match data_dir(flag).and_then(|dir| private_folder(&dir).map(|()| dir)) {
         Ok(dir) => command(&dir),
         Err(msg) => {
             eprintln!("error: {msg}");
             exit::FAILURE
         }
     }
+}
+
+/// Make sure a folder that holds transcripts, state, secrets or
+/// workspaces exists and is the owner's alone (0700): created so, or put
+/// right (with a warning) when another user could read or enter it. What
+/// is inside then needs no mode of its own to be private; new files are
+/// 0600 anyway (the process's umask).
+pub(crate) fn private_folder(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mode = std::fs::metadata(dir)
+        .map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700 | 0o700))
+            .map_err(|e| {
+                format!(
+                    "{} can be read by other users ({:o}) and cannot be made private: {e}",
+                    dir.display(),
+                    mode & 0o777
+                )
+            })?;
+        tracing::warn!(
+            folder = %dir.display(),
+            "the folder could be read by other users (mode {:o}); it is now 0700",
+            mode & 0o777
+        );
+    }
+    Ok(())
 }
 
 /// Resolve the data folder: flag or env var, then XDG, then `~/.local/share`.
@@ -256,6 +290,9 @@ fn data_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
 
 /// Parse arguments, run the command, and map the outcome to an exit code.
 pub fn main() -> ExitCode {
+    // Everything the bridge and its harnesses create (store, journal,
+    // workspaces, tokens) is the owner's alone.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

@@ -59,7 +59,12 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
         Ok(templates) => templates,
         Err(code) => return code,
     };
-    let mut settings = Settings::new(args.root.unwrap_or_else(|| data_dir.join("workspaces")));
+    let root = args.root.unwrap_or_else(|| data_dir.join("workspaces"));
+    if let Err(e) = super::private_folder(&root) {
+        eprintln!("error: {e}");
+        return exit::FAILURE;
+    }
+    let mut settings = Settings::new(root);
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

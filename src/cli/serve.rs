@@ -66,6 +66,15 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         .store
         .clone()
         .unwrap_or_else(|| data_dir.to_path_buf());
+    for folder in [Some(&store_dir), config.workspace_root.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        if let Err(e) = super::private_folder(folder) {
+            eprintln!("error: {e}");
+            return exit::FAILURE;
+        }
+    }
     let (runtime, store) = match super::open_store(&store_dir) {
         Ok(opened) => opened,
         Err(code) => return code,
