@@ -3,7 +3,8 @@
 //! prints a recorded Claude stream-json turn. It shows what the real CLIs
 //! cannot be made to do on cue: the exact environment the harness gets,
 //! the prompt on stdin, outbox files becoming artifacts, a crash with
-//! secrets in its stderr, Ctrl-C, and a context that is not valid.
+//! secrets in its stderr, a stderr line of 256 MiB, Ctrl-C, and a context
+//! that is not valid.
 
 mod common;
 
@@ -43,6 +44,12 @@ impl Setup {
     /// `harness-bridge run` with the harness hanging, as a child process
     /// (stdout piped) the test can signal.
     fn spawn_hanging_run(&self, extra: &[&str]) -> tokio::process::Child {
+        self.spawn_run("hang", extra, &[])
+    }
+
+    /// `harness-bridge run` with the harness in `mode`, as a child process
+    /// (stdout piped) the test can signal; `env` for the bridge.
+    fn spawn_run(&self, mode: &str, extra: &[&str], env: &[(&str, &str)]) -> tokio::process::Child {
         let adapters = self.tools.path().join("adapters");
         let adapters = adapters.to_string_lossy().into_owned();
         tokio::process::Command::new(common::bridge_bin())
@@ -52,7 +59,8 @@ impl Setup {
             .args(self.args(&adapters, extra))
             .env_clear()
             .env("PATH", self.path_with_script())
-            .env("FAKE_MODE", "hang")
+            .env("FAKE_MODE", mode)
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -206,6 +214,8 @@ async fn a_crash_is_harness_error_with_the_stderr_tail_redacted() {
         error.contains("exited (code 2)") || error.contains("code 2"),
         "{error}"
     );
+    // After a line that is not UTF-8: the reading went on.
+    assert!(error.contains("not UTF-8: \u{fffd}"), "{error}");
     assert!(error.contains("fatal: auth failed"), "{error}");
     assert!(
         !error.contains("sk-abcdefghijklmnopqrstuvwxyz0123"),
@@ -429,4 +439,48 @@ async fn a_killed_bridge_takes_its_harness_with_it() {
         }
     }
     assert!(leader_gone, "the harness outlived a killed bridge");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_stderr_line_is_cut_without_being_held() {
+    use tokio::io::AsyncBufReadExt;
+    let setup = Setup::new();
+    let mut child = setup.spawn_run("shout", &[], &[]);
+    let root = setup.data.path().join("workspaces");
+    let mut shouted = None;
+    for _ in 0..600 {
+        shouted = walkdir::WalkDir::new(&root)
+            .into_iter()
+            .filter_map(Result::ok)
+            .find(|e| e.file_name() == "shouted")
+            .and_then(|e| e.path().parent().map(Path::to_path_buf));
+        if shouted.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let workspace = shouted.expect("the harness wrote its line");
+    // All but a pipe's worth of the line has been read by now.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id().unwrap())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    std::fs::write(workspace.join("done"), "").unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut last = Value::Null;
+    while let Some(line) = lines.next_line().await.unwrap() {
+        last = serde_json::from_str(&line).unwrap();
+    }
+    child.wait().await.unwrap();
+    assert!(
+        peak_kib < 128 * 1024,
+        "the bridge's peak memory was {peak_kib} KiB while reading a 256 MiB line"
+    );
+    assert_eq!(last["data"]["code"], "harness_error", "{last}");
+    let error = last["data"]["error"].as_str().unwrap();
+    let kept = format!("{}… ({} more bytes)", "x".repeat(400), 268435456 - 400);
+    assert!(error.contains(&kept), "{}", &error[..error.len().min(2000)]);
+    assert!(error.len() < 4096, "{} bytes", error.len());
 }

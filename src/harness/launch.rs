@@ -6,26 +6,20 @@
 //! still leave children behind (a stdio MCP server it did not reap), so the
 //! group is killed after every run, not only on a deadline.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdout, Command};
 use tracing::Instrument;
 
 use super::EnvSpec;
-use crate::projection::{is_secret_key, redact_text};
-
-/// How many stderr lines are kept for a failure message.
-const STDERR_TAIL_LINES: usize = 20;
-/// Longest stderr line kept, in bytes.
-const STDERR_LINE_MAX: usize = 400;
+use super::stderr::StderrTail;
 
 /// What to run, where, with what.
 #[derive(Debug)]
@@ -83,60 +77,6 @@ pub fn find_program(binary: &str, path: Option<&str>) -> Option<PathBuf> {
     std::env::split_paths(path?)
         .map(|dir| dir.join(binary))
         .find(|p| executable(p))
-}
-
-/// The last lines a process wrote to stderr, secrets redacted.
-#[derive(Debug, Clone)]
-pub struct StderrTail {
-    lines: Arc<Mutex<VecDeque<String>>>,
-    secrets: Arc<Vec<String>>,
-}
-
-impl StderrTail {
-    /// A tail that also hides the values of the child's secret variables.
-    fn new(env: &BTreeMap<String, String>) -> Self {
-        let secrets = env
-            .iter()
-            .filter(|(k, _)| is_secret_key(k, &[]))
-            .map(|(_, v)| v.clone())
-            .collect();
-        StderrTail {
-            lines: Arc::default(),
-            secrets: Arc::new(secrets),
-        }
-    }
-
-    fn redact(&self, line: &str) -> String {
-        let known: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
-        redact_text(line, &known)
-    }
-
-    fn push(&self, line: &str) {
-        let mut line = self.redact(line.trim_end());
-        if line.len() > STDERR_LINE_MAX {
-            let mut cut = STDERR_LINE_MAX;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-            line.push('…');
-        }
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        if lines.len() == STDERR_TAIL_LINES {
-            lines.pop_front();
-        }
-        lines.push_back(line);
-    }
-
-    /// The kept lines, oldest first.
-    pub fn lines(&self) -> Vec<String> {
-        self.lines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect()
-    }
 }
 
 /// A running harness, leader of its own process group.
@@ -198,18 +138,7 @@ impl HarnessProcess {
         let stderr = StderrTail::new(launch.env);
         let stderr_done = child.stderr.take().map(|pipe| {
             let tail = stderr.clone();
-            tokio::spawn(
-                async move {
-                    let mut lines = BufReader::new(pipe).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        if !line.trim().is_empty() {
-                            tracing::debug!(target: "harness_stderr", "{}", tail.redact(&line));
-                            tail.push(&line);
-                        }
-                    }
-                }
-                .in_current_span(),
-            )
+            tokio::spawn(async move { tail.read(pipe).await }.in_current_span())
         });
         Ok((
             HarnessProcess {

@@ -8,12 +8,12 @@ mod catalog;
 pub mod decode;
 mod launch;
 mod session;
+mod stderr;
 
 pub use adapter::{AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, SpecError, Stdin, TurnValues};
 pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
-pub use launch::{
-    HarnessProcess, Launch, StderrTail, child_env, find_program, kill_leftover_group,
-};
+pub use launch::{HarnessProcess, Launch, child_env, find_program, kill_leftover_group};
 pub use session::{
     HARNESS_KEY, ResumePointer, SESSION_ID_KEY, SessionStore, WORKING_DIRECTORY_KEY,
 };
+pub use stderr::StderrTail;

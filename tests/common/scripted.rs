@@ -16,6 +16,7 @@ printf '%s\n' "$@" > received-args
 case "$FAKE_MODE" in
   crash)
     echo "loading config" >&2
+    printf 'a byte that is not UTF-8: \377\n' >&2
     echo "fatal: auth failed with key sk-abcdefghijklmnopqrstuvwxyz0123 for $LANGBOT_MCP_TOKEN" >&2
     exit 2 ;;
   slow)
@@ -40,6 +41,12 @@ case "$FAKE_MODE" in
     sleep 300 &
     sleep 300
     exit 0 ;;
+  shout)
+    # One stderr line of 256 MiB, no newline; then it waits to be told.
+    head -c 268435456 /dev/zero | tr '\000' x >&2
+    touch shouted
+    while [ ! -e done ]; do sleep 0.1; done
+    exit 3 ;;
 esac
 if [ "$FAKE_MODE" != quiet ]; then
   mkdir -p outbox/charts
