@@ -3,8 +3,8 @@
 //! prints a recorded Claude stream-json turn. It shows what the real CLIs
 //! cannot be made to do on cue: the exact environment the harness gets,
 //! the prompt on stdin, outbox files becoming artifacts, a crash with
-//! secrets in its stderr, a stderr line of 256 MiB, Ctrl-C, and a context
-//! that is not valid.
+//! secrets in its stderr, a stderr line of 256 MiB, Ctrl-C, a bridge
+//! killed outright, and a context that is not valid.
 
 mod common;
 
@@ -77,16 +77,22 @@ impl Setup {
     }
 
     async fn run(&self, mode: &str, extra: &[&str]) -> BridgeTurn {
+        self.run_with(mode, extra, &[]).await
+    }
+
+    /// [`Setup::run`] with more variables for the bridge.
+    async fn run_with(&self, mode: &str, extra: &[&str], more: &[(&str, &str)]) -> BridgeTurn {
         let adapters = self.tools.path().join("adapters");
         let adapters = adapters.to_string_lossy().into_owned();
         let args = self.args(&adapters, extra);
-        let env = [
+        let mut env = vec![
             ("PATH", self.path_with_script()),
             ("FAKE_MODE", mode.to_string()),
             ("FAKE_VISIBLE", "yes".to_string()),
             ("BRIDGE_ONLY_SECRET", "do-not-pass".to_string()),
             ("HOME", self.data.path().to_string_lossy().into_owned()),
         ];
+        env.extend(more.iter().map(|(k, v)| (*k, v.to_string())));
         bridge_run(self.data.path(), &args, &env).await
     }
 
@@ -122,7 +128,8 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
     let workspace = setup.workspace(&turn);
 
     // Environment: the spec's whitelist, its fixed values and the run's
-    // MCP token; nothing else from the bridge's environment.
+    // own variables (MCP token, turn marker); nothing else from the
+    // bridge's environment.
     let mut names = env_of(&workspace);
     names.retain(|n| !n.is_empty() && n != "PWD" && n != "SHLVL" && n != "_");
     names.sort();
@@ -132,6 +139,7 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
             "FAKE_MODE",
             "FAKE_VISIBLE",
             "FIXED_BY_SPEC",
+            "HARNESS_BRIDGE_TURN",
             "LANGBOT_MCP_TOKEN",
             "PATH"
         ]
@@ -442,6 +450,54 @@ async fn a_killed_bridge_takes_its_harness_with_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_killed_bridge_left_running_dies_at_the_next_start() {
+    for mechanism in common::MECHANISMS {
+        let setup = Setup::new();
+        let tag = common::unique_tag();
+        let needle = format!("sleep 300.{tag}");
+        let _cleanup = Cleanup(needle.clone());
+        let env = [
+            ("FAKE_TAG", tag.as_str()),
+            ("HARNESS_BRIDGE_CONTAIN", mechanism),
+        ];
+        let mut child = setup.spawn_run("stubborn", &[], &env);
+        let mut running = 0;
+        for _ in 0..200 {
+            running = common::processes_with(&needle).len();
+            if running == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            running, 2,
+            "{mechanism}: the harness never started its sleepers"
+        );
+        // SIGKILL: the bridge cannot clean up, and the harness ignores the
+        // SIGTERM the kernel sends it.
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let root = setup.data.path().join("workspaces");
+        assert!(
+            processes_under(&root)
+                .iter()
+                .any(|p| p.contains("scripted-harness")),
+            "{mechanism}: the harness should have outlived the bridge"
+        );
+        // The next bridge ends it all before its own turn.
+        let next = setup
+            .run_with("quiet", &[], &[("HARNESS_BRIDGE_CONTAIN", mechanism)])
+            .await;
+        next.completed();
+        let left = common::processes_with(&needle);
+        assert!(left.is_empty(), "{mechanism}: left running: {left:?}");
+        let left = processes_under(&root);
+        assert!(left.is_empty(), "{mechanism}: left running: {left:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_stderr_line_is_cut_without_being_held() {
     use tokio::io::AsyncBufReadExt;
     let setup = Setup::new();
@@ -483,4 +539,13 @@ async fn a_huge_stderr_line_is_cut_without_being_held() {
     let kept = format!("{}… ({} more bytes)", "x".repeat(400), 268435456 - 400);
     assert!(error.contains(&kept), "{}", &error[..error.len().min(2000)]);
     assert!(error.len() < 4096, "{} bytes", error.len());
+}
+
+/// Kills what a failed test left running, by the marker in its argv.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        common::kill_processes_with(&self.0);
+    }
 }

@@ -134,6 +134,27 @@ fn open_store(
     Ok((runtime, store))
 }
 
+/// Contain every turn this command runs (`harness::cage`): choose the
+/// mechanism and end what bridges killed outright left behind; or the exit
+/// code after saying why turns cannot be contained.
+fn contain() -> Result<(), u8> {
+    crate::harness::cage::start().map(drop).map_err(|e| {
+        eprintln!("error: {e}");
+        exit::FAILURE
+    })
+}
+
+/// Run `command` (which runs turns) contained, and end whatever its turns
+/// left when it is done.
+fn contained(command: impl FnOnce() -> u8) -> u8 {
+    if let Err(code) = contain() {
+        return code;
+    }
+    let code = command();
+    crate::harness::cage::release();
+    code
+}
+
 /// The adapter specs in force: built-in, plus an operator folder; a bad
 /// spec is reported (file, line, reason) and gives the exit code.
 fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapters, u8> {
@@ -287,8 +308,10 @@ pub fn main() -> ExitCode {
             runtime.shutdown_background();
             code
         }
-        Command::Run(args) => in_data_dir(cli.data_dir, |dir| run::run(args, dir)),
-        Command::Relay(args) => in_data_dir(cli.data_dir, |dir| relay::run(args, dir)),
+        Command::Run(args) => in_data_dir(cli.data_dir, |dir| contained(|| run::run(args, dir))),
+        Command::Relay(args) => {
+            in_data_dir(cli.data_dir, |dir| contained(|| relay::run(args, dir)))
+        }
         Command::Serve(args) => in_data_dir(cli.data_dir, |dir| serve::run(args, dir)),
         Command::Project(args) => match data_dir(cli.data_dir) {
             Ok(dir) => project::run(args, &dir),

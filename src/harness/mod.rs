@@ -1,9 +1,12 @@
 //! Harnesses: the code-agent CLIs the bridge runs. Adapter specs (data:
 //! `harness-adapters/*.yaml`), the catalog of runners built from them (what
 //! `manifest` prints), the decoders of their output streams, the launcher
-//! (process groups, environment whitelist) and resume pointers.
+//! (process groups, environment whitelist, stderr tail), containment
+//! (`cage`: nothing a harness starts outlives its turn) and resume
+//! pointers.
 
 mod adapter;
+pub mod cage;
 mod catalog;
 pub mod decode;
 mod launch;
@@ -12,7 +15,7 @@ mod stderr;
 
 pub use adapter::{AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, SpecError, Stdin, TurnValues};
 pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
-pub use launch::{HarnessProcess, Launch, child_env, find_program, kill_leftover_group};
+pub use launch::{HarnessProcess, Launch, child_env, find_program};
 pub use session::{
     HARNESS_KEY, ResumePointer, SESSION_ID_KEY, SessionStore, WORKING_DIRECTORY_KEY,
 };

@@ -17,6 +17,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::RunStatus;
 use crate::protocol::AgentRunResult;
+use crate::run::Spawned;
 
 const FILE: &str = "serve-runs.db";
 /// Held (`flock`) by the one service that owns the journal.
@@ -50,6 +51,9 @@ pub struct Interrupted {
     pub pgid: Option<i32>,
     /// The harness's working directory (its conversation's workspace).
     pub workspace: Option<PathBuf>,
+    /// The turn marker its processes carry (`harness::cage`), same boot
+    /// only, like the group.
+    pub marker: Option<String>,
 }
 
 /// This boot of the machine: a process group id from another boot means
@@ -108,6 +112,17 @@ fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
     Ok(lock)
 }
 
+/// A journal from before turn markers gets the column.
+fn add_marker_column(conn: &Connection) -> rusqlite::Result<()> {
+    let has = conn
+        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'marker'")?
+        .exists([])?;
+    if !has {
+        conn.execute_batch("ALTER TABLE runs ADD COLUMN marker TEXT")?;
+    }
+    Ok(())
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -148,6 +163,7 @@ impl Journal {
                  pgid INTEGER,
                  workspace TEXT,
                  boot_id TEXT,
+                 marker TEXT,
                  queued_at_ms INTEGER NOT NULL,
                  ended_at_ms INTEGER,
                  results TEXT
@@ -155,6 +171,7 @@ impl Journal {
              CREATE INDEX IF NOT EXISTS runs_ended ON runs(ended_at_ms);",
         )
         .map_err(fail)?;
+        add_marker_column(&conn).map_err(fail)?;
         let journal = Journal {
             conn: Mutex::new(conn),
             path: path.clone(),
@@ -174,7 +191,7 @@ impl Journal {
         let boot = boot_id();
         let runs = conn
             .prepare(
-                "SELECT run_id, pgid, workspace, boot_id FROM runs
+                "SELECT run_id, pgid, workspace, boot_id, marker FROM runs
                  WHERE status IN ('queued', 'running')",
             )?
             .query_map([], |row| {
@@ -183,6 +200,7 @@ impl Journal {
                     run_id: row.get(0)?,
                     pgid: row.get::<_, Option<i32>>(1)?.filter(|_| same_boot),
                     workspace: row.get::<_, Option<String>>(2)?.map(PathBuf::from),
+                    marker: row.get::<_, Option<String>>(4)?.filter(|_| same_boot),
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -252,13 +270,19 @@ impl Journal {
         );
     }
 
-    /// A run's harness started in process group `pgid`, working in
-    /// `workspace` (a run may start two, when a stale session is retried
-    /// fresh: the last one counts).
-    pub fn spawned(&self, run_id: &str, pgid: i32, workspace: &Path) {
+    /// A run's harness started: its process group, workspace and turn
+    /// marker (a run may start two, when a stale session is retried fresh:
+    /// the last one counts).
+    pub fn spawned(&self, run_id: &str, harness: &Spawned<'_>) {
         self.write(
-            "UPDATE runs SET pgid = ?2, workspace = ?3, boot_id = ?4 WHERE run_id = ?1",
-            params![run_id, pgid, workspace.to_string_lossy(), boot_id()],
+            "UPDATE runs SET pgid = ?2, workspace = ?3, boot_id = ?4, marker = ?5 WHERE run_id = ?1",
+            params![
+                run_id,
+                harness.pgid,
+                harness.workspace.to_string_lossy(),
+                boot_id(),
+                harness.marker
+            ],
         );
     }
 
@@ -328,7 +352,14 @@ mod tests {
             assert!(interrupted.is_empty());
             journal.queued("r1", "c", "claude-code");
             journal.started("r1");
-            journal.spawned("r1", 4242, Path::new("/w/c"));
+            journal.spawned(
+                "r1",
+                &Spawned {
+                    pgid: 4242,
+                    workspace: Path::new("/w/c"),
+                    marker: "1-2-3-4",
+                },
+            );
             journal.queued("r2", "c", "claude-code");
             journal.queued("r3", "d", "codex");
             journal.started("r3");
@@ -337,14 +368,18 @@ mod tests {
         }
         let (journal, mut interrupted) = Journal::open(dir.path(), day).unwrap();
         interrupted.sort_by(|a, b| a.run_id.cmp(&b.run_id));
-        let r = |run_id: &str, pgid, workspace: Option<&str>| Interrupted {
+        let r = |run_id: &str, pgid, workspace: Option<&str>, marker: Option<&str>| Interrupted {
             run_id: run_id.into(),
             pgid,
             workspace: workspace.map(PathBuf::from),
+            marker: marker.map(str::to_string),
         };
         assert_eq!(
             interrupted,
-            [r("r1", Some(4242), Some("/w/c")), r("r2", None, None)]
+            [
+                r("r1", Some(4242), Some("/w/c"), Some("1-2-3-4")),
+                r("r2", None, None, None)
+            ]
         );
         let r1 = journal.get("r1").unwrap();
         assert_eq!(r1.status, RunStatus::Failed);
@@ -355,6 +390,39 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(journal.prune(Duration::ZERO).unwrap(), 3);
         assert!(!journal.contains("r1").unwrap());
+    }
+
+    #[test]
+    fn a_journal_from_before_turn_markers_is_opened_and_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join(FILE)).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (
+                 run_id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL,
+                 harness TEXT NOT NULL, status TEXT NOT NULL, code TEXT,
+                 pgid INTEGER, workspace TEXT, boot_id TEXT,
+                 queued_at_ms INTEGER NOT NULL, ended_at_ms INTEGER, results TEXT);
+             INSERT INTO runs (run_id, conversation_id, harness, status, queued_at_ms)
+             VALUES ('old', 'c', 'codex', 'running', 1);",
+        )
+        .unwrap();
+        drop(conn);
+        let day = Duration::from_secs(86_400);
+        let (journal, interrupted) = Journal::open(dir.path(), day).unwrap();
+        assert_eq!(interrupted.len(), 1);
+        assert_eq!(interrupted[0].marker, None);
+        journal.queued("new", "c", "codex");
+        journal.spawned(
+            "new",
+            &Spawned {
+                pgid: 7,
+                workspace: Path::new("/w"),
+                marker: "1-2-3-4",
+            },
+        );
+        drop(journal);
+        let (_, interrupted) = Journal::open(dir.path(), day).unwrap();
+        assert_eq!(interrupted[0].marker.as_deref(), Some("1-2-3-4"));
     }
 
     #[test]

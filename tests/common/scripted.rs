@@ -36,10 +36,19 @@ case "$FAKE_MODE" in
     exit 1 ;;
   hang)
     # A session id first, as real harnesses print: a stopped run then
-    # stores its pointer on the way out.
+    # stores its pointer on the way out. One child leaves the group, as
+    # tools do (and keeps the harness's stdout open).
     echo '{"type":"system","subtype":"init","session_id":"scripted-hang","mcp_servers":[]}'
     sleep 300 &
+    setsid sleep 300 &
     sleep 300
+    exit 0 ;;
+  stubborn)
+    # Ignores SIGTERM, as does all it starts; one child leaves the group.
+    trap '' TERM
+    echo '{"type":"system","subtype":"init","session_id":"scripted-hang","mcp_servers":[]}'
+    setsid sleep "300.$FAKE_TAG" >/dev/null 2>&1 &
+    sleep "300.$FAKE_TAG"
     exit 0 ;;
   shout)
     # One stderr line of 256 MiB, no newline; then it waits to be told.
