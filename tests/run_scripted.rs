@@ -474,18 +474,12 @@ async fn what_a_killed_bridge_left_running_dies_at_the_next_start() {
             "{mechanism}: the harness never started its sleepers"
         );
         // SIGKILL: the bridge cannot clean up, and the harness ignores the
-        // SIGTERM the kernel sends it.
+        // SIGTERM the kernel sends it: all of it outlives the bridge.
         child.start_kill().unwrap();
         child.wait().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
         let root = setup.data.path().join("workspaces");
-        assert!(
-            processes_under(&root)
-                .iter()
-                .any(|p| p.contains("scripted-harness")),
-            "{mechanism}: the harness should have outlived the bridge"
-        );
-        // The next bridge ends it all before its own turn.
+        // The next bridge (this one, or any other test's that starts first)
+        // ends it all before its own turn.
         let next = setup
             .run_with("quiet", &[], &[("HARNESS_BRIDGE_CONTAIN", mechanism)])
             .await;

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -23,6 +24,8 @@ pub const TURN_ENV: &str = "HARNESS_BRIDGE_TURN";
 /// How many times a sweep looks again for processes started while it was
 /// killing (a process forking as fast as it is killed is the cgroup's job).
 const ROUNDS: usize = 8;
+/// How long killed processes get to die before a sweep stops waiting.
+const DEATH_WAIT: Duration = Duration::from_secs(5);
 
 /// One bridge process, for as long as the machine is up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -136,18 +139,33 @@ pub fn kill_where(
     killed
 }
 
-/// Kill every process (that this user may read) left by a bridge of our
-/// namespace that is gone. Returns how many.
-pub fn sweep_gone(ours: &BridgeId) -> usize {
-    kill_where(procs::pids, |marker| {
-        Marker::parse(marker).is_some_and(|m| m.bridge.is_gone(ours))
-    })
-    .len()
+/// Wait (at most [`DEATH_WAIT`]) until every process in `killed` has died.
+fn wait_dead(killed: &BTreeSet<(i32, u64)>) {
+    let until = Instant::now() + DEATH_WAIT;
+    let alive = |(pid, start): &(i32, u64)| {
+        procs::stat(*pid).is_some_and(|s| s.start == *start && !s.is_zombie())
+    };
+    while killed.iter().any(alive) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
-/// Kill every process that carries exactly `marker`. Returns how many.
+/// Kill every process (that this user may read) left by a bridge of our
+/// namespace that is gone, and wait for them to die. Returns how many.
+pub fn sweep_gone(ours: &BridgeId) -> usize {
+    let killed = kill_where(procs::pids, |marker| {
+        Marker::parse(marker).is_some_and(|m| m.bridge.is_gone(ours))
+    });
+    wait_dead(&killed);
+    killed.len()
+}
+
+/// Kill every process that carries exactly `marker`, and wait for them
+/// to die. Returns how many.
 pub fn kill_marked(marker: &str) -> usize {
-    kill_where(procs::pids, |m| m == marker).len()
+    let killed = kill_where(procs::pids, |m| m == marker);
+    wait_dead(&killed);
+    killed.len()
 }
 
 #[cfg(test)]
