@@ -47,6 +47,9 @@ Exit codes:
 
 Data folder (embedded host store): --data-dir, else $HARNESS_BRIDGE_DATA_DIR,
 else $XDG_DATA_HOME/harness-bridge, else ~/.local/share/harness-bridge.
+Everything a harness starts ends with its turn: a cgroup per harness where
+the system allows it, else a sweep by turn marker; HARNESS_BRIDGE_CONTAIN=
+cgroup|subreaper|auto chooses (default auto).
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.";
 
 /// Plug code-agent CLIs (Claude Code, Codex) into IM bots through LangBot's
