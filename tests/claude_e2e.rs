@@ -3,15 +3,23 @@
 //! the first calls the bridge's `history_page` tool and gets the store's
 //! real transcript; the second resumes the first's session. Also: a deleted
 //! session falls back to a fresh one, a hanging harness is killed at the
-//! deadline with nothing left behind, and a missing binary is reported.
+//! deadline with nothing left behind, what Claude's Bash tool starts
+//! outside its process group ends with the turn (completed or cancelled,
+//! cgroup or subreaper), and a missing binary is reported.
 
 mod common;
 
 use std::path::Path;
 use std::time::Duration;
 
-use common::anthropic::{ANSWER, ASK, CONVERSATION, FOLLOW_UP, PAUSE, SECOND_ANSWER, fake_model};
-use common::{BridgeTurn, DECISION, bridge_run, processes_under, seed_decision};
+use common::anthropic::{
+    ANSWER, ASK, BASH_DONE, CONVERSATION, FOLLOW_UP, PAUSE, SECOND_ANSWER, fake_model,
+    fake_model_running,
+};
+use common::{
+    BridgeTurn, DECISION, bridge_run, bridge_run_with, left_running, processes_under,
+    processes_with, seed_decision,
+};
 use serde_json::{Value, json};
 
 /// A user's machine: a data folder for the bridge, a home for Claude.
@@ -37,20 +45,28 @@ impl Machine {
     }
 
     async fn turn(&self, text: &str, extra: &[&str]) -> BridgeTurn {
-        let claude = common::cli("claude");
-        let claude = claude.to_string_lossy();
-        let mut args = vec![
-            "--harness",
-            "claude-code",
-            "--bin",
-            &claude,
-            "--conversation",
-            CONVERSATION,
-            "--text",
-            text,
-        ];
+        let mut args = vec!["--conversation", CONVERSATION, "--text", text];
         args.extend_from_slice(extra);
-        let env = [
+        let args = self.args(&args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        bridge_run(self.data.path(), &args, &self.env()).await
+    }
+
+    /// `run` arguments for Claude Code, then `extra`.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let claude = common::cli("claude");
+        let mut args = vec![
+            "--harness".to_string(),
+            "claude-code".to_string(),
+            "--bin".to_string(),
+            claude.to_string_lossy().into_owned(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
             ("HOME", self.home.path().to_string_lossy().into_owned()),
             (
                 "CLAUDE_CONFIG_DIR",
@@ -59,8 +75,37 @@ impl Machine {
             ("ANTHROPIC_BASE_URL", self.model_url.clone()),
             ("ANTHROPIC_API_KEY", "test-key".to_string()),
             ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
-        ];
-        bridge_run(self.data.path(), &args, &env).await
+        ]
+    }
+
+    /// `run` arguments and environment for a turn in which Claude may use
+    /// its Bash tool (as root: bypassPermissions, allowed with IS_SANDBOX),
+    /// with the bridge's containment forced to `mechanism`.
+    fn bash_turn(&self, mechanism: &str) -> (Vec<String>, Vec<(&'static str, String)>) {
+        let mut config = harness_bridge::protocol::JsonMap::new();
+        config.insert("permission_mode".into(), json!("bypassPermissions"));
+        let ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+            conversation: CONVERSATION,
+            actor: "local-user",
+            text: "Start the sleepers",
+            config,
+        })
+        .unwrap();
+        let file = self.data.path().join(format!("{}.json", ctx.run_id));
+        std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+        let file = file.to_string_lossy().into_owned();
+        let args = self.args(&[
+            "--context",
+            &file,
+            "--pass-env",
+            "IS_SANDBOX",
+            "--kill-grace",
+            "1",
+        ]);
+        let mut env = self.env();
+        env.push(("IS_SANDBOX", "1".to_string()));
+        env.push(("HARNESS_BRIDGE_CONTAIN", mechanism.to_string()));
+        (args, env)
     }
 
     fn workspace_root(&self) -> std::path::PathBuf {
@@ -267,4 +312,143 @@ async fn a_long_workspace_path_still_resumes() {
         second.state("external.session_id"),
         first.state("external.session_id")
     );
+}
+
+/// Kills what a failed test left running, by the marker in its argv.
+struct Sleepers(String);
+
+impl Sleepers {
+    /// Commands that leave the harness's process group the usual ways,
+    /// each a `sleep` whose argument carries the marker.
+    fn new() -> Sleepers {
+        Sleepers(format!("600.{}", common::unique_tag()))
+    }
+
+    fn escaping(&self) -> String {
+        let m = &self.0;
+        format!(
+            "nohup sleep {m}1 >/dev/null 2>&1 & setsid sleep {m}2 >/dev/null 2>&1 & (sleep {m}3 >/dev/null 2>&1 &)"
+        )
+    }
+
+    fn running(&self) -> Vec<String> {
+        processes_with(&format!("sleep {}", self.0))
+    }
+}
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        common::kill_processes_with(&format!("sleep {}", self.0));
+    }
+}
+
+/// A Claude turn whose Bash command starts `sleepers` and then stays in
+/// the foreground, cancelled (Ctrl-C) once all of them run: its terminal
+/// result, what was still running when it was read, and the log.
+async fn cancelled_bash_turn(
+    machine: &Machine,
+    mechanism: &str,
+    sleepers: &Sleepers,
+    expected: usize,
+) -> (Value, Vec<String>, String) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let (args, env) = machine.bash_turn(mechanism);
+    let mut child = tokio::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(machine.data.path())
+        .arg("run")
+        .args(&args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    let mut started = false;
+    for _ in 0..1200 {
+        if sleepers.running().len() >= expected {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(started, "the sleepers never ran: {:?}", sleepers.running());
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut terminal = Value::Null;
+    let mut at_end = Vec::new();
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let result: Value = serde_json::from_str(&line).unwrap();
+            if result["type"] == "run.failed" || result["type"] == "run.completed" {
+                at_end = sleepers.running();
+                terminal = result;
+            }
+        }
+        child.wait().await.unwrap()
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("the cancelled run ended");
+    (terminal, at_end, log.await.unwrap())
+}
+
+/// Whatever Claude's Bash tool starts (`nohup … &`, `setsid …`, `( … &)`:
+/// each out of the harness's process group) ends with the turn — before
+/// its terminal result is sent — when the turn completes and when it is
+/// cancelled.
+async fn what_claude_starts_ends_with_the_turn(mechanism: &str) {
+    // A turn that completes, leaving three processes running.
+    let sleepers = Sleepers::new();
+    let (model_url, _fake) =
+        fake_model_running(&format!("{}; echo started", sleepers.escaping())).await;
+    let machine = Machine::new(model_url).await;
+    let (args, env) = machine.bash_turn(mechanism);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut at_end = None;
+    let turn = bridge_run_with(machine.data.path(), &args, &env, |_| {
+        at_end = Some(sleepers.running());
+    })
+    .await;
+    let done = turn.completed();
+    assert_eq!(done["data"]["message"]["content"], BASH_DONE, "{done}");
+    assert_eq!(at_end, Some(Vec::new()), "running when the turn ended");
+    assert!(
+        left_running(&turn.stderr) >= 3,
+        "the bridge did not report what it killed: {}",
+        turn.stderr
+    );
+    assert!(sleepers.running().is_empty());
+
+    // A turn cancelled while its command runs in the foreground.
+    let sleepers = Sleepers::new();
+    let command = format!("{}; sleep {}4", sleepers.escaping(), sleepers.0);
+    let (model_url, _fake) = fake_model_running(&command).await;
+    let machine = Machine::new(model_url).await;
+    let (terminal, at_end, log) = cancelled_bash_turn(&machine, mechanism, &sleepers, 4).await;
+    assert_eq!(terminal["data"]["code"], "cancelled", "{terminal}");
+    assert!(at_end.is_empty(), "running when the turn ended: {at_end:?}");
+    assert!(left_running(&log) >= 3, "{log}");
+    assert!(sleepers.running().is_empty());
+    assert!(processes_under(&machine.workspace_root()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_claude_starts_ends_with_the_turn_in_a_cgroup() {
+    what_claude_starts_ends_with_the_turn("cgroup").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_claude_starts_ends_with_the_turn_under_the_subreaper() {
+    what_claude_starts_ends_with_the_turn("subreaper").await;
 }

@@ -3,7 +3,8 @@
 //! prints a recorded Claude stream-json turn. It shows what the real CLIs
 //! cannot be made to do on cue: the exact environment the harness gets,
 //! the prompt on stdin, outbox files becoming artifacts, a crash with
-//! secrets in its stderr, Ctrl-C, and a context that is not valid.
+//! secrets in its stderr, a stderr line of 256 MiB, Ctrl-C, a bridge
+//! killed outright, and a context that is not valid.
 
 mod common;
 
@@ -43,12 +44,12 @@ impl Setup {
     /// `harness-bridge run` with the harness hanging, as a child process
     /// (stdout piped) the test can signal.
     fn spawn_hanging_run(&self, extra: &[&str]) -> tokio::process::Child {
-        self.spawn_run("hang", extra)
+        self.spawn_run("hang", extra, &[])
     }
 
     /// `harness-bridge run` with the harness in `mode`, as a child process
-    /// whose stdout is piped and read only if the test reads it.
-    fn spawn_run(&self, mode: &str, extra: &[&str]) -> tokio::process::Child {
+    /// (stdout piped) the test can signal; `env` for the bridge.
+    fn spawn_run(&self, mode: &str, extra: &[&str], env: &[(&str, &str)]) -> tokio::process::Child {
         let adapters = self.tools.path().join("adapters");
         let adapters = adapters.to_string_lossy().into_owned();
         tokio::process::Command::new(common::bridge_bin())
@@ -59,6 +60,7 @@ impl Setup {
             .env_clear()
             .env("PATH", self.path_with_script())
             .env("FAKE_MODE", mode)
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -75,16 +77,22 @@ impl Setup {
     }
 
     async fn run(&self, mode: &str, extra: &[&str]) -> BridgeTurn {
+        self.run_with(mode, extra, &[]).await
+    }
+
+    /// [`Setup::run`] with more variables for the bridge.
+    async fn run_with(&self, mode: &str, extra: &[&str], more: &[(&str, &str)]) -> BridgeTurn {
         let adapters = self.tools.path().join("adapters");
         let adapters = adapters.to_string_lossy().into_owned();
         let args = self.args(&adapters, extra);
-        let env = [
+        let mut env = vec![
             ("PATH", self.path_with_script()),
             ("FAKE_MODE", mode.to_string()),
             ("FAKE_VISIBLE", "yes".to_string()),
             ("BRIDGE_ONLY_SECRET", "do-not-pass".to_string()),
             ("HOME", self.data.path().to_string_lossy().into_owned()),
         ];
+        env.extend(more.iter().map(|(k, v)| (*k, v.to_string())));
         bridge_run(self.data.path(), &args, &env).await
     }
 
@@ -120,7 +128,8 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
     let workspace = setup.workspace(&turn);
 
     // Environment: the spec's whitelist, its fixed values and the run's
-    // MCP token and endpoint; nothing else from the bridge's environment.
+    // own variables (MCP token and endpoint, turn marker); nothing else
+    // from the bridge's environment.
     let mut names = env_of(&workspace);
     names.retain(|n| !n.is_empty() && n != "PWD" && n != "SHLVL" && n != "_");
     names.sort();
@@ -130,6 +139,7 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
             "FAKE_MODE",
             "FAKE_VISIBLE",
             "FIXED_BY_SPEC",
+            "HARNESS_BRIDGE_TURN",
             "LANGBOT_MCP_TOKEN",
             "LANGBOT_MCP_URL",
             "PATH"
@@ -222,6 +232,8 @@ async fn a_crash_is_harness_error_with_the_stderr_tail_redacted() {
         error.contains("exited (code 2)") || error.contains("code 2"),
         "{error}"
     );
+    // After a line that is not UTF-8: the reading went on.
+    assert!(error.contains("not UTF-8: \u{fffd}"), "{error}");
     assert!(error.contains("fatal: auth failed"), "{error}");
     assert!(
         !error.contains("sk-abcdefghijklmnopqrstuvwxyz0123"),
@@ -558,7 +570,7 @@ async fn an_extra_servers_env_never_changes_the_harnesss_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deadline_holds_while_nobody_reads_the_results() {
     let setup = Setup::new();
-    let mut bridge = setup.spawn_run("flood", &["--timeout", "2", "--kill-grace", "1"]);
+    let mut bridge = setup.spawn_run("flood", &["--timeout", "2", "--kill-grace", "1"], &[]);
     let workspaces = setup.data.path().join("workspaces");
     common::wait_for_processes(&workspaces, 1).await;
     // Nobody reads the bridge's stdout: ten megabytes fill every buffer
@@ -660,4 +672,99 @@ async fn the_data_folder_and_what_a_turn_writes_are_private() {
         }
     }
     assert!(open.is_empty(), "readable by others: {open:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_killed_bridge_left_running_dies_at_the_next_start() {
+    for mechanism in common::MECHANISMS {
+        let setup = Setup::new();
+        let tag = common::unique_tag();
+        let needle = format!("sleep 300.{tag}");
+        let _cleanup = Cleanup(needle.clone());
+        let env = [
+            ("FAKE_TAG", tag.as_str()),
+            ("HARNESS_BRIDGE_CONTAIN", mechanism),
+        ];
+        let mut child = setup.spawn_run("stubborn", &[], &env);
+        let mut running = 0;
+        for _ in 0..200 {
+            running = common::processes_with(&needle).len();
+            if running == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            running, 2,
+            "{mechanism}: the harness never started its sleepers"
+        );
+        // SIGKILL: the bridge cannot clean up, and the harness ignores the
+        // SIGTERM the kernel sends it: all of it outlives the bridge.
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+        let root = setup.data.path().join("workspaces");
+        // The next bridge (this one, or any other test's that starts first)
+        // ends it all before its own turn.
+        let next = setup
+            .run_with("quiet", &[], &[("HARNESS_BRIDGE_CONTAIN", mechanism)])
+            .await;
+        next.completed();
+        let left = common::processes_with(&needle);
+        assert!(left.is_empty(), "{mechanism}: left running: {left:?}");
+        let left = processes_under(&root);
+        assert!(left.is_empty(), "{mechanism}: left running: {left:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_stderr_line_is_cut_without_being_held() {
+    use tokio::io::AsyncBufReadExt;
+    let setup = Setup::new();
+    let mut child = setup.spawn_run("shout", &[], &[]);
+    let root = setup.data.path().join("workspaces");
+    let mut shouted = None;
+    for _ in 0..600 {
+        shouted = walkdir::WalkDir::new(&root)
+            .into_iter()
+            .filter_map(Result::ok)
+            .find(|e| e.file_name() == "shouted")
+            .and_then(|e| e.path().parent().map(Path::to_path_buf));
+        if shouted.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let workspace = shouted.expect("the harness wrote its line");
+    // All but a pipe's worth of the line has been read by now.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id().unwrap())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    std::fs::write(workspace.join("done"), "").unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut last = Value::Null;
+    while let Some(line) = lines.next_line().await.unwrap() {
+        last = serde_json::from_str(&line).unwrap();
+    }
+    child.wait().await.unwrap();
+    assert!(
+        peak_kib < 128 * 1024,
+        "the bridge's peak memory was {peak_kib} KiB while reading a 256 MiB line"
+    );
+    assert_eq!(last["data"]["code"], "harness_error", "{last}");
+    let error = last["data"]["error"].as_str().unwrap();
+    let kept = format!("{}… ({} more bytes)", "x".repeat(400), 268435456 - 400);
+    assert!(error.contains(&kept), "{}", &error[..error.len().min(2000)]);
+    assert!(error.len() < 4096, "{} bytes", error.len());
+}
+
+/// Kills what a failed test left running, by the marker in its argv.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        common::kill_processes_with(&self.0);
+    }
 }

@@ -1,9 +1,10 @@
 //! `harness-bridge serve` as a client meets it, with the scripted harness:
 //! turns of one conversation in order (the second resumes the first), 50
 //! conversations × 3 turns at once, a full queue answers 429, cancel stops
-//! a run's process group, SIGTERM during a run leaves no process behind, a
-//! crash leaves the in-flight run marked failed at the next start, and the
-//! metrics and logs say what happened.
+//! a run and all its harness started (and nothing of another run's),
+//! SIGTERM during a run leaves no process behind, a crash leaves the
+//! in-flight run marked failed at the next start and what it left killed,
+//! and the metrics and logs say what happened.
 
 mod common;
 
@@ -55,6 +56,17 @@ impl Server {
         mode: &str,
         extra: &str,
     ) -> Server {
+        Server::start_contained(data, tools, mode, extra, None).await
+    }
+
+    /// [`Server::start_in`] with the containment mechanism forced.
+    async fn start_contained(
+        data: Arc<tempfile::TempDir>,
+        tools: Arc<tempfile::TempDir>,
+        mode: &str,
+        extra: &str,
+        mechanism: Option<&str>,
+    ) -> Server {
         let config = format!(
             "adapters: {}\ndefault_harness: scripted\nkill_grace_seconds: 1\nset_env:\n  FAKE_MODE: {mode}\n{extra}",
             tools.path().join("adapters").display()
@@ -64,8 +76,10 @@ impl Server {
             tools.path().display(),
             std::env::var("PATH").unwrap_or_default()
         );
+        let mut env = vec![("PATH", path)];
+        env.extend(mechanism.map(|m| ("HARNESS_BRIDGE_CONTAIN", m.to_string())));
         Server {
-            process: ServeProcess::spawn(data, &config, &[("PATH", path)]).await,
+            process: ServeProcess::spawn(data, &config, &env).await,
             tools,
         }
     }
@@ -198,7 +212,7 @@ impl Server {
         common::assert_none_left_under(&self.workspaces()).await;
     }
 
-    /// Wait until the (hanging) harness and its child run.
+    /// Wait until the harness and its child run.
     async fn wait_for_harness(&self) {
         common::wait_for_processes(&self.workspaces(), 2).await;
     }
@@ -394,6 +408,55 @@ async fn cancel_stops_the_run_and_its_process_group() {
     server.assert_nothing_left().await;
 }
 
+/// Two turns at once: the end of one (cancelled) leaves the other's
+/// processes alone — also the one that left its harness's group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_ends_leaves_another_turns_processes_alone() {
+    for mechanism in common::MECHANISMS {
+        let tools = tempfile::tempdir().unwrap();
+        common::scripted::install(tools.path());
+        let data = Arc::new(tempfile::tempdir().unwrap());
+        let server =
+            Server::start_contained(data, Arc::new(tools), "hang", "", Some(mechanism)).await;
+        let first = server.post_run_in_background("first", "a", "hi");
+        let second = server.post_run_in_background("second", "b", "hi");
+        // Two hanging harnesses with three children each.
+        common::wait_for_processes(&server.workspaces(), 8).await;
+        let workspace = |run_id: &str| {
+            let file = walkdir::WalkDir::new(server.workspaces())
+                .into_iter()
+                .filter_map(Result::ok)
+                .find(|e| {
+                    e.file_name() == "agent-context.json"
+                        && std::fs::read_to_string(e.path())
+                            .ok()
+                            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                            .is_some_and(|ctx| ctx["run_id"] == run_id)
+                })
+                .expect("the run's workspace");
+            file.path()
+                .parent()
+                .unwrap()
+                .parent()
+                .unwrap()
+                .to_path_buf()
+        };
+        let second_workspace = workspace("second");
+        assert_eq!(server.post_status("/v1/runs/first/cancel").await, 202);
+        let body = first.await.unwrap();
+        assert!(body.contains("cancelled"), "{body}");
+        let left = common::processes_under(&second_workspace);
+        assert_eq!(
+            left.len(),
+            4,
+            "{mechanism}: the other turn lost processes: {left:?}"
+        );
+        assert_eq!(server.post_status("/v1/runs/second/cancel").await, 202);
+        assert!(second.await.unwrap().contains("cancelled"));
+        server.assert_nothing_left().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_run_stops_everything() {
     let mut server = Server::start("hang", "shutdown_grace_seconds: 1\n").await;
@@ -526,9 +589,20 @@ async fn fifty_conversations_of_three_turns_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
-    let mut server = Server::start("hang", "").await;
+    for mechanism in common::MECHANISMS {
+        a_crash_is_recovered_from(mechanism).await;
+    }
+}
+
+async fn a_crash_is_recovered_from(mechanism: &str) {
+    let tools = tempfile::tempdir().unwrap();
+    common::scripted::install(tools.path());
+    let (data, tools) = (Arc::new(tempfile::tempdir().unwrap()), Arc::new(tools));
+    let mut server =
+        Server::start_contained(data.clone(), tools.clone(), "hang", "", Some(mechanism)).await;
     let run = server.post_in_background();
-    server.wait_for_harness().await;
+    // The hanging harness and its three children, one out of its group.
+    common::wait_for_processes(&server.workspaces(), 4).await;
     let run_id = server.started_run_id();
     assert_eq!(
         server.get_json(&format!("/v1/runs/{run_id}")).await["status"],
@@ -537,12 +611,11 @@ async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
     // A crash: no shutdown, no chance to tidy up.
     server.child.kill().await.unwrap();
     let _ = run.await;
-    let (data, tools) = (server.data.clone(), server.tools.clone());
     drop(server);
-    // What the harness started itself may outlive a bridge killed outright;
-    // the next start (same data folder, same workspaces) finds the group in
-    // the journal and ends it.
-    let server = Server::start_in(data, tools, "quiet", "").await;
+    // What the harness started itself may outlive a bridge killed outright
+    // (in its group or not); the next start (same data folder, same
+    // workspaces) finds the run in the journal and ends it.
+    let server = Server::start_contained(data, tools, "quiet", "", Some(mechanism)).await;
     server.assert_nothing_left().await;
     let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
     assert_eq!(run["status"], "failed", "{run}");
@@ -551,6 +624,11 @@ async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
     assert!(
         log.contains(&run_id) && log.contains("marked failed"),
         "the restart says which run it marked: {log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains(&run_id)
+            && l.contains("killed what the interrupted run's harness left running")),
+        "{mechanism}: the restart says it ended what the run left: {log}"
     );
     // The conversation goes on: the interrupted turn's message is in the
     // transcript with no reply, and the next turn runs and is recorded.

@@ -47,6 +47,9 @@ Exit codes:
 
 Data folder (embedded host store): --data-dir, else $HARNESS_BRIDGE_DATA_DIR,
 else $XDG_DATA_HOME/harness-bridge, else ~/.local/share/harness-bridge.
+Everything a harness starts ends with its turn: a cgroup per harness where
+the system allows it, else a sweep by turn marker; HARNESS_BRIDGE_CONTAIN=
+cgroup|subreaper|auto chooses (default auto).
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.";
 
 /// Plug code-agent CLIs (Claude Code, Codex) into IM bots through LangBot's
@@ -134,6 +137,27 @@ fn open_store(
         exit::FAILURE
     })?;
     Ok((runtime, store))
+}
+
+/// Contain every turn this command runs (`harness::cage`): choose the
+/// mechanism and end what bridges killed outright left behind; or the exit
+/// code after saying why turns cannot be contained.
+fn contain() -> Result<(), u8> {
+    crate::harness::cage::start().map(drop).map_err(|e| {
+        eprintln!("error: {e}");
+        exit::FAILURE
+    })
+}
+
+/// Run `command` (which runs turns) contained, and end whatever its turns
+/// left when it is done.
+fn contained(command: impl FnOnce() -> u8) -> u8 {
+    if let Err(code) = contain() {
+        return code;
+    }
+    let code = command();
+    crate::harness::cage::release();
+    code
 }
 
 /// The adapter specs in force: built-in, plus an operator folder; a bad
@@ -352,8 +376,10 @@ pub fn main() -> ExitCode {
             runtime.shutdown_background();
             code
         }
-        Command::Run(args) => in_data_dir(cli.data_dir, |dir| run::run(args, dir)),
-        Command::Relay(args) => in_data_dir(cli.data_dir, |dir| relay::run(args, dir)),
+        Command::Run(args) => in_data_dir(cli.data_dir, |dir| contained(|| run::run(args, dir))),
+        Command::Relay(args) => {
+            in_data_dir(cli.data_dir, |dir| contained(|| relay::run(args, dir)))
+        }
         Command::Serve(args) => in_data_dir(cli.data_dir, |dir| serve::run(args, dir)),
         Command::Project(args) => match data_dir(cli.data_dir) {
             Ok(dir) => project::run(args, &dir),

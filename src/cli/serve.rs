@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::exit;
+use crate::harness::cage;
 use crate::projection::Templates;
 use crate::run::{Bridge, Settings};
 use crate::serve::{ServeConfig, Service};
@@ -112,7 +113,17 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
                     crate::serve::INTERRUPTED
                 );
                 if let (Some(pgid), Some(workspace)) = (run.pgid, &run.workspace) {
-                    crate::harness::kill_leftover_group(pgid, workspace);
+                    cage::kill_leftover_group(pgid, workspace);
+                }
+                if let Some(marker) = &run.marker {
+                    let killed = cage::kill_leftover_turn(marker);
+                    if killed > 0 {
+                        tracing::warn!(
+                            run_id = %run.run_id,
+                            killed,
+                            "killed what the interrupted run's harness left running"
+                        );
+                    }
                 }
             }
             journal
@@ -123,6 +134,10 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         }
     };
     crate::listen::raise_fd_limit();
+    // After the journal's own sweep, which names the runs it ends.
+    if let Err(code) = super::contain() {
+        return code;
+    }
     let mut settings = Settings::new(workspace_root);
     settings.binaries = config.harness_binaries.clone();
     settings.pass_env = config.pass_env.clone();
@@ -150,6 +165,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
             .await
             .map_err(|e| e.to_string())
     });
+    cage::release();
     match result {
         Ok(()) => exit::OK,
         Err(e) => {

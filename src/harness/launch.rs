@@ -1,31 +1,24 @@
-//! Launching a harness process: its own process group, a whitelisted
-//! environment, stdin as the spec says, and a stop that takes the whole
-//! group (the harness and every MCP server or tool it started).
-//!
-//! The group is the unit of cleanup. A harness that exits normally can
-//! still leave children behind (a stdio MCP server it did not reap), so the
-//! group is killed after every run, not only on a deadline.
+//! Launching a harness process: its own process group inside its turn's
+//! cage (`cage`), a whitelisted environment, stdin as the spec says, a
+//! graceful stop by group (SIGTERM to the harness and every MCP server or
+//! tool it started, then SIGKILL), and at the end of every turn the cage
+//! cleared: whatever the harness started, in its group or not, is killed.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdout, Command};
 use tracing::Instrument;
 
 use super::EnvSpec;
-use crate::projection::{is_secret_key, redact_text};
-
-/// How many stderr lines are kept for a failure message.
-const STDERR_TAIL_LINES: usize = 20;
-/// Longest stderr line kept, in bytes.
-const STDERR_LINE_MAX: usize = 400;
+use super::cage::{Mechanism, TurnCage};
+use super::stderr::StderrTail;
 
 /// What to run, where, with what.
 #[derive(Debug)]
@@ -90,65 +83,12 @@ pub fn find_program(binary: &str, path: Option<&str>) -> Option<PathBuf> {
         .find(|p| executable(p))
 }
 
-/// The last lines a process wrote to stderr, secrets redacted.
-#[derive(Debug, Clone)]
-pub struct StderrTail {
-    lines: Arc<Mutex<VecDeque<String>>>,
-    secrets: Arc<Vec<String>>,
-}
-
-impl StderrTail {
-    /// A tail that also hides the values of the child's secret variables.
-    fn new(env: &BTreeMap<String, String>) -> Self {
-        let secrets = env
-            .iter()
-            .filter(|(k, _)| is_secret_key(k, &[]))
-            .map(|(_, v)| v.clone())
-            .collect();
-        StderrTail {
-            lines: Arc::default(),
-            secrets: Arc::new(secrets),
-        }
-    }
-
-    fn redact(&self, line: &str) -> String {
-        let known: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
-        redact_text(line, &known)
-    }
-
-    fn push(&self, line: &str) {
-        let mut line = self.redact(line.trim_end());
-        if line.len() > STDERR_LINE_MAX {
-            let mut cut = STDERR_LINE_MAX;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-            line.push('…');
-        }
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        if lines.len() == STDERR_TAIL_LINES {
-            lines.pop_front();
-        }
-        lines.push_back(line);
-    }
-
-    /// The kept lines, oldest first.
-    pub fn lines(&self) -> Vec<String> {
-        self.lines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect()
-    }
-}
-
-/// A running harness, leader of its own process group.
+/// A running harness, leader of its own process group, in its cage.
 #[derive(Debug)]
 pub struct HarnessProcess {
     child: Child,
     pgid: Option<Pid>,
+    cage: TurnCage,
     stderr: StderrTail,
     stderr_done: Option<tokio::task::JoinHandle<()>>,
 }
@@ -156,6 +96,7 @@ pub struct HarnessProcess {
 impl HarnessProcess {
     /// Start the process; its stdout is handed back for the decoder.
     pub fn spawn(launch: &Launch<'_>) -> std::io::Result<(Self, ChildStdout)> {
+        let mut cage = TurnCage::new()?;
         let mut command = Command::new(launch.program);
         command
             .args(launch.args)
@@ -182,7 +123,7 @@ impl HarnessProcess {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
             });
         }
-        let mut child = command.spawn()?;
+        let mut child = cage.spawn(&mut command)?;
         let pgid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
@@ -203,23 +144,13 @@ impl HarnessProcess {
         let stderr = StderrTail::new(launch.env);
         let stderr_done = child.stderr.take().map(|pipe| {
             let tail = stderr.clone();
-            tokio::spawn(
-                async move {
-                    let mut lines = BufReader::new(pipe).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        if !line.trim().is_empty() {
-                            tracing::debug!(target: "harness_stderr", "{}", tail.redact(&line));
-                            tail.push(&line);
-                        }
-                    }
-                }
-                .in_current_span(),
-            )
+            tokio::spawn(async move { tail.read(pipe).await }.in_current_span())
         });
         Ok((
             HarnessProcess {
                 child,
                 pgid,
+                cage,
                 stderr,
                 stderr_done,
             },
@@ -232,28 +163,49 @@ impl HarnessProcess {
         self.pgid.map(Pid::as_raw)
     }
 
-    /// Wait for the harness to exit, then clear its group.
-    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        let status = self.child.wait().await;
-        self.kill_group(Signal::SIGKILL);
-        status
+    /// The turn marker the harness and all it starts carry (see `cage`).
+    pub fn marker(&self) -> &str {
+        self.cage.marker()
     }
 
-    /// Stop the whole group: SIGTERM, then SIGKILL after `grace`.
+    /// Wait for the harness itself to exit (cancel-safe: nothing else is
+    /// done; [`HarnessProcess::clear`] ends what it left).
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// Stop the whole group: SIGTERM, then SIGKILL after `grace`; waits
+    /// for the harness to exit.
     pub async fn terminate(&mut self, grace: Duration) -> std::io::Result<ExitStatus> {
         self.kill_group(Signal::SIGTERM);
         match tokio::time::timeout(grace, self.child.wait()).await {
-            Ok(status) => {
-                // The leader is gone; members that ignored SIGTERM are not.
-                self.kill_group(Signal::SIGKILL);
-                status
-            }
+            Ok(status) => status,
             Err(_) => {
                 tracing::warn!(pgid = ?self.pgid, "harness ignored SIGTERM; killing its group");
                 self.kill_group(Signal::SIGKILL);
                 self.child.wait().await
             }
         }
+    }
+
+    /// Once the harness has exited: kill everything it started that still
+    /// runs — its group, and whatever left the group — and wait until it
+    /// is gone. Returns how many processes that was (logged when any).
+    pub async fn clear(&mut self) -> usize {
+        let left = self.cage.clear().await;
+        // Without a cgroup, members that cleared their marker are still
+        // reached by the group. (An emptied cgroup has no members left, and
+        // the group's id may since belong to someone else.)
+        if self.cage.mechanism() == Mechanism::Subreaper {
+            self.kill_group(Signal::SIGKILL);
+        }
+        if left > 0 {
+            tracing::warn!(
+                left,
+                "the harness left {left} process(es) running after it exited or was stopped; killed"
+            );
+        }
+        left
     }
 
     /// The last stderr lines, once the stream has ended (or shortly after).
@@ -277,58 +229,10 @@ impl HarnessProcess {
     }
 }
 
-/// Kill what is left of a harness process group a previous bridge started
-/// and could not stop (it was killed outright): every process in group
-/// `pgid` gets SIGKILL, but only when one of them still works in `root`
-/// (the run's own workspace), so a group id the system has since reused
-/// for something else is left alone. Returns how many processes of the
-/// group were found.
-pub fn kill_leftover_group(pgid: i32, root: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    // The kernel reports cwd resolved; the root may be relative or linked.
-    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    let mut members = 0;
-    let mut ours = false;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
-        let pgrp = stat
-            .rfind(')')
-            .and_then(|end| stat[end + 1..].split_whitespace().nth(2))
-            .and_then(|field| field.parse::<i32>().ok());
-        if pgrp != Some(pgid) {
-            continue;
-        }
-        members += 1;
-        ours |=
-            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&root));
-    }
-    if ours {
-        tracing::warn!(
-            pgid,
-            members,
-            "killing a harness group left by a bridge that died"
-        );
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    }
-    members
-}
-
 impl Drop for HarnessProcess {
     fn drop(&mut self) {
         // A run that is abandoned (its task dropped) must not leave the
-        // harness behind.
+        // harness behind: its group now, the rest as the cage drops.
         if matches!(self.child.try_wait(), Ok(None)) {
             self.kill_group(Signal::SIGKILL);
         }

@@ -1,21 +1,23 @@
 //! Harnesses: the code-agent CLIs the bridge runs. Adapter specs (data:
 //! `harness-adapters/*.yaml`), the catalog of runners built from them (what
 //! `manifest` prints), the decoders of their output streams, the launcher
-//! (process groups, environment whitelist) and resume pointers.
+//! (process groups, environment whitelist, stderr tail), containment
+//! (`cage`: nothing a harness starts outlives its turn) and resume
+//! pointers.
 
 mod adapter;
+pub mod cage;
 mod catalog;
 pub mod decode;
 mod launch;
 mod session;
+mod stderr;
 
 pub use adapter::{AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, SpecError, Stdin, TurnValues};
 pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
-pub use launch::{
-    HarnessProcess, Launch, StderrTail, child_env, env_pattern_matches, find_program,
-    kill_leftover_group,
-};
+pub use launch::{HarnessProcess, Launch, child_env, env_pattern_matches, find_program};
 pub use session::{
     HARNESS_KEY, ResumePointer, SESSION_ID_KEY, SessionIdFormat, SessionStore,
     WORKING_DIRECTORY_KEY,
 };
+pub use stderr::StderrTail;

@@ -1,6 +1,7 @@
 //! One harness process: launch it, decode its stdout into results as the
-//! lines come, pick up outbox files as they are finished, and stop the
-//! whole process group at the deadline or on cancel.
+//! lines come, pick up outbox files as they are finished, stop the whole
+//! process group at the deadline or on cancel, and end whatever it left
+//! running before the attempt returns.
 //!
 //! The terminal result is *returned*, not sent: the run decides whether
 //! the attempt stands or is retried as a fresh session, and sends the
@@ -41,7 +42,7 @@ pub struct Live<'a> {
     pub cancel: &'a CancellationToken,
     /// How long the group gets between SIGTERM and SIGKILL.
     pub grace: Duration,
-    /// Told the harness's process group.
+    /// Told each harness that starts.
     pub on_spawn: Option<&'a super::SpawnHook>,
 }
 
@@ -127,7 +128,11 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     };
     tracing::info!(harness = %spec.name, pgid = ?process.pgid(), "harness started");
     if let (Some(hook), Some(pgid)) = (live.on_spawn, process.pgid()) {
-        (hook.0)(pgid, launch.cwd);
+        (hook.0)(&super::Spawned {
+            pgid,
+            workspace: launch.cwd,
+            marker: process.marker(),
+        });
     }
     let mut lines = LineBuffer::default();
     let mut buf = vec![0u8; 64 * 1024];
@@ -180,22 +185,28 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                 }
             },
             status = process.wait(), if exited.is_none() => {
+                // Whatever the harness left running ends with it.
+                process.clear().await;
                 exited = Some(status);
                 if !stdout_open {
                     break None;
                 }
-                // The group is gone, so stdout ends soon; a process that
-                // escaped the group and holds it open gets a short grace.
+                // Everything that could hold stdout open is gone, so it
+                // ends soon; what is still in the pipe is read first.
                 drain_until = Some(Instant::now() + STDOUT_DRAIN);
             }
             Some(path) = live.outbox.next(), if !live.emit.pending() => push_artifact(live, &path).await,
         }
     };
     // A harness that already exited ended the turn on its own, whatever
-    // came after (its group is gone; do not signal it again).
+    // came after (what it left is gone; do not signal it again).
     let (stop, status) = match exited {
         Some(status) => (None, status),
-        None => (stop, process.terminate(live.grace).await),
+        None => {
+            let status = process.terminate(live.grace).await;
+            process.clear().await;
+            (stop, status)
+        }
     };
     if let Some(line) = lines.finish() {
         not_found |= !spoke && line.contains(&spec.session_not_found);

@@ -86,14 +86,26 @@ pub struct RunOptions {
     /// Extra MCP servers this run's binding may pick by name, besides the
     /// settings' (the plugin's runner settings, through the relay).
     pub mcp_servers: McpCatalog,
-    /// Told each harness process group as it starts, so a caller can note
-    /// it somewhere that outlives the bridge (the service's journal).
+    /// Told each harness as it starts, so a caller can note it somewhere
+    /// that outlives the bridge (the service's journal).
     pub on_spawn: Option<SpawnHook>,
 }
 
-/// What a [`SpawnHook`] calls: the process group id and the working
-/// directory of a harness that just started.
-pub type OnSpawn = dyn Fn(i32, &std::path::Path) + Send + Sync;
+/// A harness that just started, as a [`SpawnHook`] is told it: what a
+/// later bridge needs to end what it left if this one is killed outright.
+#[derive(Debug, Clone, Copy)]
+pub struct Spawned<'a> {
+    /// Its process group id.
+    pub pgid: i32,
+    /// Its working directory (the conversation's workspace).
+    pub workspace: &'a std::path::Path,
+    /// The turn marker it and everything it starts carry
+    /// (`harness::cage`).
+    pub marker: &'a str,
+}
+
+/// What a [`SpawnHook`] calls.
+pub type OnSpawn = dyn Fn(&Spawned<'_>) + Send + Sync;
 
 /// A callback told each harness that starts.
 #[derive(Clone)]

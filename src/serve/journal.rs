@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 
 use super::RunStatus;
 use crate::protocol::AgentRunResult;
+use crate::run::Spawned;
 
 const FILE: &str = "serve-runs.db";
 /// Held (`flock`) by the one service that owns the journal.
@@ -60,6 +61,9 @@ pub struct Interrupted {
     pub pgid: Option<i32>,
     /// The harness's working directory (its conversation's workspace).
     pub workspace: Option<PathBuf>,
+    /// The turn marker its processes carry (`harness::cage`), same boot
+    /// only, like the group.
+    pub marker: Option<String>,
 }
 
 /// This boot of the machine: a process group id from another boot means
@@ -86,6 +90,7 @@ enum Write {
         run_id: String,
         pgid: i32,
         workspace: String,
+        marker: String,
     },
     Result {
         run_id: String,
@@ -158,6 +163,17 @@ fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
     Ok(lock)
 }
 
+/// A journal from before turn markers gets the column.
+fn add_marker_column(conn: &Connection) -> rusqlite::Result<()> {
+    let has = conn
+        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'marker'")?
+        .exists([])?;
+    if !has {
+        conn.execute_batch("ALTER TABLE runs ADD COLUMN marker TEXT")?;
+    }
+    Ok(())
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -186,6 +202,7 @@ const SCHEMA: &str = "
         pgid INTEGER,
         workspace TEXT,
         boot_id TEXT,
+        marker TEXT,
         queued_at_ms INTEGER NOT NULL,
         ended_at_ms INTEGER,
         results TEXT
@@ -211,6 +228,7 @@ impl Journal {
         let fail = |e: rusqlite::Error| format!("run journal {}: {e}", path.display());
         let mut conn = Connection::open(&path).map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
+        add_marker_column(&conn).map_err(fail)?;
         let interrupted = recover(&conn).map_err(fail)?;
         prune(&mut conn, retention).map_err(fail)?;
         let reader = Connection::open(&path).map_err(fail)?;
@@ -289,14 +307,15 @@ impl Journal {
         self.send(Write::Started(run_id.into()));
     }
 
-    /// A run's harness started in process group `pgid`, working in
-    /// `workspace` (a run may start two, when a stale session is retried
-    /// fresh: the last one counts).
-    pub fn spawned(&self, run_id: &str, pgid: i32, workspace: &Path) {
+    /// A run's harness started: its process group, workspace and turn
+    /// marker (a run may start two, when a stale session is retried fresh:
+    /// the last one counts).
+    pub fn spawned(&self, run_id: &str, harness: &Spawned<'_>) {
         self.send(Write::Spawned {
             run_id: run_id.into(),
-            pgid,
-            workspace: workspace.to_string_lossy().into_owned(),
+            pgid: harness.pgid,
+            workspace: harness.workspace.to_string_lossy().into_owned(),
+            marker: harness.marker.to_string(),
         });
     }
 
@@ -417,7 +436,7 @@ fn recover(conn: &Connection) -> rusqlite::Result<Vec<Interrupted>> {
     let boot = boot_id();
     let runs = conn
         .prepare(
-            "SELECT run_id, pgid, workspace, boot_id FROM runs
+            "SELECT run_id, pgid, workspace, boot_id, marker FROM runs
              WHERE status IN ('queued', 'running')",
         )?
         .query_map([], |row| {
@@ -426,6 +445,7 @@ fn recover(conn: &Connection) -> rusqlite::Result<Vec<Interrupted>> {
                 run_id: row.get(0)?,
                 pgid: row.get::<_, Option<i32>>(1)?.filter(|_| same_boot),
                 workspace: row.get::<_, Option<String>>(2)?.map(PathBuf::from),
+                marker: row.get::<_, Option<String>>(4)?.filter(|_| same_boot),
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -484,11 +504,12 @@ fn apply(
             run_id,
             pgid,
             workspace,
+            marker,
         } => tx
             .prepare_cached(
-                "UPDATE runs SET pgid = ?2, workspace = ?3, boot_id = ?4 WHERE run_id = ?1",
+                "UPDATE runs SET pgid = ?2, workspace = ?3, boot_id = ?4, marker = ?5 WHERE run_id = ?1",
             )
-            .and_then(|mut s| s.execute(params![run_id, pgid, workspace, boot_id()]))
+            .and_then(|mut s| s.execute(params![run_id, pgid, workspace, boot_id(), marker]))
             .map(|_| ()),
         Write::Result { run_id, seq, body } => tx
             .prepare_cached(
@@ -586,7 +607,14 @@ mod tests {
             assert!(interrupted.is_empty());
             journal.queued("r1", "c", "claude-code").await.unwrap();
             journal.started("r1");
-            journal.spawned("r1", 4242, Path::new("/w/c"));
+            journal.spawned(
+                "r1",
+                &Spawned {
+                    pgid: 4242,
+                    workspace: Path::new("/w/c"),
+                    marker: "1-2-3-4",
+                },
+            );
             journal.result("r1", 1, serde_json::to_string(&failed("r1", 1)).unwrap());
             journal.queued("r2", "c", "claude-code").await.unwrap();
             journal.queued("r3", "d", "codex").await.unwrap();
@@ -600,14 +628,18 @@ mod tests {
         }
         let (journal, mut interrupted) = Journal::open(dir.path(), day).unwrap();
         interrupted.sort_by(|a, b| a.run_id.cmp(&b.run_id));
-        let r = |run_id: &str, pgid, workspace: Option<&str>| Interrupted {
+        let r = |run_id: &str, pgid, workspace: Option<&str>, marker: Option<&str>| Interrupted {
             run_id: run_id.into(),
             pgid,
             workspace: workspace.map(PathBuf::from),
+            marker: marker.map(str::to_string),
         };
         assert_eq!(
             interrupted,
-            [r("r1", Some(4242), Some("/w/c")), r("r2", None, None)]
+            [
+                r("r1", Some(4242), Some("/w/c"), Some("1-2-3-4")),
+                r("r2", None, None, None)
+            ]
         );
         let r1 = journal.get("r1").unwrap();
         assert_eq!(r1.status, RunStatus::Failed);
@@ -625,6 +657,42 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(journal.prune(Duration::ZERO).await.unwrap(), 3);
         assert!(!journal.contains("r1").unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_journal_from_before_turn_markers_and_result_rows_is_opened_and_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join(FILE)).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (
+                 run_id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL,
+                 harness TEXT NOT NULL, status TEXT NOT NULL, code TEXT,
+                 pgid INTEGER, workspace TEXT, boot_id TEXT,
+                 queued_at_ms INTEGER NOT NULL, ended_at_ms INTEGER, results TEXT);
+             INSERT INTO runs (run_id, conversation_id, harness, status, queued_at_ms)
+             VALUES ('old', 'c', 'codex', 'running', 1);
+             INSERT INTO runs (run_id, conversation_id, harness, status, queued_at_ms, ended_at_ms, results)
+             VALUES ('done', 'c', 'codex', 'completed', 1, 2, '[]');",
+        )
+        .unwrap();
+        drop(conn);
+        let day = Duration::from_secs(86_400 * 365 * 100);
+        let (journal, interrupted) = Journal::open(dir.path(), day).unwrap();
+        assert_eq!(interrupted.len(), 1);
+        assert_eq!(interrupted[0].marker, None);
+        assert_eq!(journal.get("done").unwrap().status, RunStatus::Completed);
+        journal.queued("new", "c", "codex").await.unwrap();
+        journal.spawned(
+            "new",
+            &Spawned {
+                pgid: 7,
+                workspace: Path::new("/w"),
+                marker: "1-2-3-4",
+            },
+        );
+        drop(journal);
+        let (_, interrupted) = Journal::open(dir.path(), day).unwrap();
+        assert_eq!(interrupted[0].marker.as_deref(), Some("1-2-3-4"));
     }
 
     #[tokio::test]

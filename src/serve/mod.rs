@@ -23,7 +23,7 @@ pub use config::ServeConfig;
 pub use journal::{INTERRUPTED, Interrupted, Journal, JournalRun};
 
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
-use crate::run::{Bridge, RunOptions, SpawnHook};
+use crate::run::{Bridge, RunOptions, SpawnHook, Spawned};
 
 /// Where a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -294,9 +294,7 @@ impl Service {
         let spawned = SpawnHook(Arc::new({
             let service = self.clone();
             let run_id = ctx.run_id.clone();
-            move |pgid, workspace: &std::path::Path| {
-                service.journal.spawned(&run_id, pgid, workspace)
-            }
+            move |spawned: &Spawned<'_>| service.journal.spawned(&run_id, spawned)
         }));
         let summary = self
             .bridge

@@ -1,7 +1,8 @@
 //! A fake Anthropic Messages API on 127.0.0.1 scripted for the Claude
 //! Code tests: the first question gets a `history_page` tool call, its
 //! result gets the answer (with a pause mid-stream), anything else the
-//! follow-up answer; `hang` answers nothing, ever.
+//! follow-up answer; `hang` answers nothing, ever; `bash` makes the model
+//! run one command with Claude's Bash tool, then say [`BASH_DONE`].
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -24,10 +25,15 @@ pub const SECOND_ANSWER: &str = "Yes, still Friday.";
 /// bridge's stdout before the run ends.
 pub const PAUSE: Duration = Duration::from_millis(1500);
 
+/// What the model says once its Bash command has run.
+pub const BASH_DONE: &str = "The command ran.";
+
 #[derive(Clone, Default)]
 pub struct Fake {
     pub requests: Arc<Mutex<Vec<Value>>>,
     pub hang: bool,
+    /// A command the model runs with the Bash tool, whatever it is asked.
+    pub bash: Option<String>,
 }
 
 fn sse(events: &[Value]) -> String {
@@ -59,11 +65,11 @@ fn text_events(text: &str) -> (Vec<Value>, Vec<Value>) {
     )
 }
 
-fn tool_call_events() -> Vec<Value> {
+fn tool_call_events(name: &str, input: &Value) -> Vec<Value> {
     vec![
         json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": "mcp__langbot__history_page", "input": {}}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"limit\": 5}"}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": name, "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
         json!({"type": "content_block_stop", "index": 0}),
         json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 5}}),
         json!({"type": "message_stop"}),
@@ -72,8 +78,8 @@ fn tool_call_events() -> Vec<Value> {
 
 /// The script: the first question gets a history tool call, its result
 /// gets the answer (with a pause mid-stream), anything else the follow-up
-/// answer.
-fn script(request: &Value) -> (Vec<Value>, Vec<Value>) {
+/// answer. With a `bash` command: the command, then [`BASH_DONE`].
+fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
     let last_user = request["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
@@ -93,10 +99,21 @@ fn script(request: &Value) -> (Vec<Value>, Vec<Value>) {
             .iter()
             .any(|t| t["name"] == "mcp__langbot__history_page")
     });
-    if answers_tool {
+    if let Some(command) = &fake.bash {
+        if answers_tool {
+            text_events(BASH_DONE)
+        } else {
+            let input = json!({"command": command, "description": "Run the command"});
+            (tool_call_events("Bash", &input), Vec::new())
+        }
+    } else if answers_tool {
         text_events(ANSWER)
     } else if offers_tool && last_user.contains(ASK) {
-        (tool_call_events(), Vec::new())
+        let input = json!({"limit": 5});
+        (
+            tool_call_events("mcp__langbot__history_page", &input),
+            Vec::new(),
+        )
     } else {
         text_events(SECOND_ANSWER)
     }
@@ -108,7 +125,7 @@ async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
     if fake.hang {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
-    let (head, tail) = script(&request);
+    let (head, tail) = script(&fake, &request);
     if request["stream"] != true {
         let text = head
             .iter()
@@ -137,10 +154,23 @@ async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
 }
 
 pub async fn fake_model(hang: bool) -> (String, Fake) {
-    let fake = Fake {
+    serve_fake(Fake {
         hang,
         ..Fake::default()
-    };
+    })
+    .await
+}
+
+/// A model that runs `command` with Claude's Bash tool.
+pub async fn fake_model_running(command: &str) -> (String, Fake) {
+    serve_fake(Fake {
+        bash: Some(command.to_string()),
+        ..Fake::default()
+    })
+    .await
+}
+
+async fn serve_fake(fake: Fake) -> (String, Fake) {
     let app = Router::new()
         .route("/v1/messages", post(messages))
         .fallback(any(|| async { StatusCode::OK }))

@@ -316,6 +316,18 @@ pub async fn bridge_run(
     args: &[&str],
     env: &[(&str, String)],
 ) -> BridgeTurn {
+    bridge_run_with(data, args, env, |_| {}).await
+}
+
+/// [`bridge_run`], calling `at_end` with the terminal result the moment it
+/// is read (the bridge may still be running): what holds when a run's end
+/// is reported.
+pub async fn bridge_run_with(
+    data: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, String)],
+    mut at_end: impl FnMut(&serde_json::Value),
+) -> BridgeTurn {
     use tokio::io::AsyncBufReadExt;
     let start = std::time::Instant::now();
     let mut child = tokio::process::Command::new(bridge_bin())
@@ -345,6 +357,9 @@ pub async fn bridge_run(
         while let Ok(Some(line)) = lines.next_line().await {
             let value: serde_json::Value = serde_json::from_str(&line)
                 .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+            if value["type"] == "run.completed" || value["type"] == "run.failed" {
+                at_end(&value);
+            }
             results.push((std::time::Instant::now(), value));
         }
         child.wait().await.expect("the bridge exits")
@@ -380,6 +395,60 @@ pub fn processes_under(root: &std::path::Path) -> Vec<String> {
         }
     }
     found
+}
+
+/// Live processes whose command line contains `needle` (a marker the
+/// test put in their arguments): found wherever they went, whatever their
+/// working directory or parent.
+pub fn processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == std::process::id().to_string() {
+            continue;
+        }
+        let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) {
+            found.push(format!("{pid}: {cmd}"));
+        }
+    }
+    found
+}
+
+/// A number no other test process uses, for markers in argv.
+pub fn unique_tag() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    format!(
+        "{}{:03}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Kill what a failed test left running (markers in argv).
+pub fn kill_processes_with(needle: &str) {
+    for p in processes_with(needle) {
+        if let Some(pid) = p.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// The containment mechanisms a bridge can be told to use
+/// (`HARNESS_BRIDGE_CONTAIN`); tests run both.
+pub const MECHANISMS: [&str; 2] = ["cgroup", "subreaper"];
+
+/// How many processes the bridge's log says a harness left running.
+pub fn left_running(log: &str) -> usize {
+    log.lines()
+        .filter_map(|l| l.split("the harness left ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<usize>().ok())
+        .sum()
 }
 
 /// Put [`DECISION`] into `conversation`'s history in the store at `data`.

@@ -16,6 +16,7 @@ printf '%s\n' "$@" > received-args
 case "$FAKE_MODE" in
   crash)
     echo "loading config" >&2
+    printf 'a byte that is not UTF-8: \377\n' >&2
     echo "fatal: auth failed with key sk-abcdefghijklmnopqrstuvwxyz0123 for $LANGBOT_MCP_TOKEN" >&2
     exit 2 ;;
   slow)
@@ -35,11 +36,26 @@ case "$FAKE_MODE" in
     exit 1 ;;
   hang)
     # A session id first, as real harnesses print: a stopped run then
-    # stores its pointer on the way out.
+    # stores its pointer on the way out. One child leaves the group, as
+    # tools do (and keeps the harness's stdout open).
     echo '{"type":"system","subtype":"init","session_id":"scripted-hang","mcp_servers":[]}'
     sleep 300 &
+    setsid sleep 300 &
     sleep 300
     exit 0 ;;
+  stubborn)
+    # Ignores SIGTERM, as does all it starts; one child leaves the group.
+    trap '' TERM
+    echo '{"type":"system","subtype":"init","session_id":"scripted-hang","mcp_servers":[]}'
+    setsid sleep "300.$FAKE_TAG" >/dev/null 2>&1 &
+    sleep "300.$FAKE_TAG"
+    exit 0 ;;
+  shout)
+    # One stderr line of 256 MiB, no newline; then it waits to be told.
+    head -c 268435456 /dev/zero | tr '\000' x >&2
+    touch shouted
+    while [ ! -e done ]; do sleep 0.1; done
+    exit 3 ;;
 esac
 if [ "$FAKE_MODE" != quiet ]; then
   mkdir -p outbox/charts

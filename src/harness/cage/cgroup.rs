@@ -1,0 +1,433 @@
+//! Containment by cgroup v2: the bridge makes `harness-bridge-<bridge>`
+//! below its own cgroup, and each harness process starts in a child of it
+//! (`turn-<n>`), moved there between fork and exec. Whatever the harness
+//! starts stays in that cgroup whatever it does with process groups and
+//! sessions, so at the end one write (`cgroup.kill`, Linux 5.14; before
+//! that: freeze, SIGKILL every member, thaw) ends all of it, and the
+//! directory is removed once the kernel reports it empty.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::marker::BridgeId;
+
+/// What a bridge's own cgroup is called, before its id.
+const PREFIX: &str = "harness-bridge-";
+/// How long the members of a killed cgroup get to be gone before it is
+/// left in place (a process stuck in the kernel cannot die at once).
+const EMPTY_WAIT: Duration = Duration::from_secs(10);
+/// How long a freeze gets to take hold before the kill goes ahead anyway.
+const FREEZE_WAIT: Duration = Duration::from_secs(1);
+
+/// This process's cgroup directory in the cgroup2 file system.
+pub fn own_dir() -> Result<PathBuf, String> {
+    let read =
+        |path: &str| fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"));
+    own_dir_in(&read("/proc/self/mountinfo")?, &read("/proc/self/cgroup")?).ok_or_else(|| {
+        "no cgroup2 file system is mounted where this process's cgroup can be reached".into()
+    })
+}
+
+/// The cgroup2 path of this process (`0::/path` in `/proc/self/cgroup`)
+/// under the mount point of a cgroup2 mount whose root contains it.
+fn own_dir_in(mountinfo: &str, cgroup: &str) -> Option<PathBuf> {
+    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    if !path.starts_with('/') || path.ends_with(" (deleted)") {
+        return None;
+    }
+    mountinfo.lines().find_map(|line| {
+        // `id parent dev root mount-point options... - fstype source opts`
+        let (mount, tail) = line.split_once(" - ")?;
+        if tail.split_whitespace().next() != Some("cgroup2") {
+            return None;
+        }
+        let fields: Vec<&str> = mount.split_whitespace().collect();
+        let root = unescape(fields.get(3)?);
+        let point = unescape(fields.get(4)?);
+        let below = Path::new(path).strip_prefix(&root).ok()?;
+        Some(if below.as_os_str().is_empty() {
+            PathBuf::from(point)
+        } else {
+            Path::new(&point).join(below)
+        })
+    })
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
+            let d = std::str::from_utf8(d).ok()?;
+            u8::from_str_radix(d, 8).ok()
+        });
+        match (bytes[i], octal) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The bridge's own cgroup, parent of one cgroup per harness process.
+#[derive(Debug)]
+pub struct Tree {
+    dir: PathBuf,
+    kill_file: bool,
+}
+
+impl Tree {
+    /// Make `harness-bridge-<id>` in `own` and check, with a throwaway
+    /// process, that a process can be moved in, killed and the cgroup
+    /// removed: what every turn will do.
+    pub fn create(own: &Path, id: &BridgeId) -> Result<Tree, String> {
+        let dir = own.join(format!("{PREFIX}{id}"));
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+        }
+        let kill_file = dir.join("cgroup.kill").exists();
+        if !kill_file && !dir.join("cgroup.freeze").exists() {
+            let _ = fs::remove_dir(&dir);
+            return Err("the kernel has neither cgroup.kill nor cgroup.freeze".into());
+        }
+        let tree = Tree { dir, kill_file };
+        if let Err(why) = tree.try_one() {
+            tree.remove();
+            return Err(why);
+        }
+        Ok(tree)
+    }
+
+    fn try_one(&self) -> Result<(), String> {
+        static PROBES: AtomicU64 = AtomicU64::new(0);
+        let name = format!("probe-{}", PROBES.fetch_add(1, Ordering::Relaxed));
+        let group = self
+            .group(&name)
+            .map_err(|e| format!("cannot create a cgroup in {}: {e}", self.dir.display()))?;
+        let mut command = std::process::Command::new("/proc/self/exe");
+        command
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: the hook makes one async-signal-safe system call on a
+        // descriptor `group` keeps open until after the spawn.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, group.enter_hook());
+        }
+        let spawned = command.spawn();
+        let (dir, kill_file) = group.into_parts();
+        clear(&dir, kill_file);
+        match spawned {
+            Ok(mut child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Err(e) => return Err(format!("cannot move a process into {}: {e}", dir.display())),
+        }
+        if dir.exists() {
+            return Err(format!(
+                "cannot remove {} after killing its process",
+                dir.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The directory, for the log.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The directory the bridge's own cgroup was made in.
+    pub fn parent(&self) -> &Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+
+    /// A new cgroup `name` for one harness process.
+    pub fn group(&self, name: &str) -> io::Result<Group> {
+        let dir = self.dir.join(name);
+        fs::create_dir(&dir)?;
+        let procs = fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+            .inspect_err(|_| {
+                let _ = fs::remove_dir(&dir);
+            })?;
+        Ok(Group {
+            dir,
+            procs,
+            kill_file: self.kill_file,
+        })
+    }
+
+    /// Kill whatever is still in the bridge's cgroup and remove it (when
+    /// the bridge exits). Returns how many processes were killed.
+    pub fn remove(&self) -> usize {
+        clear(&self.dir, self.kill_file)
+    }
+}
+
+/// One harness process's cgroup.
+#[derive(Debug)]
+pub struct Group {
+    dir: PathBuf,
+    /// Its `cgroup.procs`, opened (close-on-exec) before the spawn: the
+    /// forked child only has to write to it.
+    procs: fs::File,
+    kill_file: bool,
+}
+
+impl Group {
+    /// What the forked child runs before exec to move itself in: one
+    /// `write` of "0" to the open `cgroup.procs`. It allocates nothing and
+    /// makes no other call, as code between fork and exec must; `self`
+    /// must stay alive until the spawn has returned.
+    pub fn enter_hook(&self) -> impl FnMut() -> io::Result<()> + Send + Sync + 'static {
+        let fd = self.procs.as_raw_fd();
+        move || {
+            // SAFETY: `fd` is open in the child: the parent holds it
+            // across the spawn (see above) and fork copied it.
+            let procs = unsafe { BorrowedFd::borrow_raw(fd) };
+            nix::unistd::write(procs, b"0")
+                .map(drop)
+                .map_err(io::Error::from)
+        }
+    }
+
+    /// The directory and how it is killed, for [`clear`].
+    pub fn into_parts(self) -> (PathBuf, bool) {
+        (self.dir, self.kill_file)
+    }
+}
+
+/// Kill what is in cgroup `dir` (and below), wait for it to be empty and
+/// remove it. Returns how many processes were in it. A cgroup whose
+/// processes do not die in time is left in place, with a warning.
+pub fn clear(dir: &Path, kill_file: bool) -> usize {
+    if !dir.exists() {
+        return 0;
+    }
+    let members = members(dir);
+    if members > 0 {
+        kill_all(dir, kill_file);
+    }
+    if !wait_empty(dir, EMPTY_WAIT) {
+        tracing::warn!(
+            cgroup = %dir.display(),
+            "processes of a harness did not die within {}s of SIGKILL; their cgroup is left in place",
+            EMPTY_WAIT.as_secs()
+        );
+        return members;
+    }
+    for sub in subtree(dir).iter().rev() {
+        if let Err(e) = fs::remove_dir(sub) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(cgroup = %sub.display(), "cannot remove a harness cgroup: {e}");
+            }
+        }
+    }
+    members
+}
+
+/// Kill and remove the cgroups of bridges that are gone, found beside
+/// ours. Returns how many processes were killed.
+pub fn sweep_gone(parent: &Path, ours: &BridgeId) -> usize {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return 0;
+    };
+    let mut killed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(BridgeId::parse)
+        else {
+            continue;
+        };
+        if id.is_gone(ours) {
+            let dir = entry.path();
+            killed += clear(&dir, dir.join("cgroup.kill").exists());
+        }
+    }
+    killed
+}
+
+/// The cgroup of turn `seq` of bridge `id`, beside ours.
+pub fn turn_dir(parent: &Path, id: &BridgeId, seq: u64) -> PathBuf {
+    parent.join(format!("{PREFIX}{id}")).join(turn_name(seq))
+}
+
+/// A turn's cgroup's name.
+pub fn turn_name(seq: u64) -> String {
+    format!("turn-{seq}")
+}
+
+/// `dir` and every cgroup below it, parents first.
+fn subtree(dir: &Path) -> Vec<PathBuf> {
+    let mut found = vec![dir.to_path_buf()];
+    let mut next = 0;
+    while next < found.len() {
+        if let Ok(entries) = fs::read_dir(&found[next]) {
+            found.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        next += 1;
+    }
+    found
+}
+
+fn procs_of(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// How many processes are in `dir` and below.
+fn members(dir: &Path) -> usize {
+    subtree(dir).iter().map(|d| procs_of(d).len()).sum()
+}
+
+/// A `cgroup.events` key (`populated`, `frozen`) is 1.
+fn event(dir: &Path, key: &str) -> bool {
+    fs::read_to_string(dir.join("cgroup.events"))
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.strip_prefix(key).is_some_and(|v| v.trim() == "1"))
+}
+
+fn wait_for(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+fn wait_empty(dir: &Path, limit: Duration) -> bool {
+    wait_for(limit, || !dir.exists() || !event(dir, "populated"))
+}
+
+/// SIGKILL everything in `dir` and below: `cgroup.kill` where the kernel
+/// has it; else freeze (nothing can fork), signal each member, thaw.
+pub fn kill_all(dir: &Path, kill_file: bool) {
+    if kill_file {
+        if let Err(e) = fs::write(dir.join("cgroup.kill"), "1") {
+            tracing::warn!(cgroup = %dir.display(), "cannot kill a harness cgroup: {e}");
+        }
+        return;
+    }
+    kill_frozen(dir);
+}
+
+/// The kill for kernels before 5.14.
+fn kill_frozen(dir: &Path) {
+    let frozen = fs::write(dir.join("cgroup.freeze"), "1").is_ok()
+        && wait_for(FREEZE_WAIT, || event(dir, "frozen"));
+    if !frozen {
+        tracing::debug!(cgroup = %dir.display(), "cgroup did not freeze; killing its members anyway");
+    }
+    for sub in subtree(dir) {
+        for pid in procs_of(&sub) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    let _ = fs::write(dir.join("cgroup.freeze"), "0");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn our_cgroup_is_found_under_the_cgroup2_mount() {
+        let found = |mountinfo: &str, cgroup: &str| own_dir_in(mountinfo, cgroup);
+        assert_eq!(
+            found(MOUNTINFO, "4:memory:/x\n0::/\n"),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(
+            found(MOUNTINFO, "0::/system.slice/bridge.service\n"),
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/unified/system.slice/bridge.service"
+            ))
+        );
+        // A mount of a subtree (a container's view), with a space escaped.
+        let nested = "50 1 0:40 /ctr /sys/fs/my\\040cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            found(nested, "0::/ctr/app\n"),
+            Some(PathBuf::from("/sys/fs/my cgroup/app"))
+        );
+        // Outside the mounted subtree, v1 only, or removed: none.
+        assert_eq!(found(nested, "0::/other\n"), None);
+        assert_eq!(found(MOUNTINFO, "4:memory:/x\n"), None);
+        assert_eq!(found(MOUNTINFO, "0::/gone (deleted)\n"), None);
+        assert_eq!(found("garbage\n", "0::/\n"), None);
+    }
+
+    /// The kill for kernels without `cgroup.kill`, on this machine's
+    /// cgroup2 (the tests run where the cgroup mechanism works).
+    #[test]
+    fn a_frozen_cgroup_is_killed_member_by_member() {
+        let own = own_dir().expect("a cgroup2 file system");
+        // An id of its own, which no bridge's sweep takes for one of its
+        // namespace, and which is not this process's cage.
+        let id = BridgeId {
+            ns: BridgeId::current().ns + 1,
+            ..BridgeId::current()
+        };
+        let tree = Tree::create(&own, &id).expect("the bridge's cgroup");
+        let group = tree.group("turn-freeze-test").unwrap();
+        let mut command = std::process::Command::new("sh");
+        command.args(["-c", "sleep 300 & sleep 300 & wait"]);
+        // SAFETY: as in `Tree::try_one`.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, group.enter_hook());
+        }
+        let mut child = command.spawn().unwrap();
+        assert!(wait_for(Duration::from_secs(10), || members(&group.dir) == 3));
+        let (dir, _) = group.into_parts();
+        assert_eq!(clear(&dir, false), 3);
+        assert!(!dir.exists());
+        assert!(!child.wait().unwrap().success());
+        assert_eq!(tree.remove(), 0);
+        assert!(!tree.dir().exists());
+    }
+}

@@ -1,0 +1,341 @@
+//! Containment: every process a harness starts ends with its turn, even
+//! one that left the harness's process group (`setsid`, `nohup … &`, a
+//! double fork) — which the group kill alone does not reach.
+//!
+//! One mechanism per bridge process, chosen once ([`start`], or the first
+//! harness launch): a **cgroup** per harness process where the system
+//! lets the bridge make one below its own cgroup (`cgroup.kill` ends it
+//! whole), else the bridge as **child subreaper**, which kills the
+//! descendants that carry the turn's marker (`HARNESS_BRIDGE_TURN`, set
+//! in every harness's environment). `HARNESS_BRIDGE_CONTAIN=cgroup|
+//! subreaper|auto` forces one (for tests, and for systems where cgroups
+//! misbehave); `cgroup` forced where it cannot work is an error.
+//!
+//! A bridge killed outright cannot clean up; what it leaves is ended by the
+//! next bridge that starts ([`start`]): the cgroups of bridges that are
+//! gone, found beside its own, and every process whose marker names a
+//! bridge that is gone.
+
+mod cgroup;
+mod marker;
+mod procs;
+mod subreaper;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+pub use marker::TURN_ENV;
+use marker::{BridgeId, Marker};
+
+/// The variable that chooses the mechanism: `cgroup`, `subreaper`, or
+/// `auto` (the default: cgroup where it works).
+pub const CONTAIN_ENV: &str = "HARNESS_BRIDGE_CONTAIN";
+
+/// How a bridge keeps what a harness starts within its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mechanism {
+    /// A cgroup v2 per harness process.
+    Cgroup,
+    /// The bridge as child subreaper, with a sweep by turn marker.
+    Subreaper,
+}
+
+/// The process-wide choice.
+struct Cage {
+    id: BridgeId,
+    mechanism: Mechanism,
+    /// The bridge's own cgroup, with the cgroup mechanism.
+    tree: Option<cgroup::Tree>,
+    next: AtomicU64,
+}
+
+static CAGE: OnceLock<Result<Cage, String>> = OnceLock::new();
+
+fn cage() -> Result<&'static Cage, String> {
+    CAGE.get_or_init(|| choose(std::env::var(CONTAIN_ENV).ok().as_deref()))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn choose(wanted: Option<&str>) -> Result<Cage, String> {
+    let forced = match wanted.map(str::trim) {
+        None | Some("" | "auto") => None,
+        Some("cgroup") => Some(Mechanism::Cgroup),
+        Some("subreaper") => Some(Mechanism::Subreaper),
+        Some(other) => {
+            return Err(format!(
+                "{CONTAIN_ENV} is `{other}`; it must be cgroup, subreaper or auto"
+            ));
+        }
+    };
+    let id = BridgeId::current();
+    let mut why_not = format!("{CONTAIN_ENV}=subreaper");
+    if forced != Some(Mechanism::Subreaper) {
+        match cgroup::own_dir().and_then(|own| cgroup::Tree::create(&own, &id)) {
+            Ok(tree) => {
+                tracing::info!(
+                    cgroup = %tree.dir().display(),
+                    "containment: a cgroup per harness process"
+                );
+                return Ok(Cage {
+                    id,
+                    mechanism: Mechanism::Cgroup,
+                    tree: Some(tree),
+                    next: AtomicU64::new(1),
+                });
+            }
+            Err(why) if forced == Some(Mechanism::Cgroup) => {
+                return Err(format!("{CONTAIN_ENV}=cgroup, but {why}"));
+            }
+            Err(why) => why_not = why,
+        }
+    }
+    subreaper::enable()?;
+    tracing::info!(
+        "containment: the bridge is the subreaper of its harnesses, swept by turn marker (not a cgroup: {why_not})"
+    );
+    Ok(Cage {
+        id,
+        mechanism: Mechanism::Subreaper,
+        tree: None,
+        next: AtomicU64::new(1),
+    })
+}
+
+/// Choose the mechanism (once per process; logged), then end what bridges
+/// that are gone left running. Every command that runs turns calls this
+/// first; an error (a bad `HARNESS_BRIDGE_CONTAIN`, or `cgroup` forced
+/// where it cannot work) means no turn can be contained.
+pub fn start() -> Result<Mechanism, String> {
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    let cage = cage()?;
+    SWEPT.get_or_init(|| {
+        let mut killed = marker::sweep_gone(&cage.id);
+        if let Some(tree) = &cage.tree {
+            killed += cgroup::sweep_gone(tree.parent(), &cage.id);
+        }
+        if killed > 0 {
+            tracing::warn!(
+                killed,
+                "killed processes left by a harness-bridge that died before its turns ended"
+            );
+        }
+    });
+    Ok(cage.mechanism)
+}
+
+/// When the bridge exits: remove its cgroup, or (subreaper) kill what it
+/// adopted and could not tell apart — nothing a turn started outlives the
+/// bridge that ran the turn.
+pub fn release() {
+    let Some(Ok(cage)) = CAGE.get() else {
+        return;
+    };
+    let killed = match &cage.tree {
+        Some(tree) => tree.remove(),
+        None => subreaper::kill_descendants(),
+    };
+    if killed > 0 {
+        tracing::warn!(killed, "killed processes still running as the bridge exits");
+    }
+}
+
+/// What a bridge that died left of one turn, by the marker its journal
+/// kept: its cgroup (if any) and every process carrying the marker.
+/// Nothing is done while the bridge that ran the turn is alive. Returns
+/// how many processes were killed.
+pub fn kill_leftover_turn(marker: &str) -> usize {
+    let Some(turn) = Marker::parse(marker) else {
+        return 0;
+    };
+    if !turn.bridge.is_gone(&BridgeId::current()) {
+        return 0;
+    }
+    let mut killed = 0;
+    if let Some(tree) = cage().ok().and_then(|c| c.tree.as_ref()) {
+        let dir = cgroup::turn_dir(tree.parent(), &turn.bridge, turn.seq);
+        killed += cgroup::clear(&dir, dir.join("cgroup.kill").exists());
+    }
+    killed + marker::kill_marked(marker)
+}
+
+/// Kill what is left of a harness process group a previous bridge started
+/// and could not stop (it was killed outright): every process in group
+/// `pgid` gets SIGKILL, but only when one of them still works in `root`
+/// (the run's own workspace), so a group id the system has since reused
+/// for something else is left alone. Returns how many processes of the
+/// group were found.
+pub fn kill_leftover_group(pgid: i32, root: &Path) -> usize {
+    // The kernel reports cwd resolved; the root may be relative or linked.
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let members: Vec<i32> = procs::table()
+        .into_iter()
+        .filter(|(_, stat)| stat.pgrp == pgid)
+        .map(|(pid, _)| pid)
+        .collect();
+    if members.iter().any(|pid| procs::works_in(*pid, &root)) {
+        tracing::warn!(
+            pgid,
+            members = members.len(),
+            "killing a harness group left by a bridge that died"
+        );
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    members.len()
+}
+
+/// One harness process's containment, from before its spawn until
+/// everything it started is gone.
+#[derive(Debug)]
+pub struct TurnCage {
+    marker: String,
+    group: Option<cgroup::Group>,
+    mechanism: Mechanism,
+    leader: Option<i32>,
+    done: bool,
+}
+
+/// What is left to end, owned, so it can run on another thread.
+enum Clearing {
+    Cgroup(PathBuf, bool),
+    Marked(String),
+}
+
+impl Clearing {
+    /// SIGKILL everything, without waiting.
+    fn kill(&self) {
+        match self {
+            Clearing::Cgroup(dir, kill_file) => cgroup::kill_all(dir, *kill_file),
+            Clearing::Marked(marker) => {
+                subreaper::kill_turn(marker);
+            }
+        }
+    }
+
+    /// Kill everything, wait until it is gone; how many there were.
+    fn run(self) -> usize {
+        match self {
+            Clearing::Cgroup(dir, kill_file) => cgroup::clear(&dir, kill_file),
+            Clearing::Marked(marker) => subreaper::clear_turn(&marker),
+        }
+    }
+}
+
+impl TurnCage {
+    /// Prepare the containment of one harness process (with the cgroup
+    /// mechanism, its cgroup).
+    pub fn new() -> io::Result<TurnCage> {
+        let cage = cage().map_err(io::Error::other)?;
+        let seq = cage.next.fetch_add(1, Ordering::Relaxed);
+        let group = match &cage.tree {
+            Some(tree) => Some(tree.group(&cgroup::turn_name(seq)).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot make the harness's cgroup: {e}"))
+            })?),
+            None => None,
+        };
+        Ok(TurnCage {
+            marker: Marker {
+                bridge: cage.id,
+                seq,
+            }
+            .to_string(),
+            group,
+            mechanism: cage.mechanism,
+            leader: None,
+            done: false,
+        })
+    }
+
+    /// How this turn is contained.
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+
+    /// The turn's marker (the value of [`TURN_ENV`]), for the journal.
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+
+    /// Spawn `command` inside the cage: with the marker in its
+    /// environment, and (cgroup) in its cgroup before it runs anything.
+    pub fn spawn(&mut self, command: &mut Command) -> io::Result<Child> {
+        command.env(TURN_ENV, &self.marker);
+        if let Some(group) = &self.group {
+            // SAFETY: the hook makes one async-signal-safe system call on
+            // a descriptor `self.group` keeps open across the spawn.
+            unsafe {
+                command.pre_exec(group.enter_hook());
+            }
+        }
+        let child = match self.mechanism {
+            Mechanism::Subreaper => subreaper::spawn(command)?,
+            Mechanism::Cgroup => command.spawn()?,
+        };
+        self.leader = child.id().and_then(|id| i32::try_from(id).ok());
+        Ok(child)
+    }
+
+    /// Once the harness has exited and been waited for: kill everything it
+    /// left running and wait until it is gone (and, cgroup, removed).
+    /// Returns how many processes had to be killed. Later calls do nothing.
+    pub async fn clear(&mut self) -> usize {
+        let Some(clearing) = self.take() else {
+            return 0;
+        };
+        if let Some(pid) = self.leader {
+            subreaper::forget(pid);
+        }
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || span.in_scope(|| clearing.run()))
+            .await
+            .unwrap_or(0)
+    }
+
+    fn take(&mut self) -> Option<Clearing> {
+        if std::mem::replace(&mut self.done, true) {
+            return None;
+        }
+        Some(match self.group.take() {
+            Some(group) => {
+                let (dir, kill_file) = group.into_parts();
+                Clearing::Cgroup(dir, kill_file)
+            }
+            None => Clearing::Marked(self.marker.clone()),
+        })
+    }
+}
+
+impl Drop for TurnCage {
+    fn drop(&mut self) {
+        // A run abandoned mid-turn (the harness itself is killed by its
+        // `Child`, and reaped by the runtime): kill the rest now, and wait
+        // for it to be gone on a thread of its own.
+        if let Some(clearing) = self.take() {
+            clearing.kill();
+            let _ = std::thread::Builder::new()
+                .name("harness-cage".into())
+                .spawn(move || clearing.run());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mechanism_is_named_or_refused() {
+        let refused = choose(Some("jail")).err().unwrap();
+        assert!(
+            refused.contains("HARNESS_BRIDGE_CONTAIN is `jail`"),
+            "{refused}"
+        );
+        assert!(refused.contains("cgroup, subreaper or auto"), "{refused}");
+    }
+}
