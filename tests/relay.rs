@@ -625,3 +625,41 @@ async fn turns_of_one_conversation_run_one_at_a_time_in_order() {
         );
     }
 }
+
+/// A host that stops answering holds a stopped turn's answer back by a
+/// moment, not by the bridge's whole host-call timeout: after the
+/// deadline, storing the resume pointer gets two seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_host_does_not_delay_a_stopped_turns_end() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    let mut frame = plugin.run_frame("r-late", "c-1", "hang");
+    frame["context"]["config"] = json!({"timeout_seconds": 1});
+    let sent = std::time::Instant::now();
+    plugin.send(frame).await;
+    let mut unanswered = 0;
+    let terminal = loop {
+        // The host answers lookups, then falls silent: storing the
+        // resume pointer is never answered.
+        let frame = plugin.next().await.expect("frames until the run ends");
+        if frame["type"] == "host_call" {
+            if frame["action"] == "state_set" {
+                unanswered += 1;
+            } else {
+                plugin
+                    .send(json!({"type": "host_reply", "id": frame["id"], "data": null}))
+                    .await;
+            }
+        }
+        if frame["type"] == "result" && frame["result"]["type"] == "run.failed" {
+            break frame["result"].clone();
+        }
+    };
+    assert!(unanswered > 0, "the bridge tried to store the pointer");
+    assert_eq!(terminal["data"]["code"], "deadline_exceeded", "{terminal}");
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "the end came {took:?} after the run was sent (deadline 1 s)"
+    );
+}

@@ -768,3 +768,71 @@ impl Drop for Cleanup {
         common::kill_processes_with(&self.0);
     }
 }
+
+/// A context whose deadline passed before the turn began (it waited in a
+/// host's queue) starts nothing and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_past_its_deadline_starts_nothing() {
+    let setup = Setup::new();
+    let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+        conversation: "chat-7",
+        actor: "local-user",
+        text: "Too late",
+        config: Default::default(),
+    })
+    .unwrap();
+    ctx.runtime.deadline_at = Some(1_000_000_000.0);
+    let file = setup.data.path().join("late.json");
+    std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+    let turn = setup
+        .run("quiet", &["--context", &file.to_string_lossy()])
+        .await;
+    let failed = turn.assert_failed("deadline_exceeded");
+    assert!(
+        failed["data"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("nothing was started"),
+        "{failed}"
+    );
+    assert!(
+        walkdir::WalkDir::new(setup.data.path().join("workspaces"))
+            .into_iter()
+            .filter_map(Result::ok)
+            .all(|e| e.file_name() != "received-args"),
+        "the harness never started"
+    );
+}
+
+/// A run id names journal rows, archive folders and log lines: one with a
+/// newline (a forged log line) or of a megabyte is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_id_that_could_forge_a_log_line_is_refused() {
+    let setup = Setup::new();
+    for run_id in [
+        "r-1\nINFO run ended outcome=run.completed".to_string(),
+        "x".repeat(1 << 20),
+    ] {
+        let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+            conversation: "chat-7",
+            actor: "local-user",
+            text: "hi",
+            config: Default::default(),
+        })
+        .unwrap();
+        ctx.run_id = run_id;
+        let file = setup.data.path().join("bad-id.json");
+        std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+        let turn = setup
+            .run("quiet", &["--context", &file.to_string_lossy()])
+            .await;
+        let failed = turn.assert_failed("invalid_argument");
+        assert!(
+            failed["data"]["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("$.run_id"),
+            "{failed}"
+        );
+    }
+}

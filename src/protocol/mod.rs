@@ -82,7 +82,9 @@ pub use manifest::*;
 pub use message::*;
 pub use proxy::*;
 pub use result::*;
-pub use validate::{Problem, Severity, checked_context, validate_context};
+pub use validate::{
+    MAX_RUN_ID_LEN, Problem, Severity, checked_context, run_id_problem, validate_context,
+};
 
 /// A JSON object, in insertion order (unknown fields are kept as received).
 pub type JsonMap = serde_json::Map<String, serde_json::Value>;

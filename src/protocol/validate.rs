@@ -146,9 +146,28 @@ pub fn validate_context(doc: &Value) -> (Option<AgentRunContext>, Vec<Problem>) 
     }
 }
 
+/// Longest run id accepted.
+pub const MAX_RUN_ID_LEN: usize = 128;
+
+/// What is wrong with a run id, if anything. A run id names journal rows,
+/// workspace archive folders and log lines, and comes from the caller: it
+/// is 1 to 128 letters, digits and `- _ . :` (a UUID fits), so a newline
+/// cannot forge a log line and a megabyte cannot become a key.
+pub fn run_id_problem(run_id: &str) -> Option<String> {
+    let fits = (1..=MAX_RUN_ID_LEN).contains(&run_id.len())
+        && run_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    (!fits).then(|| {
+        format!(
+            "must be 1 to {MAX_RUN_ID_LEN} characters of letters, digits and - _ . : (a UUID fits)"
+        )
+    })
+}
+
 fn semantic_checks(ctx: &AgentRunContext, problems: &mut Vec<Problem>) {
-    if ctx.run_id.trim().is_empty() {
-        problems.push(error("$.run_id", "must not be empty"));
+    if let Some(why) = run_id_problem(&ctx.run_id) {
+        problems.push(error("$.run_id", why));
     }
     if ctx.event.event_id.trim().is_empty() {
         problems.push(error("$.event.event_id", "must not be empty"));

@@ -47,6 +47,9 @@ pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest the bridge waits for one of its own host calls (the resume
 /// pointer): the `state.updated` results carry the pointer anyway.
 const HOST_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the bridge's own host calls may still take once a turn's
+/// deadline has passed.
+const AFTER_DEADLINE: Duration = Duration::from_secs(2);
 /// Time between SIGTERM and SIGKILL when a harness is stopped.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
@@ -325,6 +328,17 @@ impl Bridge {
             bridge: self,
             run_id: ctx.run_id.clone(),
         };
+        // A turn whose deadline passed while it waited (in a host's queue,
+        // in ours) starts nothing: its answer would come too late anyway.
+        if open.grant.remaining().is_zero() {
+            return Err(RunFailed {
+                code: "deadline_exceeded".into(),
+                error: "the run's deadline (runtime.deadline_at) had passed before it began; \
+                        nothing was started"
+                    .into(),
+                retryable: true,
+            });
+        }
         let timeout = binding
             .timeout_seconds
             .filter(|s| *s > 0)
@@ -508,11 +522,12 @@ impl Bridge {
                 })
                 .collect();
             emit.send(updates).await;
-            let stored = tokio::time::timeout(
-                HOST_CALL_TIMEOUT,
-                record::store_pointer(host, scope, &pointer),
-            )
-            .await;
+            // Bounded by the deadline too: a host that does not answer must
+            // not hold a stopped turn's answer back (the `state.updated`
+            // results above carry the pointer anyway).
+            let wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline + AFTER_DEADLINE);
+            let stored =
+                tokio::time::timeout_at(wait, record::store_pointer(host, scope, &pointer)).await;
             match stored {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {

@@ -196,12 +196,8 @@ fn run_request(
     })
     .map_err(|e| e.to_string())?;
     if let Some(run_id) = short.run_id {
-        let fits = (1..=128).contains(&run_id.len())
-            && run_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
-        if !fits {
-            return Err("run_id: 1 to 128 characters of letters, digits and - _ . :".into());
+        if let Some(why) = crate::protocol::run_id_problem(&run_id) {
+            return Err(format!("run_id: {why}"));
         }
         ctx.run_id = run_id;
     }
