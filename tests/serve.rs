@@ -1100,3 +1100,49 @@ async fn pages_of_other_sites_cannot_drive_the_api() {
     let page = bare.get(format!("{}/", server.url)).send().await.unwrap();
     assert_eq!(status(page), 200);
 }
+
+/// What the operator fixes, no request changes, in either form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_config_wins_over_every_request() {
+    // A harness spec that passes the model on, to see what reached it.
+    let tools = {
+        let dir = tempfile::tempdir().unwrap();
+        common::scripted::install(dir.path());
+        let spec = std::fs::read_to_string(dir.path().join("adapters/scripted.yaml")).unwrap();
+        std::fs::write(
+            dir.path().join("adapters/scripted.yaml"),
+            spec.replace(
+                "new: [\"--new\", \"{prompt}\"]",
+                "new: [\"--new\", [\"--model={model}\"], \"{prompt}\"]",
+            ),
+        )
+        .unwrap();
+        Arc::new(dir)
+    };
+    let server = Server::start_in(
+        Arc::new(tempfile::tempdir().unwrap()),
+        tools,
+        "quiet",
+        "fixed_config:\n  model: operator-model\n",
+    )
+    .await;
+    let (status, body) = server
+        .post_json(json!({"conversation": "c1", "text": "hi", "config": {"model": "client-model"}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut ctx = serde_json::to_value(common::context("run-full", "c2")).unwrap();
+    ctx["config"] = json!({"model": "client-model"});
+    let (status, body) = server.post_json(ctx).await;
+    assert_eq!(status, 200, "{body}");
+    let args: Vec<String> = walkdir::WalkDir::new(server.workspaces())
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() == "received-args")
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert_eq!(args.len(), 2, "{args:?}");
+    for args in args {
+        assert!(args.contains("--model=operator-model"), "{args}");
+        assert!(!args.contains("client-model"), "{args}");
+    }
+}

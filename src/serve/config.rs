@@ -41,6 +41,10 @@ pub struct ServeConfig {
     /// instructions, ...) under every short-form request's own `config`:
     /// the request's keys win.
     pub default_config: serde_json::Map<String, serde_json::Value>,
+    /// Binding keys no request can change (e.g. `permission_mode:
+    /// default`), over both request forms' own config: what a client may
+    /// decide stops where the operator says.
+    pub fixed_config: serde_json::Map<String, serde_json::Value>,
     /// Turns running at once, across conversations.
     pub max_concurrent_runs: usize,
     /// Turns waiting per conversation before new ones get 429.
@@ -83,6 +87,7 @@ impl Default for ServeConfig {
             mcp_servers: Default::default(),
             default_harness: "claude-code".into(),
             default_config: serde_json::Map::new(),
+            fixed_config: serde_json::Map::new(),
             max_concurrent_runs: 4,
             max_queue_per_conversation: 8,
             max_queued_total: 1024,

@@ -213,10 +213,11 @@ async fn create_run(
     let Ok(doc) = serde_json::from_str::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
-    let (ctx, harness) = match run_request(doc, &service.config.default_config) {
+    let (mut ctx, harness) = match run_request(doc, &service.config.default_config) {
         Ok(request) => request,
         Err(why) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
     };
+    ctx.config.extend(service.config.fixed_config.clone());
     // A binding that could never run (a wrong key, a server it tries to
     // define) is the client's to fix now, not a queued turn's to fail.
     if let Err(e) = crate::projection::Binding::from_config(&ctx.config) {
