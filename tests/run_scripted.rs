@@ -96,6 +96,27 @@ impl Setup {
         bridge_run(self.data.path(), &args, &env).await
     }
 
+    /// A context file for conversation `chat-7` saying `text`, as `edit`
+    /// leaves it: what `--context` is given.
+    fn context_file(
+        &self,
+        name: &str,
+        text: &str,
+        edit: impl FnOnce(&mut harness_bridge::protocol::AgentRunContext),
+    ) -> String {
+        let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+            conversation: "chat-7",
+            actor: "local-user",
+            text,
+            config: Default::default(),
+        })
+        .unwrap();
+        edit(&mut ctx);
+        let file = self.data.path().join(name);
+        std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+        file.to_string_lossy().into_owned()
+    }
+
     fn workspace(&self, turn: &BridgeTurn) -> PathBuf {
         let dir = turn
             .state("external.working_directory")
@@ -366,30 +387,15 @@ async fn switching_harness_starts_fresh_and_a_context_pointer_is_used_first() {
     );
 
     // A pointer of another harness in the context is not resumed either.
-    let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
-        conversation: "chat-7",
-        actor: "local-user",
-        text: "Go on",
-        config: Default::default(),
-    })
-    .unwrap();
-    ctx.state.conversation = serde_json::from_value(serde_json::json!({
-        "external.session_id": "scripted-1",
-        "external.harness": "scripted",
-    }))
-    .unwrap();
-    let file = setup.data.path().join("switch.json");
-    std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+    let file = setup.context_file("switch.json", "Go on", |ctx| {
+        ctx.state.conversation = serde_json::from_value(serde_json::json!({
+            "external.session_id": "scripted-1",
+            "external.harness": "scripted",
+        }))
+        .unwrap();
+    });
     let other = setup
-        .run(
-            "quiet",
-            &[
-                "--harness",
-                "scripted-b",
-                "--context",
-                &file.to_string_lossy(),
-            ],
-        )
+        .run("quiet", &["--harness", "scripted-b", "--context", &file])
         .await;
     other.completed();
     let session = other.session();
@@ -404,24 +410,15 @@ async fn switching_harness_starts_fresh_and_a_context_pointer_is_used_first() {
 
     // A host that sends the pointer in the context is believed first, over
     // the embedded host's state (which now points at scripted-b).
-    let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
-        conversation: "chat-7",
-        actor: "local-user",
-        text: "Go on",
-        config: Default::default(),
-    })
-    .unwrap();
-    ctx.state.conversation = serde_json::from_value(serde_json::json!({
-        "external.session_id": "from-the-host",
-        "external.harness": "scripted",
-        "external.working_directory": workspace,
-    }))
-    .unwrap();
-    let file = setup.data.path().join("turn.json");
-    std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
-    let from_ctx = setup
-        .run("quiet", &["--context", &file.to_string_lossy()])
-        .await;
+    let file = setup.context_file("turn.json", "Go on", |ctx| {
+        ctx.state.conversation = serde_json::from_value(serde_json::json!({
+            "external.session_id": "from-the-host",
+            "external.harness": "scripted",
+            "external.working_directory": workspace,
+        }))
+        .unwrap();
+    });
+    let from_ctx = setup.run("quiet", &["--context", &file]).await;
     from_ctx.completed();
     assert_eq!(from_ctx.session()["resumed"], true);
     let args = std::fs::read_to_string(workspace.join("received-args")).unwrap();
@@ -468,24 +465,15 @@ async fn a_stored_session_id_that_looks_like_an_option_is_never_passed() {
     let first = setup.run("quiet", &[]).await;
     first.completed();
     let workspace = setup.workspace(&first);
-    let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
-        conversation: "chat-7",
-        actor: "local-user",
-        text: "Go on",
-        config: Default::default(),
-    })
-    .unwrap();
-    ctx.state.conversation = serde_json::from_value(serde_json::json!({
-        "external.session_id": "--dangerously-skip-permissions",
-        "external.harness": "scripted",
-        "external.working_directory": workspace,
-    }))
-    .unwrap();
-    let file = setup.data.path().join("hostile.json");
-    std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
-    let turn = setup
-        .run("quiet", &["--context", &file.to_string_lossy()])
-        .await;
+    let file = setup.context_file("hostile.json", "Go on", |ctx| {
+        ctx.state.conversation = serde_json::from_value(serde_json::json!({
+            "external.session_id": "--dangerously-skip-permissions",
+            "external.harness": "scripted",
+            "external.working_directory": workspace,
+        }))
+        .unwrap();
+    });
+    let turn = setup.run("quiet", &["--context", &file]).await;
     turn.completed();
     let session = turn.session();
     assert_eq!(session["resumed"], false, "{session}");
@@ -774,19 +762,10 @@ impl Drop for Cleanup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_past_its_deadline_starts_nothing() {
     let setup = Setup::new();
-    let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
-        conversation: "chat-7",
-        actor: "local-user",
-        text: "Too late",
-        config: Default::default(),
-    })
-    .unwrap();
-    ctx.runtime.deadline_at = Some(1_000_000_000.0);
-    let file = setup.data.path().join("late.json");
-    std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
-    let turn = setup
-        .run("quiet", &["--context", &file.to_string_lossy()])
-        .await;
+    let file = setup.context_file("late.json", "Too late", |ctx| {
+        ctx.runtime.deadline_at = Some(1_000_000_000.0);
+    });
+    let turn = setup.run("quiet", &["--context", &file]).await;
     let failed = turn.assert_failed("deadline_exceeded");
     assert!(
         failed["data"]["error"]
@@ -813,19 +792,10 @@ async fn a_run_id_that_could_forge_a_log_line_is_refused() {
         "r-1\nINFO run ended outcome=run.completed".to_string(),
         "x".repeat(1 << 20),
     ] {
-        let mut ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
-            conversation: "chat-7",
-            actor: "local-user",
-            text: "hi",
-            config: Default::default(),
-        })
-        .unwrap();
-        ctx.run_id = run_id;
-        let file = setup.data.path().join("bad-id.json");
-        std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
-        let turn = setup
-            .run("quiet", &["--context", &file.to_string_lossy()])
-            .await;
+        let file = setup.context_file("bad-id.json", "hi", |ctx| {
+            ctx.run_id = run_id;
+        });
+        let turn = setup.run("quiet", &["--context", &file]).await;
         let failed = turn.assert_failed("invalid_argument");
         assert!(
             failed["data"]["error"]
