@@ -353,20 +353,8 @@ async fn cancelled_bash_turn(
 ) -> (Value, Vec<String>, String) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt};
     let (args, env) = machine.bash_turn(mechanism);
-    let mut child = tokio::process::Command::new(common::bridge_bin())
-        .arg("--data-dir")
-        .arg(machine.data.path())
-        .arg("run")
-        .args(&args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = common::spawn_bridge_run(machine.data.path(), &args, &env);
     let mut stderr = child.stderr.take().unwrap();
     let log = tokio::spawn(async move {
         let mut text = String::new();

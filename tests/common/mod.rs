@@ -319,18 +319,14 @@ pub async fn bridge_run(
     bridge_run_with(data, args, env, |_| {}).await
 }
 
-/// [`bridge_run`], calling `at_end` with the terminal result the moment it
-/// is read (the bridge may still be running): what holds when a run's end
-/// is reported.
-pub async fn bridge_run_with(
+/// `harness-bridge --data-dir DATA run ARGS` with exactly `env` (plus a
+/// PATH), stdout and stderr piped for the caller to read.
+pub fn spawn_bridge_run(
     data: &std::path::Path,
     args: &[&str],
     env: &[(&str, String)],
-    mut at_end: impl FnMut(&serde_json::Value),
-) -> BridgeTurn {
-    use tokio::io::AsyncBufReadExt;
-    let start = std::time::Instant::now();
-    let mut child = tokio::process::Command::new(bridge_bin())
+) -> tokio::process::Child {
+    tokio::process::Command::new(bridge_bin())
         .arg("--data-dir")
         .arg(data)
         .arg("run")
@@ -343,7 +339,21 @@ pub async fn bridge_run_with(
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("the bridge starts");
+        .expect("the bridge starts")
+}
+
+/// [`bridge_run`], calling `at_end` with the terminal result the moment it
+/// is read (the bridge may still be running): what holds when a run's end
+/// is reported.
+pub async fn bridge_run_with(
+    data: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, String)],
+    mut at_end: impl FnMut(&serde_json::Value),
+) -> BridgeTurn {
+    use tokio::io::AsyncBufReadExt;
+    let start = std::time::Instant::now();
+    let mut child = spawn_bridge_run(data, args, env);
     let stdout = child.stdout.take().expect("stdout");
     let mut stderr = child.stderr.take().expect("stderr");
     let errors = tokio::spawn(async move {
