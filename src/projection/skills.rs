@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::confined::{Access, ConfinedDir, WriteOutcome};
+use super::confined::{ConfinedDir, WriteOutcome};
 use super::names::{check_skill_name, relative_components};
 use super::{ProjectionError, Report, SkillSpec};
 use crate::protocol::SkillResource;
@@ -213,7 +213,7 @@ pub fn project(
                 continue;
             }
             let parts: Vec<&str> = base.iter().copied().chain(path.split('/')).collect();
-            let outcome = ws.write(&parts, bytes, Access::Shared)?;
+            let outcome = ws.write(&parts, bytes)?;
             report.file(rel, outcome);
         }
         manifest.skills.insert(prepared.name, prepared.record);
@@ -234,7 +234,7 @@ pub fn project(
     }
     let mut bytes = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
     bytes.push(b'\n');
-    let outcome = ws.write(&MANIFEST, &bytes, Access::Shared)?;
+    let outcome = ws.write(&MANIFEST, &bytes)?;
     report.file(MANIFEST.join("/"), outcome);
     Ok(manifest.skills.into_keys().collect())
 }

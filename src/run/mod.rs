@@ -360,7 +360,7 @@ impl Bridge {
         let plan = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
         let mut notice = plan.notice;
 
-        let mut outbox = outbox::Outbox::watch(&workspace)
+        let mut outbox = outbox::Outbox::watch(&projection.dir)
             .map_err(|e| fail("workspace_error", format!("outbox: {e}")))?;
         let mcp_config = workspace.join(paths::MCP_CONFIG.join("/"));
         let mut resume = plan.resume;
@@ -415,8 +415,8 @@ impl Bridge {
             }
         };
 
-        for path in live.outbox.sweep() {
-            attempt::send_artifact(&mut live, &path).await;
+        for name in live.outbox.sweep() {
+            attempt::send_artifact(&mut live, name).await;
         }
         let emit = live.emit;
 
