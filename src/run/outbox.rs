@@ -73,7 +73,10 @@ impl SharedWatcher {
     fn start() -> notify::Result<SharedWatcher> {
         let routes: Arc<Mutex<Routes>> = Arc::default();
         let seen = routes.clone();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Links are not followed: a link in an outbox to `/` would
+        // otherwise add a watch on every folder below it.
+        let config = notify::Config::default().with_follow_symlinks(false);
+        let handler = move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
             let finished = matches!(
                 event.kind,
@@ -92,7 +95,8 @@ impl SharedWatcher {
                     }
                 }
             }
-        })?;
+        };
+        let watcher = notify::RecommendedWatcher::new(handler, config)?;
         Ok(SharedWatcher { watcher, routes })
     }
 }
@@ -400,6 +404,30 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.contains("symlink"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_watcher_does_not_follow_links_out_of_the_outbox() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join(OUTBOX_DIR)).unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("outbox/elsewhere")).unwrap();
+        let mut outbox = Outbox::watch(&open(ws.path())).unwrap();
+        std::fs::write(outside.path().join("theirs.txt"), "x").unwrap();
+        std::fs::write(ws.path().join("outbox/mine.txt"), "x").unwrap();
+        // Events come in order: everything before `mine.txt` was seen first.
+        let mut seen = Vec::new();
+        while !seen.iter().any(|p: &PathBuf| p.ends_with("mine.txt")) {
+            let event =
+                tokio::time::timeout(std::time::Duration::from_secs(5), outbox.events.recv())
+                    .await
+                    .expect("the outbox's own file is seen");
+            seen.extend(event);
+        }
+        assert!(
+            !seen.iter().any(|p| p.ends_with("theirs.txt")),
+            "the watcher followed a link out of the outbox: {seen:?}"
+        );
     }
 
     #[test]
