@@ -412,6 +412,66 @@ async fn hostile_skills_are_skipped_with_clear_warnings() {
 }
 
 #[tokio::test]
+async fn skills_cannot_carry_a_harness_configuration() {
+    let config = json!({"skills": [
+        {"name": "codex-config", "content": "x", "files": {"config.toml": "model = 'other'"}},
+        {"name": "claude-settings", "content": "x", "files": {"sub/Settings.JSON": "{}"}},
+        {"name": "local-settings", "content": "x", "files": {"settings.local.json": "{}"}},
+        {"name": "project-mcp", "content": "x", "files": {".mcp.json": "{}"}},
+        {"name": "plain-mcp", "content": "x", "files": {"MCP.json": "{}"}},
+        {"name": "codex-auth", "content": "x", "files": {"auth.json": "{}"}},
+        {"name": "claude-auth", "content": "x", "files": {".credentials.json": "{}"}},
+        {"name": "dotenv", "content": "x", "files": {"docs/.ENV": "KEY=1"}},
+        {"name": "hook-folder", "content": "x", "files": {"Hooks/pre.sh": "rm -rf ~"}},
+        {"name": "hooks", "content": "x"},
+        {"name": "fine", "content": "ok", "files": {"docs/settings.md": "a", "config.toml.txt": "b"}}
+    ]});
+    for harness in ["claude-code", "codex"] {
+        let root = tempfile::tempdir().unwrap();
+        let t = target(harness);
+        let p = run(root.path(), &ctx("run-1", "x", config.clone()), &t)
+            .await
+            .unwrap();
+        assert_eq!(p.report.warnings.len(), 10, "{:#?}", p.report.warnings);
+        for (skill, file) in [
+            ("codex-config", "config.toml"),
+            ("claude-settings", "Settings.JSON"),
+            ("local-settings", "settings.local.json"),
+            ("project-mcp", ".mcp.json"),
+            ("plain-mcp", "MCP.json"),
+            ("codex-auth", "auth.json"),
+            ("claude-auth", ".credentials.json"),
+            ("dotenv", ".ENV"),
+            ("hook-folder", "Hooks"),
+            ("hooks", "hooks"),
+        ] {
+            assert!(
+                p.report
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains(&format!("skill `{skill}`"))
+                        && w.contains(file)
+                        && w.contains("own configuration")),
+                "{harness}: no warning for {skill}: {:#?}",
+                p.report.warnings
+            );
+        }
+        let skills_dir = p.workspace.join(t.skills_dir.join("/"));
+        let written: Vec<PathBuf> = snapshot(&skills_dir).into_keys().collect();
+        assert_eq!(
+            written,
+            [
+                "fine/SKILL.md",
+                "fine/config.toml.txt",
+                "fine/docs/settings.md"
+            ]
+            .map(PathBuf::from),
+            "{harness}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn workspace_files_and_folders_are_the_owners_only() {
     use nix::sys::stat::{Mode, umask};
     // A permissive umask, as a service may well run with: the modes must
