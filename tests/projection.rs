@@ -422,6 +422,108 @@ async fn hostile_skills_are_skipped_with_clear_warnings() {
 }
 
 #[tokio::test]
+async fn skills_cannot_carry_a_harness_configuration() {
+    let config = json!({"skills": [
+        {"name": "codex-config", "content": "x", "files": {"config.toml": "model = 'other'"}},
+        {"name": "claude-settings", "content": "x", "files": {"sub/Settings.JSON": "{}"}},
+        {"name": "local-settings", "content": "x", "files": {"settings.local.json": "{}"}},
+        {"name": "project-mcp", "content": "x", "files": {".mcp.json": "{}"}},
+        {"name": "plain-mcp", "content": "x", "files": {"MCP.json": "{}"}},
+        {"name": "codex-auth", "content": "x", "files": {"auth.json": "{}"}},
+        {"name": "claude-auth", "content": "x", "files": {".credentials.json": "{}"}},
+        {"name": "dotenv", "content": "x", "files": {"docs/.ENV": "KEY=1"}},
+        {"name": "hook-folder", "content": "x", "files": {"Hooks/pre.sh": "rm -rf ~"}},
+        {"name": "hooks", "content": "x"},
+        {"name": "fine", "content": "ok", "files": {"docs/settings.md": "a", "config.toml.txt": "b"}}
+    ]});
+    for harness in ["claude-code", "codex"] {
+        let root = tempfile::tempdir().unwrap();
+        let t = target(harness);
+        let p = run(root.path(), &ctx("run-1", "x", config.clone()), &t)
+            .await
+            .unwrap();
+        assert_eq!(p.report.warnings.len(), 10, "{:#?}", p.report.warnings);
+        for (skill, file) in [
+            ("codex-config", "config.toml"),
+            ("claude-settings", "Settings.JSON"),
+            ("local-settings", "settings.local.json"),
+            ("project-mcp", ".mcp.json"),
+            ("plain-mcp", "MCP.json"),
+            ("codex-auth", "auth.json"),
+            ("claude-auth", ".credentials.json"),
+            ("dotenv", ".ENV"),
+            ("hook-folder", "Hooks"),
+            ("hooks", "hooks"),
+        ] {
+            assert!(
+                p.report
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains(&format!("skill `{skill}`"))
+                        && w.contains(file)
+                        && w.contains("own configuration")),
+                "{harness}: no warning for {skill}: {:#?}",
+                p.report.warnings
+            );
+        }
+        let skills_dir = p.workspace.join(t.skills_dir.join("/"));
+        let written: Vec<PathBuf> = snapshot(&skills_dir).into_keys().collect();
+        assert_eq!(
+            written,
+            [
+                "fine/SKILL.md",
+                "fine/config.toml.txt",
+                "fine/docs/settings.md"
+            ]
+            .map(PathBuf::from),
+            "{harness}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn workspace_files_and_folders_are_the_owners_only() {
+    use nix::sys::stat::{Mode, umask};
+    // A permissive umask, as a service may well run with: the modes must
+    // not come from it.
+    let previous = umask(Mode::from_bits_truncate(0o022));
+    let root = tempfile::tempdir().unwrap();
+    let t = target("claude-code");
+    let mut c = ctx("run-1", "x", skills_config());
+    c.input.attachments = serde_json::from_value(json!([
+        {"name": "notes.txt", "content": base64::engine::general_purpose::STANDARD.encode(b"inline")}
+    ]))
+    .unwrap();
+    let first = run(root.path(), &c, &t).await;
+    let second = run(root.path(), &ctx("run-2", "y", skills_config()), &t).await;
+    umask(previous);
+    let ws = second.unwrap().workspace;
+    first.unwrap();
+    for must in [
+        ".langbot/inputs",
+        ".langbot/runs",
+        ".langbot/mcp.json",
+        ".claude/skills/pdf-tools/ref/usage.md",
+    ] {
+        assert!(ws.join(must).exists(), "{must} was not projected");
+    }
+    let mut wrong = Vec::new();
+    for entry in walkdir::WalkDir::new(root.path()).min_depth(1) {
+        let entry = entry.unwrap();
+        let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
+        let want = if entry.file_type().is_dir() {
+            0o700
+        } else {
+            0o600
+        };
+        if mode != want {
+            wrong.push(format!("{} is {mode:o}", entry.path().display()));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[tokio::test]
 async fn planted_symlinks_are_refused() {
     let root = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
@@ -462,6 +564,155 @@ async fn planted_symlinks_are_refused() {
         std::fs::remove_file(&path).unwrap();
         run(root.path(), &c, &t).await.unwrap();
     }
+}
+
+/// Every file and folder under `dir` (not following links): relative path
+/// → the file's bytes, or `None` for a folder or link.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .into_iter()
+        .map(|e| {
+            let e = e.unwrap();
+            let bytes = e
+                .file_type()
+                .is_file()
+                .then(|| std::fs::read(e.path()).unwrap());
+            (e.path().strip_prefix(dir).unwrap().to_path_buf(), bytes)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_process_swapping_folders_for_links_during_projections_never_gets_the_bridge_outside() {
+    use nix::fcntl::{OFlag, RenameFlags, open, renameat2};
+    use nix::sys::stat::Mode;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let t = target("claude-code");
+    // Two skills, then one without its extra file: every other turn removes
+    // a skill folder and a file, and every turn archives the previous run
+    // and prunes the archive (keep_runs 1).
+    let mut both = skills_config();
+    both["keep_runs"] = json!(1);
+    let only_pdf =
+        json!({"keep_runs": 1, "skills": [{"name": "pdf-tools", "content": "Use pdftotext."}]});
+    let ws = run(root.path(), &ctx("run-0", "x", both.clone()), &t)
+        .await
+        .unwrap()
+        .workspace;
+
+    // What the bridge would write, overwrite or remove if it followed one
+    // of the links: sentinels with those names.
+    for (path, bytes) in [
+        ("agent-context.json", "sentinel"),
+        ("skills.json", "sentinel"),
+        ("mcp.json", "sentinel"),
+        ("runs/old-1/turn-prompt.md", "sentinel"),
+        ("runs/old-2/turn-prompt.md", "sentinel"),
+        ("release-notes/SKILL.md", "sentinel"),
+        ("pdf-tools/SKILL.md", "sentinel"),
+        ("ref/usage.md", "sentinel"),
+        ("SKILL.md", "sentinel"),
+    ] {
+        let path = outside.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    let before = tree(outside.path());
+
+    // Each folder has a link to the outside folder beside it; the flipper
+    // exchanges the two names through handles to the real parent folders,
+    // so it never touches the outside folder itself.
+    let dir = |path: PathBuf| {
+        open(
+            &path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap()
+    };
+    let targets = [
+        (ws.clone(), ".langbot"),
+        (ws.join(".claude"), "skills"),
+        (ws.join(".claude/skills"), "pdf-tools"),
+    ]
+    .map(|(parent, name)| {
+        symlink(outside.path(), parent.join(format!("{name}.flip"))).unwrap();
+        (dir(parent), name)
+    });
+    // Which folder the flipper swaps during the next projection (0-2), or
+    // none (3), so that some projections get through and later ones have
+    // skills to remove; `STOP` ends it.
+    const QUIET: usize = 3;
+    const STOP: usize = 4;
+    let phase = Arc::new(AtomicUsize::new(QUIET));
+    let flips = Arc::new(AtomicU64::new(0));
+    let flipper = {
+        let (phase, flips) = (phase.clone(), flips.clone());
+        std::thread::spawn(move || {
+            loop {
+                match phase.load(Ordering::Relaxed) {
+                    STOP => break,
+                    QUIET => std::thread::sleep(Duration::from_micros(100)),
+                    target => {
+                        let (parent, name) = &targets[target];
+                        let link = format!("{name}.flip");
+                        // Twice: each round ends with the real folder back.
+                        for _ in 0..2 {
+                            renameat2(
+                                parent,
+                                *name,
+                                parent,
+                                link.as_str(),
+                                RenameFlags::RENAME_EXCHANGE,
+                            )
+                            .unwrap();
+                        }
+                        flips.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+    };
+
+    // Blocks of ten turns, alternately with both skills and with one (so
+    // a block removes a skill folder and a file); the last turn of each
+    // block runs without the flipper.
+    let (mut ok, mut failed) = (0, 0);
+    for i in 0..1200 {
+        let config = if i / 10 % 2 == 0 { &both } else { &only_pdf };
+        phase.store(if i % 10 == 9 { QUIET } else { i % 3 }, Ordering::Relaxed);
+        match run(
+            root.path(),
+            &ctx(&format!("run-{}", i + 1), "x", config.clone()),
+            &t,
+        )
+        .await
+        {
+            Ok(_) => ok += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    phase.store(STOP, Ordering::Relaxed);
+    flipper.join().unwrap();
+
+    let after = tree(outside.path());
+    let changed: std::collections::BTreeSet<&PathBuf> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|path| before.get(*path) != after.get(*path))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "written, changed or removed outside the workspace: {changed:?} ({ok} projections went through, {failed} failed)"
+    );
+    assert!(flips.load(Ordering::Relaxed) > 0);
+    assert!(ok > 0 && failed > 0, "{ok} went through, {failed} failed");
 }
 
 #[tokio::test]

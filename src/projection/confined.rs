@@ -1,37 +1,49 @@
-//! A folder nothing written through it can leave.
+//! A folder nothing done through it can leave.
 //!
-//! Every write names a path *relative* to the folder, checked component by
-//! component; each folder on the way is created one level at a time and
-//! must not be a symlink, and the target must not be one either, so a
-//! pre-planted link (`.langbot -> /etc`) is refused rather than followed.
-//! Writes are atomic (temp file + rename in the same folder) and skipped
-//! when the bytes on disk are already right, so an unchanged file keeps
-//! its mtime.
+//! The folder is held open, and everything below it is reached through
+//! folder handles opened one name at a time without following links
+//! (`openat` with `O_NOFOLLOW | O_DIRECTORY`). Folders are made with
+//! `mkdirat`, files are written as `O_EXCL` temp files renamed within
+//! their folder's handle, entries are removed with `unlinkat`, and trees
+//! by walking handles. What is checked and what is acted on are the same
+//! open folder: a process in the workspace that swaps a folder for a link
+//! while a projection runs can make it fail, never act outside. A link met
+//! on the way is refused ([`ProjectionError::Symlink`]), never followed; a
+//! link that is itself the target of a removal is removed, not followed.
+//!
+//! A write is skipped when the file already holds the bytes, so an
+//! unchanged file keeps its mtime. Files are 0600 and the folders made
+//! here 0700: a workspace holds a conversation, for its owner only.
 
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::io::{Read as _, Write as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, open, openat, renameat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::ProjectionError;
 
-/// Who may read a written file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// 0644: ordinary projected files.
-    Shared,
-    /// 0600: files that may carry secrets (MCP config).
-    Private,
-}
-
-impl Access {
-    fn mode(self) -> u32 {
-        match self {
-            Access::Shared => 0o644,
-            Access::Private => 0o600,
-        }
-    }
-}
+/// Mode of every file written: the owner's only.
+const FILE_MODE: u32 = 0o600;
+/// Mode of every folder made.
+const DIR_MODE: u32 = 0o700;
+/// Deepest folder tree removed or walked (each level holds a handle).
+const MAX_DEPTH: usize = 64;
+/// Largest file [`ConfinedDir::read`] reads: what the bridge reads back
+/// are its own manifests and context files, and a harness may have grown
+/// one without bound.
+const MAX_READ: u64 = 256 * 1024 * 1024;
 
 /// What a write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,10 +54,105 @@ pub enum WriteOutcome {
     Unchanged,
 }
 
-/// A folder that confines every write to itself.
+/// A folder that confines every operation to itself. Cloning shares the
+/// open handle.
 #[derive(Debug, Clone)]
 pub struct ConfinedDir {
-    root: PathBuf,
+    fd: Arc<OwnedFd>,
+    path: PathBuf,
+}
+
+/// A file or folder found by [`ConfinedDir::list`] or [`ConfinedDir::files`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its name in the folder listed, or its path below the folder walked.
+    pub name: String,
+    /// Size in bytes.
+    pub len: u64,
+    /// Last modification.
+    pub modified: SystemTime,
+}
+
+/// Why a name below a handle could not be opened as wanted.
+enum Refused {
+    Missing,
+    Link,
+    InTheWay,
+    Io(std::io::Error),
+}
+
+impl Refused {
+    fn error(self, path: PathBuf, expected: &'static str) -> ProjectionError {
+        match self {
+            Refused::Missing => {
+                ProjectionError::io("open", path)(std::io::ErrorKind::NotFound.into())
+            }
+            Refused::Link => ProjectionError::Symlink { path },
+            Refused::InTheWay => ProjectionError::InTheWay { path, expected },
+            Refused::Io(source) => ProjectionError::io("open", path)(source),
+        }
+    }
+
+    fn io_error(self, path: &Path, expected: &str) -> std::io::Error {
+        match self {
+            Refused::Missing => std::io::ErrorKind::NotFound.into(),
+            Refused::Link => std::io::Error::other(format!("{} is a symlink", path.display())),
+            Refused::InTheWay => {
+                std::io::Error::other(format!("{} is not a {expected}", path.display()))
+            }
+            Refused::Io(source) => source,
+        }
+    }
+}
+
+fn kind(stat: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT
+}
+
+fn modified(stat: &FileStat) -> SystemTime {
+    let nanos = u32::try_from(stat.st_mtime_nsec).unwrap_or(0);
+    match u64::try_from(stat.st_mtime) {
+        Ok(secs) => SystemTime::UNIX_EPOCH + Duration::new(secs, nanos),
+        Err(_) => SystemTime::UNIX_EPOCH,
+    }
+}
+
+/// Open `name` in `parent` as a folder, never through a link.
+fn open_dir_at(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Refused> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    match openat(parent, name, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::ENOENT) => Err(Refused::Missing),
+        // A link opened with O_NOFOLLOW|O_DIRECTORY fails as "not a
+        // folder" on Linux: look at what it is, only to name the refusal.
+        Err(Errno::ENOTDIR | Errno::ELOOP) => {
+            match fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(stat) if kind(&stat) == SFlag::S_IFLNK => Err(Refused::Link),
+                Ok(_) => Err(Refused::InTheWay),
+                Err(Errno::ENOENT) => Err(Refused::Missing),
+                Err(errno) => Err(Refused::Io(errno.into())),
+            }
+        }
+        Err(errno) => Err(Refused::Io(errno.into())),
+    }
+}
+
+/// Open `name` in `parent` for reading as a regular file, never through a
+/// link. Without blocking: a FIFO put in its place is refused, not waited on.
+fn open_file_at(parent: &OwnedFd, name: &OsStr) -> Result<(fs::File, fs::Metadata), Refused> {
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let file = match openat(parent, name, flags, Mode::empty()) {
+        Ok(fd) => fs::File::from(fd),
+        Err(Errno::ENOENT) => return Err(Refused::Missing),
+        Err(Errno::ELOOP) => return Err(Refused::Link),
+        Err(errno) => return Err(Refused::Io(errno.into())),
+    };
+    let meta = file.metadata().map_err(Refused::Io)?;
+    if meta.is_file() {
+        Ok((file, meta))
+    } else {
+        Err(Refused::InTheWay)
+    }
 }
 
 /// Every part must be one plain name: callers pass checked components, and
@@ -62,77 +169,86 @@ fn check_parts(parts: &[&str]) -> Result<(), ProjectionError> {
     Ok(())
 }
 
-fn refuse_link(path: &Path, meta: &fs::Metadata) -> Result<(), ProjectionError> {
-    if meta.file_type().is_symlink() {
-        Err(ProjectionError::Symlink {
-            path: path.to_path_buf(),
-        })
-    } else {
-        Ok(())
-    }
-}
-
 impl ConfinedDir {
     /// Create (if needed) `base/parts...` and confine to it. `base` is the
     /// operator's root and is trusted as is; every part below it is created
-    /// here and must not be a symlink.
+    /// here (0700) and must not be a symlink.
     pub fn create(base: &Path, parts: &[&str]) -> Result<Self, ProjectionError> {
         fs::create_dir_all(base).map_err(ProjectionError::io("create folder", base))?;
+        let fd = open(
+            base,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| ProjectionError::io("open", base)(e.into()))?;
         let root = ConfinedDir {
-            root: base.to_path_buf(),
+            fd: Arc::new(fd),
+            path: base.to_path_buf(),
         };
-        let dir = root.ensure_dir(parts)?;
-        Ok(ConfinedDir { root: dir })
+        root.ensure_dir(parts)
     }
 
-    /// The folder's path.
+    /// The folder's path (for display and for the harness's working
+    /// directory; nothing here is reached through it).
     pub fn path(&self) -> &Path {
-        &self.root
+        &self.path
     }
 
-    /// Create the folders `parts` below the root, one level at a time,
-    /// refusing symlinks and files in the way. Returns the last folder.
-    pub fn ensure_dir(&self, parts: &[&str]) -> Result<PathBuf, ProjectionError> {
+    /// The folder `name` below this one, or why not.
+    fn child(&self, name: &OsStr) -> Result<ConfinedDir, Refused> {
+        Ok(ConfinedDir {
+            fd: Arc::new(open_dir_at(&self.fd, name)?),
+            path: self.path.join(name),
+        })
+    }
+
+    /// The folder `parts` below this one; `None` when some part does not
+    /// exist. Symlinks and files on the way are refused.
+    fn open_dir(&self, parts: &[&str]) -> Result<Option<ConfinedDir>, ProjectionError> {
         check_parts(parts)?;
-        let mut dir = self.root.clone();
+        let mut dir = self.clone();
         for part in parts {
-            dir.push(part);
-            match fs::symlink_metadata(&dir) {
-                Ok(meta) => {
-                    refuse_link(&dir, &meta)?;
-                    if !meta.is_dir() {
-                        return Err(ProjectionError::InTheWay {
-                            path: dir,
-                            expected: "folder",
-                        });
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    match fs::create_dir(&dir) {
-                        Ok(()) => {}
-                        // Created meanwhile by someone else: check it again.
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                            let meta = fs::symlink_metadata(&dir)
-                                .map_err(ProjectionError::io("inspect", &dir))?;
-                            refuse_link(&dir, &meta)?;
+            dir = match dir.child(OsStr::new(part)) {
+                Ok(child) => child,
+                Err(Refused::Missing) => return Ok(None),
+                Err(refused) => return Err(refused.error(dir.path.join(part), "folder")),
+            };
+        }
+        Ok(Some(dir))
+    }
+
+    /// Create the folders `parts` below this one, one level at a time
+    /// (0700), refusing symlinks and files in the way. Returns the last
+    /// folder, held open.
+    pub fn ensure_dir(&self, parts: &[&str]) -> Result<ConfinedDir, ProjectionError> {
+        check_parts(parts)?;
+        let mut dir = self.clone();
+        for part in parts {
+            let name = OsStr::new(part);
+            dir = match dir.child(name) {
+                Ok(child) => child,
+                Err(Refused::Missing) => {
+                    match mkdirat(dir.fd.as_fd(), name, Mode::from_bits_truncate(DIR_MODE)) {
+                        // Made meanwhile by someone else: opened and checked below.
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(e) => {
+                            let path = dir.path.join(part);
+                            return Err(ProjectionError::io("create folder", path)(e.into()));
                         }
-                        Err(e) => return Err(ProjectionError::io("create folder", &dir)(e)),
                     }
+                    dir.child(name)
+                        .map_err(|r| r.error(dir.path.join(part), "folder"))?
                 }
-                Err(e) => return Err(ProjectionError::io("inspect", &dir)(e)),
-            }
+                Err(refused) => return Err(refused.error(dir.path.join(part), "folder")),
+            };
         }
         Ok(dir)
     }
 
     /// Write `bytes` at the relative path `parts` (folders first, file
-    /// last), atomically, unless the file already holds exactly these bytes.
-    pub fn write(
-        &self,
-        parts: &[&str],
-        bytes: &[u8],
-        access: Access,
-    ) -> Result<WriteOutcome, ProjectionError> {
+    /// last), atomically and 0600, unless the file already holds exactly
+    /// these bytes.
+    pub fn write(&self, parts: &[&str], bytes: &[u8]) -> Result<WriteOutcome, ProjectionError> {
         let Some((file, folders)) = parts.split_last() else {
             return Err(ProjectionError::UnsafePath {
                 path: String::new(),
@@ -140,170 +256,368 @@ impl ConfinedDir {
             });
         };
         check_parts(parts)?;
-        let dir = self.ensure_dir(folders)?;
-        let path = dir.join(file);
-        match fs::symlink_metadata(&path) {
-            Ok(meta) => {
-                refuse_link(&path, &meta)?;
-                if !meta.is_file() {
-                    return Err(ProjectionError::InTheWay {
-                        path,
-                        expected: "file",
-                    });
-                }
-                if meta.len() == bytes.len() as u64 {
-                    let current = fs::read(&path).map_err(ProjectionError::io("read", &path))?;
-                    if current == bytes {
-                        if meta.permissions().mode() & 0o777 != access.mode() {
-                            fs::set_permissions(&path, fs::Permissions::from_mode(access.mode()))
-                                .map_err(ProjectionError::io("set permissions of", &path))?;
-                        }
+        self.ensure_dir(folders)?.write_file(file, bytes)
+    }
+
+    fn write_file(&self, name: &str, bytes: &[u8]) -> Result<WriteOutcome, ProjectionError> {
+        let path = self.path.join(name);
+        match open_file_at(&self.fd, OsStr::new(name)) {
+            Ok((file, meta)) if meta.len() == bytes.len() as u64 => {
+                let mut current = Vec::with_capacity(bytes.len());
+                (&file)
+                    .take(meta.len() + 1)
+                    .read_to_end(&mut current)
+                    .map_err(ProjectionError::io("read", &path))?;
+                if current == bytes {
+                    if meta.mode() & 0o777 == FILE_MODE {
+                        return Ok(WriteOutcome::Unchanged);
+                    }
+                    // The mode is fixed in place only when this is the
+                    // file's one name: a second link could be a file from
+                    // anywhere, linked in; that one is replaced instead.
+                    if meta.nlink() == 1 {
+                        fchmod(&file, Mode::from_bits_truncate(FILE_MODE)).map_err(|e| {
+                            ProjectionError::io("set permissions of", &path)(e.into())
+                        })?;
                         return Ok(WriteOutcome::Unchanged);
                     }
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(ProjectionError::io("inspect", &path)(e)),
+            Ok(_) | Err(Refused::Missing) => {}
+            Err(refused) => return Err(refused.error(path, "file")),
         }
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".hb-tmp-")
-            .permissions(fs::Permissions::from_mode(access.mode()))
-            .tempfile_in(&dir)
-            .map_err(ProjectionError::io("create temp file in", &dir))?;
-        tmp.write_all(bytes)
-            .map_err(ProjectionError::io("write", &path))?;
-        tmp.persist(&path)
-            .map_err(|e| ProjectionError::io("replace", &path)(e.error))?;
-        Ok(WriteOutcome::Written)
+        self.replace(name, bytes, path)
     }
 
-    /// The path of `parts`, checking that no existing component is a
-    /// symlink; `None` when some component does not exist.
-    fn existing(&self, parts: &[&str]) -> Result<Option<(PathBuf, fs::Metadata)>, ProjectionError> {
-        check_parts(parts)?;
-        let mut path = self.root.clone();
-        let mut last = None;
-        for part in parts {
-            path.push(part);
-            match fs::symlink_metadata(&path) {
-                Ok(meta) => {
-                    refuse_link(&path, &meta)?;
-                    last = Some(meta);
+    /// Write a fresh temp file in this folder and rename it over `name`.
+    fn replace(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        path: PathBuf,
+    ) -> Result<WriteOutcome, ProjectionError> {
+        let (temp, mut file) = self.temp_file()?;
+        let written = file
+            .write_all(bytes)
+            .map_err(ProjectionError::io("write", &path))
+            .and_then(|()| {
+                renameat(&*self.fd, temp.as_str(), &*self.fd, name).map_err(|e| match e {
+                    Errno::EISDIR | Errno::ENOTEMPTY | Errno::EEXIST => ProjectionError::InTheWay {
+                        path: path.clone(),
+                        expected: "file",
+                    },
+                    e => ProjectionError::io("replace", &path)(e.into()),
+                })
+            });
+        if written.is_err() {
+            let _ = unlinkat(&*self.fd, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        written.map(|()| WriteOutcome::Written)
+    }
+
+    /// A new file with a random name in this folder, created exclusively
+    /// (never an existing file or a link) and 0600.
+    fn temp_file(&self) -> Result<(String, fs::File), ProjectionError> {
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let mut last = Errno::EEXIST;
+        for _ in 0..8 {
+            let mut random = [0u8; 8];
+            getrandom::fill(&mut random).map_err(|e| {
+                ProjectionError::io("create temp file in", &self.path)(std::io::Error::other(
+                    e.to_string(),
+                ))
+            })?;
+            let name = format!(".hb-tmp-{}", hex::encode(random));
+            match openat(
+                &*self.fd,
+                name.as_str(),
+                flags,
+                Mode::from_bits_truncate(FILE_MODE),
+            ) {
+                Ok(fd) => return Ok((name, fs::File::from(fd))),
+                Err(Errno::EEXIST) => last = Errno::EEXIST,
+                Err(errno) => {
+                    last = errno;
+                    break;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(ProjectionError::io("inspect", &path)(e)),
             }
         }
-        Ok(last.map(|meta| (path, meta)))
+        Err(ProjectionError::io("create temp file in", &self.path)(
+            last.into(),
+        ))
     }
 
     /// Read a file at a relative path; `None` when it does not exist.
     /// Symlinks on the way are refused like on write.
     pub fn read(&self, parts: &[&str]) -> Result<Option<Vec<u8>>, ProjectionError> {
-        match self.existing(parts)? {
-            Some((path, meta)) if meta.is_file() => fs::read(&path)
-                .map(Some)
-                .map_err(ProjectionError::io("read", &path)),
-            Some((path, _)) => Err(ProjectionError::InTheWay {
-                path,
-                expected: "file",
-            }),
-            None => Ok(None),
+        let Some((name, folders)) = parts.split_last() else {
+            return Ok(None);
+        };
+        check_parts(parts)?;
+        let Some(dir) = self.open_dir(folders)? else {
+            return Ok(None);
+        };
+        let path = dir.path.join(name);
+        let (file, meta) = match open_file_at(&dir.fd, OsStr::new(name)) {
+            Ok(found) => found,
+            Err(Refused::Missing) => return Ok(None),
+            Err(refused) => return Err(refused.error(path, "file")),
+        };
+        if meta.len() > MAX_READ {
+            return Err(ProjectionError::io("read", path)(std::io::Error::other(
+                format!(
+                    "{} bytes, more than the bridge ever writes there",
+                    meta.len()
+                ),
+            )));
         }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(MAX_READ)
+            .read_to_end(&mut bytes)
+            .map_err(ProjectionError::io("read", &path))?;
+        Ok(Some(bytes))
     }
 
     /// Sizes of several files under one folder (`None` where a file is
-    /// missing). Each folder on the way is checked for symlinks once, not
-    /// once per file: the fast path of an unchanged re-projection.
+    /// missing or not a regular file). Each folder on the way is opened
+    /// once, not once per file: the fast path of an unchanged
+    /// re-projection.
     pub fn file_lens(
         &self,
         dir: &[&str],
         files: &[&str],
     ) -> Result<Vec<Option<u64>>, ProjectionError> {
-        let Some((base, meta)) = self.existing(dir)? else {
+        let Some(base) = self.open_dir(dir)? else {
             return Ok(vec![None; files.len()]);
         };
-        if !meta.is_dir() {
-            return Err(ProjectionError::InTheWay {
-                path: base,
-                expected: "folder",
-            });
-        }
-        let mut checked: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        // Sub-folder (e.g. `docs` of `docs/a.md`) → its handle, `None`
+        // when it is missing or not a folder.
+        let mut folders: HashMap<&str, Option<ConfinedDir>> = HashMap::new();
         let mut sizes = Vec::with_capacity(files.len());
-        'files: for file in files {
+        for file in files {
             let parts: Vec<&str> = file.split('/').collect();
             check_parts(&parts)?;
-            // Sub-folders of this file (e.g. `docs` of `docs/a.md`), once each.
-            let mut end = 0;
-            for part in &parts[..parts.len() - 1] {
-                end += part.len();
-                let sub = &file[..end];
-                end += 1;
-                if checked.insert(sub) {
-                    let path = base.join(sub);
-                    match fs::symlink_metadata(&path) {
-                        Ok(meta) => refuse_link(&path, &meta)?,
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                            sizes.push(None);
-                            continue 'files;
-                        }
-                        Err(e) => return Err(ProjectionError::io("inspect", &path)(e)),
-                    }
+            let (folder, name) = match file.rsplit_once('/') {
+                Some((sub, name)) => (base.sub_folder(&mut folders, sub)?, name),
+                None => (Some(base.clone()), *file),
+            };
+            let Some(folder) = folder else {
+                sizes.push(None);
+                continue;
+            };
+            let size = match fstatat(&*folder.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(stat) if kind(&stat) == SFlag::S_IFLNK => {
+                    return Err(ProjectionError::Symlink {
+                        path: folder.path.join(name),
+                    });
                 }
-            }
-            let path = base.join(file);
-            match fs::symlink_metadata(&path) {
-                Ok(meta) => {
-                    refuse_link(&path, &meta)?;
-                    sizes.push(meta.is_file().then_some(meta.len()));
+                Ok(stat) if kind(&stat) == SFlag::S_IFREG => u64::try_from(stat.st_size).ok(),
+                Ok(_) | Err(Errno::ENOENT | Errno::ENOTDIR) => None,
+                Err(e) => {
+                    return Err(ProjectionError::io("inspect", folder.path.join(name))(
+                        e.into(),
+                    ));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => sizes.push(None),
-                Err(e) => return Err(ProjectionError::io("inspect", &path)(e)),
-            }
+            };
+            sizes.push(size);
         }
         Ok(sizes)
     }
 
-    /// Remove a file or folder tree at a relative path, if present. A
-    /// symlink is removed itself, never followed.
+    /// The handle of `sub` (a `/`-separated path below this folder), from
+    /// `cache` or opened from its parent's handle and cached.
+    fn sub_folder<'a>(
+        &self,
+        cache: &mut HashMap<&'a str, Option<ConfinedDir>>,
+        sub: &'a str,
+    ) -> Result<Option<ConfinedDir>, ProjectionError> {
+        if let Some(found) = cache.get(sub) {
+            return Ok(found.clone());
+        }
+        let (parent, name) = match sub.rsplit_once('/') {
+            Some((parent, name)) => (self.sub_folder(cache, parent)?, name),
+            None => (Some(self.clone()), sub),
+        };
+        let folder = match parent {
+            None => None,
+            Some(parent) => match parent.child(OsStr::new(name)) {
+                Ok(child) => Some(child),
+                Err(Refused::Missing | Refused::InTheWay) => None,
+                Err(refused) => return Err(refused.error(parent.path.join(name), "folder")),
+            },
+        };
+        cache.insert(sub, folder.clone());
+        Ok(folder)
+    }
+
+    /// Remove a file or folder tree at a relative path, if present. The
+    /// folders on the way must be real; the target itself may be a link,
+    /// which is then removed, not followed.
     pub fn remove(&self, parts: &[&str]) -> Result<(), ProjectionError> {
-        let Some((_, folders)) = parts.split_last() else {
+        let Some((name, folders)) = parts.split_last() else {
             return Ok(());
         };
-        // The folders on the way must be real; the target itself may be a
-        // link, which is then removed, not followed.
-        if !folders.is_empty() && self.existing(folders)?.is_none() {
-            return Ok(());
-        }
         check_parts(parts)?;
-        let path = parts.iter().fold(self.root.clone(), |p, c| p.join(c));
-        match fs::symlink_metadata(&path) {
-            Ok(meta) if meta.is_dir() => {
-                fs::remove_dir_all(&path).map_err(ProjectionError::io("remove", &path))
-            }
-            Ok(_) => fs::remove_file(&path).map_err(ProjectionError::io("remove", &path)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ProjectionError::io("inspect", &path)(e)),
+        match self.open_dir(folders)? {
+            Some(dir) => dir.remove_entry(OsStr::new(name), 0),
+            None => Ok(()),
         }
     }
 
-    /// Names in a folder at a relative path (empty when it does not exist).
-    pub fn list(&self, parts: &[&str]) -> Result<Vec<String>, ProjectionError> {
-        let Some((path, meta)) = self.existing(parts)? else {
+    /// Remove `name` in this folder: unlinked if it is not a folder, else
+    /// emptied through its own handle first.
+    fn remove_entry(&self, name: &OsStr, depth: usize) -> Result<(), ProjectionError> {
+        let path = self.path.join(name);
+        match unlinkat(&*self.fd, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => return Ok(()),
+            Err(Errno::EISDIR) => {}
+            Err(e) => return Err(ProjectionError::io("remove", path)(e.into())),
+        }
+        if depth >= MAX_DEPTH {
+            return Err(ProjectionError::io("remove", path)(std::io::Error::other(
+                "folders nested too deep",
+            )));
+        }
+        let dir = match self.child(name) {
+            Ok(dir) => dir,
+            Err(Refused::Missing) => return Ok(()),
+            Err(refused) => return Err(refused.error(path, "folder")),
+        };
+        for entry in dir.names()? {
+            dir.remove_entry(&entry, depth + 1)?;
+        }
+        match unlinkat(&*self.fd, name, UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(ProjectionError::io("remove", path)(e.into())),
+        }
+    }
+
+    /// Every name in this folder but `.` and `..`.
+    fn names(&self) -> Result<Vec<OsString>, ProjectionError> {
+        let list = |e: Errno| ProjectionError::io("list", &self.path)(e.into());
+        // A handle of its own: reading a folder moves its position.
+        let fd = openat(
+            &*self.fd,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(list)?;
+        let mut dir = Dir::from_fd(fd).map_err(list)?;
+        let mut names = Vec::new();
+        for entry in dir.iter() {
+            let name = entry.map_err(list)?.file_name().to_bytes().to_vec();
+            if name != b"." && name != b".." {
+                names.push(OsStr::from_bytes(&name).to_os_string());
+            }
+        }
+        Ok(names)
+    }
+
+    /// What is in the folder at a relative path (nothing when it does not
+    /// exist), links included as themselves. Names that are not UTF-8 are
+    /// left out: the bridge never writes one.
+    pub fn list(&self, parts: &[&str]) -> Result<Vec<Entry>, ProjectionError> {
+        let Some(dir) = self.open_dir(parts)? else {
             return Ok(Vec::new());
         };
-        if !meta.is_dir() {
-            return Err(ProjectionError::InTheWay {
-                path,
-                expected: "folder",
+        let mut entries = Vec::new();
+        for name in dir.names()? {
+            let Some(text) = name.to_str() else { continue };
+            match fstatat(&*dir.fd, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(stat) => entries.push(Entry {
+                    name: text.to_string(),
+                    len: u64::try_from(stat.st_size).unwrap_or(0),
+                    modified: modified(&stat),
+                }),
+                // Gone since it was listed.
+                Err(Errno::ENOENT) => {}
+                Err(e) => {
+                    return Err(ProjectionError::io("inspect", dir.path.join(text))(
+                        e.into(),
+                    ));
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Every regular file below this folder, by path, sorted, walking
+    /// folder handles (links are not followed). What cannot be read, or
+    /// lies deeper than 64 folders, is left out.
+    pub fn files(&self) -> Vec<Entry> {
+        let mut found = Vec::new();
+        self.collect_files("", 0, &mut found);
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        found
+    }
+
+    fn collect_files(&self, prefix: &str, depth: usize, found: &mut Vec<Entry>) {
+        let Ok(names) = self.names() else { return };
+        for name in names {
+            let Some(text) = name.to_str() else { continue };
+            let Ok(stat) = fstatat(&*self.fd, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+            else {
+                continue;
+            };
+            let relative = format!("{prefix}{text}");
+            match kind(&stat) {
+                SFlag::S_IFREG => found.push(Entry {
+                    name: relative,
+                    len: u64::try_from(stat.st_size).unwrap_or(0),
+                    modified: modified(&stat),
+                }),
+                SFlag::S_IFDIR if depth < MAX_DEPTH => {
+                    if let Ok(child) = self.child(&name) {
+                        child.collect_files(&format!("{relative}/"), depth + 1, found);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The regular file at `relative` (`/`-separated) below this folder,
+    /// not through any link; `None` when there is none.
+    pub fn file(&self, relative: &str) -> Option<Entry> {
+        let parts: Vec<&str> = relative.split('/').collect();
+        let (name, folders) = parts.split_last()?;
+        check_parts(&parts).ok()?;
+        let dir = self.open_dir(folders).ok()??;
+        let stat = fstatat(&*dir.fd, *name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+        (kind(&stat) == SFlag::S_IFREG).then(|| Entry {
+            name: relative.to_string(),
+            len: u64::try_from(stat.st_size).unwrap_or(0),
+            modified: modified(&stat),
+        })
+    }
+
+    /// Read at most `max` bytes of the regular file `relative` below this
+    /// folder, following no link on the way.
+    pub fn read_head(&self, relative: &Path, max: u64) -> std::io::Result<HeadRead> {
+        let mut dir = self.clone();
+        let mut parts = relative.components().peekable();
+        while let Some(part) = parts.next() {
+            let Component::Normal(name) = part else {
+                return Err(std::io::Error::other("not a plain path inside the folder"));
+            };
+            if parts.peek().is_some() {
+                dir = dir
+                    .child(name)
+                    .map_err(|r| r.io_error(&dir.path.join(name), "folder"))?;
+                continue;
+            }
+            let (file, meta) = open_file_at(&dir.fd, name)
+                .map_err(|r| r.io_error(&dir.path.join(name), "regular file"))?;
+            let mut bytes = Vec::with_capacity(meta.len().min(max).min(1 << 20) as usize);
+            file.take(max).read_to_end(&mut bytes)?;
+            return Ok(HeadRead {
+                bytes,
+                size: meta.len(),
             });
         }
-        let entries = fs::read_dir(&path).map_err(ProjectionError::io("list", &path))?;
-        Ok(entries
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect())
+        Err(std::io::Error::other("empty path"))
     }
 }
 
@@ -320,58 +634,21 @@ pub struct HeadRead {
 /// following no symlink on the way and never leaving `root`.
 ///
 /// For files the harness can reach: it may have replaced a projected copy
-/// with a link to a secret, a FIFO that never ends, or `/dev/zero`. The
-/// kernel resolves the path beneath `root` without links (`openat2`); on
-/// kernels without it, each component is checked first and the last one
-/// opened with `O_NOFOLLOW`. A FIFO opens without blocking and is refused
-/// as not a regular file.
+/// with a link to a secret, a FIFO that never ends, or `/dev/zero`. `root`
+/// is trusted; below it, each folder is opened from its parent's handle
+/// without following links, and the file without following one and
+/// without blocking (a FIFO is refused as not a regular file).
 pub fn read_beneath(root: &Path, relative: &Path, max: u64) -> std::io::Result<HeadRead> {
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
-    use nix::sys::stat::Mode;
-    use std::io::Read as _;
-
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    let dir = open(
+    let fd = open(
         root,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )?;
-    let how = OpenHow::new()
-        .flags(flags)
-        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-    let fd = match openat2(&dir, relative, how) {
-        Err(nix::errno::Errno::ENOSYS) => {
-            let mut path = root.to_path_buf();
-            let mut walked = PathBuf::new();
-            for part in relative.components() {
-                let std::path::Component::Normal(part) = part else {
-                    return Err(std::io::Error::other("not a plain path inside the folder"));
-                };
-                path.push(part);
-                walked.push(part);
-                if fs::symlink_metadata(&path)?.file_type().is_symlink() {
-                    // Relative: the message may reach the harness.
-                    return Err(std::io::Error::other(format!(
-                        "{} is a symlink",
-                        walked.display()
-                    )));
-                }
-            }
-            open(&path, flags, Mode::empty())?
-        }
-        other => other?,
+    let dir = ConfinedDir {
+        fd: Arc::new(fd),
+        path: root.to_path_buf(),
     };
-    let file = fs::File::from(fd);
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut bytes = Vec::with_capacity(meta.len().min(max) as usize);
-    file.take(max).read_to_end(&mut bytes)?;
-    Ok(HeadRead {
-        bytes,
-        size: meta.len(),
-    })
+    dir.read_head(relative, max)
 }
 
 #[cfg(test)]

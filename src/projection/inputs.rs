@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use super::confined::{Access, ConfinedDir};
+use super::confined::ConfinedDir;
 use super::names::{check_component, safe_component, short_hash};
 use super::{ProjectionError, Report};
 use crate::host::GrantedHost;
@@ -201,7 +201,7 @@ pub async fn project(
         match bytes {
             Ok(bytes) if bytes.len() as u64 <= max_bytes => {
                 file.size = Some(bytes.len() as u64);
-                let outcome = ws.write(&parts, &bytes, Access::Shared)?;
+                let outcome = ws.write(&parts, &bytes)?;
                 report.file(rel.clone(), outcome);
                 file.path = Some(rel);
             }
@@ -219,7 +219,7 @@ pub async fn project(
     if !attachments.is_empty() {
         let mut bytes = serde_json::to_vec_pretty(&known).unwrap_or_default();
         bytes.push(b'\n');
-        let outcome = ws.write(&MANIFEST, &bytes, Access::Shared)?;
+        let outcome = ws.write(&MANIFEST, &bytes)?;
         report.file(MANIFEST.join("/"), outcome);
     }
     Ok(files)

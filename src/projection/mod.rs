@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 pub use binding::{Binding, SkillSpec};
-pub use confined::{Access, ConfinedDir, HeadRead, WriteOutcome, read_beneath};
+pub use confined::{ConfinedDir, Entry, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{
@@ -108,6 +108,9 @@ impl Report {
 pub struct Projection {
     /// The workspace folder (the harness's working directory).
     pub workspace: PathBuf,
+    /// The same folder, held open: what the run does in it later (the
+    /// outbox) is done beneath this handle, not by path.
+    pub dir: ConfinedDir,
     /// What happened on disk.
     pub report: Report,
     /// Stable instructions for the harness's system-prompt channel.
@@ -158,25 +161,17 @@ fn archive_previous_run(
         for file in paths::ARCHIVED {
             if let Some(bytes) = ws.read(&file)? {
                 let target = [paths::RUNS[0], paths::RUNS[1], folder.as_str(), file[1]];
-                ws.write(&target, &bytes, Access::Shared)?;
+                ws.write(&target, &bytes)?;
             }
         }
     }
     // Oldest first by modification time; remove beyond `keep`.
-    let runs_dir = ws.path().join(paths::RUNS[0]).join(paths::RUNS[1]);
-    let mut runs: Vec<(std::time::SystemTime, String)> = ws
-        .list(&paths::RUNS)?
-        .into_iter()
-        .filter_map(|name| {
-            let meta = std::fs::symlink_metadata(runs_dir.join(&name)).ok()?;
-            Some((meta.modified().ok()?, name))
-        })
-        .collect();
-    runs.sort();
+    let mut runs = ws.list(&paths::RUNS)?;
+    runs.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
     let excess = runs.len().saturating_sub(keep);
-    for (_, name) in runs.into_iter().take(excess) {
-        ws.remove(&[paths::RUNS[0], paths::RUNS[1], name.as_str()])?;
-        report.removed(format!("{}/{name}", paths::RUNS.join("/")));
+    for run in runs.into_iter().take(excess) {
+        ws.remove(&[paths::RUNS[0], paths::RUNS[1], run.name.as_str()])?;
+        report.removed(format!("{}/{}", paths::RUNS.join("/"), run.name));
     }
     Ok(())
 }
@@ -234,7 +229,7 @@ pub async fn project(
     servers.extend(mcp_config::pick(request.mcp_servers, &binding.mcp_servers)?);
     let mcp = render_mcp(&servers, target.mcp_format);
     if let Some(file) = &mcp.file {
-        let outcome = ws.write(&paths::MCP_CONFIG, file, Access::Private)?;
+        let outcome = ws.write(&paths::MCP_CONFIG, file)?;
         report.file(paths::MCP_CONFIG.join("/"), outcome);
     }
 
@@ -298,7 +293,7 @@ pub async fn project(
         (paths::INSTRUCTIONS, instructions.clone().into_bytes()),
         (paths::TURN_PROMPT, format!("{turn_prompt}\n").into_bytes()),
     ] {
-        let outcome = ws.write(&path, &bytes, Access::Shared)?;
+        let outcome = ws.write(&path, &bytes)?;
         report.file(path.join("/"), outcome);
     }
 
@@ -313,6 +308,7 @@ pub async fn project(
     Ok(Projection {
         current_event: Value::Object(current_event),
         workspace: ws.path().to_path_buf(),
+        dir: ws,
         report,
         instructions,
         turn_prompt,

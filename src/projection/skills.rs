@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::confined::{Access, ConfinedDir, WriteOutcome};
+use super::confined::{ConfinedDir, WriteOutcome};
 use super::names::{check_skill_name, relative_components};
 use super::{ProjectionError, Report, SkillSpec};
 use crate::protocol::SkillResource;
@@ -22,6 +22,38 @@ pub const MAX_SKILL_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_FILES: usize = 100;
 
 const MANIFEST: [&str; 2] = [".langbot", "skills.json"];
+
+/// Names a harness reads as its own configuration or credentials, refused
+/// anywhere in a skill (any case). Skills come from the binding, which a
+/// less trusted client can write, and a skill folder can be where an
+/// environment variable points a harness for its configuration (Codex's
+/// `CODEX_HOME`, Claude Code's `CLAUDE_CONFIG_DIR`): such a file in a skill
+/// would choose the harness's tools, hooks, servers or accounts, which is
+/// the operator's to choose. Hooks run commands, so a hooks folder (or
+/// file) is refused too.
+const HARNESS_OWN_NAMES: [&str; 11] = [
+    "config.toml",
+    "settings.json",
+    "settings.local.json",
+    ".mcp.json",
+    "mcp.json",
+    ".claude.json",
+    "auth.json",
+    ".credentials.json",
+    ".env",
+    "hooks",
+    "hooks.json",
+];
+
+/// The first part of a skill path a harness would read as its own
+/// configuration, if any.
+fn harness_own_name<'a>(parts: &[&'a str]) -> Option<&'a str> {
+    parts.iter().copied().find(|part| {
+        HARNESS_OWN_NAMES
+            .iter()
+            .any(|n| part.eq_ignore_ascii_case(n))
+    })
+}
 
 /// What the manifest remembers of one written skill.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +85,11 @@ fn prepare<'a>(
     facts: &[SkillResource],
 ) -> Result<Prepared<'a>, ProjectionError> {
     let name = check_skill_name(&spec.name)?.to_string();
+    if harness_own_name(&[&name]).is_some() {
+        return Err(ProjectionError::Binding(format!(
+            "skill `{name}`: a harness reads a folder of that name as its own configuration"
+        )));
+    }
     let fact = facts.iter().find(|f| f.skill_name == name);
     let description = spec
         .description
@@ -71,7 +108,11 @@ fn prepare<'a>(
     };
     let mut files = vec![("SKILL.md".to_string(), skill_md)];
     for (path, content) in &spec.files {
-        relative_components(path)?;
+        if let Some(own) = harness_own_name(&relative_components(path)?) {
+            return Err(ProjectionError::Binding(format!(
+                "skill `{name}`: `{path}` is refused: a harness reads `{own}` as its own configuration or credentials"
+            )));
+        }
         if path.eq_ignore_ascii_case("SKILL.md") {
             return Err(ProjectionError::Binding(format!(
                 "skill `{name}`: put SKILL.md's text in `content`, not in `files`"
@@ -213,7 +254,7 @@ pub fn project(
                 continue;
             }
             let parts: Vec<&str> = base.iter().copied().chain(path.split('/')).collect();
-            let outcome = ws.write(&parts, bytes, Access::Shared)?;
+            let outcome = ws.write(&parts, bytes)?;
             report.file(rel, outcome);
         }
         manifest.skills.insert(prepared.name, prepared.record);
@@ -234,7 +275,7 @@ pub fn project(
     }
     let mut bytes = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
     bytes.push(b'\n');
-    let outcome = ws.write(&MANIFEST, &bytes, Access::Shared)?;
+    let outcome = ws.write(&MANIFEST, &bytes)?;
     report.file(MANIFEST.join("/"), outcome);
     Ok(manifest.skills.into_keys().collect())
 }

@@ -7,7 +7,6 @@
 //! the attempt stands or is retried as a fresh session, and sends the
 //! state and artifacts that belong before the end.
 
-use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -71,8 +70,7 @@ fn failed(code: &str, error: String, retryable: bool) -> ResultPayload {
 
 /// Queue one outbox file as `artifact.created` (a file that cannot be read
 /// is logged and skipped: it never fails the run).
-pub async fn push_artifact(live: &mut Live<'_>, path: &Path) {
-    let name = live.outbox.name(path);
+pub async fn push_artifact(live: &mut Live<'_>, name: String) {
     match outbox::artifact(live.outbox.dir(), name, live.scope, live.host).await {
         Ok(created) => live
             .emit
@@ -195,7 +193,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                 // ends soon; what is still in the pipe is read first.
                 drain_until = Some(Instant::now() + STDOUT_DRAIN);
             }
-            Some(path) = live.outbox.next(), if !live.emit.pending() => push_artifact(live, &path).await,
+            Some(name) = live.outbox.next(), if !live.emit.pending() => push_artifact(live, name).await,
         }
     };
     // A harness that already exited ended the turn on its own, whatever

@@ -425,9 +425,10 @@ impl Bridge {
         let plan = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
         let mut notice = plan.notice;
 
-        let mut outbox = outbox::Outbox::watch(&workspace).map_err(|e| {
+        let mut outbox = outbox::Outbox::watch(&projection.dir).map_err(|e| {
             tracing::error!(workspace = %workspace.display(), error = %e, "cannot watch the outbox");
-            fail("workspace_error", format!("outbox: {e}"))
+            let root = &self.settings.workspace_root;
+            fail("workspace_error", format!("outbox: {}", e.within(root)))
         })?;
         let mcp_config = workspace.join(paths::MCP_CONFIG.join("/"));
         let mut resume = plan.resume;
@@ -484,8 +485,8 @@ impl Bridge {
             }
         };
 
-        for path in live.outbox.sweep() {
-            attempt::push_artifact(&mut live, &path).await;
+        for name in live.outbox.sweep() {
+            attempt::push_artifact(&mut live, name).await;
         }
         let emit = live.emit;
 

@@ -5,6 +5,10 @@
 //! write and moved-in events) so a user sees them while the run goes on,
 //! and a walk at the end catches whatever the watcher missed. What was in
 //! the folder before the run started is not sent again unless it changed.
+//!
+//! The outbox is the harness's to change at will: it is made, walked,
+//! looked at and read only through folder handles beneath the workspace,
+//! never through a link (the watcher only says where to look).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -19,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::host::{HostApi, NewArtifact, RunScope};
-use crate::projection::read_beneath;
+use crate::projection::{ConfinedDir, ProjectionError};
 use crate::protocol::{ArtifactCreated, INLINE_ARTIFACT_MAX_BYTES};
 
 /// The outbox folder's name in the workspace.
@@ -28,18 +32,14 @@ pub const OUTBOX_DIR: &str = "outbox";
 /// harness output must not take the bridge's memory with it.
 const MAX_ARTIFACT_BYTES: u64 = 256 * 1024 * 1024;
 
-type Stamp = (u64, Option<SystemTime>);
+/// A file's size and mtime: a file whose stamp changed is new again.
+type Stamp = (u64, SystemTime);
 
-fn stamp(path: &Path) -> Option<Stamp> {
-    let meta = path.symlink_metadata().ok()?;
-    meta.is_file().then(|| (meta.len(), meta.modified().ok()))
-}
-
-/// A run's view of the outbox.
+/// A run's view of the outbox. Files are named by their path inside it.
 pub struct Outbox {
-    dir: PathBuf,
-    before: HashMap<PathBuf, Stamp>,
-    sent: HashSet<PathBuf>,
+    dir: ConfinedDir,
+    before: HashMap<String, Stamp>,
+    sent: HashSet<String>,
     events: mpsc::UnboundedReceiver<PathBuf>,
     _watch: Option<Registration>,
 }
@@ -73,7 +73,10 @@ impl SharedWatcher {
     fn start() -> notify::Result<SharedWatcher> {
         let routes: Arc<Mutex<Routes>> = Arc::default();
         let seen = routes.clone();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Links are not followed: a link in an outbox to `/` would
+        // otherwise add a watch on every folder below it.
+        let config = notify::Config::default().with_follow_symlinks(false);
+        let handler = move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
             let finished = matches!(
                 event.kind,
@@ -92,7 +95,8 @@ impl SharedWatcher {
                     }
                 }
             }
-        })?;
+        };
+        let watcher = notify::RecommendedWatcher::new(handler, config)?;
         Ok(SharedWatcher { watcher, routes })
     }
 }
@@ -150,25 +154,18 @@ impl Drop for Registration {
 }
 
 impl Outbox {
-    /// Watch `workspace/outbox/`, creating it if needed. A watcher that
-    /// cannot start (inotify limits) is logged; the final walk still runs.
-    pub fn watch(workspace: &Path) -> std::io::Result<Outbox> {
-        let dir = workspace.join(OUTBOX_DIR);
-        match dir.symlink_metadata() {
-            Ok(meta) if !meta.is_dir() => {
-                return Err(std::io::Error::other(format!(
-                    "{OUTBOX_DIR}/ in the workspace must be a folder (not a file or a link)"
-                )));
-            }
-            Ok(_) => {}
-            Err(_) => std::fs::create_dir(&dir)?,
-        }
-        let before = walk(&dir)
+    /// Watch `workspace/outbox/`, creating it if needed (a link or a file
+    /// in its place is refused). A watcher that cannot start (inotify
+    /// limits) is logged; the final walk still runs.
+    pub fn watch(workspace: &ConfinedDir) -> Result<Outbox, ProjectionError> {
+        let dir = workspace.ensure_dir(&[OUTBOX_DIR])?;
+        let before = dir
+            .files()
             .into_iter()
-            .filter_map(|p| stamp(&p).map(|s| (p, s)))
+            .map(|file| (file.name, (file.len, file.modified)))
             .collect();
         let (tx, events) = mpsc::unbounded_channel();
-        let watch = Registration::new(&dir, tx)
+        let watch = Registration::new(dir.path(), tx)
             .inspect_err(|e| {
                 tracing::warn!("outbox watcher not started ({e}); files are collected at the end")
             })
@@ -183,64 +180,49 @@ impl Outbox {
     }
 
     /// Wait for the next finished file the watcher saw; `None` once the
-    /// watcher is gone (then only [`Outbox::sweep`] finds files).
-    pub async fn next(&mut self) -> Option<PathBuf> {
+    /// watcher is gone (then only [`Outbox::sweep`] finds files). The
+    /// file's name is its path inside the outbox, as the user sees it.
+    pub async fn next(&mut self) -> Option<String> {
         loop {
             let path = self.events.recv().await?;
-            if self.is_new(&path) {
-                self.sent.insert(path.clone());
-                return Some(path);
+            let Some(name) = path
+                .strip_prefix(self.dir.path())
+                .ok()
+                .and_then(Path::to_str)
+            else {
+                continue;
+            };
+            let stamp = self.dir.file(name).map(|file| (file.len, file.modified));
+            if self.is_new(name, stamp) {
+                self.sent.insert(name.to_string());
+                return Some(name.to_string());
             }
         }
     }
 
     /// Every file not yet sent: the end-of-run walk.
-    pub fn sweep(&mut self) -> Vec<PathBuf> {
+    pub fn sweep(&mut self) -> Vec<String> {
         let mut fresh = Vec::new();
-        for path in walk(&self.dir) {
-            if self.is_new(&path) {
-                self.sent.insert(path.clone());
-                fresh.push(path);
+        for file in self.dir.files() {
+            if self.is_new(&file.name, Some((file.len, file.modified))) {
+                self.sent.insert(file.name.clone());
+                fresh.push(file.name);
             }
         }
         fresh
     }
 
-    fn is_new(&self, path: &Path) -> bool {
-        if self.sent.contains(path) || !path.starts_with(&self.dir) {
-            return false;
-        }
-        match stamp(path) {
+    fn is_new(&self, name: &str, stamp: Option<Stamp>) -> bool {
+        match stamp {
+            Some(now) => !self.sent.contains(name) && self.before.get(name) != Some(&now),
             None => false,
-            Some(now) => self.before.get(path) != Some(&now),
         }
     }
 
-    /// The file's name as the user sees it: its path inside the outbox.
-    /// The outbox folder (`WORKSPACE/outbox`).
-    pub fn dir(&self) -> &Path {
+    /// The outbox folder (`WORKSPACE/outbox`), held open.
+    pub fn dir(&self) -> &ConfinedDir {
         &self.dir
     }
-
-    /// A file's name relative to the outbox.
-    pub fn name(&self, path: &Path) -> String {
-        path.strip_prefix(&self.dir)
-            .unwrap_or(path)
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = walkdir::WalkDir::new(dir)
-        .follow_links(false)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(walkdir::DirEntry::into_path)
-        .collect();
-    files.sort();
-    files
 }
 
 fn mime_type(name: &str) -> Option<&'static str> {
@@ -269,23 +251,19 @@ fn mime_type(name: &str) -> Option<&'static str> {
 /// `artifact.created` payload: inline up to 1 MiB, stored in the host's
 /// artifact store above that.
 ///
-/// The file is read beneath the workspace without following links and
-/// only up to the limit: the harness may swap a file for a link to
+/// The file is read beneath the outbox's handle without following links
+/// and only up to the limit: the harness may swap a file for a link to
 /// something outside, or let it grow, after it was seen.
 pub async fn artifact(
-    outbox: &Path,
+    outbox: &ConfinedDir,
     name: String,
     scope: &RunScope,
     host: &dyn HostApi,
 ) -> Result<ArtifactCreated, String> {
     let cannot = |e: String| format!("cannot read outbox file {name}: {e}");
-    let root = outbox
-        .parent()
-        .ok_or_else(|| cannot("the outbox has no workspace".into()))?
-        .to_path_buf();
-    let relative = Path::new(OUTBOX_DIR).join(&name);
+    let (dir, relative) = (outbox.clone(), PathBuf::from(&name));
     let read =
-        tokio::task::spawn_blocking(move || read_beneath(&root, &relative, MAX_ARTIFACT_BYTES + 1))
+        tokio::task::spawn_blocking(move || dir.read_head(&relative, MAX_ARTIFACT_BYTES + 1))
             .await
             .map_err(|e| cannot(e.to_string()))?
             .map_err(|e| cannot(e.to_string()))?;
@@ -344,13 +322,17 @@ pub async fn artifact(
 mod tests {
     use super::*;
 
+    fn open(workspace: &Path) -> ConfinedDir {
+        ConfinedDir::create(workspace, &[]).unwrap()
+    }
+
     #[tokio::test]
     async fn hundreds_of_runs_at_once_are_all_watched() {
         // More than the usual per-user inotify instance limit (128).
         let workspaces: Vec<_> = (0..300).map(|_| tempfile::tempdir().unwrap()).collect();
         let mut outboxes: Vec<_> = workspaces
             .iter()
-            .map(|ws| Outbox::watch(ws.path()).unwrap())
+            .map(|ws| Outbox::watch(&open(ws.path())).unwrap())
             .collect();
         for ws in [&workspaces[0], &workspaces[299]] {
             std::fs::write(ws.path().join("outbox/out.txt"), "x").unwrap();
@@ -359,13 +341,13 @@ mod tests {
             let seen = tokio::time::timeout(std::time::Duration::from_secs(5), outboxes[i].next())
                 .await
                 .expect("the file is seen while the run goes on");
-            assert_eq!(seen, Some(workspaces[i].path().join("outbox/out.txt")));
+            assert_eq!(seen.as_deref(), Some("out.txt"));
         }
         // Another run's file is not this run's.
         assert!(outboxes[1].events.try_recv().is_err());
         // Runs that end stop watching; the folder may be watched again.
         outboxes.truncate(1);
-        let again = Outbox::watch(workspaces[299].path()).unwrap();
+        let again = Outbox::watch(&open(workspaces[299].path())).unwrap();
         assert!(again._watch.is_some());
     }
 
@@ -374,16 +356,16 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         std::fs::create_dir(ws.path().join(OUTBOX_DIR)).unwrap();
         std::fs::write(ws.path().join("outbox/old.txt"), "from an earlier turn").unwrap();
-        let mut outbox = Outbox::watch(ws.path()).unwrap();
+        let mut outbox = Outbox::watch(&open(ws.path())).unwrap();
         std::fs::write(ws.path().join("outbox/new.md"), "# report").unwrap();
         let seen = tokio::time::timeout(std::time::Duration::from_secs(5), outbox.next())
             .await
             .expect("the watcher reports the new file")
             .unwrap();
-        assert_eq!(outbox.name(&seen), "new.md");
+        assert_eq!(seen, "new.md");
         std::fs::create_dir(ws.path().join("outbox/sub")).unwrap();
         std::fs::write(ws.path().join("outbox/sub/late.csv"), "a,b").unwrap();
-        let swept: Vec<String> = outbox.sweep().iter().map(|p| outbox.name(p)).collect();
+        let swept = outbox.sweep();
         assert_eq!(
             swept,
             vec!["sub/late.csv"],
@@ -398,9 +380,16 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "key").unwrap();
         let outbox = ws.path().join(OUTBOX_DIR);
-        std::fs::create_dir(&outbox).unwrap();
+        let mut watched = Outbox::watch(&open(ws.path())).unwrap();
         std::fs::write(outbox.join("ok.txt"), "fine").unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), outbox.join("leak.txt")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), outbox.join("folder")).unwrap();
+        assert_eq!(
+            watched.sweep(),
+            ["ok.txt"],
+            "links are not files of the outbox"
+        );
+        let outbox = watched.dir().clone();
         let host = crate::host::sqlite::SqliteHost::open(&ws.path().join("store")).unwrap();
         let scope = RunScope::default();
         let ok = artifact(&outbox, "ok.txt".into(), &scope, &host)
@@ -411,6 +400,34 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.contains("leak.txt"), "{err}");
+        let err = artifact(&outbox, "folder/secret".into(), &scope, &host)
+            .await
+            .unwrap_err();
+        assert!(err.contains("symlink"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_watcher_does_not_follow_links_out_of_the_outbox() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join(OUTBOX_DIR)).unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("outbox/elsewhere")).unwrap();
+        let mut outbox = Outbox::watch(&open(ws.path())).unwrap();
+        std::fs::write(outside.path().join("theirs.txt"), "x").unwrap();
+        std::fs::write(ws.path().join("outbox/mine.txt"), "x").unwrap();
+        // Events come in order: everything before `mine.txt` was seen first.
+        let mut seen = Vec::new();
+        while !seen.iter().any(|p: &PathBuf| p.ends_with("mine.txt")) {
+            let event =
+                tokio::time::timeout(std::time::Duration::from_secs(5), outbox.events.recv())
+                    .await
+                    .expect("the outbox's own file is seen");
+            seen.extend(event);
+        }
+        assert!(
+            !seen.iter().any(|p| p.ends_with("theirs.txt")),
+            "the watcher followed a link out of the outbox: {seen:?}"
+        );
     }
 
     #[test]
