@@ -17,3 +17,4 @@ pub mod protocol;
 pub mod relay;
 pub mod run;
 pub mod serve;
+pub mod throttle;

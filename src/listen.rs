@@ -11,7 +11,6 @@
 //! that has not sent its headers in time is closed by hyper.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -22,6 +21,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+use crate::throttle::SharedThrottle;
 
 /// The bounds of one listener.
 #[derive(Debug, Clone, Copy)]
@@ -57,8 +58,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: Can
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .keep_alive(true);
-    let refused = AtomicU64::new(0);
-    let last_report = std::sync::Mutex::new(std::time::Instant::now() - Duration::from_secs(60));
+    let refusals = SharedThrottle::default();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -76,7 +76,13 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: Can
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             drop(tcp);
-            report_refused(&refused, &last_report, limits.max_connections);
+            if let Some(count) = refusals.refused() {
+                tracing::warn!(
+                    refused = count,
+                    "{} connections are open (max_connections); closing new ones",
+                    limits.max_connections
+                );
+            }
             continue;
         };
         // Results and tool answers are small writes: without it a turn's
@@ -100,21 +106,6 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: Can
         .is_err()
     {
         tracing::warn!("connections still open after the drain; closing them");
-    }
-}
-
-/// Say (at most once a second, with a count) that connections were
-/// refused: each refusal is cheap for whoever opens them, the log line is not.
-fn report_refused(refused: &AtomicU64, last: &std::sync::Mutex<std::time::Instant>, max: usize) {
-    let count = refused.fetch_add(1, Ordering::Relaxed) + 1;
-    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-    if last.elapsed() >= Duration::from_secs(1) {
-        *last = std::time::Instant::now();
-        refused.store(0, Ordering::Relaxed);
-        tracing::warn!(
-            refused = count,
-            "{max} connections are open (max_connections); closing new ones"
-        );
     }
 }
 

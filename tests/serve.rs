@@ -1089,6 +1089,8 @@ async fn pages_of_other_sites_cannot_drive_the_api() {
         !server.workspaces().exists(),
         "no refused request started a turn"
     );
+    let logged = server.log.lock().unwrap().join("\n");
+    assert!(logged.contains("request refused"), "{logged}");
 
     // The service's own page, and programs, get through.
     let own = bare

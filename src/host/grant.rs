@@ -23,6 +23,7 @@ use crate::protocol::{
     ArtifactOperation, ArtifactReadResult, ErrorCode, EventOperation, EventPage, HistoryOperation,
     HistoryPage, HistorySearchResult, StateScope, StorageKind,
 };
+use crate::throttle::RefusalThrottle;
 
 /// One runner-facing proxy API, the unit a grant allows or refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -395,29 +396,9 @@ type Slot = (Arc<RunGrant>, Option<Instant>);
 pub struct Grants {
     host: Arc<dyn HostApi>,
     runs: Mutex<HashMap<[u8; 32], Slot>>,
+    /// Refusals of a token that never opened anything, audited at most
+    /// once a second with a count: any local process can send one.
     unknown: Mutex<RefusalThrottle>,
-}
-
-/// Refusals of a token that no longer (or never) opens anything, audited at
-/// most once a second with a count: such a token costs its sender nothing
-/// to send again (an unknown one can come from any local process, a closed
-/// run's from a harness that outlived it), and each would otherwise be a row.
-#[derive(Default)]
-struct RefusalThrottle {
-    last_row_ms: i64,
-    since: u64,
-}
-
-impl RefusalThrottle {
-    /// Count one refusal; `Some(n)` when a row is due, covering `n` of them.
-    fn refused(&mut self, now: i64) -> Option<u64> {
-        self.since += 1;
-        if now - self.last_row_ms < 1000 {
-            return None;
-        }
-        self.last_row_ms = now;
-        Some(std::mem::take(&mut self.since))
-    }
 }
 
 impl Grants {
@@ -1034,16 +1015,6 @@ impl GrantedHost {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unknown_tokens_are_audited_once_a_second_with_a_count() {
-        let mut unknown = RefusalThrottle::default();
-        assert_eq!(unknown.refused(10_000), Some(1));
-        assert_eq!(unknown.refused(10_100), None);
-        assert_eq!(unknown.refused(10_999), None);
-        assert_eq!(unknown.refused(11_000), Some(3));
-        assert_eq!(unknown.refused(11_001), None);
-    }
 
     #[test]
     fn audit_fields_are_clipped_on_a_character_boundary() {

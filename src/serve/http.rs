@@ -21,9 +21,26 @@ use sha2::{Digest as _, Sha256};
 use super::{QueueFull, Refused, RunEntry, Service};
 use crate::protocol::{ErrorCode, JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
+use crate::throttle::SharedThrottle;
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into()}))).into_response()
+}
+
+/// A request refused before it reached the API (a wrong token, another
+/// site's page, not JSON): answered, and logged at most once a second with
+/// a count, since anyone who can reach the port can send them in a loop.
+fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
+    static REFUSALS: SharedThrottle = SharedThrottle::new();
+    let message = message.into();
+    if let Some(count) = REFUSALS.refused() {
+        tracing::warn!(
+            status = status.as_u16(),
+            refused = count,
+            "request refused: {message}"
+        );
+    }
+    error(status, message)
 }
 
 async fn auth(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
@@ -46,7 +63,7 @@ async fn auth(State(service): State<Arc<Service>>, request: Request, next: Next)
         Some(given) if tokens.iter().any(|t| Sha256::digest(t.as_bytes()) == given) => {
             next.run(request).await
         }
-        _ => error(
+        _ => refuse(
             StatusCode::UNAUTHORIZED,
             "missing or wrong bearer token (Authorization: Bearer <one of api_tokens>)",
         ),
@@ -86,7 +103,7 @@ async fn same_origin(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if service.config.no_auth && !is_loopback_host(host) {
-        return error(
+        return refuse(
             StatusCode::FORBIDDEN,
             "without api_tokens (no_auth) this service answers only requests addressed to \
              127.0.0.1, [::1] or localhost",
@@ -98,7 +115,7 @@ async fn same_origin(
             .strip_prefix("http://")
             .or_else(|| origin.strip_prefix("https://"));
         if authority != Some(host) || host.is_empty() {
-            return error(
+            return refuse(
                 StatusCode::FORBIDDEN,
                 format!(
                     "a request from another site (Origin {}) is refused; call the API from a \
@@ -115,7 +132,7 @@ async fn same_origin(
             .and_then(|v| v.split(';').next())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
         if !json {
-            return error(
+            return refuse(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "a POST needs Content-Type: application/json (also one with no body)",
             );
