@@ -12,7 +12,7 @@ pub enum AdaptersCommand {
     /// List the harnesses this bridge can run, and where each spec comes from.
     List {
         /// Folder of operator specs (*.yaml) that replace or add harnesses.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
         adapters: Option<PathBuf>,
     },
     /// Show one harness's spec as loaded (YAML).
@@ -20,7 +20,7 @@ pub enum AdaptersCommand {
         /// Harness name (claude-code, codex, ...).
         name: String,
         /// Folder of operator specs (*.yaml) that replace or add harnesses.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
         adapters: Option<PathBuf>,
     },
 }

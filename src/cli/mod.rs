@@ -62,6 +62,7 @@ pub struct Cli {
         long,
         global = true,
         env = "HARNESS_BRIDGE_DATA_DIR",
+        value_parser = absolute_path,
         value_name = "DIR"
     )]
     data_dir: Option<PathBuf>,
@@ -248,6 +249,16 @@ fn stop_and_hurry_on_signal() -> (
     (stop, hurry)
 }
 
+/// A path from the command line, made absolute against the working
+/// directory once, here: it reaches harnesses that run elsewhere (their
+/// workspace), which would read a relative one from there.
+fn absolute_path(text: &str) -> Result<PathBuf, String> {
+    if text.is_empty() {
+        return Err("an empty path".into());
+    }
+    std::path::absolute(text).map_err(|e| format!("cannot make `{text}` absolute: {e}"))
+}
+
 /// Run a store-backed command in the data folder, or say why there is none.
 fn in_data_dir(flag: Option<PathBuf>, command: impl FnOnce(&std::path::Path) -> u8) -> u8 {
     match data_dir(flag).and_then(|dir| private_folder(&dir).map(|()| dir)) {
@@ -303,13 +314,16 @@ fn data_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    if let Some(xdg) = nonempty("XDG_DATA_HOME") {
-        return Ok(xdg.join("harness-bridge"));
-    }
-    if let Some(home) = nonempty("HOME") {
-        return Ok(home.join(".local/share/harness-bridge"));
-    }
-    Err("no data folder: pass --data-dir, or set HARNESS_BRIDGE_DATA_DIR or HOME".into())
+    let dir = if let Some(xdg) = nonempty("XDG_DATA_HOME") {
+        xdg.join("harness-bridge")
+    } else if let Some(home) = nonempty("HOME") {
+        home.join(".local/share/harness-bridge")
+    } else {
+        return Err(
+            "no data folder: pass --data-dir, or set HARNESS_BRIDGE_DATA_DIR or HOME".into(),
+        );
+    };
+    std::path::absolute(&dir).map_err(|e| format!("cannot make {} absolute: {e}", dir.display()))
 }
 
 /// Parse arguments, run the command, and map the outcome to an exit code.

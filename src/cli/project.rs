@@ -25,10 +25,10 @@ pub struct ProjectArgs {
     #[arg(long, value_name = "NAME")]
     harness: String,
     /// Folder under which conversation workspaces live [default: DATA_DIR/workspaces].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Folder of template overrides (LANGBOT_CONTEXT.md, instructions.md, turn-prompt.md).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     templates: Option<PathBuf>,
     /// The bridge's MCP endpoint to write into the harness's config.
     #[arg(long, value_name = "URL", default_value = PREVIEW_MCP_URL)]
@@ -36,7 +36,7 @@ pub struct ProjectArgs {
     /// Extra MCP servers the operator allows (YAML: name → {command, args,
     /// env} or {url, headers}); the context's `config.mcp_servers` picks
     /// among them by name.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "FILE")]
     mcp_servers: Option<PathBuf>,
     /// Print the result as JSON.
     #[arg(long)]

@@ -27,13 +27,13 @@ process group killed before the command exits.";
 #[derive(Debug, Args)]
 pub struct RelayArgs {
     /// Folder under which conversation workspaces live [default: DATA_DIR/workspaces].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Folder of adapter specs that add to or replace the built-in ones.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     adapters: Option<PathBuf>,
     /// Folder of template overrides.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     templates: Option<PathBuf>,
     /// Also pass this variable (or prefix ending in `*`) to harnesses. Repeatable.
     #[arg(long = "pass-env", value_name = "NAME")]

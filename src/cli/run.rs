@@ -67,7 +67,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Format::Ndjson)]
     format: Format,
     /// Harness program to run instead of looking the spec's binary up on PATH.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "PATH")]
     bin: Option<PathBuf>,
     /// Also pass this variable (or prefix ending in `*`) to the harness. Repeatable.
     #[arg(long = "pass-env", value_name = "NAME")]
@@ -82,18 +82,18 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     kill_grace: u64,
     /// Folder under which conversation workspaces live [default: DATA_DIR/workspaces].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Folder of template overrides.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     templates: Option<PathBuf>,
     /// Folder of adapter specs that add to or replace the built-in ones.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     adapters: Option<PathBuf>,
     /// Extra MCP servers the operator allows (YAML: name → {command, args,
     /// env} or {url, headers}). A turn from --conversation uses them all; a
     /// --context picks among them by name in `config.mcp_servers`.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "FILE")]
     mcp_servers: Option<PathBuf>,
 }
 
@@ -208,8 +208,6 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
     settings.kill_grace = Duration::from_secs(args.kill_grace);
     settings.mcp_servers = servers;
     if let Some(bin) = args.bin {
-        // A relative path is the operator's, from where they stand.
-        let bin = std::path::absolute(&bin).unwrap_or(bin);
         settings.binaries.insert(args.harness.clone(), bin);
     }
     let format = args.format;

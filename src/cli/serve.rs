@@ -46,7 +46,7 @@ Logs: one line per event on stderr, each naming run_id and conversation;
 pub struct ServeArgs {
     /// The service's settings (YAML); every key has a default, and
     /// docs/bridge.example.yaml explains each.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_parser = super::absolute_path, value_name = "FILE")]
     config: Option<PathBuf>,
 }
 

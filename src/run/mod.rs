@@ -121,10 +121,11 @@ impl std::fmt::Debug for SpawnHook {
 }
 
 impl Settings {
-    /// Defaults with workspaces under `root`.
+    /// Defaults with workspaces under `root` (made absolute: a harness
+    /// runs in its workspace and reads the paths it is given from there).
     pub fn new(workspace_root: PathBuf) -> Self {
         Settings {
-            workspace_root,
+            workspace_root: std::path::absolute(&workspace_root).unwrap_or(workspace_root),
             policy: GrantPolicy::default(),
             binaries: BTreeMap::new(),
             pass_env: Vec::new(),
