@@ -89,10 +89,13 @@ pub fn field_in_head<T: serde::de::DeserializeOwned>(head: &str, key: &str) -> O
     let quoted = format!("\"{key}\"");
     let after = &head[head.find(&quoted)? + quoted.len()..];
     let after = after.trim_start().strip_prefix(':')?;
-    serde_json::Deserializer::from_str(after)
-        .into_iter::<T>()
-        .next()?
-        .ok()
+    let mut values = serde_json::Deserializer::from_str(after).into_iter::<T>();
+    let value = values.next()?.ok()?;
+    // A number that runs to the end of the head may have been cut there
+    // (`"id": 12` of `"id": 123`): nothing marks its end but what follows.
+    let end = values.byte_offset();
+    let cut = end == after.len() && after.ends_with(|c: char| c.is_ascii_digit());
+    (!cut).then_some(value)
 }
 
 #[cfg(test)]
@@ -117,6 +120,19 @@ mod tests {
         assert_eq!(
             field_in_head::<String>(r#"{"run_id": "r-1"#, "run_id"),
             None
+        );
+        // Not even a number, whose end nothing marks.
+        assert_eq!(
+            field_in_head::<u64>(r#"{"type":"host_reply","id":12"#, "id"),
+            None
+        );
+        assert_eq!(
+            field_in_head::<u64>(r#"{"type":"host_reply","id":12 "#, "id"),
+            Some(12)
+        );
+        assert_eq!(
+            field_in_head::<String>(r#"{"type":"run","run_id":"r-1""#, "run_id").as_deref(),
+            Some("r-1")
         );
     }
 
