@@ -17,7 +17,9 @@
 //!
 //! Reproduce: `cargo bench --bench serve_load` (defaults: 256 conversations,
 //! 4 turns each, harness turns of 0, 2 and 5 s; `CONVERSATIONS`, `TURNS`,
-//! `THINK_MS` to change them).
+//! `THINK_MS` to change them). Without `--bench` (as `cargo test --bench
+//! serve_load` runs it) it is a quick check of the whole path with every
+//! assertion: 4 conversations, 2 turns each, harness turns of 0 s.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -26,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
+
+mod support;
 
 const SPEC: &str = r#"
 name: fake
@@ -58,17 +62,26 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; nothing else is understood.
-    let conversations = env_or("CONVERSATIONS", 256);
-    let turns = env_or("TURNS", 4);
+    // `cargo bench` passes `--bench`; nothing else is understood. Without
+    // it, a quick check.
+    let quick = support::quick();
+    let conversations = if quick {
+        4
+    } else {
+        env_or("CONVERSATIONS", 256)
+    };
+    let turns = if quick { 2 } else { env_or("TURNS", 4) };
     // Three loads: harness turns that take no time (the bridge's own
     // throughput, everything queued), and harness turns of 2 s and 5 s (a
     // model answering) — where the added latency means something.
     let thinks = match std::env::var("THINK_MS") {
+        _ if quick => vec![0],
         Ok(v) => vec![v.parse().expect("THINK_MS is a number of milliseconds")],
         Err(_) => vec![0, 2000, 5000],
     };
-    direct_launch_cost();
+    if !quick {
+        direct_launch_cost();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -83,14 +96,16 @@ fn fake_harness_binary() -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
+            // Quick mode takes the build `cargo test` has made already.
+            let profile: &[&str] = if support::quick() {
+                &[]
+            } else {
+                &["--release"]
+            };
             let output = std::process::Command::new(env!("CARGO"))
-                .args([
-                    "build",
-                    "--release",
-                    "--example",
-                    "fake_harness",
-                    "--message-format=json",
-                ])
+                .arg("build")
+                .args(profile)
+                .args(["--example", "fake_harness", "--message-format=json"])
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .stderr(std::process::Stdio::inherit())
                 .output()

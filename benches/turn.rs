@@ -3,16 +3,21 @@
 //!
 //! Both sides run the pinned Claude Code CLI (`tests/clis`, installed by
 //! `scripts/test`) against one fake Messages API on 127.0.0.1 that streams
-//! a short answer. "Direct" is `claude -p PROMPT --output-format
-//! stream-json --verbose --include-partial-messages`; "bridge" is
-//! `harness-bridge run` (a new process, store open, grant, workspace, MCP
-//! server the harness connects to, decoding, recording). Runs alternate
-//! so that drift hits both sides alike.
+//! a short answer, and give it the prompt as the built-in spec does: on
+//! stdin. "Direct" is `claude -p --output-format stream-json --verbose
+//! --include-partial-messages`; "bridge" is `harness-bridge run` (a new
+//! process, store open, grant, workspace, MCP server the harness connects
+//! to, decoding, recording). Runs alternate so that drift hits both sides
+//! alike.
 //!
 //! Reproduce: `cargo bench --bench turn` (`TURNS=20` for more runs).
+//! Without `--bench` (as `cargo test --bench turn` runs it) it is a quick
+//! check that every path still works: one turn each way, and the recorded
+//! stream decoded once.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -20,9 +25,13 @@ use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use axum::routing::{any, post};
 use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream, decoder};
+use harness_bridge::protocol::AgentRunResult;
 use serde_json::{Value, json};
 
+mod support;
+
 const PROMPT: &str = "Say hello.";
+const ANSWER: &str = "Hello! How can I help you today?";
 
 fn sse(events: &[Value]) -> String {
     events
@@ -33,7 +42,7 @@ fn sse(events: &[Value]) -> String {
 
 async fn messages(body: String) -> Response<Body> {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    let text = "Hello! How can I help you today?";
+    let text = ANSWER;
     if request["stream"] != true {
         let message = json!({"id": "msg_b", "type": "message", "role": "assistant", "model": "fake", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}});
         return Response::new(Body::from(message.to_string()));
@@ -78,26 +87,47 @@ impl Env {
             .env("CLAUDE_CODE_MAX_RETRIES", "0")
             .env("DISABLE_AUTOUPDATER", "1")
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
     }
+}
+
+/// Run `command` with `prompt` on its stdin, as the bridge launches a
+/// harness whose spec says `stdin: prompt`.
+fn with_prompt(command: &mut Command, prompt: &str) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("claude starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(prompt.as_bytes()).expect("prompt written");
+    drop(stdin);
+    child.wait_with_output().expect("claude runs")
+}
+
+fn check_exit(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 fn direct(claude: &Path, env: &Env, cwd: &Path) -> (Duration, Vec<u8>) {
     let start = Instant::now();
-    let output = env
-        .apply(Command::new(claude).current_dir(cwd).args([
+    let output = with_prompt(
+        env.apply(Command::new(claude).current_dir(cwd).args([
             "-p",
-            PROMPT,
             "--output-format",
             "stream-json",
             "--verbose",
             "--include-partial-messages",
-        ]))
-        .output()
-        .expect("claude runs");
+        ])),
+        PROMPT,
+    );
     let elapsed = start.elapsed();
-    assert!(output.status.success(), "direct claude failed");
+    check_exit(&output, "direct claude");
     (elapsed, output.stdout)
 }
 
@@ -106,6 +136,8 @@ fn direct(claude: &Path, env: &Env, cwd: &Path) -> (Duration, Vec<u8>) {
 struct SameConfig {
     workspace: PathBuf,
     args: Vec<String>,
+    /// What goes to stdin, per the spec (the turn prompt).
+    stdin: Option<String>,
     token: String,
     _mcp: harness_bridge::mcp::McpHttpServer,
     _root: tempfile::TempDir,
@@ -168,9 +200,14 @@ async fn same_config() -> SameConfig {
             ..Default::default()
         })
         .expect("the built-in spec renders");
+    let stdin = match spec.stdin {
+        harness_bridge::harness::Stdin::Prompt => Some(projection.turn_prompt.clone()),
+        harness_bridge::harness::Stdin::Closed => None,
+    };
     SameConfig {
         workspace: projection.workspace,
         args,
+        stdin,
         token: open.token.expose().to_string(),
         _mcp: mcp,
         _root: root,
@@ -179,18 +216,18 @@ async fn same_config() -> SameConfig {
 
 fn direct_same(claude: &Path, env: &Env, same: &SameConfig) -> Duration {
     let start = Instant::now();
-    let status = env
-        .apply(
+    let output = with_prompt(
+        env.apply(
             Command::new(claude)
                 .current_dir(&same.workspace)
                 .args(&same.args)
-                .env(harness_bridge::projection::TOKEN_ENV, &same.token)
-                .stdout(Stdio::null()),
-        )
-        .status()
-        .expect("claude runs");
-    assert!(status.success(), "claude with the bridge's config failed");
-    start.elapsed()
+                .env(harness_bridge::projection::TOKEN_ENV, &same.token),
+        ),
+        same.stdin.as_deref().unwrap_or(""),
+    );
+    let elapsed = start.elapsed();
+    check_exit(&output, "claude with the bridge's argv and MCP config");
+    elapsed
 }
 
 fn bridged(claude: &Path, env: &Env, data: &Path, turn: usize) -> Duration {
@@ -223,26 +260,54 @@ fn bridged(claude: &Path, env: &Env, data: &Path, turn: usize) -> Duration {
     elapsed
 }
 
-/// Decode `stream` (a recorded stdout) in 64 KiB reads, as from a pipe.
-fn decode_all(stream: &[u8]) -> usize {
+/// Decode `stream` (a recorded stdout) in 64 KiB reads, as from a pipe,
+/// handing each result to `each` (the throughput run only counts them:
+/// keeping 70,000 results would measure the allocator).
+fn decode_all(stream: &[u8], mut each: impl FnMut(AgentRunResult)) {
     let mut d = decoder("claude-stream-json").expect("decoder");
     let mut lines = LineBuffer::default();
     let mut results = ResultStream::new("bench");
-    let mut count = 0;
     for chunk in stream.chunks(64 * 1024) {
         for line in lines.push(chunk) {
-            count += results.stamp(d.line(&line)).len();
+            results.stamp(d.line(&line)).into_iter().for_each(&mut each);
         }
     }
-    count + results.stamp(d.finish(Exit { code: Some(0) })).len()
+    results
+        .stamp(d.finish(Exit { code: Some(0) }))
+        .into_iter()
+        .for_each(each);
+}
+
+/// The recorded turn decodes to the answer the fake API streamed, ending
+/// with `run.completed`: the decoder figure is about a real turn.
+fn check_recorded(recorded: &[u8]) {
+    let mut results = Vec::new();
+    decode_all(recorded, |result| results.push(result));
+    let last = results.last().expect("results");
+    let data = serde_json::to_value(&last.data).expect("data");
+    assert!(
+        last.kind.as_str() == "run.completed" && data["message"]["content"] == ANSWER,
+        "the recorded turn did not decode to its answer: {results:?}"
+    );
+    let deltas = results
+        .iter()
+        .filter(|r| r.kind.as_str() == "message.delta")
+        .count();
+    assert!(deltas > 0, "no token deltas in the recorded turn");
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; nothing else is taken.
-    let turns: usize = std::env::var("TURNS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(10);
+    // `cargo bench` passes `--bench`; without it (`cargo test --bench
+    // turn`), one turn each way and one decode, as a check.
+    let quick = support::quick();
+    let turns: usize = if quick {
+        0
+    } else {
+        std::env::var("TURNS")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(10)
+    };
     let claude =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clis/node_modules/.bin/claude");
     if !claude.exists() {
@@ -271,12 +336,18 @@ fn main() {
     let data = tempfile::tempdir().expect("data");
     let cwd = tempfile::tempdir().expect("cwd");
 
-    // One of each first: caches warm, the recording for the decoder taken.
+    // One of each first: caches warm, the recording for the decoder taken,
+    // and every path known to work.
     let (_, recorded) = direct(&claude, &env, cwd.path());
+    check_recorded(&recorded);
+    let same = runtime.block_on(same_config());
+    bridged(&claude, &env, data.path(), 0);
+    direct_same(&claude, &env, &same);
+    if quick {
+        println!("turn: one turn each way and the recorded stream decoded: ok");
+        return;
+    }
     if turns > 0 {
-        let same = runtime.block_on(same_config());
-        bridged(&claude, &env, data.path(), 0);
-        direct_same(&claude, &env, &same);
         let (mut plain, mut configured, mut through) = (Vec::new(), Vec::new(), Vec::new());
         for turn in 1..=turns {
             plain.push(direct(&claude, &env, cwd.path()).0);
@@ -326,7 +397,8 @@ fn main() {
     let mut results = 0;
     for _ in 0..5 {
         let start = Instant::now();
-        results = decode_all(&stream);
+        results = 0;
+        decode_all(&stream, |_| results += 1);
         times.push(start.elapsed());
     }
     let t = median(&mut times);

@@ -283,3 +283,22 @@ fn common_context() -> AgentRunContext {
     }))
     .unwrap()
 }
+
+#[test]
+fn numbers_keep_their_exact_value_through_a_round_trip() {
+    // A host's number the bridge passes on (here in a result's unknown
+    // field and a context's config) comes out as it came in: a long
+    // integer used to come back one unit in the last place off.
+    let text = r#"{"run_id":"r","type":"x.new","n":17670000333333333333333333333333333300}"#;
+    let once: AgentRunResult = serde_json::from_str(text).unwrap();
+    let twice: AgentRunResult =
+        serde_json::from_str(&serde_json::to_string(&once).unwrap()).unwrap();
+    assert_eq!(once, twice);
+    assert_eq!(twice.extra["n"].as_f64(), Some(1.7670000333333332e37));
+
+    let mut doc = serde_json::to_value(common_context()).unwrap();
+    doc["config"]["budget"] = serde_json::from_str("0.30000000000000004441").unwrap();
+    let ctx = checked_context(&doc).unwrap();
+    let again = checked_context(&serde_json::to_value(&ctx).unwrap()).unwrap();
+    assert_eq!(ctx, again);
+}

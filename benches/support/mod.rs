@@ -1,5 +1,6 @@
 //! Shared by the benches: the 1,000,000-item store (100 conversations ×
-//! 10,000 items), built once under `target/bench-data/` and reused.
+//! 10,000 items), built once under `target/bench-data/` and reused, and
+//! the quick mode every bench has for CI.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -11,10 +12,20 @@ use serde_json::json;
 
 const CONVERSATIONS: usize = 100;
 const PER_CONVERSATION: usize = 10_000;
+/// Items per conversation in quick mode: two 50-item pages and some.
+const PER_CONVERSATION_QUICK: usize = 120;
 const WORDS: [&str; 16] = [
     "deploy", "build", "error", "timeout", "database", "review", "merge", "branch", "test",
     "release", "config", "cache", "latency", "memory", "部署", "日志",
 ];
+
+/// Whether this is a quick run: `cargo bench` passes `--bench`, `cargo
+/// test --bench NAME` does not. Then each bench runs once on a small
+/// workload (criterion does the same for its own loops), so CI proves
+/// every bench still works without measuring anything.
+pub fn quick() -> bool {
+    !std::env::args().any(|arg| arg == "--bench")
+}
 
 fn text(i: usize) -> String {
     let pick = |k: usize| WORDS[(i.wrapping_mul(2654435761) >> k) % WORDS.len()];
@@ -27,15 +38,27 @@ fn text(i: usize) -> String {
     )
 }
 
-/// The 1M-item store, built on first use.
+/// The 1M-item store, built on first use; in quick mode a store of the
+/// same conversations with 120 items each.
 pub fn store_1m(rt: &tokio::runtime::Runtime) -> SqliteHost {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data/store-1m");
+    let (name, per_conversation) = if quick() {
+        ("store-quick", PER_CONVERSATION_QUICK)
+    } else {
+        ("store-1m", PER_CONVERSATION)
+    };
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/bench-data")
+        .join(name);
     let ready = dir.join("READY");
     let store = SqliteHost::open(&dir).expect("bench store opens");
     if !ready.exists() {
-        eprintln!("building the 1M-item bench store in {} ...", dir.display());
+        let items = CONVERSATIONS * per_conversation;
+        eprintln!(
+            "building the {items}-item bench store in {} ...",
+            dir.display()
+        );
         rt.block_on(async {
-            for i in 0..CONVERSATIONS * PER_CONVERSATION {
+            for i in 0..items {
                 store
                     .append_transcript(NewTranscriptItem {
                         event_id: format!("ev-{i}"),
@@ -48,7 +71,7 @@ pub fn store_1m(rt: &tokio::runtime::Runtime) -> SqliteHost {
                     .expect("append");
             }
         });
-        std::fs::write(&ready, "1000000").expect("mark ready");
+        std::fs::write(&ready, items.to_string()).expect("mark ready");
     }
     store
 }

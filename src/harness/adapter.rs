@@ -197,7 +197,7 @@ impl AdapterSpec {
             ArgItem::One(a) => vec![a.as_str()],
             ArgItem::Group(g) => g.iter().map(String::as_str).collect(),
         }) {
-            for placeholder in placeholders(text) {
+            for (_, placeholder) in placeholders(text) {
                 let (name, filter) = split_filter(placeholder);
                 if let Some(filter) = filter.filter(|f| !FILTERS.contains(f)) {
                     return fail(format!(
@@ -213,13 +213,26 @@ impl AdapterSpec {
                 }
             }
         }
+        // The session id must reach the harness whatever else is set: in an
+        // argument that needs no value but the prompt (always there).
+        let passes_session = |text: &str| {
+            let names: Vec<&str> = placeholders(text)
+                .into_iter()
+                .map(|(_, p)| split_filter(p).0)
+                .collect();
+            names.contains(&"session_id")
+                && names.iter().all(|n| ["session_id", "prompt"].contains(n))
+        };
         if !self
             .argv
             .resume
             .iter()
-            .any(|i| matches!(i, ArgItem::One(a) if a.contains("{session_id}")))
+            .any(|i| matches!(i, ArgItem::One(a) if passes_session(a)))
         {
-            return fail("argv.resume must pass {session_id}".into());
+            return fail(
+                "argv.resume must pass {session_id} in an argument of its own (or with {prompt} alone)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -265,9 +278,12 @@ impl AdapterSpec {
                 _ => None,
             }
         };
+        // One pass over the text: a value is inserted as it is, never read
+        // again for placeholders (a prompt may well contain `{model}`).
         let fill = |text: &str| -> Result<Option<String>, String> {
-            let mut out = text.to_string();
-            for placeholder in placeholders(text) {
+            let mut out = String::with_capacity(text.len());
+            let mut done = 0;
+            for (span, placeholder) in placeholders(text) {
                 let (name, filter) = split_filter(placeholder);
                 let Some(mut v) = value(name) else {
                     return Ok(None);
@@ -276,8 +292,11 @@ impl AdapterSpec {
                     // A JSON string literal is a valid TOML basic string.
                     v = serde_json::to_string(&v).unwrap_or_default();
                 }
-                out = out.replace(&format!("{{{placeholder}}}"), &v);
+                out.push_str(&text[done..span.start]);
+                out.push_str(&v);
+                done = span.end;
             }
+            out.push_str(&text[done..]);
             if text.starts_with('{') && out.starts_with('-') {
                 return Err(format!(
                     "the value of `{text}` starts with `-`, so {} would read it as an option; it is refused",
@@ -323,18 +342,21 @@ fn split_filter(placeholder: &str) -> (&str, Option<&str>) {
     }
 }
 
-/// `{name}` placeholders in a text.
-fn placeholders(text: &str) -> Vec<&str> {
-    let mut names = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find('{') {
-        let Some(len) = rest[start + 1..].find('}') else {
+/// `{name}` placeholders in a text, each with where it sits (braces
+/// included).
+fn placeholders(text: &str) -> Vec<(std::ops::Range<usize>, &str)> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(open) = text[from..].find('{') {
+        let start = from + open;
+        let Some(len) = text[start + 1..].find('}') else {
             break;
         };
-        names.push(&rest[start + 1..start + 1 + len]);
-        rest = &rest[start + 1 + len + 1..];
+        let end = start + 1 + len + 1;
+        found.push((start..end, &text[start + 1..end - 1]));
+        from = end;
     }
-    names
+    found
 }
 
 /// The specs in force: built-in, replaced or extended by an operator folder.
@@ -501,6 +523,48 @@ mod tests {
                 .any(|a| a == r#"developer_instructions="say \"hi\"\nthen \\ stop""#),
             "{args:?}"
         );
+    }
+
+    fn spec_with_argv(new: &str, resume: &str) -> Result<AdapterSpec, SpecError> {
+        AdapterSpec::parse(
+            "x.yaml",
+            &format!(
+                "name: x\nlabel: X\ndescription: d\nbinary: x\n\
+                 argv:\n  new: {new}\n  resume: {resume}\nstdin: prompt\n\
+                 skills_dir: .x/skills\nmcp_format: claude-json\ndecoder: claude-stream-json\n\
+                 session_not_found: gone\ninstall_hint: h\n"
+            ),
+        )
+    }
+
+    #[test]
+    fn values_are_inserted_as_they_are_never_filled_in_again() {
+        let spec = spec_with_argv(
+            r#"["-p", "{instructions}{model}", "--x={prompt}/{mcp_config}"]"#,
+            r#"["--resume", "{session_id}"]"#,
+        )
+        .unwrap();
+        let args = spec.args(&TurnValues {
+            prompt: "{mcp_config}",
+            instructions: Some("{model}"),
+            mcp_config: Some(Path::new("/c")),
+            model: Some("m"),
+            ..TurnValues::default()
+        });
+        assert_eq!(args.unwrap(), ["-p", "{model}m", "--x={mcp_config}//c"]);
+    }
+
+    #[test]
+    fn a_resume_that_could_leave_out_the_session_id_is_refused() {
+        // Without a model the argument is dropped, and the session with it.
+        let err = spec_with_argv(r#"["-p"]"#, r#"["--resume={session_id}{model}"]"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("argv.resume must pass {session_id}"),
+            "{err}"
+        );
+        assert!(spec_with_argv(r#"["-p"]"#, r#"["--resume={session_id}"]"#).is_ok());
+        assert!(spec_with_argv(r#"["-p"]"#, r#"["{session_id}:{prompt}"]"#).is_ok());
     }
 
     #[test]

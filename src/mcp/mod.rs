@@ -12,4 +12,4 @@ mod tools;
 
 pub use http::{McpHttpServer, TOKEN_HEADER_HINT};
 pub use stdio::{ShimError, run_stdio_shim};
-pub use tools::{InputRef, RunFacts, RunTools, SERVER_NAME, tool_names};
+pub use tools::{InputRef, RunFacts, RunTools, SERVER_NAME, check_arguments, tool_names};

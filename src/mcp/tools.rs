@@ -205,22 +205,46 @@ struct StorageSetArgs {
     base64: bool,
 }
 
-/// One tool: its name, what gates it, and how a model should use it.
+/// One call's arguments, typed: what the dispatch acts on. Storage tools
+/// carry the area their name chose.
+enum Call {
+    CurrentEvent,
+    ReadFiles(ReadFilesArgs),
+    HistoryPage(HistoryPageArgs),
+    HistorySearch(HistorySearchArgs),
+    EventGet(EventGetArgs),
+    EventPage(EventPageArgs),
+    ArtifactMetadata(ArtifactIdArgs),
+    ArtifactRead(ArtifactReadArgs),
+    StateGet(StateKeyArgs),
+    StateSet(StateSetArgs),
+    StateDelete(StateKeyArgs),
+    StateList(StateListArgs),
+    StorageGet(StorageKind, StorageKeyArgs),
+    StorageSet(StorageKind, StorageSetArgs),
+    StorageDelete(StorageKind, StorageKeyArgs),
+    StorageKeys(StorageKind),
+}
+
+/// One tool: its name, what gates it, how a model should use it, and its
+/// arguments (one type gives both the schema and the parse).
 struct ToolSpec {
     name: &'static str,
     /// `None`: every run has it (it reads only this run's own event/inputs).
     api: Option<Api>,
     description: &'static str,
     schema: fn() -> Arc<rmcp::model::JsonObject>,
+    args: fn(Value) -> Result<Call, AgentAPIError>,
 }
 
 macro_rules! tool {
-    ($name:literal, $api:expr, $args:ty, $description:literal) => {
+    ($name:literal, $api:expr, $args:ty => $call:expr, $description:literal) => {
         ToolSpec {
             name: $name,
             api: $api,
             description: $description,
             schema: schema_for_type::<$args>,
+            args: |args| parse::<$args>(args).map($call),
         }
     };
 }
@@ -229,121 +253,121 @@ const TOOLS: &[ToolSpec] = &[
     tool!(
         "get_current_event",
         None,
-        NoArgs,
+        NoArgs => |_| Call::CurrentEvent,
         "The event this turn answers: its type, sender, subject and input, as the host delivered it. Call first when unsure what the user asked."
     ),
     tool!(
         "read_files",
         None,
-        ReadFilesArgs,
+        ReadFilesArgs => Call::ReadFiles,
         "Text of this conversation's input files by id (ids from `# Input Files`), up to 1 MiB of each and 4 MiB per call; a longer file says `truncated`. Binary files come back base64-encoded."
     ),
     tool!(
         "history_page",
         Some(Api::HistoryPage),
-        HistoryPageArgs,
+        HistoryPageArgs => Call::HistoryPage,
         "Earlier messages of this conversation, page by page: newest first by default; pass a returned cursor as before_cursor to go further back. Items come oldest first within a page."
     ),
     tool!(
         "history_search",
         Some(Api::HistorySearch),
-        HistorySearchArgs,
+        HistorySearchArgs => Call::HistorySearch,
         "Find earlier messages of this conversation by words (any language). Items containing every word come first, then items with some; newest first."
     ),
     tool!(
         "event_get",
         Some(Api::EventGet),
-        EventGetArgs,
+        EventGetArgs => Call::EventGet,
         "One event of this conversation by id: type, sender, subject, time and a short input summary."
     ),
     tool!(
         "event_page",
         Some(Api::EventPage),
-        EventPageArgs,
+        EventPageArgs => Call::EventPage,
         "Events of this conversation page by page (joins, leaves, messages, system events), optionally of given types."
     ),
     tool!(
         "artifact_metadata",
         Some(Api::ArtifactMetadata),
-        ArtifactIdArgs,
+        ArtifactIdArgs => Call::ArtifactMetadata,
         "What an artifact (a file the host stores) is: name, type, size, digest."
     ),
     tool!(
         "artifact_read",
         Some(Api::ArtifactRead),
-        ArtifactReadArgs,
+        ArtifactReadArgs => Call::ArtifactRead,
         "Bytes of an artifact by range: text comes back as text, binary as base64. Continue with offset while has_more is true."
     ),
     tool!(
         "state_get",
         Some(Api::State),
-        StateKeyArgs,
+        StateKeyArgs => Call::StateGet,
         "Read one value the host keeps for you across turns (e.g. notes, preferences)."
     ),
     tool!(
         "state_set",
         Some(Api::State),
-        StateSetArgs,
+        StateSetArgs => Call::StateSet,
         "Keep a small JSON value across turns in a scope: conversation, actor (the user), subject, or runner."
     ),
     tool!(
         "state_delete",
         Some(Api::State),
-        StateKeyArgs,
+        StateKeyArgs => Call::StateDelete,
         "Forget one kept value."
     ),
     tool!(
         "state_list",
         Some(Api::State),
-        StateListArgs,
+        StateListArgs => Call::StateList,
         "List kept values of a scope, optionally by key prefix. Values past the first 1 MiB come back as keys only (`value_omitted`): read those with state_get."
     ),
     tool!(
         "plugin_storage_get",
         Some(Api::PluginStorage),
-        StorageKeyArgs,
+        StorageKeyArgs => |a| Call::StorageGet(StorageKind::Plugin, a),
         "Read a blob from this plugin's storage (text, or base64 for binary)."
     ),
     tool!(
         "plugin_storage_set",
         Some(Api::PluginStorage),
-        StorageSetArgs,
+        StorageSetArgs => |a| Call::StorageSet(StorageKind::Plugin, a),
         "Store a blob in this plugin's storage."
     ),
     tool!(
         "plugin_storage_delete",
         Some(Api::PluginStorage),
-        StorageKeyArgs,
+        StorageKeyArgs => |a| Call::StorageDelete(StorageKind::Plugin, a),
         "Delete a blob from this plugin's storage."
     ),
     tool!(
         "plugin_storage_keys",
         Some(Api::PluginStorage),
-        NoArgs,
+        NoArgs => |_| Call::StorageKeys(StorageKind::Plugin),
         "List the keys of this plugin's storage."
     ),
     tool!(
         "workspace_storage_get",
         Some(Api::WorkspaceStorage),
-        StorageKeyArgs,
+        StorageKeyArgs => |a| Call::StorageGet(StorageKind::Workspace, a),
         "Read a blob from the workspace's shared storage (text, or base64 for binary)."
     ),
     tool!(
         "workspace_storage_set",
         Some(Api::WorkspaceStorage),
-        StorageSetArgs,
+        StorageSetArgs => |a| Call::StorageSet(StorageKind::Workspace, a),
         "Store a blob in the workspace's shared storage."
     ),
     tool!(
         "workspace_storage_delete",
         Some(Api::WorkspaceStorage),
-        StorageKeyArgs,
+        StorageKeyArgs => |a| Call::StorageDelete(StorageKind::Workspace, a),
         "Delete a blob from the workspace's shared storage."
     ),
     tool!(
         "workspace_storage_keys",
         Some(Api::WorkspaceStorage),
-        NoArgs,
+        NoArgs => |_| Call::StorageKeys(StorageKind::Workspace),
         "List the keys of the workspace's shared storage."
     ),
 ];
@@ -371,17 +395,6 @@ impl RunAccess {
     async fn refuse(&self, action: &str, resource: &str, err: AgentAPIError) -> AgentAPIError {
         self.host.refused(action, resource, &err).await;
         err
-    }
-
-    /// `tool`'s arguments as its type; unknown or malformed ones are refused.
-    async fn args<T: DeserializeOwned>(&self, tool: &str, args: Value) -> Result<T, AgentAPIError> {
-        match serde_json::from_value(args) {
-            Ok(parsed) => Ok(parsed),
-            Err(e) => {
-                let err = AgentAPIError::invalid_argument(format!("bad arguments: {e}"));
-                Err(self.refuse(tool, &format!("tool:{tool}"), err).await)
-            }
-        }
     }
 }
 
@@ -469,6 +482,11 @@ impl RunTools {
     }
 }
 
+fn parse<T: DeserializeOwned>(args: Value) -> Result<T, AgentAPIError> {
+    serde_json::from_value(args)
+        .map_err(|e| AgentAPIError::invalid_argument(format!("bad arguments: {e}")))
+}
+
 fn to_json<T: serde::Serialize>(value: T) -> Result<Value, AgentAPIError> {
     serde_json::to_value(value).map_err(|e| AgentAPIError::runtime(e.to_string()))
 }
@@ -515,14 +533,30 @@ fn is_text(mime: Option<&str>, bytes: &[u8]) -> bool {
     !declared_binary && as_text(bytes).is_some()
 }
 
+/// The arguments of a call to tool `name`, checked exactly as a call
+/// checks them (types, names, no unknown fields) without reaching a host:
+/// `not_found` for a tool that does not exist, `invalid_argument` saying
+/// what is wrong otherwise. For a client or a test that wants to know
+/// whether a call is well-formed before making it.
+pub fn check_arguments(name: &str, args: &rmcp::model::JsonObject) -> Result<(), AgentAPIError> {
+    (tool_spec(name)?.args)(Value::Object(args.clone())).map(drop)
+}
+
+fn tool_spec(name: &str) -> Result<&'static ToolSpec, AgentAPIError> {
+    TOOLS
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| AgentAPIError::not_found(format!("no tool `{name}`")))
+}
+
 /// One tool call. Refusals made here (unknown tool, not granted, bad
 /// arguments, `read_files`' own) are audited here; everything that reaches
 /// the host goes through the grant, which audits it.
 async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, AgentAPIError> {
     let host = &access.host;
-    let Some(spec) = TOOLS.iter().find(|t| t.name == name) else {
-        let err = AgentAPIError::not_found(format!("no tool `{name}`"));
-        return Err(access.refuse("unknown", &format!("tool:{name}"), err).await);
+    let spec = match tool_spec(name) {
+        Ok(spec) => spec,
+        Err(err) => return Err(access.refuse("unknown", &format!("tool:{name}"), err).await),
     };
     // Refused again here, whatever the tool list said.
     if let Some(api) = spec.api
@@ -531,24 +565,14 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
         let err = AgentAPIError::unauthorized(format!("`{name}` is not granted to this run"));
         return Err(access.refuse(name, &format!("tool:{name}"), err).await);
     }
-    let area = |n: &str| {
-        if n.starts_with("plugin_") {
-            StorageKind::Plugin
-        } else {
-            StorageKind::Workspace
-        }
+    let call = match (spec.args)(args) {
+        Ok(call) => call,
+        Err(err) => return Err(access.refuse(name, &format!("tool:{name}"), err).await),
     };
-    match name {
-        "get_current_event" => {
-            access.args::<NoArgs>(name, args).await?;
-            Ok(access.facts.current_event.clone())
-        }
-        "read_files" => {
-            let a: ReadFilesArgs = access.args(name, args).await?;
-            read_files(access, &a.ids).await
-        }
-        "history_page" => {
-            let a: HistoryPageArgs = access.args(name, args).await?;
+    match call {
+        Call::CurrentEvent => Ok(access.facts.current_event.clone()),
+        Call::ReadFiles(a) => read_files(access, &a.ids).await,
+        Call::HistoryPage(a) => {
             let query = HistoryQuery {
                 conversation_id: a.conversation_id,
                 before_cursor: a.before_cursor,
@@ -559,19 +583,12 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
             };
             to_json(host.history_page(&query).await?)
         }
-        "history_search" => {
-            let a: HistorySearchArgs = access.args(name, args).await?;
-            to_json(
-                host.history_search(a.conversation_id.as_deref(), &a.query, a.top_k)
-                    .await?,
-            )
-        }
-        "event_get" => {
-            let a: EventGetArgs = access.args(name, args).await?;
-            to_json(host.event_get(&a.event_id).await?)
-        }
-        "event_page" => {
-            let a: EventPageArgs = access.args(name, args).await?;
+        Call::HistorySearch(a) => to_json(
+            host.history_search(a.conversation_id.as_deref(), &a.query, a.top_k)
+                .await?,
+        ),
+        Call::EventGet(a) => to_json(host.event_get(&a.event_id).await?),
+        Call::EventPage(a) => {
             let query = EventQuery {
                 conversation_id: a.conversation_id,
                 event_types: a.event_types,
@@ -582,12 +599,8 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
             };
             to_json(host.event_page(&query).await?)
         }
-        "artifact_metadata" => {
-            let a: ArtifactIdArgs = access.args(name, args).await?;
-            to_json(host.artifact_metadata(&a.artifact_id).await?)
-        }
-        "artifact_read" => {
-            let a: ArtifactReadArgs = access.args(name, args).await?;
+        Call::ArtifactMetadata(a) => to_json(host.artifact_metadata(&a.artifact_id).await?),
+        Call::ArtifactRead(a) => {
             let read = host
                 .artifact_read(&a.artifact_id, a.offset, a.length)
                 .await?;
@@ -616,61 +629,45 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
             }
             Ok(out)
         }
-        "state_get" => {
-            let a: StateKeyArgs = access.args(name, args).await?;
+        Call::StateGet(a) => {
             let value = host.state_get(a.scope, &a.key).await?;
             Ok(json!({"key": a.key, "found": value.is_some(), "value": value}))
         }
-        "state_set" => {
-            let a: StateSetArgs = access.args(name, args).await?;
+        Call::StateSet(a) => {
             host.state_set(a.scope, &a.key, &a.value).await?;
             Ok(json!({"key": a.key, "stored": true}))
         }
-        "state_delete" => {
-            let a: StateKeyArgs = access.args(name, args).await?;
+        Call::StateDelete(a) => {
             let existed = host.state_delete(a.scope, &a.key).await?;
             Ok(json!({"key": a.key, "deleted": existed}))
         }
-        "state_list" => {
-            let a: StateListArgs = access.args(name, args).await?;
+        Call::StateList(a) => {
             let entries = host
                 .state_list(a.scope, a.prefix.as_deref(), a.limit)
                 .await?;
             Ok(json!({"entries": entries_within(entries, STATE_LIST_VALUE_BYTES)}))
         }
-        n if n.ends_with("_storage_get") => {
-            let a: StorageKeyArgs = access.args(name, args).await?;
-            Ok(storage_value(host.storage_get(area(n), &a.key).await?))
-        }
-        n if n.ends_with("_storage_set") => {
-            let a: StorageSetArgs = access.args(name, args).await?;
+        Call::StorageGet(area, a) => Ok(storage_value(host.storage_get(area, &a.key).await?)),
+        Call::StorageSet(area, a) => {
             let bytes = if a.base64 {
                 match base64::engine::general_purpose::STANDARD.decode(&a.value) {
                     Ok(bytes) => bytes,
                     Err(e) => {
                         let err =
                             AgentAPIError::invalid_argument(format!("value is not base64: {e}"));
-                        return Err(access.refuse(n, &format!("tool:{n}"), err).await);
+                        return Err(access.refuse(name, &format!("tool:{name}"), err).await);
                     }
                 }
             } else {
                 a.value.into_bytes()
             };
-            host.storage_set(area(n), &a.key, &bytes).await?;
+            host.storage_set(area, &a.key, &bytes).await?;
             Ok(json!({"key": a.key, "stored": true}))
         }
-        n if n.ends_with("_storage_delete") => {
-            let a: StorageKeyArgs = access.args(name, args).await?;
-            Ok(json!({"key": a.key, "deleted": host.storage_delete(area(n), &a.key).await?}))
+        Call::StorageDelete(area, a) => {
+            Ok(json!({"key": a.key, "deleted": host.storage_delete(area, &a.key).await?}))
         }
-        n if n.ends_with("_storage_keys") => {
-            access.args::<NoArgs>(name, args).await?;
-            Ok(json!({"keys": host.storage_keys(area(n)).await?}))
-        }
-        other => {
-            let err = AgentAPIError::not_found(format!("no tool `{other}`"));
-            Err(access.refuse(other, &format!("tool:{other}"), err).await)
-        }
+        Call::StorageKeys(area) => Ok(json!({"keys": host.storage_keys(area).await?})),
     }
 }
 
@@ -859,6 +856,7 @@ impl ServerHandler for RunTools {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ErrorCode;
 
     #[test]
     fn text_cut_mid_character_stops_before_it() {
@@ -873,6 +871,21 @@ mod tests {
         assert_eq!(text_head(text, false), Some("部署完成"));
         assert_eq!(text_head(&[0xff, b'a'], true), None, "invalid is not cut");
         assert_eq!(text_head(b"a\x00b", true), None, "control bytes are binary");
+    }
+
+    #[test]
+    fn arguments_are_checked_as_a_call_checks_them() {
+        let args = |value: Value| value.as_object().cloned().unwrap_or_default();
+        assert!(check_arguments("history_page", &args(json!({"limit": 5}))).is_ok());
+        assert!(check_arguments("plugin_storage_keys", &args(json!({}))).is_ok());
+        let unknown = check_arguments("history_page", &args(json!({"limt": 5}))).unwrap_err();
+        assert_eq!(unknown.code, ErrorCode::InvalidArgument);
+        assert!(unknown.message.contains("limt"), "{unknown}");
+        let wrong = check_arguments("state_get", &args(json!({"scope": "everyone", "key": "k"})))
+            .unwrap_err();
+        assert_eq!(wrong.code, ErrorCode::InvalidArgument);
+        let missing = check_arguments("no_such_tool", &args(json!({}))).unwrap_err();
+        assert_eq!(missing.code, ErrorCode::NotFound);
     }
 
     #[test]

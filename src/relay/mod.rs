@@ -22,8 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use frame::{Inbound, Outbound, PROTOCOL};
 pub use host::RelayHost;
-pub use reader::MAX_FRAME_BYTES;
-use reader::{Frames, Incoming, field_in_head};
+pub use reader::{Frames, Incoming, MAX_FRAME_BYTES, field_in_head};
 
 use crate::harness::Adapters;
 use crate::host::Api;

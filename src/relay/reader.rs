@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::harness::decode::LineBuffer;
+use crate::harness::decode::{LineBuffer, Piece};
 
 /// The longest frame the relay reads. A run frame carries the context,
 /// inline attachments included (8 MiB each by default, base64 in JSON).
@@ -39,7 +39,8 @@ impl<R: AsyncRead + Unpin> Frames<R> {
         Self::with_max_line(reader, MAX_FRAME_BYTES)
     }
 
-    /// Frames from `reader` with another cap (tests).
+    /// Frames from `reader` with another cap: a small one shows what the
+    /// cap does without megabytes of input (tests, fuzzing).
     pub fn with_max_line(reader: R, max_line: usize) -> Self {
         Frames {
             reader,
@@ -53,23 +54,33 @@ impl<R: AsyncRead + Unpin> Frames<R> {
     pub async fn next(&mut self) -> std::io::Result<Option<Incoming>> {
         loop {
             if let Some(line) = self.ready.pop_front() {
-                if matches!(&line, Incoming::Line(text) if text.trim().is_empty()) {
+                if is_blank(&line) {
                     continue;
                 }
                 return Ok(Some(line));
             }
             let n = self.reader.read(&mut self.buf).await?;
             if n == 0 {
-                return Ok(self.lines.finish().map(Incoming::Line));
+                return Ok(self
+                    .lines
+                    .finish()
+                    .map(Incoming::Line)
+                    .filter(|line| !is_blank(line)));
             }
-            let lines = self.lines.push(&self.buf[..n]);
-            for head in self.lines.take_dropped() {
-                let head = String::from_utf8_lossy(&head).into_owned();
-                self.ready.push_back(Incoming::TooLong(head));
-            }
-            self.ready.extend(lines.into_iter().map(Incoming::Line));
+            let pieces = self.lines.pieces(&self.buf[..n]);
+            self.ready
+                .extend(pieces.into_iter().map(|piece| match piece {
+                    Piece::Line(line) => Incoming::Line(line),
+                    Piece::TooLong(head) => {
+                        Incoming::TooLong(String::from_utf8_lossy(&head).into_owned())
+                    }
+                }));
         }
     }
+}
+
+fn is_blank(line: &Incoming) -> bool {
+    matches!(line, Incoming::Line(text) if text.trim().is_empty())
 }
 
 /// The value of the first `"key": value` in the start of a JSON object,
@@ -78,10 +89,13 @@ pub fn field_in_head<T: serde::de::DeserializeOwned>(head: &str, key: &str) -> O
     let quoted = format!("\"{key}\"");
     let after = &head[head.find(&quoted)? + quoted.len()..];
     let after = after.trim_start().strip_prefix(':')?;
-    serde_json::Deserializer::from_str(after)
-        .into_iter::<T>()
-        .next()?
-        .ok()
+    let mut values = serde_json::Deserializer::from_str(after).into_iter::<T>();
+    let value = values.next()?.ok()?;
+    // A number that runs to the end of the head may have been cut there
+    // (`"id": 12` of `"id": 123`): nothing marks its end but what follows.
+    let end = values.byte_offset();
+    let cut = end == after.len() && after.ends_with(|c: char| c.is_ascii_digit());
+    (!cut).then_some(value)
 }
 
 #[cfg(test)]
@@ -107,6 +121,19 @@ mod tests {
             field_in_head::<String>(r#"{"run_id": "r-1"#, "run_id"),
             None
         );
+        // Not even a number, whose end nothing marks.
+        assert_eq!(
+            field_in_head::<u64>(r#"{"type":"host_reply","id":12"#, "id"),
+            None
+        );
+        assert_eq!(
+            field_in_head::<u64>(r#"{"type":"host_reply","id":12 "#, "id"),
+            Some(12)
+        );
+        assert_eq!(
+            field_in_head::<String>(r#"{"type":"run","run_id":"r-1""#, "run_id").as_deref(),
+            Some("r-1")
+        );
     }
 
     #[tokio::test]
@@ -128,6 +155,30 @@ mod tests {
             frames.next().await.unwrap(),
             Some(Incoming::Line("{\"ok\":1}".into()))
         );
+        assert_eq!(frames.next().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn lines_over_the_cap_come_out_in_their_place_and_blank_ones_never() {
+        let line = |text: &str| Some(Incoming::Line(text.into()));
+        // One read: a line over the cap that ends in it, then one that
+        // does not end, after a line that came first.
+        let input = b"{\"a\":1}\n0123456789\n{\"b\":2}\nabcdefghijkl";
+        let mut frames = Frames::with_max_line(&input[..], 8);
+        assert_eq!(frames.next().await.unwrap(), line("{\"a\":1}"));
+        assert_eq!(
+            frames.next().await.unwrap(),
+            Some(Incoming::TooLong("0123456789".into()))
+        );
+        assert_eq!(frames.next().await.unwrap(), line("{\"b\":2}"));
+        assert_eq!(
+            frames.next().await.unwrap(),
+            Some(Incoming::TooLong("abcdefghijkl".into()))
+        );
+        assert_eq!(frames.next().await.unwrap(), None);
+        // A blank last line without its newline is skipped like any other.
+        let mut frames = Frames::with_max_line(&b"{\"a\":1}\n \r"[..], 8);
+        assert_eq!(frames.next().await.unwrap(), line("{\"a\":1}"));
         assert_eq!(frames.next().await.unwrap(), None);
     }
 }

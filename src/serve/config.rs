@@ -111,23 +111,30 @@ impl ServeConfig {
 
     /// Read and check `file`; `None` gives the defaults.
     pub fn load(file: Option<&Path>) -> Result<ServeConfig, String> {
-        let config = match file {
-            None => ServeConfig::default(),
-            Some(file) => {
-                let text = std::fs::read_to_string(file)
-                    .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-                if text.trim().is_empty() {
-                    ServeConfig::default()
-                } else {
-                    serde_yaml::from_str(&text).map_err(|e| {
-                        let at = e
-                            .location()
-                            .map(|l| format!(":{}", l.line()))
-                            .unwrap_or_default();
-                        format!("{}{at}: {e}", file.display())
-                    })?
-                }
-            }
+        let Some(file) = file else {
+            let config = ServeConfig::default();
+            config.check()?;
+            return Ok(config);
+        };
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        ServeConfig::parse(&file.display().to_string(), &text)
+    }
+
+    /// Parse and check the text of a config file that `file` names in
+    /// errors (with the line): what [`ServeConfig::load`] does once the
+    /// file is read, for a config that does not come from a file.
+    pub fn parse(file: &str, text: &str) -> Result<ServeConfig, String> {
+        let config = if text.trim().is_empty() {
+            ServeConfig::default()
+        } else {
+            serde_yaml::from_str(text).map_err(|e| {
+                let at = e
+                    .location()
+                    .map(|l| format!(":{}", l.line()))
+                    .unwrap_or_default();
+                format!("{file}{at}: {e}")
+            })?
         };
         config.check()?;
         Ok(config)
@@ -226,5 +233,17 @@ mod tests {
                 .unwrap_err()
                 .contains("audit_retention_days")
         );
+    }
+
+    #[test]
+    fn text_parses_as_the_file_it_names() {
+        let config = ServeConfig::parse("inline", "max_concurrent_runs: 2\n").unwrap();
+        assert_eq!(config.max_concurrent_runs, 2);
+        let err = ServeConfig::parse("inline", "listen: 127.0.0.1:1\nbogus: 1\n").unwrap_err();
+        assert!(
+            err.starts_with("inline:2: ") && err.contains("bogus"),
+            "{err}"
+        );
+        assert!(ServeConfig::parse("inline", "max_queued_total: 0\n").is_err());
     }
 }

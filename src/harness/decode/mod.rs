@@ -12,7 +12,7 @@ mod lines;
 
 pub use claude::ClaudeStreamJson;
 pub use codex::CodexJsonl;
-pub use lines::LineBuffer;
+pub use lines::{LineBuffer, Piece};
 
 use crate::host::now_ms;
 use crate::protocol::{AgentRunResult, ResultPayload};

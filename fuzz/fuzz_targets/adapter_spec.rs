@@ -1,0 +1,94 @@
+//! An adapter spec (YAML) from an operator's folder: a bad one is refused
+//! naming the file (and a line that exists); a good one gives argv in
+//! which every value stands verbatim (a prompt that looks like a
+//! placeholder is never filled in), and a resumed turn always passes the
+//! session id.
+#![no_main]
+
+use std::path::Path;
+
+use harness_bridge::harness::{AdapterSpec, TurnValues};
+use libfuzzer_sys::fuzz_target;
+
+/// Marks no spec text contains (checked): values made of them can be found
+/// again in the argv.
+const MARK: char = '\u{E000}';
+
+/// Values that each look like another placeholder.
+const TRICKY: [&str; 7] = [
+    "{session_id}",
+    "{model}",
+    "{prompt}",
+    "{instructions}",
+    "{permission_mode}",
+    "{mcp_config|toml}",
+    "k={prompt}",
+];
+
+fn values<'a>(v: &'a [String; 7], resume: bool, all: bool) -> TurnValues<'a> {
+    TurnValues {
+        prompt: &v[0],
+        instructions: all.then_some(v[1].as_str()),
+        mcp_config: all.then_some(Path::new(&v[2])),
+        session_id: resume.then_some(v[3].as_str()),
+        model: all.then_some(v[4].as_str()),
+        permission_mode: all.then_some(v[5].as_str()),
+        config_overrides: std::slice::from_ref(&v[6]),
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let spec = match AdapterSpec::parse("fuzz.yaml", text) {
+        Ok(spec) => spec,
+        Err(err) => {
+            assert_eq!(err.file, "fuzz.yaml");
+            assert!(!err.reason.is_empty());
+            if let Some(line) = err.line {
+                // YAML breaks lines at `\n`, `\r\n`, a lone `\r`, NEL, LS and PS.
+                let lines = text
+                    .replace("\r\n", "\n")
+                    .replace(['\r', '\u{85}', '\u{2028}', '\u{2029}'], "\n")
+                    .lines()
+                    .count();
+                assert!(line >= 1 && line <= lines + 1, "{err}");
+            }
+            return;
+        }
+    };
+    let _ = spec.target();
+    if text.contains(MARK) {
+        return;
+    }
+    let marks: [String; 7] = std::array::from_fn(|i| format!("{MARK}{i}{MARK}"));
+    let tricky: [String; 7] = TRICKY.map(str::to_string);
+    for resume in [false, true] {
+        for all in [false, true] {
+            // No value here starts with `-`, the one thing args refuses.
+            let plain = spec
+                .args(&values(&marks, resume, all))
+                .expect("values not starting with '-' render");
+            let filled = spec
+                .args(&values(&tricky, resume, all))
+                .expect("values not starting with '-' render");
+            let expected: Vec<String> = plain
+                .iter()
+                .map(|arg| {
+                    marks
+                        .iter()
+                        .zip(&tricky)
+                        .fold(arg.clone(), |arg, (mark, value)| arg.replace(mark, value))
+                })
+                .collect();
+            assert_eq!(filled, expected, "a value was not inserted verbatim");
+            if resume {
+                assert!(
+                    plain.iter().any(|arg| arg.contains(&marks[3])),
+                    "a resumed turn does not pass its session id: {plain:?}"
+                );
+            }
+        }
+    }
+});
