@@ -107,3 +107,94 @@ async fn the_readmes_first_command_works_verbatim_and_resumes() {
         "the second turn did not resume the first: {last}"
     );
 }
+
+/// The README's serving example, verbatim: `serve --config bridge.yaml`
+/// (a relative config whose paths are relative to its folder) on the
+/// default port, then the `curl` that posts a turn with the token serve
+/// keeps under `~/.local/share`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_serving_example_works_verbatim() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let block = readme
+        .split("## Serving over HTTP")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("the serving example");
+    let serve = block.lines().next().expect("the serve line").to_string();
+    assert!(serve.starts_with("harness-bridge serve"), "{serve}");
+    let post = block.lines().skip(1).collect::<Vec<_>>().join("\n");
+    assert!(post.starts_with("curl"), "{post}");
+
+    let (url, _fake) = fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    let folder = tempfile::tempdir().unwrap();
+    std::fs::write(
+        folder.path().join("bridge.yaml"),
+        "workspace_root: ./workspaces\n",
+    )
+    .unwrap();
+    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let bin = Path::new(common::bridge_bin())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        checkout.join("tests/clis/node_modules/.bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let shell = |line: &str| {
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(line)
+            .current_dir(folder.path())
+            .env("PATH", &path)
+            .env("HOME", home.path())
+            .env("ANTHROPIC_BASE_URL", &url)
+            .env("ANTHROPIC_API_KEY", "sk-test-readme")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .env_remove("HARNESS_BRIDGE_DATA_DIR")
+            .env_remove("XDG_DATA_HOME")
+            .kill_on_drop(true);
+        command
+    };
+    // Its own process group, so that the service `sh` started is stopped
+    // with it at the end.
+    let mut server = shell(&serve)
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("serve starts");
+    let group = nix::unistd::Pid::from_raw(server.id().expect("running") as i32);
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(server.stderr.take().unwrap()));
+    let listening = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("serving on") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(listening, Ok(true), "serve did not start listening");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    let output = shell(&post).output().await.expect("curl runs");
+    let body = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{body}");
+    let last: serde_json::Value =
+        serde_json::from_str(body.lines().last().unwrap_or("null")).unwrap_or_default();
+    assert_eq!(last["type"], "run.completed", "{body}");
+    assert!(
+        std::fs::read_dir(folder.path().join("workspaces")).is_ok(),
+        "workspace_root is relative to bridge.yaml's folder"
+    );
+    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(30), server.wait()).await;
+    assert!(stopped.is_ok(), "serve did not stop on SIGTERM");
+}

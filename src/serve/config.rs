@@ -118,7 +118,47 @@ impl ServeConfig {
         };
         let text = std::fs::read_to_string(file)
             .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        ServeConfig::parse(&file.display().to_string(), &text)
+        let mut config = ServeConfig::parse(&file.display().to_string(), &text)?;
+        let folder = std::path::absolute(file)
+            .ok()
+            .and_then(|f| f.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        config.resolve_paths(&folder);
+        Ok(config)
+    }
+
+    /// Paths in the file are the operator's, written from where the file
+    /// is: resolved against its folder, once, here (a harness runs in its
+    /// workspace and would read a relative one from there). A program
+    /// given by bare name (`claude`) stays a name to look up on PATH.
+    fn resolve_paths(&mut self, folder: &Path) {
+        let resolve = |path: &mut PathBuf| {
+            if path.is_relative() {
+                *path = folder.join(&*path);
+            }
+        };
+        for path in [
+            &mut self.store,
+            &mut self.workspace_root,
+            &mut self.adapters,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            resolve(path);
+        }
+        for program in self.harness_binaries.values_mut() {
+            if program.components().count() > 1 {
+                resolve(program);
+            }
+        }
+        for server in self.mcp_servers.values_mut() {
+            if let Some(command) = server.command.as_mut().filter(|c| c.contains('/')) {
+                if Path::new(command.as_str()).is_relative() {
+                    *command = folder.join(&*command).to_string_lossy().into_owned();
+                }
+            }
+        }
     }
 
     /// Parse and check the text of a config file that `file` names in
@@ -201,6 +241,37 @@ mod tests {
         for key in keys.as_object().unwrap().keys() {
             assert!(text.contains(&format!("{key}:")), "{key} is not documented");
         }
+    }
+
+    #[test]
+    fn relative_paths_are_the_files_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bridge.yaml");
+        std::fs::write(
+            &file,
+            "store: ./store\nworkspace_root: ws\nadapters: ../adapters\n\
+             harness_binaries: {claude-code: claude, codex: bin/codex}\n\
+             mcp_servers: {search: {command: ./search-server}, wiki: {command: wiki-mcp}}\n",
+        )
+        .unwrap();
+        let config = ServeConfig::load(Some(&file)).unwrap();
+        let at = |p: &str| dir.path().join(p);
+        assert_eq!(config.store, Some(at("./store")));
+        assert_eq!(config.workspace_root, Some(at("ws")));
+        assert_eq!(config.adapters, Some(at("../adapters")));
+        assert_eq!(
+            config.harness_binaries["claude-code"],
+            PathBuf::from("claude")
+        );
+        assert_eq!(config.harness_binaries["codex"], at("bin/codex"));
+        assert_eq!(
+            config.mcp_servers["search"].command.as_deref(),
+            Some(at("./search-server").to_str().unwrap())
+        );
+        assert_eq!(
+            config.mcp_servers["wiki"].command.as_deref(),
+            Some("wiki-mcp")
+        );
     }
 
     #[test]
