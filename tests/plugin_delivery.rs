@@ -393,6 +393,23 @@ fn a_reply_that_cannot_be_sent_is_said_not_silent() {
 }
 
 #[test]
+fn a_stream_that_fails_falls_back_only_while_nothing_can_have_been_sent() {
+    let streaming = || context(false, &["event_reply"], true);
+    let mut no_stream = case("no-stream", streaming(), bridge_turn(ANSWER, &[ANSWER]));
+    no_stream["fail"] = json!(["reply_stream"]);
+    let mut no_finish = case("no-finish", streaming(), bridge_turn(ANSWER, &[ANSWER]));
+    no_finish["fail"] = json!(["reply_stream:finish"]);
+    let cases = run_cases(vec![no_stream, no_finish]);
+    // Updates refused: nothing was finished, so one plain reply instead.
+    assert_eq!(cases[0].replies(), [ANSWER]);
+    assert_eq!(cases[0].last()["type"], "run.completed");
+    // The finish refused: a surface that cannot edit may have sent it
+    // then; it is not sent again, and the run says delivery failed.
+    assert!(cases[1].replies().is_empty(), "{:?}", cases[1].replies());
+    assert_eq!(cases[1].last()["data"]["code"], "delivery_failed");
+}
+
+#[test]
 fn the_harness_stops_before_langbot_ends_the_run() {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -10,7 +10,8 @@ records each one and answers as LangBot does.
 Usage: python plugin_delivery.py SCENARIO.json
 SCENARIO: {"plugin_dir", "cases": [{"name", "context", "bridge": [results],
            "delay"?: seconds between bridge results, "plugin_config"?,
-           "fail"?: [action names the host refuses]}]}
+           "fail"?: [what the host refuses: an action's name, or
+           "reply_stream:<operation>"]}]}
 Prints one JSON line per case: {"case", "results", "actions", "context"}.
 """
 
@@ -32,7 +33,7 @@ class Host:
     async def call_action(self, action, data, timeout=15.0):
         name = getattr(action, "value", str(action))
         self.actions.append({"action": name, "data": copy.deepcopy(data)})
-        if name in self.fail:
+        if name in self.fail or f"{name}:{data.get('operation')}" in self.fail:
             from langbot_plugin.entities.io.errors import ActionCallError
 
             raise ActionCallError(f"the host refused {name}")

@@ -104,6 +104,9 @@ class Reply:
         self._snapshot = ""
         self._shown = ""
         self._wake = asyncio.Event()
+        # Held while a snapshot is on its way: the pump is never stopped
+        # halfway through one.
+        self._showing = asyncio.Lock()
         self._pump: asyncio.Task | None = None
         self._broken: BaseException | None = None
 
@@ -125,11 +128,12 @@ class Reply:
                 self._wake.clear()
                 text = self._snapshot
                 if text and text != self._shown:
-                    if self._stream is None:
-                        self._cm = self.ctx.reply_stream()
-                        self._stream = await self._cm.__aenter__()
-                    await self._stream.update(text)
-                    self._shown = text
+                    async with self._showing:
+                        if self._stream is None:
+                            self._cm = self.ctx.reply_stream()
+                            self._stream = await self._cm.__aenter__()
+                        await self._stream.update(text)
+                        self._shown = text
                     await asyncio.sleep(STREAM_INTERVAL)
         except asyncio.CancelledError:
             raise
@@ -138,7 +142,8 @@ class Reply:
 
     async def _stop_pump(self) -> None:
         if self._pump is not None:
-            self._pump.cancel()
+            async with self._showing:
+                self._pump.cancel()
             try:
                 await self._pump
             except asyncio.CancelledError:
@@ -160,12 +165,16 @@ class Reply:
                     self._cm = self.ctx.reply_stream()
                     self._stream = await self._cm.__aenter__()
                 await self._stream.update(parts[0])
+            except Exception as exc:  # noqa: BLE001 - nothing finished yet: plain replies instead
+                self._broken = exc
+                await self.close()
+            else:
+                # Finishing is what sends on a surface that cannot edit: if
+                # it fails, whether it was sent is unknown, and it is not
+                # sent again.
                 cm, self._cm, self._stream = self._cm, None, None
                 await cm.__aexit__(None, None, None)
                 rest = parts[1:]
-            except Exception as exc:  # noqa: BLE001 - fall back to plain replies
-                self._broken = exc
-                await self.close()
         for part in rest:
             await self.ctx.reply(part)
         return len(parts)
