@@ -1,19 +1,30 @@
 //! A real LangBot (the pinned release, headless on SQLite, 127.0.0.1 only)
 //! with the plugin package installed over its HTTP API, and the real Claude
-//! Code CLI behind it against a fake Messages API. Three turns of one
-//! conversation through the Agent debug stream, LangBot restarted before
-//! the third: deltas stream into LangBot, the second turn's history tool
-//! returns LangBot's own transcript of the first, the session pointer sits
-//! in LangBot's conversation state, and every turn resumes the one session
-//! — after the restart too. `tests/langbot/real_langbot.py` drives LangBot.
+//! Code CLI behind it against a fake Messages API. One LangBot serves every
+//! test of this binary (started by the first, stopped when the binary
+//! exits), one test at a time; `tests/langbot/session.py` drives it.
+//!
+//! - On the user's path: a OneBot v11 bot (LangBot's own platform adapter,
+//!   reverse WebSocket) with a fake IM client, bound to an Agent and, in
+//!   another test, to a Pipeline: each reply reaches the client exactly
+//!   once, the next message resumes the session, and a harness failure
+//!   reaches the person as a sentence.
+//! - Through the Agent debug chat, across a LangBot restart: deltas stream
+//!   into LangBot, the history tool returns LangBot's own transcript, the
+//!   session pointer sits in LangBot's conversation state, and every turn
+//!   resumes the one session.
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 
-use common::anthropic::{ANSWER, ASK, FOLLOW_UP, fake_model};
-use serde_json::Value;
+use common::anthropic::{ANSWER, ASK, FOLLOW_UP, OUTAGE, SECOND_ANSWER, fake_model};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, MutexGuard};
 
 const FIRST: &str = "Remember this: the codeword is tulip.";
 
@@ -38,91 +49,291 @@ fn langbot_python() -> PathBuf {
 /// bridge: LangBot is told this test's bridge binary by the plugin's
 /// `bridge_path` setting (the bundled-binary path is covered by
 /// `relay_langbot.rs`; a debug binary is over LangBot's upload limit).
-fn build_package(dir: &Path) -> PathBuf {
+fn build_package(dir: &Path) -> Result<PathBuf, String> {
     let plugin = common::copy_plugin(dir);
     let out = dir.join("lbpkg");
-    let build = std::process::Command::new(common::sdk_python())
+    let build = Command::new(common::sdk_python())
         .args(["-m", "langbot_plugin.cli.__init__", "build", "-o"])
         .arg(&out)
         .current_dir(&plugin)
         .output()
-        .expect("the SDK builds the package");
-    assert!(
-        build.status.success(),
-        "{}",
-        String::from_utf8_lossy(&build.stderr)
-    );
+        .map_err(|e| format!("the SDK does not start: {e}"))?;
+    if !build.status.success() {
+        return Err(String::from_utf8_lossy(&build.stderr).into_owned());
+    }
     std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "lbpkg"))
-        .expect("an .lbpkg")
+        .ok_or_else(|| "the SDK built no .lbpkg".to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_langbot_runs_claude_code_through_the_plugin_across_a_restart() {
-    let python = langbot_python();
-    let claude = common::cli("claude");
-    let dir = tempfile::tempdir().unwrap();
-    let package = build_package(dir.path());
-    let (model_url, fake) = fake_model(false).await;
-    let home = dir.path().join("langbot");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/langbot/real_langbot.py");
-    let output = tokio::process::Command::new(&python)
+/// The shared LangBot: the session driver's pipes, and where it logs.
+struct LangBot {
+    _driver: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    home: PathBuf,
+    driver_log: PathBuf,
+}
+
+static LANGBOT: OnceLock<Result<Mutex<LangBot>, String>> = OnceLock::new();
+
+/// The shared LangBot, for this test alone until the guard drops. The first
+/// caller starts it (a few minutes); a start that failed fails every test
+/// with its reason.
+async fn langbot() -> MutexGuard<'static, LangBot> {
+    let shared = LANGBOT.get_or_init(|| tokio::task::block_in_place(start).map(Mutex::new));
+    match shared {
+        Ok(langbot) => langbot.lock().await,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn start() -> Result<LangBot, String> {
+    // Under the target folder, not a temporary one that is never dropped:
+    // the driver removes it when the binary exits.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("langbot-real-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let package = build_package(&dir)?;
+    let home = dir.join("langbot");
+    let driver_log = dir.join("session.log");
+    let log = std::fs::File::create(&driver_log).map_err(|e| e.to_string())?;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/langbot/session.py");
+    // The driver's stdin is this binary's pipe: however the binary ends, the
+    // driver reads EOF and stops LangBot with everything it started.
+    let mut driver = Command::new(langbot_python())
         .arg(&script)
         .arg("--home")
         .arg(&home)
         .arg("--lbpkg")
         .arg(&package)
         .arg("--claude")
-        .arg(&claude)
-        .arg("--model-url")
-        .arg(&model_url)
+        .arg(common::cli("claude"))
         .arg("--plugin-config")
         .arg(format!("bridge_path={}", common::bridge_bin()))
-        .args(["--turns", FIRST, ASK, FOLLOW_UP, "--restart-before-last"])
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(600), output)
-        .await
-        .expect("LangBot's turns finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let log = std::fs::read_to_string(home.join("langbot.log")).unwrap_or_default();
-    let tail: String = log
-        .lines()
-        .rev()
-        .take(60)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect::<Vec<_>>()
-        .join("\n");
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}\nlangbot.log (tail):\n{tail}"
-    );
-    let events: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let streamed = |turn: u64| -> Vec<&Value> {
-        events
-            .iter()
-            .filter(|e| e["event"] == "stream" && e["turn"] == turn)
-            .map(|e| &e["item"])
-            .collect()
+        .arg("--remove")
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("the session driver does not start: {e}"))?;
+    let stdin = driver.stdin.take().ok_or("no stdin")?;
+    let stdout = BufReader::new(driver.stdout.take().ok_or("no stdout")?);
+    let mut langbot = LangBot {
+        _driver: driver,
+        stdin,
+        stdout,
+        home,
+        driver_log,
     };
-    for turn in 1..=3 {
+    let ready = langbot.read()?;
+    match ready.get("ready") {
+        Some(_) => Ok(langbot),
+        None => Err(format!(
+            "LangBot did not start: {ready}\n{}",
+            langbot.logs()
+        )),
+    }
+}
+
+impl LangBot {
+    fn read(&mut self) -> Result<Value, String> {
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(0) | Err(_) => Err(format!("the session driver ended\n{}", self.logs())),
+            Ok(_) => serde_json::from_str(&line).map_err(|e| format!("{e}: {line}")),
+        }
+    }
+
+    /// One command (see `session.py`); its answer, or a panic with LangBot's
+    /// and the driver's log tails.
+    fn call(&mut self, command: Value) -> Value {
+        tokio::task::block_in_place(|| {
+            writeln!(self.stdin, "{command}").expect("the session driver reads");
+            let answer = self.read().unwrap_or_else(|e| panic!("{e}"));
+            match answer.get("ok") {
+                Some(ok) => ok.clone(),
+                None => panic!("{command} failed: {answer}\n{}", self.logs()),
+            }
+        })
+    }
+
+    fn logs(&self) -> String {
+        let tail = |path: &Path| {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(60)..].join("\n")
+        };
+        format!(
+            "langbot.log (tail):\n{}\nsession.log (tail):\n{}",
+            tail(&self.home.join("langbot.log")),
+            tail(&self.driver_log)
+        )
+    }
+}
+
+/// What one private message to a bot brought about.
+struct Exchange {
+    /// The texts of the messages LangBot put in the chat (on a streaming
+    /// surface: the finished ones).
+    sent: Vec<String>,
+    /// Everything LangBot called on the other end (actions, callbacks).
+    actions: Vec<Value>,
+    /// The bot's agent runs for it, with their results as LangBot keeps them.
+    runs: Vec<Value>,
+}
+
+fn message(langbot: &mut LangBot, bot: &str, user: u64, text: &str) -> Exchange {
+    let got = langbot.call(json!({"cmd": "message", "bot": bot, "user_id": user, "text": text}));
+    eprintln!("{text:?} -> {}", got["actions"]);
+    Exchange {
+        sent: got["sends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["text"].as_str().unwrap_or("").to_string())
+            .collect(),
+        actions: got["actions"].as_array().unwrap().clone(),
+        runs: got["runs"].as_array().unwrap().clone(),
+    }
+}
+
+impl Exchange {
+    fn run(&self) -> &Value {
+        assert_eq!(self.runs.len(), 1, "one run per message: {:?}", self.runs);
+        &self.runs[0]
+    }
+
+    /// The session metadata of the run's final message.
+    fn session(&self) -> Value {
+        self.run()["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["data"]["message"]["metadata"]["session"].as_object())
+            .next_back()
+            .map(|s| Value::Object(s.clone()))
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// A bot bound to `target_type` (`agent` | `pipeline`) running our Claude
+/// Code runner, talked to through its OneBot v11 adapter by a fake client:
+/// what LangBot sent to the chat for each of three messages.
+async fn bot_conversation(target_type: &str, user: u64) {
+    let (model_url, fake) = fake_model(false).await;
+    let mut langbot = langbot().await;
+    let target = langbot.call(json!({"cmd": target_type, "model_url": model_url}));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "target_type": target_type, "target_uuid": target["uuid"],
+    }));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+
+    // The first message is answered, exactly once.
+    let first = message(&mut langbot, &bot, user, FIRST);
+    assert_eq!(first.sent, [SECOND_ANSWER], "{:?}", first.runs);
+    assert_eq!(first.run()["status"], "completed");
+
+    // The second resumes the session: the model sees the first turn, and
+    // the run says so.
+    let second = message(&mut langbot, &bot, user, ASK);
+    assert_eq!(second.sent, [ANSWER], "{:?}", second.runs);
+    let requests = fake.requests.lock().unwrap().clone();
+    let turn_2 = requests
+        .iter()
+        .find(|r| r["stream"] == true && r.to_string().contains(ASK))
+        .expect("turn 2 reached the model");
+    assert!(
+        turn_2["messages"].to_string().contains(FIRST),
+        "turn 2 did not carry turn 1"
+    );
+    let session = second.session();
+    assert_eq!(session["resumed"], true, "{:?}", second.runs);
+    assert_eq!(session["session_id"], first.session()["session_id"]);
+
+    // The model fails: the person is told, in a sentence, once.
+    fake.fail.store(true, Ordering::SeqCst);
+    let third = message(&mut langbot, &bot, user, FOLLOW_UP);
+    assert_eq!(third.run()["status"], "failed", "{:?}", third.runs);
+    assert_eq!(third.sent.len(), 1, "{:?}", third.sent);
+    let told = &third.sent[0];
+    assert!(
+        told.split_whitespace().count() >= 3 && told.trim_end().ends_with(['.', ')']),
+        "not a sentence: {told:?}"
+    );
+    if target_type == "agent" {
+        // The runner tells it: what failed, in its words.
         assert!(
-            !streamed(turn).is_empty(),
-            "turn {turn} streamed nothing\n{stdout}\n{tail}"
+            told.starts_with("Claude Code") && told.contains(OUTAGE),
+            "{told:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_bound_bot_answers_in_the_chat_once_and_resumes() {
+    bot_conversation("agent", 10001).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_bound_bot_answers_in_the_chat_once_and_resumes() {
+    bot_conversation("pipeline", 10002).await;
+}
+
+/// LangBot's HTTP bot adapter streams replies: parts of one message, then
+/// that message finished. Each answer is finished exactly once, in both
+/// bindings (a run.completed repeating the final message was a second one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_http_bot_finishes_each_answer_once() {
+    let (model_url, _fake) = fake_model(false).await;
+    let mut langbot = langbot().await;
+    for (target_type, user) in [("agent", 10003), ("pipeline", 10004)] {
+        let target = langbot.call(json!({"cmd": target_type, "model_url": model_url}));
+        let bot = langbot.call(json!({
+            "cmd": "bot", "adapter": "http", "target_type": target_type, "target_uuid": target["uuid"],
+        }));
+        let bot = bot["uuid"].as_str().unwrap().to_string();
+        let answered = message(&mut langbot, &bot, user, FIRST);
+        assert_eq!(
+            answered.sent,
+            [SECOND_ANSWER],
+            "{target_type}: {:?}",
+            answered.actions
+        );
+        assert_eq!(answered.run()["status"], "completed");
+        for part in &answered.actions {
+            let text = part["text"].as_str().unwrap();
+            assert!(SECOND_ANSWER.starts_with(text), "{target_type}: {part}");
+            assert_eq!(part["signed"], true, "{part}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_langbot_runs_claude_code_through_the_debug_chat_across_a_restart() {
+    let (model_url, fake) = fake_model(false).await;
+    let mut langbot = langbot().await;
+    let agent = langbot.call(json!({"cmd": "agent", "model_url": model_url}));
+    let conversation = "real-langbot-e2e";
+    let turn = |langbot: &mut LangBot, text: &str| -> Vec<Value> {
+        let got = langbot.call(json!({
+            "cmd": "debug", "agent": agent["uuid"], "text": text, "conversation_id": conversation,
+        }));
+        got["items"].as_array().unwrap().clone()
+    };
+    let first = turn(&mut langbot, FIRST);
+    let second = turn(&mut langbot, ASK);
+    let restart = langbot.call(json!({"cmd": "restart"}));
+    // Stopping LangBot left nothing running: no bridge, no harness.
+    assert_eq!(restart["left"], json!([]), "{restart}");
+    let third = turn(&mut langbot, FOLLOW_UP);
+    for (n, items) in [&first, &second, &third].into_iter().enumerate() {
+        assert!(!items.is_empty(), "turn {} streamed nothing", n + 1);
+    }
     // Deltas reached LangBot's stream before turn 2 completed.
-    let second = streamed(2);
     let delta = second
         .iter()
         .position(|i| i["data"]["type"] == "message.delta")
@@ -138,29 +349,19 @@ async fn a_real_langbot_runs_claude_code_through_the_plugin_across_a_restart() {
     );
 
     let requests = fake.requests.lock().unwrap().clone();
-    let streamed_requests: Vec<&Value> = requests.iter().filter(|r| r["stream"] == true).collect();
+    let streamed: Vec<&Value> = requests.iter().filter(|r| r["stream"] == true).collect();
     // Turn 2's history tool returned LangBot's own transcript of turn 1.
-    let tool_result = streamed_requests
+    let tool_result = streamed
         .iter()
-        .find(|r| {
-            r["messages"]
-                .as_array()
-                .and_then(|m| m.last())
-                .is_some_and(|m| m.to_string().contains("tool_result"))
-        })
+        .filter_map(|r| r["messages"].as_array().and_then(|m| m.last()))
+        .find(|m| m.to_string().contains("tool_result"))
         .expect("the model got a tool result");
     assert!(
-        tool_result["messages"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()
-            .to_string()
-            .contains("codeword is tulip"),
+        tool_result.to_string().contains("codeword is tulip"),
         "the history tool did not return LangBot's transcript of turn 1"
     );
     // Each turn resumed the session: turn 3 (after the restart) carries turns 1 and 2.
-    let turn_3 = streamed_requests
+    let turn_3 = streamed
         .iter()
         .find(|r| r.to_string().contains(FOLLOW_UP))
         .expect("turn 3 reached the model");
@@ -170,10 +371,7 @@ async fn a_real_langbot_runs_claude_code_through_the_plugin_across_a_restart() {
         "turn 3 did not resume the session"
     );
     // The pointer lives in LangBot's conversation state.
-    let state = events
-        .iter()
-        .find(|e| e["event"] == "state")
-        .expect("LangBot's state");
+    let state = langbot.call(json!({"cmd": "state", "conversation_id": conversation}));
     let session = state["entries"]["external.session_id"]
         .as_str()
         .unwrap_or("");
@@ -182,8 +380,4 @@ async fn a_real_langbot_runs_claude_code_through_the_plugin_across_a_restart() {
         state["entries"]["external.harness"], "claude-code",
         "{state}"
     );
-
-    assert!(events.iter().any(|e| e["event"] == "done"));
-    let left = common::processes_under(dir.path());
-    assert!(left.is_empty(), "processes left behind: {left:?}");
 }

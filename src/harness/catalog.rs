@@ -1,14 +1,18 @@
 //! The runners the bridge offers, one per harness spec, and their manifests.
 //!
 //! Every runner asks for the same permissions: the context-pull APIs the
-//! bridge serves to the harness as tools. The host still intersects them
-//! with each binding's policy (§4.4).
+//! bridge serves to the harness as tools, and tool calling, which is what
+//! LangBot asks before it grants the `event_reply` tool a runner sends its
+//! reply with where the binding does not deliver results (Agent bindings).
+//! The host still intersects them with each binding's policy (§4.4). The
+//! LangBot plugin's runner manifests declare the same
+//! (`tests/plugin_manifest.rs` holds them to it).
 
 use super::adapter::{AdapterSpec, Adapters};
 use crate::protocol::{
     AgentRunnerCapabilities, AgentRunnerDiscovery, AgentRunnerManifest, AgentRunnerPermissions,
     ArtifactOperation, DynamicFormItemSchema, EventOperation, HistoryOperation, I18nObject,
-    JsonMap, ListAgentRunnersResponse, StorageKind,
+    JsonMap, ListAgentRunnersResponse, StorageKind, ToolOperation,
 };
 
 /// The plugin identity the bridge's runners are addressed under.
@@ -80,6 +84,7 @@ fn config_schema() -> Vec<DynamicFormItemSchema> {
 /// The permissions every bridge runner requests.
 pub fn requested_permissions() -> AgentRunnerPermissions {
     AgentRunnerPermissions {
+        tools: vec![ToolOperation::Call],
         history: vec![HistoryOperation::Page, HistoryOperation::Search],
         events: vec![EventOperation::Get, EventOperation::Page],
         artifacts: vec![ArtifactOperation::Metadata, ArtifactOperation::Read],
@@ -108,7 +113,7 @@ pub fn discovery() -> ListAgentRunnersResponse {
                 supported_event_patterns: Vec::new(),
                 capabilities: AgentRunnerCapabilities {
                     streaming: true,
-                    tool_calling: false,
+                    tool_calling: true,
                     interrupt: true,
                     ..AgentRunnerCapabilities::default()
                 },

@@ -2,9 +2,11 @@
 //! Code tests: the first question gets a `history_page` tool call, its
 //! result gets the answer (with a pause mid-stream), anything else the
 //! follow-up answer; `hang` answers nothing, ever; `bash` makes the model
-//! run one command with Claude's Bash tool, then say [`BASH_DONE`].
+//! run one command with Claude's Bash tool, then say [`BASH_DONE`]; while
+//! `fail` is set, every request gets an HTTP 500 (an upstream outage).
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,7 +36,12 @@ pub struct Fake {
     pub hang: bool,
     /// A command the model runs with the Bash tool, whatever it is asked.
     pub bash: Option<String>,
+    /// Answer every request with HTTP 500 while set.
+    pub fail: Arc<AtomicBool>,
 }
+
+/// What the fake says with its HTTP 500.
+pub const OUTAGE: &str = "upstream model unavailable";
 
 fn sse(events: &[Value]) -> String {
     events
@@ -122,6 +129,14 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
 async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     fake.requests.lock().unwrap().push(request.clone());
+    if fake.fail.load(Ordering::SeqCst) {
+        let error = json!({"type": "error", "error": {"type": "api_error", "message": OUTAGE}});
+        return Response::builder()
+            .status(StatusCode::INTERNAL_SERVER_ERROR)
+            .header("content-type", "application/json")
+            .body(Body::from(error.to_string()))
+            .unwrap();
+    }
     if fake.hang {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }

@@ -1,44 +1,26 @@
 #!/usr/bin/env python3
-"""Drive a real, headless LangBot (4.11.2) with the harness-bridge plugin.
+"""A real, headless LangBot (4.11.2) for the integration tests.
 
-Integration-test driver, standard library only (python3.11). It:
+Standard library only (python3.11), imported by `session.py`:
 
-1. prepares a fresh LangBot home (--home): writes data/config.yaml from
-   LangBot's own template with the API on 127.0.0.1:<free port>, a random
-   global API key and a free plugin-debug port; starts LangBot (stdio plugin
-   runtime forced, every server bound to 127.0.0.1) with its output in
-   <home>/langbot.log, and waits for the HTTP API;
-2. installs the .lbpkg over HTTP and waits until plugin langbot/harness-bridge
-   and its runners are listed;
-3. creates an Agent running plugin:langbot/harness-bridge/claude-code against
-   --claude and --model-url;
-4. sends every --turns text to the Agent's debug stream, one fixed
-   conversation, optionally restarting LangBot before the last turn;
-5. prints the runner's conversation state and LangBot's transcript (read from
-   <home>/data/langbot.db: LangBot 4.11.2 has no HTTP endpoint for them);
-6. stops LangBot and every process it started.
+- `LangBot` prepares a fresh home (data/config.yaml from LangBot's own
+  template, the API on 127.0.0.1:<free port>, a random global API key, a free
+  plugin-debug port), starts LangBot with the stdio plugin runtime forced and
+  every server bound to 127.0.0.1 (its output in <home>/langbot.log), stops
+  it with every process it started, and drives its HTTP API as an operator
+  would: install a plugin package, set the plugin's settings, create Agents,
+  Pipelines and bots, talk to an Agent's debug chat;
+- `read_db` reads what LangBot 4.11.2 has no HTTP endpoint for (a runner's
+  conversation state, the transcript, the agent runs and their results) from
+  <home>/data/langbot.db.
 
---plugin-config KEY=VALUE sets the plugin's own settings (workspace_root,
-bridge_path) before the Agent is created. The package is checked against
-LangBot 4.11.2's upload limits first (10 MiB HTTP body, 16 MiB per file), and
-a failed install task's exception is written to langbot.log (an API-key
-caller only gets "Task execution failed"). A turn whose stream does not end
-with a "completed" frame is a failure.
-
-stdout carries one JSON object per line:
-  {"event":"stream","turn":i,"item":{...}}    one NDJSON frame of the debug stream
-  {"event":"turn_end","turn":i}
-  {"event":"restart","seconds":s}             with --restart-before-last
-  {"event":"state","entries":{key: value},"rows":[...]}
-  {"event":"transcript","items":[...]}
-  {"event":"done","seconds":s}                 exit 0
-  {"event":"error","message":"..."}            exit 1
-Progress goes to stderr.
+The package is checked against LangBot 4.11.2's upload limits first (10 MiB
+HTTP body, 16 MiB per file), and a failed install task's exception is written
+to langbot.log (an API-key caller only gets "Task execution failed").
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -190,10 +172,6 @@ class Failure(Exception):
 
 def log(msg: str) -> None:
     print(f"[real_langbot {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def emit(obj: dict) -> None:
-    print(json.dumps(obj, ensure_ascii=False), flush=True)
 
 
 def free_port() -> int:
@@ -353,9 +331,11 @@ class LangBot:
         fields = stat[stat.rindex(")") + 2:].split()
         return fields[19] == start and fields[0] != "Z"
 
-    def stop(self) -> None:
+    def stop(self) -> list[int]:
+        """Stop LangBot and everything it started; returns the processes
+        still alive after that (there should be none)."""
         if self.proc is None:
-            return
+            return []
         procs = self._descendants()
         if self.proc.poll() is None:
             log(f"stopping LangBot (SIGTERM {self.proc.pid})")
@@ -387,6 +367,7 @@ class LangBot:
         if left:
             log(f"processes still alive after stop: {left}")
         self.proc = None
+        return left
 
     def cleanup(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -528,14 +509,68 @@ class LangBot:
         data = self.api("POST", "/agents", body)
         return data["uuid"]
 
-    def turn(self, agent: str, turn: int, text: str, conversation_id: str) -> None:
+    def create_pipeline(self, runner_config: dict) -> str:
+        """A Pipeline whose runner is ours, made as the web UI makes one:
+        created with the default config, then its runner set and put back."""
+        uuid_ = self.api("POST", "/pipelines", {"name": "harness-bridge e2e", "description": "", "emoji": "🤖"})["uuid"]
+        config = self.api("GET", f"/pipelines/{uuid_}")["pipeline"]["config"]
+        config["ai"]["runner"] = {**config["ai"].get("runner", {}), "id": RUNNER_ID}
+        config["ai"].setdefault("runner_config", {})[RUNNER_ID] = runner_config
+        self.api("PUT", f"/pipelines/{uuid_}", {"config": config})
+        return uuid_
+
+    def create_onebot(self, target_type: str, target_uuid: str, token: str) -> str:
+        """An enabled OneBot v11 bot (reverse WebSocket) whose messages go
+        to `target_type` (agent | pipeline) `target_uuid`."""
+        body = {
+            "name": f"onebot e2e ({target_type})",
+            "description": "",
+            "adapter": "onebot-v11",
+            "adapter_config": {"connection_mode": "reverse_ws", "access-token": token, "self_id": ""},
+            "enable": True,
+            "event_bindings": [{
+                "event_pattern": "message.received", "target_type": target_type,
+                "target_uuid": target_uuid, "filters": [], "priority": 0, "enabled": True,
+            }],
+        }
+        return self.api("POST", "/platform/bots", body)["uuid"]
+
+    def create_http_bot(self, target_type: str, target_uuid: str, secret: str, callback_url: str) -> str:
+        """An enabled HTTP bot (LangBot's streaming webhook adapter) whose
+        messages go to `target_type` `target_uuid`; replies go to
+        `callback_url`, signed with `secret`."""
+        body = {
+            "name": f"http bot e2e ({target_type})",
+            "description": "",
+            "adapter": "http_bot",
+            "adapter_config": {
+                "inbound_secret": secret, "outbound_secret": secret, "callback_url": callback_url,
+                "default_session_type": "person", "signature_required": True,
+            },
+            "enable": True,
+            "event_bindings": [{
+                "event_pattern": "message.received", "target_type": target_type,
+                "target_uuid": target_uuid, "filters": [], "priority": 0, "enabled": True,
+            }],
+        }
+        return self.api("POST", "/platform/bots", body)["uuid"]
+
+    def webhook_url(self, bot: str) -> str:
+        return f"http://127.0.0.1:{self.api_port}/bots/{bot}"
+
+    def onebot_url(self, bot: str) -> str:
+        return f"ws://127.0.0.1:{self.api_port}/bots/{bot}/onebot/v11/ws"
+
+    def debug_turn(self, agent: str, text: str, conversation_id: str) -> list[dict]:
+        """One turn in the Agent's debug chat: the frames it streamed, the
+        last one `completed`."""
         req = urllib.request.Request(
             f"{self.base}/agents/{agent}/debug/stream",
             data=json.dumps({"text": text, "conversation_id": conversation_id}).encode(),
             headers={"X-API-Key": self.api_key, "Content-Type": "application/json"},
             method="POST",
         )
-        last = None
+        items = []
         try:
             with urllib.request.urlopen(req, timeout=600) as r:
                 while True:
@@ -543,16 +578,13 @@ class LangBot:
                     if not line:
                         break
                     line = line.strip()
-                    if not line:
-                        continue  # keep-alive
-                    item = json.loads(line)
-                    emit({"event": "stream", "turn": turn, "item": item})
-                    last = item
+                    if line:  # empty lines keep the connection alive
+                        items.append(json.loads(line))
         except urllib.error.HTTPError as e:
             raise Failure(f"debug stream HTTP {e.code}: {e.read()[:1500].decode('utf-8', 'replace')}")
-        if not isinstance(last, dict) or last.get("kind") != "completed":
-            raise Failure(f"turn {turn} did not complete: {json.dumps(last)[:1500]}")
-        emit({"event": "turn_end", "turn": turn})
+        if not items or items[-1].get("kind") != "completed":
+            raise Failure(f"the debug turn did not complete: {json.dumps(items[-1:])[:1500]}")
+        return items
 
 
 def check_package(path: str) -> None:
@@ -583,19 +615,29 @@ def plugin_id(p: dict) -> str:
     return "?"
 
 
-def read_db(home: str, conversation_id: str):
+def _db(home: str) -> sqlite3.Connection:
     path = os.path.join(home, "data", "langbot.db")
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     con.row_factory = sqlite3.Row
+    return con
+
+
+def _json(value):
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def read_db(home: str, conversation_id: str):
+    """The runner's conversation state (entries and rows) and the transcript."""
+    con = _db(home)
     try:
         rows = [dict(r) for r in con.execute(
             "SELECT * FROM runner_state WHERE runner_id = ? ORDER BY id", (RUNNER_ID,))]
         entries = {}
         for r in rows:
-            try:
-                r["value"] = json.loads(r["value_json"]) if r["value_json"] is not None else None
-            except ValueError:
-                r["value"] = r["value_json"]
+            r["value"] = _json(r["value_json"]) if r["value_json"] is not None else None
             if r.get("scope") == "conversation" and (
                     r.get("conversation_id") == conversation_id or conversation_id in (r.get("scope_key") or "")):
                 entries[r["state_key"]] = r["value"]
@@ -604,103 +646,41 @@ def read_db(home: str, conversation_id: str):
                              (conversation_id,)):
             item = dict(r)
             for k in ("content_json", "attachment_refs_json"):
-                if isinstance(item.get(k), str):
-                    try:
-                        item[k] = json.loads(item[k])
-                    except ValueError:
-                        pass
+                item[k] = _json(item.get(k))
             items.append(item)
         return entries, rows, items
     finally:
         con.close()
 
 
-def _interrupted(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+#: The statuses an agent run ends in.
+TERMINAL = ("completed", "failed", "cancelled", "timeout")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--home", required=True, help="LangBot home folder (fresh)")
-    ap.add_argument("--lbpkg", required=True, help="harness-bridge plugin package")
-    ap.add_argument("--claude", required=True, help="absolute path of the claude CLI")
-    ap.add_argument("--model-url", required=True, help="ANTHROPIC_BASE_URL for the harness")
-    ap.add_argument("--turns", nargs="+", default=["Hello"], help="texts sent as successive turns")
-    ap.add_argument("--restart-before-last", action="store_true", help="restart LangBot before the last turn")
-    ap.add_argument("--conversation-id", default="real-langbot-e2e")
-    ap.add_argument("--plugin-config", action="append", default=[], metavar="KEY=VALUE",
-                    help="set a harness-bridge plugin setting (bridge_path, workspace_root); repeatable")
-    ap.add_argument("--timeout", type=int, default=120, help="runner turn timeout (s)")
-    ap.add_argument("--python", default=DEFAULT_PYTHON, help="python with langbot==4.11.2 installed")
-    args = ap.parse_args()
-
-    t0 = time.monotonic()
-    home = os.path.abspath(args.home)
-    os.makedirs(home, exist_ok=True)
-    lb = None
-    rc = 0
-    old_term = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _interrupted)
+def last_run_id(home: str) -> int:
+    con = _db(home)
     try:
-        for p in (args.lbpkg, args.claude, args.python):
-            if not os.path.exists(p):
-                raise Failure(f"not found: {p}")
-        if any("=" not in kv for kv in args.plugin_config):
-            raise Failure("--plugin-config takes KEY=VALUE")
-        check_package(args.lbpkg)
-        lb = LangBot(home, args.python)
-        lb.write_config()
-        lb.start()
-        lb.install(os.path.abspath(args.lbpkg))
-        lb.wait_plugin()
-        if args.plugin_config:
-            lb.set_plugin_config(dict(kv.split("=", 1) for kv in args.plugin_config))
-            lb.wait_plugin()
-        claude_home = os.path.join(home, "claude-home")
-        os.makedirs(os.path.join(claude_home, ".claude"), exist_ok=True)
-        agent = lb.create_agent({
-            "harness_path": os.path.abspath(args.claude),
-            "api_key": "test-key",
-            "base_url": args.model_url,
-            "extra_env": f"HOME={claude_home}\nCLAUDE_CONFIG_DIR={claude_home}/.claude\nCLAUDE_CODE_MAX_RETRIES=0",
-            "timeout": args.timeout,
-        })
-        log(f"agent {agent}")
-        n = len(args.turns)
-        for i, text in enumerate(args.turns, start=1):
-            if args.restart_before_last and i == n:
-                t = time.monotonic()
-                lb.stop()
-                lb.start()
-                lb.wait_plugin()
-                emit({"event": "restart", "seconds": round(time.monotonic() - t, 1)})
-            log(f"turn {i}: {text!r}")
-            lb.turn(agent, i, text, args.conversation_id)
-        lb.stop()
-        entries, rows, items = read_db(home, args.conversation_id)
-        emit({"event": "state", "entries": entries, "rows": rows})
-        emit({"event": "transcript", "items": items})
-    except BaseException as e:  # also KeyboardInterrupt / SIGTERM
-        rc = 1
-        msg = str(e) if isinstance(e, Failure) else f"{type(e).__name__}: {e}"
-        emit({"event": "error", "message": msg})
+        return con.execute("SELECT COALESCE(MAX(id), 0) FROM agent_run").fetchone()[0]
     finally:
-        # Cleanup is bounded (about 40 s at worst): let no signal cut it short.
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if lb is not None:
-            try:
-                lb.stop()
-            except BaseException as e:
-                rc = 1
-                emit({"event": "error", "message": f"stopping LangBot failed: {e}"})
-            lb.cleanup()
-        signal.signal(signal.SIGTERM, old_term)
-        signal.signal(signal.SIGINT, old_int)
-    if rc == 0:
-        emit({"event": "done", "seconds": round(time.monotonic() - t0, 1)})
-    return rc
+        con.close()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def runs_after(home: str, bot: str, after: int) -> list[dict]:
+    """The bot's agent runs newer than row `after`, each with its results."""
+    con = _db(home)
+    try:
+        runs = []
+        for r in con.execute(
+                "SELECT id, run_id, status, status_reason, conversation_id FROM agent_run "
+                "WHERE bot_id = ? AND id > ? ORDER BY id", (bot, after)):
+            run = dict(r)
+            run["results"] = [
+                {"sequence": e["sequence"], "type": e["type"], "data": _json(e["data_json"])}
+                for e in con.execute(
+                    "SELECT sequence, type, data_json FROM agent_run_event WHERE run_id = ? ORDER BY sequence",
+                    (run["run_id"],))
+            ]
+            runs.append(run)
+        return runs
+    finally:
+        con.close()

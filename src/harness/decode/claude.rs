@@ -270,10 +270,16 @@ impl Decoder for ClaudeStreamJson {
                 } else {
                     errors.join("; ")
                 };
-                format!(
-                    "Claude Code failed ({}): {detail}",
-                    r["subtype"].as_str().unwrap_or("error")
-                )
+                // An API error is `subtype: success` with `is_error`: the
+                // subtype then names nothing worth telling (the person in
+                // a chat reads this line).
+                match r["subtype"].as_str() {
+                    Some("success") => format!("Claude Code failed: {detail}"),
+                    subtype => format!(
+                        "Claude Code failed ({}): {detail}",
+                        subtype.unwrap_or("error")
+                    ),
+                }
             }
             None => format!(
                 "Claude Code exited ({}) without a result",
@@ -356,7 +362,7 @@ mod tests {
         let ResultPayload::RunFailed(failed) = &out[0] else {
             panic!("{out:?}")
         };
-        assert!(failed.error.contains("401"), "{failed:?}");
+        assert_eq!(failed.error, "Claude Code failed: API Error: 401");
         // A success line but a non-zero exit still fails.
         let mut d = ClaudeStreamJson::default();
         d.line(r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#);

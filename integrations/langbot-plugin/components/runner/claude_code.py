@@ -5,5 +5,6 @@ from components.runner.harness_runner import HarnessRunner
 
 class ClaudeCode(HarnessRunner):
     harness = "claude-code"
+    label = "Claude Code"
     key_var = "ANTHROPIC_API_KEY"
     url_var = "ANTHROPIC_BASE_URL"

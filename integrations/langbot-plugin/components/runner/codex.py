@@ -5,5 +5,6 @@ from components.runner.harness_runner import HarnessRunner
 
 class Codex(HarnessRunner):
     harness = "codex"
+    label = "Codex"
     key_var = "OPENAI_API_KEY"
     url_var = "OPENAI_BASE_URL"

@@ -1,0 +1,293 @@
+"""How a run's reply reaches the chat.
+
+LangBot delivers what a runner yields only where `ctx.delivery.automatic_reply`
+is true (Pipeline bindings). Elsewhere (Agent bindings) it keeps the results
+as the run's record and sends nothing, so the runner sends the reply itself:
+streamed through `ctx.reply_stream()` where the run grants it, else once
+through `ctx.reply`. Either way each reply reaches the chat once: the final
+`message.completed` carries the run's metadata, and `run.completed` repeats no
+message already given. A failed run reaches the person as a sentence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+from typing import Any, AsyncIterator
+
+#: Seconds between two snapshots of a streamed reply: every surface that
+#: edits a message in place (cards, edited messages) takes one a second.
+STREAM_INTERVAL = 1.0
+#: The most text LangBot takes in one reply (its reply stream's limit).
+MAX_REPLY = 200_000
+#: How much of a failure's first line the person is shown.
+MAX_REASON = 400
+#: Results that only keep books: a final message may wait behind them.
+BOOKKEEPING = ("state.updated", "processor.log")
+#: The tool LangBot sends explicit replies with.
+REPLY_TOOL = "event_reply"
+
+
+def message_text(message: Any) -> str:
+    """The text of a Protocol v1 message (a string, or text parts)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text") or "")
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def split_text(text: str, limit: int | None) -> list[str]:
+    """`text` in pieces of at most `limit` characters, in order: each cut at
+    the last paragraph break that fits, else line break, else space, else
+    where the limit falls. The break itself is dropped."""
+    limit = min(limit, MAX_REPLY) if isinstance(limit, int) and limit > 0 else MAX_REPLY
+    parts: list[str] = []
+    text = text or ""
+    while len(text) > limit:
+        window = text[: limit + 1]
+        for sep in ("\n\n", "\n", " "):
+            cut = window.rfind(sep)
+            if cut > 0:
+                parts.append(text[:cut])
+                text = text[cut + len(sep):].lstrip("\n")
+                break
+        else:
+            parts.append(text[:limit])
+            text = text[limit:]
+    if text.strip():
+        parts.append(text)
+    return parts
+
+
+def failure_sentence(label: str, data: dict[str, Any]) -> str:
+    """What the person reads when a run fails: the first line of the error
+    (the rest is for the operator's log: stderr, paths of notices)."""
+    lines = str(data.get("error") or "").strip().splitlines()
+    reason = lines[0].strip() if lines else "it stopped without saying why"
+    if len(reason) > MAX_REASON:
+        reason = reason[: MAX_REASON - 1].rstrip() + "…"
+    # The bridge's own errors often name the harness already.
+    sentence = reason if reason.startswith(label) else f"{label} could not answer: {reason}"
+    if data.get("retryable"):
+        sentence += " Try again in a moment."
+    return sentence
+
+
+def _log(run_id: str, text: str, level: str) -> dict[str, Any]:
+    return {"run_id": run_id, "type": "processor.log", "data": {"text": text, "level": level}}
+
+
+class _Aborted(Exception):
+    """Ends a reply stream without sending what it buffered."""
+
+
+class Reply:
+    """The reply a runner sends itself (automatic_reply false)."""
+
+    def __init__(self, ctx: Any, limit: int | None) -> None:
+        self.ctx = ctx
+        self.limit = limit
+        tools = {t.tool_name: t for t in ctx.resources.tools}
+        tool = tools.get(REPLY_TOOL)
+        #: Whether the run may send at all: LangBot grants `event_reply`
+        #: to runners declaring tool calling (`permissions.tools: [call]`).
+        self.granted = tool is not None and (not tool.operations or "call" in tool.operations)
+        self.streams = self.granted and bool(getattr(ctx.context.available_apis, "reply_stream", False))
+        self._cm: Any = None
+        self._stream: Any = None
+        self._snapshot = ""
+        self._shown = ""
+        self._wake = asyncio.Event()
+        # Held while a snapshot is on its way: the pump is never stopped
+        # halfway through one.
+        self._showing = asyncio.Lock()
+        self._pump: asyncio.Task | None = None
+        self._broken: BaseException | None = None
+
+    def progress(self, text: str) -> None:
+        """The reply so far; shown at most once per STREAM_INTERVAL."""
+        if not self.streams or self._broken is not None:
+            return
+        parts = split_text(text, self.limit)
+        self._snapshot = parts[0] if parts else ""
+        if self._pump is None:
+            # Created inside the run's task: it carries the run's `ctx.api`.
+            self._pump = asyncio.create_task(self._show())
+        self._wake.set()
+
+    async def _show(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                text = self._snapshot
+                if text and text != self._shown:
+                    async with self._showing:
+                        if self._stream is None:
+                            self._cm = self.ctx.reply_stream()
+                            self._stream = await self._cm.__aenter__()
+                        await self._stream.update(text)
+                        self._shown = text
+                    await asyncio.sleep(STREAM_INTERVAL)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the final send decides what to do
+            self._broken = exc
+
+    async def _stop_pump(self) -> None:
+        if self._pump is not None:
+            async with self._showing:
+                self._pump.cancel()
+            try:
+                await self._pump
+            except asyncio.CancelledError:
+                pass
+            self._pump = None
+
+    async def send(self, text: str) -> int:
+        """Send `text` (split to the surface's size) once; returns how many
+        messages it took. Raises what the host answered when it cannot."""
+        await self._stop_pump()
+        parts = split_text(text, self.limit)
+        if not parts:
+            await self.close()
+            return 0
+        rest = parts
+        if self.streams and self._broken is None:
+            try:
+                if self._stream is None:
+                    self._cm = self.ctx.reply_stream()
+                    self._stream = await self._cm.__aenter__()
+                await self._stream.update(parts[0])
+            except Exception as exc:  # noqa: BLE001 - nothing finished yet: plain replies instead
+                self._broken = exc
+                await self.close()
+            else:
+                # Finishing is what sends on a surface that cannot edit: if
+                # it fails, whether it was sent is unknown, and it is not
+                # sent again.
+                cm, self._cm, self._stream = self._cm, None, None
+                await cm.__aexit__(None, None, None)
+                rest = parts[1:]
+        for part in rest:
+            await self.ctx.reply(part)
+        return len(parts)
+
+    async def close(self) -> None:
+        """Stop streaming; a stream still open ends without sending what it
+        buffered (a cancelled or failed run's half answer)."""
+        await self._stop_pump()
+        cm, self._cm, self._stream = self._cm, None, None
+        if cm is not None:
+            try:
+                await cm.__aexit__(_Aborted, _Aborted("the reply was abandoned"), None)
+            except Exception:  # noqa: BLE001 - the host closes it with the run anyway
+                pass
+
+
+class Delivery:
+    """One run's results on their way to LangBot, and its reply to the chat."""
+
+    def __init__(self, ctx: Any, label: str) -> None:
+        self.ctx = ctx
+        self.label = label
+        self.automatic = bool(ctx.delivery.automatic_reply)
+        self.reply = None if self.automatic else Reply(ctx, ctx.delivery.max_message_size)
+        self._held: dict[str, Any] | None = None
+
+    async def shape(self, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        """The results to yield, in order; sends the reply on the way when
+        the host will not."""
+        try:
+            async with aclosing(results) as taken:
+                async for result in taken:
+                    async for out in self._take(result):
+                        yield out
+        finally:
+            if self.reply is not None:
+                await self.reply.close()
+
+    def _release(self) -> dict[str, Any] | None:
+        held, self._held = self._held, None
+        return held
+
+    async def _take(self, result: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        kind = result.get("type")
+        data = result.get("data") if isinstance(result.get("data"), dict) else {}
+        if kind in BOOKKEEPING:
+            yield result
+            return
+        if kind == "run.completed":
+            async for out in self._completed(result, data):
+                yield out
+            return
+        held = self._release()
+        if held is not None:
+            yield held
+        if kind == "message.completed":
+            # Held until the next result tells whether it is the final one.
+            self._held = result
+        elif kind == "run.failed":
+            async for out in self._failed(result, data):
+                yield out
+        else:
+            if kind == "message.delta" and self.reply is not None:
+                chunk = data.get("chunk") or {}
+                self.reply.progress(str(chunk.get("all_content") or ""))
+            yield result
+
+    async def _completed(self, result: dict[str, Any], data: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        final = data.get("message") if isinstance(data.get("message"), dict) else None
+        held = self._release()
+        if held is not None:
+            given = held["data"]
+            if final is None or message_text(final) == message_text(given.get("message")):
+                # The message already given is the final one: it carries the
+                # run's metadata, and run.completed does not say it again.
+                if final is not None:
+                    given["message"] = final
+                data.pop("message", None)
+            final = given.get("message") if final is None else final
+            yield held
+        if self.reply is None:
+            yield result
+            return
+        if not self.reply.granted:
+            yield self._unsendable(result)
+            yield result
+            return
+        try:
+            await self.reply.send(message_text(final))
+        except Exception as exc:  # noqa: BLE001 - told as the run's failure
+            error = f"the reply could not be sent to the chat: {type(exc).__name__}: {exc}"
+            yield _log(result.get("run_id"), error, "error")
+            yield {"run_id": result.get("run_id"), "type": "run.failed",
+                   "data": {"error": error, "code": "delivery_failed", "retryable": True}}
+            return
+        yield result
+
+    async def _failed(self, result: dict[str, Any], data: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        if self.reply is not None and not self.reply.granted:
+            yield self._unsendable(result)
+        elif self.reply is not None:
+            try:
+                await self.reply.send(failure_sentence(self.label, data))
+            except Exception as exc:  # noqa: BLE001 - the failure itself still ends the run
+                yield _log(result.get("run_id"), f"the failure could not be told in the chat: {exc}", "error")
+        # Without a reply of its own (a Pipeline binding), LangBot tells the
+        # person itself: the pipeline's failure hint.
+        yield result
+
+    @staticmethod
+    def _unsendable(result: dict[str, Any]) -> dict[str, Any]:
+        text = (
+            "this binding does not deliver what the runner yields and grants it no "
+            f"{REPLY_TOOL} tool: the reply stays in the run's record and does not reach the chat"
+        )
+        return _log(result.get("run_id"), text, "warning")

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""One real LangBot (4.11.2) for a whole test binary, driven over stdio.
+
+Started once by the first test that needs it: a fresh LangBot home, LangBot
+started headless on 127.0.0.1 (`real_langbot.LangBot`), the plugin package
+installed over HTTP and its settings set. It then prints
+`{"ready": {...}}` and answers commands, one JSON object per line on stdin,
+with one line on stdout: `{"ok": ...}` or `{"error": "..."}`. Progress goes
+to stderr. When stdin closes (the test binary exited, however it ended),
+LangBot is stopped with everything it started, and the --remove folder (the
+test's scratch folder) removed.
+
+Commands:
+  {"cmd": "agent", "model_url"}              -> {"uuid"}  an Agent running our Claude Code runner
+  {"cmd": "pipeline", "model_url"}           -> {"uuid"}  a Pipeline running it
+  {"cmd": "bot", "target_type", "target_uuid", "adapter"?} -> {"uuid"}
+        an enabled bot bound to the target, with its fake other end:
+        `onebot` (default): a OneBot v11 bot (reverse WebSocket) and a fake
+        IM client (`fake_onebot.py`) connected to it; `http`: an HTTP bot
+        (LangBot's streaming webhook adapter) and a fake backend
+        (`fake_http_backend.py`)
+  {"cmd": "message", "bot", "user_id", "text"} -> {"sends", "actions", "runs"}
+        a person's private message through the bot's client; waits until the
+        bot's agent run for it has ended and the chat has been quiet for
+        `quiet` seconds (default 3; up to 30 s after the run's end for a
+        first message), then returns the messages LangBot put in the chat
+        (`sends`, each with its `text`), every action or callback it made,
+        and the bot's runs since the message with their results
+  {"cmd": "debug", "agent", "text", "conversation_id"} -> {"items"}
+        one turn in the Agent's debug chat (the streamed frames)
+  {"cmd": "restart"}                          -> {"seconds", "left"}
+        LangBot stopped (`left`: its processes still alive after the stop)
+        and started again; the clients reconnect
+  {"cmd": "state", "conversation_id"}         -> {"entries", "rows", "transcript"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fake_http_backend import FakeHttpBackend  # noqa: E402
+from fake_onebot import FakeOneBot  # noqa: E402
+from real_langbot import (  # noqa: E402
+    TERMINAL,
+    Failure,
+    LangBot,
+    check_package,
+    last_run_id,
+    log,
+    read_db,
+    runs_after,
+)
+
+
+class Session:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.home = os.path.abspath(args.home)
+        self.lb = LangBot(self.home, sys.executable)
+        self.clients: dict[str, FakeOneBot | FakeHttpBackend] = {}
+        self.next_self_id = 20000
+
+    async def start(self) -> dict:
+        args = self.args
+        for path in (args.lbpkg, args.claude):
+            if not os.path.exists(path):
+                raise Failure(f"not found: {path}")
+        check_package(args.lbpkg)
+        os.makedirs(self.home, exist_ok=True)
+        t0 = time.monotonic()
+        await asyncio.to_thread(self.lb.write_config)
+        await asyncio.to_thread(self.lb.start)
+        await asyncio.to_thread(self.lb.install, os.path.abspath(args.lbpkg))
+        await asyncio.to_thread(self.lb.wait_plugin)
+        settings = dict(kv.split("=", 1) for kv in args.plugin_config)
+        if settings:
+            await asyncio.to_thread(self.lb.set_plugin_config, settings)
+            await asyncio.to_thread(self.lb.wait_plugin)
+        return {"seconds": round(time.monotonic() - t0, 1), "home": self.home}
+
+    def runner_config(self, model_url: str) -> dict:
+        claude_home = os.path.join(self.home, "claude-home")
+        os.makedirs(os.path.join(claude_home, ".claude"), exist_ok=True)
+        return {
+            "harness_path": os.path.abspath(self.args.claude),
+            "api_key": "test-key",
+            "base_url": model_url,
+            "extra_env": f"HOME={claude_home}\nCLAUDE_CONFIG_DIR={claude_home}/.claude\nCLAUDE_CODE_MAX_RETRIES=0",
+            "timeout": self.args.timeout,
+        }
+
+    async def cmd_agent(self, model_url: str) -> dict:
+        return {"uuid": await asyncio.to_thread(self.lb.create_agent, self.runner_config(model_url))}
+
+    async def cmd_pipeline(self, model_url: str) -> dict:
+        return {"uuid": await asyncio.to_thread(self.lb.create_pipeline, self.runner_config(model_url))}
+
+    async def cmd_bot(self, target_type: str, target_uuid: str, adapter: str = "onebot") -> dict:
+        token = secrets.token_urlsafe(16)
+        if adapter == "http":
+            backend = FakeHttpBackend(token)
+            callback = await backend.listen()
+            bot = await asyncio.to_thread(self.lb.create_http_bot, target_type, target_uuid, token, callback)
+            backend.webhook = self.lb.webhook_url(bot)
+            self.clients[bot] = backend
+        else:
+            bot = await asyncio.to_thread(self.lb.create_onebot, target_type, target_uuid, token)
+            self.next_self_id += 1
+            client = FakeOneBot(self.lb.onebot_url(bot), token, str(self.next_self_id))
+            await client.connect()
+            self.clients[bot] = client
+        log(f"{adapter} bot {bot} bound to {target_type} {target_uuid}")
+        return {"uuid": bot}
+
+    async def cmd_message(self, bot: str, user_id: int, text: str, quiet: float = 3, timeout: float = 300) -> dict:
+        client = self.clients[bot]
+        before = await asyncio.to_thread(last_run_id, self.home)
+        seen = len(client.actions)
+        await client.send_private(user_id, text)
+        deadline = time.monotonic() + timeout
+        ended_at = None
+        while True:
+            runs = await asyncio.to_thread(runs_after, self.home, bot, before)
+            if ended_at is None and runs and all(r["status"] in TERMINAL for r in runs):
+                ended_at = time.monotonic()
+            sends = client.sends(seen)
+            now = time.monotonic()
+            if ended_at is not None:
+                last = max([a["at"] for a in client.actions[seen:]], default=0)
+                if sends and time.time() - last >= quiet:
+                    break
+                if not sends and now - ended_at >= 30:
+                    break
+            if now > deadline:
+                raise Failure(f"no end to the turn within {timeout:.0f} s: runs {json.dumps(runs)[:1500]}")
+            client.changed.clear()
+            try:
+                await asyncio.wait_for(client.changed.wait(), timeout=0.5)
+            except asyncio.TimeoutError:
+                pass
+        runs = await asyncio.to_thread(runs_after, self.home, bot, before)
+        return {"sends": sends, "actions": client.actions[seen:], "runs": runs}
+
+    async def cmd_debug(self, agent: str, text: str, conversation_id: str) -> dict:
+        return {"items": await asyncio.to_thread(self.lb.debug_turn, agent, text, conversation_id)}
+
+    async def cmd_restart(self) -> dict:
+        t0 = time.monotonic()
+        # OneBot clients connect to LangBot; HTTP backends are called by it.
+        onebots = [c for c in self.clients.values() if isinstance(c, FakeOneBot)]
+        for client in onebots:
+            await client.close()
+        left = await asyncio.to_thread(self.lb.stop)
+        await asyncio.to_thread(self.lb.start)
+        await asyncio.to_thread(self.lb.wait_plugin)
+        for client in onebots:
+            await client.connect()
+        return {"seconds": round(time.monotonic() - t0, 1), "left": left}
+
+    async def cmd_state(self, conversation_id: str) -> dict:
+        entries, rows, items = await asyncio.to_thread(read_db, self.home, conversation_id)
+        return {"entries": entries, "rows": rows, "transcript": items}
+
+    async def stop(self) -> None:
+        for client in self.clients.values():
+            try:
+                await client.close()
+            except Exception:  # noqa: BLE001 - stopping anyway
+                pass
+        await asyncio.to_thread(self.lb.stop)
+        self.lb.cleanup()
+        if self.args.remove:
+            shutil.rmtree(self.args.remove, ignore_errors=True)
+
+
+def reply(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--home", required=True, help="LangBot home folder (fresh)")
+    ap.add_argument("--lbpkg", required=True, help="harness-bridge plugin package")
+    ap.add_argument("--claude", required=True, help="absolute path of the claude CLI")
+    ap.add_argument("--plugin-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a harness-bridge plugin setting (bridge_path, workspace_root); repeatable")
+    ap.add_argument("--timeout", type=int, default=120, help="runner turn timeout (s)")
+    ap.add_argument("--remove", metavar="DIR", help="a folder to remove when done (the home's parent, say)")
+    args = ap.parse_args()
+    if any("=" not in kv for kv in args.plugin_config):
+        reply({"error": "--plugin-config takes KEY=VALUE"})
+        return 1
+
+    loop = asyncio.get_running_loop()
+    stdin = asyncio.StreamReader(limit=16 * 1024 * 1024)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    # A signal ends the session as the end of stdin does: LangBot is stopped.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stdin.feed_eof)
+    session = Session(args)
+    try:
+        try:
+            reply({"ready": await session.start()})
+        except Exception as exc:  # noqa: BLE001 - the test reads why
+            reply({"error": f"LangBot did not start: {exc}"})
+            return 1
+        while True:
+            line = await stdin.readline()
+            if not line:
+                return 0
+            try:
+                command = json.loads(line)
+                name = command.pop("cmd")
+                handler = getattr(session, f"cmd_{name}")
+                reply({"ok": await handler(**command)})
+            except Exception as exc:  # noqa: BLE001 - one command failed, the session goes on
+                log(traceback.format_exc())
+                reply({"error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        await session.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

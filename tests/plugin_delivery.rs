@@ -1,0 +1,439 @@
+//! How the LangBot plugin's replies reach the chat, case by case, through
+//! the released SDK (`tests/interop/plugin_delivery.py`): the plugin's
+//! runner runs in the SDK's `Runner.invoke` on contexts built from the SDK's
+//! models, with scripted bridge results and a stand-in for LangBot's side
+//! of `ctx.reply` (`call_tool` → `event_reply`) and `ctx.reply_stream()`.
+//!
+//! Where the binding delivers what the runner yields (`automatic_reply`, a
+//! Pipeline) the plugin only yields; where it does not (an Agent) the plugin
+//! sends the reply itself, once. Either way the final message is given
+//! once, carrying the run's metadata.
+
+mod common;
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+const NARRATION: &str = "Let me look at the history.";
+const ANSWER: &str = "You decided to ship on Friday.";
+const LONG: &str = "First paragraph, one line.\n\nSecond paragraph: line one,\nline two.\n\nThird.";
+
+fn context(automatic: bool, tools: &[&str], reply_stream: bool) -> Value {
+    json!({
+        "run_id": "run-1",
+        "trigger": {"type": "message.received", "source": "platform"},
+        "event": {"event_id": "ev-1", "event_type": "message.received", "source": "platform"},
+        "conversation": {"conversation_id": "person_10001", "bot_id": "bot-1"},
+        "actor": {"actor_type": "user", "actor_id": "10001"},
+        "input": {"text": "What did we decide?"},
+        "delivery": {
+            "surface": "platform",
+            "automatic_reply": automatic,
+            "reply_target": {"target_type": "person", "target_id": "10001", "message_id": "1"},
+        },
+        "resources": {"tools": tools.iter().map(|t| json!({
+            "tool_name": t, "tool_type": "platform", "operations": ["call"],
+        })).collect::<Vec<_>>()},
+        "context": {"available_apis": {"reply_stream": reply_stream}},
+        "runtime": {},
+    })
+}
+
+fn message(text: &str) -> Value {
+    json!({"role": "assistant", "content": text})
+}
+
+/// What the bridge sends for a Claude Code turn that narrates, calls a tool
+/// and answers, numbered as the bridge numbers its results.
+fn bridge_turn(answer: &str, deltas: &[&str]) -> Vec<Value> {
+    let mut out = vec![
+        json!({"type": "message.delta", "data": {"chunk": {"role": "assistant", "content": NARRATION}}}),
+        json!({"type": "message.completed", "data": {"message": message(NARRATION)}}),
+        json!({"type": "tool.call.started", "data": {"tool_call_id": "t1", "tool_name": "mcp__langbot__history_page", "parameters": {}}}),
+        json!({"type": "tool.call.completed", "data": {"tool_call_id": "t1", "tool_name": "mcp__langbot__history_page", "result": {}}}),
+    ];
+    for piece in deltas {
+        out.push(json!({"type": "message.delta", "data": {"chunk": {"role": "assistant", "content": piece}}}));
+    }
+    let mut last = message(answer);
+    last["metadata"] =
+        json!({"session": {"harness": "claude-code", "session_id": "s-1", "resumed": true}});
+    out.extend([
+        json!({"type": "message.completed", "data": {"message": message(answer)}}),
+        json!({"type": "state.updated", "data": {"scope": "conversation", "key": "external.session_id", "value": "s-1"}}),
+        json!({"type": "run.completed", "data": {"finish_reason": "end_turn", "message": last}}),
+    ]);
+    number(out)
+}
+
+fn number(results: Vec<Value>) -> Vec<Value> {
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r["run_id"] = json!("run-1");
+            r["sequence"] = json!(i + 1);
+            r
+        })
+        .collect()
+}
+
+fn failure(error: &str) -> Vec<Value> {
+    number(vec![
+        json!({"type": "message.delta", "data": {"chunk": {"role": "assistant", "content": "Partial"}}}),
+        json!({"type": "run.failed", "data": {"error": error, "code": "harness_error", "retryable": false}}),
+    ])
+}
+
+struct Case {
+    results: Vec<Value>,
+    actions: Vec<Value>,
+    context: Value,
+}
+
+impl Case {
+    fn kinds(&self) -> Vec<&str> {
+        self.results
+            .iter()
+            .map(|r| r["type"].as_str().unwrap())
+            .collect()
+    }
+
+    fn last(&self) -> &Value {
+        self.results.last().expect("results")
+    }
+
+    /// The texts the plugin sent through `event_reply`.
+    fn replies(&self) -> Vec<&str> {
+        self.actions
+            .iter()
+            .filter(|a| a["action"] == "call_tool")
+            .inspect(|a| assert_eq!(a["data"]["tool_name"], "event_reply", "{a}"))
+            .map(|a| a["data"]["parameters"]["text"].as_str().unwrap())
+            .collect()
+    }
+
+    fn stream_ops(&self) -> Vec<(&str, &str)> {
+        self.actions
+            .iter()
+            .filter(|a| a["action"] == "reply_stream")
+            .map(|a| {
+                (
+                    a["data"]["operation"].as_str().unwrap(),
+                    a["data"]["text"].as_str().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    /// The results that give LangBot `text` as a message to deliver.
+    fn giving(&self, text: &str) -> Vec<&Value> {
+        self.results
+            .iter()
+            .filter(|r| {
+                let message = &r["data"]["message"];
+                matches!(
+                    r["type"].as_str(),
+                    Some("message.completed" | "run.completed")
+                ) && message["content"] == text
+            })
+            .collect()
+    }
+
+    /// LangBot's orchestrator numbers the results a runner yields and drops
+    /// one whose number it saw already: nothing may be dropped.
+    fn assert_numbering_keeps_all(&self) {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut last = 0;
+        for result in &self.results {
+            let number = match result["sequence"].as_i64() {
+                None => last + 1,
+                Some(n) => {
+                    assert!(
+                        seen.insert(n),
+                        "LangBot drops {result}: number {n} seen already"
+                    );
+                    n
+                }
+            };
+            seen.insert(number);
+            last = last.max(number);
+        }
+    }
+}
+
+fn run_cases(cases: Vec<Value>) -> Vec<Case> {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = common::copy_plugin(dir.path());
+    let file = dir.path().join("scenario.json");
+    let scenario = json!({"plugin_dir": plugin, "cases": cases});
+    std::fs::write(&file, scenario.to_string()).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/plugin_delivery.py");
+    let out = std::process::Command::new(common::sdk_python())
+        .arg(&script)
+        .arg(&file)
+        .output()
+        .expect("python starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            Case {
+                results: v["results"].as_array().unwrap().clone(),
+                actions: v["actions"].as_array().unwrap().clone(),
+                context: v["context"].clone(),
+            }
+        })
+        .collect()
+}
+
+fn case(name: &str, context: Value, bridge: Vec<Value>) -> Value {
+    json!({"name": name, "context": context, "bridge": bridge})
+}
+
+#[test]
+fn an_agent_binding_gets_the_reply_sent_once_and_a_pipeline_gets_it_yielded_once() {
+    let turn = bridge_turn(ANSWER, &["You decided", " to ship on Friday."]);
+    let cases = run_cases(vec![
+        case(
+            "agent",
+            context(false, &["event_reply"], false),
+            turn.clone(),
+        ),
+        case("pipeline", context(true, &["event_reply"], false), turn),
+    ]);
+    let (agent, pipeline) = (&cases[0], &cases[1]);
+
+    // Agent: one explicit reply with the final answer; the narration before
+    // the tool call is not sent.
+    assert_eq!(agent.replies(), [ANSWER], "{:?}", agent.actions);
+    assert_eq!(agent.last()["type"], "run.completed", "{:?}", agent.kinds());
+    // Pipeline: nothing sent, LangBot delivers what is yielded.
+    assert_eq!(pipeline.actions, Vec::<Value>::new());
+    assert_eq!(pipeline.last()["type"], "run.completed");
+
+    for case in [agent, pipeline] {
+        // The answer is given once (run.completed does not repeat it) and
+        // carries the run's metadata.
+        let given = case.giving(ANSWER);
+        assert_eq!(given.len(), 1, "{:?}", case.results);
+        assert_eq!(given[0]["type"], "message.completed");
+        assert_eq!(
+            given[0]["data"]["message"]["metadata"]["session"]["resumed"],
+            true
+        );
+        assert!(case.last()["data"]["message"].is_null(), "{}", case.last());
+        assert_eq!(case.giving(NARRATION).len(), 1);
+        case.assert_numbering_keeps_all();
+    }
+}
+
+#[test]
+fn a_streamed_reply_is_one_message_updated_with_snapshots() {
+    let pieces: Vec<String> = (0..20).map(|i| format!("word{i} ")).collect();
+    let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let answer = pieces.concat();
+    let mut streamed = case(
+        "stream",
+        context(false, &["event_reply"], true),
+        bridge_turn(&answer, &refs),
+    );
+    // The answer comes over about two seconds.
+    streamed["delay"] = json!(0.1);
+    let cases = run_cases(vec![streamed]);
+    let stream = &cases[0];
+    assert!(
+        stream.replies().is_empty(),
+        "sent beside the stream: {:?}",
+        stream.replies()
+    );
+    let ops = stream.stream_ops();
+    let ids: std::collections::BTreeSet<&str> = stream
+        .actions
+        .iter()
+        .filter_map(|a| a["data"]["stream_id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 1, "one reply, one stream: {ops:?}");
+    let (last, updates) = ops.split_last().expect("stream operations");
+    assert_eq!(*last, ("finish", answer.as_str()), "{ops:?}");
+    assert_eq!(updates.last().map(|u| u.1), Some(answer.as_str()));
+    assert!(updates.iter().all(|u| u.0 == "update"), "{ops:?}");
+    // Full-text snapshots: the narration, then the answer while it was
+    // still coming; fewer than the deltas (throttled).
+    assert_eq!(updates[0].1, NARRATION);
+    assert!(
+        updates
+            .iter()
+            .any(|u| u.1.len() < answer.len() && answer.starts_with(u.1)),
+        "{ops:?}"
+    );
+    assert!(updates.len() < pieces.len(), "not throttled: {ops:?}");
+    assert_eq!(stream.giving(&answer).len(), 1);
+    stream.assert_numbering_keeps_all();
+}
+
+#[test]
+fn a_long_reply_is_split_at_paragraphs_and_lines_in_order() {
+    let sized = |mut ctx: Value| {
+        ctx["delivery"]["max_message_size"] = json!(40);
+        ctx
+    };
+    let cases = run_cases(vec![
+        case(
+            "split",
+            sized(context(false, &["event_reply"], false)),
+            bridge_turn(LONG, &[LONG]),
+        ),
+        case(
+            "split-stream",
+            sized(context(false, &["event_reply"], true)),
+            bridge_turn(LONG, &[LONG]),
+        ),
+    ]);
+    let parts = [
+        "First paragraph, one line.",
+        "Second paragraph: line one,\nline two.",
+        "Third.",
+    ];
+    assert_eq!(cases[0].replies(), parts);
+    // Streamed: the stream ends with the first part, the rest follow.
+    let ops = cases[1].stream_ops();
+    assert_eq!(ops.last(), Some(&("finish", parts[0])), "{ops:?}");
+    assert!(ops.iter().all(|(_, text)| text.len() <= 40), "{ops:?}");
+    assert_eq!(cases[1].replies(), parts[1..]);
+}
+
+#[test]
+fn a_failure_reaches_the_person_as_a_sentence_where_the_runner_sends() {
+    let error = "Claude Code failed (error_during_execution): API Error: 500 upstream down\n\
+                 last stderr lines:\n  /srv/bridge/workspaces/secret";
+    let mut missing_bridge = case(
+        "no-bridge",
+        context(false, &["event_reply"], false),
+        Vec::new(),
+    );
+    missing_bridge["plugin_config"] = json!({"bridge_path": "bin/harness-bridge"});
+    let cases = run_cases(vec![
+        case(
+            "agent",
+            context(false, &["event_reply"], false),
+            failure(error),
+        ),
+        missing_bridge,
+        case(
+            "pipeline",
+            context(true, &["event_reply"], false),
+            failure(error),
+        ),
+    ]);
+    // The first line of the error, not the stderr the operator reads.
+    assert_eq!(
+        cases[0].replies(),
+        ["Claude Code failed (error_during_execution): API Error: 500 upstream down"]
+    );
+    assert_eq!(cases[0].last()["type"], "run.failed");
+    assert_eq!(cases[0].last()["data"]["error"], error);
+
+    let told = cases[1].replies();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0].starts_with("Claude Code could not answer: bridge_path must be an absolute path"),
+        "{told:?}"
+    );
+    assert_eq!(cases[1].last()["data"]["code"], "harness_not_found");
+
+    // A Pipeline tells the person itself (its failure hint): nothing sent.
+    assert!(cases[2].actions.is_empty(), "{:?}", cases[2].actions);
+    assert_eq!(cases[2].last()["type"], "run.failed");
+}
+
+#[test]
+fn a_reply_that_cannot_be_sent_is_said_not_silent() {
+    let mut refused = case(
+        "refused",
+        context(false, &["event_reply"], false),
+        bridge_turn(ANSWER, &[ANSWER]),
+    );
+    refused["fail"] = json!(["call_tool"]);
+    let cases = run_cases(vec![
+        case(
+            "not-granted",
+            context(false, &[], false),
+            bridge_turn(ANSWER, &[ANSWER]),
+        ),
+        refused,
+    ]);
+    // No event_reply granted (a manifest without tool calling): nothing is
+    // tried, and the run's record says the reply stays there.
+    let ungranted = &cases[0];
+    assert!(ungranted.actions.is_empty());
+    let warning = ungranted
+        .results
+        .iter()
+        .find(|r| r["type"] == "processor.log" && r["data"]["level"] == "warning")
+        .expect("a warning");
+    assert!(
+        warning["data"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("event_reply")
+    );
+    // The host refused the reply: the run fails, saying so.
+    let refused = &cases[1];
+    assert_eq!(refused.replies(), [ANSWER]);
+    assert_eq!(refused.last()["type"], "run.failed");
+    assert_eq!(refused.last()["data"]["code"], "delivery_failed");
+}
+
+#[test]
+fn a_stream_that_fails_falls_back_only_while_nothing_can_have_been_sent() {
+    let streaming = || context(false, &["event_reply"], true);
+    let mut no_stream = case("no-stream", streaming(), bridge_turn(ANSWER, &[ANSWER]));
+    no_stream["fail"] = json!(["reply_stream"]);
+    let mut no_finish = case("no-finish", streaming(), bridge_turn(ANSWER, &[ANSWER]));
+    no_finish["fail"] = json!(["reply_stream:finish"]);
+    let cases = run_cases(vec![no_stream, no_finish]);
+    // Updates refused: nothing was finished, so one plain reply instead.
+    assert_eq!(cases[0].replies(), [ANSWER]);
+    assert_eq!(cases[0].last()["type"], "run.completed");
+    // The finish refused: a surface that cannot edit may have sent it
+    // then; it is not sent again, and the run says delivery failed.
+    assert!(cases[1].replies().is_empty(), "{:?}", cases[1].replies());
+    assert_eq!(cases[1].last()["data"]["code"], "delivery_failed");
+}
+
+#[test]
+fn the_harness_stops_before_langbot_ends_the_run() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let with_deadline = |seconds: f64| {
+        let mut ctx = context(false, &["event_reply"], false);
+        ctx["runtime"]["deadline_at"] = json!(now + seconds);
+        ctx
+    };
+    let cases = run_cases(vec![
+        case("long", with_deadline(100.0), bridge_turn(ANSWER, &[ANSWER])),
+        case("short", with_deadline(20.0), bridge_turn(ANSWER, &[ANSWER])),
+    ]);
+    let given = |c: &Case| c.context["runtime"]["deadline_at"].as_f64().unwrap() - now;
+    // 10 s before a far deadline, a quarter of the time before a near one.
+    assert!(
+        (given(&cases[0]) - 90.0).abs() < 1.0,
+        "{}",
+        given(&cases[0])
+    );
+    assert!(
+        (given(&cases[1]) - 15.0).abs() < 1.0,
+        "{}",
+        given(&cases[1])
+    );
+}
