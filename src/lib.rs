@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod harness;
 pub mod host;
+pub mod interaction;
 pub mod listen;
 pub mod mcp;
 pub mod metrics;

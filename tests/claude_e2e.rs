@@ -440,3 +440,193 @@ async fn what_claude_starts_ends_with_the_turn_in_a_cgroup() {
 async fn what_claude_starts_ends_with_the_turn_under_the_subreaper() {
     what_claude_starts_ends_with_the_turn("subreaper").await;
 }
+
+impl Machine {
+    /// A turn of the conversation with `approvals: chat`: Claude's
+    /// permission prompts go to the person in the chat.
+    async fn approval_turn(&self, text: &str) -> BridgeTurn {
+        let mut config = harness_bridge::protocol::JsonMap::new();
+        config.insert("approvals".into(), json!("chat"));
+        let ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+            conversation: CONVERSATION,
+            actor: "local-user",
+            text,
+            config,
+        })
+        .unwrap();
+        let file = self.data.path().join(format!("{}.json", ctx.run_id));
+        std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+        let file = file.to_string_lossy().into_owned();
+        let args = self.args(&["--context", &file, "--timeout", "40"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        bridge_run(self.data.path(), &args, &self.env()).await
+    }
+}
+
+/// `approvals: chat` with the real Claude Code: the command Claude wants
+/// to run becomes a confirmation card and the turn ends with it unrun; the
+/// person's "approve" resumes the session and lets exactly that command run
+/// once; the next attempt asks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_command_runs_once_after_the_person_says_so() {
+    let (model_url, _fake) = fake_model_running("touch approved-ran").await;
+    let machine = Machine::new(model_url).await;
+
+    let asked = machine.approval_turn("Please make the file").await;
+    let terminal = asked.terminal();
+    assert_eq!(
+        terminal["type"], "run.completed",
+        "{terminal}\n{}",
+        asked.stderr
+    );
+    let card = asked.first("action.requested").expect("a card");
+    assert_eq!(card["data"]["action"], "interaction.requested", "{card}");
+    let request = &card["data"]["payload"];
+    assert_eq!(request["kind"], "confirmation", "{request}");
+    assert!(
+        request["title"]
+            .as_str()
+            .unwrap_or("")
+            .contains("run `touch approved-ran`"),
+        "{request}"
+    );
+    assert!(
+        request["fallback_text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("approve"),
+        "{request}"
+    );
+    let workspace = std::path::PathBuf::from(
+        asked
+            .state("external.working_directory")
+            .and_then(Value::as_str)
+            .expect("workspace"),
+    );
+    assert!(
+        !workspace.join("approved-ran").exists(),
+        "ran before it was approved"
+    );
+    assert_eq!(
+        asked
+            .state("external.pending_interaction")
+            .map(|p| p["kind"].clone()),
+        Some(json!("approval"))
+    );
+
+    let approved = machine.approval_turn("approve").await;
+    let terminal = approved.terminal();
+    assert_eq!(
+        terminal["type"], "run.completed",
+        "{terminal}\n{}",
+        approved.stderr
+    );
+    assert_eq!(
+        terminal["data"]["message"]["metadata"]["session"]["resumed"], true,
+        "{terminal}"
+    );
+    assert!(
+        workspace.join("approved-ran").exists(),
+        "the approved command did not run"
+    );
+    assert_eq!(
+        approved.state("external.pending_interaction"),
+        Some(&Value::Null)
+    );
+    assert!(approved.first("action.requested").is_none());
+
+    // The approval was for once: the same command asks again.
+    std::fs::remove_file(workspace.join("approved-ran")).unwrap();
+    let again = machine.approval_turn("Do it once more").await;
+    assert!(
+        again.first("action.requested").is_some(),
+        "{:?}",
+        again.kinds()
+    );
+    assert!(
+        !workspace.join("approved-ran").exists(),
+        "ran again without approval"
+    );
+}
+
+/// A question the real Claude Code asks with the bridge's `ask_user` tool
+/// ends the turn with a choice card (its text lists the choices); the next
+/// message, a number, is the answer, and the same session goes on with the
+/// choice it names. The pretty output shows the question as the person
+/// reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_ends_the_turn_and_the_reply_answers_it() {
+    let (model_url, _fake) =
+        common::anthropic::fake_model_asking("Which colour?", &["red", "blue"]).await;
+    let machine = Machine::new(model_url).await;
+
+    let asked = machine.turn("Paint the shed", &[]).await;
+    let terminal = asked.terminal();
+    assert_eq!(
+        terminal["type"], "run.completed",
+        "{terminal}\n{}",
+        asked.stderr
+    );
+    assert_eq!(
+        terminal["data"]["message"]["content"],
+        common::anthropic::WAITING
+    );
+    let card = asked.first("action.requested").expect("a card");
+    let request = &card["data"]["payload"];
+    assert_eq!(request["kind"], "choice", "{request}");
+    assert_eq!(request["title"], "Which colour?", "{request}");
+    assert_eq!(
+        request["fields"][0]["options"][1]["label"], "blue",
+        "{request}"
+    );
+    let fallback = request["fallback_text"].as_str().unwrap_or("");
+    assert!(fallback.contains("1. red\n2. blue"), "{fallback}");
+
+    eprintln!("DBG asked {:?}", asked.elapsed);
+    let answered = machine.turn("2", &[]).await;
+    eprintln!("DBG answered {:?}", answered.elapsed);
+    let terminal = answered.terminal();
+    assert_eq!(
+        terminal["type"], "run.completed",
+        "{terminal}\n{}",
+        answered.stderr
+    );
+    assert_eq!(
+        terminal["data"]["message"]["content"],
+        format!("{} blue", common::anthropic::GOING_WITH)
+    );
+    assert_eq!(
+        terminal["data"]["message"]["metadata"]["session"]["resumed"],
+        true
+    );
+    assert_eq!(
+        answered.state("external.pending_interaction"),
+        Some(&Value::Null)
+    );
+
+    // Asked again, in the pretty form a person reads in a terminal.
+    let args = machine.args(&[
+        "--conversation",
+        CONVERSATION,
+        "--text",
+        "And the door?",
+        "--format",
+        "pretty",
+    ]);
+    let out = std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(machine.data.path())
+        .arg("run")
+        .args(&args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(machine.env())
+        .output()
+        .expect("the bridge runs");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("❓ Claude Code asks: Which colour?"),
+        "{shown}"
+    );
+    assert!(shown.contains("Reply with a number"), "{shown}");
+}

@@ -341,6 +341,8 @@ async fn a_narrow_grant_lists_and_allows_only_its_tools() {
         names,
         [
             "get_current_event",
+            "ask_user",
+            "approve",
             "read_files",
             "history_page",
             "state_get",

@@ -33,6 +33,7 @@ fn values<'a>(v: &'a [String; 7], resume: bool, all: bool) -> TurnValues<'a> {
         session_id: resume.then_some(v[3].as_str()),
         model: all.then_some(v[4].as_str()),
         permission_mode: all.then_some(v[5].as_str()),
+        permission_prompt_tool: None,
         config_overrides: std::slice::from_ref(&v[6]),
     }
 }

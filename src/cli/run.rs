@@ -314,6 +314,14 @@ impl Pretty {
             ResultType::StateUpdated => {
                 writeln!(out, "· {} = {}", text(&data["key"]), data["value"])
             }
+            // A question or an approval for the person: what a surface
+            // without cards shows, answer syntax included. The answer is
+            // the next turn's text.
+            ResultType::ActionRequested
+                if data["action"] == crate::protocol::INTERACTION_REQUESTED =>
+            {
+                writeln!(out, "\n❓ {}\n", text(&data["payload"]["fallback_text"]))
+            }
             ResultType::RunCompleted => {
                 let notice = &data["message"]["metadata"]["session"]["notice"];
                 if let Some(n) = notice.as_str() {

@@ -118,6 +118,9 @@ pub struct TurnValues<'a> {
     pub model: Option<&'a str>,
     /// `{permission_mode}`: how freely the harness may act.
     pub permission_mode: Option<&'a str>,
+    /// `{permission_prompt_tool}`: the MCP tool the harness asks for
+    /// permission (`approvals: chat`); none leaves the harness's own way.
+    pub permission_prompt_tool: Option<&'a str>,
     /// `{config_overrides}`: `KEY=VALUE` items, each rendered as `-c ITEM`.
     pub config_overrides: &'a [String],
 }
@@ -145,13 +148,14 @@ const BUILT_IN: [(&str, &str); 2] = [
     ),
 ];
 
-const PLACEHOLDERS: [&str; 7] = [
+const PLACEHOLDERS: [&str; 8] = [
     "prompt",
     "instructions",
     "mcp_config",
     "session_id",
     "model",
     "permission_mode",
+    "permission_prompt_tool",
     "config_overrides",
 ];
 
@@ -251,6 +255,24 @@ impl AdapterSpec {
         }
     }
 
+    /// Whether both of its argvs use `{name}`: a setting that needs a value
+    /// to reach the harness (a permission prompt tool) works only then.
+    pub fn takes(&self, name: &str) -> bool {
+        [&self.argv.new, &self.argv.resume].iter().all(|items| {
+            items.iter().any(|item| {
+                let texts: &[String] = match item {
+                    ArgItem::One(text) => std::slice::from_ref(text),
+                    ArgItem::Group(texts) => texts,
+                };
+                texts.iter().any(|t| {
+                    placeholders(t)
+                        .iter()
+                        .any(|(_, p)| split_filter(p).0 == name)
+                })
+            })
+        })
+    }
+
     /// The arguments of one turn: `resume` when there is a session id.
     ///
     /// Values come from the binding and the host's state, which a less
@@ -275,6 +297,7 @@ impl AdapterSpec {
                     .permission_mode
                     .filter(|m| !m.is_empty() && *m != "default")
                     .map(str::to_string),
+                "permission_prompt_tool" => values.permission_prompt_tool.map(str::to_string),
                 _ => None,
             }
         };

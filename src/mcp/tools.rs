@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::host::{Api, Direction, EventQuery, GrantedHost, HistoryQuery, StateEntry};
+use crate::interaction::Interactions;
 use crate::projection::{HeadRead, read_beneath};
 use crate::protocol::{AgentAPIError, StateScope, StorageKind};
 
@@ -205,10 +206,36 @@ struct StorageSetArgs {
     base64: bool,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AskUserArgs {
+    /// The question, as the person should read it.
+    question: String,
+    /// Answers to pick from (at most 10); leave out for a free answer.
+    #[serde(default)]
+    choices: Vec<String>,
+}
+
+/// Claude Code's permission prompt call (`--permission-prompt-tool`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ApproveArgs {
+    /// The tool the harness wants to use.
+    tool_name: String,
+    /// Its arguments.
+    #[serde(default)]
+    input: Value,
+    /// The harness's id for the call.
+    #[allow(dead_code)]
+    tool_use_id: Option<String>,
+}
+
 /// One call's arguments, typed: what the dispatch acts on. Storage tools
 /// carry the area their name chose.
 enum Call {
     CurrentEvent,
+    AskUser(AskUserArgs),
+    Approve(ApproveArgs),
     ReadFiles(ReadFilesArgs),
     HistoryPage(HistoryPageArgs),
     HistorySearch(HistorySearchArgs),
@@ -255,6 +282,18 @@ const TOOLS: &[ToolSpec] = &[
         None,
         NoArgs => |_| Call::CurrentEvent,
         "The event this turn answers: its type, sender, subject and input, as the host delivered it. Call first when unsure what the user asked."
+    ),
+    tool!(
+        "ask_user",
+        None,
+        AskUserArgs => Call::AskUser,
+        "Ask the person in the chat a question you cannot answer yourself (a choice, a missing detail). The question goes to them and this turn ends: call it last, then stop. Their answer comes as the next message, in this same session."
+    ),
+    tool!(
+        "approve",
+        None,
+        ApproveArgs => Call::Approve,
+        "The harness's permission prompt (not for the model): asks the person in the chat to approve one action, or allows the one they approved."
     ),
     tool!(
         "read_files",
@@ -387,6 +426,7 @@ pub fn tool_names(apis: &BTreeSet<Api>) -> Vec<&'static str> {
 pub(crate) struct RunAccess {
     pub host: GrantedHost,
     pub facts: Arc<RunFacts>,
+    pub interactions: Arc<Interactions>,
 }
 
 impl RunAccess {
@@ -403,9 +443,16 @@ impl RunAccess {
 #[derive(Clone, Default)]
 pub struct RunTools {
     facts: Arc<Mutex<HashMap<String, Arc<RunFacts>>>>,
+    interactions: Arc<Interactions>,
 }
 
 impl RunTools {
+    /// What live runs asked the person in the chat, and what was approved
+    /// for them.
+    pub fn interactions(&self) -> &Interactions {
+        &self.interactions
+    }
+
     /// Register what a run's `get_current_event` and `read_files` return.
     pub fn set_facts(&self, run_id: &str, facts: RunFacts) {
         self.facts
@@ -439,7 +486,11 @@ impl RunTools {
             .cloned()
             .ok_or_else(|| McpError::invalid_request("no run is attached to this request", None))?;
         let facts = self.facts_of(host.grant().run_id());
-        Ok(RunAccess { host, facts })
+        Ok(RunAccess {
+            host,
+            facts,
+            interactions: self.interactions.clone(),
+        })
     }
 
     /// The tools a run may see.
@@ -470,6 +521,13 @@ impl RunTools {
             tool
         );
         match dispatch(access, name, args).instrument(span).await {
+            Ok(value) if tool == "approve" => {
+                // The permission prompt contract: one text block holding
+                // the decision's JSON, and nothing else (a client reads
+                // structured content first when there is some).
+                crate::metrics::global().mcp_call(tool, "ok");
+                CallToolResult::success(vec![ContentBlock::text(value.to_string())])
+            }
             Ok(value) => {
                 crate::metrics::global().mcp_call(tool, "ok");
                 success(value)
@@ -480,6 +538,10 @@ impl RunTools {
             }
         }
     }
+}
+
+fn unix_now() -> i64 {
+    crate::host::now_ms() / 1000
 }
 
 fn parse<T: DeserializeOwned>(args: Value) -> Result<T, AgentAPIError> {
@@ -571,6 +633,26 @@ async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, 
     };
     match call {
         Call::CurrentEvent => Ok(access.facts.current_event.clone()),
+        Call::AskUser(a) => {
+            let run_id = host.grant().run_id();
+            match access
+                .interactions
+                .ask(run_id, &a.question, &a.choices, unix_now())
+            {
+                Ok(said) => Ok(json!({"asked": true, "next": said})),
+                Err(why) => {
+                    let err = AgentAPIError::invalid_argument(why);
+                    Err(access.refuse(name, "tool:ask_user", err).await)
+                }
+            }
+        }
+        Call::Approve(a) => {
+            let run_id = host.grant().run_id();
+            Ok(access
+                .interactions
+                .decide(run_id, &a.tool_name, &a.input, unix_now())
+                .to_json())
+        }
         Call::ReadFiles(a) => read_files(access, &a.ids).await,
         Call::HistoryPage(a) => {
             let query = HistoryQuery {

@@ -126,6 +126,23 @@ pub struct Binding<'a> {
     /// Longest a turn may run, in seconds (the context's deadline may be sooner).
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
+    /// Who decides what the harness's permission mode would ask about.
+    #[serde(default)]
+    pub approvals: Approvals,
+}
+
+/// Where a harness's permission prompt goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approvals {
+    /// Nowhere: `permission_mode` alone decides, and what it would ask
+    /// about is refused (no one is at a terminal).
+    #[default]
+    Off,
+    /// The person in the chat: the turn ends with a confirmation card, and
+    /// an approval lets exactly that action run once when the session goes
+    /// on.
+    Chat,
 }
 
 impl<'a> Binding<'a> {

@@ -68,6 +68,8 @@ macro_rules! open_enum {
 #[allow(missing_docs)]
 mod context;
 #[allow(missing_docs)]
+mod interaction;
+#[allow(missing_docs)]
 mod manifest;
 #[allow(missing_docs)]
 mod message;
@@ -78,6 +80,7 @@ mod result;
 mod validate;
 
 pub use context::*;
+pub use interaction::*;
 pub use manifest::*;
 pub use message::*;
 pub use proxy::*;

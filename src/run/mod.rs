@@ -32,14 +32,15 @@ use crate::harness::{
     env_pattern_matches, find_program, requested_permissions, runner_id,
 };
 use crate::host::{GrantPolicy, Grants, HostApi};
+use crate::interaction::{self, PENDING_KEY, Reply};
 use crate::mcp::{InputRef, McpHttpServer, RunFacts, RunTools, tool_names};
 use crate::projection::{
-    Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV, Templates,
-    URL_ENV, paths, project,
+    Approvals, Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
+    Templates, URL_ENV, paths, project,
 };
 use crate::protocol::{
-    AgentRunContext, AgentRunResult, Message, ResultPayload, ResultType, RunFailed, StateScope,
-    StateUpdated,
+    ActionRequested, AgentRunContext, AgentRunResult, INTERACTION_REQUESTED, InteractionSubmission,
+    Message, ResultPayload, ResultType, RunCompleted, RunFailed, StateScope, StateUpdated,
 };
 
 /// A turn's timeout when neither the binding nor the context sets one.
@@ -50,6 +51,10 @@ const HOST_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the bridge's own host calls may still take once a turn's
 /// deadline has passed.
 const AFTER_DEADLINE: Duration = Duration::from_secs(2);
+/// The MCP tool a harness's permission prompts go to under
+/// `approvals: chat`, and the spec placeholder that passes it.
+const PROMPT_TOOL: &str = "mcp__langbot__approve";
+const PROMPT_TOOL_PLACEHOLDER: &str = "permission_prompt_tool";
 /// Time between SIGTERM and SIGKILL when a harness is stopped.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
@@ -181,6 +186,7 @@ impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
         self.bridge.grants.close_run(&self.run_id);
         self.bridge.tools.forget(&self.run_id);
+        self.bridge.tools.interactions().close(&self.run_id);
     }
 }
 
@@ -301,6 +307,18 @@ impl Bridge {
             .map_err(|why| fail("invalid_argument", why))?;
         let binding = Binding::from_config(&ctx.config)
             .map_err(|e| fail("invalid_argument", e.to_string()))?;
+        let approvals = binding.approvals == Approvals::Chat;
+        if approvals && !spec.takes(PROMPT_TOOL_PLACEHOLDER) {
+            return Err(fail(
+                "invalid_argument",
+                format!(
+                    "`approvals: chat` needs a harness that hands its permission prompts to \
+                     the bridge, and {} does not; choose what it may do with \
+                     `permission_mode` instead",
+                    spec.label
+                ),
+            ));
+        }
 
         // `vars()` would panic on a variable that is not UTF-8; such a
         // variable is simply not passed on.
@@ -340,6 +358,47 @@ impl Bridge {
                 retryable: true,
             });
         }
+        let scope = &open.grant.scope;
+        let host = self.grants.host().as_ref();
+        let pending = tokio::select! {
+            found = tokio::time::timeout(HOST_CALL_TIMEOUT, record::pending(host, scope, ctx)) => {
+                found.unwrap_or_else(|_| {
+                    tracing::warn!("the host did not answer the open request lookup");
+                    None
+                })
+            }
+            () = cancel.cancelled() => return Err(fail("cancelled", "the run was cancelled before the harness started")),
+        };
+        let submission = InteractionSubmission::from_input(&ctx.input.extra);
+        let answer = interaction::reply(
+            pending.as_ref(),
+            submission.as_ref(),
+            &ctx.input.to_text(),
+            crate::host::now_ms() / 1000,
+        );
+        let mut answered = None;
+        let approved = match &answer {
+            Reply::Stale(sentence) => {
+                // A card answered after its time: the person is told, and
+                // nothing runs.
+                emit.send(vec![ResultPayload::RunCompleted(RunCompleted {
+                    finish_reason: "stop".into(),
+                    message: Some(Message::assistant(sentence.clone())),
+                })])
+                .await;
+                return Ok(());
+            }
+            Reply::Answer { prompt, approved } => {
+                let mut with_answer = ctx.clone();
+                with_answer.input.text = Some(prompt.clone());
+                answered = Some(with_answer);
+                approved.clone()
+            }
+            Reply::Unrelated { .. } => None,
+        };
+        let turn_ctx = answered.as_ref().unwrap_or(ctx);
+        self.tools.interactions().open(&ctx.run_id, approved);
+
         let timeout = binding
             .timeout_seconds
             .filter(|s| *s > 0)
@@ -353,7 +412,7 @@ impl Bridge {
         servers.extend(options.mcp_servers.clone());
         let projection = project(
             &ProjectRequest {
-                ctx,
+                ctx: turn_ctx,
                 target: &target,
                 runner: &spec.name,
                 root: &self.settings.workspace_root,
@@ -377,7 +436,6 @@ impl Bridge {
         summary.workspace = Some(workspace.clone());
         self.tools.set_facts(&ctx.run_id, facts(&projection));
 
-        let host = self.grants.host().as_ref();
         if self.settings.record_turns {
             record::inbound(host, ctx)
                 .await
@@ -410,7 +468,6 @@ impl Bridge {
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
         env.insert(URL_ENV.into(), self.mcp.url().to_string());
 
-        let scope = &open.grant.scope;
         // The bridge's own host calls are bounded too: a host that does not
         // answer must not hold the turn past its deadline.
         let host_wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline);
@@ -456,6 +513,7 @@ impl Bridge {
                     session_id: resume.as_deref(),
                     model: binding.model.as_deref(),
                     permission_mode: binding.permission_mode.as_deref(),
+                    permission_prompt_tool: approvals.then_some(PROMPT_TOOL),
                     config_overrides: &projection.mcp.overrides,
                 })
                 .map_err(|why| fail("invalid_argument", why))?;
@@ -540,6 +598,40 @@ impl Bridge {
                 }
             }
         }
+        // What this turn asked the person goes out as a card and stays in
+        // the conversation's state until answered; an answered or lapsed
+        // request is cleared.
+        let asked = self.tools.interactions().close(&ctx.run_id);
+        let kept = match &asked {
+            Some(pending) => {
+                let request = pending.request(&spec.label);
+                let payload = serde_json::to_value(&request)
+                    .ok()
+                    .and_then(|v| v.as_object().cloned());
+                emit.send(vec![ResultPayload::ActionRequested(ActionRequested {
+                    action: INTERACTION_REQUESTED.into(),
+                    target: None,
+                    payload,
+                })])
+                .await;
+                serde_json::to_value(pending).ok()
+            }
+            None => answer.clears().then_some(serde_json::Value::Null),
+        };
+        if let Some(value) = kept {
+            emit.send(vec![ResultPayload::StateUpdated(StateUpdated {
+                scope: StateScope::Conversation,
+                key: PENDING_KEY.into(),
+                value: value.clone(),
+            })])
+            .await;
+            let wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline + AFTER_DEADLINE);
+            let stored =
+                tokio::time::timeout_at(wait, record::store_pending(host, scope, value)).await;
+            if !matches!(stored, Ok(Ok(()))) {
+                tracing::warn!("cannot keep the open request in the conversation's state");
+            }
+        }
         if self.settings.record_turns {
             if let Err(e) = record::reply(host, ctx, &spec.name, &emit.reply()).await {
                 tracing::warn!("cannot record the reply: {e}");
@@ -547,6 +639,23 @@ impl Bridge {
         }
 
         let terminal = match end.terminal {
+            // A turn that asked the person ends with the question, even
+            // when the harness was interrupted to stop it going on.
+            ResultPayload::RunFailed(failed)
+                if asked.is_some() && failed.code == "harness_error" && !cancel.is_cancelled() =>
+            {
+                tracing::info!(
+                    "the harness stopped after asking the person: {}",
+                    failed.error
+                );
+                ResultPayload::RunCompleted(RunCompleted {
+                    finish_reason: "interaction_requested".into(),
+                    message: None,
+                })
+            }
+            other => other,
+        };
+        let terminal = match terminal {
             ResultPayload::RunCompleted(mut done) => {
                 let mut message = done
                     .message

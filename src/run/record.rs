@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::harness::ResumePointer;
 use crate::host::{HostApi, HostResult, NewEvent, NewTranscriptItem, RunScope};
+use crate::interaction::{PENDING_KEY, Pending};
 use crate::protocol::{AgentRunContext, JsonMap, StateScope};
 
 /// Longest input summary kept on the event row.
@@ -146,4 +147,36 @@ pub async fn store_pointer(
             .await?;
     }
     Ok(())
+}
+
+/// The request open in this conversation: the context's own state first
+/// (a host that sends state), else the host's conversation state.
+pub async fn pending(
+    host: &dyn HostApi,
+    scope: &RunScope,
+    ctx: &AgentRunContext,
+) -> Option<Pending> {
+    if let Some(value) = ctx.state.conversation.get(PENDING_KEY) {
+        return Pending::from_state(Some(value));
+    }
+    scope.conversation_id.as_ref()?;
+    match host
+        .state_get(scope, StateScope::Conversation, PENDING_KEY)
+        .await
+    {
+        Ok(value) => Pending::from_state(value.as_ref()),
+        Err(e) => {
+            tracing::warn!("cannot read the open request ({e}); taking the input as it is");
+            None
+        }
+    }
+}
+
+/// Keep the open request (or `null`: none) in the conversation's state.
+pub async fn store_pending(host: &dyn HostApi, scope: &RunScope, value: Value) -> HostResult<()> {
+    if scope.conversation_id.is_none() {
+        return Ok(());
+    }
+    host.state_set(scope, StateScope::Conversation, PENDING_KEY, &value)
+        .await
 }

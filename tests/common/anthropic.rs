@@ -27,6 +27,11 @@ pub const SECOND_ANSWER: &str = "Yes, still Friday.";
 /// bridge's stdout before the run ends.
 pub const PAUSE: Duration = Duration::from_millis(1500);
 
+/// What the model says once it asked its question.
+pub const WAITING: &str = "I asked; waiting for your answer.";
+/// What the model says, before the answer, once it has it.
+pub const GOING_WITH: &str = "Going with:";
+
 /// What the model says once its Bash command has run.
 pub const BASH_DONE: &str = "The command ran.";
 
@@ -38,6 +43,12 @@ pub struct Fake {
     pub bash: Option<String>,
     /// Answer every request with HTTP 500 while set.
     pub fail: Arc<AtomicBool>,
+    /// A question (and its choices) the model asks with the bridge's
+    /// `ask_user` tool; given the answer, it says [`GOING_WITH`] and it.
+    pub ask: Option<(String, Vec<String>)>,
+    /// Prompts the `bash` command was already run for: a prompt gets the
+    /// command once, then the done message.
+    pub bashed: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 /// What the fake says with its HTTP 500.
@@ -73,9 +84,13 @@ fn text_events(text: &str) -> (Vec<Value>, Vec<Value>) {
 }
 
 fn tool_call_events(name: &str, input: &Value) -> Vec<Value> {
+    // Each call its own id, as a real model gives: a harness keeps tool
+    // results by id, and a resumed session holds earlier ones.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = format!("toolu_fake{}", CALLS.fetch_add(1, Ordering::Relaxed));
     vec![
         json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": name, "input": {}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
         json!({"type": "content_block_stop", "index": 0}),
         json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 5}}),
@@ -100,14 +115,45 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
         .cloned()
         .unwrap_or_default();
     let answers_tool = last_block["type"] == "tool_result";
+    let last_user_value = last_user.clone();
     let last_user = last_block.to_string();
     let offers_tool = request["tools"].as_array().is_some_and(|tools| {
         tools
             .iter()
             .any(|t| t["name"] == "mcp__langbot__history_page")
     });
+    if let Some((question, choices)) = &fake.ask {
+        let prompt = last_user_value["content"]
+            .as_array()
+            .and_then(|blocks| blocks.iter().rev().find(|b| b["type"] == "text"))
+            .and_then(|b| b["text"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        return match prompt.split_once("Their answer: ") {
+            Some((_, answer)) => {
+                let answer = answer.lines().next().unwrap_or_default();
+                text_events(&format!("{GOING_WITH} {answer}"))
+            }
+            None if answers_tool => text_events(WAITING),
+            None => {
+                let input = json!({"question": question, "choices": choices});
+                (
+                    tool_call_events("mcp__langbot__ask_user", &input),
+                    Vec::new(),
+                )
+            }
+        };
+    }
     if let Some(command) = &fake.bash {
-        if answers_tool {
+        // Claude Code keeps the turn's prompt last in a user message that
+        // gathers tool results, so the prompt says which turn this is.
+        let prompt = last_user_value["content"]
+            .as_array()
+            .and_then(|blocks| blocks.iter().rev().find(|b| b["type"] == "text"))
+            .map(|b| b["text"].to_string())
+            .unwrap_or_default();
+        let fresh = !prompt.is_empty() && fake.bashed.lock().unwrap().insert(prompt);
+        if answers_tool || !fresh {
             text_events(BASH_DONE)
         } else {
             let input = json!({"command": command, "description": "Run the command"});
@@ -180,6 +226,19 @@ pub async fn fake_model(hang: bool) -> (String, Fake) {
 pub async fn fake_model_running(command: &str) -> (String, Fake) {
     serve_fake(Fake {
         bash: Some(command.to_string()),
+        ..Fake::default()
+    })
+    .await
+}
+
+/// A model that asks the person `question` with the bridge's `ask_user`
+/// tool, then goes on with the answer.
+pub async fn fake_model_asking(question: &str, choices: &[&str]) -> (String, Fake) {
+    serve_fake(Fake {
+        ask: Some((
+            question.to_string(),
+            choices.iter().map(|c| c.to_string()).collect(),
+        )),
         ..Fake::default()
     })
     .await

@@ -1,0 +1,780 @@
+//! A question or an approval waiting for the person in the chat.
+//!
+//! A harness cannot wait for a person: a chat turn has a deadline, and the
+//! answer comes as a later message. So asking ends the turn. The harness
+//! asks (the `ask_user` tool, or a permission prompt routed to the
+//! `approve` tool under `approvals: chat`); the turn ends with an
+//! `action.requested` interaction (a card, or its fallback text) and the
+//! request kept in the conversation's state ([`PENDING_KEY`]); the next
+//! turn reads it, takes that turn's input (a card's submission, or plain
+//! text on surfaces without cards) as the answer, and resumes the session
+//! with a prompt saying what was answered. An approval lets exactly the
+//! approved action (same tool, same arguments) run once, in that turn only.
+//!
+//! Everything here is pure: the run reads and writes the state, the MCP
+//! tools deposit into [`Interactions`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::protocol::{
+    InteractionAction, InteractionField, InteractionKind, InteractionOption, InteractionRequest,
+    InteractionSubmission,
+};
+
+/// The conversation state key holding the open request (`null` once
+/// answered or expired).
+pub const PENDING_KEY: &str = "external.pending_interaction";
+/// How long a request stays open.
+pub const EXPIRY_SECONDS: i64 = 30 * 60;
+/// Most choices a question offers.
+pub const MAX_CHOICES: usize = 10;
+/// Longest question, in characters.
+pub const MAX_QUESTION_CHARS: usize = 2000;
+/// Longest choice, in characters (a card's option label allows 512).
+pub const MAX_CHOICE_CHARS: usize = 200;
+
+/// Permission prompts for this tool are questions to the person, not
+/// approvals: Claude Code routes its own question tool through the prompt
+/// tool once one is set.
+const CLAUDE_QUESTION_TOOL: &str = "AskUserQuestion";
+
+/// An open request, as kept in the conversation's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The card's `interaction_id`.
+    pub id: String,
+    /// Unix seconds.
+    pub expires_at: i64,
+    /// What was asked.
+    #[serde(flatten)]
+    pub ask: Ask,
+}
+
+/// What a request asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Ask {
+    /// A question, answered in words or by picking a choice.
+    Question {
+        /// As the harness put it.
+        question: String,
+        /// Answers to pick from by number; none: any words.
+        #[serde(default)]
+        choices: Vec<String>,
+    },
+    /// May the harness do this one action?
+    Approval {
+        /// The harness's tool name.
+        tool: String,
+        /// Its arguments.
+        input: Value,
+        /// What it does, for the person ([`summary`]).
+        summary: String,
+        /// The one action an approval allows ([`fingerprint`]).
+        fingerprint: String,
+    },
+}
+
+impl Pending {
+    /// A question asked in run `run_id`.
+    pub fn question(run_id: &str, question: String, choices: Vec<String>, now: i64) -> Pending {
+        Pending {
+            id: format!("ask-{run_id}"),
+            expires_at: now + EXPIRY_SECONDS,
+            ask: Ask::Question { question, choices },
+        }
+    }
+
+    /// An approval for `tool` with `input`, asked in run `run_id`.
+    pub fn approval(run_id: &str, tool: &str, input: &Value, now: i64) -> Pending {
+        Pending {
+            id: format!("approve-{run_id}"),
+            expires_at: now + EXPIRY_SECONDS,
+            ask: Ask::Approval {
+                tool: tool.to_string(),
+                input: input.clone(),
+                summary: summary(tool, input),
+                fingerprint: fingerprint(tool, input),
+            },
+        }
+    }
+
+    /// The pending request a state value holds; `null`, or anything else
+    /// that is not one, holds none.
+    pub fn from_state(value: Option<&Value>) -> Option<Pending> {
+        value
+            .filter(|v| v.is_object())
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    /// The card for a host, with the text surfaces without cards show.
+    pub fn request(&self, harness: &str) -> InteractionRequest {
+        let (kind, title, fields, actions) = match &self.ask {
+            Ask::Question { question, choices } if choices.is_empty() => (
+                InteractionKind::Form,
+                question.clone(),
+                vec![InteractionField {
+                    id: "answer".into(),
+                    label: "Answer".into(),
+                    kind: "textarea".into(),
+                    required: true,
+                    options: Vec::new(),
+                }],
+                vec![action("submit", "Send", "primary")],
+            ),
+            Ask::Question { question, choices } => (
+                InteractionKind::Choice,
+                question.clone(),
+                vec![InteractionField {
+                    id: "answer".into(),
+                    label: "Answer".into(),
+                    kind: "select".into(),
+                    required: true,
+                    options: choices
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| InteractionOption {
+                            value: (i + 1).to_string(),
+                            label: c.clone(),
+                        })
+                        .collect(),
+                }],
+                vec![action("submit", "Send", "primary")],
+            ),
+            Ask::Approval { summary, .. } => (
+                InteractionKind::Confirmation,
+                format!("{harness} asks to {summary}"),
+                Vec::new(),
+                vec![
+                    action("approve", "Approve once", "primary"),
+                    action("deny", "Deny", "danger"),
+                ],
+            ),
+        };
+        InteractionRequest {
+            interaction_id: self.id.clone(),
+            kind,
+            title: clip(&title, 1000),
+            description: None,
+            fields,
+            actions,
+            expires_at: Some(self.expires_at),
+            fallback_text: self.fallback_text(harness),
+        }
+    }
+
+    /// The request as plain text, saying how to answer in words.
+    pub fn fallback_text(&self, harness: &str) -> String {
+        match &self.ask {
+            Ask::Question { question, choices } if choices.is_empty() => {
+                format!("{harness} asks: {question}\n\nReply with your answer.")
+            }
+            Ask::Question { question, choices } => {
+                let list: Vec<String> = choices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| format!("{}. {c}", i + 1))
+                    .collect();
+                format!(
+                    "{harness} asks: {question}\n\n{}\n\nReply with a number, or with your own answer.",
+                    list.join("\n")
+                )
+            }
+            Ask::Approval { summary, .. } => format!(
+                "{harness} asks to {summary}.\n\nReply \"approve\" to let it do this once, or \"deny\"."
+            ),
+        }
+    }
+
+    /// Whether it is still open at `now` (Unix seconds).
+    pub fn is_open(&self, now: i64) -> bool {
+        now < self.expires_at
+    }
+}
+
+fn action(id: &str, label: &str, style: &str) -> InteractionAction {
+    InteractionAction {
+        id: id.into(),
+        label: label.into(),
+        style: style.into(),
+    }
+}
+
+fn clip(text: &str, chars: usize) -> String {
+    if text.chars().count() <= chars {
+        return text.to_string();
+    }
+    let mut clipped: String = text.chars().take(chars.saturating_sub(1)).collect();
+    clipped.push('…');
+    clipped
+}
+
+/// What an action is, in a few words a person can judge: the command a
+/// shell tool runs, the file a write touches, else the tool and its
+/// arguments.
+pub fn summary(tool: &str, input: &Value) -> String {
+    let field = |name: &str| input.get(name).and_then(Value::as_str);
+    let said = if let Some(command) = field("command") {
+        format!("run `{}`", clip(command, 300))
+    } else if let Some(path) = field("file_path").or(field("path")) {
+        format!("use {tool} on {}", clip(path, 300))
+    } else {
+        format!("use {tool} with {}", clip(&input.to_string(), 300))
+    };
+    said.replace(['\n', '\r'], " ")
+}
+
+/// The identity of an action: the tool and its arguments, with object keys
+/// in a fixed order, hashed. An approval allows the action with this
+/// fingerprint and no other.
+pub fn fingerprint(tool: &str, input: &Value) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(tool.as_bytes());
+    hasher.update([0]);
+    hasher.update(canonical(input).to_string().as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), canonical(&map[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// What this turn's input is to the open request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// Not an answer: the input goes to the harness as it is.
+    Unrelated {
+        /// A request lapsed unanswered (and is cleared now).
+        expired: bool,
+    },
+    /// The answer: the harness gets `prompt` instead of the bare input;
+    /// `approved` is the one action it may now take.
+    Answer {
+        /// What the harness is told.
+        prompt: String,
+        /// The approved action's fingerprint.
+        approved: Option<String>,
+    },
+    /// A card's answer to a request that is not open: the person is told
+    /// this sentence and nothing runs.
+    Stale(String),
+}
+
+impl Reply {
+    /// Whether the stored request is done with (answered or lapsed).
+    pub fn clears(&self) -> bool {
+        match self {
+            Reply::Unrelated { expired } => *expired,
+            Reply::Answer { .. } => true,
+            Reply::Stale(_) => false,
+        }
+    }
+}
+
+/// Read this turn's input against the open request, if any.
+pub fn reply(
+    pending: Option<&Pending>,
+    submission: Option<&InteractionSubmission>,
+    text: &str,
+    now: i64,
+) -> Reply {
+    let open = pending.filter(|p| p.is_open(now));
+    if let Some(submission) = submission {
+        let Some(pending) = open.filter(|p| p.id == submission.interaction_id) else {
+            return Reply::Stale(
+                "That request is no longer open (it was answered, replaced or has expired); \
+                 nothing was run. Send your answer as a message instead."
+                    .into(),
+            );
+        };
+        return answer_card(pending, submission);
+    }
+    match open {
+        Some(pending) => answer_text(pending, text),
+        None => Reply::Unrelated {
+            expired: pending.is_some(),
+        },
+    }
+}
+
+fn answer_card(pending: &Pending, submission: &InteractionSubmission) -> Reply {
+    match &pending.ask {
+        Ask::Question { question, choices } => {
+            let picked = submission.values.get("answer").map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
+            answered(question, &chosen(choices, picked.as_deref().unwrap_or("")))
+        }
+        Ask::Approval {
+            summary,
+            fingerprint,
+            ..
+        } => decided(
+            summary,
+            fingerprint,
+            submission.action_id.as_deref() == Some("approve"),
+            None,
+        ),
+    }
+}
+
+fn answer_text(pending: &Pending, text: &str) -> Reply {
+    match &pending.ask {
+        Ask::Question { question, choices } => answered(question, &chosen(choices, text)),
+        Ask::Approval {
+            summary,
+            fingerprint,
+            ..
+        } => {
+            let word = text
+                .trim()
+                .trim_matches(|c: char| c.is_ascii_punctuation())
+                .to_lowercase();
+            match word.as_str() {
+                "approve" | "approved" | "yes" | "y" | "ok" | "allow" | "1" => {
+                    decided(summary, fingerprint, true, None)
+                }
+                "deny" | "denied" | "no" | "n" | "reject" | "2" => {
+                    decided(summary, fingerprint, false, None)
+                }
+                _ => decided(summary, fingerprint, false, Some(text)),
+            }
+        }
+    }
+}
+
+/// A choice's text for its number; anything else is the answer as written.
+fn chosen(choices: &[String], answer: &str) -> String {
+    let trimmed = answer.trim();
+    trimmed
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| choices.get(i))
+        .cloned()
+        .unwrap_or_else(|| trimmed.to_string())
+}
+
+fn answered(question: &str, answer: &str) -> Reply {
+    Reply::Answer {
+        prompt: format!(
+            "You asked the user: \"{question}\"\nTheir answer: {answer}\n\nContinue with this answer."
+        ),
+        approved: None,
+    }
+}
+
+fn decided(summary: &str, fingerprint: &str, approve: bool, said: Option<&str>) -> Reply {
+    if approve {
+        return Reply::Answer {
+            prompt: format!(
+                "The user approved your request to {summary}. Do it now, exactly as requested \
+                 before (the approval is for that one action, once), then continue."
+            ),
+            approved: Some(fingerprint.to_string()),
+        };
+    }
+    let prompt = match said {
+        Some(said) => format!(
+            "The user did not approve your request to {summary}. Do not do it. Instead they \
+             wrote:\n\n{said}"
+        ),
+        None => format!(
+            "The user denied your request to {summary}. Do not do it; continue without it, or \
+             say what you need."
+        ),
+    };
+    Reply::Answer {
+        prompt,
+        approved: None,
+    }
+}
+
+/// What the harness's permission prompt tool answers (Claude Code's
+/// `--permission-prompt-tool` contract: `allow` with the input to use, or
+/// `deny` with a message; `interrupt` ends the turn).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Run it: the person approved exactly this action for this turn.
+    Allow(Value),
+    /// Do not run it; `interrupt` ends the harness's turn.
+    Deny {
+        /// Why, for the model.
+        message: String,
+        /// End the harness's turn.
+        interrupt: bool,
+    },
+}
+
+impl Decision {
+    /// The decision as the prompt tool's JSON.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Decision::Allow(input) => json!({"behavior": "allow", "updatedInput": input}),
+            Decision::Deny { message, interrupt } => {
+                json!({"behavior": "deny", "message": message, "interrupt": interrupt})
+            }
+        }
+    }
+}
+
+/// One run's side of interactions: the action approved for it, and the
+/// request it made. The MCP tools write here; the run reads it when the
+/// harness is done.
+#[derive(Debug, Default)]
+struct Slot {
+    approved: Option<String>,
+    asked: Option<Pending>,
+}
+
+/// Every live run's interactions, by run id.
+#[derive(Debug, Default)]
+pub struct Interactions {
+    runs: Mutex<HashMap<String, Slot>>,
+}
+
+impl Interactions {
+    /// Open the run's slot, with the action an answer approved for it.
+    pub fn open(&self, run_id: &str, approved: Option<String>) {
+        self.lock().insert(
+            run_id.to_string(),
+            Slot {
+                approved,
+                asked: None,
+            },
+        );
+    }
+
+    /// Close the run's slot, giving the request it made, if any.
+    pub fn close(&self, run_id: &str) -> Option<Pending> {
+        self.lock().remove(run_id).and_then(|slot| slot.asked)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The `ask_user` tool: keep the question for the end of the turn.
+    /// Refused (a sentence for the model) when the run is not live or has
+    /// already asked.
+    pub fn ask(
+        &self,
+        run_id: &str,
+        question: &str,
+        choices: &[String],
+        now: i64,
+    ) -> Result<String, String> {
+        let question = question.trim();
+        if question.is_empty() || question.chars().count() > MAX_QUESTION_CHARS {
+            return Err(format!("question: 1 to {MAX_QUESTION_CHARS} characters"));
+        }
+        if choices.len() > MAX_CHOICES
+            || choices
+                .iter()
+                .any(|c| c.trim().is_empty() || c.chars().count() > MAX_CHOICE_CHARS)
+        {
+            return Err(format!(
+                "choices: at most {MAX_CHOICES}, each 1 to {MAX_CHOICE_CHARS} characters"
+            ));
+        }
+        let mut runs = self.lock();
+        let slot = runs
+            .get_mut(run_id)
+            .ok_or_else(|| "the run is over".to_string())?;
+        if slot.asked.is_some() {
+            return Err(
+                "this turn has already asked the user; end the turn and wait for the answer".into(),
+            );
+        }
+        let choices = choices.iter().map(|c| c.trim().to_string()).collect();
+        slot.asked = Some(Pending::question(
+            run_id,
+            question.to_string(),
+            choices,
+            now,
+        ));
+        Ok(
+            "The question is on its way to the user. End your turn now, without another tool \
+            call: their answer comes as the next message, and this session goes on from there."
+                .into(),
+        )
+    }
+
+    /// The permission prompt tool: allow the one approved action, else ask
+    /// the person and end the turn.
+    pub fn decide(&self, run_id: &str, tool: &str, input: &Value, now: i64) -> Decision {
+        let mut runs = self.lock();
+        let Some(slot) = runs.get_mut(run_id) else {
+            return Decision::Deny {
+                message: "the run is over".into(),
+                interrupt: true,
+            };
+        };
+        if slot.approved.as_deref() == Some(fingerprint(tool, input).as_str()) {
+            slot.approved = None;
+            return Decision::Allow(input.clone());
+        }
+        if slot.asked.is_some() {
+            return Decision::Deny {
+                message: "The user is already being asked something this turn; end the turn."
+                    .into(),
+                interrupt: true,
+            };
+        }
+        slot.asked = Some(match question_of(tool, input) {
+            Some((question, choices)) => Pending::question(run_id, question, choices, now),
+            None => Pending::approval(run_id, tool, input, now),
+        });
+        // The model gets to say, in a sentence, that it waits; a second
+        // prompt in the same turn interrupts it.
+        Decision::Deny {
+            message: "Not yet: the user has been asked in the chat. End your turn now, saying \
+                      in one sentence what you are waiting for; their answer comes as the next \
+                      message."
+                .into(),
+            interrupt: false,
+        }
+    }
+}
+
+/// Claude Code's own question tool, as a question: its first question and
+/// its options' labels.
+fn question_of(tool: &str, input: &Value) -> Option<(String, Vec<String>)> {
+    if tool != CLAUDE_QUESTION_TOOL {
+        return None;
+    }
+    let first = input.get("questions")?.as_array()?.first()?;
+    let question = first.get("question")?.as_str()?.to_string();
+    let choices = first
+        .get("options")
+        .and_then(Value::as_array)
+        .map(|options| {
+            options
+                .iter()
+                .filter_map(|o| o.get("label").and_then(Value::as_str))
+                .take(MAX_CHOICES)
+                .map(|l| clip(l, MAX_CHOICE_CHARS))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((clip(&question, MAX_QUESTION_CHARS), choices))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn submission(id: &str, action: Option<&str>, values: Value) -> InteractionSubmission {
+        InteractionSubmission {
+            interaction_id: id.into(),
+            action_id: action.map(str::to_string),
+            values: values.as_object().cloned().unwrap_or_default(),
+            submitted_at: None,
+        }
+    }
+
+    #[test]
+    fn a_numbered_reply_picks_the_choice_and_words_stand_as_written() {
+        let q = Pending::question(
+            "r1",
+            "Which colour?".into(),
+            vec!["red".into(), "blue".into()],
+            NOW,
+        );
+        let Reply::Answer { prompt, approved } = reply(Some(&q), None, " 2 ", NOW + 5) else {
+            panic!("an answer")
+        };
+        assert!(prompt.contains("Their answer: blue"), "{prompt}");
+        assert_eq!(approved, None);
+        let Reply::Answer { prompt, .. } = reply(Some(&q), None, "green, please", NOW) else {
+            panic!("an answer")
+        };
+        assert!(prompt.contains("Their answer: green, please"), "{prompt}");
+        let Reply::Answer { prompt, .. } = reply(Some(&q), None, "7", NOW) else {
+            panic!("an answer")
+        };
+        assert!(prompt.contains("Their answer: 7"), "{prompt}");
+    }
+
+    #[test]
+    fn an_approval_allows_that_one_action_once_and_nothing_else() {
+        let input = json!({"command": "rm -rf build", "description": "clean"});
+        let asked = Interactions::default();
+        asked.open("r1", None);
+        let first = asked.decide("r1", "Bash", &input, NOW);
+        assert!(matches!(
+            first,
+            Decision::Deny {
+                interrupt: false,
+                ..
+            }
+        ));
+        let second = asked.decide("r1", "Write", &json!({"file_path": "x"}), NOW);
+        assert!(matches!(
+            second,
+            Decision::Deny {
+                interrupt: true,
+                ..
+            }
+        ));
+        let pending = asked.close("r1").expect("a request");
+        assert!(
+            pending
+                .request("Claude Code")
+                .title
+                .contains("run `rm -rf build`")
+        );
+
+        let Reply::Answer { approved, .. } = reply(Some(&pending), None, "Approve!", NOW + 60)
+        else {
+            panic!("an answer")
+        };
+        let answering = Interactions::default();
+        answering.open("r2", approved);
+        // Same action, keys in another order: the same action.
+        let same = json!({"description": "clean", "command": "rm -rf build"});
+        let other = json!({"command": "rm -rf /", "description": "clean"});
+        assert!(matches!(
+            answering.decide("r2", "Bash", &other, NOW),
+            Decision::Deny { .. }
+        ));
+        assert_eq!(
+            answering.close("r2").map(|p| p.ask),
+            Some(Pending::approval("r2", "Bash", &other, NOW).ask)
+        );
+        answering.open("r3", Some(fingerprint("Bash", &input)));
+        assert_eq!(
+            answering.decide("r3", "Bash", &same, NOW),
+            Decision::Allow(same.clone())
+        );
+        // Once only.
+        assert!(matches!(
+            answering.decide("r3", "Bash", &same, NOW),
+            Decision::Deny { .. }
+        ));
+    }
+
+    #[test]
+    fn anything_but_an_approval_denies_and_passes_the_words_on() {
+        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        for (text, denied, said) in [
+            ("deny", true, false),
+            ("No.", true, false),
+            ("use dir instead", true, true),
+        ] {
+            let Reply::Answer { prompt, approved } = reply(Some(&pending), None, text, NOW) else {
+                panic!("an answer")
+            };
+            assert_eq!(approved, None, "{text}");
+            assert_eq!(prompt.contains("Do not do it"), denied, "{prompt}");
+            assert_eq!(prompt.contains(text), said, "{prompt}");
+        }
+    }
+
+    #[test]
+    fn a_card_answers_only_its_own_open_request() {
+        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        let card = submission(&pending.id, Some("approve"), json!({}));
+        assert!(matches!(
+            reply(Some(&pending), Some(&card), "approve", NOW),
+            Reply::Answer {
+                approved: Some(_),
+                ..
+            }
+        ));
+        let other = submission("approve-r0", Some("approve"), json!({}));
+        assert!(matches!(
+            reply(Some(&pending), Some(&other), "approve", NOW),
+            Reply::Stale(_)
+        ));
+        let late = reply(Some(&pending), Some(&card), "approve", pending.expires_at);
+        assert!(matches!(late, Reply::Stale(_)));
+        assert!(!late.clears());
+        assert!(matches!(
+            reply(None, Some(&card), "approve", NOW),
+            Reply::Stale(_)
+        ));
+        let q = Pending::question("r1", "Which?".into(), vec!["a".into(), "b".into()], NOW);
+        let picked = submission(&q.id, Some("submit"), json!({"answer": "2"}));
+        let Reply::Answer { prompt, .. } = reply(Some(&q), Some(&picked), "submit", NOW) else {
+            panic!("an answer")
+        };
+        assert!(prompt.contains("Their answer: b"), "{prompt}");
+    }
+
+    #[test]
+    fn a_lapsed_request_is_cleared_and_the_message_goes_through() {
+        let q = Pending::question("r1", "Which?".into(), Vec::new(), NOW);
+        let late = reply(Some(&q), None, "hello", q.expires_at + 1);
+        assert_eq!(late, Reply::Unrelated { expired: true });
+        assert!(late.clears());
+        assert_eq!(
+            reply(None, None, "hello", NOW),
+            Reply::Unrelated { expired: false }
+        );
+    }
+
+    #[test]
+    fn claude_codes_own_question_tool_becomes_a_question() {
+        let asked = Interactions::default();
+        asked.open("r1", None);
+        let input = json!({"questions": [{"question": "Tabs or spaces?", "header": "Style",
+            "options": [{"label": "Tabs", "description": ""}, {"label": "Spaces", "description": ""}],
+            "multiSelect": false}]});
+        asked.decide("r1", CLAUDE_QUESTION_TOOL, &input, NOW);
+        let pending = asked.close("r1").expect("asked");
+        assert_eq!(
+            pending.ask,
+            Ask::Question {
+                question: "Tabs or spaces?".into(),
+                choices: vec!["Tabs".into(), "Spaces".into()]
+            }
+        );
+        let text = pending.fallback_text("Claude Code");
+        assert!(text.contains("1. Tabs\n2. Spaces"), "{text}");
+    }
+
+    #[test]
+    fn one_question_per_turn_and_bad_questions_are_refused() {
+        let asked = Interactions::default();
+        assert!(asked.ask("gone", "Q?", &[], NOW).is_err());
+        asked.open("r1", None);
+        assert!(asked.ask("r1", "  ", &[], NOW).is_err());
+        assert!(asked.ask("r1", "Q?", &["".into()], NOW).is_err());
+        assert!(
+            asked
+                .ask("r1", "Q?", &vec!["c".to_string(); MAX_CHOICES + 1], NOW)
+                .is_err()
+        );
+        assert!(asked.ask("r1", "Q?", &["a".into()], NOW).is_ok());
+        assert!(asked.ask("r1", "Again?", &[], NOW).is_err());
+        let pending = asked.close("r1").expect("asked");
+        let stored = serde_json::to_value(&pending).unwrap();
+        assert_eq!(Pending::from_state(Some(&stored)), Some(pending));
+        assert_eq!(Pending::from_state(Some(&Value::Null)), None);
+    }
+}
