@@ -656,3 +656,44 @@ fn images_are_known_by_their_content() {
     assert_eq!(chains[1][0]["type"], "File");
     assert_eq!(chains[1][0]["name"], "out-3");
 }
+
+#[test]
+fn a_flood_of_outbox_files_stays_bounded_and_is_summed_up() {
+    // Fifty small images: ten are sent, the rest named (ten by name, then a
+    // count), and the run's record does not list them all.
+    let mut turn = bridge_turn(ANSWER, &[ANSWER]);
+    for i in 0..50 {
+        turn.insert(
+            turn.len() - 2,
+            json!({"type": "artifact.created", "data": {
+                "artifact_type": "file", "name": format!("frame-{i:02}.png"), "size_bytes": 70,
+                "content_base64": common::PNG_BASE64,
+            }}),
+        );
+    }
+    let cases = run_cases(vec![case(
+        "agent",
+        context(false, &["event_reply"], false),
+        turn,
+    )]);
+    let flood = &cases[0];
+    let chains = flood.chains();
+    assert_eq!(chains.len(), 1, "{chains:?}");
+    assert_eq!(chains[0].len(), 10);
+    let replies = flood.replies();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert!(
+        replies[1].contains("frame-10.png") && replies[1].contains("and 30 more"),
+        "{replies:?}"
+    );
+    assert!(
+        !replies[1].contains("frame-09.png"),
+        "sent, not named: {replies:?}"
+    );
+    let logs = flood
+        .results
+        .iter()
+        .filter(|r| r["type"] == "processor.log")
+        .count();
+    assert!(logs <= 21, "{logs} log lines for 50 files");
+}

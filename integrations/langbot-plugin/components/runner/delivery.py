@@ -233,8 +233,9 @@ class Delivery:
         if kind == "artifact.created":
             # Kept for the end of the run; LangBot ignores the result itself,
             # and its bytes do not belong in the run's record.
-            text, level = self.outbox.take(data)
-            yield _log(result.get("run_id"), text, level)
+            line = self.outbox.take(data)
+            if line is not None:
+                yield _log(result.get("run_id"), *line)
             return
         if kind == "run.completed":
             async for out in self._completed(result, data):

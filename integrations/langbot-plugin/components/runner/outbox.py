@@ -30,6 +30,9 @@ TURN_LIMIT_KB = 4096
 MAX_FILES = 10
 #: How many missed files a notice names one by one.
 MAX_NAMED = 10
+#: How many files the run's record lists one by one: a harness may write
+#: thousands, and each line is a result LangBot keeps.
+MAX_LOGGED = 20
 
 #: Leading bytes of the image formats every IM surface shows, by MIME type.
 _MAGIC = (
@@ -103,9 +106,19 @@ class Outbox:
             _limit_kb(config.get("turn_file_limit_kb"), TURN_LIMIT_KB) * 1024,
         )
 
-    def take(self, artifact: dict[str, Any]) -> tuple[str, str]:
+    def take(self, artifact: dict[str, Any]) -> tuple[str, str] | None:
         """Keep one `artifact.created` payload; the line and level for the
-        run's record."""
+        run's record (None past the first MAX_LOGGED files and one line
+        saying so)."""
+        line = self._take(artifact)
+        count = len(self.files)
+        if count <= MAX_LOGGED:
+            return line
+        if count == MAX_LOGGED + 1:
+            return f"more than {MAX_LOGGED} outbox files: the rest are not listed here", "warning"
+        return None
+
+    def _take(self, artifact: dict[str, Any]) -> tuple[str, str]:
         name = str(artifact.get("name") or artifact.get("artifact_id") or "a file")
         size = artifact.get("size_bytes")
         content = artifact.get("content_base64")
