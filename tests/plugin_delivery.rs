@@ -697,3 +697,28 @@ fn a_flood_of_outbox_files_stays_bounded_and_is_summed_up() {
         .count();
     assert!(logs <= 21, "{logs} log lines for 50 files");
 }
+
+#[test]
+fn an_operator_who_sends_no_files_still_has_them_named() {
+    let mut off = case(
+        "off",
+        context(false, &["event_reply"], false),
+        turn_with_files(),
+    );
+    off["plugin_config"] = json!({"bridge_path": "/bin/true", "file_limit_kb": 0});
+    let cases = run_cases(vec![off]);
+    assert!(cases[0].chains().is_empty(), "{:?}", cases[0].actions);
+    let replies = cases[0].replies();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    for name in [
+        "chart.dat (70 bytes",
+        "notes.txt (2.0 KB",
+        "big.bin (2.0 MB",
+    ] {
+        assert!(replies[1].contains(name), "{replies:?}");
+    }
+    assert!(
+        replies[1].contains("files are not sent to this chat"),
+        "{replies:?}"
+    );
+}

@@ -96,6 +96,7 @@ class Outbox:
         self.turn_limit = turn_limit
         self.files: list[OutFile] = []
         self._kept = 0
+        self._count = 0
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Outbox":
@@ -120,37 +121,51 @@ class Outbox:
 
     def _take(self, artifact: dict[str, Any]) -> tuple[str, str]:
         name = str(artifact.get("name") or artifact.get("artifact_id") or "a file")
-        size = artifact.get("size_bytes")
         content = artifact.get("content_base64")
+        content = content if isinstance(content, str) else None
+        size = artifact.get("size_bytes")
+        if not isinstance(size, int) or size < 0:
+            size = len(content) * 3 // 4 if content else 0
+        file = OutFile(name=name, size=size)
+        self.files.append(file)
+        # Decided on the size the bridge reports before anything is decoded:
+        # past a limit, the bytes are not even looked at.
+        file.missed = self._over(size)
+        if file.missed is None and content is None:
+            relay = size_text(FILE_LIMIT_KB * 1024)
+            file.missed = f"over the {relay} limit for one file"
+            withheld = (artifact.get("metadata") or {}).get("withheld")
+            return f"outbox file {name} not sent: {withheld or 'its content did not come'}", "warning"
         data = None
-        if isinstance(content, str):
+        if file.missed is None:
             try:
                 data = base64.b64decode(content, validate=True)
             except (binascii.Error, ValueError):
-                data = None
-        size = size if isinstance(size, int) and size >= 0 else len(data or b"")
-        file = OutFile(name=name, size=size)
-        self.files.append(file)
-        withheld = (artifact.get("metadata") or {}).get("withheld")
-        if data is None:
-            limit = min(self.file_limit, FILE_LIMIT_KB * 1024)
-            file.missed = f"over the {size_text(limit)} limit for one file"
-            return f"outbox file {name} not sent: {withheld or 'its content did not come'}", "warning"
-        if not self.file_limit or not self.turn_limit:
-            file.missed = "files are not sent to this chat"
-        elif len(data) > self.file_limit:
-            file.missed = f"over the {size_text(self.file_limit)} limit for one file"
-        elif self._kept + len(data) > self.turn_limit:
-            file.missed = f"over the {size_text(self.turn_limit)} limit for one answer's files"
-        elif sum(1 for f in self.files if f.data is not None) >= MAX_FILES:
-            file.missed = f"more than {MAX_FILES} files in one answer"
+                file.missed = "its content did not come whole"
+            else:
+                # The bytes, not what was said of them, count.
+                file.size = len(data)
+                file.missed = self._over(len(data))
         if file.missed:
-            return f"outbox file {name} ({size} bytes) not sent: {file.missed}", "warning"
+            return f"outbox file {name} ({file.size} bytes) not sent: {file.missed}", "warning"
         file.data = data
         file.image = sniff_image(data)
         self._kept += len(data)
+        self._count += 1
         kind = file.image or "file"
         return f"outbox file {name} ({size} bytes, {kind}) kept for the chat", "info"
+
+    def _over(self, size: int) -> str | None:
+        """Why a file of `size` bytes cannot join what is kept, if it cannot."""
+        if not self.file_limit or not self.turn_limit:
+            return "files are not sent to this chat"
+        if size > self.file_limit:
+            return f"over the {size_text(self.file_limit)} limit for one file"
+        if self._kept + size > self.turn_limit:
+            return f"over the {size_text(self.turn_limit)} limit for one answer's files"
+        if self._count >= MAX_FILES:
+            return f"more than {MAX_FILES} files in one answer"
+        return None
 
     def sendable(self, images_only: bool = False) -> list[OutFile]:
         """The files to send (only the images where no other file can go;
