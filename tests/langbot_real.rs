@@ -9,6 +9,8 @@
 //!   another test, to a Pipeline: each reply reaches the client exactly
 //!   once, the next message resumes the session, and a harness failure
 //!   reaches the person as a sentence.
+//! - An image Claude Code writes to its workspace's `outbox/` (with its
+//!   Bash tool) reaches the IM client as an image, in both bindings.
 //! - Through the Agent debug chat, across a LangBot restart: deltas stream
 //!   into LangBot, the history tool returns LangBot's own transcript, the
 //!   session pointer sits in LangBot's conversation state, and every turn
@@ -22,7 +24,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 
-use common::anthropic::{ANSWER, ASK, FOLLOW_UP, OUTAGE, SECOND_ANSWER, fake_model};
+use common::anthropic::{
+    ANSWER, ASK, BASH_DONE, FOLLOW_UP, OUTAGE, SECOND_ANSWER, fake_model, fake_model_running,
+};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -310,6 +314,56 @@ async fn a_streaming_http_bot_finishes_each_answer_once() {
             assert_eq!(part["signed"], true, "{part}");
         }
     }
+}
+
+/// A bot bound to `target_type` whose model has Claude Code write a PNG
+/// to `outbox/` with its Bash tool: the fake IM client gets the answer once
+/// and the image once, as an image segment with the file's bytes.
+async fn outbox_image_conversation(target_type: &str, user: u64) {
+    let command = format!(
+        "mkdir -p outbox && printf '%s' '{}' | base64 -d > outbox/chart.png",
+        common::PNG_BASE64
+    );
+    let (model_url, _fake) = fake_model_running(&command).await;
+    let mut langbot = langbot().await;
+    let target = langbot.call(json!({"cmd": target_type, "model_url": model_url, "bash": true}));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "target_type": target_type, "target_uuid": target["uuid"],
+    }));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+    let turn = message(&mut langbot, &bot, user, "Draw me a chart.");
+    assert_eq!(turn.run()["status"], "completed", "{:?}", turn.runs);
+    let segments: Vec<&Value> = turn
+        .actions
+        .iter()
+        .filter(|a| a["action"].as_str().is_some_and(|a| a.starts_with("send_")))
+        .filter_map(|a| a["params"]["message"].as_array())
+        .flatten()
+        .collect();
+    let texts: Vec<&str> = segments
+        .iter()
+        .filter(|s| s["type"] == "text")
+        .filter_map(|s| s["data"]["text"].as_str())
+        .collect();
+    assert_eq!(texts, [BASH_DONE], "{:?}", turn.actions);
+    let images: Vec<&&Value> = segments.iter().filter(|s| s["type"] == "image").collect();
+    assert_eq!(images.len(), 1, "{:?}", turn.actions);
+    assert_eq!(
+        images[0]["data"]["file"],
+        format!("base64://{}", common::PNG_BASE64),
+        "{:?}",
+        turn.actions
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_image_reaches_the_chat_in_an_agent_binding() {
+    outbox_image_conversation("agent", 10005).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_image_reaches_the_chat_in_a_pipeline_binding() {
+    outbox_image_conversation("pipeline", 10006).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

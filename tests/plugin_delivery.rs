@@ -437,3 +437,288 @@ fn the_harness_stops_before_langbot_ends_the_run() {
         given(&cases[1])
     );
 }
+
+/// A turn that leaves three outbox files, reported as the bridge reports
+/// them after the final message: an image under a name that does not say
+/// so, a text file, and one too large to relay (named, no bytes).
+fn turn_with_files() -> Vec<Value> {
+    let mut turn = bridge_turn(ANSWER, &[ANSWER]);
+    let notes = "line\n".repeat(400);
+    let files = [
+        json!({"type": "artifact.created", "data": {
+            "artifact_type": "file", "name": "chart.dat", "size_bytes": 70,
+            "content_base64": common::PNG_BASE64,
+        }}),
+        json!({"type": "artifact.created", "data": {
+            "artifact_type": "file", "name": "notes.txt", "mime_type": "text/plain",
+            "size_bytes": notes.len(), "content_base64": base64(notes.as_bytes()),
+        }}),
+        json!({"type": "artifact.created", "data": {
+            "artifact_type": "file", "name": "big.bin", "size_bytes": 2_097_152,
+            "metadata": {"withheld": "cannot store outbox file big.bin: the relay sends artifacts inline only (up to 1 MiB)"},
+        }}),
+    ];
+    // After the final message.completed, before state.updated: where the
+    // bridge's end-of-run sweep puts them.
+    let at = turn.len() - 2;
+    for (i, file) in files.into_iter().enumerate() {
+        turn.insert(at + i, file);
+    }
+    number(
+        turn.into_iter()
+            .map(|mut r| {
+                r.as_object_mut().unwrap().remove("sequence");
+                r
+            })
+            .collect(),
+    )
+}
+
+fn base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+impl Case {
+    /// The message chains the plugin sent through the platform reply API.
+    fn chains(&self) -> Vec<&Vec<Value>> {
+        self.actions
+            .iter()
+            .filter(|a| a["action"] == "call_platform_api")
+            .inspect(|a| assert_eq!(a["data"]["context_tool"], "event_reply", "{a}"))
+            .map(|a| a["data"]["params"]["message"].as_array().unwrap())
+            .collect()
+    }
+}
+
+fn png_data_url() -> String {
+    format!("data:image/png;base64,{}", common::PNG_BASE64)
+}
+
+#[test]
+fn outbox_files_reach_the_chat_in_both_bindings_and_the_rest_are_named() {
+    let mut refused = case(
+        "refused",
+        context(false, &["event_reply"], false),
+        turn_with_files(),
+    );
+    refused["fail"] = json!(["call_platform_api"]);
+    let mut capped = case(
+        "capped",
+        context(false, &["event_reply"], false),
+        turn_with_files(),
+    );
+    capped["plugin_config"] = json!({"bridge_path": "/bin/true", "turn_file_limit_kb": 1});
+    let cases = run_cases(vec![
+        case(
+            "agent",
+            context(false, &["event_reply"], false),
+            turn_with_files(),
+        ),
+        case(
+            "pipeline",
+            context(true, &["event_reply"], false),
+            turn_with_files(),
+        ),
+        refused,
+        capped,
+    ]);
+    let (agent, pipeline, refused, capped) = (&cases[0], &cases[1], &cases[2], &cases[3]);
+    for case in &cases {
+        // The bytes stay out of LangBot's record of the run.
+        assert!(
+            !case.kinds().contains(&"artifact.created"),
+            "{:?}",
+            case.kinds()
+        );
+        assert_eq!(case.last()["type"], "run.completed", "{:?}", case.kinds());
+        case.assert_numbering_keeps_all();
+    }
+
+    // Agent: the reply, then the image (known by its content) in one
+    // message and the text file in another, then a sentence naming the
+    // file too large to come.
+    let chains = agent.chains();
+    assert_eq!(chains.len(), 2, "{chains:?}");
+    assert_eq!(chains[0].len(), 1);
+    assert_eq!(chains[0][0]["type"], "Image");
+    assert_eq!(chains[0][0]["base64"], png_data_url().as_str());
+    assert_eq!(chains[1][0]["type"], "File");
+    assert_eq!(chains[1][0]["name"], "notes.txt");
+    assert_eq!(chains[1][0]["size"], 2000);
+    let replies = agent.replies();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert_eq!(replies[0], ANSWER);
+    assert!(
+        replies[1].contains("big.bin (2.0 MB") && !replies[1].contains("notes.txt"),
+        "{replies:?}"
+    );
+    // The text reply went first.
+    let first_reply = agent
+        .actions
+        .iter()
+        .position(|a| a["action"] == "call_tool");
+    let first_file = agent
+        .actions
+        .iter()
+        .position(|a| a["action"] == "call_platform_api");
+    assert!(first_reply < first_file, "{:?}", agent.actions);
+
+    // Pipeline: nothing sent; the one final message carries the answer, the
+    // sentence for what cannot go there (all but images) and the image.
+    assert!(pipeline.actions.is_empty(), "{:?}", pipeline.actions);
+    let finals: Vec<&Value> = pipeline
+        .results
+        .iter()
+        .filter(|r| r["data"]["message"]["content"].is_array())
+        .collect();
+    assert_eq!(finals.len(), 1, "{:?}", pipeline.results);
+    assert_eq!(finals[0]["type"], "message.completed");
+    let content = finals[0]["data"]["message"]["content"].as_array().unwrap();
+    let text = content[0]["text"].as_str().unwrap();
+    assert!(text.starts_with(ANSWER), "{text}");
+    assert!(
+        text.contains("notes.txt (2.0 KB") && text.contains("big.bin (2.0 MB"),
+        "{text}"
+    );
+    assert!(!text.contains("chart.dat"), "{text}");
+    assert_eq!(
+        content[1],
+        json!({"type": "image_base64", "image_base64": png_data_url()})
+    );
+    assert_eq!(content.len(), 2);
+    assert_eq!(
+        pipeline.giving(ANSWER).len(),
+        0,
+        "the answer is given once, with its files"
+    );
+
+    // The platform refused the files: the reply stands, and a sentence
+    // names each file that did not come.
+    let replies = refused.replies();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert_eq!(replies[0], ANSWER);
+    for name in ["chart.dat", "notes.txt", "big.bin"] {
+        assert!(replies[1].contains(name), "{replies:?}");
+    }
+    assert!(replies[1].contains("did not take"), "{replies:?}");
+
+    // Over the operator's limit for one answer (1 KB): the image (70 bytes)
+    // goes, the text file (2000 bytes) is named.
+    let chains = capped.chains();
+    assert_eq!(chains.len(), 1, "{chains:?}");
+    assert_eq!(chains[0][0]["type"], "Image");
+    let replies = capped.replies();
+    assert!(
+        replies[1].contains("notes.txt (2.0 KB, over the 1.0 KB"),
+        "{replies:?}"
+    );
+}
+
+#[test]
+fn images_are_known_by_their_content() {
+    // GIF, JPEG and WebP headers under names that say nothing.
+    let heads: [(&str, &[u8]); 4] = [
+        ("image/gif", b"GIF89a\x01\x00\x01\x00"),
+        ("image/jpeg", b"\xff\xd8\xff\xe0\x00\x10JFIF"),
+        ("image/webp", b"RIFF\x24\x00\x00\x00WEBPVP8 "),
+        ("", b"%PDF-1.7 not an image"),
+    ];
+    let mut turn = bridge_turn(ANSWER, &[ANSWER]);
+    for (i, (_, bytes)) in heads.iter().enumerate() {
+        turn.insert(
+            turn.len() - 2,
+            json!({"type": "artifact.created", "data": {
+                "artifact_type": "file", "name": format!("out-{i}"), "size_bytes": bytes.len(),
+                "content_base64": base64(bytes),
+            }}),
+        );
+    }
+    let cases = run_cases(vec![case(
+        "agent",
+        context(false, &["event_reply"], false),
+        turn,
+    )]);
+    let chains = cases[0].chains();
+    // The three images in one message, the rest as a file.
+    assert_eq!(chains.len(), 2, "{chains:?}");
+    for (part, (mime, _)) in chains[0].iter().zip(&heads[..3]) {
+        assert_eq!(part["type"], "Image");
+        assert!(
+            part["base64"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("data:{mime};base64,")),
+            "{part}"
+        );
+    }
+    assert_eq!(chains[0].len(), 3);
+    assert_eq!(chains[1][0]["type"], "File");
+    assert_eq!(chains[1][0]["name"], "out-3");
+}
+
+#[test]
+fn a_flood_of_outbox_files_stays_bounded_and_is_summed_up() {
+    // Fifty small images: ten are sent, the rest named (ten by name, then a
+    // count), and the run's record does not list them all.
+    let mut turn = bridge_turn(ANSWER, &[ANSWER]);
+    for i in 0..50 {
+        turn.insert(
+            turn.len() - 2,
+            json!({"type": "artifact.created", "data": {
+                "artifact_type": "file", "name": format!("frame-{i:02}.png"), "size_bytes": 70,
+                "content_base64": common::PNG_BASE64,
+            }}),
+        );
+    }
+    let cases = run_cases(vec![case(
+        "agent",
+        context(false, &["event_reply"], false),
+        turn,
+    )]);
+    let flood = &cases[0];
+    let chains = flood.chains();
+    assert_eq!(chains.len(), 1, "{chains:?}");
+    assert_eq!(chains[0].len(), 10);
+    let replies = flood.replies();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert!(
+        replies[1].contains("frame-10.png") && replies[1].contains("and 30 more"),
+        "{replies:?}"
+    );
+    assert!(
+        !replies[1].contains("frame-09.png"),
+        "sent, not named: {replies:?}"
+    );
+    let logs = flood
+        .results
+        .iter()
+        .filter(|r| r["type"] == "processor.log")
+        .count();
+    assert!(logs <= 21, "{logs} log lines for 50 files");
+}
+
+#[test]
+fn an_operator_who_sends_no_files_still_has_them_named() {
+    let mut off = case(
+        "off",
+        context(false, &["event_reply"], false),
+        turn_with_files(),
+    );
+    off["plugin_config"] = json!({"bridge_path": "/bin/true", "file_limit_kb": 0});
+    let cases = run_cases(vec![off]);
+    assert!(cases[0].chains().is_empty(), "{:?}", cases[0].actions);
+    let replies = cases[0].replies();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    for name in [
+        "chart.dat (70 bytes",
+        "notes.txt (2.0 KB",
+        "big.bin (2.0 MB",
+    ] {
+        assert!(replies[1].contains(name), "{replies:?}");
+    }
+    assert!(
+        replies[1].contains("files are not sent to this chat"),
+        "{replies:?}"
+    );
+}

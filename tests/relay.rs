@@ -308,6 +308,43 @@ async fn a_failing_or_unreadable_host_reply_does_not_fail_the_run() {
     }
 }
 
+/// The relay carries outbox files inline (up to 1 MiB): a larger one still
+/// reaches the plugin by name and size, so the person can be told of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_file_too_large_to_relay_is_still_named() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    // The scripted harness writes `note.txt` (5 bytes) and `charts/big.bin`
+    // (2 MiB) to its outbox.
+    let frame = plugin.run_frame("run-f", "conv-f", "files");
+    plugin.send(frame).await;
+    let (results, _) = plugin
+        .until_done(&["run-f"], |_| json!({"data": null}))
+        .await;
+    let results = &results["run-f"];
+    let file = |name: &str| {
+        results
+            .iter()
+            .find(|r| r["type"] == "artifact.created" && r["data"]["name"] == name)
+            .unwrap_or_else(|| panic!("no artifact.created for {name}: {results:?}"))["data"]
+            .clone()
+    };
+    let note = file("note.txt");
+    assert_eq!(note["content_base64"], "aGVsbG8=", "{note}");
+    let big = file("charts/big.bin");
+    assert_eq!(big["size_bytes"], 2 * 1024 * 1024, "{big}");
+    assert!(
+        big["content_base64"].is_null() && big["artifact_id"].is_null(),
+        "{big}"
+    );
+    let why = big["metadata"]["withheld"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("charts/big.bin") && why.contains("inline"),
+        "{big}"
+    );
+    assert_eq!(kinds(results).last(), Some(&"run.completed"), "{results:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_frame_over_the_limit_gets_its_run_failed() {
     let mut plugin = Plugin::start().await;

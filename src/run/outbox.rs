@@ -247,9 +247,40 @@ fn mime_type(name: &str) -> Option<&'static str> {
     })
 }
 
+/// An `artifact.created` for a file whose bytes do not travel: its name and
+/// size with the reason in `metadata.withheld`, so whoever delivers files
+/// can tell the person about it rather than say nothing.
+fn withheld(name: String, size: u64, reason: String) -> ArtifactCreated {
+    tracing::warn!("{reason}");
+    let mime = mime_type(&name).map(str::to_string);
+    let mut metadata = crate::protocol::JsonMap::new();
+    metadata.insert("withheld".into(), reason.into());
+    ArtifactCreated {
+        artifact_type: artifact_type(mime.as_deref()).into(),
+        artifact_id: None,
+        mime_type: mime,
+        name: Some(name),
+        size_bytes: Some(size),
+        sha256: None,
+        metadata: Some(metadata),
+        content_base64: None,
+    }
+}
+
+fn artifact_type(mime: Option<&str>) -> &'static str {
+    match mime {
+        Some(m) if m.starts_with("image/") => "image",
+        Some(m) if m.starts_with("audio/") => "audio",
+        Some(m) if m.starts_with("video/") => "video",
+        _ => "file",
+    }
+}
+
 /// Turn the outbox file `name` (relative to the outbox) into an
 /// `artifact.created` payload: inline up to 1 MiB, stored in the host's
-/// artifact store above that.
+/// artifact store above that. A file over the size limit, or one the host
+/// cannot store (the relay carries files inline only), is still reported,
+/// [`withheld`]; only a file that cannot be read is an error.
 ///
 /// The file is read beneath the outbox's handle without following links
 /// and only up to the limit: the harness may swap a file for a link to
@@ -267,21 +298,16 @@ pub async fn artifact(
             .await
             .map_err(|e| cannot(e.to_string()))?
             .map_err(|e| cannot(e.to_string()))?;
-    if read.size > MAX_ARTIFACT_BYTES || read.bytes.len() as u64 > MAX_ARTIFACT_BYTES {
-        return Err(format!(
-            "outbox file {name} is {} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit; it stays in the workspace",
-            read.size.max(read.bytes.len() as u64)
-        ));
+    let size = read.size.max(read.bytes.len() as u64);
+    if size > MAX_ARTIFACT_BYTES {
+        let reason = format!(
+            "outbox file {name} is {size} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit; it stays in the workspace"
+        );
+        return Ok(withheld(name, size, reason));
     }
     let bytes = read.bytes;
     let mime = mime_type(&name).map(str::to_string);
-    let artifact_type = match mime.as_deref() {
-        Some(m) if m.starts_with("image/") => "image",
-        Some(m) if m.starts_with("audio/") => "audio",
-        Some(m) if m.starts_with("video/") => "video",
-        _ => "file",
-    }
-    .to_string();
+    let artifact_type = artifact_type(mime.as_deref()).to_string();
     let sha256 = hex::encode(Sha256::digest(&bytes));
     let size = bytes.len() as u64;
     let mut created = ArtifactCreated {
@@ -311,9 +337,14 @@ pub async fn artifact(
                 },
                 bytes,
             )
-            .await
-            .map_err(|e| format!("cannot store outbox file {name}: {e}"))?;
-        created.artifact_id = Some(stored.artifact_id);
+            .await;
+        match stored {
+            Ok(stored) => created.artifact_id = Some(stored.artifact_id),
+            Err(e) => {
+                let reason = format!("cannot store outbox file {name} ({size} bytes): {e}");
+                return Ok(withheld(name, size, reason));
+            }
+        }
     }
     Ok(created)
 }

@@ -673,3 +673,8 @@ pub async fn transcript(data: &std::path::Path, conversation: &str) -> Vec<Strin
         .map(|i| format!("{}: {}", i.role, i.content.clone().unwrap_or_default()))
         .collect()
 }
+
+/// A 1×1 PNG, base64: what the tests' harnesses write to their outbox as an
+/// image (under a name that does not say so, where the test wants it
+/// recognised by its content).
+pub const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";

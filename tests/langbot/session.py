@@ -11,8 +11,9 @@ LangBot is stopped with everything it started, and the --remove folder (the
 test's scratch folder) removed.
 
 Commands:
-  {"cmd": "agent", "model_url"}              -> {"uuid"}  an Agent running our Claude Code runner
-  {"cmd": "pipeline", "model_url"}           -> {"uuid"}  a Pipeline running it
+  {"cmd": "agent", "model_url", "bash"?}     -> {"uuid"}  an Agent running our Claude Code runner
+  {"cmd": "pipeline", "model_url", "bash"?}  -> {"uuid"}  a Pipeline running it
+                                                (`bash`: its Bash tool runs unasked)
   {"cmd": "bot", "target_type", "target_uuid", "adapter"?} -> {"uuid"}
         an enabled bot bound to the target, with its fake other end:
         `onebot` (default): a OneBot v11 bot (reverse WebSocket) and a fake
@@ -89,22 +90,28 @@ class Session:
             await asyncio.to_thread(self.lb.wait_plugin)
         return {"seconds": round(time.monotonic() - t0, 1), "home": self.home}
 
-    def runner_config(self, model_url: str) -> dict:
+    def runner_config(self, model_url: str, bash: bool = False) -> dict:
+        """The runner's settings; with `bash`, Claude Code may run its Bash
+        tool without asking (as root: bypassPermissions with IS_SANDBOX)."""
         claude_home = os.path.join(self.home, "claude-home")
         os.makedirs(os.path.join(claude_home, ".claude"), exist_ok=True)
-        return {
+        config = {
             "harness_path": os.path.abspath(self.args.claude),
             "api_key": "test-key",
             "base_url": model_url,
             "extra_env": f"HOME={claude_home}\nCLAUDE_CONFIG_DIR={claude_home}/.claude\nCLAUDE_CODE_MAX_RETRIES=0",
             "timeout": self.args.timeout,
         }
+        if bash:
+            config["permission_mode"] = "bypassPermissions"
+            config["extra_env"] += "\nIS_SANDBOX=1"
+        return config
 
-    async def cmd_agent(self, model_url: str) -> dict:
-        return {"uuid": await asyncio.to_thread(self.lb.create_agent, self.runner_config(model_url))}
+    async def cmd_agent(self, model_url: str, bash: bool = False) -> dict:
+        return {"uuid": await asyncio.to_thread(self.lb.create_agent, self.runner_config(model_url, bash))}
 
-    async def cmd_pipeline(self, model_url: str) -> dict:
-        return {"uuid": await asyncio.to_thread(self.lb.create_pipeline, self.runner_config(model_url))}
+    async def cmd_pipeline(self, model_url: str, bash: bool = False) -> dict:
+        return {"uuid": await asyncio.to_thread(self.lb.create_pipeline, self.runner_config(model_url, bash))}
 
     async def cmd_bot(self, target_type: str, target_uuid: str, adapter: str = "onebot") -> dict:
         token = secrets.token_urlsafe(16)

@@ -6,7 +6,9 @@ as the run's record and sends nothing, so the runner sends the reply itself:
 streamed through `ctx.reply_stream()` where the run grants it, else once
 through `ctx.reply`. Either way each reply reaches the chat once: the final
 `message.completed` carries the run's metadata, and `run.completed` repeats no
-message already given. A failed run reaches the person as a sentence.
+message already given. A failed run reaches the person as a sentence. Files
+from the harness's outbox follow the reply (`outbox`): sent after it where
+the runner sends, images inside the final message where LangBot delivers.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from __future__ import annotations
 import asyncio
 from contextlib import aclosing
 from typing import Any, AsyncIterator
+
+from langbot_plugin.api.entities.builtin.platform.message import File, Image, MessageChain
+
+from components.runner.outbox import Outbox
 
 #: Seconds between two snapshots of a streamed reply: every surface that
 #: edits a message in place (cards, edited messages) takes one a second.
@@ -194,11 +200,12 @@ class Reply:
 class Delivery:
     """One run's results on their way to LangBot, and its reply to the chat."""
 
-    def __init__(self, ctx: Any, label: str) -> None:
+    def __init__(self, ctx: Any, label: str, outbox: Outbox | None = None) -> None:
         self.ctx = ctx
         self.label = label
         self.automatic = bool(ctx.delivery.automatic_reply)
         self.reply = None if self.automatic else Reply(ctx, ctx.delivery.max_message_size)
+        self.outbox = outbox or Outbox.from_config({})
         self._held: dict[str, Any] | None = None
 
     async def shape(self, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -222,6 +229,13 @@ class Delivery:
         data = result.get("data") if isinstance(result.get("data"), dict) else {}
         if kind in BOOKKEEPING:
             yield result
+            return
+        if kind == "artifact.created":
+            # Kept for the end of the run; LangBot ignores the result itself,
+            # and its bytes do not belong in the run's record.
+            line = self.outbox.take(data)
+            if line is not None:
+                yield _log(result.get("run_id"), *line)
             return
         if kind == "run.completed":
             async for out in self._completed(result, data):
@@ -254,7 +268,18 @@ class Delivery:
                     given["message"] = final
                 data.pop("message", None)
             final = given.get("message") if final is None else final
+            last = data.get("message") if isinstance(data.get("message"), dict) else given.get("message")
+            if self.reply is None and isinstance(last, dict):
+                self._attach(last)
             yield held
+        elif self.reply is None and self.outbox.files:
+            if final is not None:
+                self._attach(final)
+            else:
+                # Files but no words: the files are the answer.
+                message = {"role": "assistant", "content": ""}
+                self._attach(message)
+                yield {"run_id": result.get("run_id"), "type": "message.completed", "data": {"message": message}}
         if self.reply is None:
             yield result
             return
@@ -270,7 +295,49 @@ class Delivery:
             yield {"run_id": result.get("run_id"), "type": "run.failed",
                    "data": {"error": error, "code": "delivery_failed", "retryable": True}}
             return
+        async for out in self._send_files(result.get("run_id")):
+            yield out
         yield result
+
+    def _attach(self, message: dict[str, Any]) -> None:
+        """Where LangBot delivers the final message (a Pipeline binding), its
+        images ride in it as `image_base64` parts, and a sentence names the
+        files that cannot: one message, sent once."""
+        images = self.outbox.sendable(images_only=True)
+        notice = self.outbox.notice(self.label)
+        if not images and not notice:
+            return
+        text = message_text(message)
+        if notice:
+            text = f"{text}\n\n{notice}" if text else notice
+        parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        parts += [{"type": "image_base64", "image_base64": f.data_url} for f in images]
+        message["content"] = parts
+
+    async def _send_files(self, run_id: Any) -> AsyncIterator[dict[str, Any]]:
+        """Where the runner sends (an Agent binding): the images in one
+        message, each other file in one of its own, after the reply; a
+        sentence names what the chat did not take."""
+        files = self.outbox.sendable()
+        images = [f for f in files if f.image]
+        batches = ([images] if images else []) + [[f] for f in files if not f.image]
+        for batch in batches:
+            chain = MessageChain([
+                Image(base64=f.data_url) if f.image else File(name=f.name, size=f.size, base64=f.data_url)
+                for f in batch
+            ])
+            try:
+                await self.ctx.reply(chain)
+            except Exception as exc:  # noqa: BLE001 - named in the notice below
+                self.outbox.miss(batch, "the chat did not take it")
+                names = ", ".join(f.name for f in batch)
+                yield _log(run_id, f"outbox files {names} not sent: {type(exc).__name__}: {exc}", "warning")
+        notice = self.outbox.notice(self.label)
+        if notice:
+            try:
+                await self.reply.send(notice)
+            except Exception as exc:  # noqa: BLE001 - the record keeps it
+                yield _log(run_id, f"{notice} (not told in the chat: {exc})", "error")
 
     async def _failed(self, result: dict[str, Any], data: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         if self.reply is not None and not self.reply.granted:
@@ -280,6 +347,14 @@ class Delivery:
                 await self.reply.send(failure_sentence(self.label, data))
             except Exception as exc:  # noqa: BLE001 - the failure itself still ends the run
                 yield _log(result.get("run_id"), f"the failure could not be told in the chat: {exc}", "error")
+            else:
+                # What the harness wrote before it failed is still its work.
+                async for out in self._send_files(result.get("run_id")):
+                    yield out
+        elif self.outbox.files:
+            names = ", ".join(f.name for f in self.outbox.files)
+            text = f"outbox files {names} not sent: LangBot tells a failed run by its failure hint alone"
+            yield _log(result.get("run_id"), text, "warning")
         # Without a reply of its own (a Pipeline binding), LangBot tells the
         # person itself: the pipeline's failure hint.
         yield result

@@ -22,6 +22,7 @@ from components.runner.bridge import (
     writable_dir,
 )
 from components.runner.delivery import Delivery
+from components.runner.outbox import Outbox
 
 # Config keys that configure the launch, not the binding: they never reach
 # the bridge inside the context (secrets among them). The MCP servers the
@@ -77,7 +78,8 @@ class HarnessRunner(Runner):
         return env, harness_path
 
     async def run(self, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
-        delivery = Delivery(ctx, self.label or self.harness)
+        outbox = Outbox.from_config(self.get_plugin_config())
+        delivery = Delivery(ctx, self.label or self.harness, outbox)
         async with aclosing(delivery.shape(self._results(ctx))) as results:
             async for result in results:
                 # LangBot numbers what a runner yields: the bridge's numbers
@@ -145,11 +147,6 @@ class HarnessRunner(Runner):
                     chunk["all_content"] = streamed
                 elif kind == "message.completed":
                     streamed = ""
-                elif kind == "artifact.created":
-                    name = data.get("name") or "a file"
-                    text = f"{self.harness} produced {name}; LangBot does not take files from runners yet"
-                    yield _log(ctx.run_id, text, "warning")
-                    continue
                 elif kind == "run.completed":
                     message = data.get("message") or {}
                     notice = ((message.get("metadata") or {}).get("session") or {}).get("notice")
