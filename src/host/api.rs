@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::{EventQuery, HistoryQuery};
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
     HistorySearchResult, JsonMap, StateScope, StorageKind, TranscriptItem,
@@ -55,29 +56,6 @@ pub enum Direction {
     Backward,
     /// Oldest first: from the start of the conversation, then newer ones.
     Forward,
-}
-
-/// Arguments of `history_page` (§8).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryQuery {
-    /// Another conversation than the run's own; needs a cross-conversation grant.
-    pub conversation_id: Option<String>,
-    pub before_cursor: Option<String>,
-    pub after_cursor: Option<String>,
-    pub limit: u32,
-    pub direction: Direction,
-    pub include_artifacts: bool,
-}
-
-/// Arguments of `event_page` (§8, with the released SDK's filters).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EventQuery {
-    pub conversation_id: Option<String>,
-    pub event_types: Vec<String>,
-    pub before_cursor: Option<String>,
-    pub after_cursor: Option<String>,
-    pub limit: u32,
-    pub direction: Direction,
 }
 
 /// One state entry returned by `state_list`.
