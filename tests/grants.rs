@@ -574,3 +574,51 @@ async fn audit_rows_are_written_before_the_store_closes() {
     assert_eq!(rows.len(), 50);
     assert!(rows.windows(2).all(|w| w[0].id < w[1].id));
 }
+
+/// Host tools and knowledge bases are granted per operation: the
+/// manifest permission and a resource of the run that allows it (an empty
+/// `operations` allows every one). The embedded host has no tools, so a
+/// run there is never granted them, whatever the context says.
+#[tokio::test]
+async fn tools_and_knowledge_need_the_permission_and_a_resource() {
+    use harness_bridge::host::allowed_apis;
+    let mut ctx = context("run-tk", "c1");
+    ctx.resources = serde_json::from_value(json!({
+        "tools": [{"tool_name": "weather", "operations": ["call"]}],
+        "knowledge_bases": [{"kb_id": "kb-1", "operations": []}],
+    }))
+    .unwrap();
+    let tool_and_kb = [
+        Api::ToolDetail,
+        Api::ToolCall,
+        Api::KnowledgeList,
+        Api::KnowledgeRetrieve,
+    ];
+    let granted = |perms: &AgentRunnerPermissions, ctx| {
+        let apis = allowed_apis(ctx, perms);
+        tool_and_kb
+            .into_iter()
+            .filter(|api| apis.contains(api))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        granted(&all_permissions(), &ctx),
+        [Api::ToolCall, Api::KnowledgeList, Api::KnowledgeRetrieve]
+    );
+    let narrow: AgentRunnerPermissions =
+        serde_json::from_value(json!({"knowledge_bases": ["retrieve"]})).unwrap();
+    assert_eq!(granted(&narrow, &ctx), [Api::KnowledgeRetrieve]);
+    let bare = context("run-tk2", "c1");
+    assert!(granted(&all_permissions(), &bare).is_empty());
+
+    let f = fixture();
+    let run = f
+        .grants
+        .open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default())
+        .unwrap();
+    assert!(
+        !run.grant.apis.contains(&Api::ToolCall),
+        "{:?}",
+        run.grant.apis
+    );
+}

@@ -236,6 +236,27 @@ pub trait HostApi: Send + Sync + 'static {
     /// Every key in the run's storage area.
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>>;
 
+    /// A host tool's description and parameters schema (§8
+    /// `get_tool_detail`).
+    async fn tool_detail(&self, scope: &RunScope, tool_name: &str) -> HostResult<Value>;
+    /// Call a host tool; its result as the host gives it (§8 `call_tool`).
+    async fn call_tool(
+        &self,
+        scope: &RunScope,
+        tool_name: &str,
+        parameters: &JsonMap,
+    ) -> HostResult<Value>;
+    /// Passages of a knowledge base that match `query`, best first, as
+    /// LangBot's retrieval entries (`id`, `content`, `metadata`,
+    /// `distance`, `score`).
+    async fn retrieve_knowledge(
+        &self,
+        scope: &RunScope,
+        kb_id: &str,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<Vec<Value>>;
+
     // Host-side writes: the bridge records what happened in a turn.
     /// Record an event (idempotent by `event_id`).
     async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord>;

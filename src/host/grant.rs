@@ -20,7 +20,8 @@ use super::calls::{HostCall, bad_arguments};
 use super::{AuditEntry, HostApi, HostResult, RunScope};
 use crate::protocol::{
     AgentAPIError, AgentRunContext, AgentRunnerPermissions, ArtifactOperation, ErrorCode,
-    EventOperation, HistoryOperation, StateScope, StorageKind,
+    EventOperation, HistoryOperation, KnowledgeBaseResource, KnowledgeOperation, StateScope,
+    StorageKind, ToolOperation, ToolResource,
 };
 use crate::throttle::RefusalThrottle;
 
@@ -46,11 +47,19 @@ pub enum Api {
     PluginStorage,
     /// The workspace's storage area.
     WorkspaceStorage,
+    /// `get_tool_detail`: a granted host tool's description and parameters.
+    ToolDetail,
+    /// `list_tools`, `call_tool`: call a granted host tool.
+    ToolCall,
+    /// `list_knowledge_bases`: the granted knowledge bases.
+    KnowledgeList,
+    /// `retrieve_knowledge`: search a granted knowledge base.
+    KnowledgeRetrieve,
 }
 
 impl Api {
     /// Every API, in a stable order.
-    pub const ALL: [Api; 9] = [
+    pub const ALL: [Api; 13] = [
         Api::HistoryPage,
         Api::HistorySearch,
         Api::EventGet,
@@ -60,6 +69,10 @@ impl Api {
         Api::State,
         Api::PluginStorage,
         Api::WorkspaceStorage,
+        Api::ToolDetail,
+        Api::ToolCall,
+        Api::KnowledgeList,
+        Api::KnowledgeRetrieve,
     ];
 
     /// The API named `name` (as [`Api::as_str`] spells it).
@@ -79,6 +92,10 @@ impl Api {
             Api::State => "state",
             Api::PluginStorage => "plugin_storage",
             Api::WorkspaceStorage => "workspace_storage",
+            Api::ToolDetail => "tool_detail",
+            Api::ToolCall => "tool_call",
+            Api::KnowledgeList => "knowledge_list",
+            Api::KnowledgeRetrieve => "knowledge_retrieve",
         }
     }
 }
@@ -132,7 +149,45 @@ pub fn allowed_apis(ctx: &AgentRunContext, permissions: &AgentRunnerPermissions)
             && storage.workspace_storage
             && permissions.storage.contains(&StorageKind::Workspace),
     );
+    // Tools and knowledge bases: the permission, and at least one resource
+    // of the run that allows the operation.
+    let resources = &ctx.resources;
+    let tool_allows = |op: &str| resources.tools.iter().any(|t| allows(&t.operations, op));
+    let kb_allows = |op: &str| {
+        resources
+            .knowledge_bases
+            .iter()
+            .any(|kb| allows(&kb.operations, op))
+    };
+    allow(
+        Api::ToolDetail,
+        permissions.tools.contains(&ToolOperation::Detail) && tool_allows("detail"),
+    );
+    allow(
+        Api::ToolCall,
+        permissions.tools.contains(&ToolOperation::Call) && tool_allows("call"),
+    );
+    allow(
+        Api::KnowledgeList,
+        permissions
+            .knowledge_bases
+            .contains(&KnowledgeOperation::List)
+            && kb_allows("list"),
+    );
+    allow(
+        Api::KnowledgeRetrieve,
+        permissions
+            .knowledge_bases
+            .contains(&KnowledgeOperation::Retrieve)
+            && kb_allows("retrieve"),
+    );
     apis
+}
+
+/// Whether a resource's `operations` allow `op`: an empty list allows
+/// every operation of its kind, as the released SDK reads it.
+pub fn allows(operations: &[String], op: &str) -> bool {
+    operations.is_empty() || operations.iter().any(|o| o == op)
 }
 
 /// Hard limits on what one run may ask of the host.
@@ -154,6 +209,8 @@ pub struct GrantCaps {
     pub max_query_bytes: usize,
     /// Most event types one event page may filter on.
     pub max_event_types: usize,
+    /// Largest arguments of one host tool call, as JSON bytes.
+    pub max_tool_parameters_bytes: usize,
     /// Calls allowed over the run's whole life.
     pub max_calls_per_run: u32,
     /// Sustained calls per second.
@@ -175,6 +232,7 @@ impl Default for GrantCaps {
             max_key_bytes: 512,
             max_query_bytes: 1024,
             max_event_types: 64,
+            max_tool_parameters_bytes: 256 * 1024,
             max_calls_per_run: 5_000,
             rate_per_second: 50.0,
             burst: 100,
@@ -230,6 +288,10 @@ pub struct RunGrant {
     pub cross_conversation: bool,
     /// Artifacts this run may read whatever their conversation: its inputs.
     pub input_artifacts: HashSet<String>,
+    /// The host tools the run was given (`resources.tools`).
+    pub tools: Vec<ToolResource>,
+    /// The knowledge bases the run was given (`resources.knowledge_bases`).
+    pub knowledge_bases: Vec<KnowledgeBaseResource>,
     /// Epoch milliseconds after which every call fails `deadline_exceeded`.
     pub deadline_ms: i64,
     closed: AtomicBool,
@@ -533,6 +595,8 @@ impl Grants {
                 .iter()
                 .filter_map(|a| a.artifact_id.clone())
                 .collect(),
+            tools: ctx.resources.tools.clone(),
+            knowledge_bases: ctx.resources.knowledge_bases.clone(),
             deadline_ms,
             closed: AtomicBool::new(false),
             calls: AtomicU32::new(0),

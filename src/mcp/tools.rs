@@ -230,6 +230,15 @@ impl RunTools {
         Ok(RunAccess { host, facts })
     }
 
+    /// Every tool a run may be shown, granted everything: what the README
+    /// documents and a test keeps as a snapshot.
+    pub fn catalog() -> Vec<Tool> {
+        TOOLS
+            .iter()
+            .map(|t| Tool::new(t.name, t.description, (t.schema)()))
+            .collect()
+    }
+
     /// The tools a run may see.
     pub fn list_for(host: &GrantedHost) -> Vec<Tool> {
         TOOLS

@@ -15,9 +15,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::frame::Outbound;
 use crate::host::calls::{
-    ArtifactMetadataCall, ArtifactReadCall, EventGetCall, HistorySearchCall, PluginStorageDelete,
-    PluginStorageGet, PluginStorageKeys, PluginStorageSet, StateDeleteCall, StateGetCall,
-    StateListCall, StateSetCall, WorkspaceStorageDelete, WorkspaceStorageGet, WorkspaceStorageKeys,
+    ArtifactMetadataCall, ArtifactReadCall, CallToolCall, EventGetCall, HistorySearchCall,
+    PluginStorageDelete, PluginStorageGet, PluginStorageKeys, PluginStorageSet,
+    RetrieveKnowledgeCall, StateDeleteCall, StateGetCall, StateListCall, StateSetCall,
+    ToolDetailCall, WorkspaceStorageDelete, WorkspaceStorageGet, WorkspaceStorageKeys,
     WorkspaceStorageSet,
 };
 use crate::host::{
@@ -312,6 +313,41 @@ impl HostApi for RelayHost {
             StorageKind::Plugin => self.forward(scope, &PluginStorageKeys {}).await,
             StorageKind::Workspace => self.forward(scope, &WorkspaceStorageKeys {}).await,
         }
+    }
+
+    async fn tool_detail(&self, scope: &RunScope, tool_name: &str) -> HostResult<Value> {
+        let call = ToolDetailCall {
+            tool_name: tool_name.to_string(),
+        };
+        self.forward(scope, &call).await
+    }
+
+    async fn call_tool(
+        &self,
+        scope: &RunScope,
+        tool_name: &str,
+        parameters: &JsonMap,
+    ) -> HostResult<Value> {
+        let call = CallToolCall {
+            tool_name: tool_name.to_string(),
+            parameters: parameters.clone(),
+        };
+        self.forward(scope, &call).await
+    }
+
+    async fn retrieve_knowledge(
+        &self,
+        scope: &RunScope,
+        kb_id: &str,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<Vec<Value>> {
+        let call = RetrieveKnowledgeCall {
+            kb_id: kb_id.to_string(),
+            query: query.to_string(),
+            top_k,
+        };
+        self.forward(scope, &call).await
     }
 
     async fn append_event(&self, _event: NewEvent) -> HostResult<AgentEventRecord> {

@@ -2,7 +2,8 @@
 //! Code tests: the first question gets a `history_page` tool call, its
 //! result gets the answer (with a pause mid-stream), anything else the
 //! follow-up answer; `hang` answers nothing, ever; `bash` makes the model
-//! run one command with Claude's Bash tool, then say [`BASH_DONE`]; while
+//! run one command with Claude's Bash tool, then say [`BASH_DONE`]; `calls`
+//! makes it call the given tools in turn, then say [`CALLS_DONE`]; while
 //! `fail` is set, every request gets an HTTP 500 (an upstream outage).
 
 use std::convert::Infallible;
@@ -38,7 +39,13 @@ pub struct Fake {
     pub bash: Option<String>,
     /// Answer every request with HTTP 500 while set.
     pub fail: Arc<AtomicBool>,
+    /// Tool calls the model makes one after another (name, input) when
+    /// its tools include the first, then it says [`CALLS_DONE`].
+    pub calls: Vec<(String, Value)>,
 }
+
+/// What the model says once its scripted [`Fake::calls`] have answered.
+pub const CALLS_DONE: &str = "I looked it up.";
 
 /// What the fake says with its HTTP 500.
 pub const OUTAGE: &str = "upstream model unavailable";
@@ -73,9 +80,13 @@ fn text_events(text: &str) -> (Vec<Value>, Vec<Value>) {
 }
 
 fn tool_call_events(name: &str, input: &Value) -> Vec<Value> {
+    tool_call_events_with_id("toolu_fake1", name, input)
+}
+
+fn tool_call_events_with_id(id: &str, name: &str, input: &Value) -> Vec<Value> {
     vec![
         json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": name, "input": {}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
         json!({"type": "content_block_stop", "index": 0}),
         json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 5}}),
@@ -106,6 +117,30 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
             .iter()
             .any(|t| t["name"] == "mcp__langbot__history_page")
     });
+    let offers = |name: &str| {
+        request["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|t| t["name"] == name))
+    };
+    if let Some((first, _)) = fake.calls.first()
+        && offers(first)
+    {
+        // Each answered call is one tool result in the conversation so far.
+        let answered = request["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["content"].as_array().into_iter().flatten())
+            .filter(|b| b["type"] == "tool_result")
+            .count();
+        return match fake.calls.get(answered) {
+            Some((name, input)) => (
+                tool_call_events_with_id(&format!("toolu_call{answered}"), name, input),
+                Vec::new(),
+            ),
+            None => text_events(CALLS_DONE),
+        };
+    }
     if let Some(command) = &fake.bash {
         if answers_tool {
             text_events(BASH_DONE)
@@ -180,6 +215,16 @@ pub async fn fake_model(hang: bool) -> (String, Fake) {
 pub async fn fake_model_running(command: &str) -> (String, Fake) {
     serve_fake(Fake {
         bash: Some(command.to_string()),
+        ..Fake::default()
+    })
+    .await
+}
+
+/// A model that makes `calls` (tool name, input) in turn, then says
+/// [`CALLS_DONE`].
+pub async fn fake_model_calling(calls: Vec<(String, Value)>) -> (String, Fake) {
+    serve_fake(Fake {
+        calls,
         ..Fake::default()
     })
     .await

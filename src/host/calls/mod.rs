@@ -12,9 +12,11 @@
 mod artifacts;
 mod events;
 mod history;
+mod knowledge;
 mod state;
 mod storage;
 pub mod text;
+mod tools;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -28,11 +30,13 @@ use crate::protocol::AgentAPIError;
 pub use artifacts::{ArtifactMetadataCall, ArtifactReadCall};
 pub use events::{EventGetCall, EventQuery};
 pub use history::{HistoryQuery, HistorySearchCall};
+pub use knowledge::{ListKnowledgeCall, RetrieveKnowledgeCall};
 pub use state::{StateDeleteCall, StateGetCall, StateListCall, StateSetCall};
 pub use storage::{
     PluginStorageDelete, PluginStorageGet, PluginStorageKeys, PluginStorageSet,
     WorkspaceStorageDelete, WorkspaceStorageGet, WorkspaceStorageKeys, WorkspaceStorageSet,
 };
+pub use tools::{CallToolCall, ListToolsCall, ToolDetailCall};
 
 /// One runner-facing host API. Implemented by its request type.
 #[async_trait]
@@ -115,4 +119,9 @@ pub fn each_call(v: &mut impl VisitCalls) {
     v.visit::<WorkspaceStorageSet>();
     v.visit::<WorkspaceStorageDelete>();
     v.visit::<WorkspaceStorageKeys>();
+    v.visit::<ListToolsCall>();
+    v.visit::<ToolDetailCall>();
+    v.visit::<CallToolCall>();
+    v.visit::<ListKnowledgeCall>();
+    v.visit::<RetrieveKnowledgeCall>();
 }

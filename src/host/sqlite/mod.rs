@@ -24,12 +24,12 @@ pub use audit::{AuditRow, DEFAULT_AUDIT_RETENTION};
 pub use kv::inspect_owner;
 
 use super::{
-    AuditEntry, CursorCodec, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact, NewEvent,
-    NewTranscriptItem, RunScope, StateEntry,
+    Api, AuditEntry, CursorCodec, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact,
+    NewEvent, NewTranscriptItem, RunScope, StateEntry,
 };
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
-    HistorySearchResult, StateScope, StorageKind, TranscriptItem,
+    HistorySearchResult, JsonMap, StateScope, StorageKind, TranscriptItem,
 };
 
 const SCHEMA_VERSION: i64 = 1;
@@ -313,6 +313,14 @@ impl SqliteHost {
 
 #[async_trait]
 impl HostApi for SqliteHost {
+    /// The embedded host has no tools of its own to offer.
+    fn answers(&self, api: Api) -> bool {
+        !matches!(
+            api,
+            Api::ToolDetail | Api::ToolCall | Api::KnowledgeList | Api::KnowledgeRetrieve
+        )
+    }
+
     async fn history_page(
         &self,
         scope: &RunScope,
@@ -471,6 +479,35 @@ impl HostApi for SqliteHost {
         let owner = kv::storage_owner(scope, area);
         self.read(move |conn, _| kv::storage_keys(conn, area, &owner))
             .await
+    }
+
+    async fn tool_detail(&self, _scope: &RunScope, tool_name: &str) -> HostResult<Value> {
+        Err(AgentAPIError::not_found(format!(
+            "the embedded host has no tool `{tool_name}`"
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        _scope: &RunScope,
+        tool_name: &str,
+        _parameters: &JsonMap,
+    ) -> HostResult<Value> {
+        Err(AgentAPIError::not_found(format!(
+            "the embedded host has no tool `{tool_name}`"
+        )))
+    }
+
+    async fn retrieve_knowledge(
+        &self,
+        _scope: &RunScope,
+        kb_id: &str,
+        _query: &str,
+        _top_k: u32,
+    ) -> HostResult<Vec<Value>> {
+        Err(AgentAPIError::not_found(format!(
+            "the embedded host has no knowledge base `{kb_id}`"
+        )))
     }
 
     async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord> {
