@@ -150,6 +150,14 @@ pub trait HostApi: Send + Sync + 'static {
         true
     }
 
+    /// The knowledge bases this host has of its own, when it has its own
+    /// (the embedded host's folders): a run is given those, never ones a
+    /// context names that the host does not have. `None`: the run's
+    /// `resources.knowledge_bases` are the host's (LangBot's) own grant.
+    fn knowledge_bases(&self) -> Option<Vec<crate::protocol::KnowledgeBaseResource>> {
+        None
+    }
+
     /// A page of a conversation's transcript (§8 `history_page`).
     async fn history_page(&self, scope: &RunScope, query: &HistoryQuery)
     -> HostResult<HistoryPage>;

@@ -103,6 +103,15 @@ impl Api {
 /// The APIs a run may use: `permissions` (already manifest ∩ binding) ∩ the
 /// flags the host opened in `ctx.context.available_apis` and `resources`.
 pub fn allowed_apis(ctx: &AgentRunContext, permissions: &AgentRunnerPermissions) -> BTreeSet<Api> {
+    granted_apis(ctx, permissions, &ctx.resources.knowledge_bases)
+}
+
+/// [`allowed_apis`] with the run's knowledge bases as the host decides them.
+fn granted_apis(
+    ctx: &AgentRunContext,
+    permissions: &AgentRunnerPermissions,
+    knowledge_bases: &[KnowledgeBaseResource],
+) -> BTreeSet<Api> {
     let open = &ctx.context.available_apis;
     let storage = &ctx.resources.storage;
     let mut apis = BTreeSet::new();
@@ -153,12 +162,7 @@ pub fn allowed_apis(ctx: &AgentRunContext, permissions: &AgentRunnerPermissions)
     // of the run that allows the operation.
     let resources = &ctx.resources;
     let tool_allows = |op: &str| resources.tools.iter().any(|t| allows(&t.operations, op));
-    let kb_allows = |op: &str| {
-        resources
-            .knowledge_bases
-            .iter()
-            .any(|kb| allows(&kb.operations, op))
-    };
+    let kb_allows = |op: &str| knowledge_bases.iter().any(|kb| allows(&kb.operations, op));
     allow(
         Api::ToolDetail,
         permissions.tools.contains(&ToolOperation::Detail) && tool_allows("detail"),
@@ -581,9 +585,21 @@ impl Grants {
             bot_id: conversation.bot_id,
             workspace_id: conversation.workspace_id,
         };
+        // A host with knowledge bases of its own gives the run those (the
+        // ones the context names, when it names any); otherwise the
+        // context's are the host's grant.
+        let knowledge_bases = match self.host.knowledge_bases() {
+            None => ctx.resources.knowledge_bases.clone(),
+            Some(own) => {
+                let named = &ctx.resources.knowledge_bases;
+                own.into_iter()
+                    .filter(|kb| named.is_empty() || named.iter().any(|n| n.kb_id == kb.kb_id))
+                    .collect()
+            }
+        };
         let grant = Arc::new(RunGrant {
             scope,
-            apis: allowed_apis(ctx, permissions)
+            apis: granted_apis(ctx, permissions, &knowledge_bases)
                 .into_iter()
                 .filter(|api| self.host.answers(*api))
                 .collect(),
@@ -596,7 +612,7 @@ impl Grants {
                 .filter_map(|a| a.artifact_id.clone())
                 .collect(),
             tools: ctx.resources.tools.clone(),
-            knowledge_bases: ctx.resources.knowledge_bases.clone(),
+            knowledge_bases,
             deadline_ms,
             closed: AtomicBool::new(false),
             calls: AtomicU32::new(0),
