@@ -63,14 +63,20 @@ async fn folders_are_indexed_by_digest_and_searched_through_the_grant() {
         docs.path().join("link.md"),
     )
     .unwrap();
+    nix::unistd::mkfifo(
+        &docs.path().join("pipe.md"),
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
     let bases = BTreeMap::from([("docs".to_string(), docs.path().to_path_buf())]);
 
+    // Skipped: the link, the binary file and the FIFO (never waited on).
     let first = f.store.index_knowledge(bases.clone()).await.unwrap();
-    assert_eq!(first, [("docs".to_string(), report(2, 0, 0, 2))]);
+    assert_eq!(first, [("docs".to_string(), report(2, 0, 0, 3))]);
     let again = f.store.index_knowledge(bases.clone()).await.unwrap();
     assert_eq!(
         again,
-        [("docs".to_string(), report(0, 2, 0, 2))],
+        [("docs".to_string(), report(0, 2, 0, 3))],
         "nothing changed"
     );
 
@@ -103,7 +109,7 @@ async fn folders_are_indexed_by_digest_and_searched_through_the_grant() {
     .unwrap();
     std::fs::remove_file(docs.path().join("zh/发布.md")).unwrap();
     let third = f.store.index_knowledge(bases.clone()).await.unwrap();
-    assert_eq!(third, [("docs".to_string(), report(1, 0, 1, 2))]);
+    assert_eq!(third, [("docs".to_string(), report(1, 0, 1, 3))]);
     let found = host.call(&retrieve("docs", "freeze")).await.unwrap();
     assert_eq!(texts(&found), ["Deployments now freeze on Thursdays."]);
     assert!(

@@ -183,10 +183,10 @@ pub(super) fn index(
         };
         let path = relative.to_string_lossy().into_owned();
         // Read through a handle that does not follow a link put in the
-        // file's place since the walk saw it.
+        // file's place since the walk saw it, nor waits on a FIFO.
         let bytes = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc_nofollow())
+            .custom_flags(no_follow_no_wait())
             .open(entry.path())
             .and_then(|mut f| {
                 let mut bytes = Vec::new();
@@ -240,8 +240,8 @@ pub(super) fn index(
     Ok(report)
 }
 
-fn libc_nofollow() -> i32 {
-    nix::fcntl::OFlag::O_NOFOLLOW.bits()
+fn no_follow_no_wait() -> i32 {
+    (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits()
 }
 
 type Hit = (i64, f64, String, i64, String);
