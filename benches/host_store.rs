@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use harness_bridge::host::calls::HistorySearchCall;
 use harness_bridge::host::{Grants, HistoryQuery, HostApi};
 
 mod support;
@@ -60,26 +61,22 @@ fn bench(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("store_1m");
     group.bench_function("history_page_50_latest", |b| {
-        b.to_async(&rt).iter(|| async {
-            assert_eq!(
-                host.history_page(&latest).await.expect("page").items.len(),
-                50
-            )
-        })
+        b.to_async(&rt)
+            .iter(|| async { assert_eq!(host.call(&latest).await.expect("page").items.len(), 50) })
     });
     group.bench_function("history_page_50_middle", |b| {
-        b.to_async(&rt).iter(|| async {
-            assert_eq!(
-                host.history_page(&middle).await.expect("page").items.len(),
-                50
-            )
-        })
+        b.to_async(&rt)
+            .iter(|| async { assert_eq!(host.call(&middle).await.expect("page").items.len(), 50) })
     });
     group.bench_function("history_search_top10", |b| {
         b.to_async(&rt).iter(|| async {
             assert!(
                 !host
-                    .history_search(None, "deploy timeout", 10)
+                    .call(&HistorySearchCall {
+                        query: "deploy timeout".into(),
+                        conversation_id: None,
+                        top_k: 10,
+                    })
                     .await
                     .expect("search")
                     .items
@@ -91,7 +88,11 @@ fn bench(c: &mut Criterion) {
         b.to_async(&rt).iter(|| async {
             assert!(
                 !host
-                    .history_search(None, "部署", 10)
+                    .call(&HistorySearchCall {
+                        query: "部署".into(),
+                        conversation_id: None,
+                        top_k: 10,
+                    })
                     .await
                     .expect("search")
                     .items

@@ -582,9 +582,7 @@ async fn a_question_ends_the_turn_and_the_reply_answers_it() {
     let fallback = request["fallback_text"].as_str().unwrap_or("");
     assert!(fallback.contains("1. red\n2. blue"), "{fallback}");
 
-    eprintln!("DBG asked {:?}", asked.elapsed);
     let answered = machine.turn("2", &[]).await;
-    eprintln!("DBG answered {:?}", answered.elapsed);
     let terminal = answered.terminal();
     assert_eq!(
         terminal["type"], "run.completed",
@@ -613,7 +611,8 @@ async fn a_question_ends_the_turn_and_the_reply_answers_it() {
         "--format",
         "pretty",
     ]);
-    let out = std::process::Command::new(common::bridge_bin())
+    // Spawned, not waited on in place: this test's runtime serves the fake model.
+    let out = tokio::process::Command::new(common::bridge_bin())
         .arg("--data-dir")
         .arg(machine.data.path())
         .arg("run")
@@ -621,7 +620,9 @@ async fn a_question_ends_the_turn_and_the_reply_answers_it() {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .envs(machine.env())
+        .stdin(std::process::Stdio::null())
         .output()
+        .await
         .expect("the bridge runs");
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -629,4 +630,68 @@ async fn a_question_ends_the_turn_and_the_reply_answers_it() {
         "{shown}"
     );
     assert!(shown.contains("Reply with a number"), "{shown}");
+}
+
+/// Under `serve`, a knowledge base is a folder the operator names in
+/// `bridge.yaml`: the real Claude Code CLI searches it with
+/// `retrieve_knowledge` and reads the folder's passage, not LangBot's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_searches_the_operators_knowledge_folder_under_serve() {
+    use common::anthropic::{CALLS_DONE, fake_model_calling};
+    use common::server::ServeProcess;
+    const PASSAGE: &str = "FOLDER KB: deployments freeze on the last Friday of each month.";
+    let (model_url, fake) = fake_model_calling(vec![(
+        "mcp__langbot__retrieve_knowledge".into(),
+        json!({"kb_id": "handbook", "query": "deployments freeze"}),
+    )])
+    .await;
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(docs.path().join("deploy.md"), PASSAGE).unwrap();
+    std::fs::write(docs.path().join("lunch.md"), "Lunch is at noon.").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let config = format!(
+        "no_auth: true\nknowledge_bases:\n  handbook: {}\nharness_binaries:\n  claude-code: {}\n",
+        docs.path().display(),
+        common::cli("claude").display()
+    );
+    let env = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", home.path().to_string_lossy().into_owned()),
+        (
+            "CLAUDE_CONFIG_DIR",
+            home.path().join(".claude").to_string_lossy().into_owned(),
+        ),
+        ("ANTHROPIC_BASE_URL", model_url),
+        ("ANTHROPIC_API_KEY", "test-key".to_string()),
+        ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+    ];
+    let data = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let mut serve = ServeProcess::spawn(data, &config, &env).await;
+    let response = serve
+        .client
+        .post(format!("{}/v1/runs", serve.url))
+        .body(json!({"conversation": "kb-chat", "text": "When do deployments freeze?"}).to_string())
+        .send()
+        .await
+        .expect("the request is answered");
+    assert_eq!(response.status().as_u16(), 200);
+    let body = response.text().await.unwrap_or_default();
+    assert!(body.contains("run.completed"), "{body}");
+    assert!(body.contains(CALLS_DONE), "{body}");
+    let requests = fake.requests.lock().unwrap().clone();
+    let results: Vec<String> = requests
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect();
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains(PASSAGE) && r.contains("deploy.md")),
+        "the model never read the folder's passage: {results:?}"
+    );
+    assert!(!results.iter().any(|r| r.contains("Lunch")), "{results:?}");
+    serve.stop().await;
 }

@@ -6,6 +6,7 @@ mod common;
 use std::process::{Command, Output};
 
 use common::fixture;
+use harness_bridge::host::calls::StateSetCall;
 use harness_bridge::host::{GrantPolicy, HistoryQuery};
 use harness_bridge::protocol::StateScope;
 use serde_json::json;
@@ -89,14 +90,14 @@ async fn host_commands_show_history_state_and_audit() {
     f.say("group_1", "assistant", "second line").await;
     let run = f.open("run-cli", "group_1", &GrantPolicy::default());
     let host = f.grants.granted(run.grant.clone());
-    host.state_set(
-        StateScope::Conversation,
-        "external.session_id",
-        &json!("sess-1"),
-    )
+    host.call(&StateSetCall {
+        scope: StateScope::Conversation,
+        key: "external.session_id".into(),
+        value: json!("sess-1"),
+    })
     .await
     .unwrap();
-    host.history_page(&HistoryQuery {
+    host.call(&HistoryQuery {
         limit: 500,
         ..HistoryQuery::default()
     })

@@ -5,6 +5,10 @@ mod common;
 use std::time::Duration;
 
 use common::{RUNNER, all_permissions, context, fixture};
+use harness_bridge::host::calls::{
+    ArtifactMetadataCall, ArtifactReadCall, EventGetCall, HistorySearchCall, PluginStorageKeys,
+    PluginStorageSet, StateGetCall, StateSetCall,
+};
 use harness_bridge::host::{
     Api, EventQuery, GrantCaps, GrantPolicy, HistoryQuery, HostApi, NewArtifact, NewEvent,
 };
@@ -17,6 +21,63 @@ fn page(limit: u32) -> HistoryQuery {
     HistoryQuery {
         limit,
         ..HistoryQuery::default()
+    }
+}
+
+fn search(conversation_id: Option<&str>, query: &str, top_k: u32) -> HistorySearchCall {
+    HistorySearchCall {
+        query: query.into(),
+        conversation_id: conversation_id.map(str::to_string),
+        top_k,
+    }
+}
+
+fn state_get(scope: StateScope, key: &str) -> StateGetCall {
+    StateGetCall {
+        scope,
+        key: key.into(),
+    }
+}
+
+fn state_set(scope: StateScope, key: &str, value: &serde_json::Value) -> StateSetCall {
+    StateSetCall {
+        scope,
+        key: key.into(),
+        value: value.clone(),
+    }
+}
+
+fn storage_keys(area: StorageKind) -> PluginStorageKeys {
+    assert_eq!(area, StorageKind::Plugin);
+    PluginStorageKeys {}
+}
+
+fn storage_set(area: StorageKind, key: &str, value: &[u8]) -> PluginStorageSet {
+    assert_eq!(area, StorageKind::Plugin);
+    PluginStorageSet {
+        key: key.into(),
+        value: String::from_utf8(value.to_vec()).unwrap(),
+        base64: false,
+    }
+}
+
+fn event_get(event_id: &str) -> EventGetCall {
+    EventGetCall {
+        event_id: event_id.into(),
+    }
+}
+
+fn artifact_read(artifact_id: &str, offset: u64, length: u64) -> ArtifactReadCall {
+    ArtifactReadCall {
+        artifact_id: artifact_id.into(),
+        offset,
+        length,
+    }
+}
+
+fn artifact_metadata(artifact_id: &str) -> ArtifactMetadataCall {
+    ArtifactMetadataCall {
+        artifact_id: artifact_id.into(),
     }
 }
 
@@ -36,13 +97,17 @@ async fn allowed_calls_read_real_data_and_are_audited() {
     f.say("c1", "user", "hello from c1").await;
     let run = f.open("run-1", "c1", &GrantPolicy::default());
     let host = f.grants.authorize(run.token.expose()).await.unwrap();
-    let got = host.history_page(&page(10)).await.unwrap();
+    let got = host.call(&page(10)).await.unwrap();
     assert_eq!(got.items[0].content.as_deref(), Some("hello from c1"));
-    host.state_set(StateScope::Conversation, "external.session_id", &json!("s"))
-        .await
-        .unwrap();
+    host.call(&state_set(
+        StateScope::Conversation,
+        "external.session_id",
+        &json!("s"),
+    ))
+    .await
+    .unwrap();
     assert_eq!(
-        host.state_get(StateScope::Conversation, "external.session_id")
+        host.call(&state_get(StateScope::Conversation, "external.session_id"))
             .await
             .unwrap(),
         Some(json!("s"))
@@ -89,7 +154,7 @@ async fn wrong_and_closed_tokens_are_unauthorized() {
     let host = f.grants.authorize(run.token.expose()).await.unwrap();
     assert!(f.grants.close_run("run-2"));
     // A token in hand dies at once, and so does a fresh authorization.
-    let err = host.history_page(&page(5)).await.unwrap_err();
+    let err = host.call(&page(5)).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::Unauthorized);
     assert!(err.message.contains("closed"));
     let row = last_audit(&f).await;
@@ -170,32 +235,32 @@ async fn apis_not_granted_are_refused() {
     );
     let host = f.grants.granted(run.grant.clone());
 
-    let err = host.history_search(None, "x", 5).await.unwrap_err();
+    let err = host.call(&search(None, "x", 5)).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::Unauthorized);
     assert_eq!(last_audit(&f).await.outcome, "unauthorized");
     assert_eq!(
-        host.state_get(StateScope::Actor, "k")
+        host.call(&state_get(StateScope::Actor, "k"))
             .await
             .unwrap_err()
             .code,
         ErrorCode::Unauthorized
     );
     assert_eq!(
-        host.storage_keys(StorageKind::Plugin)
+        host.call(&storage_keys(StorageKind::Plugin))
             .await
             .unwrap_err()
             .code,
         ErrorCode::Unauthorized
     );
     assert_eq!(
-        host.event_get("e").await.unwrap_err().code,
+        host.call(&event_get("e")).await.unwrap_err().code,
         ErrorCode::Unauthorized
     );
     assert_eq!(
-        host.artifact_read("a", 0, 1).await.unwrap_err().code,
+        host.call(&artifact_read("a", 0, 1)).await.unwrap_err().code,
         ErrorCode::Unauthorized
     );
-    assert!(host.history_page(&page(5)).await.is_ok());
+    assert!(host.call(&page(5)).await.is_ok());
 }
 
 #[tokio::test]
@@ -229,7 +294,7 @@ async fn other_conversations_are_out_of_scope() {
     let host = f.grants.granted(run.grant.clone());
 
     let err = host
-        .history_page(&HistoryQuery {
+        .call(&HistoryQuery {
             conversation_id: Some("c2".into()),
             ..page(5)
         })
@@ -242,7 +307,7 @@ async fn other_conversations_are_out_of_scope() {
         ("conversation:c2", "unauthorized")
     );
     assert_eq!(
-        host.history_search(Some("c2"), "secret", 5)
+        host.call(&search(Some("c2"), "secret", 5))
             .await
             .unwrap_err()
             .code,
@@ -250,11 +315,11 @@ async fn other_conversations_are_out_of_scope() {
     );
     // Records of other conversations read as missing: no existence oracle.
     assert_eq!(
-        host.event_get("e-c2").await.unwrap_err().code,
+        host.call(&event_get("e-c2")).await.unwrap_err().code,
         ErrorCode::NotFound
     );
     assert_eq!(
-        host.artifact_metadata(&art.artifact_id)
+        host.call(&artifact_metadata(&art.artifact_id))
             .await
             .unwrap_err()
             .code,
@@ -270,14 +335,14 @@ async fn other_conversations_are_out_of_scope() {
     let run = f.open("run-5", "c1", &open);
     let host = f.grants.granted(run.grant.clone());
     let got = host
-        .history_page(&HistoryQuery {
+        .call(&HistoryQuery {
             conversation_id: Some("c2".into()),
             ..page(5)
         })
         .await
         .unwrap();
     assert_eq!(got.items[0].content.as_deref(), Some("secret in c2"));
-    assert!(host.event_get("e-c2").await.is_ok());
+    assert!(host.call(&event_get("e-c2")).await.is_ok());
 }
 
 #[tokio::test]
@@ -313,16 +378,16 @@ async fn caps_are_enforced() {
         .unwrap();
 
     assert_eq!(
-        host.history_page(&page(101)).await.unwrap_err().code,
+        host.call(&page(101)).await.unwrap_err().code,
         ErrorCode::InvalidArgument
     );
     assert_eq!(
-        host.history_page(&page(0)).await.unwrap_err().code,
+        host.call(&page(0)).await.unwrap_err().code,
         ErrorCode::InvalidArgument
     );
     let big = json!("x".repeat(100));
     assert_eq!(
-        host.state_set(StateScope::Conversation, "k", &big)
+        host.call(&state_set(StateScope::Conversation, "k", &big))
             .await
             .unwrap_err()
             .code,
@@ -330,20 +395,20 @@ async fn caps_are_enforced() {
     );
     assert_eq!(last_audit(&f).await.outcome, "payload_too_large");
     assert_eq!(
-        host.artifact_read(&art.artifact_id, 0, 9)
+        host.call(&artifact_read(&art.artifact_id, 0, 9))
             .await
             .unwrap_err()
             .code,
         ErrorCode::PayloadTooLarge
     );
     assert!(
-        host.artifact_read(&art.artifact_id, 0, 8)
+        host.call(&artifact_read(&art.artifact_id, 0, 8))
             .await
             .unwrap()
             .has_more
     );
     assert_eq!(
-        host.storage_set(StorageKind::Plugin, "k", b"12345")
+        host.call(&storage_set(StorageKind::Plugin, "k", b"12345"))
             .await
             .unwrap_err()
             .code,
@@ -351,7 +416,7 @@ async fn caps_are_enforced() {
     );
     let long_key = "k".repeat(600);
     assert_eq!(
-        host.state_get(StateScope::Conversation, &long_key)
+        host.call(&state_get(StateScope::Conversation, &long_key))
             .await
             .unwrap_err()
             .code,
@@ -361,20 +426,20 @@ async fn caps_are_enforced() {
     // query is a word break, not an FTS5 syntax error.
     let long_query = "word ".repeat(300);
     assert_eq!(
-        host.history_search(None, &long_query, 5)
+        host.call(&search(None, &long_query, 5))
             .await
             .unwrap_err()
             .code,
         ErrorCode::InvalidArgument
     );
-    assert!(host.history_search(None, "foo\u{0}bar", 5).await.is_ok());
+    assert!(host.call(&search(None, "foo\u{0}bar", 5)).await.is_ok());
     let types = EventQuery {
         event_types: (0..65).map(|i| format!("type.{i}")).collect(),
         limit: 10,
         ..EventQuery::default()
     };
     assert_eq!(
-        host.event_page(&types).await.unwrap_err().code,
+        host.call(&types).await.unwrap_err().code,
         ErrorCode::InvalidArgument
     );
 }
@@ -397,9 +462,9 @@ async fn rate_and_call_budget_are_enforced() {
     );
     let host = f.grants.granted(run.grant.clone());
     for _ in 0..3 {
-        host.history_page(&page(1)).await.unwrap();
+        host.call(&page(1)).await.unwrap();
     }
-    let err = host.history_page(&page(1)).await.unwrap_err();
+    let err = host.call(&page(1)).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::RateLimited);
     assert!(err.retryable);
     assert_eq!(last_audit(&f).await.outcome, "rate_limited");
@@ -417,9 +482,9 @@ async fn rate_and_call_budget_are_enforced() {
         },
     );
     let host = f.grants.granted(run.grant.clone());
-    host.history_page(&page(1)).await.unwrap();
-    host.history_page(&page(1)).await.unwrap();
-    let err = host.history_page(&page(1)).await.unwrap_err();
+    host.call(&page(1)).await.unwrap();
+    host.call(&page(1)).await.unwrap();
+    let err = host.call(&page(1)).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::RateLimited);
     assert!(err.message.contains("budget"));
 }
@@ -435,7 +500,7 @@ async fn deadline_is_enforced() {
         .unwrap();
     let host = f.grants.granted(run.grant.clone());
     assert_eq!(
-        host.history_page(&page(1)).await.unwrap_err().code,
+        host.call(&page(1)).await.unwrap_err().code,
         ErrorCode::DeadlineExceeded
     );
     assert_eq!(last_audit(&f).await.outcome, "deadline_exceeded");
@@ -453,10 +518,10 @@ async fn deadline_is_enforced() {
         },
     );
     let host = f.grants.granted(run.grant.clone());
-    assert!(host.history_page(&page(1)).await.is_ok());
+    assert!(host.call(&page(1)).await.is_ok());
     tokio::time::sleep(Duration::from_millis(80)).await;
     assert_eq!(
-        host.history_page(&page(1)).await.unwrap_err().code,
+        host.call(&page(1)).await.unwrap_err().code,
         ErrorCode::DeadlineExceeded
     );
 }
@@ -501,11 +566,59 @@ async fn audit_rows_are_written_before_the_store_closes() {
             .unwrap();
         let host = grants.granted(run.grant.clone());
         for _ in 0..50 {
-            host.history_page(&page(1)).await.unwrap();
+            host.call(&page(1)).await.unwrap();
         }
     }
     let store = harness_bridge::host::sqlite::SqliteHost::open(dir.path()).unwrap();
     let rows = store.audit_tail(Some("run-a".into()), 100).await.unwrap();
     assert_eq!(rows.len(), 50);
     assert!(rows.windows(2).all(|w| w[0].id < w[1].id));
+}
+
+/// Host tools and knowledge bases are granted per operation: the
+/// manifest permission and a resource of the run that allows it (an empty
+/// `operations` allows every one). The embedded host has no tools, so a
+/// run there is never granted them, whatever the context says.
+#[tokio::test]
+async fn tools_and_knowledge_need_the_permission_and_a_resource() {
+    use harness_bridge::host::allowed_apis;
+    let mut ctx = context("run-tk", "c1");
+    ctx.resources = serde_json::from_value(json!({
+        "tools": [{"tool_name": "weather", "operations": ["call"]}],
+        "knowledge_bases": [{"kb_id": "kb-1", "operations": []}],
+    }))
+    .unwrap();
+    let tool_and_kb = [
+        Api::ToolDetail,
+        Api::ToolCall,
+        Api::KnowledgeList,
+        Api::KnowledgeRetrieve,
+    ];
+    let granted = |perms: &AgentRunnerPermissions, ctx| {
+        let apis = allowed_apis(ctx, perms);
+        tool_and_kb
+            .into_iter()
+            .filter(|api| apis.contains(api))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        granted(&all_permissions(), &ctx),
+        [Api::ToolCall, Api::KnowledgeList, Api::KnowledgeRetrieve]
+    );
+    let narrow: AgentRunnerPermissions =
+        serde_json::from_value(json!({"knowledge_bases": ["retrieve"]})).unwrap();
+    assert_eq!(granted(&narrow, &ctx), [Api::KnowledgeRetrieve]);
+    let bare = context("run-tk2", "c1");
+    assert!(granted(&all_permissions(), &bare).is_empty());
+
+    let f = fixture();
+    let run = f
+        .grants
+        .open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default())
+        .unwrap();
+    assert!(
+        !run.grant.apis.contains(&Api::ToolCall),
+        "{:?}",
+        run.grant.apis
+    );
 }

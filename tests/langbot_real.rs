@@ -435,3 +435,75 @@ async fn a_real_langbot_runs_claude_code_through_the_debug_chat_across_a_restart
         "{state}"
     );
 }
+
+const HANDBOOK: &str = "LANGBOT KB: deployments freeze on the last Friday of each month";
+const LANGBOT_TOOL: &str = "LANGBOT TOOL: sunny over Lisbon";
+
+/// LangBot's own knowledge base and tool, reached by the real Claude Code
+/// CLI through the bridge's MCP tools. A LangBot 4.11 knowledge base is a
+/// knowledge engine plugin's; the test plugin `tests/langbot/lookup_plugin`
+/// brings one that needs no embedding model (it finds the passages given
+/// at creation by words) and a `weather` tool. The runner setting
+/// `knowledge_bases` picks the base; all tools are the binding's default.
+/// A Pipeline binding: in an Agent binding LangBot 4.11.2 itself fails a
+/// runner's call of a plugin tool (its query for the call has no workspace:
+/// `'NoneType' object has no attribute 'strip'` in
+/// `require_workspace_uuid`), while retrieval works in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_retrieves_langbots_knowledge_and_calls_its_tool_in_a_pipeline() {
+    use common::anthropic::{CALLS_DONE, fake_model_calling};
+    let mut langbot = langbot().await;
+    let kb = langbot.call(json!({
+        "cmd": "lookup",
+        "passages": format!("{HANDBOOK}\nUnrelated: lunch is at noon"),
+    }));
+    let kb_uuid = kb["kb_uuid"].as_str().unwrap().to_string();
+    let (model_url, fake) = fake_model_calling(vec![
+        (
+            "mcp__langbot__retrieve_knowledge".into(),
+            json!({"kb_id": kb_uuid, "query": "deployments freeze"}),
+        ),
+        (
+            "mcp__langbot__call_tool".into(),
+            json!({"tool_name": "weather", "parameters": {"city": "Lisbon"}}),
+        ),
+    ])
+    .await;
+    let target = langbot.call(json!({
+        "cmd": "pipeline_with", "model_url": model_url, "config": {"knowledge_bases": [kb_uuid]},
+    }));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "target_type": "pipeline", "target_uuid": target["uuid"],
+    }));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+    let asked = message(
+        &mut langbot,
+        &bot,
+        10009,
+        "When do deployments freeze, and what is the weather in Lisbon?",
+    );
+    assert_eq!(asked.sent, [CALLS_DONE], "{:?}", asked.runs);
+    assert_eq!(asked.run()["status"], "completed");
+
+    // The tools' answers the model read are LangBot's: the engine's
+    // passage (not the unrelated one) and the plugin tool's result.
+    let requests = fake.requests.lock().unwrap().clone();
+    let results: Vec<String> = requests
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect();
+    let retrieved = results
+        .iter()
+        .find(|r| r.contains("passage-"))
+        .unwrap_or_else(|| panic!("no retrieval result: {results:?}"));
+    assert!(retrieved.contains(HANDBOOK), "{retrieved}");
+    assert!(!retrieved.contains("lunch"), "{retrieved}");
+    assert!(
+        results.iter().any(|r| r.contains(LANGBOT_TOOL)),
+        "no tool result from LangBot: {results:?}\n{}",
+        langbot.logs()
+    );
+}

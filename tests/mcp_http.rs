@@ -837,7 +837,7 @@ async fn every_refusal_is_one_audit_row() {
         (
             "workspace_storage_set",
             json!({"key": "k", "value": "not base64!", "base64": true}),
-            "workspace_storage_set",
+            "storage_set",
             "invalid_argument",
         ),
     ];
@@ -935,5 +935,108 @@ async fn the_bearer_scheme_is_case_insensitive() {
         .await,
         401
     );
+    s.http.shutdown().await;
+}
+
+/// A tool as `tools/list` shows it: name, description, argument schema.
+fn shown(t: &rmcp::model::Tool) -> Value {
+    json!({
+        "name": t.name,
+        "description": t.description,
+        "inputSchema": Value::Object((*t.input_schema).clone()),
+    })
+}
+
+/// Every tool a harness may be shown, against
+/// `tests/snapshots/tools_list.json`: a change to any tool is a change to
+/// that file, made on purpose (`HARNESS_BRIDGE_UPDATE_SNAPSHOTS=1`
+/// rewrites it). What `tools/list` gives a fully granted run on the
+/// embedded host is that list, less the host tools it has none of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_matches_its_snapshot() {
+    let catalog: Vec<Value> = RunTools::catalog().iter().map(shown).collect();
+    let text = serde_json::to_string_pretty(&catalog).unwrap() + "\n";
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/tools_list.json");
+    if std::env::var_os("HARNESS_BRIDGE_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        text == expected,
+        "the tool list changed; if on purpose, rerun with HARNESS_BRIDGE_UPDATE_SNAPSHOTS=1 and review the diff of {}\n{text}",
+        path.display()
+    );
+
+    let s = server().await;
+    let run = s
+        .grants
+        .open_run(
+            &context("run-snap", "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+    let listed: Vec<Value> = c
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(shown)
+        .collect();
+    let no_host_tools: Vec<Value> = catalog
+        .into_iter()
+        .filter(|t| {
+            ![
+                "list_tools",
+                "get_tool_detail",
+                "call_tool",
+                "list_knowledge_bases",
+                "retrieve_knowledge",
+            ]
+            .contains(&t["name"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(listed, no_host_tools);
+    c.cancel().await.unwrap();
+    s.http.shutdown().await;
+}
+
+/// A call whose arguments do not parse is still a call of its API: the
+/// grant admits it first (so a run past its budget hears `rate_limited`,
+/// not a parse error) and it counts against the run's budget, so a harness
+/// cannot probe the host without limit by sending bad arguments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unparseable_calls_count_against_the_budget() {
+    let s = server().await;
+    let mut policy = GrantPolicy::default();
+    policy.caps.max_calls_per_run = 2;
+    let run = s
+        .grants
+        .open_run(&context("run-b", "c1"), RUNNER, &all_permissions(), &policy)
+        .unwrap();
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+    for _ in 0..2 {
+        let bad = call(&c, "history_page", json!({"limit": "many"})).await;
+        assert!(error_text(&bad).starts_with("invalid_argument"), "{bad:?}");
+    }
+    let good = call(&c, "history_page", json!({"limit": 5})).await;
+    assert!(error_text(&good).starts_with("rate_limited"), "{good:?}");
+    let bad = call(&c, "history_page", json!({"limit": "many"})).await;
+    assert!(error_text(&bad).starts_with("rate_limited"), "{bad:?}");
+    let rows = s.store.audit_tail(Some("run-b".into()), 50).await.unwrap();
+    let outcomes: Vec<&str> = rows.iter().map(|r| r.entry.outcome.as_str()).collect();
+    assert_eq!(
+        outcomes,
+        [
+            "invalid_argument",
+            "invalid_argument",
+            "rate_limited",
+            "rate_limited"
+        ]
+    );
+    c.cancel().await.unwrap();
     s.http.shutdown().await;
 }

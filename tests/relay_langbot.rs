@@ -252,3 +252,147 @@ print(json.dumps(asyncio.run(bridge.answer(Api(), "state_list", args))))
         ])
     );
 }
+
+const PASSAGE: &str = "HANDBOOK: deployments freeze on the last Friday of each month";
+const FORECAST: &str = "HOST TOOL: sunny over Lisbon";
+
+/// The host's own tools and knowledge bases, as LangBot grants a run
+/// (`resources.tools`, `resources.knowledge_bases`), reach the real Claude
+/// Code CLI through the bridge's MCP tools: `retrieve_knowledge` and
+/// `call_tool` go through the plugin to the runtime's proxy actions
+/// (`retrieve_knowledge_base`, `call_tool`), and the model reads the
+/// host's answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_tools_and_knowledge_reach_claude_through_the_plugin() {
+    use common::anthropic::{CALLS_DONE, fake_model_calling};
+    let claude = common::cli("claude");
+    let (model_url, fake) = fake_model_calling(vec![
+        (
+            "mcp__langbot__retrieve_knowledge".into(),
+            json!({"kb_id": "kb-handbook", "query": "deployment freeze", "top_k": 3}),
+        ),
+        (
+            "mcp__langbot__call_tool".into(),
+            json!({"tool_name": "weather", "parameters": {"city": "Lisbon"}}),
+        ),
+        // Not granted to this run: refused by the bridge, never asked of the host.
+        (
+            "mcp__langbot__call_tool".into(),
+            json!({"tool_name": "shell", "parameters": {}}),
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspaces = dir.path().join("bridge");
+    let home = dir.path().join("home");
+    let config = json!({
+        "harness_path": claude,
+        "api_key": "test-key",
+        "base_url": model_url,
+        "extra_env": format!(
+            "HOME={home}\nCLAUDE_CONFIG_DIR={home}/.claude\nCLAUDE_CODE_MAX_RETRIES=0",
+            home = home.display()
+        ),
+        "timeout": 120,
+    });
+    let mut run = context(
+        "lb-kb",
+        "When is the deployment freeze, and the weather?",
+        &config,
+    );
+    run["resources"]["tools"] = json!([{
+        "tool_name": "weather",
+        "tool_type": "plugin",
+        "description": "Weather by city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "operations": ["detail", "call"],
+    }]);
+    run["resources"]["knowledge_bases"] = json!([{
+        "kb_id": "kb-handbook", "kb_name": "Handbook", "kb_type": "vector", "operations": ["list", "retrieve"],
+    }]);
+    let plugin_dir = unpacked_plugin(dir.path());
+    let scenario = json!({
+        "plugin_dir": plugin_dir,
+        "plugin_config": {"workspace_root": workspaces},
+        "tools": {"weather": {
+            "description": "Weather by city",
+            "parameters": {"type": "object"},
+            "result": {"forecast": FORECAST},
+        }},
+        "knowledge": {"kb-handbook": [{
+            "id": "chunk-1",
+            "content": [{"type": "text", "text": PASSAGE}],
+            "metadata": {"file": "handbook.md"},
+            "distance": 0.1,
+        }]},
+        "runs": [{"runner_name": "claude-code", "context": run}],
+    });
+    let file = dir.path().join("scenario.json");
+    std::fs::write(&file, scenario.to_string()).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/fake_runtime.py");
+    let output = tokio::process::Command::new(common::sdk_python())
+        .arg(&script)
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(240), output)
+        .await
+        .expect("the fake runtime finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let events = Events(
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect(),
+    );
+    let results = events.results("lb-kb");
+    let last = results.last().expect("results");
+    assert_eq!(last["type"], "run.completed", "{last}\n{stderr}");
+    assert!(
+        results.iter().any(|r| r.to_string().contains(CALLS_DONE)),
+        "{results:?}"
+    );
+
+    // The host was asked, through its proxy actions, with the run's id.
+    let asked: Vec<&Value> = events.of("host_action").collect();
+    let retrieve = asked
+        .iter()
+        .find(|e| e["action"] == "retrieve_knowledge_base")
+        .unwrap_or_else(|| panic!("no retrieval reached the host: {asked:?}"));
+    assert_eq!(retrieve["data"]["kb_id"], "kb-handbook");
+    assert_eq!(retrieve["data"]["query_text"], "deployment freeze");
+    assert_eq!(retrieve["data"]["top_k"], 3);
+    assert_eq!(retrieve["data"]["run_id"], "lb-kb");
+    let tool = asked
+        .iter()
+        .find(|e| e["action"] == "call_tool")
+        .unwrap_or_else(|| panic!("no tool call reached the host: {asked:?}"));
+    assert_eq!(tool["data"]["tool_name"], "weather");
+    assert_eq!(tool["data"]["parameters"], json!({"city": "Lisbon"}));
+    assert!(
+        !asked
+            .iter()
+            .any(|e| e["action"] == "call_tool" && e["data"]["tool_name"] == "shell"),
+        "a tool the run was not given reached the host"
+    );
+
+    // And the model read the host's answers, and the refusal.
+    let requests = fake.requests.lock().unwrap().clone();
+    let seen: String = requests.iter().map(Value::to_string).collect();
+    assert!(seen.contains(PASSAGE), "the model never saw the passage");
+    assert!(
+        seen.contains(FORECAST),
+        "the model never saw the tool's result"
+    );
+    assert!(
+        seen.contains("tool `shell` is not granted to this run"),
+        "the model never heard the refusal"
+    );
+}

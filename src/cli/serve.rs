@@ -84,6 +84,24 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         eprintln!("error: {e}");
         return exit::FAILURE;
     }
+    match runtime.block_on(store.index_knowledge(config.knowledge_bases.clone())) {
+        Ok(reports) => {
+            for (kb_id, report) in reports {
+                tracing::info!(
+                    kb_id,
+                    indexed = report.indexed,
+                    unchanged = report.unchanged,
+                    removed = report.removed,
+                    skipped = report.skipped,
+                    "knowledge base indexed"
+                );
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            return exit::FAILURE;
+        }
+    }
     if config.api_tokens.is_empty() && !config.no_auth {
         match api_token(&store_dir) {
             Ok((token, file)) => {

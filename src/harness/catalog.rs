@@ -12,7 +12,7 @@ use super::adapter::{AdapterSpec, Adapters};
 use crate::protocol::{
     AgentRunnerCapabilities, AgentRunnerDiscovery, AgentRunnerManifest, AgentRunnerPermissions,
     ArtifactOperation, DynamicFormItemSchema, EventOperation, HistoryOperation, I18nObject,
-    JsonMap, ListAgentRunnersResponse, StorageKind, ToolOperation,
+    JsonMap, KnowledgeOperation, ListAgentRunnersResponse, StorageKind, ToolOperation,
 };
 
 /// The plugin identity the bridge's runners are addressed under.
@@ -84,7 +84,8 @@ fn config_schema() -> Vec<DynamicFormItemSchema> {
 /// The permissions every bridge runner requests.
 pub fn requested_permissions() -> AgentRunnerPermissions {
     AgentRunnerPermissions {
-        tools: vec![ToolOperation::Call],
+        tools: vec![ToolOperation::Detail, ToolOperation::Call],
+        knowledge_bases: vec![KnowledgeOperation::List, KnowledgeOperation::Retrieve],
         history: vec![HistoryOperation::Page, HistoryOperation::Search],
         events: vec![EventOperation::Get, EventOperation::Page],
         artifacts: vec![ArtifactOperation::Metadata, ArtifactOperation::Read],
@@ -114,6 +115,7 @@ pub fn discovery() -> ListAgentRunnersResponse {
                 capabilities: AgentRunnerCapabilities {
                     streaming: true,
                     tool_calling: true,
+                    knowledge_retrieval: true,
                     interrupt: true,
                     ..AgentRunnerCapabilities::default()
                 },

@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::{EventQuery, HistoryQuery};
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
     HistorySearchResult, JsonMap, StateScope, StorageKind, TranscriptItem,
@@ -55,29 +56,6 @@ pub enum Direction {
     Backward,
     /// Oldest first: from the start of the conversation, then newer ones.
     Forward,
-}
-
-/// Arguments of `history_page` (§8).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryQuery {
-    /// Another conversation than the run's own; needs a cross-conversation grant.
-    pub conversation_id: Option<String>,
-    pub before_cursor: Option<String>,
-    pub after_cursor: Option<String>,
-    pub limit: u32,
-    pub direction: Direction,
-    pub include_artifacts: bool,
-}
-
-/// Arguments of `event_page` (§8, with the released SDK's filters).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EventQuery {
-    pub conversation_id: Option<String>,
-    pub event_types: Vec<String>,
-    pub before_cursor: Option<String>,
-    pub after_cursor: Option<String>,
-    pub limit: u32,
-    pub direction: Direction,
 }
 
 /// One state entry returned by `state_list`.
@@ -172,6 +150,14 @@ pub trait HostApi: Send + Sync + 'static {
         true
     }
 
+    /// The knowledge bases this host has of its own, when it has its own
+    /// (the embedded host's folders): a run is given those, never ones a
+    /// context names that the host does not have. `None`: the run's
+    /// `resources.knowledge_bases` are the host's (LangBot's) own grant.
+    fn knowledge_bases(&self) -> Option<Vec<crate::protocol::KnowledgeBaseResource>> {
+        None
+    }
+
     /// A page of a conversation's transcript (§8 `history_page`).
     async fn history_page(&self, scope: &RunScope, query: &HistoryQuery)
     -> HostResult<HistoryPage>;
@@ -257,6 +243,27 @@ pub trait HostApi: Send + Sync + 'static {
     ) -> HostResult<bool>;
     /// Every key in the run's storage area.
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>>;
+
+    /// A host tool's description and parameters schema (§8
+    /// `get_tool_detail`).
+    async fn tool_detail(&self, scope: &RunScope, tool_name: &str) -> HostResult<Value>;
+    /// Call a host tool; its result as the host gives it (§8 `call_tool`).
+    async fn call_tool(
+        &self,
+        scope: &RunScope,
+        tool_name: &str,
+        parameters: &JsonMap,
+    ) -> HostResult<Value>;
+    /// Passages of a knowledge base that match `query`, best first, as
+    /// LangBot's retrieval entries (`id`, `content`, `metadata`,
+    /// `distance`, `score`).
+    async fn retrieve_knowledge(
+        &self,
+        scope: &RunScope,
+        kb_id: &str,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<Vec<Value>>;
 
     // Host-side writes: the bridge records what happened in a turn.
     /// Record an event (idempotent by `event_id`).

@@ -7,7 +7,6 @@
 //! random, kept only as a hash, and dies the moment the run closes.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,11 +16,12 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{AuditEntry, EventQuery, HistoryQuery, HostApi, HostResult, RunScope, StateEntry};
+use super::calls::{HostCall, bad_arguments};
+use super::{AuditEntry, HostApi, HostResult, RunScope};
 use crate::protocol::{
-    AgentAPIError, AgentEventRecord, AgentRunContext, AgentRunnerPermissions, ArtifactMetadata,
-    ArtifactOperation, ArtifactReadResult, ErrorCode, EventOperation, EventPage, HistoryOperation,
-    HistoryPage, HistorySearchResult, StateScope, StorageKind,
+    AgentAPIError, AgentRunContext, AgentRunnerPermissions, ArtifactOperation, ErrorCode,
+    EventOperation, HistoryOperation, KnowledgeBaseResource, KnowledgeOperation, StateScope,
+    StorageKind, ToolOperation, ToolResource,
 };
 use crate::throttle::RefusalThrottle;
 
@@ -47,11 +47,19 @@ pub enum Api {
     PluginStorage,
     /// The workspace's storage area.
     WorkspaceStorage,
+    /// `get_tool_detail`: a granted host tool's description and parameters.
+    ToolDetail,
+    /// `list_tools`, `call_tool`: call a granted host tool.
+    ToolCall,
+    /// `list_knowledge_bases`: the granted knowledge bases.
+    KnowledgeList,
+    /// `retrieve_knowledge`: search a granted knowledge base.
+    KnowledgeRetrieve,
 }
 
 impl Api {
     /// Every API, in a stable order.
-    pub const ALL: [Api; 9] = [
+    pub const ALL: [Api; 13] = [
         Api::HistoryPage,
         Api::HistorySearch,
         Api::EventGet,
@@ -61,6 +69,10 @@ impl Api {
         Api::State,
         Api::PluginStorage,
         Api::WorkspaceStorage,
+        Api::ToolDetail,
+        Api::ToolCall,
+        Api::KnowledgeList,
+        Api::KnowledgeRetrieve,
     ];
 
     /// The API named `name` (as [`Api::as_str`] spells it).
@@ -80,6 +92,10 @@ impl Api {
             Api::State => "state",
             Api::PluginStorage => "plugin_storage",
             Api::WorkspaceStorage => "workspace_storage",
+            Api::ToolDetail => "tool_detail",
+            Api::ToolCall => "tool_call",
+            Api::KnowledgeList => "knowledge_list",
+            Api::KnowledgeRetrieve => "knowledge_retrieve",
         }
     }
 }
@@ -87,6 +103,15 @@ impl Api {
 /// The APIs a run may use: `permissions` (already manifest ∩ binding) ∩ the
 /// flags the host opened in `ctx.context.available_apis` and `resources`.
 pub fn allowed_apis(ctx: &AgentRunContext, permissions: &AgentRunnerPermissions) -> BTreeSet<Api> {
+    granted_apis(ctx, permissions, &ctx.resources.knowledge_bases)
+}
+
+/// [`allowed_apis`] with the run's knowledge bases as the host decides them.
+fn granted_apis(
+    ctx: &AgentRunContext,
+    permissions: &AgentRunnerPermissions,
+    knowledge_bases: &[KnowledgeBaseResource],
+) -> BTreeSet<Api> {
     let open = &ctx.context.available_apis;
     let storage = &ctx.resources.storage;
     let mut apis = BTreeSet::new();
@@ -133,7 +158,40 @@ pub fn allowed_apis(ctx: &AgentRunContext, permissions: &AgentRunnerPermissions)
             && storage.workspace_storage
             && permissions.storage.contains(&StorageKind::Workspace),
     );
+    // Tools and knowledge bases: the permission, and at least one resource
+    // of the run that allows the operation.
+    let resources = &ctx.resources;
+    let tool_allows = |op: &str| resources.tools.iter().any(|t| allows(&t.operations, op));
+    let kb_allows = |op: &str| knowledge_bases.iter().any(|kb| allows(&kb.operations, op));
+    allow(
+        Api::ToolDetail,
+        permissions.tools.contains(&ToolOperation::Detail) && tool_allows("detail"),
+    );
+    allow(
+        Api::ToolCall,
+        permissions.tools.contains(&ToolOperation::Call) && tool_allows("call"),
+    );
+    allow(
+        Api::KnowledgeList,
+        permissions
+            .knowledge_bases
+            .contains(&KnowledgeOperation::List)
+            && kb_allows("list"),
+    );
+    allow(
+        Api::KnowledgeRetrieve,
+        permissions
+            .knowledge_bases
+            .contains(&KnowledgeOperation::Retrieve)
+            && kb_allows("retrieve"),
+    );
     apis
+}
+
+/// Whether a resource's `operations` allow `op`: an empty list allows
+/// every operation of its kind, as the released SDK reads it.
+pub fn allows(operations: &[String], op: &str) -> bool {
+    operations.is_empty() || operations.iter().any(|o| o == op)
 }
 
 /// Hard limits on what one run may ask of the host.
@@ -155,6 +213,8 @@ pub struct GrantCaps {
     pub max_query_bytes: usize,
     /// Most event types one event page may filter on.
     pub max_event_types: usize,
+    /// Largest arguments of one host tool call, as JSON bytes.
+    pub max_tool_parameters_bytes: usize,
     /// Calls allowed over the run's whole life.
     pub max_calls_per_run: u32,
     /// Sustained calls per second.
@@ -176,6 +236,7 @@ impl Default for GrantCaps {
             max_key_bytes: 512,
             max_query_bytes: 1024,
             max_event_types: 64,
+            max_tool_parameters_bytes: 256 * 1024,
             max_calls_per_run: 5_000,
             rate_per_second: 50.0,
             burst: 100,
@@ -231,6 +292,10 @@ pub struct RunGrant {
     pub cross_conversation: bool,
     /// Artifacts this run may read whatever their conversation: its inputs.
     pub input_artifacts: HashSet<String>,
+    /// The host tools the run was given (`resources.tools`).
+    pub tools: Vec<ToolResource>,
+    /// The knowledge bases the run was given (`resources.knowledge_bases`).
+    pub knowledge_bases: Vec<KnowledgeBaseResource>,
     /// Epoch milliseconds after which every call fails `deadline_exceeded`.
     pub deadline_ms: i64,
     closed: AtomicBool,
@@ -330,9 +395,64 @@ impl RunGrant {
         Ok(())
     }
 
+    /// `limit` within 1..=`max`.
+    pub(super) fn check_limit(&self, limit: u32, max: u32, what: &str) -> HostResult<()> {
+        if limit == 0 || limit > max {
+            return Err(AgentAPIError::invalid_argument(format!(
+                "{what} must be between 1 and {max}, got {limit}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A state or storage key within the caps.
+    pub(super) fn check_key(&self, key: &str) -> HostResult<()> {
+        if key.is_empty() {
+            return Err(AgentAPIError::invalid_argument("key must not be empty"));
+        }
+        if key.len() > self.caps.max_key_bytes {
+            return Err(AgentAPIError::too_large(format!(
+                "key is {} bytes; the limit is {}",
+                key.len(),
+                self.caps.max_key_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the run has the id `state` is kept under.
+    pub(super) fn state_scope_id(&self, state: StateScope) -> HostResult<()> {
+        let scope = &self.scope;
+        let present = match state {
+            StateScope::Conversation => scope.conversation_id.is_some(),
+            StateScope::Actor => scope.actor_id.is_some(),
+            StateScope::Subject => scope.subject_id.is_some(),
+            StateScope::Runner => true,
+        };
+        if present {
+            Ok(())
+        } else {
+            Err(AgentAPIError::invalid_argument(format!(
+                "this run has no {} id, so it has no {} state",
+                state.as_str(),
+                state.as_str()
+            )))
+        }
+    }
+
+    /// The conversation a call touches, as an audit resource.
+    pub(super) fn conversation_resource(&self, requested: Option<&str>) -> String {
+        format!(
+            "conversation:{}",
+            requested
+                .or(self.scope.conversation_id.as_deref())
+                .unwrap_or("")
+        )
+    }
+
     /// The conversation a call targets, refusing other conversations
     /// unless the grant allows them.
-    fn target_conversation(&self, requested: Option<&str>) -> HostResult<()> {
+    pub(super) fn target_conversation(&self, requested: Option<&str>) -> HostResult<()> {
         match (requested, self.scope.conversation_id.as_deref()) {
             (Some(other), own) if Some(other) != own && !self.cross_conversation => {
                 Err(AgentAPIError::unauthorized(format!(
@@ -346,14 +466,14 @@ impl RunGrant {
         }
     }
 
-    fn remember_visible(&self, artifact_id: &str) {
+    pub(super) fn remember_visible(&self, artifact_id: &str) {
         self.visible
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(artifact_id.to_string());
     }
 
-    fn was_visible(&self, artifact_id: &str) -> bool {
+    pub(super) fn was_visible(&self, artifact_id: &str) -> bool {
         self.visible
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -361,14 +481,14 @@ impl RunGrant {
     }
 
     /// Whether a record of `conversation` (any thread) is visible to this run.
-    fn sees_conversation(&self, conversation: Option<&str>) -> bool {
+    pub(super) fn sees_conversation(&self, conversation: Option<&str>) -> bool {
         let own = self.scope.conversation_id.as_deref();
         self.cross_conversation || (own.is_some() && conversation == own)
     }
 
     /// Whether a record of `conversation`/`thread` is visible: a run in a
     /// thread sees that thread's records, as its history does.
-    fn sees(&self, conversation: Option<&str>, thread: Option<&str>) -> bool {
+    pub(super) fn sees(&self, conversation: Option<&str>, thread: Option<&str>) -> bool {
         self.sees_conversation(conversation)
             && (self.cross_conversation
                 || self.scope.thread_id.is_none()
@@ -465,9 +585,21 @@ impl Grants {
             bot_id: conversation.bot_id,
             workspace_id: conversation.workspace_id,
         };
+        // A host with knowledge bases of its own gives the run those (the
+        // ones the context names, when it names any); otherwise the
+        // context's are the host's grant.
+        let knowledge_bases = match self.host.knowledge_bases() {
+            None => ctx.resources.knowledge_bases.clone(),
+            Some(own) => {
+                let named = &ctx.resources.knowledge_bases;
+                own.into_iter()
+                    .filter(|kb| named.is_empty() || named.iter().any(|n| n.kb_id == kb.kb_id))
+                    .collect()
+            }
+        };
         let grant = Arc::new(RunGrant {
             scope,
-            apis: allowed_apis(ctx, permissions)
+            apis: granted_apis(ctx, permissions, &knowledge_bases)
                 .into_iter()
                 .filter(|api| self.host.answers(*api))
                 .collect(),
@@ -479,6 +611,8 @@ impl Grants {
                 .iter()
                 .filter_map(|a| a.artifact_id.clone())
                 .collect(),
+            tools: ctx.resources.tools.clone(),
+            knowledge_bases,
             deadline_ms,
             closed: AtomicBool::new(false),
             calls: AtomicU32::new(0),
@@ -643,31 +777,6 @@ impl GrantedHost {
         self.grant.apis.contains(&api)
     }
 
-    async fn call<T, F>(&self, api: Api, action: &str, resource: String, body: F) -> HostResult<T>
-    where
-        F: Future<Output = HostResult<T>>,
-    {
-        let outcome = match self.grant.admit(api) {
-            Err(e) => Err(e),
-            Ok(()) => match tokio::time::timeout(self.grant.remaining(), body).await {
-                Ok(result) => result,
-                Err(_) => Err(AgentAPIError::new(
-                    ErrorCode::DeadlineExceeded,
-                    format!("`{action}` did not finish before the run's deadline"),
-                )),
-            },
-        };
-        audit(
-            &self.host,
-            Some(&self.grant),
-            action,
-            &resource,
-            outcome.as_ref().err(),
-        )
-        .await;
-        outcome
-    }
-
     /// Audit a refusal decided in front of the grant (an unknown tool, a
     /// tool not granted, arguments that do not parse, a request the MCP
     /// transport turned down): one row, as for any call, so every refusal
@@ -683,332 +792,69 @@ impl GrantedHost {
         .await;
     }
 
-    fn check_limit(&self, limit: u32, max: u32, what: &str) -> HostResult<()> {
-        if limit == 0 || limit > max {
-            return Err(AgentAPIError::invalid_argument(format!(
-                "{what} must be between 1 and {max}, got {limit}"
-            )));
-        }
-        Ok(())
-    }
-
-    fn check_key(&self, key: &str) -> HostResult<()> {
-        if key.is_empty() {
-            return Err(AgentAPIError::invalid_argument("key must not be empty"));
-        }
-        if key.len() > self.grant.caps.max_key_bytes {
-            return Err(AgentAPIError::too_large(format!(
-                "key is {} bytes; the limit is {}",
-                key.len(),
-                self.grant.caps.max_key_bytes
-            )));
-        }
-        Ok(())
-    }
-
-    fn state_scope_id(&self, state: StateScope) -> HostResult<()> {
-        let scope = &self.grant.scope;
-        let present = match state {
-            StateScope::Conversation => scope.conversation_id.is_some(),
-            StateScope::Actor => scope.actor_id.is_some(),
-            StateScope::Subject => scope.subject_id.is_some(),
-            StateScope::Runner => true,
+    /// One host API call for this run: admitted by the grant (closed,
+    /// deadline, granted, budget), its arguments checked against the caps,
+    /// asked of the host within the deadline, and audited as one row.
+    pub async fn call<C: HostCall>(&self, call: &C) -> HostResult<C::Output> {
+        let outcome = match self.grant.admit(C::API) {
+            Err(e) => Err(e),
+            Ok(()) => self.checked(call).await,
         };
-        if present {
-            Ok(())
-        } else {
-            Err(AgentAPIError::invalid_argument(format!(
-                "this run has no {} id, so it has no {} state",
-                state.as_str(),
-                state.as_str()
-            )))
+        audit(
+            &self.host,
+            Some(&self.grant),
+            C::ACTION,
+            &call.resource(&self.grant),
+            outcome.as_ref().err(),
+        )
+        .await;
+        outcome
+    }
+
+    /// [`GrantedHost::call`] from arguments as a caller sent them, answered
+    /// as a model reads it. The grant admits the call first, so an API not
+    /// granted is refused as such whatever its arguments; arguments that are
+    /// not the call's are refused next; either refusal is this call's one
+    /// audit row.
+    pub async fn answer<C: HostCall>(&self, args: Value) -> HostResult<Value> {
+        match serde_json::from_value::<C>(args) {
+            Ok(call) => {
+                let output = self.call(&call).await?;
+                call.reply(output)
+            }
+            Err(e) => {
+                let err = match self.grant.admit(C::API) {
+                    Err(refusal) => refusal,
+                    Ok(()) => bad_arguments(e),
+                };
+                let resource = format!("tool:{}", C::TOOL);
+                audit(
+                    &self.host,
+                    Some(&self.grant),
+                    C::ACTION,
+                    &resource,
+                    Some(&err),
+                )
+                .await;
+                Err(err)
+            }
         }
     }
 
-    fn conversation_resource(&self, requested: Option<&str>) -> String {
-        format!(
-            "conversation:{}",
-            requested
-                .or(self.grant.scope.conversation_id.as_deref())
-                .unwrap_or("")
-        )
-    }
-
-    /// [`HostApi::history_page`] for this run's conversation (or a granted other).
-    pub async fn history_page(&self, query: &HistoryQuery) -> HostResult<HistoryPage> {
-        let resource = self.conversation_resource(query.conversation_id.as_deref());
-        self.call(Api::HistoryPage, "history_page", resource, async {
-            self.check_limit(query.limit, self.grant.caps.max_page_limit, "limit")?;
-            self.grant
-                .target_conversation(query.conversation_id.as_deref())?;
-            self.host.history_page(&self.grant.scope, query).await
-        })
-        .await
-    }
-
-    /// [`HostApi::history_search`] within this run's scope.
-    pub async fn history_search(
-        &self,
-        conversation_id: Option<&str>,
-        query: &str,
-        top_k: u32,
-    ) -> HostResult<HistorySearchResult> {
-        let resource = self.conversation_resource(conversation_id);
-        self.call(Api::HistorySearch, "history_search", resource, async {
-            self.check_limit(top_k, self.grant.caps.max_search_results, "top_k")?;
-            self.grant.target_conversation(conversation_id)?;
-            if query.trim().is_empty() {
-                return Err(AgentAPIError::invalid_argument("query must not be empty"));
-            }
-            let max = self.grant.caps.max_query_bytes;
-            if query.len() > max {
-                return Err(AgentAPIError::invalid_argument(format!(
-                    "query is {} bytes; search with at most {max}",
-                    query.len()
-                )));
-            }
-            self.host
-                .history_search(&self.grant.scope, conversation_id, query, top_k)
-                .await
-        })
-        .await
-    }
-
-    /// [`HostApi::event_get`]; events outside the scope read as `not_found`.
-    pub async fn event_get(&self, event_id: &str) -> HostResult<AgentEventRecord> {
-        self.call(
-            Api::EventGet,
-            "event_get",
-            format!("event:{event_id}"),
-            async {
-                let record = self.host.event_get(&self.grant.scope, event_id).await?;
-                // Another conversation's event reads as missing: no existence oracle.
-                if !self.grant.sees(
-                    record.conversation_id.as_deref(),
-                    record.thread_id.as_deref(),
-                ) {
-                    return Err(AgentAPIError::not_found(format!(
-                        "no event `{event_id}` in this run's scope"
-                    )));
-                }
-                Ok(record)
-            },
+    async fn checked<C: HostCall>(&self, call: &C) -> HostResult<C::Output> {
+        call.check(&self.grant)?;
+        match tokio::time::timeout(
+            self.grant.remaining(),
+            call.ask(self.host.as_ref(), &self.grant),
         )
         .await
-    }
-
-    /// [`HostApi::event_page`] for this run's conversation (or a granted other).
-    pub async fn event_page(&self, query: &EventQuery) -> HostResult<EventPage> {
-        let resource = self.conversation_resource(query.conversation_id.as_deref());
-        self.call(Api::EventPage, "event_page", resource, async {
-            self.check_limit(query.limit, self.grant.caps.max_page_limit, "limit")?;
-            let max = self.grant.caps.max_event_types;
-            if query.event_types.len() > max {
-                return Err(AgentAPIError::invalid_argument(format!(
-                    "{} event types; filter on at most {max}",
-                    query.event_types.len()
-                )));
-            }
-            self.grant
-                .target_conversation(query.conversation_id.as_deref())?;
-            self.host.event_page(&self.grant.scope, query).await
-        })
-        .await
-    }
-
-    async fn visible_artifact(&self, artifact_id: &str) -> HostResult<ArtifactMetadata> {
-        let meta = self
-            .host
-            .artifact_metadata(&self.grant.scope, artifact_id)
-            .await?;
-        let own_run = meta.run_id.as_deref() == Some(self.grant.run_id());
-        if own_run
-            || self.grant.input_artifacts.contains(artifact_id)
-            || self
-                .grant
-                .sees_conversation(meta.conversation_id.as_deref())
         {
-            self.grant.remember_visible(artifact_id);
-            Ok(meta)
-        } else {
-            Err(AgentAPIError::not_found(format!(
-                "no artifact `{artifact_id}` in this run's scope"
-            )))
+            Ok(result) => result,
+            Err(_) => Err(AgentAPIError::new(
+                ErrorCode::DeadlineExceeded,
+                format!("`{}` did not finish before the run's deadline", C::ACTION),
+            )),
         }
-    }
-
-    /// [`HostApi::artifact_metadata`]; artifacts outside the scope read as `not_found`.
-    pub async fn artifact_metadata(&self, artifact_id: &str) -> HostResult<ArtifactMetadata> {
-        self.call(
-            Api::ArtifactMetadata,
-            "artifact_metadata",
-            format!("artifact:{artifact_id}"),
-            async { self.visible_artifact(artifact_id).await },
-        )
-        .await
-    }
-
-    /// [`HostApi::artifact_read`], at most `max_read_length` bytes per call.
-    pub async fn artifact_read(
-        &self,
-        artifact_id: &str,
-        offset: u64,
-        length: u64,
-    ) -> HostResult<ArtifactReadResult> {
-        self.call(
-            Api::ArtifactRead,
-            "artifact_read",
-            format!("artifact:{artifact_id}"),
-            async {
-                let max = self.grant.caps.max_read_length;
-                if length > max {
-                    return Err(AgentAPIError::too_large(format!(
-                        "read of {length} bytes exceeds the limit of {max}; read in ranges"
-                    )));
-                }
-                if length == 0 {
-                    return Err(AgentAPIError::invalid_argument("length must be at least 1"));
-                }
-                // Visibility does not change within a run: check it once per
-                // artifact, not once per range read.
-                if !self.grant.was_visible(artifact_id) {
-                    self.visible_artifact(artifact_id).await?;
-                }
-                self.host
-                    .artifact_read(&self.grant.scope, artifact_id, offset, length)
-                    .await
-            },
-        )
-        .await
-    }
-
-    /// [`HostApi::state_get`] in this run's own scope.
-    pub async fn state_get(&self, state: StateScope, key: &str) -> HostResult<Option<Value>> {
-        self.call(
-            Api::State,
-            "state_get",
-            format!("state:{}/{key}", state.as_str()),
-            async {
-                self.check_key(key)?;
-                self.state_scope_id(state)?;
-                self.host.state_get(&self.grant.scope, state, key).await
-            },
-        )
-        .await
-    }
-
-    /// [`HostApi::state_set`], at most `max_state_value_bytes` of JSON.
-    pub async fn state_set(&self, state: StateScope, key: &str, value: &Value) -> HostResult<()> {
-        self.call(Api::State, "state_set", format!("state:{}/{key}", state.as_str()), async {
-            self.check_key(key)?;
-            self.state_scope_id(state)?;
-            let size = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
-            let max = self.grant.caps.max_state_value_bytes;
-            if size > max {
-                return Err(AgentAPIError::too_large(format!(
-                    "state value is {size} bytes of JSON; the limit is {max} (use storage for large data)"
-                )));
-            }
-            self.host.state_set(&self.grant.scope, state, key, value).await
-        })
-        .await
-    }
-
-    /// [`HostApi::state_delete`]; returns whether the key existed.
-    pub async fn state_delete(&self, state: StateScope, key: &str) -> HostResult<bool> {
-        self.call(
-            Api::State,
-            "state_delete",
-            format!("state:{}/{key}", state.as_str()),
-            async {
-                self.check_key(key)?;
-                self.state_scope_id(state)?;
-                self.host.state_delete(&self.grant.scope, state, key).await
-            },
-        )
-        .await
-    }
-
-    /// [`HostApi::state_list`], at most 1000 entries.
-    pub async fn state_list(
-        &self,
-        state: StateScope,
-        prefix: Option<&str>,
-        limit: u32,
-    ) -> HostResult<Vec<StateEntry>> {
-        self.call(
-            Api::State,
-            "state_list",
-            format!("state:{}/{}*", state.as_str(), prefix.unwrap_or("")),
-            async {
-                self.check_limit(limit, 1000, "limit")?;
-                self.state_scope_id(state)?;
-                self.host
-                    .state_list(&self.grant.scope, state, prefix, limit)
-                    .await
-            },
-        )
-        .await
-    }
-
-    fn storage_api(area: StorageKind) -> (Api, &'static str) {
-        match area {
-            StorageKind::Plugin => (Api::PluginStorage, "plugin"),
-            StorageKind::Workspace => (Api::WorkspaceStorage, "workspace"),
-        }
-    }
-
-    /// [`HostApi::storage_get`] in the run's plugin or workspace area.
-    pub async fn storage_get(&self, area: StorageKind, key: &str) -> HostResult<Option<Vec<u8>>> {
-        let (api, name) = Self::storage_api(area);
-        self.call(api, "storage_get", format!("storage:{name}/{key}"), async {
-            self.check_key(key)?;
-            self.host.storage_get(&self.grant.scope, area, key).await
-        })
-        .await
-    }
-
-    /// [`HostApi::storage_set`], at most `max_storage_value_bytes`.
-    pub async fn storage_set(&self, area: StorageKind, key: &str, value: &[u8]) -> HostResult<()> {
-        let (api, name) = Self::storage_api(area);
-        self.call(api, "storage_set", format!("storage:{name}/{key}"), async {
-            self.check_key(key)?;
-            let max = self.grant.caps.max_storage_value_bytes;
-            if value.len() > max {
-                return Err(AgentAPIError::too_large(format!(
-                    "storage value is {} bytes; the limit is {max}",
-                    value.len()
-                )));
-            }
-            self.host
-                .storage_set(&self.grant.scope, area, key, value)
-                .await
-        })
-        .await
-    }
-
-    /// [`HostApi::storage_delete`]; returns whether the key existed.
-    pub async fn storage_delete(&self, area: StorageKind, key: &str) -> HostResult<bool> {
-        let (api, name) = Self::storage_api(area);
-        self.call(
-            api,
-            "storage_delete",
-            format!("storage:{name}/{key}"),
-            async {
-                self.check_key(key)?;
-                self.host.storage_delete(&self.grant.scope, area, key).await
-            },
-        )
-        .await
-    }
-
-    /// [`HostApi::storage_keys`] of the run's plugin or workspace area.
-    pub async fn storage_keys(&self, area: StorageKind) -> HostResult<Vec<String>> {
-        let (api, name) = Self::storage_api(area);
-        self.call(api, "storage_keys", format!("storage:{name}/*"), async {
-            self.host.storage_keys(&self.grant.scope, area).await
-        })
-        .await
     }
 }
 

@@ -10,10 +10,12 @@
 // `protocol`); only non-obvious ones are documented.
 #[allow(missing_docs)]
 mod api;
+pub mod calls;
 mod cursor;
 mod grant;
 pub mod sqlite;
 
 pub use api::*;
+pub use calls::{EventQuery, HistoryQuery, HostCall};
 pub use cursor::{Cursor, CursorCodec, CursorKind};
 pub use grant::*;

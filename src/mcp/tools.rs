@@ -3,7 +3,9 @@
 //! tool error whose text starts with its §9 code, so a model can act on it.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use base64::Engine as _;
 use rmcp::handler::server::common::schema_for_type;
@@ -17,16 +19,19 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-
 use tracing::Instrument;
 
-use crate::host::{Api, Direction, EventQuery, GrantedHost, HistoryQuery, StateEntry};
+use crate::host::calls::text::text_head;
+use crate::host::calls::{ArtifactReadCall, VisitCalls, bad_arguments, each_call};
+use crate::host::{Api, GrantedHost, HostCall};
 use crate::interaction::Interactions;
 use crate::projection::{HeadRead, read_beneath};
-use crate::protocol::{AgentAPIError, StateScope, StorageKind};
+use crate::protocol::AgentAPIError;
 
 /// The server name harnesses see: tools are `mcp__langbot__<tool>`.
 pub const SERVER_NAME: &str = "langbot";
+/// The tool a harness's permission prompts go to (`approvals: chat`).
+pub const APPROVE_TOOL: &str = "approve";
 
 /// What the bridge knows about a run besides its grant: the current event
 /// (for `get_current_event`) and its input files (for `read_files`).
@@ -52,158 +57,15 @@ pub struct InputRef {
     pub copy: Option<std::path::PathBuf>,
 }
 
-fn fifty() -> u32 {
-    50
-}
-fn ten() -> u32 {
-    10
-}
-fn hundred() -> u32 {
-    100
-}
-fn chunk() -> u64 {
-    64 * 1024
-}
-
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NoArgs {}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct HistoryPageArgs {
-    /// Another conversation's id; leave out for this conversation.
-    conversation_id: Option<String>,
-    /// Items older than this cursor (from an item's or page's cursor).
-    before_cursor: Option<String>,
-    /// Items newer than this cursor.
-    after_cursor: Option<String>,
-    /// How many items, 1-100.
-    #[serde(default = "fifty")]
-    limit: u32,
-    /// `backward` (newest first, the default) or `forward` (oldest first).
-    #[serde(default)]
-    direction: Direction,
-    /// Include artifact references of each item.
-    #[serde(default)]
-    include_artifacts: bool,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct HistorySearchArgs {
-    /// Words to find; items with every word come first, newest first.
-    query: String,
-    /// Another conversation's id; leave out for this conversation.
-    conversation_id: Option<String>,
-    /// How many items, 1-50.
-    #[serde(default = "ten")]
-    top_k: u32,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct EventGetArgs {
-    /// The event's id.
-    event_id: String,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct EventPageArgs {
-    /// Another conversation's id; leave out for this conversation.
-    conversation_id: Option<String>,
-    /// Only these event types (e.g. `message.received`).
-    #[serde(default)]
-    event_types: Vec<String>,
-    /// Events older than this cursor.
-    before_cursor: Option<String>,
-    /// Events newer than this cursor.
-    after_cursor: Option<String>,
-    /// How many events, 1-100.
-    #[serde(default = "fifty")]
-    limit: u32,
-    /// `backward` (newest first, the default) or `forward`.
-    #[serde(default)]
-    direction: Direction,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ArtifactIdArgs {
-    /// The artifact's id.
-    artifact_id: String,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ArtifactReadArgs {
-    /// The artifact's id.
-    artifact_id: String,
-    /// Byte offset to start at.
-    #[serde(default)]
-    offset: u64,
-    /// How many bytes (default 64 KiB); read on with `offset` while `has_more`.
-    #[serde(default = "chunk")]
-    length: u64,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct ReadFilesArgs {
     /// File ids from `# Input Files` (e.g. `f_3a9c0e12b4d7`), at most 16.
     ids: Vec<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct StateKeyArgs {
-    /// Whose state: `conversation`, `actor`, `subject` or `runner`.
-    scope: StateScope,
-    /// The key, e.g. `memory.summary`.
-    key: String,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct StateSetArgs {
-    /// Whose state: `conversation`, `actor`, `subject` or `runner`.
-    scope: StateScope,
-    /// The key, e.g. `memory.summary`.
-    key: String,
-    /// Any JSON value (at most 256 KiB as JSON).
-    value: Value,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct StateListArgs {
-    /// Whose state: `conversation`, `actor`, `subject` or `runner`.
-    scope: StateScope,
-    /// Only keys starting with this.
-    prefix: Option<String>,
-    /// How many entries, 1-1000.
-    #[serde(default = "hundred")]
-    limit: u32,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct StorageKeyArgs {
-    /// The key.
-    key: String,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct StorageSetArgs {
-    /// The key.
-    key: String,
-    /// The value: text, or base64 when `base64` is true.
-    value: String,
-    /// Whether `value` is base64-encoded bytes.
-    #[serde(default)]
-    base64: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -230,186 +92,144 @@ struct ApproveArgs {
     tool_use_id: Option<String>,
 }
 
-/// One call's arguments, typed: what the dispatch acts on. Storage tools
-/// carry the area their name chose.
-enum Call {
-    CurrentEvent,
-    AskUser(AskUserArgs),
-    Approve(ApproveArgs),
-    ReadFiles(ReadFilesArgs),
-    HistoryPage(HistoryPageArgs),
-    HistorySearch(HistorySearchArgs),
-    EventGet(EventGetArgs),
-    EventPage(EventPageArgs),
-    ArtifactMetadata(ArtifactIdArgs),
-    ArtifactRead(ArtifactReadArgs),
-    StateGet(StateKeyArgs),
-    StateSet(StateSetArgs),
-    StateDelete(StateKeyArgs),
-    StateList(StateListArgs),
-    StorageGet(StorageKind, StorageKeyArgs),
-    StorageSet(StorageKind, StorageSetArgs),
-    StorageDelete(StorageKind, StorageKeyArgs),
-    StorageKeys(StorageKind),
+fn unix_now() -> i64 {
+    crate::host::now_ms() / 1000
 }
 
-/// One tool: its name, what gates it, how a model should use it, and its
-/// arguments (one type gives both the schema and the parse).
+type Answer<'a> = Pin<Box<dyn Future<Output = Result<Value, AgentAPIError>> + Send + 'a>>;
+
+/// One tool: its name, what gates it, how a model should use it, its
+/// arguments' schema and check, and how a call is answered. Host tools are
+/// made from their API's declaration ([`HostCall`]); the two tools that
+/// read only the run's own facts are declared here.
 struct ToolSpec {
     name: &'static str,
     /// `None`: every run has it (it reads only this run's own event/inputs).
     api: Option<Api>,
     description: &'static str,
     schema: fn() -> Arc<rmcp::model::JsonObject>,
-    args: fn(Value) -> Result<Call, AgentAPIError>,
+    check: fn(Value) -> Result<(), AgentAPIError>,
+    answer: for<'a> fn(&'a RunAccess, Value) -> Answer<'a>,
 }
 
-macro_rules! tool {
-    ($name:literal, $api:expr, $args:ty => $call:expr, $description:literal) => {
+fn parse<T: DeserializeOwned>(args: Value) -> Result<T, AgentAPIError> {
+    serde_json::from_value(args).map_err(bad_arguments)
+}
+
+fn host_answer<C: HostCall>(access: &RunAccess, args: Value) -> Answer<'_> {
+    Box::pin(access.host.answer::<C>(args))
+}
+
+/// A host call's argument schema as a tool shows it: the fields' own
+/// descriptions, without the type's doc comment (written for this code's
+/// readers, not for a model).
+fn host_schema<C: HostCall>() -> Arc<rmcp::model::JsonObject> {
+    let mut schema = (*schema_for_type::<C>()).clone();
+    schema.remove("description");
+    Arc::new(schema)
+}
+
+/// The tools made from every host API's declaration.
+struct HostTools(Vec<ToolSpec>);
+
+impl VisitCalls for HostTools {
+    fn visit<C: HostCall>(&mut self) {
+        self.0.push(ToolSpec {
+            name: C::TOOL,
+            api: Some(C::API),
+            description: C::DESCRIPTION,
+            schema: host_schema::<C>,
+            check: |args| parse::<C>(args).map(drop),
+            answer: host_answer::<C>,
+        });
+    }
+}
+
+/// The tool table: the run's own facts, then every host API.
+static TOOLS: LazyLock<Vec<ToolSpec>> = LazyLock::new(|| {
+    let mut tools = HostTools(vec![
         ToolSpec {
-            name: $name,
-            api: $api,
-            description: $description,
-            schema: schema_for_type::<$args>,
-            args: |args| parse::<$args>(args).map($call),
-        }
-    };
-}
+            name: "get_current_event",
+            api: None,
+            description: "The event this turn answers: its type, sender, subject and input, as the host delivered it. Call first when unsure what the user asked.",
+            schema: schema_for_type::<NoArgs>,
+            check: |args| parse::<NoArgs>(args).map(drop),
+            answer: |access, args| {
+                Box::pin(async move {
+                    local_args::<NoArgs>(access, "get_current_event", args).await?;
+                    Ok(access.facts.current_event.clone())
+                })
+            },
+        },
+        ToolSpec {
+            name: "ask_user",
+            api: None,
+            description: "Ask the person in the chat a question you cannot answer yourself (a choice, a missing detail). The question goes to them and this turn ends: call it last, then stop. Their answer comes as the next message, in this same session.",
+            schema: schema_for_type::<AskUserArgs>,
+            check: |args| parse::<AskUserArgs>(args).map(drop),
+            answer: |access, args| {
+                Box::pin(async move {
+                    let args = local_args::<AskUserArgs>(access, "ask_user", args).await?;
+                    let run_id = access.host.grant().run_id();
+                    match access
+                        .interactions
+                        .ask(run_id, &args.question, &args.choices, unix_now())
+                    {
+                        Ok(next) => Ok(json!({"asked": true, "next": next})),
+                        Err(why) => {
+                            let err = AgentAPIError::invalid_argument(why);
+                            Err(access.refuse("ask_user", "tool:ask_user", err).await)
+                        }
+                    }
+                })
+            },
+        },
+        ToolSpec {
+            name: APPROVE_TOOL,
+            api: None,
+            description: "The harness's permission prompt (not for the model): asks the person in the chat to approve one action, or allows the one they approved.",
+            schema: schema_for_type::<ApproveArgs>,
+            check: |args| parse::<ApproveArgs>(args).map(drop),
+            answer: |access, args| {
+                Box::pin(async move {
+                    let args = local_args::<ApproveArgs>(access, APPROVE_TOOL, args).await?;
+                    let run_id = access.host.grant().run_id();
+                    Ok(access
+                        .interactions
+                        .decide(run_id, &args.tool_name, &args.input, unix_now())
+                        .to_json())
+                })
+            },
+        },
+        ToolSpec {
+            name: "read_files",
+            api: None,
+            description: "Text of this conversation's input files by id (ids from `# Input Files`), up to 1 MiB of each and 4 MiB per call; a longer file says `truncated`. Binary files come back base64-encoded.",
+            schema: schema_for_type::<ReadFilesArgs>,
+            check: |args| parse::<ReadFilesArgs>(args).map(drop),
+            answer: |access, args| {
+                Box::pin(async move {
+                    let args = local_args::<ReadFilesArgs>(access, "read_files", args).await?;
+                    read_files(access, &args.ids).await
+                })
+            },
+        },
+    ]);
+    each_call(&mut tools);
+    tools.0
+});
 
-const TOOLS: &[ToolSpec] = &[
-    tool!(
-        "get_current_event",
-        None,
-        NoArgs => |_| Call::CurrentEvent,
-        "The event this turn answers: its type, sender, subject and input, as the host delivered it. Call first when unsure what the user asked."
-    ),
-    tool!(
-        "ask_user",
-        None,
-        AskUserArgs => Call::AskUser,
-        "Ask the person in the chat a question you cannot answer yourself (a choice, a missing detail). The question goes to them and this turn ends: call it last, then stop. Their answer comes as the next message, in this same session."
-    ),
-    tool!(
-        "approve",
-        None,
-        ApproveArgs => Call::Approve,
-        "The harness's permission prompt (not for the model): asks the person in the chat to approve one action, or allows the one they approved."
-    ),
-    tool!(
-        "read_files",
-        None,
-        ReadFilesArgs => Call::ReadFiles,
-        "Text of this conversation's input files by id (ids from `# Input Files`), up to 1 MiB of each and 4 MiB per call; a longer file says `truncated`. Binary files come back base64-encoded."
-    ),
-    tool!(
-        "history_page",
-        Some(Api::HistoryPage),
-        HistoryPageArgs => Call::HistoryPage,
-        "Earlier messages of this conversation, page by page: newest first by default; pass a returned cursor as before_cursor to go further back. Items come oldest first within a page."
-    ),
-    tool!(
-        "history_search",
-        Some(Api::HistorySearch),
-        HistorySearchArgs => Call::HistorySearch,
-        "Find earlier messages of this conversation by words (any language). Items containing every word come first, then items with some; newest first."
-    ),
-    tool!(
-        "event_get",
-        Some(Api::EventGet),
-        EventGetArgs => Call::EventGet,
-        "One event of this conversation by id: type, sender, subject, time and a short input summary."
-    ),
-    tool!(
-        "event_page",
-        Some(Api::EventPage),
-        EventPageArgs => Call::EventPage,
-        "Events of this conversation page by page (joins, leaves, messages, system events), optionally of given types."
-    ),
-    tool!(
-        "artifact_metadata",
-        Some(Api::ArtifactMetadata),
-        ArtifactIdArgs => Call::ArtifactMetadata,
-        "What an artifact (a file the host stores) is: name, type, size, digest."
-    ),
-    tool!(
-        "artifact_read",
-        Some(Api::ArtifactRead),
-        ArtifactReadArgs => Call::ArtifactRead,
-        "Bytes of an artifact by range: text comes back as text, binary as base64. Continue with offset while has_more is true."
-    ),
-    tool!(
-        "state_get",
-        Some(Api::State),
-        StateKeyArgs => Call::StateGet,
-        "Read one value the host keeps for you across turns (e.g. notes, preferences)."
-    ),
-    tool!(
-        "state_set",
-        Some(Api::State),
-        StateSetArgs => Call::StateSet,
-        "Keep a small JSON value across turns in a scope: conversation, actor (the user), subject, or runner."
-    ),
-    tool!(
-        "state_delete",
-        Some(Api::State),
-        StateKeyArgs => Call::StateDelete,
-        "Forget one kept value."
-    ),
-    tool!(
-        "state_list",
-        Some(Api::State),
-        StateListArgs => Call::StateList,
-        "List kept values of a scope, optionally by key prefix. Values past the first 1 MiB come back as keys only (`value_omitted`): read those with state_get."
-    ),
-    tool!(
-        "plugin_storage_get",
-        Some(Api::PluginStorage),
-        StorageKeyArgs => |a| Call::StorageGet(StorageKind::Plugin, a),
-        "Read a blob from this plugin's storage (text, or base64 for binary)."
-    ),
-    tool!(
-        "plugin_storage_set",
-        Some(Api::PluginStorage),
-        StorageSetArgs => |a| Call::StorageSet(StorageKind::Plugin, a),
-        "Store a blob in this plugin's storage."
-    ),
-    tool!(
-        "plugin_storage_delete",
-        Some(Api::PluginStorage),
-        StorageKeyArgs => |a| Call::StorageDelete(StorageKind::Plugin, a),
-        "Delete a blob from this plugin's storage."
-    ),
-    tool!(
-        "plugin_storage_keys",
-        Some(Api::PluginStorage),
-        NoArgs => |_| Call::StorageKeys(StorageKind::Plugin),
-        "List the keys of this plugin's storage."
-    ),
-    tool!(
-        "workspace_storage_get",
-        Some(Api::WorkspaceStorage),
-        StorageKeyArgs => |a| Call::StorageGet(StorageKind::Workspace, a),
-        "Read a blob from the workspace's shared storage (text, or base64 for binary)."
-    ),
-    tool!(
-        "workspace_storage_set",
-        Some(Api::WorkspaceStorage),
-        StorageSetArgs => |a| Call::StorageSet(StorageKind::Workspace, a),
-        "Store a blob in the workspace's shared storage."
-    ),
-    tool!(
-        "workspace_storage_delete",
-        Some(Api::WorkspaceStorage),
-        StorageKeyArgs => |a| Call::StorageDelete(StorageKind::Workspace, a),
-        "Delete a blob from the workspace's shared storage."
-    ),
-    tool!(
-        "workspace_storage_keys",
-        Some(Api::WorkspaceStorage),
-        NoArgs => |_| Call::StorageKeys(StorageKind::Workspace),
-        "List the keys of the workspace's shared storage."
-    ),
-];
+/// A local tool's arguments; a refusal is audited as the tool's.
+async fn local_args<T: DeserializeOwned>(
+    access: &RunAccess,
+    name: &str,
+    args: Value,
+) -> Result<T, AgentAPIError> {
+    match parse(args) {
+        Ok(args) => Ok(args),
+        Err(err) => Err(access.refuse(name, &format!("tool:{name}"), err).await),
+    }
+}
 
 /// Every tool a run with `apis` may call, in the order `tools/list` gives
 /// them: the one table of tool names, shared by the server and by the
@@ -493,6 +313,15 @@ impl RunTools {
         })
     }
 
+    /// Every tool a run may be shown, granted everything: what the README
+    /// documents and a test keeps as a snapshot.
+    pub fn catalog() -> Vec<Tool> {
+        TOOLS
+            .iter()
+            .map(|t| Tool::new(t.name, t.description, (t.schema)()))
+            .collect()
+    }
+
     /// The tools a run may see.
     pub fn list_for(host: &GrantedHost) -> Vec<Tool> {
         TOOLS
@@ -521,7 +350,7 @@ impl RunTools {
             tool
         );
         match dispatch(access, name, args).instrument(span).await {
-            Ok(value) if tool == "approve" => {
+            Ok(value) if tool == APPROVE_TOOL => {
                 // The permission prompt contract: one text block holding
                 // the decision's JSON, and nothing else (a client reads
                 // structured content first when there is some).
@@ -540,68 +369,13 @@ impl RunTools {
     }
 }
 
-fn unix_now() -> i64 {
-    crate::host::now_ms() / 1000
-}
-
-fn parse<T: DeserializeOwned>(args: Value) -> Result<T, AgentAPIError> {
-    serde_json::from_value(args)
-        .map_err(|e| AgentAPIError::invalid_argument(format!("bad arguments: {e}")))
-}
-
-fn to_json<T: serde::Serialize>(value: T) -> Result<Value, AgentAPIError> {
-    serde_json::to_value(value).map_err(|e| AgentAPIError::runtime(e.to_string()))
-}
-
-/// Text a model can read: UTF-8 with no control characters but whitespace.
-fn as_text(bytes: &[u8]) -> Option<&str> {
-    std::str::from_utf8(bytes).ok().filter(|text| {
-        !text
-            .chars()
-            .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
-    })
-}
-
-fn storage_value(bytes: Option<Vec<u8>>) -> Value {
-    match bytes {
-        None => json!({"found": false}),
-        Some(bytes) => match as_text(&bytes) {
-            Some(text) => json!({"found": true, "text": text}),
-            None => {
-                json!({"found": true, "base64": base64::engine::general_purpose::STANDARD.encode(&bytes)})
-            }
-        },
-    }
-}
-
-/// `bytes` as text when they are text, allowing a character cut off at the
-/// end when the bytes are only the first part of a file (`cut`): the text
-/// then stops before it. A range of CJK text almost always ends mid-character.
-fn text_head(bytes: &[u8], cut: bool) -> Option<&str> {
-    match std::str::from_utf8(bytes) {
-        Err(e) if cut && e.error_len().is_none() => as_text(&bytes[..e.valid_up_to()]),
-        _ => as_text(bytes),
-    }
-}
-
-fn is_text(mime: Option<&str>, bytes: &[u8]) -> bool {
-    let declared_binary = mime.is_some_and(|m| {
-        !(m.starts_with("text/")
-            || m.contains("json")
-            || m.contains("xml")
-            || m.contains("yaml")
-            || m.contains("javascript"))
-    });
-    !declared_binary && as_text(bytes).is_some()
-}
-
 /// The arguments of a call to tool `name`, checked exactly as a call
 /// checks them (types, names, no unknown fields) without reaching a host:
 /// `not_found` for a tool that does not exist, `invalid_argument` saying
 /// what is wrong otherwise. For a client or a test that wants to know
 /// whether a call is well-formed before making it.
 pub fn check_arguments(name: &str, args: &rmcp::model::JsonObject) -> Result<(), AgentAPIError> {
-    (tool_spec(name)?.args)(Value::Object(args.clone())).map(drop)
+    (tool_spec(name)?.check)(Value::Object(args.clone()))
 }
 
 fn tool_spec(name: &str) -> Result<&'static ToolSpec, AgentAPIError> {
@@ -611,168 +385,14 @@ fn tool_spec(name: &str) -> Result<&'static ToolSpec, AgentAPIError> {
         .ok_or_else(|| AgentAPIError::not_found(format!("no tool `{name}`")))
 }
 
-/// One tool call. Refusals made here (unknown tool, not granted, bad
-/// arguments, `read_files`' own) are audited here; everything that reaches
-/// the host goes through the grant, which audits it.
+/// One tool call. An unknown tool is refused (and audited) here; a host
+/// tool's every outcome is audited by the grant, a local tool's refusals
+/// by the tool.
 async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, AgentAPIError> {
-    let host = &access.host;
-    let spec = match tool_spec(name) {
-        Ok(spec) => spec,
-        Err(err) => return Err(access.refuse("unknown", &format!("tool:{name}"), err).await),
-    };
-    // Refused again here, whatever the tool list said.
-    if let Some(api) = spec.api
-        && !host.allows(api)
-    {
-        let err = AgentAPIError::unauthorized(format!("`{name}` is not granted to this run"));
-        return Err(access.refuse(name, &format!("tool:{name}"), err).await);
+    match tool_spec(name) {
+        Ok(spec) => (spec.answer)(access, args).await,
+        Err(err) => Err(access.refuse("unknown", &format!("tool:{name}"), err).await),
     }
-    let call = match (spec.args)(args) {
-        Ok(call) => call,
-        Err(err) => return Err(access.refuse(name, &format!("tool:{name}"), err).await),
-    };
-    match call {
-        Call::CurrentEvent => Ok(access.facts.current_event.clone()),
-        Call::AskUser(a) => {
-            let run_id = host.grant().run_id();
-            match access
-                .interactions
-                .ask(run_id, &a.question, &a.choices, unix_now())
-            {
-                Ok(said) => Ok(json!({"asked": true, "next": said})),
-                Err(why) => {
-                    let err = AgentAPIError::invalid_argument(why);
-                    Err(access.refuse(name, "tool:ask_user", err).await)
-                }
-            }
-        }
-        Call::Approve(a) => {
-            let run_id = host.grant().run_id();
-            Ok(access
-                .interactions
-                .decide(run_id, &a.tool_name, &a.input, unix_now())
-                .to_json())
-        }
-        Call::ReadFiles(a) => read_files(access, &a.ids).await,
-        Call::HistoryPage(a) => {
-            let query = HistoryQuery {
-                conversation_id: a.conversation_id,
-                before_cursor: a.before_cursor,
-                after_cursor: a.after_cursor,
-                limit: a.limit,
-                direction: a.direction,
-                include_artifacts: a.include_artifacts,
-            };
-            to_json(host.history_page(&query).await?)
-        }
-        Call::HistorySearch(a) => to_json(
-            host.history_search(a.conversation_id.as_deref(), &a.query, a.top_k)
-                .await?,
-        ),
-        Call::EventGet(a) => to_json(host.event_get(&a.event_id).await?),
-        Call::EventPage(a) => {
-            let query = EventQuery {
-                conversation_id: a.conversation_id,
-                event_types: a.event_types,
-                before_cursor: a.before_cursor,
-                after_cursor: a.after_cursor,
-                limit: a.limit,
-                direction: a.direction,
-            };
-            to_json(host.event_page(&query).await?)
-        }
-        Call::ArtifactMetadata(a) => to_json(host.artifact_metadata(&a.artifact_id).await?),
-        Call::ArtifactRead(a) => {
-            let read = host
-                .artifact_read(&a.artifact_id, a.offset, a.length)
-                .await?;
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(read.content_base64.as_deref().unwrap_or(""))
-                .map_err(|e| AgentAPIError::runtime(format!("host sent invalid base64: {e}")))?;
-            let mut out = json!({
-                "artifact_id": read.artifact_id,
-                "mime_type": read.mime_type,
-                "size_bytes": read.size_bytes,
-                "offset": read.offset,
-                "length": read.length,
-                "has_more": read.has_more,
-            });
-            let text = text_head(&bytes, read.has_more)
-                .filter(|text| is_text(read.mime_type.as_deref(), text.as_bytes()));
-            match text {
-                Some(text) => {
-                    // A character cut at the end is left for the next read.
-                    out["length"] = json!(text.len());
-                    out["text"] = Value::String(text.to_string());
-                }
-                None => {
-                    out["content_base64"] = Value::String(read.content_base64.unwrap_or_default())
-                }
-            }
-            Ok(out)
-        }
-        Call::StateGet(a) => {
-            let value = host.state_get(a.scope, &a.key).await?;
-            Ok(json!({"key": a.key, "found": value.is_some(), "value": value}))
-        }
-        Call::StateSet(a) => {
-            host.state_set(a.scope, &a.key, &a.value).await?;
-            Ok(json!({"key": a.key, "stored": true}))
-        }
-        Call::StateDelete(a) => {
-            let existed = host.state_delete(a.scope, &a.key).await?;
-            Ok(json!({"key": a.key, "deleted": existed}))
-        }
-        Call::StateList(a) => {
-            let entries = host
-                .state_list(a.scope, a.prefix.as_deref(), a.limit)
-                .await?;
-            Ok(json!({"entries": entries_within(entries, STATE_LIST_VALUE_BYTES)}))
-        }
-        Call::StorageGet(area, a) => Ok(storage_value(host.storage_get(area, &a.key).await?)),
-        Call::StorageSet(area, a) => {
-            let bytes = if a.base64 {
-                match base64::engine::general_purpose::STANDARD.decode(&a.value) {
-                    Ok(bytes) => bytes,
-                    Err(e) => {
-                        let err =
-                            AgentAPIError::invalid_argument(format!("value is not base64: {e}"));
-                        return Err(access.refuse(name, &format!("tool:{name}"), err).await);
-                    }
-                }
-            } else {
-                a.value.into_bytes()
-            };
-            host.storage_set(area, &a.key, &bytes).await?;
-            Ok(json!({"key": a.key, "stored": true}))
-        }
-        Call::StorageDelete(area, a) => {
-            Ok(json!({"key": a.key, "deleted": host.storage_delete(area, &a.key).await?}))
-        }
-        Call::StorageKeys(area) => Ok(json!({"keys": host.storage_keys(area).await?})),
-    }
-}
-
-/// Most bytes of values one `state_list` answer carries: a thousand values
-/// of 256 KiB would flood the model's context.
-const STATE_LIST_VALUE_BYTES: usize = 1024 * 1024;
-
-/// State entries with their values while the values fit in `budget` bytes
-/// (as JSON), and by key only after that.
-fn entries_within(entries: Vec<StateEntry>, mut budget: usize) -> Vec<Value> {
-    entries
-        .into_iter()
-        .map(|entry| {
-            let size = serde_json::to_string(&entry.value).map_or(usize::MAX, |t| t.len());
-            if size <= budget {
-                budget -= size;
-                json!({"key": entry.key, "value": entry.value})
-            } else {
-                budget = 0;
-                json!({"key": entry.key, "value_omitted": true, "value_bytes": size})
-            }
-        })
-        .collect()
 }
 
 /// Most ids one `read_files` call takes.
@@ -858,7 +478,12 @@ async fn read_input(
 ) -> Result<HeadRead, AgentAPIError> {
     if let Some(artifact_id) = &input.artifact_id {
         let length = max.min(access.host.grant().caps.max_read_length);
-        let read = access.host.artifact_read(artifact_id, 0, length).await?;
+        let read = ArtifactReadCall {
+            artifact_id: artifact_id.clone(),
+            offset: 0,
+            length,
+        };
+        let read = access.host.call(&read).await?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(read.content_base64.unwrap_or_default())
             .map_err(|e| AgentAPIError::runtime(format!("host sent invalid base64: {e}")))?;
@@ -941,21 +566,6 @@ mod tests {
     use crate::protocol::ErrorCode;
 
     #[test]
-    fn text_cut_mid_character_stops_before_it() {
-        let text = "部署完成".as_bytes();
-        // 7 bytes: two characters and the first byte of the third.
-        assert_eq!(text_head(&text[..7], true), Some("部署"));
-        assert_eq!(
-            text_head(&text[..7], false),
-            None,
-            "a whole file must be whole"
-        );
-        assert_eq!(text_head(text, false), Some("部署完成"));
-        assert_eq!(text_head(&[0xff, b'a'], true), None, "invalid is not cut");
-        assert_eq!(text_head(b"a\x00b", true), None, "control bytes are binary");
-    }
-
-    #[test]
     fn arguments_are_checked_as_a_call_checks_them() {
         let args = |value: Value| value.as_object().cloned().unwrap_or_default();
         assert!(check_arguments("history_page", &args(json!({"limit": 5}))).is_ok());
@@ -968,28 +578,5 @@ mod tests {
         assert_eq!(wrong.code, ErrorCode::InvalidArgument);
         let missing = check_arguments("no_such_tool", &args(json!({}))).unwrap_err();
         assert_eq!(missing.code, ErrorCode::NotFound);
-    }
-
-    #[test]
-    fn state_list_values_stop_at_the_budget_and_keys_go_on() {
-        let entry = |key: &str, text: &str| StateEntry {
-            key: key.into(),
-            value: Value::String(text.into()),
-        };
-        // Each value is its text plus two quotes as JSON.
-        let listed = entries_within(
-            vec![
-                entry("a", "12345678"),
-                entry("b", "12345678"),
-                entry("c", "1"),
-            ],
-            15,
-        );
-        assert_eq!(listed[0], json!({"key": "a", "value": "12345678"}));
-        assert_eq!(
-            listed[1],
-            json!({"key": "b", "value_omitted": true, "value_bytes": 10})
-        );
-        assert_eq!(listed[2]["value_omitted"], true, "{listed:?}");
     }
 }

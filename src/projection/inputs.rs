@@ -16,6 +16,7 @@ use super::confined::ConfinedDir;
 use super::names::{check_component, safe_component, short_hash};
 use super::{ProjectionError, Report};
 use crate::host::GrantedHost;
+use crate::host::calls::{ArtifactMetadataCall, ArtifactReadCall};
 use crate::protocol::ArtifactRef;
 
 /// Default largest attachment copied into the workspace.
@@ -109,10 +110,12 @@ async fn read_artifact(
     let chunk = host.grant().caps.max_read_length.max(1);
     let mut bytes = Vec::with_capacity(size as usize);
     loop {
-        let part = host
-            .artifact_read(artifact_id, bytes.len() as u64, chunk)
-            .await
-            .map_err(|e| e.to_string())?;
+        let read = ArtifactReadCall {
+            artifact_id: artifact_id.to_string(),
+            offset: bytes.len() as u64,
+            length: chunk,
+        };
+        let part = host.call(&read).await.map_err(|e| e.to_string())?;
         let data = base64::engine::general_purpose::STANDARD
             .decode(part.content_base64.unwrap_or_default())
             .map_err(|e| format!("host sent invalid base64: {e}"))?;
@@ -178,7 +181,10 @@ pub async fn project(
         let bytes: Result<Vec<u8>, String> = if let Some(content) = &attachment.content {
             inline_bytes(content).ok_or_else(|| "inline content is not base64".to_string())
         } else if let (Some(artifact_id), Some(host)) = (&attachment.artifact_id, host) {
-            match host.artifact_metadata(artifact_id).await {
+            let metadata = ArtifactMetadataCall {
+                artifact_id: artifact_id.clone(),
+            };
+            match host.call(&metadata).await {
                 Ok(meta) => {
                     let size = meta.size_bytes.unwrap_or(0);
                     file.size = Some(size);

@@ -10,14 +10,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::frame::Outbound;
+use crate::host::calls::{
+    ArtifactMetadataCall, ArtifactReadCall, CallToolCall, EventGetCall, HistorySearchCall,
+    PluginStorageDelete, PluginStorageGet, PluginStorageKeys, PluginStorageSet,
+    RetrieveKnowledgeCall, StateDeleteCall, StateGetCall, StateListCall, StateSetCall,
+    ToolDetailCall, WorkspaceStorageDelete, WorkspaceStorageGet, WorkspaceStorageKeys,
+    WorkspaceStorageSet,
+};
 use crate::host::{
-    Api, AuditEntry, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact, NewEvent,
-    NewTranscriptItem, RunScope, StateEntry,
+    Api, AuditEntry, EventQuery, HistoryQuery, HostApi, HostCall, HostResult, NewArtifact,
+    NewEvent, NewTranscriptItem, RunScope, StateEntry,
 };
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
@@ -114,18 +120,10 @@ impl RelayHost {
         rx.await.unwrap_or_else(|_| Err(gone()))
     }
 
-    async fn typed<T: DeserializeOwned>(
-        &self,
-        scope: &RunScope,
-        action: &str,
-        args: Value,
-    ) -> HostResult<T> {
-        let value = self.call(scope, action, args).await?;
-        serde_json::from_value(value).map_err(|e| {
-            AgentAPIError::runtime(format!(
-                "the host's answer to {action} is not understood: {e}"
-            ))
-        })
+    /// One declared host call as a `host_call` frame: its action and
+    /// arguments, and its answer read, as its declaration says.
+    async fn forward<C: HostCall>(&self, scope: &RunScope, call: &C) -> HostResult<C::Output> {
+        C::from_relay(self.call(scope, C::ACTION, call.relay_args()).await?)
     }
 }
 
@@ -144,7 +142,7 @@ impl HostApi for RelayHost {
         scope: &RunScope,
         query: &HistoryQuery,
     ) -> HostResult<HistoryPage> {
-        self.typed(scope, "history_page", json!(query)).await
+        self.forward(scope, query).await
     }
 
     async fn history_search(
@@ -154,17 +152,23 @@ impl HostApi for RelayHost {
         query: &str,
         top_k: u32,
     ) -> HostResult<HistorySearchResult> {
-        let args = json!({"conversation_id": conversation_id, "query": query, "top_k": top_k});
-        self.typed(scope, "history_search", args).await
+        let call = HistorySearchCall {
+            query: query.to_string(),
+            conversation_id: conversation_id.map(str::to_string),
+            top_k,
+        };
+        self.forward(scope, &call).await
     }
 
     async fn event_get(&self, scope: &RunScope, event_id: &str) -> HostResult<AgentEventRecord> {
-        self.typed(scope, "event_get", json!({"event_id": event_id}))
-            .await
+        let call = EventGetCall {
+            event_id: event_id.to_string(),
+        };
+        self.forward(scope, &call).await
     }
 
     async fn event_page(&self, scope: &RunScope, query: &EventQuery) -> HostResult<EventPage> {
-        self.typed(scope, "event_page", json!(query)).await
+        self.forward(scope, query).await
     }
 
     async fn artifact_metadata(
@@ -172,12 +176,10 @@ impl HostApi for RelayHost {
         scope: &RunScope,
         artifact_id: &str,
     ) -> HostResult<ArtifactMetadata> {
-        self.typed(
-            scope,
-            "artifact_metadata",
-            json!({"artifact_id": artifact_id}),
-        )
-        .await
+        let call = ArtifactMetadataCall {
+            artifact_id: artifact_id.to_string(),
+        };
+        self.forward(scope, &call).await
     }
 
     async fn artifact_read(
@@ -187,8 +189,12 @@ impl HostApi for RelayHost {
         offset: u64,
         length: u64,
     ) -> HostResult<ArtifactReadResult> {
-        let args = json!({"artifact_id": artifact_id, "offset": offset, "length": length});
-        self.typed(scope, "artifact_read", args).await
+        let call = ArtifactReadCall {
+            artifact_id: artifact_id.to_string(),
+            offset,
+            length,
+        };
+        self.forward(scope, &call).await
     }
 
     async fn state_get(
@@ -197,10 +203,11 @@ impl HostApi for RelayHost {
         state: StateScope,
         key: &str,
     ) -> HostResult<Option<Value>> {
-        let value: Value = self
-            .call(scope, "state_get", json!({"scope": state, "key": key}))
-            .await?;
-        Ok((!value.is_null()).then_some(value))
+        let call = StateGetCall {
+            scope: state,
+            key: key.to_string(),
+        };
+        self.forward(scope, &call).await
     }
 
     async fn state_set(
@@ -210,8 +217,12 @@ impl HostApi for RelayHost {
         key: &str,
         value: &Value,
     ) -> HostResult<()> {
-        let args = json!({"scope": state, "key": key, "value": value});
-        self.call(scope, "state_set", args).await.map(drop)
+        let call = StateSetCall {
+            scope: state,
+            key: key.to_string(),
+            value: value.clone(),
+        };
+        self.forward(scope, &call).await
     }
 
     async fn state_delete(
@@ -220,10 +231,11 @@ impl HostApi for RelayHost {
         state: StateScope,
         key: &str,
     ) -> HostResult<bool> {
-        let existed = self
-            .call(scope, "state_delete", json!({"scope": state, "key": key}))
-            .await?;
-        Ok(existed.as_bool().unwrap_or(true))
+        let call = StateDeleteCall {
+            scope: state,
+            key: key.to_string(),
+        };
+        self.forward(scope, &call).await
     }
 
     async fn state_list(
@@ -233,8 +245,12 @@ impl HostApi for RelayHost {
         prefix: Option<&str>,
         limit: u32,
     ) -> HostResult<Vec<StateEntry>> {
-        let args = json!({"scope": state, "prefix": prefix, "limit": limit});
-        self.typed(scope, "state_list", args).await
+        let call = StateListCall {
+            scope: state,
+            prefix: prefix.map(str::to_string),
+            limit,
+        };
+        self.forward(scope, &call).await
     }
 
     async fn storage_get(
@@ -243,15 +259,10 @@ impl HostApi for RelayHost {
         area: StorageKind,
         key: &str,
     ) -> HostResult<Option<Vec<u8>>> {
-        let value = self
-            .call(scope, "storage_get", json!({"area": area, "key": key}))
-            .await?;
-        match value.as_str() {
-            None => Ok(None),
-            Some(b64) => base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map(Some)
-                .map_err(|e| AgentAPIError::runtime(format!("storage value is not base64: {e}"))),
+        let key = key.to_string();
+        match area {
+            StorageKind::Plugin => self.forward(scope, &PluginStorageGet { key }).await,
+            StorageKind::Workspace => self.forward(scope, &WorkspaceStorageGet { key }).await,
         }
     }
 
@@ -262,9 +273,26 @@ impl HostApi for RelayHost {
         key: &str,
         value: &[u8],
     ) -> HostResult<()> {
+        let key = key.to_string();
         let value = base64::engine::general_purpose::STANDARD.encode(value);
-        let args = json!({"area": area, "key": key, "value_base64": value});
-        self.call(scope, "storage_set", args).await.map(drop)
+        match area {
+            StorageKind::Plugin => {
+                let call = PluginStorageSet {
+                    key,
+                    value,
+                    base64: true,
+                };
+                self.forward(scope, &call).await
+            }
+            StorageKind::Workspace => {
+                let call = WorkspaceStorageSet {
+                    key,
+                    value,
+                    base64: true,
+                };
+                self.forward(scope, &call).await
+            }
+        }
     }
 
     async fn storage_delete(
@@ -273,15 +301,53 @@ impl HostApi for RelayHost {
         area: StorageKind,
         key: &str,
     ) -> HostResult<bool> {
-        let existed = self
-            .call(scope, "storage_delete", json!({"area": area, "key": key}))
-            .await?;
-        Ok(existed.as_bool().unwrap_or(true))
+        let key = key.to_string();
+        match area {
+            StorageKind::Plugin => self.forward(scope, &PluginStorageDelete { key }).await,
+            StorageKind::Workspace => self.forward(scope, &WorkspaceStorageDelete { key }).await,
+        }
     }
 
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>> {
-        self.typed(scope, "storage_keys", json!({"area": area}))
-            .await
+        match area {
+            StorageKind::Plugin => self.forward(scope, &PluginStorageKeys {}).await,
+            StorageKind::Workspace => self.forward(scope, &WorkspaceStorageKeys {}).await,
+        }
+    }
+
+    async fn tool_detail(&self, scope: &RunScope, tool_name: &str) -> HostResult<Value> {
+        let call = ToolDetailCall {
+            tool_name: tool_name.to_string(),
+        };
+        self.forward(scope, &call).await
+    }
+
+    async fn call_tool(
+        &self,
+        scope: &RunScope,
+        tool_name: &str,
+        parameters: &JsonMap,
+    ) -> HostResult<Value> {
+        let call = CallToolCall {
+            tool_name: tool_name.to_string(),
+            parameters: parameters.clone(),
+        };
+        self.forward(scope, &call).await
+    }
+
+    async fn retrieve_knowledge(
+        &self,
+        scope: &RunScope,
+        kb_id: &str,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<Vec<Value>> {
+        let call = RetrieveKnowledgeCall {
+            kb_id: kb_id.to_string(),
+            query: query.to_string(),
+            top_k,
+        };
+        self.forward(scope, &call).await
     }
 
     async fn append_event(&self, _event: NewEvent) -> HostResult<AgentEventRecord> {

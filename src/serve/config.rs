@@ -35,6 +35,10 @@ pub struct ServeConfig {
     /// headers}`) a run may pick by name in its `config.mcp_servers`: only
     /// the operator defines what runs.
     pub mcp_servers: crate::projection::McpCatalog,
+    /// Knowledge bases of the embedded host: id → folder of text files,
+    /// indexed at start (only what changed since the last start) and
+    /// searched by a harness with `retrieve_knowledge`.
+    pub knowledge_bases: BTreeMap<String, PathBuf>,
     /// Harness for a short-form request that names none.
     pub default_harness: String,
     /// Binding config (model, permission_mode, timeout_seconds,
@@ -85,6 +89,7 @@ impl Default for ServeConfig {
             pass_env: Vec::new(),
             set_env: BTreeMap::new(),
             mcp_servers: Default::default(),
+            knowledge_bases: BTreeMap::new(),
             default_harness: "claude-code".into(),
             default_config: serde_json::Map::new(),
             fixed_config: serde_json::Map::new(),
@@ -144,6 +149,7 @@ impl ServeConfig {
         ]
         .into_iter()
         .flatten()
+        .chain(self.knowledge_bases.values_mut())
         {
             resolve(path);
         }
@@ -191,6 +197,18 @@ impl ServeConfig {
             return Err("no_auth and api_tokens are both set: choose one".into());
         }
         crate::projection::check_mcp_catalog(&self.mcp_servers)?;
+        for id in self.knowledge_bases.keys() {
+            let fits = !id.is_empty()
+                && id.len() <= 64
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            if !fits {
+                return Err(format!(
+                    "knowledge_bases: `{id}` is not a knowledge base id (1-64 letters, digits, `-`, `_`, `.`)"
+                ));
+            }
+        }
         if self.api_tokens.iter().any(|t| t.len() < 16) {
             return Err("api_tokens: each token needs at least 16 characters".into());
         }

@@ -2,7 +2,8 @@
 //! Code tests: the first question gets a `history_page` tool call, its
 //! result gets the answer (with a pause mid-stream), anything else the
 //! follow-up answer; `hang` answers nothing, ever; `bash` makes the model
-//! run one command with Claude's Bash tool, then say [`BASH_DONE`]; while
+//! run one command with Claude's Bash tool, then say [`BASH_DONE`]; `calls`
+//! makes it call the given tools in turn, then say [`CALLS_DONE`]; while
 //! `fail` is set, every request gets an HTTP 500 (an upstream outage).
 
 use std::convert::Infallible;
@@ -49,7 +50,13 @@ pub struct Fake {
     /// Prompts the `bash` command was already run for: a prompt gets the
     /// command once, then the done message.
     pub bashed: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Tool calls the model makes one after another (name, input) when
+    /// its tools include the first, then it says [`CALLS_DONE`].
+    pub calls: Vec<(String, Value)>,
 }
+
+/// What the model says once its scripted [`Fake::calls`] have answered.
+pub const CALLS_DONE: &str = "I looked it up.";
 
 /// What the fake says with its HTTP 500.
 pub const OUTAGE: &str = "upstream model unavailable";
@@ -88,6 +95,10 @@ fn tool_call_events(name: &str, input: &Value) -> Vec<Value> {
     // results by id, and a resumed session holds earlier ones.
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = format!("toolu_fake{}", CALLS.fetch_add(1, Ordering::Relaxed));
+    tool_call_events_with_id(&id, name, input)
+}
+
+fn tool_call_events_with_id(id: &str, name: &str, input: &Value) -> Vec<Value> {
     vec![
         json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
@@ -142,6 +153,30 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
                     Vec::new(),
                 )
             }
+        };
+    }
+    let offers = |name: &str| {
+        request["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|t| t["name"] == name))
+    };
+    if let Some((first, _)) = fake.calls.first()
+        && offers(first)
+    {
+        // Each answered call is one tool result in the conversation so far.
+        let answered = request["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["content"].as_array().into_iter().flatten())
+            .filter(|b| b["type"] == "tool_result")
+            .count();
+        return match fake.calls.get(answered) {
+            Some((name, input)) => (
+                tool_call_events_with_id(&format!("toolu_call{answered}"), name, input),
+                Vec::new(),
+            ),
+            None => text_events(CALLS_DONE),
         };
     }
     if let Some(command) = &fake.bash {
@@ -239,6 +274,16 @@ pub async fn fake_model_asking(question: &str, choices: &[&str]) -> (String, Fak
             question.to_string(),
             choices.iter().map(|c| c.to_string()).collect(),
         )),
+        ..Fake::default()
+    })
+    .await
+}
+
+/// A model that makes `calls` (tool name, input) in turn, then says
+/// [`CALLS_DONE`].
+pub async fn fake_model_calling(calls: Vec<(String, Value)>) -> (String, Fake) {
+    serve_fake(Fake {
+        calls,
         ..Fake::default()
     })
     .await

@@ -92,6 +92,15 @@ class Runtime:
         if action == "state_list":
             prefix = f"{data['scope']}:{data.get('prefix') or ''}"
             return {"keys": [k.split(":", 1)[1] for k in self.state if k.startswith(prefix)], "has_more": False}
+        # The host's own tools and knowledge bases, as the scenario has them.
+        tool = self.scenario.get("tools", {}).get(data.get("tool_name"))
+        if action == "get_tool_detail" and tool is not None:
+            return {"tool": {"name": data["tool_name"], "description": tool["description"], "parameters": tool["parameters"]}}
+        if action == "call_tool" and tool is not None:
+            return {"result": {**tool["result"], "parameters": data.get("parameters")}}
+        if action == "retrieve_knowledge_base":
+            entries = self.scenario.get("knowledge", {}).get(data.get("kb_id"), [])
+            return {"results": entries[: int(data.get("top_k") or 5)]}
         raise LookupError(action)
 
     async def reader(self) -> None:

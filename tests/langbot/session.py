@@ -33,6 +33,12 @@ Commands:
         LangBot stopped (`left`: its processes still alive after the stop)
         and started again; the clients reconnect
   {"cmd": "state", "conversation_id"}         -> {"entries", "rows", "transcript"}
+  {"cmd": "lookup", "passages"}               -> {"kb_uuid", "engine"}
+        the test plugin `lookup_plugin` installed (a knowledge engine with
+        no embedding model, a `weather` tool) and a knowledge base of
+        `passages` (one per line) on its engine
+  {"cmd": "agent_with", "model_url", "config"} -> {"uuid"}  `agent` with more runner settings
+  {"cmd": "pipeline_with", "model_url", "config"} -> {"uuid"}  `pipeline` with more runner settings
 """
 
 from __future__ import annotations
@@ -178,6 +184,51 @@ class Session:
     async def cmd_state(self, conversation_id: str) -> dict:
         entries, rows, items = await asyncio.to_thread(read_db, self.home, conversation_id)
         return {"entries": entries, "rows": rows, "transcript": items}
+
+    async def cmd_lookup(self, passages: str) -> dict:
+        """The test plugin `tests/langbot/lookup_plugin` installed (a knowledge
+        engine that needs no embedding model, and a `weather` tool), and a
+        knowledge base of `passages` (one per line) on its engine."""
+        return await asyncio.to_thread(self._lookup, passages)
+
+    def _lookup(self, passages: str) -> dict:
+        import subprocess
+
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lookup_plugin")
+        build = os.path.join(self.home, "lookup-build")
+        shutil.copytree(source, build, dirs_exist_ok=True)
+        out = os.path.join(self.home, "lookup-pkg")
+        subprocess.run([sys.executable, "-m", "langbot_plugin.cli.__init__", "build", "-o", out],
+                       cwd=build, check=True, stdout=sys.stderr, stderr=sys.stderr)
+        package = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".lbpkg")][0]
+        self.lb.install(package)
+        deadline = time.monotonic() + 120
+        engine = None
+        while engine is None:
+            engines = self.lb.api("GET", "/knowledge/engines").get("engines") or []
+            engine = next((e for e in engines if "lookup" in str(e.get("plugin_id"))), None)
+            if engine is None:
+                if time.monotonic() > deadline:
+                    raise Failure(f"the lookup engine was not listed: {json.dumps(engines)[:1000]}")
+                time.sleep(1)
+        kb = self.lb.api("POST", "/knowledge/bases", {
+            "name": "handbook", "description": "test handbook",
+            "knowledge_engine_plugin_id": engine["plugin_id"],
+            "creation_settings": {"passages": passages}, "retrieval_settings": {},
+        })
+        log(f"knowledge base {kb['uuid']} on {engine['plugin_id']}")
+        return {"kb_uuid": kb["uuid"], "engine": engine["plugin_id"]}
+
+    async def cmd_agent_with(self, model_url: str, config: dict) -> dict:
+        """An Agent running our Claude Code runner with `config` over the
+        usual runner settings (e.g. `knowledge_bases`)."""
+        runner_config = {**self.runner_config(model_url), **config}
+        return {"uuid": await asyncio.to_thread(self.lb.create_agent, runner_config)}
+
+    async def cmd_pipeline_with(self, model_url: str, config: dict) -> dict:
+        """`agent_with`, as a Pipeline."""
+        runner_config = {**self.runner_config(model_url), **config}
+        return {"uuid": await asyncio.to_thread(self.lb.create_pipeline, runner_config)}
 
     async def stop(self) -> None:
         for client in self.clients.values():

@@ -9,10 +9,12 @@
 mod artifacts;
 mod audit;
 mod events;
+mod knowledge;
 mod kv;
 mod streams;
 mod transcript;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -21,15 +23,16 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde_json::Value;
 
 pub use audit::{AuditRow, DEFAULT_AUDIT_RETENTION};
+pub use knowledge::{KnowledgeReport, MAX_FILE_BYTES as MAX_KNOWLEDGE_FILE_BYTES};
 pub use kv::inspect_owner;
 
 use super::{
-    AuditEntry, CursorCodec, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact, NewEvent,
-    NewTranscriptItem, RunScope, StateEntry,
+    Api, AuditEntry, CursorCodec, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact,
+    NewEvent, NewTranscriptItem, RunScope, StateEntry,
 };
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
-    HistorySearchResult, StateScope, StorageKind, TranscriptItem,
+    HistorySearchResult, JsonMap, KnowledgeBaseResource, StateScope, StorageKind, TranscriptItem,
 };
 
 const SCHEMA_VERSION: i64 = 1;
@@ -115,6 +118,8 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     audit: audit::AuditWriter,
     cursors: CursorCodec,
+    /// The operator's knowledge bases: id → folder.
+    knowledge: std::sync::RwLock<BTreeMap<String, PathBuf>>,
 }
 
 /// The embedded SQLite host. Cheap to clone; clones share the store.
@@ -196,6 +201,7 @@ impl SqliteHost {
                 readers: Mutex::new(Vec::new()),
                 audit,
                 cursors: CursorCodec::new(&secret),
+                knowledge: Default::default(),
             }),
         })
     }
@@ -203,6 +209,40 @@ impl SqliteHost {
     /// The data folder this store lives in.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// Serve `bases` (id → folder) as this host's knowledge bases, each
+    /// indexed first: only what changed since the last pass is read into
+    /// the index again. A folder that cannot be read fails the whole call,
+    /// naming its base; the bases are served from then on either way.
+    pub async fn index_knowledge(
+        &self,
+        bases: BTreeMap<String, PathBuf>,
+    ) -> HostResult<Vec<(String, KnowledgeReport)>> {
+        *self
+            .inner
+            .knowledge
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = bases.clone();
+        let mut reports = Vec::with_capacity(bases.len());
+        for (kb_id, folder) in bases {
+            let id = kb_id.clone();
+            let report = self
+                .write(move |tx, _| knowledge::index(tx, &id, &folder))
+                .await?;
+            reports.push((kb_id, report));
+        }
+        Ok(reports)
+    }
+
+    fn knowledge_ids(&self) -> Vec<String> {
+        self.inner
+            .knowledge
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// Run `f` on a pooled read connection, on a blocking thread.
@@ -313,6 +353,27 @@ impl SqliteHost {
 
 #[async_trait]
 impl HostApi for SqliteHost {
+    /// The embedded host has no tools of its own to offer.
+    fn answers(&self, api: Api) -> bool {
+        !matches!(api, Api::ToolDetail | Api::ToolCall)
+    }
+
+    /// The operator's folders, and only those.
+    fn knowledge_bases(&self) -> Option<Vec<KnowledgeBaseResource>> {
+        Some(
+            self.knowledge_ids()
+                .into_iter()
+                .map(|kb_id| KnowledgeBaseResource {
+                    kb_name: Some(kb_id.clone()),
+                    kb_id,
+                    kb_type: Some("folder".into()),
+                    operations: Vec::new(),
+                    extra: Default::default(),
+                })
+                .collect(),
+        )
+    }
+
     async fn history_page(
         &self,
         scope: &RunScope,
@@ -470,6 +531,40 @@ impl HostApi for SqliteHost {
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>> {
         let owner = kv::storage_owner(scope, area);
         self.read(move |conn, _| kv::storage_keys(conn, area, &owner))
+            .await
+    }
+
+    async fn tool_detail(&self, _scope: &RunScope, tool_name: &str) -> HostResult<Value> {
+        Err(AgentAPIError::not_found(format!(
+            "the embedded host has no tool `{tool_name}`"
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        _scope: &RunScope,
+        tool_name: &str,
+        _parameters: &JsonMap,
+    ) -> HostResult<Value> {
+        Err(AgentAPIError::not_found(format!(
+            "the embedded host has no tool `{tool_name}`"
+        )))
+    }
+
+    async fn retrieve_knowledge(
+        &self,
+        _scope: &RunScope,
+        kb_id: &str,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<Vec<Value>> {
+        if !self.knowledge_ids().iter().any(|id| id == kb_id) {
+            return Err(AgentAPIError::not_found(format!(
+                "the embedded host has no knowledge base `{kb_id}`"
+            )));
+        }
+        let (kb_id, query) = (kb_id.to_string(), query.to_string());
+        self.read(move |conn, _| knowledge::retrieve(conn, &kb_id, &query, top_k))
             .await
     }
 

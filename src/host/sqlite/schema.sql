@@ -118,3 +118,35 @@ CREATE TABLE IF NOT EXISTS audit (
     detail      TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_by_run ON audit (run_id, id);
+
+-- Knowledge bases: folders the operator names (`knowledge_bases` in
+-- bridge.yaml), indexed for `retrieve_knowledge`. A file is indexed again
+-- only when its digest changed. Chunks are paragraphs of a file, a few
+-- hundred words each; their full-text rowid is (knowledge base << 40) |
+-- chunk id, so a search seeks into one base's rowid range only.
+CREATE TABLE IF NOT EXISTS knowledge_bases (
+    id      INTEGER PRIMARY KEY,
+    kb_id   TEXT NOT NULL UNIQUE
+);
+
+CREATE TABLE IF NOT EXISTS knowledge_files (
+    id      INTEGER PRIMARY KEY,
+    kb      INTEGER NOT NULL REFERENCES knowledge_bases (id),
+    path    TEXT NOT NULL,
+    digest  TEXT NOT NULL,
+    UNIQUE (kb, path)
+);
+
+CREATE TABLE IF NOT EXISTS knowledge_chunks (
+    id      INTEGER PRIMARY KEY,
+    file    INTEGER NOT NULL REFERENCES knowledge_files (id),
+    seq     INTEGER NOT NULL,
+    text    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS knowledge_chunks_file ON knowledge_chunks (file);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS knowledge_fts USING fts5 (
+    body,
+    content = '', contentless_delete = 1,
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);

@@ -132,7 +132,7 @@ fn fts_rowid(stream: i64, seq: i64) -> i64 {
 /// A person's search words as FTS5 phrases: each word quoted, so no FTS5
 /// operator syntax leaks through. Control characters split words too: FTS5
 /// reads a query only up to a NUL.
-fn search_terms(query: &str) -> Vec<String> {
+pub(super) fn search_terms(query: &str) -> Vec<String> {
     query
         .split(|c: char| c.is_whitespace() || c.is_control())
         // Words with no letter or digit hold no token the index could match.

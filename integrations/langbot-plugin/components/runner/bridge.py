@@ -2,8 +2,8 @@
 
 One `harness-bridge relay` process serves every run of this plugin: run
 frames go in, result frames come out, and the bridge's host calls
-(history, events, state, storage) are answered here through the run's
-`ctx.api`, limited to an allow-list. When this process goes away, the
+(history, events, state, storage, the run's tools and knowledge bases)
+are answered here through the run's `ctx.api`, limited to an allow-list. When this process goes away, the
 bridge's stdin closes and it stops every harness it started.
 """
 
@@ -24,7 +24,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 PROTOCOL = "harness-bridge.relay.v1"
 CLIENT = "langbot-plugin harness-bridge 0.1.0"
 # The host APIs `answer` below can serve; the bridge grants runs no other.
-APIS = ["history_page", "history_search", "event_get", "event_page", "state", "plugin_storage", "workspace_storage"]
+APIS = [
+    "history_page", "history_search", "event_get", "event_page", "state", "plugin_storage", "workspace_storage",
+    "tool_detail", "tool_call", "knowledge_list", "knowledge_retrieve",
+]
 PLUGIN_DIR = Path(__file__).resolve().parents[2]
 BUNDLED = PLUGIN_DIR / "bin" / "harness-bridge"
 # A harness needs a PATH; the plugin runtime gives none.
@@ -183,6 +186,13 @@ async def answer(api: Any, action: str, args: dict[str, Any]) -> Any:
             await getattr(api, f"delete_{area}_storage")(args["key"])
             return True
         return list(await getattr(api, f"get_{area}_storage_keys")())
+    # The run's tools and knowledge bases: LangBot checks the grant again.
+    if action == "get_tool_detail":
+        return dump(await api.get_tool_detail(args["tool_name"]))
+    if action == "call_tool":
+        return dump(await api.call_tool(args["tool_name"], args.get("parameters") or {}))
+    if action == "retrieve_knowledge":
+        return dump(await api.retrieve_knowledge(args["kb_id"], args.get("query") or "", top_k=int(args.get("top_k") or 5)))
     raise LookupError(action)
 
 
