@@ -722,3 +722,102 @@ fn an_operator_who_sends_no_files_still_has_them_named() {
         "{replies:?}"
     );
 }
+
+const QUESTION: &str = "Claude Code asks: Which colour?\n\n1. red\n2. blue\n\nReply with a number, or with your own answer.";
+
+/// A turn that ends with a question: the model's words, then the card.
+fn turn_with_question(interaction_id: &str) -> Vec<Value> {
+    let card = json!({
+        "interaction_id": interaction_id, "kind": "choice", "title": "Which colour?",
+        "fields": [{"id": "answer", "label": "Answer", "type": "select", "required": true,
+                    "options": [{"value": "1", "label": "red"}, {"value": "2", "label": "blue"}]}],
+        "actions": [{"id": "submit", "label": "Send", "style": "primary"}],
+        "expires_at": 4_102_444_800i64, "fallback_text": QUESTION,
+    });
+    number(vec![
+        json!({"type": "message.completed", "data": {"message": message("I need to know one thing.")}}),
+        json!({"type": "action.requested", "data": {"action": "interaction.requested", "payload": card}}),
+        json!({"type": "state.updated", "data": {"scope": "conversation", "key": "external.pending_interaction", "value": {}}}),
+        json!({"type": "run.completed", "data": {"finish_reason": "end_turn", "message": message("I need to know one thing.")}}),
+    ])
+}
+
+/// On a surface without cards (OneBot, the HTTP bot: no
+/// `delivery.interactions`), the question reaches the person as its text,
+/// after the model's words, once, in both bindings; LangBot is never asked
+/// to draw a card it cannot. Where cards are drawn, the card is yielded
+/// after the reply for LangBot to send; one LangBot would refuse is asked
+/// as text instead (a refused card fails the whole run).
+#[test]
+fn a_question_reaches_the_person_as_a_card_or_its_text() {
+    let with_cards = |automatic: bool| {
+        let mut ctx = context(automatic, &["event_reply"], false);
+        ctx["delivery"]["interactions"] = json!({"field_types": ["select"],
+            "action_styles": ["default", "primary", "danger"], "supports_updates": true, "max_fields": 1});
+        ctx
+    };
+    let mut bad = turn_with_question("");
+    bad[1]["data"]["payload"]["interaction_id"] = json!("");
+    let cases = run_cases(vec![
+        case(
+            "agent",
+            context(false, &["event_reply"], false),
+            turn_with_question("ask-1"),
+        ),
+        case(
+            "pipeline",
+            context(true, &["event_reply"], false),
+            turn_with_question("ask-1"),
+        ),
+        case(
+            "agent-cards",
+            with_cards(false),
+            turn_with_question("ask-1"),
+        ),
+        case(
+            "pipeline-cards",
+            with_cards(true),
+            turn_with_question("ask-1"),
+        ),
+        case("agent-bad-card", with_cards(false), bad),
+    ]);
+    let (agent, pipeline, agent_cards, pipeline_cards, agent_bad) =
+        (&cases[0], &cases[1], &cases[2], &cases[3], &cases[4]);
+
+    assert_eq!(
+        agent.replies(),
+        ["I need to know one thing.", QUESTION],
+        "{:?}",
+        agent.actions
+    );
+    let asked = format!("I need to know one thing.\n\n{QUESTION}");
+    assert_eq!(pipeline.giving(&asked).len(), 1, "{:?}", pipeline.results);
+    assert!(pipeline.actions.is_empty());
+    for case in [agent, pipeline, agent_bad] {
+        assert!(
+            !case.kinds().contains(&"action.requested"),
+            "{:?}",
+            case.kinds()
+        );
+        assert_eq!(case.last()["type"], "run.completed");
+    }
+    assert_eq!(agent_bad.replies(), ["I need to know one thing.", QUESTION]);
+
+    for case in [agent_cards, pipeline_cards] {
+        let kinds = case.kinds();
+        let card = kinds
+            .iter()
+            .position(|k| *k == "action.requested")
+            .expect("the card");
+        assert_eq!(kinds.last(), Some(&"run.completed"));
+        assert_eq!(card, kinds.len() - 2, "{kinds:?}");
+        assert_eq!(
+            case.giving(&asked).len(),
+            0,
+            "the text is not sent beside the card"
+        );
+        case.assert_numbering_keeps_all();
+    }
+    assert_eq!(agent_cards.replies(), ["I need to know one thing."]);
+    assert_eq!(pipeline_cards.giving("I need to know one thing.").len(), 1);
+}

@@ -12,7 +12,8 @@ use super::adapter::{AdapterSpec, Adapters};
 use crate::protocol::{
     AgentRunnerCapabilities, AgentRunnerDiscovery, AgentRunnerManifest, AgentRunnerPermissions,
     ArtifactOperation, DynamicFormItemSchema, EventOperation, HistoryOperation, I18nObject,
-    JsonMap, KnowledgeOperation, ListAgentRunnersResponse, StorageKind, ToolOperation,
+    InteractionOperation, JsonMap, KnowledgeOperation, ListAgentRunnersResponse, StorageKind,
+    ToolOperation,
 };
 
 /// The plugin identity the bridge's runners are addressed under.
@@ -90,6 +91,9 @@ pub fn requested_permissions() -> AgentRunnerPermissions {
         events: vec![EventOperation::Get, EventOperation::Page],
         artifacts: vec![ArtifactOperation::Metadata, ArtifactOperation::Read],
         storage: vec![StorageKind::Plugin, StorageKind::Workspace],
+        // Questions and approvals go to the person as cards (`ask_user`,
+        // `approvals: chat`).
+        interactions: vec![InteractionOperation::Request],
         ..AgentRunnerPermissions::default()
     }
 }
@@ -117,6 +121,7 @@ pub fn discovery() -> ListAgentRunnersResponse {
                     tool_calling: true,
                     knowledge_retrieval: true,
                     interrupt: true,
+                    interactions: true,
                     ..AgentRunnerCapabilities::default()
                 },
                 permissions: requested_permissions(),

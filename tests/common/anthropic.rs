@@ -47,8 +47,8 @@ pub struct Fake {
     /// A question (and its choices) the model asks with the bridge's
     /// `ask_user` tool; given the answer, it says [`GOING_WITH`] and it.
     pub ask: Option<(String, Vec<String>)>,
-    /// Prompts the `bash` command was already run for: a prompt gets the
-    /// command once, then the done message.
+    /// Prompts the `bash` command was already run for (or the question
+    /// asked for): a prompt gets the call once, then the done message.
     pub bashed: Arc<Mutex<std::collections::HashSet<String>>>,
     /// Tool calls the model makes one after another (name, input) when
     /// its tools include the first, then it says [`CALLS_DONE`].
@@ -145,7 +145,11 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
                 let answer = answer.lines().next().unwrap_or_default();
                 text_events(&format!("{GOING_WITH} {answer}"))
             }
-            None if answers_tool => text_events(WAITING),
+            // Asked once per prompt (the prompt stays the last text block
+            // of a user message that gathers tool results).
+            None if answers_tool || !fake.bashed.lock().unwrap().insert(prompt.clone()) => {
+                text_events(WAITING)
+            }
             None => {
                 let input = json!({"question": question, "choices": choices});
                 (

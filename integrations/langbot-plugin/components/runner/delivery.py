@@ -9,6 +9,10 @@ through `ctx.reply`. Either way each reply reaches the chat once: the final
 message already given. A failed run reaches the person as a sentence. Files
 from the harness's outbox follow the reply (`outbox`): sent after it where
 the runner sends, images inside the final message where LangBot delivers.
+A question or an approval the harness asks (`interaction.requested`) follows
+the reply too: as a card where the surface draws cards
+(`ctx.delivery.interactions`), else as its text, which says how to answer
+in words; the bridge reads the next message as the answer.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from contextlib import aclosing
 from typing import Any, AsyncIterator
 
 from langbot_plugin.api.entities.builtin.platform.message import File, Image, MessageChain
+from langbot_plugin.api.entities.builtin.runner.interaction import InteractionRequest
 
 from components.runner.outbox import Outbox
 
@@ -32,6 +37,8 @@ MAX_REASON = 400
 BOOKKEEPING = ("state.updated", "processor.log")
 #: The tool LangBot sends explicit replies with.
 REPLY_TOOL = "event_reply"
+#: `action.requested`'s action for a card.
+INTERACTION_REQUESTED = "interaction.requested"
 
 
 def message_text(message: Any) -> str:
@@ -207,6 +214,12 @@ class Delivery:
         self.reply = None if self.automatic else Reply(ctx, ctx.delivery.max_message_size)
         self.outbox = outbox or Outbox.from_config({})
         self._held: dict[str, Any] | None = None
+        #: Where the surface draws cards, LangBot executes a yielded request.
+        self.cards = getattr(ctx.delivery, "interactions", None) is not None
+        #: The turn's question for the person: a card to yield after the
+        #: reply, or the text to send with it.
+        self._card: dict[str, Any] | None = None
+        self._question = ""
 
     async def shape(self, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         """The results to yield, in order; sends the reply on the way when
@@ -237,6 +250,10 @@ class Delivery:
             if line is not None:
                 yield _log(result.get("run_id"), *line)
             return
+        if kind == "action.requested" and data.get("action") == INTERACTION_REQUESTED:
+            # Kept for after the reply; a held message stays held.
+            self._ask(result, data)
+            return
         if kind == "run.completed":
             async for out in self._completed(result, data):
                 yield out
@@ -256,7 +273,41 @@ class Delivery:
                 self.reply.progress(str(chunk.get("all_content") or ""))
             yield result
 
+    def _ask(self, result: dict[str, Any], data: dict[str, Any]) -> None:
+        """Keep the turn's question: a card LangBot accepts (checked here:
+        LangBot fails the whole run on one it refuses, and an Agent
+        binding's person then hears nothing), else its text."""
+        payload = data.get("payload") if isinstance(data.get("payload"), dict) else {}
+        text = str(payload.get("fallback_text") or payload.get("title") or "").strip()
+        if self.cards:
+            try:
+                InteractionRequest.model_validate(payload)
+            except Exception:  # noqa: BLE001 - the text still asks
+                pass
+            else:
+                self._card = result
+                return
+        self._question = text
+
+    def _with_question(self, message: dict[str, Any]) -> None:
+        """Where LangBot delivers the final message, the question's text
+        ends it."""
+        if self._question:
+            text = message_text(message)
+            message["content"] = f"{text}\n\n{self._question}" if text else self._question
+
     async def _completed(self, result: dict[str, Any], data: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        async for out in self._answer(result, data):
+            yield out
+            if out.get("type") == "run.failed":
+                return  # the reply could not be sent: that ends the run
+        if self._card is not None:
+            # After the reply: LangBot sends the card (or, where a card
+            # cannot go, its text) as it takes the result.
+            yield self._card
+        yield result
+
+    async def _answer(self, result: dict[str, Any], data: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         final = data.get("message") if isinstance(data.get("message"), dict) else None
         held = self._release()
         if held is not None:
@@ -270,22 +321,23 @@ class Delivery:
             final = given.get("message") if final is None else final
             last = data.get("message") if isinstance(data.get("message"), dict) else given.get("message")
             if self.reply is None and isinstance(last, dict):
+                self._with_question(last)
                 self._attach(last)
             yield held
-        elif self.reply is None and self.outbox.files:
+        elif self.reply is None and (self.outbox.files or self._question):
             if final is not None:
+                self._with_question(final)
                 self._attach(final)
             else:
-                # Files but no words: the files are the answer.
+                # Files or a question but no words: they are the answer.
                 message = {"role": "assistant", "content": ""}
+                self._with_question(message)
                 self._attach(message)
                 yield {"run_id": result.get("run_id"), "type": "message.completed", "data": {"message": message}}
         if self.reply is None:
-            yield result
             return
         if not self.reply.granted:
             yield self._unsendable(result)
-            yield result
             return
         try:
             await self.reply.send(message_text(final))
@@ -297,7 +349,11 @@ class Delivery:
             return
         async for out in self._send_files(result.get("run_id")):
             yield out
-        yield result
+        if self._question:
+            try:
+                await self.reply.send(self._question)
+            except Exception as exc:  # noqa: BLE001 - the record keeps it
+                yield _log(result.get("run_id"), f"the question could not be sent to the chat: {exc}", "error")
 
     def _attach(self, message: dict[str, Any]) -> None:
         """Where LangBot delivers the final message (a Pipeline binding), its
