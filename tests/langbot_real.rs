@@ -507,3 +507,94 @@ async fn claude_retrieves_langbots_knowledge_and_calls_its_tool_in_a_pipeline() 
         langbot.logs()
     );
 }
+
+/// A bot bound to `target_type` whose model asks the person with the
+/// bridge's `ask_user` tool: OneBot v11 draws no cards, so the question
+/// reaches the fake client as text that says how to answer, after the
+/// model's words; the reply "2" is the answer, and the same session goes
+/// on with the choice it names.
+async fn question_conversation(target_type: &str, user: u64) {
+    use common::anthropic::{GOING_WITH, WAITING, fake_model_asking};
+    let (model_url, _fake) = fake_model_asking("Which colour?", &["red", "blue"]).await;
+    let mut langbot = langbot().await;
+    let target = langbot.call(json!({"cmd": target_type, "model_url": model_url}));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "target_type": target_type, "target_uuid": target["uuid"],
+    }));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+
+    let asked = message(&mut langbot, &bot, user, "Paint the shed.");
+    assert_eq!(asked.run()["status"], "completed", "{:?}", asked.runs);
+    let question = "Claude Code asks: Which colour?\n\n1. red\n2. blue\n\nReply with a number, or with your own answer.";
+    match target_type {
+        // The runner sends its words, then the question.
+        "agent" => assert_eq!(asked.sent, [WAITING, question], "{:?}", asked.actions),
+        // LangBot sends the final message, which ends with the question.
+        _ => assert_eq!(
+            asked.sent,
+            [format!("{WAITING}\n\n{question}")],
+            "{:?}",
+            asked.actions
+        ),
+    }
+
+    let answered = message(&mut langbot, &bot, user, "2");
+    assert_eq!(
+        answered.sent,
+        [format!("{GOING_WITH} blue")],
+        "{:?}",
+        answered.runs
+    );
+    assert_eq!(answered.session()["resumed"], true, "{:?}", answered.runs);
+    assert_eq!(
+        answered.session()["session_id"],
+        asked.session()["session_id"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_reaches_the_chat_and_its_answer_resumes_in_an_agent_binding() {
+    question_conversation("agent", 10007).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_reaches_the_chat_and_its_answer_resumes_in_a_pipeline_binding() {
+    question_conversation("pipeline", 10008).await;
+}
+
+/// An Agent whose runner form says `approvals: chat`: the command Claude
+/// Code wants to run reaches the person as an approval request, does not
+/// run, and runs once the person answers "approve".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_asked_in_the_chat_and_the_command_runs_once_approved() {
+    let proof = tempfile::tempdir().unwrap();
+    let file = proof.path().join("approved-ran");
+    let (model_url, _fake) = fake_model_running(&format!("touch {}", file.display())).await;
+    let mut langbot = langbot().await;
+    let agent = langbot.call(json!({"cmd": "agent", "model_url": model_url, "approvals": true}));
+    let bot =
+        langbot.call(json!({"cmd": "bot", "target_type": "agent", "target_uuid": agent["uuid"]}));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+
+    let asked = message(&mut langbot, &bot, 10009, "Make the file.");
+    assert_eq!(asked.run()["status"], "completed", "{:?}", asked.runs);
+    let request = asked.sent.last().expect("the request reached the chat");
+    assert!(
+        request.contains(&format!(
+            "Claude Code asks to run `touch {}`",
+            file.display()
+        )) && request.contains("Reply \"approve\""),
+        "{:?}",
+        asked.sent
+    );
+    assert!(!file.exists(), "ran before the person approved");
+
+    let approved = message(&mut langbot, &bot, 10009, "approve");
+    assert_eq!(approved.run()["status"], "completed", "{:?}", approved.runs);
+    assert!(
+        file.exists(),
+        "the approved command did not run: {:?}",
+        approved.runs
+    );
+    assert_eq!(approved.sent, [BASH_DONE], "{:?}", approved.actions);
+}

@@ -96,7 +96,7 @@ class Session:
             await asyncio.to_thread(self.lb.wait_plugin)
         return {"seconds": round(time.monotonic() - t0, 1), "home": self.home}
 
-    def runner_config(self, model_url: str, bash: bool = False) -> dict:
+    def runner_config(self, model_url: str, bash: bool = False, approvals: bool = False) -> dict:
         """The runner's settings; with `bash`, Claude Code may run its Bash
         tool without asking (as root: bypassPermissions with IS_SANDBOX)."""
         claude_home = os.path.join(self.home, "claude-home")
@@ -108,16 +108,21 @@ class Session:
             "extra_env": f"HOME={claude_home}\nCLAUDE_CONFIG_DIR={claude_home}/.claude\nCLAUDE_CODE_MAX_RETRIES=0",
             "timeout": self.args.timeout,
         }
-        if bash:
+        if approvals:
+            # What Claude Code would ask about goes to the person.
+            config["approvals"] = "chat"
+        elif bash:
             config["permission_mode"] = "bypassPermissions"
             config["extra_env"] += "\nIS_SANDBOX=1"
         return config
 
-    async def cmd_agent(self, model_url: str, bash: bool = False) -> dict:
-        return {"uuid": await asyncio.to_thread(self.lb.create_agent, self.runner_config(model_url, bash))}
+    async def cmd_agent(self, model_url: str, bash: bool = False, approvals: bool = False) -> dict:
+        config = self.runner_config(model_url, bash, approvals)
+        return {"uuid": await asyncio.to_thread(self.lb.create_agent, config)}
 
-    async def cmd_pipeline(self, model_url: str, bash: bool = False) -> dict:
-        return {"uuid": await asyncio.to_thread(self.lb.create_pipeline, self.runner_config(model_url, bash))}
+    async def cmd_pipeline(self, model_url: str, bash: bool = False, approvals: bool = False) -> dict:
+        config = self.runner_config(model_url, bash, approvals)
+        return {"uuid": await asyncio.to_thread(self.lb.create_pipeline, config)}
 
     async def cmd_bot(self, target_type: str, target_uuid: str, adapter: str = "onebot") -> dict:
         token = secrets.token_urlsafe(16)
