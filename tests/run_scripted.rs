@@ -806,3 +806,35 @@ async fn a_run_id_that_could_forge_a_log_line_is_refused() {
         );
     }
 }
+
+/// `approvals: chat` needs a harness that hands its permission prompts to
+/// the bridge: with one that cannot, the turn is refused in a sentence
+/// before anything starts, rather than running with prompts nobody answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_in_the_chat_need_a_harness_that_can_ask() {
+    let setup = Setup::new();
+    let file = setup.context_file("approvals.json", "Do it", |ctx| {
+        ctx.config
+            .insert("approvals".into(), serde_json::json!("chat"));
+    });
+    let refused = setup.run("quiet", &["--context", &file]).await;
+    let failed = refused.assert_failed("invalid_argument");
+    let error = failed["data"]["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("`approvals: chat`") && error.contains("permission_mode"),
+        "{error}"
+    );
+    let bad = setup.context_file("bad.json", "Do it", |ctx| {
+        ctx.config
+            .insert("approvals".into(), serde_json::json!("always"));
+    });
+    let refused = setup.run("quiet", &["--context", &bad]).await;
+    let failed = refused.assert_failed("invalid_argument");
+    assert!(
+        failed["data"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("approvals"),
+        "{failed}"
+    );
+}
