@@ -580,3 +580,48 @@ async fn store_reopens_with_its_data_and_cursor_secret() {
         [1, 2, 3]
     );
 }
+
+/// Two stores on one folder (two processes: a `serve` and a `run`, a
+/// bridge and `host history`) writing at once all succeed: each waits for
+/// the other's write lock rather than failing with "database is locked".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_folder_never_find_it_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let path = path.clone();
+            tokio::spawn(async move {
+                let store = harness_bridge::host::sqlite::SqliteHost::open(&path)
+                    .unwrap_or_else(|e| panic!("open {w}: {e}"));
+                for i in 0..150 {
+                    store
+                        .append_transcript(NewTranscriptItem {
+                            event_id: format!("ev-{w}-{i}"),
+                            conversation_id: "busy".into(),
+                            role: "user".into(),
+                            content: Some(format!("message {w} {i}")),
+                            ..NewTranscriptItem::default()
+                        })
+                        .await
+                        .unwrap_or_else(|e| panic!("append {w}/{i}: {e}"));
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let store = harness_bridge::host::sqlite::SqliteHost::open(&path).unwrap();
+    let page = store
+        .history_page(
+            &scope("busy"),
+            &HistoryQuery {
+                limit: 100,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 100);
+}

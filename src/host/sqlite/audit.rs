@@ -167,7 +167,10 @@ fn prune(conn: &Connection, keep: Duration) -> rusqlite::Result<usize> {
 }
 
 fn write_batch(conn: &mut Connection, rows: &[AuditEntry]) -> HostResult<()> {
-    let tx = conn.transaction().map_err(db_error)?;
+    // Immediate, as the store's writer: see `SqliteHost::write`.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(db_error)?;
     for row in rows {
         insert(&tx, row)?;
     }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde_json::Value;
 
 pub use audit::{AuditRow, DEFAULT_AUDIT_RETENTION};
@@ -149,10 +149,11 @@ impl SqliteHost {
             source,
         };
         let writer = Connection::open(&db_path).map_err(sqlite)?;
+        // The busy timeout first: another process may be opening the store.
+        configure(&writer).map_err(sqlite)?;
         writer
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(sqlite)?;
-        configure(&writer).map_err(sqlite)?;
         let version: i64 = writer
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(sqlite)?;
@@ -290,7 +291,14 @@ impl SqliteHost {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = inner.writer.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = conn.transaction().map_err(db_error)?;
+            // Immediate: the write lock is taken (waiting out the busy
+            // timeout) when the transaction begins. A deferred one that
+            // reads first cannot become a writer once the audit thread's
+            // connection has committed in between, and fails at once with
+            // "database is locked" whatever the timeout.
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(db_error)?;
             let value = f(&tx, &inner)?;
             tx.commit().map_err(db_error)?;
             Ok(value)
