@@ -1,5 +1,7 @@
 //! A real LangBot (the pinned release, headless on SQLite, 127.0.0.1 only)
-//! with the plugin package installed over its HTTP API, and the real Claude
+//! with the plugin package built and installed as the README says (its
+//! commands run verbatim: the package carries the size-optimized bridge,
+//! the one the plugin runs), and the real Claude
 //! Code CLI behind it against a fake Messages API. One LangBot serves every
 //! test of this binary (started by the first, stopped when the binary
 //! exits), one test at a time; `tests/langbot/session.py` drives it.
@@ -49,27 +51,64 @@ fn langbot_python() -> PathBuf {
     path
 }
 
-/// The plugin package as the SDK builds it, into `dir`, without a bundled
-/// bridge: LangBot is told this test's bridge binary by the plugin's
-/// `bridge_path` setting (the bundled-binary path is covered by
-/// `relay_langbot.rs`; a debug binary is over LangBot's upload limit).
-fn build_package(dir: &Path) -> Result<PathBuf, String> {
-    let plugin = common::copy_plugin(dir);
-    let out = dir.join("lbpkg");
-    let build = Command::new(common::sdk_python())
-        .args(["-m", "langbot_plugin.cli.__init__", "build", "-o"])
-        .arg(&out)
-        .current_dir(&plugin)
-        .output()
-        .map_err(|e| format!("the SDK does not start: {e}"))?;
-    if !build.status.success() {
-        return Err(String::from_utf8_lossy(&build.stderr).into_owned());
+/// The README's section on using LangBot, as a person reads it.
+fn readme_langbot_section() -> String {
+    let readme = std::fs::read_to_string(checkout().join("README.md")).expect("README.md");
+    let start = readme
+        .find("## Use with LangBot")
+        .expect("README has a 'Use with LangBot' section");
+    let rest = &readme[start..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3);
+    rest[..end].to_string()
+}
+
+fn checkout() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The plugin package built as the README says, verbatim: each line of
+/// its "Build the package" block run by the shell in the checkout. The
+/// package carries the size-optimized bridge, which the plugin then runs.
+fn build_package_as_the_readme_says() -> Result<PathBuf, String> {
+    let section = readme_langbot_section();
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .ok_or("no sh block in the README's LangBot section")?;
+    let mut package = None;
+    for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let out = Command::new("sh")
+            .args(["-c", line])
+            .current_dir(checkout())
+            .output()
+            .map_err(|e| format!("sh does not start: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "the README's `{line}` failed:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        if let Some(arrow) = line.split("# -> ").nth(1) {
+            package = Some(checkout().join(arrow.trim()));
+        }
     }
-    std::fs::read_dir(&out)
-        .map_err(|e| e.to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "lbpkg"))
-        .ok_or_else(|| "the SDK built no .lbpkg".to_string())
+    package.ok_or_else(|| "the README's block names no package (`# -> PATH`)".to_string())
+}
+
+/// The README's install command (a `curl` to LangBot's API), verbatim but
+/// for its line break.
+fn readme_install_command() -> Result<String, String> {
+    let section = readme_langbot_section();
+    let start = section
+        .find("`curl ")
+        .ok_or("no curl command in the README's LangBot section")?;
+    let command = section[start + 1..]
+        .split('`')
+        .next()
+        .ok_or("an unterminated curl command")?;
+    Ok(command.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 /// The shared LangBot: the session driver's pipes, and where it logs.
@@ -100,7 +139,8 @@ fn start() -> Result<LangBot, String> {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("langbot-real-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let package = build_package(&dir)?;
+    let package = build_package_as_the_readme_says()?;
+    let install = readme_install_command()?;
     let home = dir.join("langbot");
     let driver_log = dir.join("session.log");
     let log = std::fs::File::create(&driver_log).map_err(|e| e.to_string())?;
@@ -115,8 +155,10 @@ fn start() -> Result<LangBot, String> {
         .arg(&package)
         .arg("--claude")
         .arg(common::cli("claude"))
-        .arg("--plugin-config")
-        .arg(format!("bridge_path={}", common::bridge_bin()))
+        .arg("--install-command")
+        .arg(&install)
+        .arg("--checkout")
+        .arg(checkout())
         .arg("--remove")
         .arg(&dir)
         .stdin(Stdio::piped())

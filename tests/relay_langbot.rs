@@ -21,12 +21,19 @@ const HOST_ONLY: &str = "HOST TRANSCRIPT: the launch code is tulip";
 const FIRST: &str = "Remember this: the codeword is tulip.";
 
 /// A copy of the plugin as LangBot unpacks it: read-only, with the bridge
-/// bundled in `bin/` and no exec bits.
+/// bundled (compressed) in `bin/` and no exec bits.
 fn unpacked_plugin(dir: &std::path::Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let plugin = common::copy_plugin(dir);
     std::fs::create_dir_all(plugin.join("bin")).unwrap();
-    std::fs::copy(common::bridge_bin(), plugin.join("bin/harness-bridge")).unwrap();
+    // Bundled as the package script bundles it: gzip-compressed.
+    let packed = std::process::Command::new("gzip")
+        .args(["-1", "-c"])
+        .arg(common::bridge_bin())
+        .output()
+        .expect("gzip runs");
+    assert!(packed.status.success(), "gzip failed");
+    std::fs::write(plugin.join("bin/harness-bridge.gz"), packed.stdout).unwrap();
     for entry in walkdir::WalkDir::new(&plugin).contents_first(true) {
         let entry = entry.unwrap();
         let mode = if entry.file_type().is_dir() {

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -456,6 +457,29 @@ class LangBot:
         ).encode() + content + f"\r\n--{boundary}--\r\n".encode()
         data = self.api("POST", "/plugins/install/local", body,
                         headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}, timeout=120)
+        self._await_install(data)
+
+    def install_by_command(self, command: str, cwd: str) -> None:
+        """Install as a person following the README does: `command` run by
+        the shell in `cwd`, with `$KEY` this LangBot's API key and
+        `LANGBOT:5300` its address."""
+        self.wait_runtime()
+        address = urllib.parse.urlsplit(self.base).netloc
+        command = command.replace("LANGBOT:5300", address)
+        env = dict(os.environ, KEY=self.api_key)
+        done = subprocess.run(["sh", "-c", command], cwd=cwd, env=env, capture_output=True, timeout=180)
+        out = done.stdout.decode("utf-8", "replace")
+        if done.returncode != 0:
+            raise Failure(f"{command!r} exited {done.returncode}: {done.stderr.decode('utf-8', 'replace')[:1500]}")
+        try:
+            answer = json.loads(out)
+        except ValueError:
+            raise Failure(f"{command!r} printed no JSON: {out[:1500]}") from None
+        if answer.get("code") != 0:
+            raise Failure(f"{command!r}: LangBot answered {out[:1500]}")
+        self._await_install(answer.get("data") or {})
+
+    def _await_install(self, data: dict) -> None:
         task_id = data.get("task_id")
         log(f"install task {task_id}")
         deadline = time.monotonic() + 600

@@ -88,7 +88,10 @@ class Session:
         t0 = time.monotonic()
         await asyncio.to_thread(self.lb.write_config)
         await asyncio.to_thread(self.lb.start)
-        await asyncio.to_thread(self.lb.install, os.path.abspath(args.lbpkg))
+        if args.install_command:
+            await asyncio.to_thread(self.lb.install_by_command, args.install_command, args.checkout)
+        else:
+            await asyncio.to_thread(self.lb.install, os.path.abspath(args.lbpkg))
         await asyncio.to_thread(self.lb.wait_plugin)
         settings = dict(kv.split("=", 1) for kv in args.plugin_config)
         if settings:
@@ -260,6 +263,9 @@ async def main() -> int:
     ap.add_argument("--plugin-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a harness-bridge plugin setting (bridge_path, workspace_root); repeatable")
     ap.add_argument("--timeout", type=int, default=120, help="runner turn timeout (s)")
+    ap.add_argument("--install-command", help="install the package with this shell command "
+                    "(the README's, with $KEY and LANGBOT:5300 filled in), run in --checkout")
+    ap.add_argument("--checkout", default=".", help="where --install-command runs")
     ap.add_argument("--remove", metavar="DIR", help="a folder to remove when done (the home's parent, say)")
     args = ap.parse_args()
     if any("=" not in kv for kv in args.plugin_config):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import hashlib
 import json
 import logging
@@ -29,7 +30,9 @@ APIS = [
     "tool_detail", "tool_call", "knowledge_list", "knowledge_retrieve",
 ]
 PLUGIN_DIR = Path(__file__).resolve().parents[2]
-BUNDLED = PLUGIN_DIR / "bin" / "harness-bridge"
+# Compressed: LangBot takes packages up to 10 MiB and stores their files
+# as they are, and the bridge is larger than that uncompressed.
+BUNDLED = PLUGIN_DIR / "bin" / "harness-bridge.gz"
 # A harness needs a PATH; the plugin runtime gives none.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LINE_LIMIT = 16 * 1024 * 1024
@@ -56,7 +59,7 @@ def writable_dir(name: str) -> Path:
 
 def bridge_binary(configured: str | None) -> Path:
     """The bridge to run: the configured absolute path, else the bundled
-    binary copied out of the read-only package and made executable."""
+    binary unpacked out of the read-only package and made executable."""
     if configured:
         path = Path(configured)
         if not path.is_absolute():
@@ -79,7 +82,8 @@ def bridge_binary(configured: str | None) -> Path:
         # once never execute a half-written copy.
         fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".harness-bridge-")
         os.close(fd)
-        shutil.copyfile(BUNDLED, partial)
+        with gzip.open(BUNDLED, "rb") as packed, open(partial, "wb") as unpacked:
+            shutil.copyfileobj(packed, unpacked)
         os.chmod(partial, stat.S_IRWXU)
         os.replace(partial, target)
     _COPIED = target
