@@ -320,6 +320,13 @@ fn a_failure_reaches_the_person_as_a_sentence_where_the_runner_sends() {
         Vec::new(),
     );
     missing_bridge["plugin_config"] = json!({"bridge_path": "bin/harness-bridge"});
+    let mut relative_root = case(
+        "relative-root",
+        context(false, &["event_reply"], false),
+        Vec::new(),
+    );
+    relative_root["plugin_config"] =
+        json!({"bridge_path": "/bin/true", "workspace_root": "data/workspaces"});
     let cases = run_cases(vec![
         case(
             "agent",
@@ -327,6 +334,7 @@ fn a_failure_reaches_the_person_as_a_sentence_where_the_runner_sends() {
             failure(error),
         ),
         missing_bridge,
+        relative_root,
         case(
             "pipeline",
             context(true, &["event_reply"], false),
@@ -349,9 +357,18 @@ fn a_failure_reaches_the_person_as_a_sentence_where_the_runner_sends() {
     );
     assert_eq!(cases[1].last()["data"]["code"], "harness_not_found");
 
+    // A workspace folder relative to nothing the operator chose is refused
+    // in words too, not used from wherever the plugin runtime runs.
+    let told = cases[2].replies();
+    assert!(
+        told.len() == 1 && told[0].contains("workspace_root must be an absolute path"),
+        "{told:?}"
+    );
+    assert_eq!(cases[2].last()["data"]["code"], "workspace_error");
+
     // A Pipeline tells the person itself (its failure hint): nothing sent.
-    assert!(cases[2].actions.is_empty(), "{:?}", cases[2].actions);
-    assert_eq!(cases[2].last()["type"], "run.failed");
+    assert!(cases[3].actions.is_empty(), "{:?}", cases[3].actions);
+    assert_eq!(cases[3].last()["type"], "run.failed");
 }
 
 #[test]

@@ -838,3 +838,63 @@ async fn approvals_in_the_chat_need_a_harness_that_can_ask() {
         "{failed}"
     );
 }
+
+/// The operator's paths given relative, as a person types them in their
+/// own folder (`--data-dir ./data --adapters ./adapters --templates
+/// ./templates`): each is taken from the working directory the command
+/// ran in, once, at the edge (the harness runs elsewhere, in the
+/// workspace), and the turn uses that folder's spec and templates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relative_operator_paths_are_taken_from_where_the_command_ran() {
+    let setup = Setup::new();
+    let folder = setup.tools.path();
+    let templates = folder.join("templates");
+    std::fs::create_dir_all(&templates).unwrap();
+    for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("templates")).unwrap()
+    {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), templates.join(entry.file_name())).unwrap();
+    }
+    let prompt = std::fs::read_to_string(templates.join("turn-prompt.md")).unwrap();
+    std::fs::write(
+        templates.join("turn-prompt.md"),
+        format!("OPERATOR TEMPLATE\n{prompt}"),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(common::bridge_bin())
+        .args(["--data-dir", "./data", "run", "--adapters", "./adapters"])
+        .args(["--templates", "./templates", "--harness", "scripted"])
+        .args(["--conversation", "chat-7", "--text", "Summarise the plan"])
+        .current_dir(folder)
+        .env_clear()
+        .env("PATH", setup.path_with_script())
+        .env("FAKE_MODE", "quiet")
+        .env("HOME", folder)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("the bridge runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let workspace = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["data"]["key"] == "external.working_directory")
+        .and_then(|r| r["data"]["value"].as_str().map(PathBuf::from))
+        .expect("the turn names its workspace");
+    // Absolute, under the folder the command ran in: the pointer and the
+    // workspace are found again from anywhere.
+    assert!(workspace.is_absolute(), "{}", workspace.display());
+    assert!(
+        workspace.starts_with(folder.join("data")),
+        "{}",
+        workspace.display()
+    );
+    let stdin = std::fs::read_to_string(workspace.join("received-stdin")).unwrap();
+    assert!(stdin.starts_with("OPERATOR TEMPLATE"), "{stdin}");
+}

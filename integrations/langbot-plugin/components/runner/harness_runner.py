@@ -100,6 +100,11 @@ class HarnessRunner(Runner):
             yield _failed(ctx.run_id, str(exc), "harness_not_found")
             return
         root = str(plugin_config.get("workspace_root") or "").strip()
+        if root and not Path(root).is_absolute():
+            # Relative to the plugin runtime's working folder, which the
+            # operator neither sees nor chooses: refused, as bridge_path is.
+            yield _failed(ctx.run_id, f"workspace_root must be an absolute path, got {root!r}", "workspace_error")
+            return
         data_dir = Path(root) if root else writable_dir("data") / "harness-bridge"
         context = ctx.model_dump(mode="json", exclude_none=True)
         context["config"] = {k: v for k, v in config.items() if k not in LAUNCH_KEYS}
