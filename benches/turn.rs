@@ -163,6 +163,7 @@ async fn same_config() -> SameConfig {
         actor: "bench",
         text: PROMPT,
         config: Default::default(),
+        answer: None,
     })
     .expect("context");
     let spec = harness_bridge::harness::find("claude-code").expect("spec");

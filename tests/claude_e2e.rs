@@ -89,6 +89,7 @@ impl Machine {
             actor: "local-user",
             text: "Start the sleepers",
             config,
+            answer: None,
         })
         .unwrap();
         let file = self.data.path().join(format!("{}.json", ctx.run_id));
@@ -452,6 +453,7 @@ impl Machine {
             actor: "local-user",
             text,
             config,
+            answer: None,
         })
         .unwrap();
         let file = self.data.path().join(format!("{}.json", ctx.run_id));

@@ -604,21 +604,22 @@ async fn a_question_reaches_the_chat_and_its_answer_resumes_in_a_pipeline_bindin
     question_conversation("pipeline", 10008).await;
 }
 
-/// An Agent whose runner form says `approvals: chat`: the command Claude
-/// Code wants to run reaches the person as an approval request, does not
-/// run, and runs once the person answers "approve".
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_approval_is_asked_in_the_chat_and_the_command_runs_once_approved() {
+/// A runner form that says `approvals: chat`: the command Claude Code
+/// wants to run reaches the person as an approval request, does not run,
+/// and runs once the person answers "approve", in the same session.
+async fn approval_conversation(target_type: &str, user: u64) {
     let proof = tempfile::tempdir().unwrap();
     let file = proof.path().join("approved-ran");
     let (model_url, _fake) = fake_model_running(&format!("touch {}", file.display())).await;
     let mut langbot = langbot().await;
-    let agent = langbot.call(json!({"cmd": "agent", "model_url": model_url, "approvals": true}));
-    let bot =
-        langbot.call(json!({"cmd": "bot", "target_type": "agent", "target_uuid": agent["uuid"]}));
+    let target =
+        langbot.call(json!({"cmd": target_type, "model_url": model_url, "approvals": true}));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "target_type": target_type, "target_uuid": target["uuid"],
+    }));
     let bot = bot["uuid"].as_str().unwrap().to_string();
 
-    let asked = message(&mut langbot, &bot, 10009, "Make the file.");
+    let asked = message(&mut langbot, &bot, user, "Make the file.");
     assert_eq!(asked.run()["status"], "completed", "{:?}", asked.runs);
     let request = asked.sent.last().expect("the request reached the chat");
     assert!(
@@ -631,7 +632,7 @@ async fn an_approval_is_asked_in_the_chat_and_the_command_runs_once_approved() {
     );
     assert!(!file.exists(), "ran before the person approved");
 
-    let approved = message(&mut langbot, &bot, 10009, "approve");
+    let approved = message(&mut langbot, &bot, user, "approve");
     assert_eq!(approved.run()["status"], "completed", "{:?}", approved.runs);
     assert!(
         file.exists(),
@@ -639,4 +640,19 @@ async fn an_approval_is_asked_in_the_chat_and_the_command_runs_once_approved() {
         approved.runs
     );
     assert_eq!(approved.sent, [BASH_DONE], "{:?}", approved.actions);
+    assert_eq!(approved.session()["resumed"], true, "{:?}", approved.runs);
+    assert_eq!(
+        approved.session()["session_id"],
+        asked.session()["session_id"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_asked_in_the_chat_and_the_command_runs_once_approved_in_an_agent() {
+    approval_conversation("agent", 10009).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_asked_in_the_chat_and_the_command_runs_once_approved_in_a_pipeline() {
+    approval_conversation("pipeline", 10010).await;
 }

@@ -109,6 +109,7 @@ impl Setup {
             actor: "local-user",
             text,
             config: Default::default(),
+            answer: None,
         })
         .unwrap();
         edit(&mut ctx);

@@ -1148,3 +1148,50 @@ async fn fixed_config_wins_over_every_request() {
         assert!(!args.contains("client-model"), "{args}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_answer_needs_an_open_request_and_says_so_in_a_sentence() {
+    let server = Server::start("quiet", "").await;
+    // An answer to a card that was never asked (or answered, or expired):
+    // the person is told, and no harness runs.
+    let (status, done) = server
+        .post_json(json!({
+            "conversation": "c",
+            "interaction": {"interaction_id": "ask-run-gone", "action_id": "submit", "values": {"answer": "1"}},
+        }))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["type"], "run.completed", "{done}");
+    let said = done["data"]["message"]["content"].to_string();
+    assert!(said.contains("no longer open"), "{done}");
+    assert!(
+        !walkdir::WalkDir::new(server.workspaces())
+            .into_iter()
+            .filter_map(Result::ok)
+            .any(|e| e.file_name() == "received-args"),
+        "no harness ran"
+    );
+    // A malformed answer is the client's to fix, said before anything queues.
+    let (status, body) = server
+        .post_json(
+            json!({"conversation": "c", "interaction": {"interaction_id": "x", "choice": 1}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `choice`"),
+        "{body}"
+    );
+    let (status, body) = server.post_json(json!({"conversation": "c"})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("give the turn's text"),
+        "{body}"
+    );
+}

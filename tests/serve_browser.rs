@@ -3,16 +3,19 @@
 //! real `serve` running the real Claude Code, offline against the fake
 //! model. An operator types a message, sees the answer stream in (with the
 //! history tool call it made), sends a second one, and sees the same
-//! Claude session resumed and the stored resume pointer.
+//! Claude session resumed and the stored resume pointer. A question and an
+//! approval Claude asks show as cards, and their buttons answer them.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::anthropic::{ANSWER, ASK, CONVERSATION, FOLLOW_UP, SECOND_ANSWER};
+use common::anthropic::{
+    ANSWER, ASK, BASH_DONE, CONVERSATION, FOLLOW_UP, GOING_WITH, SECOND_ANSWER,
+};
 use common::server::ServeProcess;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -35,16 +38,15 @@ fn chromium() -> &'static str {
     CHROMIUM
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
-    let (chromium, playwright) = (chromium(), playwright_core());
+/// A real `serve` running the real Claude Code against the fake model at
+/// `model_url`, with `extra` added to its bridge.yaml.
+async fn serve_claude(model_url: String, extra: &str) -> (ServeProcess, tempfile::TempDir) {
     let claude = common::cli("claude");
-    let (model_url, fake) = common::anthropic::fake_model(false).await;
     let data = Arc::new(tempfile::tempdir().unwrap());
     common::seed_decision(data.path(), CONVERSATION).await;
     let home = tempfile::tempdir().unwrap();
     let config = format!(
-        "harness_binaries:\n  claude-code: {}\nshutdown_grace_seconds: 5\n",
+        "harness_binaries:\n  claude-code: {}\nshutdown_grace_seconds: 5\n{extra}",
         claude.display()
     );
     let env = [
@@ -58,12 +60,21 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         ("ANTHROPIC_API_KEY", "test-key".to_string()),
         ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
     ];
-    let mut server = ServeProcess::spawn(data.clone(), &config, &env).await;
+    (ServeProcess::spawn(data, &config, &env).await, home)
+}
 
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-page");
+/// Run `script` (in tests/browser) in headless Chromium against `server`'s
+/// page with `vars` in its environment; what the page showed, as JSON.
+async fn browse(script: &str, server: &ServeProcess, vars: &[(&str, &str)]) -> Value {
+    let (chromium, playwright) = (chromium(), playwright_core());
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join(script.trim_end_matches(".cjs"));
     std::fs::create_dir_all(&shots).unwrap();
     let output = tokio::process::Command::new("node")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/chat_page.cjs"))
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/browser")
+                .join(script),
+        )
         .env("PLAYWRIGHT_CORE", &playwright)
         .env("CHROMIUM", chromium)
         .env("URL", format!("{}/", server.url))
@@ -73,10 +84,8 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         )
         .env("CONVERSATION", CONVERSATION)
         .env("HARNESS", "claude-code")
-        .env("FIRST", ASK)
-        .env("SECOND", FOLLOW_UP)
-        .env("STREAMED", ANSWER)
         .env("SCREENSHOTS", &shots)
+        .envs(vars.iter().copied())
         .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(std::time::Duration::from_secs(300), output)
@@ -89,7 +98,29 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         String::from_utf8_lossy(&output.stderr),
         server.log.lock().unwrap()
     );
-    let page: Value = serde_json::from_slice(&output.stdout).expect("the script prints JSON");
+    serde_json::from_slice(&output.stdout).expect("the script prints JSON")
+}
+
+/// Console errors other than the 401 the page shows before the token.
+fn console_errors(page: &Value) -> Vec<&Value> {
+    page["console_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| !e.as_str().unwrap().contains("401"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
+    let (model_url, fake) = common::anthropic::fake_model(false).await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    let page = browse(
+        "chat_page.cjs",
+        &server,
+        &[("FIRST", ASK), ("SECOND", FOLLOW_UP), ("STREAMED", ANSWER)],
+    )
+    .await;
     let (first, second) = (&page["first"], &page["second"]);
 
     // The first answer was on the page while its run was still going
@@ -128,13 +159,7 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
             .contains("enter the API token"),
         "{page}"
     );
-    let errors: Vec<&Value> = page["console_errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| !e.as_str().unwrap().contains("401"))
-        .collect();
-    assert!(errors.is_empty(), "{page}");
+    assert!(console_errors(&page).is_empty(), "{page}");
     // Claude sent the second request with turn 1 in it: a resumed session.
     let requests = fake.requests.lock().unwrap().clone();
     let last = requests.last().expect("the model was asked");
@@ -149,6 +174,138 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         metrics.contains(r#"harness_bridge_mcp_calls_total{tool="history_page",outcome="ok"} 1"#),
         "{metrics}"
     );
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
+/// A question the real Claude Code asks with `ask_user` shows on the page
+/// as a card with a button per choice; pressing one answers it as a new
+/// turn, which resumes the same session with the choice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_shows_as_a_card_and_a_button_answers_it() {
+    let (model_url, _fake) =
+        common::anthropic::fake_model_asking("Which environment?", &["staging", "production"])
+            .await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    let expect = format!("{GOING_WITH} production");
+    let page = browse(
+        "card.cjs",
+        &server,
+        &[
+            ("FIRST", "Deploy it"),
+            ("PRESS", "production"),
+            ("EXPECT", &expect),
+        ],
+    )
+    .await;
+    let (asked, answered) = (&page["asked"], &page["answered"]);
+    let card = &asked["cards"][0];
+    assert_eq!(card["title"], "Which environment?", "{page}");
+    let labels: Vec<&Value> = card["buttons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| &b["label"])
+        .collect();
+    assert_eq!(labels, ["staging", "production"], "{page}");
+    assert!(card["buttons"][0]["disabled"] == false, "{page}");
+    assert!(
+        card["expiry"].as_str().unwrap().starts_with("open until"),
+        "{page}"
+    );
+    let session = asked["session_id"].as_str().unwrap();
+    assert!(session.len() > 8, "{page}");
+    assert!(
+        asked["pointer"]["external.pending_interaction"]
+            .as_str()
+            .unwrap()
+            .contains("Which environment?"),
+        "{page}"
+    );
+
+    // The button's answer ran as a new turn of the same session; the card
+    // is closed and the open request cleared.
+    let card = &answered["cards"][0];
+    assert_eq!(card["outcome"], "answered: production", "{page}");
+    assert!(
+        card["buttons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["disabled"] == true),
+        "{page}"
+    );
+    assert_eq!(answered["user"][1], "production", "{page}");
+    assert_eq!(answered["resumed"], "yes", "{page}");
+    assert_eq!(answered["session_id"], session, "{page}");
+    assert_eq!(
+        answered["pointer"]["external.pending_interaction"], "null",
+        "{page}"
+    );
+    assert!(console_errors(&page).is_empty(), "{page}");
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
+/// With `approvals: chat`, Claude Code's request to run a command shows as
+/// a confirmation card; "Approve once" lets that command run, in the same
+/// session. (That nothing runs before, and only once, is claude_e2e's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_card_on_the_page_lets_the_command_run() {
+    let (model_url, _fake) = common::anthropic::fake_model_running("touch approved-ran").await;
+    let (mut server, _home) = serve_claude(model_url, "default_config:\n  approvals: chat\n").await;
+    let page = browse(
+        "card.cjs",
+        &server,
+        &[
+            ("FIRST", "Please make the file"),
+            ("PRESS", "Approve once"),
+            ("EXPECT", BASH_DONE),
+        ],
+    )
+    .await;
+    let (asked, answered) = (&page["asked"], &page["answered"]);
+    let card = &asked["cards"][0];
+    assert!(
+        card["title"]
+            .as_str()
+            .unwrap()
+            .contains("run `touch approved-ran`"),
+        "{page}"
+    );
+    let buttons: Vec<(&Value, &Value)> = card["buttons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (&b["label"], &b["style"]))
+        .collect();
+    assert_eq!(
+        buttons,
+        [
+            (&json!("Approve once"), &json!("primary")),
+            (&json!("Deny"), &json!("danger"))
+        ],
+        "{page}"
+    );
+    let workspace = PathBuf::from(
+        asked["pointer"]["external.working_directory"]
+            .as_str()
+            .expect("the workspace is in the pointer"),
+    );
+
+    assert_eq!(
+        answered["cards"][0]["outcome"], "answered: Approve once",
+        "{page}"
+    );
+    assert_eq!(answered["resumed"], "yes", "{page}");
+    assert_eq!(answered["session_id"], asked["session_id"], "{page}");
+    assert!(
+        workspace.join("approved-ran").exists(),
+        "the approved command did not run: {page}"
+    );
+    assert!(console_errors(&page).is_empty(), "{page}");
     let root = server.workspaces();
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;

@@ -152,6 +152,7 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
             actor: args.actor.as_deref().unwrap_or("local-user"),
             text,
             config: JsonMap::new(),
+            answer: None,
         }) {
             Ok(ctx) => ctx,
             Err(e) => {

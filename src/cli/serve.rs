@@ -19,11 +19,15 @@ or, when there are none, the one serve keeps in STORE/api-token; every
 POST with Content-Type: application/json; requests from pages of other
 sites are refused):
   GET  /                    the debug chat page: a harness, a conversation,
-                            an actor; the reply, tool calls, resume pointer
+                            an actor; the reply, tool calls, resume pointer,
+                            questions and approvals as cards with buttons
   POST /v1/runs             an AgentRunContext, or the short form
                             {conversation, text, actor?, harness?, config?,
-                            run_id?}; answers with the result stream
-                            (NDJSON; SSE with Accept: text/event-stream)
+                            run_id?, interaction?}; answers with the result
+                            stream (NDJSON; SSE with Accept: text/event-stream)
+                            interaction: {interaction_id, action_id?,
+                            values?} answers a card the agent sent (text
+                            may then be left out)
   GET  /v1/runs/{id}        status and results so far
   POST /v1/runs/{id}/cancel stop a run (run.failed, code cancelled)
   GET  /v1/runners          the runner discovery JSON

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::host::now_ms;
-use crate::protocol::{AgentRunContext, JsonMap};
+use crate::protocol::{AgentRunContext, INTERACTION_SUBMITTED, InteractionSubmission, JsonMap};
 
 /// The facts of a typed turn.
 #[derive(Debug, Clone)]
@@ -17,6 +17,9 @@ pub struct QuickTurn<'a> {
     pub text: &'a str,
     /// Binding settings (`ctx.config`): model, timeout_seconds, prompt, ...
     pub config: JsonMap,
+    /// A card's answer (a button or a form sent): the turn is then an
+    /// `interaction.submitted` event carrying it, as a host sends one.
+    pub answer: Option<InteractionSubmission>,
 }
 
 /// A fresh run id: time-ordered and unique enough for one host.
@@ -31,19 +34,27 @@ pub fn new_run_id() -> String {
 pub fn quick_context(turn: &QuickTurn<'_>) -> Result<AgentRunContext, serde_json::Error> {
     let run_id = new_run_id();
     let now = now_ms() / 1000;
+    let event_type = match turn.answer {
+        Some(_) => INTERACTION_SUBMITTED,
+        None => "message.received",
+    };
+    let mut input = json!({"text": turn.text});
+    if let Some(answer) = &turn.answer {
+        input["interaction"] = serde_json::to_value(answer)?;
+    }
     let doc = json!({
         "run_id": run_id,
-        "trigger": {"type": "message.received", "source": "api", "timestamp": now},
+        "trigger": {"type": event_type, "source": "api", "timestamp": now},
         "event": {
             "event_id": format!("ev-{run_id}"),
-            "event_type": "message.received",
+            "event_type": event_type,
             "event_time": now,
             "source": "api",
         },
         "conversation": {"conversation_id": turn.conversation, "bot_id": "local", "workspace_id": "local"},
         "actor": {"actor_type": "user", "actor_id": turn.actor, "actor_name": turn.actor},
         "subject": {"subject_type": "conversation", "subject_id": turn.conversation},
-        "input": {"text": turn.text},
+        "input": input,
         "delivery": {"surface": "cli", "supports_streaming": true},
         "resources": {"storage": {"plugin_storage": true, "workspace_storage": true}},
         "context": {"available_apis": {
@@ -67,6 +78,7 @@ mod tests {
             actor: "ada",
             text: "hi \"there\"\n",
             config: JsonMap::new(),
+            answer: None,
         })
         .unwrap();
         let (parsed, problems) =
@@ -76,5 +88,29 @@ mod tests {
         assert_eq!(ctx.conversation_id(), Some("demo"));
         assert_eq!(ctx.input.to_text(), "hi \"there\"\n");
         assert_ne!(ctx.run_id, new_run_id());
+    }
+
+    #[test]
+    fn an_answered_card_is_an_interaction_submitted_turn() {
+        let answer: InteractionSubmission = serde_json::from_value(serde_json::json!({
+            "interaction_id": "ask-run-1", "action_id": "submit", "values": {"answer": "2"},
+        }))
+        .unwrap();
+        let ctx = quick_context(&QuickTurn {
+            conversation: "demo",
+            actor: "ada",
+            text: "Staging",
+            config: JsonMap::new(),
+            answer: Some(answer.clone()),
+        })
+        .unwrap();
+        let (parsed, problems) =
+            crate::protocol::validate_context(&serde_json::to_value(&ctx).unwrap());
+        assert!(parsed.is_some() && problems.is_empty(), "{problems:?}");
+        assert_eq!(ctx.event.event_type, INTERACTION_SUBMITTED);
+        assert_eq!(
+            InteractionSubmission::from_input(&ctx.input.extra),
+            Some(answer)
+        );
     }
 }

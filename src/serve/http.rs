@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 use super::{QueueFull, Refused, RunEntry, Service};
-use crate::protocol::{ErrorCode, JsonMap, checked_context};
+use crate::protocol::{ErrorCode, InteractionSubmission, JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
 use crate::throttle::SharedThrottle;
 
@@ -165,7 +165,14 @@ pub fn router(service: Arc<Service>) -> Router {
 #[serde(deny_unknown_fields)]
 struct ShortRun {
     conversation: String,
-    text: String,
+    /// What the person said; may be left out when `interaction` answers a
+    /// card.
+    #[serde(default)]
+    text: Option<String>,
+    /// A card's answer: the open request's id, the button pressed, the
+    /// fields filled in.
+    #[serde(default)]
+    interaction: Option<ShortAnswer>,
     /// The client's own id for the run, so it can cancel or look the run
     /// up before its first result (a generated one otherwise).
     #[serde(default)]
@@ -178,6 +185,17 @@ struct ShortRun {
     config: JsonMap,
 }
 
+/// An answer to an `interaction.requested` card, as the short form takes it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShortAnswer {
+    interaction_id: String,
+    #[serde(default)]
+    action_id: Option<String>,
+    #[serde(default)]
+    values: JsonMap,
+}
+
 #[derive(Deserialize, Default)]
 struct RunQuery {
     harness: Option<String>,
@@ -185,7 +203,8 @@ struct RunQuery {
 
 /// The two bodies `POST /v1/runs` takes, for error messages.
 const RUN_FORMS: &str = "an AgentRunContext (with run_id) or the short form \
-     {\"conversation\": \"...\", \"text\": \"...\", actor?, harness?, config?, run_id?}";
+     {\"conversation\": \"...\", \"text\": \"...\", actor?, harness?, config?, run_id?, \
+     interaction?: {interaction_id, action_id?, values?}}";
 
 /// A run request's context, and the harness it names (the short form may).
 /// The short form gets `defaults` under its own config.
@@ -203,13 +222,25 @@ fn run_request(
     }
     let short: ShortRun =
         serde_json::from_value(doc).map_err(|e| format!("expected {RUN_FORMS}: {e}"))?;
+    if short.text.is_none() && short.interaction.is_none() {
+        return Err(format!(
+            "give the turn's text, or an interaction that answers an open request: {RUN_FORMS}"
+        ));
+    }
     let mut config = defaults.clone();
     config.extend(short.config);
+    let answer = short.interaction.map(|a| InteractionSubmission {
+        interaction_id: a.interaction_id,
+        action_id: a.action_id,
+        values: a.values,
+        submitted_at: Some(crate::host::now_ms() / 1000),
+    });
     let mut ctx = quick_context(&QuickTurn {
         conversation: &short.conversation,
         actor: short.actor.as_deref().unwrap_or("api-user"),
-        text: &short.text,
+        text: short.text.as_deref().unwrap_or_default(),
         config,
+        answer,
     })
     .map_err(|e| e.to_string())?;
     if let Some(run_id) = short.run_id {

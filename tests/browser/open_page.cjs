@@ -1,0 +1,75 @@
+// What every browser script starts with: headless Chromium on the debug
+// chat page of a running `harness-bridge serve`, the API token entered and
+// the harness, conversation and actor picked, as an operator would.
+// Console errors are collected in `out.console_errors`.
+//
+// Environment: PLAYWRIGHT_CORE (path of the playwright-core package),
+// CHROMIUM (the browser), URL (the page), TOKEN (the API token),
+// CONVERSATION, HARNESS.
+"use strict";
+const { chromium } = require(process.env.PLAYWRIGHT_CORE);
+
+const WAIT = { timeout: 120000 };
+
+async function openPage(out) {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM,
+    headless: true,
+    // This machine has no network but loopback: keep Chromium from trying.
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  const page = await browser.newPage();
+  page.on("console", (m) => { if (m.type() === "error") out.console_errors.push(m.text()); });
+  page.on("pageerror", (e) => out.console_errors.push(String(e)));
+  await page.goto(process.env.URL);
+  // The page asks for the API token (serve keeps it in STORE/api-token).
+  await page.fill("#token", process.env.TOKEN);
+  await page.dispatchEvent("#token", "change");
+  await page.waitForFunction((h) => [...document.querySelectorAll("#harness option")].some((o) => o.value === h),
+    process.env.HARNESS, WAIT);
+  await page.selectOption("#harness", process.env.HARNESS);
+  await page.fill("#conversation", process.env.CONVERSATION);
+  await page.fill("#actor", "alice");
+  return { browser, page };
+}
+
+// Run `drive(page, out)` on an opened page; print `out` as one JSON line.
+async function session(drive) {
+  const out = { console_errors: [] };
+  const { browser, page } = await openPage(out);
+  try {
+    await drive(page, out);
+  } finally {
+    await browser.close();
+  }
+  process.stdout.write(JSON.stringify(out) + "\n");
+}
+
+// What the page shows now, cards included.
+function snapshot(page) {
+  return page.evaluate(() => {
+    const pointer = {};
+    for (const dd of document.querySelectorAll("#pointer dd")) pointer[dd.dataset.key] = dd.textContent;
+    const cards = [...document.querySelectorAll(".card")].map((c) => ({
+      interaction_id: c.dataset.interaction,
+      title: c.querySelector("h3").textContent,
+      buttons: [...c.querySelectorAll("button")].map((b) => ({ label: b.textContent, style: b.className, disabled: b.disabled })),
+      expiry: (c.querySelector(".expiry") || {}).textContent || null,
+      outcome: (c.querySelector(".outcome") || {}).textContent || null,
+    }));
+    return {
+      user: [...document.querySelectorAll(".user")].map((e) => e.textContent),
+      assistant: [...document.querySelectorAll(".assistant")].map((e) => e.textContent),
+      events: [...document.querySelectorAll(".event")].map((e) => e.textContent),
+      cards,
+      session_id: document.querySelector("#session-id").textContent,
+      resumed: document.querySelector("#resumed").textContent,
+      status: document.querySelector("#status").textContent,
+      run_id: document.querySelector("#run-id").textContent,
+      pointer,
+    };
+  });
+}
+
+module.exports = { session, snapshot, WAIT };
