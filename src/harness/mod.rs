@@ -10,6 +10,7 @@ pub mod cage;
 mod catalog;
 pub mod decode;
 mod launch;
+pub mod live;
 mod session;
 mod stderr;
 

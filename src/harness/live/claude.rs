@@ -1,0 +1,124 @@
+//! Claude Code with `--input-format stream-json`: a user turn is one
+//! `{"type":"user",...}` line on stdin, its output the same stream-json the
+//! one-shot mode prints, ending in one `result` line per turn. An interrupt
+//! is a `control_request` (`subtype: interrupt`), answered with a
+//! `control_response`; the interrupted turn still ends with its `result`
+//! (`error_during_execution`), and the next turn goes on in the same
+//! session (measured with the pinned CLI, see ARCHITECTURE.md).
+
+use serde_json::{Value, json};
+
+use super::{LiveDriver, Step};
+use crate::harness::decode::{ClaudeStreamJson, Decoder, Exit};
+
+/// The driver; one per live process.
+#[derive(Default)]
+pub struct ClaudeLive {
+    decode: ClaudeStreamJson,
+    session_id: Option<String>,
+    interrupts: u64,
+}
+
+impl LiveDriver for ClaudeLive {
+    fn open(&mut self, _resume: Option<&str>) -> Vec<String> {
+        // Resuming is `--resume` on the command line; nothing to say first.
+        Vec::new()
+    }
+
+    fn turn(&mut self, prompt: &str) -> Vec<String> {
+        // A fresh decoder per turn: its text and result belong to one turn.
+        self.decode = ClaudeStreamJson::default();
+        let line = json!({
+            "type": "user",
+            "message": {"role": "user", "content": [{"type": "text", "text": prompt}]},
+        });
+        vec![line.to_string()]
+    }
+
+    fn line(&mut self, line: &str) -> Step {
+        let mut step = Step {
+            results: self.decode.line(line),
+            ..Step::default()
+        };
+        if let Some(id) = self.decode.session_id() {
+            self.session_id = Some(id.to_string());
+        }
+        // Only the few lines that end a turn are parsed twice.
+        if line.contains("\"result\"")
+            && serde_json::from_str::<Value>(line).is_ok_and(|v| v["type"] == "result")
+        {
+            let mut end = self.decode.finish(Exit { code: Some(0) });
+            step.ended = end.pop();
+            step.results.extend(end);
+        }
+        step
+    }
+
+    fn interrupt(&mut self) -> Vec<String> {
+        self.interrupts += 1;
+        let line = json!({
+            "type": "control_request",
+            "request_id": format!("interrupt-{}", self.interrupts),
+            "request": {"subtype": "interrupt"},
+        });
+        vec![line.to_string()]
+    }
+
+    fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ResultPayload, ResultType};
+
+    const INIT: &str = r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"5141442b-f577-42a1-9f0b-d35fad3522d7","tools":[],"mcp_servers":[]}"#;
+
+    fn kinds(out: &[ResultPayload]) -> Vec<ResultType> {
+        out.iter().map(ResultPayload::kind).collect()
+    }
+
+    #[test]
+    fn each_turn_ends_at_its_result_line_and_the_session_goes_on() {
+        let mut live = ClaudeLive::default();
+        assert!(live.open(None).is_empty());
+        let write = live.turn("hello \"one\"");
+        let sent: Value = serde_json::from_str(&write[0]).unwrap();
+        assert_eq!(sent["type"], "user");
+        assert_eq!(sent["message"]["content"][0]["text"], "hello \"one\"");
+
+        assert!(live.line(INIT).ended.is_none());
+        let step = live.line(r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Echo"}}}"#);
+        assert_eq!(kinds(&step.results), [ResultType::MessageDelta]);
+        let step = live.line(r#"{"type":"result","subtype":"success","is_error":false,"result":"Echo","stop_reason":"end_turn","session_id":"5141442b-f577-42a1-9f0b-d35fad3522d7"}"#);
+        let Some(ResultPayload::RunCompleted(done)) = step.ended else {
+            panic!("the turn ends completed: {step:?}");
+        };
+        assert_eq!(done.message.unwrap().content.unwrap().to_text(), "Echo");
+        assert_eq!(
+            live.session_id(),
+            Some("5141442b-f577-42a1-9f0b-d35fad3522d7")
+        );
+
+        // The next turn starts clean: an interrupted one ends failed.
+        live.turn("two");
+        let interrupt: Value = serde_json::from_str(&live.interrupt()[0]).unwrap();
+        assert_eq!(interrupt["request"]["subtype"], "interrupt");
+        assert!(
+            live.line(r#"{"type":"control_response","response":{"subtype":"success","request_id":"interrupt-1"}}"#)
+                .ended
+                .is_none()
+        );
+        let step = live.line(r#"{"type":"result","subtype":"error_during_execution","is_error":true,"session_id":"5141442b-f577-42a1-9f0b-d35fad3522d7"}"#);
+        assert!(
+            matches!(step.ended, Some(ResultPayload::RunFailed(_))),
+            "{step:?}"
+        );
+        // A tool's text that says "result" does not end the turn.
+        live.turn("three");
+        let step = live.line(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"the \"result\" is"}]}}"#);
+        assert!(step.ended.is_none());
+    }
+}

@@ -1,0 +1,58 @@
+//! Live drivers: the long-lived protocol a harness speaks over stdio when
+//! one process serves many turns of a conversation (Claude Code's
+//! stream-json input, Codex's app-server). A driver is sans-IO: it turns
+//! the harness's stdout lines into results and says what to write back;
+//! the session that owns the process (`run::live`) does the reading,
+//! writing, deadlines and killing. So a driver is tested with recorded
+//! lines, and one I/O loop serves every harness family.
+
+mod claude;
+
+pub use claude::ClaudeLive;
+
+use crate::protocol::ResultPayload;
+
+/// What one stdout line means for the turn in progress.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// Results of the current turn, in order.
+    pub results: Vec<ResultPayload>,
+    /// Lines to write to the harness's stdin now (answers to its own
+    /// requests, a turn that was waiting for the handshake).
+    pub write: Vec<String>,
+    /// The turn is over; its terminal result (`run.completed` or
+    /// `run.failed`). The process stays for the next turn.
+    pub ended: Option<ResultPayload>,
+    /// The session the driver was told to resume does not exist: the
+    /// session starts a fresh process instead.
+    pub session_not_found: bool,
+}
+
+/// One harness family's live protocol.
+pub trait LiveDriver: Send {
+    /// Lines that open the session once the process runs (a handshake;
+    /// `resume` is the stored session to continue, for drivers that resume
+    /// in the protocol rather than on the command line).
+    fn open(&mut self, resume: Option<&str>) -> Vec<String>;
+    /// Lines that start a turn with `prompt` (a driver still waiting for
+    /// its handshake keeps the turn and sends it in a later [`Step`]).
+    fn turn(&mut self, prompt: &str) -> Vec<String>;
+    /// One complete stdout line (without its newline).
+    fn line(&mut self, line: &str) -> Step;
+    /// Lines that interrupt the running turn the harness's own way; the
+    /// turn then ends with a later [`Step::ended`].
+    fn interrupt(&mut self) -> Vec<String>;
+    /// The harness's session id, once it has named one.
+    fn session_id(&self) -> Option<&str>;
+}
+
+/// The driver called `name` in an adapter spec's `live` section.
+pub fn driver(name: &str) -> Option<Box<dyn LiveDriver>> {
+    match name {
+        "claude-stream-json" => Some(Box::new(ClaudeLive::default())),
+        _ => None,
+    }
+}
+
+/// The names [`driver`] knows, for spec errors.
+pub const DRIVERS: &[&str] = &["claude-stream-json"];
