@@ -28,6 +28,12 @@ struct ToolLabels {
     outcome: String,
 }
 
+/// A label set of one `reason` or `start`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Why {
+    why: String,
+}
+
 /// Every metric the bridge keeps.
 pub struct Metrics {
     registry: Registry,
@@ -36,6 +42,10 @@ pub struct Metrics {
     running: Gauge,
     queued: Gauge,
     mcp_calls: Family<ToolLabels, Counter>,
+    live_idle: Gauge,
+    live_rss: Gauge,
+    live_turns: Family<Why, Counter>,
+    live_stopped: Family<Why, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -82,6 +92,30 @@ impl Metrics {
             "Host tool calls served over MCP, by tool and outcome (ok or the error code)",
             mcp_calls.clone(),
         );
+        let live_idle = Gauge::default();
+        registry.register(
+            "live_sessions_idle",
+            "Live harness processes waiting for their conversation's next turn",
+            live_idle.clone(),
+        );
+        let live_rss = Gauge::default();
+        registry.register(
+            "live_sessions_rss_bytes",
+            "Resident memory of the idle live harness processes, summed",
+            live_rss.clone(),
+        );
+        let live_turns = Family::<Why, Counter>::default();
+        registry.register(
+            "live_turns",
+            "Turns on live harness processes, by start: warm (a kept process) or cold (a new one)",
+            live_turns.clone(),
+        );
+        let live_stopped = Family::<Why, Counter>::default();
+        registry.register(
+            "live_sessions_stopped",
+            "Idle live harness processes stopped, by why: idle (idle_timeout_seconds), max_sessions, or changed (the conversation's binding changed)",
+            live_stopped.clone(),
+        );
         Metrics {
             registry,
             runs,
@@ -89,6 +123,10 @@ impl Metrics {
             running,
             queued,
             mcp_calls,
+            live_idle,
+            live_rss,
+            live_turns,
+            live_stopped,
         }
     }
 
@@ -129,6 +167,27 @@ impl Metrics {
                 tool: tool.to_string(),
                 outcome: outcome.to_string(),
             })
+            .inc();
+    }
+
+    /// Idle live processes now, and their resident memory.
+    pub fn set_live(&self, idle: usize, rss_bytes: u64) {
+        self.live_idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
+        self.live_rss
+            .set(i64::try_from(rss_bytes).unwrap_or(i64::MAX));
+    }
+
+    /// A turn ran on a live process: `warm` (kept) or `cold` (new).
+    pub fn live_turn(&self, start: &str) {
+        self.live_turns
+            .get_or_create(&Why { why: start.into() })
+            .inc();
+    }
+
+    /// An idle live process was stopped, and why.
+    pub fn live_evicted(&self, why: &str) {
+        self.live_stopped
+            .get_or_create(&Why { why: why.into() })
             .inc();
     }
 

@@ -622,3 +622,55 @@ async fn tools_and_knowledge_need_the_permission_and_a_resource() {
         run.grant.apis
     );
 }
+
+/// A live harness keeps the token of the turn that started it; each later
+/// turn lends it its own grant. Between turns the token names a closed run:
+/// every call is refused and audited against that run.
+#[tokio::test]
+async fn a_lent_token_serves_each_turn_and_nothing_between_them() {
+    let f = fixture();
+    let first = f.open("live-1", "c1", &GrantPolicy::default());
+    let session_token = first.token.clone();
+    assert_eq!(
+        f.grants
+            .authorize(session_token.expose())
+            .await
+            .unwrap()
+            .grant()
+            .run_id(),
+        "live-1"
+    );
+    assert!(f.grants.close_run("live-1"));
+    let err = f
+        .grants
+        .authorize(session_token.expose())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code, ErrorCode::Unauthorized);
+    let row = last_audit(&f).await;
+    assert_eq!(
+        (row.run_id.as_str(), row.outcome.as_str()),
+        ("live-1", "unauthorized")
+    );
+
+    // The next turn lends the process its grant: the calls are that turn's.
+    let second = f.open("live-2", "c1", &GrantPolicy::default());
+    f.grants.lend(&session_token, second.grant.clone());
+    let host = f.grants.authorize(session_token.expose()).await.unwrap();
+    assert_eq!(host.grant().run_id(), "live-2");
+    host.call(&page(5)).await.unwrap();
+    assert!(f.grants.close_run("live-2"));
+    let err = f
+        .grants
+        .authorize(session_token.expose())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        err.message.contains("live-2") && err.message.contains("closed"),
+        "{err:?}"
+    );
+    // The turn's own token died with it too.
+    assert!(f.grants.authorize(second.token.expose()).await.is_err());
+}

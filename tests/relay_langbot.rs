@@ -196,7 +196,9 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
     assert_eq!(pointer["data"]["value"], session);
 
     // Turn 3 hung at the model and LangBot cancelled it: the plugin told the
-    // bridge, which stopped the harness (checked below with the rest).
+    // bridge, which interrupted the turn. The conversation's live harness
+    // (started anew: turn 3's binding names another model endpoint, so the
+    // first one was replaced) stays for its next turn, alone.
     assert!(
         !stuck.requests.lock().unwrap().is_empty(),
         "turn 3 never reached the model"
@@ -206,10 +208,10 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
         .of("processes")
         .find(|e| e["run_id"] == "lb-3")
         .expect("processes checked after the cancel");
-    assert_eq!(
-        left["left"],
-        json!([]),
-        "the cancelled harness outlived its run"
+    let groups = left["groups"].as_array().expect("the process groups");
+    assert!(
+        groups.len() <= 1,
+        "more than the conversation's one live harness works there: {left}"
     );
 
     // The worker is gone, and with it the bridge and every harness.

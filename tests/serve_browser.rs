@@ -9,7 +9,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use common::anthropic::{
     ANSWER, ASK, BASH_DONE, CONVERSATION, FOLLOW_UP, GOING_WITH, SECOND_ANSWER,
@@ -36,31 +35,6 @@ fn chromium() -> &'static str {
         "{CHROMIUM} is missing: install Debian's chromium package (`apt-get install chromium`; scripts/test does this when it runs as root)"
     );
     CHROMIUM
-}
-
-/// A real `serve` running the real Claude Code against the fake model at
-/// `model_url`, with `extra` added to its bridge.yaml.
-async fn serve_claude(model_url: String, extra: &str) -> (ServeProcess, tempfile::TempDir) {
-    let claude = common::cli("claude");
-    let data = Arc::new(tempfile::tempdir().unwrap());
-    common::seed_decision(data.path(), CONVERSATION).await;
-    let home = tempfile::tempdir().unwrap();
-    let config = format!(
-        "harness_binaries:\n  claude-code: {}\nshutdown_grace_seconds: 5\n{extra}",
-        claude.display()
-    );
-    let env = [
-        ("PATH", std::env::var("PATH").unwrap_or_default()),
-        ("HOME", home.path().display().to_string()),
-        (
-            "CLAUDE_CONFIG_DIR",
-            home.path().join(".claude").display().to_string(),
-        ),
-        ("ANTHROPIC_BASE_URL", model_url),
-        ("ANTHROPIC_API_KEY", "test-key".to_string()),
-        ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
-    ];
-    (ServeProcess::spawn(data, &config, &env).await, home)
 }
 
 /// Run `script` (in tests/browser) in headless Chromium against `server`'s
@@ -114,7 +88,7 @@ fn console_errors(page: &Value) -> Vec<&Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
     let (model_url, fake) = common::anthropic::fake_model(false).await;
-    let (mut server, _home) = serve_claude(model_url, "").await;
+    let (mut server, _home) = common::server::serve_claude(model_url, "").await;
     let page = browse(
         "chat_page.cjs",
         &server,
@@ -149,6 +123,14 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
     assert_eq!(second["assistant"][1], SECOND_ANSWER, "{page}");
     assert_eq!(second["resumed"], "yes", "{page}");
     assert_eq!(second["session_id"], session, "{page}");
+    // Both turns ran in one live Claude Code process.
+    let process = first["process"].as_str().unwrap();
+    assert!(process.ends_with(", turn 1, kept"), "{page}");
+    assert_eq!(
+        second["process"],
+        process.replace("turn 1", "turn 2"),
+        "{page}"
+    );
     assert_ne!(second["run_id"], first["run_id"]);
     // Before the token was entered the page said what it needs (and the
     // browser logged that 401); nothing else went wrong.
@@ -187,7 +169,7 @@ async fn a_question_shows_as_a_card_and_a_button_answers_it() {
     let (model_url, _fake) =
         common::anthropic::fake_model_asking("Which environment?", &["staging", "production"])
             .await;
-    let (mut server, _home) = serve_claude(model_url, "").await;
+    let (mut server, _home) = common::server::serve_claude(model_url, "").await;
     let expect = format!("{GOING_WITH} production");
     let page = browse(
         "card.cjs",
@@ -255,7 +237,8 @@ async fn a_question_shows_as_a_card_and_a_button_answers_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_card_on_the_page_lets_the_command_run() {
     let (model_url, _fake) = common::anthropic::fake_model_running("touch approved-ran").await;
-    let (mut server, _home) = serve_claude(model_url, "default_config:\n  approvals: chat\n").await;
+    let (mut server, _home) =
+        common::server::serve_claude(model_url, "default_config:\n  approvals: chat\n").await;
     let page = browse(
         "card.cjs",
         &server,

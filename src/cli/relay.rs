@@ -47,6 +47,14 @@ pub struct RelayArgs {
     /// Turns waiting per conversation before new ones are refused.
     #[arg(long, value_name = "N", default_value_t = crate::relay::Limits::default().max_queue_per_conversation)]
     max_queue_per_conversation: usize,
+    /// Harness processes kept alive between turns (one per conversation,
+    /// for harnesses with a live driver), least recently used stopped
+    /// first; 0 starts one process per turn.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    max_live_sessions: usize,
+    /// Seconds an idle live harness process is kept.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    idle_timeout_seconds: u64,
 }
 
 /// Serve one relay session on stdio until the plugin goes away.
@@ -67,6 +75,10 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
     let mut settings = Settings::new(root);
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);
+    settings.live = (args.max_live_sessions > 0).then(|| crate::run::LiveLimits {
+        max_sessions: args.max_live_sessions,
+        idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

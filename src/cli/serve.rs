@@ -167,6 +167,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
     settings.mcp_servers = config.mcp_servers.clone();
     settings.turn_timeout = Duration::from_secs(config.turn_timeout_seconds.max(1));
     settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
+    settings.live = config.live();
     let result = runtime.block_on(async move {
         let bridge = Bridge::start(
             Arc::new(store),

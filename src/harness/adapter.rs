@@ -55,6 +55,23 @@ pub struct EnvSpec {
     pub set: BTreeMap<String, String>,
 }
 
+/// How one process serves many turns of a conversation (`live`): the
+/// driver that speaks its stdio protocol, and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LiveSpec {
+    /// The protocol (see [`super::live::driver`]).
+    pub driver: String,
+    /// Arguments put before the one-shot argv (`new` or `resume`), when
+    /// the live mode is the one-shot command with a flag or two more.
+    #[serde(default)]
+    pub args: Vec<ArgItem>,
+    /// A whole argv of its own, when the live mode is another command
+    /// (the driver then resumes a session in the protocol).
+    #[serde(default)]
+    pub argv: Option<Vec<ArgItem>>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 enum McpFormatName {
@@ -97,6 +114,10 @@ pub struct AdapterSpec {
     pub session_id_format: SessionIdFormat,
     /// How an operator installs the harness, shown when it is missing.
     pub install_hint: String,
+    /// One process for many turns, where the harness can; none: one
+    /// process per turn.
+    #[serde(default)]
+    pub live: Option<LiveSpec>,
 }
 
 fn unknown_store() -> SessionStore {
@@ -196,7 +217,31 @@ impl AdapterSpec {
                 self.skills_dir
             ));
         }
-        let items = self.argv.new.iter().chain(&self.argv.resume);
+        if let Some(live) = &self.live {
+            if super::live::driver(&live.driver).is_none() {
+                return fail(format!(
+                    "unknown live driver `{}` (known: {})",
+                    live.driver,
+                    super::live::DRIVERS.join(", ")
+                ));
+            }
+            if live.argv.is_some() && !live.args.is_empty() {
+                return fail(
+                    "live takes `args` (before the one-shot argv) or `argv` (its own), not both"
+                        .into(),
+                );
+            }
+        }
+        let live_items = self
+            .live
+            .iter()
+            .flat_map(|l| l.args.iter().chain(l.argv.iter().flatten()));
+        let items = self
+            .argv
+            .new
+            .iter()
+            .chain(&self.argv.resume)
+            .chain(live_items);
         for text in items.flat_map(|item| match item {
             ArgItem::One(a) => vec![a.as_str()],
             ArgItem::Group(g) => g.iter().map(String::as_str).collect(),
@@ -285,6 +330,24 @@ impl AdapterSpec {
         } else {
             &self.argv.new
         };
+        self.render(items, values)
+    }
+
+    /// The arguments of a live process (none without a `live` section):
+    /// its own argv, or its args before the one-shot argv of the turn
+    /// that starts it.
+    pub fn live_args(&self, values: &TurnValues<'_>) -> Option<Result<Vec<String>, String>> {
+        let live = self.live.as_ref()?;
+        Some(match &live.argv {
+            Some(argv) => self.render(argv, values),
+            None => self.render(&live.args, values).and_then(|mut args| {
+                args.extend(self.args(values)?);
+                Ok(args)
+            }),
+        })
+    }
+
+    fn render(&self, items: &[ArgItem], values: &TurnValues<'_>) -> Result<Vec<String>, String> {
         let mcp_config = values.mcp_config.map(|p| p.to_string_lossy().into_owned());
         let value = |name: &str| -> Option<String> {
             match name {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tracing::Instrument;
 
 use super::EnvSpec;
@@ -96,6 +96,23 @@ pub struct HarnessProcess {
 impl HarnessProcess {
     /// Start the process; its stdout is handed back for the decoder.
     pub fn spawn(launch: &Launch<'_>) -> std::io::Result<(Self, ChildStdout)> {
+        let (process, stdout, _) = Self::start(launch, false)?;
+        Ok((process, stdout))
+    }
+
+    /// Start a process that takes many turns: stdin stays open and is
+    /// handed back with stdout (`launch.stdin` is not used).
+    pub fn spawn_live(launch: &Launch<'_>) -> std::io::Result<(Self, ChildStdout, ChildStdin)> {
+        let (process, stdout, stdin) = Self::start(launch, true)?;
+        let stdin =
+            stdin.ok_or_else(|| std::io::Error::other("the harness's stdin was not captured"))?;
+        Ok((process, stdout, stdin))
+    }
+
+    fn start(
+        launch: &Launch<'_>,
+        live: bool,
+    ) -> std::io::Result<(Self, ChildStdout, Option<ChildStdin>)> {
         let mut cage = TurnCage::new()?;
         let mut command = Command::new(launch.program);
         command
@@ -103,7 +120,7 @@ impl HarnessProcess {
             .current_dir(launch.cwd)
             .env_clear()
             .envs(launch.env)
-            .stdin(if launch.stdin.is_some() {
+            .stdin(if live || launch.stdin.is_some() {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -132,6 +149,7 @@ impl HarnessProcess {
             .stdout
             .take()
             .ok_or_else(|| std::io::Error::other("the harness's stdout was not captured"))?;
+        let kept = if live { child.stdin.take() } else { None };
         if let (Some(text), Some(mut stdin)) = (launch.stdin, child.stdin.take()) {
             let text = text.to_string();
             tokio::spawn(async move {
@@ -155,6 +173,7 @@ impl HarnessProcess {
                 stderr_done,
             },
             stdout,
+            kept,
         ))
     }
 
@@ -166,6 +185,16 @@ impl HarnessProcess {
     /// The turn marker the harness and all it starts carry (see `cage`).
     pub fn marker(&self) -> &str {
         self.cage.marker()
+    }
+
+    /// Whether the harness itself is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The harness's pid (its group's id), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// Wait for the harness itself to exit (cancel-safe: nothing else is

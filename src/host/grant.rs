@@ -631,6 +631,16 @@ impl Grants {
         })
     }
 
+    /// Let `token` (a live harness session's, minted for the run that
+    /// started it) name `grant` too, until that run closes: a harness that
+    /// serves many turns keeps the token in its environment, and each
+    /// turn's calls are that turn's, checked against its grant. Between
+    /// turns the token names a closed run and every call is refused.
+    pub fn lend(&self, token: &RunToken, grant: Arc<RunGrant>) {
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        runs.insert(token_key(token.expose()), (grant, None));
+    }
+
     /// Close a run: its token stops working at once. Returns whether it was open.
     pub fn close_run(&self, run_id: &str) -> bool {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());

@@ -60,7 +60,7 @@ enum Stop {
     Cancelled,
 }
 
-fn failed(code: &str, error: String, retryable: bool) -> ResultPayload {
+pub(super) fn failed(code: &str, error: String, retryable: bool) -> ResultPayload {
     ResultPayload::RunFailed(RunFailed {
         code: code.into(),
         error,
@@ -242,20 +242,8 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             live.emit.send(payloads).await;
             match terminal {
                 Some(ResultPayload::RunFailed(mut f)) => {
-                    let quoted: Vec<&String> = stderr
-                        .iter()
-                        .rev()
-                        .take(QUOTED_STDERR_LINES)
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .collect();
-                    if !quoted.is_empty() && !exit.success() {
-                        f.error.push_str("\nlast stderr lines:");
-                        for line in quoted {
-                            f.error.push_str("\n  ");
-                            f.error.push_str(line);
-                        }
+                    if !exit.success() {
+                        quote_stderr(&mut f, &stderr);
                     }
                     ResultPayload::RunFailed(f)
                 }
@@ -275,8 +263,21 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     }
 }
 
+/// Add the last stderr lines to a failure's sentence.
+pub(super) fn quote_stderr(failed: &mut RunFailed, stderr: &[String]) {
+    let from = stderr.len().saturating_sub(QUOTED_STDERR_LINES);
+    if stderr[from..].is_empty() {
+        return;
+    }
+    failed.error.push_str("\nlast stderr lines:");
+    for line in &stderr[from..] {
+        failed.error.push_str("\n  ");
+        failed.error.push_str(line);
+    }
+}
+
 /// Results that carry the model's (or a tool's) words.
-fn is_model_output(kind: &ResultType) -> bool {
+pub(super) fn is_model_output(kind: &ResultType) -> bool {
     matches!(
         kind,
         ResultType::MessageDelta

@@ -6,6 +6,7 @@
 
 mod attempt;
 mod emit;
+mod live;
 mod outbox;
 mod queue;
 mod quick;
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use emit::Emitter;
+pub use live::{LiveLimits, LiveSessions};
 pub use outbox::OUTBOX_DIR;
 pub use queue::{QueueFull, Scheduler, Ticket, Turn};
 pub use quick::{QuickTurn, new_run_id, quick_context};
@@ -80,6 +82,9 @@ pub struct Settings {
     pub record_turns: bool,
     /// Extra MCP servers a binding may pick by name.
     pub mcp_servers: McpCatalog,
+    /// Keep one harness process per conversation between turns, where the
+    /// harness's spec has a live driver; `None`: one process per turn.
+    pub live: Option<LiveLimits>,
 }
 
 /// Per-run choices of the trusted front end (the operator's relay plugin
@@ -139,6 +144,7 @@ impl Settings {
             kill_grace: DEFAULT_KILL_GRACE,
             record_turns: true,
             mcp_servers: McpCatalog::new(),
+            live: None,
         }
     }
 }
@@ -166,6 +172,7 @@ pub struct Bridge {
     adapters: Adapters,
     templates: Templates,
     settings: Settings,
+    live: Option<Arc<LiveSessions>>,
 }
 
 fn fail(code: &str, error: impl Into<String>) -> RunFailed {
@@ -190,6 +197,19 @@ impl Drop for RunGuard<'_> {
     }
 }
 
+/// What a live attempt needs of its turn.
+struct LiveTurn<'a> {
+    sessions: &'a LiveSessions,
+    driver: &'a str,
+    program: &'a std::path::Path,
+    workspace: &'a std::path::Path,
+    env: &'a BTreeMap<String, String>,
+    tools: &'a [&'a str],
+    token: &'a crate::host::RunToken,
+    grant: &'a Arc<crate::host::RunGrant>,
+    prompt: &'a str,
+}
+
 /// How the turn picks its session.
 struct SessionPlan {
     resume: Option<String>,
@@ -208,6 +228,11 @@ impl Bridge {
         let tools = RunTools::default();
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         let mcp = McpHttpServer::start(grants.clone(), tools.clone(), addr).await?;
+        let live = settings.live.map(|limits| {
+            let sessions = LiveSessions::new(limits, settings.kill_grace);
+            sessions.start_reaper();
+            sessions
+        });
         Ok(Bridge {
             grants,
             tools,
@@ -215,6 +240,7 @@ impl Bridge {
             adapters,
             templates,
             settings,
+            live,
         })
     }
 
@@ -233,8 +259,16 @@ impl Bridge {
         self.settings.kill_grace
     }
 
-    /// Stop the MCP server.
+    /// The live harness processes kept between turns, when kept.
+    pub fn live_sessions(&self) -> Option<&Arc<LiveSessions>> {
+        self.live.as_ref()
+    }
+
+    /// Stop the live harness processes and the MCP server.
     pub async fn shutdown(self) {
+        if let Some(live) = &self.live {
+            live.shutdown().await;
+        }
         self.mcp.shutdown().await;
     }
 
@@ -482,6 +516,8 @@ impl Bridge {
         };
         let plan = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
         let mut notice = plan.notice;
+        // Which live process served the turn, for the operator's eyes.
+        let mut process_facts = serde_json::Value::Null;
 
         let mut outbox = outbox::Outbox::watch(&projection.dir).map_err(|e| {
             tracing::error!(workspace = %workspace.display(), error = %e, "cannot watch the outbox");
@@ -501,30 +537,58 @@ impl Bridge {
             on_spawn: options.on_spawn.as_ref(),
         };
         let end = loop {
-            let args = spec
-                .args(&TurnValues {
-                    prompt: &projection.turn_prompt,
-                    instructions: Some(&projection.instructions),
-                    mcp_config: projection
-                        .mcp
-                        .file
-                        .is_some()
-                        .then_some(mcp_config.as_path()),
-                    session_id: resume.as_deref(),
-                    model: binding.model.as_deref(),
-                    permission_mode: binding.permission_mode.as_deref(),
-                    permission_prompt_tool: approvals.then_some(PROMPT_TOOL),
-                    config_overrides: &projection.mcp.overrides,
-                })
-                .map_err(|why| fail("invalid_argument", why))?;
-            let launch = Launch {
-                program: &program,
-                args: &args,
-                cwd: &workspace,
-                env: &env,
-                stdin: (spec.stdin == Stdin::Prompt).then_some(projection.turn_prompt.as_str()),
+            let values = TurnValues {
+                prompt: &projection.turn_prompt,
+                instructions: Some(&projection.instructions),
+                mcp_config: projection
+                    .mcp
+                    .file
+                    .is_some()
+                    .then_some(mcp_config.as_path()),
+                session_id: resume.as_deref(),
+                model: binding.model.as_deref(),
+                permission_mode: binding.permission_mode.as_deref(),
+                permission_prompt_tool: approvals.then_some(PROMPT_TOOL),
+                config_overrides: &projection.mcp.overrides,
             };
-            let end = attempt::attempt(spec, &launch, &mut live).await;
+            let end = match (&self.live, spec.live.as_ref()) {
+                (Some(sessions), Some(live_spec)) => {
+                    let turn = LiveTurn {
+                        sessions,
+                        driver: &live_spec.driver,
+                        program: &program,
+                        workspace: &workspace,
+                        env: &env,
+                        tools: &names,
+                        token: &open.token,
+                        grant: &open.grant,
+                        prompt: &projection.turn_prompt,
+                    };
+                    let (end, warm, facts) =
+                        self.live_attempt(spec, &turn, &values, &mut live).await?;
+                    process_facts = facts;
+                    if warm {
+                        // The process goes on from the last turn: the
+                        // session continued whatever the pointer said.
+                        resume = resume.or_else(|| end.session_id.clone());
+                    }
+                    end
+                }
+                _ => {
+                    let args = spec
+                        .args(&values)
+                        .map_err(|why| fail("invalid_argument", why))?;
+                    let launch = Launch {
+                        program: &program,
+                        args: &args,
+                        cwd: &workspace,
+                        env: &env,
+                        stdin: (spec.stdin == Stdin::Prompt)
+                            .then_some(projection.turn_prompt.as_str()),
+                    };
+                    attempt::attempt(spec, &launch, &mut live).await
+                }
+            };
             let missing = matches!(end.terminal, ResultPayload::RunFailed(_))
                 && end.session_not_found
                 && !cancel.is_cancelled()
@@ -667,6 +731,7 @@ impl Bridge {
                         "harness": spec.name,
                         "session_id": session_id,
                         "resumed": summary.resumed,
+                        "process": process_facts,
                         "notice": notice,
                     }}),
                 );
@@ -713,6 +778,113 @@ impl Bridge {
                 format!("{} ({place}: {}", spec.label, spec.install_hint),
             )
         })
+    }
+
+    /// One attempt on a live process: the conversation's kept one when it
+    /// would have been started the same way, else a new one (resuming the
+    /// stored session) that is kept afterwards if it stays healthy.
+    /// Returns whether the process was a kept (warm) one, and what to show
+    /// of it.
+    async fn live_attempt(
+        &self,
+        spec: &AdapterSpec,
+        turn: &LiveTurn<'_>,
+        values: &TurnValues<'_>,
+        live: &mut attempt::Live<'_>,
+    ) -> Result<(attempt::AttemptEnd, bool, serde_json::Value), RunFailed> {
+        // A process is known by how a fresh one would start.
+        let fresh = TurnValues {
+            session_id: None,
+            ..values.clone()
+        };
+        let fresh_args = spec
+            .live_args(&fresh)
+            .unwrap_or_else(|| Ok(Vec::new()))
+            .map_err(|why| fail("invalid_argument", why))?;
+        let key_launch = Launch {
+            program: turn.program,
+            args: &fresh_args,
+            cwd: turn.workspace,
+            env: turn.env,
+            stdin: None,
+        };
+        let key = live::LiveKey::new(spec, &key_launch, turn.tools, TOKEN_ENV);
+        let mut kept = turn.sessions.take(&key).await;
+        let mut warm = kept.is_some();
+        loop {
+            let mut process = match kept.take() {
+                Some(process) => {
+                    self.grants.lend(&process.token, turn.grant.clone());
+                    crate::metrics::global().live_turn("warm");
+                    process
+                }
+                None => self.spawn_live(spec, turn, values, live).await?,
+            };
+            let ended = live::turn(spec, &mut process, turn.prompt, live).await;
+            if warm && ended.untouched {
+                // It died while idle and is found only now: the turn goes
+                // to a new process, resuming the session, as if it had
+                // been found dead.
+                tracing::info!(
+                    "the live harness process had ended; the turn resumes its session in a new one"
+                );
+                warm = false;
+                continue;
+            }
+            let facts = json!({
+                "pid": process.pid(),
+                "turn": process.turns,
+                "warm": warm,
+                "kept": ended.healthy,
+            });
+            if ended.healthy {
+                turn.sessions.put(key, process).await;
+            }
+            return Ok((ended.end, warm, facts));
+        }
+    }
+
+    /// A new live process for `turn`, resuming `values.session_id`.
+    async fn spawn_live(
+        &self,
+        spec: &AdapterSpec,
+        turn: &LiveTurn<'_>,
+        values: &TurnValues<'_>,
+        live: &attempt::Live<'_>,
+    ) -> Result<live::LiveProcess, RunFailed> {
+        let args = spec
+            .live_args(values)
+            .unwrap_or_else(|| Ok(Vec::new()))
+            .map_err(|why| fail("invalid_argument", why))?;
+        let launch = Launch {
+            program: turn.program,
+            args: &args,
+            cwd: turn.workspace,
+            env: turn.env,
+            stdin: None,
+        };
+        let driver = crate::harness::live::driver(turn.driver).ok_or_else(|| {
+            fail(
+                "harness_error",
+                format!("unknown live driver `{}`", turn.driver),
+            )
+        })?;
+        let process = live::LiveProcess::spawn(&launch, driver, turn.token.clone(), values.session_id)
+            .await
+            .map_err(|e| {
+                tracing::error!(program = %turn.program.display(), error = %e, "cannot start the harness");
+                fail("harness_error", format!("cannot start {}: {e}", spec.label))
+            })?;
+        tracing::info!(harness = %spec.name, pid = ?process.pid(), "live harness started");
+        if let (Some(hook), Some(pgid)) = (live.on_spawn, process.process().pgid()) {
+            (hook.0)(&Spawned {
+                pgid,
+                workspace: turn.workspace,
+                marker: process.process().marker(),
+            });
+        }
+        crate::metrics::global().live_turn("cold");
+        Ok(process)
     }
 
     fn plan_session(

@@ -74,6 +74,12 @@ pub struct ServeConfig {
     pub header_timeout_seconds: u64,
     /// Days the store keeps audit rows (host calls and their refusals).
     pub audit_retention_days: u64,
+    /// Harness processes kept alive between turns (one per conversation,
+    /// for harnesses with a live driver), least recently used stopped
+    /// first; 0 starts one process per turn.
+    pub max_live_sessions: usize,
+    /// Seconds an idle live harness process is kept.
+    pub idle_timeout_seconds: u64,
 }
 
 impl Default for ServeConfig {
@@ -104,11 +110,21 @@ impl Default for ServeConfig {
             max_connections: 1024,
             header_timeout_seconds: 10,
             audit_retention_days: 90,
+            max_live_sessions: 16,
+            idle_timeout_seconds: 600,
         }
     }
 }
 
 impl ServeConfig {
+    /// Live sessions as configured; `None` when `max_live_sessions` is 0.
+    pub fn live(&self) -> Option<crate::run::LiveLimits> {
+        (self.max_live_sessions > 0).then(|| crate::run::LiveLimits {
+            max_sessions: self.max_live_sessions,
+            idle_timeout: Duration::from_secs(self.idle_timeout_seconds.max(1)),
+        })
+    }
+
     /// How long the store keeps audit rows.
     pub fn audit_retention(&self) -> Duration {
         Duration::from_secs(self.audit_retention_days.saturating_mul(24 * 3600))

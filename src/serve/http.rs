@@ -403,6 +403,9 @@ async fn chat_page() -> Response {
 async fn metrics(State(service): State<Arc<Service>>) -> Response {
     let metrics = crate::metrics::global();
     metrics.set_queued(service.queued());
+    if let Some(live) = service.bridge.live_sessions() {
+        live.refresh_metrics();
+    }
     (
         [(
             header::CONTENT_TYPE,

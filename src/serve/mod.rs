@@ -459,6 +459,9 @@ impl Service {
             }
             self.tasks.wait().await;
         }
+        if let Some(live) = self.bridge.live_sessions() {
+            live.shutdown().await;
+        }
     }
 }
 

@@ -65,6 +65,7 @@ function snapshot(page) {
       cards,
       session_id: document.querySelector("#session-id").textContent,
       resumed: document.querySelector("#resumed").textContent,
+      process: document.querySelector("#process").textContent,
       status: document.querySelector("#status").textContent,
       run_id: document.querySelector("#run-id").textContent,
       pointer,

@@ -53,6 +53,11 @@ pub struct Fake {
     /// Tool calls the model makes one after another (name, input) when
     /// its tools include the first, then it says [`CALLS_DONE`].
     pub calls: Vec<(String, Value)>,
+    /// A word that makes the model never answer the turn whose prompt
+    /// holds it (the other turns are answered as usual).
+    pub hang_on: Option<String>,
+    /// Requests left hanging so far.
+    pub hanging: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// What the model says once its scripted [`Fake::calls`] have answered.
@@ -211,6 +216,29 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
     }
 }
 
+/// The text of the last user message's last text block: the turn's prompt
+/// (Claude Code keeps it last, also after tool results).
+fn last_prompt(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_array())
+        .and_then(|blocks| blocks.iter().rev().find(|b| b["type"] == "text"))
+        .and_then(|b| b["text"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A model that answers as [`fake_model`] does, except that a turn whose
+/// prompt holds `word` is never answered.
+pub async fn fake_model_hanging_on(word: &str) -> (String, Fake) {
+    serve_fake(Fake {
+        hang_on: Some(word.to_string()),
+        ..Fake::default()
+    })
+    .await
+}
+
 async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     fake.requests.lock().unwrap().push(request.clone());
@@ -222,7 +250,14 @@ async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
             .body(Body::from(error.to_string()))
             .unwrap();
     }
-    if fake.hang {
+    let prompt = last_prompt(&request);
+    if fake.hang
+        || fake
+            .hang_on
+            .as_ref()
+            .is_some_and(|w| prompt.contains(w.as_str()))
+    {
+        fake.hanging.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
     let (head, tail) = script(&fake, &request);

@@ -3,6 +3,7 @@
 //! (JSON log lines) kept for the test to read.
 
 use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 use serde_json::Value;
@@ -112,4 +113,29 @@ impl ServeProcess {
             .expect("serve exits")
             .unwrap()
     }
+}
+
+/// A real `serve` running the real Claude Code against the fake model at
+/// `model_url`, with `extra` added to its bridge.yaml.
+pub async fn serve_claude(model_url: String, extra: &str) -> (ServeProcess, tempfile::TempDir) {
+    let claude = super::cli("claude");
+    let data = Arc::new(tempfile::tempdir().unwrap());
+    super::seed_decision(data.path(), super::anthropic::CONVERSATION).await;
+    let home = tempfile::tempdir().unwrap();
+    let config = format!(
+        "harness_binaries:\n  claude-code: {}\nshutdown_grace_seconds: 5\n{extra}",
+        claude.display()
+    );
+    let env = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", home.path().display().to_string()),
+        (
+            "CLAUDE_CONFIG_DIR",
+            home.path().join(".claude").display().to_string(),
+        ),
+        ("ANTHROPIC_BASE_URL", model_url),
+        ("ANTHROPIC_API_KEY", "test-key".to_string()),
+        ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+    ];
+    (ServeProcess::spawn(data, &config, &env).await, home)
 }

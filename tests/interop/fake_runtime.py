@@ -11,7 +11,8 @@ check.
 Usage: python fake_runtime.py SCENARIO.json
 SCENARIO: {"plugin_dir", "plugin_config", "transcript": [items],
            "runs": [{"runner_name", "context", "cancel_after"?: seconds}],
-           "watch_dir"?: after a cancelled run, report processes left under it}
+           "watch_dir"?: after a cancelled run, report the process groups
+           working under it}
 """
 
 from __future__ import annotations
@@ -196,13 +197,16 @@ class Runtime:
             emit("run_end", run_id=context["run_id"])
             watch = self.scenario.get("watch_dir")
             if cancel_at is not None and watch:
-                # The cancelled run's harness must go while the worker lives.
-                for _ in range(100):
-                    left = processes_under(watch)
-                    if not left:
-                        break
-                    await asyncio.sleep(0.1)
-                emit("processes", run_id=context["run_id"], left=left)
+                # What works there once the cancel has settled: at most the
+                # conversation's live harness, interrupted and kept.
+                await asyncio.sleep(1.0)
+                groups = set()
+                for pid in processes_under(watch):
+                    try:
+                        groups.add(os.getpgid(int(pid)))
+                    except OSError:
+                        pass
+                emit("processes", run_id=context["run_id"], groups=sorted(groups))
         # The worker keeps trying to reconnect after its stdin closes; the
         # runtime stops it with a signal, and so does this.
         self.proc.stdin.close()

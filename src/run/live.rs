@@ -1,0 +1,524 @@
+//! Live sessions: one harness process per conversation, kept between
+//! turns, for harnesses whose spec has a `live` driver. A turn then costs
+//! a line on stdin instead of the CLI's cold start, and a cancel is the
+//! harness's own interrupt, which keeps the session.
+//!
+//! A process is keyed by what it was started with — the workspace, the
+//! harness, and a digest of its program, arguments, environment (the
+//! binding, the instructions, the MCP tools) — so a turn reuses it only
+//! when it would have started the same one. Idle processes are bounded
+//! (`max_sessions`, least recently used first) and stopped after
+//! `idle_timeout`; whatever ends one (eviction, a crash, a deadline it did
+//! not honour) costs nothing but the warm start: the next turn resumes the
+//! stored session id in a new process.
+//!
+//! The MCP token in the process's environment is the one minted for the
+//! turn that started it; each later turn lends it its own grant
+//! ([`crate::host::Grants::lend`]), so between turns every host call the
+//! harness makes is refused and audited.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio::time::Instant;
+
+use super::attempt::{self, AttemptEnd, Live};
+use crate::harness::decode::LineBuffer;
+use crate::harness::live::LiveDriver;
+use crate::harness::{AdapterSpec, HarnessProcess, Launch};
+use crate::host::RunToken;
+use crate::protocol::{ResultPayload, RunFailed};
+
+/// How many live processes a bridge keeps, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct LiveLimits {
+    /// Idle processes kept at most; the least recently used goes first.
+    pub max_sessions: usize,
+    /// An idle process is stopped after this long.
+    pub idle_timeout: Duration,
+}
+
+impl Default for LiveLimits {
+    fn default() -> Self {
+        LiveLimits {
+            max_sessions: 16,
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Whose a live process is (a conversation's workspace and harness), and
+/// what it was started with: a turn that would start another one replaces
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LiveKey {
+    workspace: PathBuf,
+    harness: String,
+    digest: [u8; 32],
+}
+
+impl LiveKey {
+    /// The slot: one process per conversation workspace and harness.
+    fn slot(&self) -> (PathBuf, String) {
+        (self.workspace.clone(), self.harness.clone())
+    }
+}
+
+impl LiveKey {
+    /// The key of a process for `workspace` started as `launch` with
+    /// `tools`; the MCP token is left out (each turn lends its own grant).
+    pub fn new(spec: &AdapterSpec, launch: &Launch<'_>, tools: &[&str], token_env: &str) -> Self {
+        let mut hash = Sha256::new();
+        let mut part = |bytes: &[u8]| {
+            hash.update((bytes.len() as u64).to_le_bytes());
+            hash.update(bytes);
+        };
+        part(launch.program.as_os_str().as_encoded_bytes());
+        for arg in launch.args {
+            part(arg.as_bytes());
+        }
+        for (name, value) in launch.env.iter().filter(|(n, _)| *n != token_env) {
+            part(name.as_bytes());
+            part(value.as_bytes());
+        }
+        for tool in tools {
+            part(tool.as_bytes());
+        }
+        LiveKey {
+            workspace: launch.cwd.to_path_buf(),
+            harness: spec.name.clone(),
+            digest: hash.finalize().into(),
+        }
+    }
+}
+
+/// A harness process that serves turns, with its stdio and its driver.
+pub struct LiveProcess {
+    process: HarnessProcess,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    lines: LineBuffer,
+    driver: Box<dyn LiveDriver>,
+    /// The MCP token in its environment.
+    pub token: RunToken,
+    last_used: Instant,
+    /// Turns it has served.
+    pub turns: u64,
+}
+
+impl LiveProcess {
+    /// Start `launch` (stdin kept open) and open the driver's session.
+    pub async fn spawn(
+        launch: &Launch<'_>,
+        mut driver: Box<dyn LiveDriver>,
+        token: RunToken,
+        resume: Option<&str>,
+    ) -> std::io::Result<LiveProcess> {
+        let (process, stdout, stdin) = HarnessProcess::spawn_live(launch)?;
+        let opening = driver.open(resume);
+        let mut live = LiveProcess {
+            process,
+            stdin,
+            stdout,
+            lines: LineBuffer::default(),
+            driver,
+            token,
+            last_used: Instant::now(),
+            turns: 0,
+        };
+        live.write(&opening).await?;
+        Ok(live)
+    }
+
+    /// The harness's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
+    /// The process group, and the turn marker, for a spawn hook.
+    pub fn process(&self) -> &HarnessProcess {
+        &self.process
+    }
+
+    /// The harness's session id, once it has named one.
+    pub fn session_id(&self) -> Option<&str> {
+        self.driver.session_id()
+    }
+
+    async fn write(&mut self, lines: &[String]) -> std::io::Result<()> {
+        for line in lines {
+            self.stdin.write_all(line.as_bytes()).await?;
+            self.stdin.write_all(b"\n").await?;
+        }
+        self.stdin.flush().await
+    }
+
+    /// Stop it: end of input, then the group's SIGTERM and SIGKILL after
+    /// `grace`, then whatever it left.
+    pub async fn stop(mut self, grace: Duration) {
+        let _ = self.stdin.shutdown().await;
+        let _ = self.process.terminate(grace).await;
+        self.process.clear().await;
+    }
+
+    /// Resident memory of the harness process, in bytes (Linux).
+    fn rss_bytes(&self) -> u64 {
+        let Some(pid) = self.pid() else { return 0 };
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(0, |kb| kb * 1024)
+    }
+}
+
+/// How a live turn ended, beyond its results.
+pub struct LiveEnd {
+    /// The terminal result and what the output said about the session.
+    pub end: AttemptEnd,
+    /// The process can serve the next turn.
+    pub healthy: bool,
+    /// It ended before it said anything of this turn (a process that died
+    /// while idle, seen only now): the turn may be retried elsewhere.
+    pub untouched: bool,
+}
+
+enum Stop {
+    Deadline,
+    Cancelled,
+}
+
+enum Over {
+    /// The driver saw the turn's end.
+    Ended(Box<ResultPayload>),
+    /// The process exited (or closed its output) first.
+    Exited,
+    /// It did not honour the interrupt within the grace.
+    Unresponsive,
+}
+
+/// One turn on a live process: the prompt in, results out until the
+/// driver sees the turn's end. Cancel and the deadline interrupt the turn
+/// the harness's own way; only a harness that does not stop within the
+/// grace is killed.
+pub async fn turn(
+    spec: &AdapterSpec,
+    process: &mut LiveProcess,
+    prompt: &str,
+    live: &mut Live<'_>,
+) -> LiveEnd {
+    process.turns += 1;
+    let opening = process.driver.turn(prompt);
+    let mut not_found = false;
+    let mut spoke = false;
+    let mut said = false;
+    let mut stop: Option<Stop> = None;
+    let mut interrupted_at: Option<Instant> = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    let over = if process.write(&opening).await.is_err() {
+        Over::Exited
+    } else {
+        loop {
+            let until = match interrupted_at {
+                Some(at) => at + live.grace,
+                None => live.deadline,
+            };
+            tokio::select! {
+                biased;
+                () = live.cancel.cancelled(), if stop.is_none() => {
+                    stop = Some(Stop::Cancelled);
+                    interrupted_at = Some(Instant::now());
+                    let lines = process.driver.interrupt();
+                    if process.write(&lines).await.is_err() {
+                        break Over::Exited;
+                    }
+                }
+                () = tokio::time::sleep_until(until) => {
+                    if interrupted_at.is_some() {
+                        break Over::Unresponsive;
+                    }
+                    stop = Some(Stop::Deadline);
+                    interrupted_at = Some(Instant::now());
+                    let lines = process.driver.interrupt();
+                    if process.write(&lines).await.is_err() {
+                        break Over::Exited;
+                    }
+                }
+                () = live.emit.flush(), if live.emit.pending() => {}
+                read = process.stdout.read(&mut buf), if !live.emit.pending() => match read {
+                    Ok(0) | Err(_) => break Over::Exited,
+                    Ok(n) => {
+                        let mut ended = None;
+                        for line in process.lines.push(&buf[..n]) {
+                            let step = process.driver.line(&line);
+                            said = true;
+                            spoke = spoke || step.results.iter().any(|p| attempt::is_model_output(&p.kind()));
+                            if !spoke {
+                                not_found |= line.contains(&spec.session_not_found);
+                            }
+                            not_found |= step.session_not_found;
+                            live.emit.push(step.results);
+                            if !step.write.is_empty() && process.write(&step.write).await.is_err() {
+                                break;
+                            }
+                            if let Some(end) = step.ended {
+                                ended = Some(end);
+                                break;
+                            }
+                        }
+                        if let Some(end) = ended {
+                            break Over::Ended(Box::new(end));
+                        }
+                    }
+                },
+                _ = process.process.wait() => break Over::Exited,
+                Some(name) = live.outbox.next(), if !live.emit.pending() => attempt::push_artifact(live, name).await,
+            }
+        }
+    };
+    process.last_used = Instant::now();
+    let untouched = matches!(over, Over::Exited) && stop.is_none() && !said;
+    let session_id = process.session_id().map(str::to_string);
+    let (terminal, healthy) = match (over, stop) {
+        (Over::Ended(end), None) => (*end, true),
+        (Over::Ended(_), Some(Stop::Cancelled)) => (
+            attempt::failed(
+                "cancelled",
+                format!(
+                    "the run was cancelled; {} stopped the turn and keeps the session",
+                    spec.label
+                ),
+                false,
+            ),
+            true,
+        ),
+        (Over::Ended(_), Some(Stop::Deadline)) => (
+            attempt::failed(
+                "deadline_exceeded",
+                format!(
+                    "{} was still working at the run's deadline; the turn was interrupted",
+                    spec.label
+                ),
+                true,
+            ),
+            true,
+        ),
+        (Over::Unresponsive, stop) => {
+            let _ = process.process.terminate(live.grace).await;
+            process.process.clear().await;
+            let (code, why) = match stop {
+                Some(Stop::Deadline) => ("deadline_exceeded", "at the run's deadline"),
+                _ => ("cancelled", "when the run was cancelled"),
+            };
+            (
+                attempt::failed(
+                    code,
+                    format!(
+                        "{} did not stop its turn {why} and was stopped (grace {:.0}s before SIGKILL)",
+                        spec.label,
+                        live.grace.as_secs_f64()
+                    ),
+                    code == "deadline_exceeded",
+                ),
+                false,
+            )
+        }
+        (Over::Exited, stop) => {
+            let status = process.process.terminate(live.grace).await;
+            let how = match status
+                .ok()
+                .map(|s| (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)))
+            {
+                Some((Some(code), _)) => format!("exited with code {code}"),
+                Some((None, Some(signal))) => format!("was killed by signal {signal}"),
+                _ => "ended".to_string(),
+            };
+            process.process.clear().await;
+            let stderr = process.process.stderr_tail().await;
+            not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
+            let terminal = match stop {
+                Some(Stop::Cancelled) => attempt::failed(
+                    "cancelled",
+                    format!("the run was cancelled; {} was stopped", spec.label),
+                    false,
+                ),
+                _ => {
+                    let mut failed = RunFailed {
+                        code: "harness_error".into(),
+                        error: format!("{} {how} in the middle of the turn", spec.label),
+                        retryable: true,
+                    };
+                    attempt::quote_stderr(&mut failed, &stderr);
+                    ResultPayload::RunFailed(failed)
+                }
+            };
+            (terminal, false)
+        }
+    };
+    LiveEnd {
+        end: AttemptEnd {
+            terminal,
+            session_id,
+            session_not_found: not_found,
+        },
+        healthy,
+        untouched,
+    }
+}
+
+/// The idle live processes of a bridge.
+pub struct LiveSessions {
+    limits: LiveLimits,
+    grace: Duration,
+    idle: Mutex<HashMap<(PathBuf, String), (LiveKey, LiveProcess)>>,
+}
+
+impl LiveSessions {
+    /// An empty set; `grace` is what a stopped process gets before SIGKILL.
+    pub fn new(limits: LiveLimits, grace: Duration) -> Arc<LiveSessions> {
+        Arc::new(LiveSessions {
+            limits,
+            grace,
+            idle: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn idle(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(PathBuf, String), (LiveKey, LiveProcess)>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The idle process for `key`, if one is still running (it is the
+    /// caller's until it is [`LiveSessions::put`] back). The conversation's
+    /// process started some other way (another binding, other
+    /// instructions) is stopped: the turn starts one of its own.
+    pub async fn take(&self, key: &LiveKey) -> Option<LiveProcess> {
+        let (started, mut found) = self.idle().remove(&key.slot())?;
+        if started != *key {
+            tracing::info!(
+                harness = %key.harness,
+                "the conversation's binding changed; its live harness process is replaced"
+            );
+            crate::metrics::global().live_evicted("changed");
+            found.stop(self.grace).await;
+            self.report();
+            return None;
+        }
+        if found.process.is_running() {
+            return Some(found);
+        }
+        tracing::info!(
+            harness = %key.harness,
+            "the live harness process exited while idle; the turn resumes its session in a new one"
+        );
+        found.process.clear().await;
+        None
+    }
+
+    /// Keep `process` for the next turn of `key`; past `max_sessions`, the
+    /// least recently used idle process is stopped.
+    pub async fn put(&self, key: LiveKey, process: LiveProcess) {
+        let evicted = {
+            let mut idle = self.idle();
+            let replaced = idle.insert(key.slot(), (key, process));
+            let mut evicted: Vec<LiveProcess> = replaced.into_iter().map(|(_, p)| p).collect();
+            while idle.len() > self.limits.max_sessions {
+                let Some(oldest) = idle
+                    .iter()
+                    .min_by_key(|(_, (_, p))| p.last_used)
+                    .map(|(slot, _)| slot.clone())
+                else {
+                    break;
+                };
+                evicted.extend(idle.remove(&oldest).map(|(_, p)| p));
+            }
+            evicted
+        };
+        for process in evicted {
+            tracing::info!("a live harness process was evicted (max_live_sessions)");
+            crate::metrics::global().live_evicted("max_sessions");
+            process.stop(self.grace).await;
+        }
+        self.report();
+    }
+
+    /// Stop the processes idle for longer than `idle_timeout`.
+    pub async fn evict_idle(&self) {
+        let expired: Vec<LiveProcess> = {
+            let mut idle = self.idle();
+            let old: Vec<(PathBuf, String)> = idle
+                .iter()
+                .filter(|(_, (_, p))| p.last_used.elapsed() >= self.limits.idle_timeout)
+                .map(|(slot, _)| slot.clone())
+                .collect();
+            old.iter()
+                .filter_map(|slot| idle.remove(slot))
+                .map(|(_, p)| p)
+                .collect()
+        };
+        for process in expired {
+            tracing::info!("a live harness process was idle past idle_timeout_seconds; stopped");
+            crate::metrics::global().live_evicted("idle");
+            process.stop(self.grace).await;
+        }
+        self.report();
+    }
+
+    /// Run [`LiveSessions::evict_idle`] every few seconds while `self` lives.
+    pub fn start_reaper(self: &Arc<Self>) {
+        let sessions = Arc::downgrade(self);
+        let every = (self.limits.idle_timeout / 4)
+            .clamp(Duration::from_millis(200), Duration::from_secs(30));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(sessions) = sessions.upgrade() else {
+                    return;
+                };
+                sessions.evict_idle().await;
+            }
+        });
+    }
+
+    /// Stop every idle process (the bridge is shutting down).
+    pub async fn shutdown(&self) {
+        let all: Vec<LiveProcess> = self.idle().drain().map(|(_, (_, p))| p).collect();
+        let stops = all.into_iter().map(|p| p.stop(self.grace));
+        futures_util::future::join_all(stops).await;
+        self.report();
+    }
+
+    /// Idle processes now.
+    pub fn len(&self) -> usize {
+        self.idle().len()
+    }
+
+    /// Whether none is idle.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The gauges in `/metrics`: idle processes and their resident memory.
+    fn report(&self) {
+        let (count, rss) = {
+            let idle = self.idle();
+            (idle.len(), idle.values().map(|(_, p)| p.rss_bytes()).sum())
+        };
+        crate::metrics::global().set_live(count, rss);
+    }
+
+    /// Refresh the gauges (before `/metrics` is read).
+    pub fn refresh_metrics(&self) {
+        self.report();
+    }
+}

@@ -1,0 +1,281 @@
+//! Live harness sessions through `serve`, with the real Claude Code against
+//! the fake model: one process serves every turn of a conversation (its pid
+//! is in each turn's `run.completed` metadata), a cancel interrupts the
+//! turn and keeps the session, an idle or killed process costs only the
+//! warm start (the next turn resumes the session by id in a new one), and a
+//! bridge killed outright leaves no harness behind.
+
+mod common;
+
+use std::time::Duration;
+
+use common::anthropic::{FOLLOW_UP, SECOND_ANSWER, fake_model, fake_model_hanging_on};
+use common::server::{ServeProcess, serve_claude};
+use serde_json::{Value, json};
+
+const CHAT: &str = "live-chat";
+
+/// Post one turn of `CHAT` and read its whole result stream.
+async fn turn(server: &ServeProcess, text: &str, run_id: &str) -> Vec<Value> {
+    let response = server
+        .client
+        .post(format!("{}/v1/runs", server.url))
+        .body(json!({"conversation": CHAT, "text": text, "run_id": run_id}).to_string())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    body.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The terminal result of a stream.
+fn terminal(results: &[Value]) -> &Value {
+    results.last().expect("a terminal result")
+}
+
+/// The session facts of a completed turn.
+fn session(results: &[Value]) -> &Value {
+    let done = terminal(results);
+    assert_eq!(done["type"], "run.completed", "{results:?}");
+    &done["data"]["message"]["metadata"]["session"]
+}
+
+fn pid_of(results: &[Value]) -> i32 {
+    session(results)["process"]["pid"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("a live process: {results:?}")) as i32
+}
+
+fn alive(pid: i32) -> bool {
+    // A reaped process has no /proc entry; a zombie would say `Z`.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')))
+}
+
+async fn wait_until_gone(pid: i32) {
+    for _ in 0..200 {
+        if !alive(pid) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("process {pid} is still running");
+}
+
+/// The last request the model got, as text.
+fn last_request(fake: &common::anthropic::Fake) -> String {
+    fake.requests
+        .lock()
+        .unwrap()
+        .last()
+        .expect("the model was asked")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_turns_run_in_one_claude_process_and_each_has_the_last() {
+    let (model_url, fake) = fake_model(false).await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    let first = turn(&server, "Remember the word heliotrope.", "live-1").await;
+    let second = turn(&server, FOLLOW_UP, "live-2").await;
+    let third = turn(&server, "What was the word?", "live-3").await;
+
+    let pid = pid_of(&first);
+    for (n, results) in [&first, &second, &third].into_iter().enumerate() {
+        let process = &session(results)["process"];
+        assert_eq!(process["pid"], pid, "{results:?}");
+        assert_eq!(process["turn"], n + 1, "{results:?}");
+        assert_eq!(process["warm"], n > 0, "{results:?}");
+        assert_eq!(process["kept"], true, "{results:?}");
+    }
+    assert_eq!(
+        session(&second)["session_id"],
+        session(&first)["session_id"]
+    );
+    assert_eq!(session(&third)["session_id"], session(&first)["session_id"]);
+    assert!(alive(pid));
+    // The third turn's request carried the first two: one conversation.
+    let last = last_request(&fake);
+    assert!(
+        last.contains("heliotrope") && last.contains(SECOND_ANSWER),
+        "{last}"
+    );
+
+    let metrics = server.get_text("/metrics").await;
+    for line in [
+        r#"harness_bridge_live_turns_total{why="cold"} 1"#,
+        r#"harness_bridge_live_turns_total{why="warm"} 2"#,
+        "harness_bridge_live_sessions_idle 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    let rss: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("harness_bridge_live_sessions_rss_bytes "))
+        .and_then(|v| v.parse().ok())
+        .expect("the RSS gauge");
+    assert!(rss > 1024 * 1024, "{rss}");
+
+    // Shutting down stops the live process and leaves nothing.
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    assert!(!alive(pid));
+    common::assert_none_left_under(&root).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_interrupts_the_turn_and_the_session_goes_on() {
+    let (model_url, fake) = fake_model_hanging_on("HANG").await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    let first = turn(&server, "Remember the word heliotrope.", "cancel-1").await;
+    let pid = pid_of(&first);
+
+    // A turn the model never answers, cancelled while it waits.
+    let hung = {
+        let server_url = server.url.clone();
+        let client = server.client.clone();
+        tokio::spawn(async move {
+            let response = client
+                .post(format!("{server_url}/v1/runs"))
+                .body(
+                    json!({"conversation": CHAT, "text": "please HANG", "run_id": "cancel-2"})
+                        .to_string(),
+                )
+                .send()
+                .await
+                .expect("answered");
+            response.text().await.unwrap()
+        })
+    };
+    for _ in 0..200 {
+        if fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let cancelled = server
+        .client
+        .post(format!("{}/v1/runs/cancel-2/cancel", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 202);
+    let body = tokio::time::timeout(Duration::from_secs(30), hung)
+        .await
+        .expect("the cancelled turn ends")
+        .unwrap();
+    let end: Value = serde_json::from_str(body.lines().last().unwrap()).unwrap();
+    assert_eq!(end["type"], "run.failed", "{body}");
+    assert_eq!(end["data"]["code"], "cancelled", "{body}");
+    assert!(
+        end["data"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("keeps the session"),
+        "{body}"
+    );
+    // The process was interrupted, not killed, and serves the next turn
+    // with the earlier context.
+    assert!(alive(pid));
+    let third = turn(&server, "What was the word?", "cancel-3").await;
+    assert_eq!(pid_of(&third), pid, "{third:?}");
+    assert_eq!(session(&third)["process"]["turn"], 3);
+    assert!(last_request(&fake).contains("heliotrope"));
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_process_is_stopped_and_the_next_turn_resumes_by_id() {
+    let (model_url, fake) = fake_model(false).await;
+    let (mut server, _home) = serve_claude(model_url, "idle_timeout_seconds: 1\n").await;
+    let first = turn(&server, "Remember the word heliotrope.", "idle-1").await;
+    let pid = pid_of(&first);
+    wait_until_gone(pid).await;
+    let metrics = server.get_text("/metrics").await;
+    assert!(
+        metrics.contains(r#"harness_bridge_live_sessions_stopped_total{why="idle"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("harness_bridge_live_sessions_idle 0"),
+        "{metrics}"
+    );
+
+    let second = turn(&server, "What was the word?", "idle-2").await;
+    let process = &session(&second)["process"];
+    assert_ne!(process["pid"], pid);
+    assert_eq!(process["warm"], false);
+    assert_eq!(session(&second)["resumed"], true);
+    assert_eq!(
+        session(&second)["session_id"],
+        session(&first)["session_id"]
+    );
+    assert!(last_request(&fake).contains("heliotrope"));
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_costs_only_the_warm_start() {
+    let (model_url, fake) = fake_model(false).await;
+    let (mut server, home) = serve_claude(model_url, "").await;
+    let first = turn(&server, "Remember the word heliotrope.", "killed-1").await;
+    let pid = pid_of(&first);
+    // Claude Code writes a turn to its session file just after the turn's
+    // result: a process killed within those milliseconds loses that turn
+    // (and the next turn starts fresh, saying so). Killed later, nothing.
+    let file = format!("{}.jsonl", session(&first)["session_id"].as_str().unwrap());
+    for _ in 0..100 {
+        let written = walkdir::WalkDir::new(home.path())
+            .into_iter()
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy() == file);
+        if written {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until_gone(pid).await;
+
+    let second = turn(&server, "What was the word?", "killed-2").await;
+    let process = &session(&second)["process"];
+    assert_ne!(process["pid"], pid);
+    assert_eq!(process["warm"], false);
+    assert_eq!(session(&second)["resumed"], true, "{second:?}");
+    assert_eq!(
+        session(&second)["session_id"],
+        session(&first)["session_id"]
+    );
+    assert!(last_request(&fake).contains("heliotrope"));
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_killed_outright_leaves_no_live_harness() {
+    let (model_url, _fake) = fake_model(false).await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    let first = turn(&server, "Remember the word heliotrope.", "crash-1").await;
+    let pid = pid_of(&first);
+    assert!(alive(pid));
+    server.child.start_kill().unwrap();
+    server.child.wait().await.unwrap();
+    wait_until_gone(pid).await;
+    common::assert_none_left_under(&server.workspaces()).await;
+}
