@@ -20,50 +20,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Response, StatusCode};
-use axum::routing::{any, post};
 use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream, decoder};
 use harness_bridge::protocol::AgentRunResult;
-use serde_json::{Value, json};
 
 mod support;
 
+use support::ANSWER;
+
 const PROMPT: &str = "Say hello.";
-const ANSWER: &str = "Hello! How can I help you today?";
-
-fn sse(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
-        .collect()
-}
-
-async fn messages(body: String) -> Response<Body> {
-    let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    let text = ANSWER;
-    if request["stream"] != true {
-        let message = json!({"id": "msg_b", "type": "message", "role": "assistant", "model": "fake", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}});
-        return Response::new(Body::from(message.to_string()));
-    }
-    let mut events = vec![
-        json!({"type": "message_start", "message": {"id": "msg_b", "type": "message", "role": "assistant", "model": "fake", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-    ];
-    for word in text.split_inclusive(' ') {
-        events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}));
-    }
-    events.extend([
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 9}}),
-        json!({"type": "message_stop"}),
-    ]);
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(Body::from(sse(&events)))
-        .unwrap_or_default()
-}
 
 fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();
@@ -301,35 +265,10 @@ fn main() {
     // `cargo bench` passes `--bench`; without it (`cargo test --bench
     // turn`), one turn each way and one decode, as a check.
     let quick = support::quick();
-    let turns: usize = if quick {
-        0
-    } else {
-        std::env::var("TURNS")
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(10)
-    };
-    let claude =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clis/node_modules/.bin/claude");
-    if !claude.exists() {
-        eprintln!(
-            "claude is not installed at {}: run `npm ci --prefix tests/clis` (scripts/test does)",
-            claude.display()
-        );
-        std::process::exit(1);
-    }
+    let turns = support::turns(0, 10);
+    let claude = support::claude();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let model_url = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let app = Router::new()
-            .route("/v1/messages", post(messages))
-            .fallback(any(|| async { StatusCode::OK }));
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        url
-    });
+    let model_url = runtime.block_on(support::fake_messages_api());
     let env = Env {
         home: tempfile::tempdir().expect("home"),
         model_url,

@@ -279,3 +279,57 @@ async fn a_bridge_killed_outright_leaves_no_live_harness() {
     wait_until_gone(pid).await;
     common::assert_none_left_under(&server.workspaces()).await;
 }
+
+/// A message sent while its conversation's turn runs (the model pauses
+/// mid-answer) is not dropped: it is the next turn of the same process,
+/// after the first, with the first in its context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_sent_mid_turn_is_the_next_turn_of_the_same_process() {
+    use common::anthropic::{ANSWER, ASK};
+    let (model_url, fake) = fake_model(false).await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    let first = {
+        let server_url = server.url.clone();
+        let client = server.client.clone();
+        tokio::spawn(async move {
+            let body = client
+                .post(format!("{server_url}/v1/runs"))
+                .body(json!({"conversation": CHAT, "text": ASK, "run_id": "busy-1"}).to_string())
+                .send()
+                .await
+                .expect("answered")
+                .text()
+                .await
+                .unwrap();
+            body.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+    };
+    // The first turn is under way: the model has been asked.
+    for _ in 0..200 {
+        if !fake.requests.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let second = turn(&server, FOLLOW_UP, "busy-2").await;
+    let first = first.await.unwrap();
+    assert!(
+        first.iter().any(|r| r.to_string().contains(ANSWER)),
+        "{first:?}"
+    );
+    assert!(
+        second.iter().any(|r| r.to_string().contains(SECOND_ANSWER)),
+        "{second:?}"
+    );
+    assert_eq!(pid_of(&second), pid_of(&first));
+    assert_eq!(session(&first)["process"]["turn"], 1);
+    assert_eq!(session(&second)["process"]["turn"], 2);
+    // The follow-up's request carried the first turn's answer.
+    assert!(last_request(&fake).contains(ANSWER));
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}

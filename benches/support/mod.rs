@@ -5,10 +5,14 @@
 
 use std::path::PathBuf;
 
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+use axum::routing::{any, post};
 use harness_bridge::host::sqlite::SqliteHost;
 use harness_bridge::host::{GrantCaps, GrantPolicy, HostApi, NewTranscriptItem};
 use harness_bridge::protocol::AgentRunContext;
-use serde_json::json;
+use serde_json::{Value, json};
 
 const CONVERSATIONS: usize = 100;
 const PER_CONVERSATION: usize = 10_000;
@@ -25,6 +29,33 @@ const WORDS: [&str; 16] = [
 /// every bench still works without measuring anything.
 pub fn quick() -> bool {
     !std::env::args().any(|arg| arg == "--bench")
+}
+
+/// How many turns a CLI bench measures: `TURNS`, else `default`; `quick`
+/// when not measuring.
+pub fn turns(quick: usize, default: usize) -> usize {
+    if self::quick() {
+        return quick;
+    }
+    std::env::var("TURNS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The pinned Claude Code CLI (`tests/clis`); exits saying how to install
+/// it when it is missing.
+pub fn claude() -> PathBuf {
+    let claude =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clis/node_modules/.bin/claude");
+    if !claude.exists() {
+        eprintln!(
+            "claude is not installed at {}: run `npm ci --prefix tests/clis` (scripts/test does)",
+            claude.display()
+        );
+        std::process::exit(1);
+    }
+    claude
 }
 
 fn text(i: usize) -> String {
@@ -109,4 +140,53 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
+}
+
+/// What the fake model answers, word by word.
+pub const ANSWER: &str = "Hello! How can I help you today?";
+
+fn sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+async fn messages(body: String) -> Response<Body> {
+    let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let text = ANSWER;
+    if request["stream"] != true {
+        let message = json!({"id": "msg_b", "type": "message", "role": "assistant", "model": "fake", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}});
+        return Response::new(Body::from(message.to_string()));
+    }
+    let mut events = vec![
+        json!({"type": "message_start", "message": {"id": "msg_b", "type": "message", "role": "assistant", "model": "fake", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ];
+    for word in text.split_inclusive(' ') {
+        events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}));
+    }
+    events.extend([
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 9}}),
+        json!({"type": "message_stop"}),
+    ]);
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(sse(&events)))
+        .unwrap_or_default()
+}
+
+/// A fake Anthropic Messages API on 127.0.0.1 that streams [`ANSWER`] in
+/// word deltas to every request; its base URL.
+pub async fn fake_messages_api() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let app = Router::new()
+        .route("/v1/messages", post(messages))
+        .fallback(any(|| async { StatusCode::OK }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
 }
