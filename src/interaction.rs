@@ -522,6 +522,38 @@ impl Interactions {
         )
     }
 
+    /// A live harness's permission request: the one approved action is
+    /// allowed (`Some`); else the person is asked and `None` says to pause
+    /// the turn until they answer; a second request in the turn is denied.
+    pub fn decide_live(
+        &self,
+        run_id: &str,
+        tool: &str,
+        input: &Value,
+        now: i64,
+    ) -> Option<Decision> {
+        match self.decide(run_id, tool, input, now) {
+            Decision::Deny {
+                interrupt: false, ..
+            } => None,
+            decided => Some(decided),
+        }
+    }
+
+    /// Take the action an answer approved for this run, if it is
+    /// `fingerprint`: an approval allows one action once, also when it
+    /// resumes a paused call.
+    pub fn take_approved(&self, run_id: &str, fingerprint: &str) -> bool {
+        let mut runs = self.lock();
+        match runs.get_mut(run_id) {
+            Some(slot) if slot.approved.as_deref() == Some(fingerprint) => {
+                slot.approved = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The permission prompt tool: allow the one approved action, else ask
     /// the person and end the turn.
     pub fn decide(&self, run_id: &str, tool: &str, input: &Value, now: i64) -> Decision {

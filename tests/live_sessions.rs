@@ -333,3 +333,95 @@ async fn a_follow_up_sent_mid_turn_is_the_next_turn_of_the_same_process() {
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
 }
+
+/// Post a turn of `CHAT` in the short form's own words (`body`).
+async fn post(server: &ServeProcess, body: Value) -> Vec<Value> {
+    let response = server
+        .client
+        .post(format!("{}/v1/runs", server.url))
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    body.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Under `approvals: chat` the live Claude Code asks over stdio: the turn
+/// ends with the card while the process waits on the paused tool call; the
+/// card's answer (`serve`'s short form `interaction`) lets that very call
+/// go on in the same process, once; no prompt replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_answered_on_serve_continues_the_paused_call() {
+    use common::anthropic::{BASH_DONE, fake_model_running};
+    let (model_url, fake) = fake_model_running("touch approved-ran").await;
+    let (mut server, _home) = serve_claude(model_url, "default_config:\n  approvals: chat\n").await;
+    let asked = turn(&server, "Please make the file", "approve-1").await;
+    let done = terminal(&asked);
+    assert_eq!(
+        done["data"]["finish_reason"], "interaction_requested",
+        "{asked:?}"
+    );
+    let card = asked
+        .iter()
+        .find(|r| r["type"] == "action.requested")
+        .expect("the card");
+    let request = &card["data"]["payload"];
+    assert_eq!(request["kind"], "confirmation", "{request}");
+    let workspace = std::path::PathBuf::from(
+        asked
+            .iter()
+            .find(|r| r["data"]["key"] == "external.working_directory")
+            .expect("the workspace")["data"]["value"]
+            .as_str()
+            .unwrap(),
+    );
+    assert!(
+        !workspace.join("approved-ran").exists(),
+        "ran before the approval"
+    );
+    let pid = pid_of(&asked);
+    let requests_before = fake.requests.lock().unwrap().len();
+
+    let approved = post(
+        &server,
+        json!({
+            "conversation": CHAT,
+            "run_id": "approve-2",
+            "interaction": {"interaction_id": request["interaction_id"], "action_id": "approve"},
+        }),
+    )
+    .await;
+    assert_eq!(pid_of(&approved), pid, "{approved:?}");
+    assert!(workspace.join("approved-ran").exists(), "{approved:?}");
+    assert!(
+        approved.iter().any(|r| r.to_string().contains(BASH_DONE)),
+        "{approved:?}"
+    );
+    // The paused call went on: the model was asked once more (with the
+    // command's result), never told to do it again.
+    let requests = fake.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), requests_before + 1);
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.to_string().contains("The user approved")),
+        "the approval was replayed as a prompt"
+    );
+
+    // The approval was for that call, once: asked again, it asks again.
+    std::fs::remove_file(workspace.join("approved-ran")).unwrap();
+    let again = turn(&server, "Do it once more", "approve-3").await;
+    assert!(
+        again.iter().any(|r| r["type"] == "action.requested"),
+        "{again:?}"
+    );
+    assert!(!workspace.join("approved-ran").exists());
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}

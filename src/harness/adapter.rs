@@ -70,6 +70,11 @@ pub struct LiveSpec {
     /// (the driver then resumes a session in the protocol).
     #[serde(default)]
     pub argv: Option<Vec<ArgItem>>,
+    /// `{permission_prompt_tool}` in the live mode, under `approvals:
+    /// chat`: the harness asks its driver (Claude Code: `stdio`) and the
+    /// paused tool call goes on once the person answers.
+    #[serde(default)]
+    pub permission_prompt_tool: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -29,10 +29,11 @@ use tokio::time::Instant;
 
 use super::attempt::{self, AttemptEnd, Live};
 use crate::harness::decode::LineBuffer;
-use crate::harness::live::LiveDriver;
+use crate::harness::live::{LiveDriver, PermissionRequest};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::host::RunToken;
-use crate::protocol::{ResultPayload, RunFailed};
+use crate::interaction::Decision;
+use crate::protocol::{ResultPayload, RunCompleted, RunFailed};
 
 /// How many live processes a bridge keeps, and for how long.
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +110,9 @@ pub struct LiveProcess {
     last_used: Instant,
     /// Turns it has served.
     pub turns: u64,
+    /// The permission request its last turn ended on, still waiting for
+    /// the person's answer.
+    pub paused: Option<PermissionRequest>,
 }
 
 impl LiveProcess {
@@ -130,6 +134,7 @@ impl LiveProcess {
             token,
             last_used: Instant::now(),
             turns: 0,
+            paused: None,
         };
         live.write(&opening).await?;
         Ok(live)
@@ -200,24 +205,47 @@ enum Stop {
 enum Over {
     /// The driver saw the turn's end.
     Ended(Box<ResultPayload>),
+    /// The harness waits for a permission the person is asked for.
+    Paused(PermissionRequest),
     /// The process exited (or closed its output) first.
     Exited,
     /// It did not honour the interrupt within the grace.
     Unresponsive,
 }
 
+/// How a live turn begins.
+pub enum Opening<'a> {
+    /// A new prompt.
+    Prompt(&'a str),
+    /// The person's answer to the permission the last turn paused on: the
+    /// paused tool call goes on (or is refused) in this turn.
+    Permit(Decision),
+}
+
+/// What the turn answers when the harness asks for a permission: `Some`
+/// to answer at once, `None` to pause the turn until the person answers.
+pub type Decide<'a> = &'a (dyn Fn(&str, &serde_json::Value) -> Option<Decision> + Sync);
+
 /// One turn on a live process: the prompt in, results out until the
 /// driver sees the turn's end. Cancel and the deadline interrupt the turn
 /// the harness's own way; only a harness that does not stop within the
-/// grace is killed.
+/// grace is killed. A permission the person must give ends the turn with
+/// the process paused on it.
 pub async fn turn(
     spec: &AdapterSpec,
     process: &mut LiveProcess,
-    prompt: &str,
+    opening: Opening<'_>,
+    decide: Decide<'_>,
     live: &mut Live<'_>,
 ) -> LiveEnd {
     process.turns += 1;
-    let opening = process.driver.turn(prompt);
+    let opening = match opening {
+        Opening::Prompt(prompt) => process.driver.turn(prompt),
+        Opening::Permit(decision) => match process.paused.take() {
+            Some(request) => process.driver.permit(&request.id, &decision),
+            None => Vec::new(),
+        },
+    };
     let mut not_found = false;
     let mut spoke = false;
     let mut said = false;
@@ -258,6 +286,7 @@ pub async fn turn(
                     Ok(0) | Err(_) => break Over::Exited,
                     Ok(n) => {
                         let mut ended = None;
+                        let mut paused = None;
                         for line in process.lines.push(&buf[..n]) {
                             let step = process.driver.line(&line);
                             said = true;
@@ -270,10 +299,27 @@ pub async fn turn(
                             if !step.write.is_empty() && process.write(&step.write).await.is_err() {
                                 break;
                             }
+                            if let Some(request) = step.permission {
+                                match decide(&request.tool, &request.input) {
+                                    Some(decision) => {
+                                        let answer = process.driver.permit(&request.id, &decision);
+                                        if process.write(&answer).await.is_err() {
+                                            break;
+                                        }
+                                    }
+                                    None => {
+                                        paused = Some(request);
+                                        break;
+                                    }
+                                }
+                            }
                             if let Some(end) = step.ended {
                                 ended = Some(end);
                                 break;
                             }
+                        }
+                        if let Some(request) = paused {
+                            break Over::Paused(request);
                         }
                         if let Some(end) = ended {
                             break Over::Ended(Box::new(end));
@@ -290,6 +336,17 @@ pub async fn turn(
     let session_id = process.session_id().map(str::to_string);
     let (terminal, healthy) = match (over, stop) {
         (Over::Ended(end), None) => (*end, true),
+        (Over::Paused(request), _) => {
+            // The card goes out with the run's end; the process waits.
+            process.paused = Some(request);
+            (
+                ResultPayload::RunCompleted(RunCompleted {
+                    finish_reason: "interaction_requested".into(),
+                    message: None,
+                }),
+                true,
+            )
+        }
         (Over::Ended(_), Some(Stop::Cancelled)) => (
             attempt::failed(
                 "cancelled",

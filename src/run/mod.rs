@@ -34,7 +34,7 @@ use crate::harness::{
     env_pattern_matches, find_program, requested_permissions, runner_id,
 };
 use crate::host::{GrantPolicy, Grants, HostApi};
-use crate::interaction::{self, PENDING_KEY, Reply};
+use crate::interaction::{self, Decision, PENDING_KEY, Reply};
 use crate::mcp::{InputRef, McpHttpServer, RunFacts, RunTools, tool_names};
 use crate::projection::{
     Approvals, Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
@@ -208,6 +208,11 @@ struct LiveTurn<'a> {
     token: &'a crate::host::RunToken,
     grant: &'a Arc<crate::host::RunGrant>,
     prompt: &'a str,
+    run_id: &'a str,
+    /// How this turn's input answers the conversation's open request.
+    answer: &'a Reply,
+    /// `{permission_prompt_tool}` in the live mode (`approvals: chat`).
+    prompt_tool: Option<&'a str>,
 }
 
 /// How the turn picks its session.
@@ -563,6 +568,9 @@ impl Bridge {
                         token: &open.token,
                         grant: &open.grant,
                         prompt: &projection.turn_prompt,
+                        run_id: &ctx.run_id,
+                        answer: &answer,
+                        prompt_tool: live_spec.permission_prompt_tool.as_deref(),
                     };
                     let (end, warm, facts) =
                         self.live_attempt(spec, &turn, &values, &mut live).await?;
@@ -792,6 +800,13 @@ impl Bridge {
         values: &TurnValues<'_>,
         live: &mut attempt::Live<'_>,
     ) -> Result<(attempt::AttemptEnd, bool, serde_json::Value), RunFailed> {
+        // A live harness asks its permissions its own way, where it can.
+        let values = &TurnValues {
+            permission_prompt_tool: values
+                .permission_prompt_tool
+                .map(|tool| turn.prompt_tool.unwrap_or(tool)),
+            ..values.clone()
+        };
         // A process is known by how a fresh one would start.
         let fresh = TurnValues {
             session_id: None,
@@ -810,7 +825,28 @@ impl Bridge {
         };
         let key = live::LiveKey::new(spec, &key_launch, turn.tools, TOKEN_ENV);
         let mut kept = turn.sessions.take(&key).await;
+        // A process paused on a permission takes only the answer to it;
+        // anything else (the request lapsed, another message) starts over
+        // in a new process, resuming the session without the paused call.
+        let permit = kept
+            .as_ref()
+            .and_then(|p| p.paused.as_ref())
+            .map(|paused| self.permit(turn, paused));
+        if matches!(permit, Some(None)) {
+            if let Some(process) = kept.take() {
+                tracing::info!(
+                    "the paused request was not answered; the turn starts a new process"
+                );
+                process.stop(self.settings.kill_grace).await;
+            }
+        }
+        let mut permit = permit.flatten();
         let mut warm = kept.is_some();
+        let interactions = self.tools.interactions();
+        let now = crate::host::now_ms() / 1000;
+        let decide = |tool: &str, input: &serde_json::Value| {
+            interactions.decide_live(turn.run_id, tool, input, now)
+        };
         loop {
             let mut process = match kept.take() {
                 Some(process) => {
@@ -820,7 +856,11 @@ impl Bridge {
                 }
                 None => self.spawn_live(spec, turn, values, live).await?,
             };
-            let ended = live::turn(spec, &mut process, turn.prompt, live).await;
+            let opening = match permit.take() {
+                Some(decision) => live::Opening::Permit(decision),
+                None => live::Opening::Prompt(turn.prompt),
+            };
+            let ended = live::turn(spec, &mut process, opening, &decide, live).await;
             if warm && ended.untouched {
                 // It died while idle and is found only now: the turn goes
                 // to a new process, resuming the session, as if it had
@@ -842,6 +882,32 @@ impl Bridge {
             }
             return Ok((ended.end, warm, facts));
         }
+    }
+
+    /// The answer a paused live process gets from this turn: the approved
+    /// call goes on (once), anything the person said otherwise refuses it
+    /// with their words; `None` when the turn does not answer it.
+    fn permit(
+        &self,
+        turn: &LiveTurn<'_>,
+        paused: &crate::harness::live::PermissionRequest,
+    ) -> Option<Decision> {
+        let Reply::Answer { prompt, approved } = turn.answer else {
+            return None;
+        };
+        let fingerprint = interaction::fingerprint(&paused.tool, &paused.input);
+        if approved.is_some()
+            && self
+                .tools
+                .interactions()
+                .take_approved(turn.run_id, &fingerprint)
+        {
+            return Some(Decision::Allow(paused.input.clone()));
+        }
+        Some(Decision::Deny {
+            message: prompt.clone(),
+            interrupt: false,
+        })
     }
 
     /// A new live process for `turn`, resuming `values.session_id`.

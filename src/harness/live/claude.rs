@@ -4,12 +4,17 @@
 //! is a `control_request` (`subtype: interrupt`), answered with a
 //! `control_response`; the interrupted turn still ends with its `result`
 //! (`error_during_execution`), and the next turn goes on in the same
-//! session (measured with the pinned CLI, see ARCHITECTURE.md).
+//! session. With `--permission-prompt-tool stdio` a tool that needs
+//! permission is a `control_request` (`subtype: can_use_tool`, `tool_name`,
+//! `input`) that waits for its `control_response` (`behavior: allow` with
+//! `updatedInput`, or `deny` with a `message`) for as long as it takes
+//! (measured with the pinned CLI, see ARCHITECTURE.md).
 
 use serde_json::{Value, json};
 
-use super::{LiveDriver, Step};
+use super::{LiveDriver, PermissionRequest, Step};
 use crate::harness::decode::{ClaudeStreamJson, Decoder, Exit};
+use crate::interaction::Decision;
 
 /// The driver; one per live process.
 #[derive(Default)]
@@ -43,6 +48,9 @@ impl LiveDriver for ClaudeLive {
         if let Some(id) = self.decode.session_id() {
             self.session_id = Some(id.to_string());
         }
+        if line.contains("\"control_request\"") {
+            step.permission = permission_request(line);
+        }
         // Only the few lines that end a turn are parsed twice.
         if line.contains("\"result\"")
             && serde_json::from_str::<Value>(line).is_ok_and(|v| v["type"] == "result")
@@ -67,6 +75,27 @@ impl LiveDriver for ClaudeLive {
     fn session_id(&self) -> Option<&str> {
         self.session_id.as_deref()
     }
+
+    fn permit(&mut self, id: &str, decision: &Decision) -> Vec<String> {
+        let line = json!({
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": id, "response": decision.to_json()},
+        });
+        vec![line.to_string()]
+    }
+}
+
+/// A `can_use_tool` control request, if the line is one.
+fn permission_request(line: &str) -> Option<PermissionRequest> {
+    let value: Value = serde_json::from_str(line).ok()?;
+    if value["type"] != "control_request" || value["request"]["subtype"] != "can_use_tool" {
+        return None;
+    }
+    Some(PermissionRequest {
+        id: value["request_id"].as_str()?.to_string(),
+        tool: value["request"]["tool_name"].as_str()?.to_string(),
+        input: value["request"]["input"].clone(),
+    })
 }
 
 #[cfg(test)]
@@ -115,6 +144,30 @@ mod tests {
         assert!(
             matches!(step.ended, Some(ResultPayload::RunFailed(_))),
             "{step:?}"
+        );
+        // A permission request pauses the turn until it is answered.
+        live.turn("four");
+        let step = live.line(r#"{"type":"control_request","request_id":"p-1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"touch x"}}}"#);
+        assert_eq!(
+            step.permission,
+            Some(PermissionRequest {
+                id: "p-1".into(),
+                tool: "Bash".into(),
+                input: serde_json::json!({"command": "touch x"}),
+            })
+        );
+        let answer: Value = serde_json::from_str(
+            &live.permit(
+                "p-1",
+                &Decision::Allow(serde_json::json!({"command": "touch x"})),
+            )[0],
+        )
+        .unwrap();
+        assert_eq!(answer["response"]["request_id"], "p-1");
+        assert_eq!(answer["response"]["response"]["behavior"], "allow");
+        assert_eq!(
+            answer["response"]["response"]["updatedInput"]["command"],
+            "touch x"
         );
         // A tool's text that says "result" does not end the turn.
         live.turn("three");

@@ -10,7 +10,23 @@ mod claude;
 
 pub use claude::ClaudeLive;
 
+use serde_json::Value;
+
+use crate::interaction::Decision;
 use crate::protocol::ResultPayload;
+
+/// The harness asks, in its protocol, whether it may use a tool; the turn
+/// waits for [`LiveDriver::permit`] (the person's answer, maybe a turn
+/// later: the process stays paused meanwhile).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PermissionRequest {
+    /// The harness's id for the request, answered by [`LiveDriver::permit`].
+    pub id: String,
+    /// The tool it wants to use.
+    pub tool: String,
+    /// With these arguments.
+    pub input: Value,
+}
 
 /// What one stdout line means for the turn in progress.
 #[derive(Debug, Default)]
@@ -26,6 +42,8 @@ pub struct Step {
     /// The session the driver was told to resume does not exist: the
     /// session starts a fresh process instead.
     pub session_not_found: bool,
+    /// The harness asks whether it may use a tool, and waits.
+    pub permission: Option<PermissionRequest>,
 }
 
 /// One harness family's live protocol.
@@ -44,6 +62,11 @@ pub trait LiveDriver: Send {
     fn interrupt(&mut self) -> Vec<String>;
     /// The harness's session id, once it has named one.
     fn session_id(&self) -> Option<&str>;
+    /// Lines that answer the [`PermissionRequest`] `id`; the paused turn
+    /// goes on. A driver whose harness never asks answers nothing.
+    fn permit(&mut self, _id: &str, _decision: &Decision) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The driver called `name` in an adapter spec's `live` section.
