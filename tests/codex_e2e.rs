@@ -5,6 +5,8 @@
 //! `history_page` tool; the second resumes the first's thread. Also: a
 //! deleted thread falls back to a fresh one, a hanging Codex is killed at
 //! the deadline with nothing left behind, and a missing binary is reported.
+//! And through `serve`, one live `codex app-server` process for every turn
+//! of a conversation.
 
 mod common;
 
@@ -86,7 +88,14 @@ fn events(request: &Value) -> (Duration, Vec<Value>) {
 async fn responses(State(fake): State<Fake>, body: String) -> Response<Body> {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     fake.requests.lock().unwrap().push(request.clone());
-    if fake.hang {
+    // A turn whose prompt says HANG is never answered (the last input
+    // item is the turn's own message).
+    let last = request["input"]
+        .as_array()
+        .and_then(|items| items.last())
+        .map(Value::to_string)
+        .unwrap_or_default();
+    if fake.hang || last.contains("HANG") {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
     let (pause, events) = events(&request);
@@ -326,4 +335,103 @@ async fn a_hanging_codex_is_killed_at_the_deadline_with_nothing_left() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_codex_binary_is_harness_not_found() {
     common::assert_harness_not_found("codex", "npm install -g @openai/codex").await;
+}
+
+/// Through `serve`, one `codex app-server` process serves the
+/// conversation: turn 1 streams its answer as token deltas and calls the
+/// bridge's history tool, turn 2 goes on in the same process and thread, a
+/// cancelled turn is interrupted and keeps the thread, and after the
+/// process is killed the next turn resumes the thread by id in a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_codex_app_server_serves_the_conversation() {
+    let (model_url, fake) = fake_model(false).await;
+    let machine = Machine::new(&model_url).await;
+    let codex = common::cli("codex");
+    let home = machine.home.path().display().to_string();
+    let env = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", home.clone()),
+        ("CODEX_HOME", home),
+        ("OPENAI_API_KEY", "test-key".to_string()),
+    ];
+    let config = format!(
+        "harness_binaries:\n  codex: {}\ndefault_harness: codex\nshutdown_grace_seconds: 5\n",
+        codex.display()
+    );
+    let data = Arc::new(machine.data);
+    let mut server = common::server::ServeProcess::spawn(data, &config, &env).await;
+    let body = |text: &str, run_id: &str| json!({"conversation": CONVERSATION, "text": text, "run_id": run_id});
+    let process = |results: &[Value]| {
+        let last = results.last().expect("results").clone();
+        assert_eq!(last["type"], "run.completed", "{results:?}");
+        last["data"]["message"]["metadata"]["session"].clone()
+    };
+
+    let first = server.results(body(ASK, "codex-live-1")).await;
+    let deltas: String = first
+        .iter()
+        .filter(|r| r["type"] == "message.delta")
+        .map(|r| {
+            r["data"]["chunk"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert!(
+        deltas.contains(ANSWER),
+        "Codex streamed no deltas: {first:?}"
+    );
+    assert!(
+        first
+            .iter()
+            .any(|r| r["type"] == "tool.call.completed" && r.to_string().contains("history_page")),
+        "{first:?}"
+    );
+    let one = process(&first);
+    let pid = one["process"]["pid"].as_i64().expect("a live process");
+
+    let second = server.results(body(FOLLOW_UP, "codex-live-2")).await;
+    let two = process(&second);
+    assert_eq!(two["process"]["pid"], pid, "{second:?}");
+    assert_eq!(two["process"]["turn"], 2);
+    assert_eq!(two["session_id"], one["session_id"]);
+    assert!(second.iter().any(|r| r.to_string().contains(SECOND_ANSWER)));
+    let carried = fake.requests.lock().unwrap().last().unwrap().to_string();
+    assert!(carried.contains(ANSWER), "turn 2 did not carry turn 1");
+
+    // A turn the model never answers, cancelled: interrupted, not killed.
+    let hung = server.spawn_results(body("Please HANG", "codex-live-3"));
+    let asked = fake.requests.lock().unwrap().len();
+    for _ in 0..200 {
+        if fake.requests.lock().unwrap().len() > asked {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let third = server.cancel_and_wait("codex-live-3", hung).await;
+    let end = third.last().unwrap();
+    assert_eq!(end["data"]["code"], "cancelled", "{third:?}");
+    let fourth = server.results(body(FOLLOW_UP, "codex-live-4")).await;
+    assert_eq!(process(&fourth)["process"]["pid"], pid, "{fourth:?}");
+
+    // Killed: the next turn resumes the thread in a new process.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fifth = server.results(body(FOLLOW_UP, "codex-live-5")).await;
+    let five = process(&fifth);
+    assert_ne!(five["process"]["pid"], pid, "{fifth:?}");
+    assert_eq!(five["resumed"], true, "{fifth:?}");
+    assert_eq!(five["session_id"], one["session_id"], "{fifth:?}");
+    let carried = fake.requests.lock().unwrap().last().unwrap().to_string();
+    assert!(carried.contains(ANSWER), "the resumed thread lost turn 1");
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
 }

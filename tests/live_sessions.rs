@@ -17,18 +17,9 @@ const CHAT: &str = "live-chat";
 
 /// Post one turn of `CHAT` and read its whole result stream.
 async fn turn(server: &ServeProcess, text: &str, run_id: &str) -> Vec<Value> {
-    let response = server
-        .client
-        .post(format!("{}/v1/runs", server.url))
-        .body(json!({"conversation": CHAT, "text": text, "run_id": run_id}).to_string())
-        .send()
+    server
+        .results(json!({"conversation": CHAT, "text": text, "run_id": run_id}))
         .await
-        .expect("answered");
-    assert_eq!(response.status(), 200);
-    let body = response.text().await.unwrap();
-    body.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
 }
 
 /// The terminal result of a stream.
@@ -134,22 +125,8 @@ async fn cancel_interrupts_the_turn_and_the_session_goes_on() {
     let pid = pid_of(&first);
 
     // A turn the model never answers, cancelled while it waits.
-    let hung = {
-        let server_url = server.url.clone();
-        let client = server.client.clone();
-        tokio::spawn(async move {
-            let response = client
-                .post(format!("{server_url}/v1/runs"))
-                .body(
-                    json!({"conversation": CHAT, "text": "please HANG", "run_id": "cancel-2"})
-                        .to_string(),
-                )
-                .send()
-                .await
-                .expect("answered");
-            response.text().await.unwrap()
-        })
-    };
+    let hung = server
+        .spawn_results(json!({"conversation": CHAT, "text": "please HANG", "run_id": "cancel-2"}));
     for _ in 0..200 {
         if fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             break;
@@ -157,26 +134,16 @@ async fn cancel_interrupts_the_turn_and_the_session_goes_on() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst), 1);
-    let cancelled = server
-        .client
-        .post(format!("{}/v1/runs/cancel-2/cancel", server.url))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cancelled.status(), 202);
-    let body = tokio::time::timeout(Duration::from_secs(30), hung)
-        .await
-        .expect("the cancelled turn ends")
-        .unwrap();
-    let end: Value = serde_json::from_str(body.lines().last().unwrap()).unwrap();
-    assert_eq!(end["type"], "run.failed", "{body}");
-    assert_eq!(end["data"]["code"], "cancelled", "{body}");
+    let second = server.cancel_and_wait("cancel-2", hung).await;
+    let end = terminal(&second);
+    assert_eq!(end["type"], "run.failed", "{second:?}");
+    assert_eq!(end["data"]["code"], "cancelled", "{second:?}");
     assert!(
         end["data"]["error"]
             .as_str()
             .unwrap()
             .contains("keeps the session"),
-        "{body}"
+        "{second:?}"
     );
     // The process was interrupted, not killed, and serves the next turn
     // with the earlier context.
@@ -288,24 +255,8 @@ async fn a_follow_up_sent_mid_turn_is_the_next_turn_of_the_same_process() {
     use common::anthropic::{ANSWER, ASK};
     let (model_url, fake) = fake_model(false).await;
     let (mut server, _home) = serve_claude(model_url, "").await;
-    let first = {
-        let server_url = server.url.clone();
-        let client = server.client.clone();
-        tokio::spawn(async move {
-            let body = client
-                .post(format!("{server_url}/v1/runs"))
-                .body(json!({"conversation": CHAT, "text": ASK, "run_id": "busy-1"}).to_string())
-                .send()
-                .await
-                .expect("answered")
-                .text()
-                .await
-                .unwrap();
-            body.lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-    };
+    let first =
+        server.spawn_results(json!({"conversation": CHAT, "text": ASK, "run_id": "busy-1"}));
     // The first turn is under way: the model has been asked.
     for _ in 0..200 {
         if !fake.requests.lock().unwrap().is_empty() {
@@ -332,22 +283,6 @@ async fn a_follow_up_sent_mid_turn_is_the_next_turn_of_the_same_process() {
     let root = server.workspaces();
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
-}
-
-/// Post a turn of `CHAT` in the short form's own words (`body`).
-async fn post(server: &ServeProcess, body: Value) -> Vec<Value> {
-    let response = server
-        .client
-        .post(format!("{}/v1/runs", server.url))
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(response.status(), 200);
-    let body = response.text().await.unwrap();
-    body.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
 }
 
 /// Under `approvals: chat` the live Claude Code asks over stdio: the turn
@@ -386,15 +321,13 @@ async fn an_approval_answered_on_serve_continues_the_paused_call() {
     let pid = pid_of(&asked);
     let requests_before = fake.requests.lock().unwrap().len();
 
-    let approved = post(
-        &server,
-        json!({
+    let approved = server
+        .results(json!({
             "conversation": CHAT,
             "run_id": "approve-2",
             "interaction": {"interaction_id": request["interaction_id"], "action_id": "approve"},
-        }),
-    )
-    .await;
+        }))
+        .await;
     assert_eq!(pid_of(&approved), pid, "{approved:?}");
     assert!(workspace.join("approved-ran").exists(), "{approved:?}");
     assert!(

@@ -171,3 +171,14 @@ fn decode(name: &str, stream: &[u8], seed: u8, exit: Exit) -> Vec<AgentRunResult
     out.extend(results.stamp(end));
     out
 }
+
+/// What a live driver writes must be one JSON object a line.
+pub fn one_object_per_line(lines: &[String]) {
+    for line in lines {
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object()),
+            "{line}"
+        );
+    }
+}

@@ -69,6 +69,28 @@ fn show(spec: &AdapterSpec, source: &str) -> String {
         spec.session_not_found,
         spec.session_store,
         spec.install_hint,
+    ) + &live(spec, &argv)
+}
+
+/// The live mode's line, when the spec has one.
+fn live(
+    spec: &crate::harness::AdapterSpec,
+    argv: &dyn Fn(&[crate::harness::ArgItem]) -> String,
+) -> String {
+    let Some(live) = &spec.live else {
+        return "\nlive: no (one process per turn)".into();
+    };
+    let how = match &live.argv {
+        Some(own) => format!("{} {}", spec.binary, argv(own)),
+        None => format!("{} before the turn's argv", argv(&live.args)),
+    };
+    format!(
+        "\nlive: driver {}, {how}{}",
+        live.driver,
+        live.permission_prompt_tool
+            .as_deref()
+            .map(|t| format!(", permission prompts: {t}"))
+            .unwrap_or_default()
     )
 }
 

@@ -113,6 +113,23 @@ pub struct Message {
     pub extra: JsonMap,
 }
 
+impl MessageChunk {
+    /// A piece of the assistant's text, as a stream's token delta carries it.
+    pub fn assistant_text(text: &str) -> Self {
+        MessageChunk {
+            role: "assistant".into(),
+            name: None,
+            content: Some(MessageContent::Text(text.into())),
+            all_content: None,
+            tool_calls: None,
+            tool_call_id: None,
+            resp_message_id: None,
+            is_final: false,
+            extra: JsonMap::new(),
+        }
+    }
+}
+
 impl Message {
     /// An assistant message with plain text content.
     pub fn assistant(text: impl Into<String>) -> Self {

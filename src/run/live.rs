@@ -421,6 +421,12 @@ pub async fn turn(
             (terminal, false)
         }
     };
+    // A process whose session could not be opened serves no turn.
+    let healthy = healthy && !not_found;
+    if not_found && process.process.is_running() {
+        let _ = process.process.terminate(live.grace).await;
+        process.process.clear().await;
+    }
     LiveEnd {
         end: AttemptEnd {
             terminal,

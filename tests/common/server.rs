@@ -100,6 +100,50 @@ impl ServeProcess {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
     }
 
+    /// POST a run (`body`: either form) and read its whole result stream.
+    pub async fn results(&self, body: Value) -> Vec<Value> {
+        self.spawn_results(body).await.expect("the turn's task")
+    }
+
+    /// [`ServeProcess::results`] in a task of its own, for a turn that is
+    /// still running while the test does something else.
+    pub fn spawn_results(&self, body: Value) -> tokio::task::JoinHandle<Vec<Value>> {
+        let (client, url) = (self.client.clone(), self.url.clone());
+        tokio::spawn(async move {
+            let response = client
+                .post(format!("{url}/v1/runs"))
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(response.status(), 200);
+            let text = response.text().await.unwrap_or_default();
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect()
+        })
+    }
+
+    /// Cancel run `run_id` (it must be there to cancel) and wait for the
+    /// results of `running`, the task that posted it.
+    pub async fn cancel_and_wait(
+        &self,
+        run_id: &str,
+        running: tokio::task::JoinHandle<Vec<Value>>,
+    ) -> Vec<Value> {
+        let cancelled = self
+            .client
+            .post(format!("{}/v1/runs/{run_id}/cancel", self.url))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(cancelled.status(), 202);
+        tokio::time::timeout(Duration::from_secs(30), running)
+            .await
+            .expect("the cancelled turn ends")
+            .expect("the turn's task")
+    }
+
     pub fn workspaces(&self) -> std::path::PathBuf {
         self.data.path().join("workspaces")
     }

@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 
 use super::{Decoder, Exit};
 use crate::protocol::{
-    JsonMap, Message, MessageChunk, MessageContent, ProcessorLog, ResultPayload, RunCompleted,
-    RunFailed, ToolCallCompleted, ToolCallStarted,
+    JsonMap, Message, MessageChunk, ProcessorLog, ResultPayload, RunCompleted, RunFailed,
+    ToolCallCompleted, ToolCallStarted,
 };
 
 /// Decoder state for one Claude Code run.
@@ -31,17 +31,7 @@ pub struct ClaudeStreamJson {
 
 fn text_chunk(text: &str) -> ResultPayload {
     ResultPayload::MessageDelta(crate::protocol::MessageDelta {
-        chunk: MessageChunk {
-            role: "assistant".into(),
-            name: None,
-            content: Some(MessageContent::Text(text.into())),
-            all_content: None,
-            tool_calls: None,
-            tool_call_id: None,
-            resp_message_id: None,
-            is_final: false,
-            extra: JsonMap::new(),
-        },
+        chunk: MessageChunk::assistant_text(text),
     })
 }
 

@@ -19,10 +19,22 @@ pub struct CodexJsonl {
     completed: bool,
 }
 
+/// An item's type in `exec --json`'s spelling; the app-server spells the
+/// same items in camelCase.
+fn kind(item: &Value) -> &str {
+    match item["type"].as_str().unwrap_or("") {
+        "agentMessage" => "agent_message",
+        "commandExecution" => "command_execution",
+        "mcpToolCall" => "mcp_tool_call",
+        "fileChange" => "file_change",
+        other => other,
+    }
+}
+
 /// A tool item's name and parameters, or `None` for other item types.
 fn tool(item: &Value) -> Option<(String, JsonMap)> {
     let mut params = JsonMap::new();
-    let name = match item["type"].as_str()? {
+    let name = match kind(item) {
         "command_execution" => {
             params.insert("command".into(), item["command"].clone());
             "shell".to_string()
@@ -46,55 +58,67 @@ fn tool(item: &Value) -> Option<(String, JsonMap)> {
     Some((name, params))
 }
 
-impl CodexJsonl {
-    fn item(&mut self, event: &str, item: &Value) -> Vec<ResultPayload> {
-        let id = item["id"].as_str().unwrap_or("").to_string();
-        if item["type"] == "agent_message" {
-            if event != "item.completed" {
-                return Vec::new();
-            }
-            let text = item["text"].as_str().unwrap_or("").to_string();
-            self.last_message = Some(text.clone());
-            return vec![ResultPayload::MessageCompleted(MessageCompleted {
-                message: Message::assistant(text),
-                file_ids: Vec::new(),
-            })];
-        }
-        let Some((name, params)) = tool(item) else {
+/// The results of one item event of either Codex stream (`started` or
+/// completed): a finished agent message (its text also kept in
+/// `last_message`), or a tool call's start or end.
+pub(crate) fn item_results(
+    started: bool,
+    item: &Value,
+    last_message: &mut Option<String>,
+) -> Vec<ResultPayload> {
+    let id = item["id"].as_str().unwrap_or("").to_string();
+    if kind(item) == "agent_message" {
+        if started {
             return Vec::new();
+        }
+        let text = item["text"].as_str().unwrap_or("").to_string();
+        *last_message = Some(text.clone());
+        return vec![ResultPayload::MessageCompleted(MessageCompleted {
+            message: Message::assistant(text),
+            file_ids: Vec::new(),
+        })];
+    }
+    let Some((name, params)) = tool(item) else {
+        return Vec::new();
+    };
+    if started {
+        return vec![ResultPayload::ToolCallStarted(ToolCallStarted {
+            tool_call_id: id,
+            tool_name: name,
+            parameters: params,
+        })];
+    }
+    let failed = matches!(item["status"].as_str(), Some("failed" | "declined"));
+    let mut result = JsonMap::new();
+    for (key, camel) in [
+        ("aggregated_output", "aggregatedOutput"),
+        ("exit_code", "exitCode"),
+        ("result", "result"),
+        ("status", "status"),
+    ] {
+        let value = if item[key].is_null() {
+            &item[camel]
+        } else {
+            &item[key]
         };
-        match event {
-            "item.started" => vec![ResultPayload::ToolCallStarted(ToolCallStarted {
-                tool_call_id: id,
-                tool_name: name,
-                parameters: params,
-            })],
-            "item.completed" => {
-                let failed = matches!(item["status"].as_str(), Some("failed" | "declined"));
-                let mut result = JsonMap::new();
-                for key in ["aggregated_output", "exit_code", "result", "status"] {
-                    if !item[key].is_null() {
-                        result.insert(key.into(), item[key].clone());
-                    }
-                }
-                let error = item["error"]["message"]
-                    .as_str()
-                    .or(item["error"].as_str())
-                    .map(str::to_string);
-                vec![ResultPayload::ToolCallCompleted(ToolCallCompleted {
-                    tool_call_id: id,
-                    tool_name: name,
-                    result: (!failed).then_some(result),
-                    error: if failed {
-                        Some(error.unwrap_or_else(|| "tool call failed".into()))
-                    } else {
-                        None
-                    },
-                })]
-            }
-            _ => Vec::new(),
+        if !value.is_null() {
+            result.insert(key.into(), value.clone());
         }
     }
+    let error = item["error"]["message"]
+        .as_str()
+        .or(item["error"].as_str())
+        .map(str::to_string);
+    vec![ResultPayload::ToolCallCompleted(ToolCallCompleted {
+        tool_call_id: id,
+        tool_name: name,
+        result: (!failed).then_some(result),
+        error: if failed {
+            Some(error.unwrap_or_else(|| "tool call failed".into()))
+        } else {
+            None
+        },
+    })]
 }
 
 impl Decoder for CodexJsonl {
@@ -110,7 +134,11 @@ impl Decoder for CodexJsonl {
                 self.thread_id = value["thread_id"].as_str().map(str::to_string);
                 Vec::new()
             }
-            Some(event @ ("item.started" | "item.completed")) => self.item(event, &value["item"]),
+            Some(event @ ("item.started" | "item.completed")) => item_results(
+                event == "item.started",
+                &value["item"],
+                &mut self.last_message,
+            ),
             Some("turn.completed") => {
                 self.completed = true;
                 Vec::new()

@@ -12,6 +12,7 @@ mod lines;
 
 pub use claude::ClaudeStreamJson;
 pub use codex::CodexJsonl;
+pub(crate) use codex::item_results;
 pub use lines::{LineBuffer, Piece};
 
 use crate::host::now_ms;

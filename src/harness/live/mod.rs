@@ -7,8 +7,10 @@
 //! lines, and one I/O loop serves every harness family.
 
 mod claude;
+mod codex;
 
 pub use claude::ClaudeLive;
+pub use codex::CodexAppServer;
 
 use serde_json::Value;
 
@@ -73,9 +75,10 @@ pub trait LiveDriver: Send {
 pub fn driver(name: &str) -> Option<Box<dyn LiveDriver>> {
     match name {
         "claude-stream-json" => Some(Box::new(ClaudeLive::default())),
+        "codex-app-server" => Some(Box::new(CodexAppServer::default())),
         _ => None,
     }
 }
 
 /// The names [`driver`] knows, for spec errors.
-pub const DRIVERS: &[&str] = &["claude-stream-json"];
+pub const DRIVERS: &[&str] = &["claude-stream-json", "codex-app-server"];

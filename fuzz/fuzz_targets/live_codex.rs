@@ -1,0 +1,43 @@
+//! Codex's app-server JSON-RPC, line by line, with turns and interrupts in
+//! between: nothing panics, every request the server makes is answered
+//! once with its own id, a turn ends only on `turn/completed` or on an
+//! error response to one of the driver's requests, and what the driver
+//! writes is one JSON object a line.
+#![no_main]
+
+use harness_bridge::harness::live::{CodexAppServer, LiveDriver};
+use harness_bridge_fuzz::one_object_per_line;
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let resume = data.first().is_some_and(|b| b % 2 == 1);
+    let mut live = CodexAppServer::default();
+    one_object_per_line(&live.open(resume.then_some("01a20be0-f138-7a32-99aa-1ff7e3bd42cc")));
+    let text = String::from_utf8_lossy(data.get(1..).unwrap_or_default()).into_owned();
+    for (n, line) in text.lines().enumerate() {
+        match n % 5 {
+            0 => one_object_per_line(&live.turn(line)),
+            3 => one_object_per_line(&live.interrupt()),
+            _ => {}
+        }
+        let step = live.line(line);
+        one_object_per_line(&step.write);
+        let parsed = serde_json::from_str::<Value>(line).ok();
+        let asks = parsed.as_ref().is_some_and(|v| {
+            v["method"].is_string() && (v["id"].is_number() || v["id"].is_string())
+        });
+        if asks {
+            assert_eq!(step.write.len(), 1, "{line}");
+            let answer: Value = serde_json::from_str(&step.write[0]).expect("JSON");
+            assert_eq!(answer["id"], parsed.as_ref().expect("parsed")["id"]);
+        }
+        if step.ended.is_some() {
+            let v = parsed.expect("a turn ends on JSON");
+            assert!(
+                v["method"] == "turn/completed" || v["error"].is_object(),
+                "a turn ended on {line}"
+            );
+        }
+    }
+});

@@ -1,0 +1,330 @@
+//! Codex's `app-server`: JSON-RPC 2.0 over stdio, one object a line
+//! (responses carry no `jsonrpc` field). `initialize` → `initialized` →
+//! `thread/start` (or `thread/resume {threadId}`; an unknown id is an
+//! error, "no rollout found for thread id …") → per turn `turn/start
+//! {threadId, input}`, answered with the turn's id, then notifications:
+//! `item/started` / `item/completed` (camelCase items: `agentMessage`,
+//! `commandExecution`, `mcpToolCall`, `fileChange`), token deltas as
+//! `item/agentMessage/delta`, usage as `thread/tokenUsage/updated`, and
+//! `turn/completed {turn: {status: completed|interrupted|failed, error}}`.
+//! `turn/interrupt {threadId, turnId}` ends the turn `interrupted` and
+//! keeps the thread. The server may also ask the client (approvals); a
+//! request this driver does not serve is declined, never left waiting
+//! (measured with the pinned CLI, see ARCHITECTURE.md).
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use super::{LiveDriver, Step};
+use crate::harness::decode::item_results;
+use crate::protocol::{
+    Message, MessageChunk, MessageDelta, ResultPayload, RunCompleted, RunFailed,
+};
+
+/// What a request of ours was, to read its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Initialize,
+    Thread,
+    Turn,
+    Interrupt,
+}
+
+/// The driver; one per `codex app-server` process.
+#[derive(Debug, Default)]
+pub struct CodexAppServer {
+    next_id: u64,
+    sent: HashMap<u64, Sent>,
+    resume: Option<String>,
+    thread_id: Option<String>,
+    turn_id: Option<String>,
+    /// A turn waiting for the thread.
+    queued: Option<String>,
+    last_message: Option<String>,
+}
+
+impl CodexAppServer {
+    fn request(&mut self, kind: Sent, method: &str, params: Value) -> String {
+        self.next_id += 1;
+        self.sent.insert(self.next_id, kind);
+        json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+            .to_string()
+    }
+
+    fn start_turn(&mut self, prompt: &str, thread: &str) -> String {
+        self.last_message = None;
+        self.turn_id = None;
+        let params = json!({
+            "threadId": thread,
+            "input": [{"type": "text", "text": prompt, "text_elements": []}],
+        });
+        self.request(Sent::Turn, "turn/start", params)
+    }
+
+    fn failed(error: String) -> Option<ResultPayload> {
+        Some(ResultPayload::RunFailed(RunFailed {
+            code: "harness_error".into(),
+            error,
+            retryable: false,
+        }))
+    }
+
+    fn response(&mut self, kind: Sent, value: &Value) -> Step {
+        let mut step = Step::default();
+        let error = value["error"]["message"].as_str().map(str::to_string);
+        match (kind, error) {
+            (Sent::Initialize, None) => {
+                step.write
+                    .push(json!({"jsonrpc": "2.0", "method": "initialized"}).to_string());
+                let thread = match self.resume.clone() {
+                    Some(id) => {
+                        self.request(Sent::Thread, "thread/resume", json!({"threadId": id}))
+                    }
+                    None => self.request(Sent::Thread, "thread/start", json!({})),
+                };
+                step.write.push(thread);
+            }
+            (Sent::Thread, None) => {
+                let id = value["result"]["thread"]["id"].as_str().map(str::to_string);
+                self.thread_id = id.clone();
+                if let (Some(prompt), Some(id)) = (self.queued.take(), id) {
+                    step.write.push(self.start_turn(&prompt, &id));
+                }
+            }
+            (Sent::Turn, None) => {
+                self.turn_id = value["result"]["turn"]["id"].as_str().map(str::to_string);
+            }
+            (Sent::Interrupt, _) => {}
+            (Sent::Thread, Some(error)) => {
+                step.session_not_found =
+                    self.resume.is_some() && error.contains("no rollout found");
+                self.queued = None;
+                step.ended = Self::failed(format!("Codex could not open its thread: {error}"));
+            }
+            (kind, Some(error)) => {
+                self.queued = None;
+                step.ended = Self::failed(format!("Codex refused {kind:?}: {error}"));
+            }
+        }
+        step
+    }
+
+    /// A request from the server: every one this driver does not serve is
+    /// declined in the form its method expects.
+    fn server_request(id: &Value, method: &str) -> String {
+        let result = match method {
+            "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
+                json!({"decision": "decline"})
+            }
+            "applyPatchApproval" | "execCommandApproval" => json!({"decision": "denied"}),
+            _ => {
+                return json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("{method} is not served by this client")}}).to_string();
+            }
+        };
+        json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+    }
+
+    fn notification(&mut self, method: &str, params: &Value) -> Step {
+        let mut step = Step::default();
+        match method {
+            "item/agentMessage/delta" => {
+                let delta = params["delta"].as_str().unwrap_or("");
+                if !delta.is_empty() {
+                    step.results.push(ResultPayload::MessageDelta(MessageDelta {
+                        chunk: MessageChunk::assistant_text(delta),
+                    }));
+                }
+            }
+            "item/started" | "item/completed" => {
+                step.results = item_results(
+                    method == "item/started",
+                    &params["item"],
+                    &mut self.last_message,
+                );
+            }
+            "turn/completed" => {
+                let turn = &params["turn"];
+                step.ended = match turn["status"].as_str() {
+                    Some("completed") => Some(ResultPayload::RunCompleted(RunCompleted {
+                        finish_reason: "stop".into(),
+                        message: self.last_message.take().map(Message::assistant),
+                    })),
+                    Some("interrupted") => Self::failed("Codex's turn was interrupted".into()),
+                    _ => Self::failed(format!(
+                        "Codex failed: {}",
+                        turn["error"]["message"]
+                            .as_str()
+                            .unwrap_or("the turn failed")
+                    )),
+                };
+                self.turn_id = None;
+            }
+            _ => {}
+        }
+        step
+    }
+}
+
+impl LiveDriver for CodexAppServer {
+    fn open(&mut self, resume: Option<&str>) -> Vec<String> {
+        self.resume = resume.map(str::to_string);
+        let hello = json!({"clientInfo": {"name": "harness-bridge", "version": env!("CARGO_PKG_VERSION")}, "capabilities": null});
+        vec![self.request(Sent::Initialize, "initialize", hello)]
+    }
+
+    fn turn(&mut self, prompt: &str) -> Vec<String> {
+        match self.thread_id.clone() {
+            Some(thread) => vec![self.start_turn(prompt, &thread)],
+            None => {
+                self.queued = Some(prompt.to_string());
+                Vec::new()
+            }
+        }
+    }
+
+    fn line(&mut self, line: &str) -> Step {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            return Step::default();
+        };
+        let method = value["method"].as_str();
+        match (&value["id"], method) {
+            (id @ (Value::Number(_) | Value::String(_)), Some(method)) => Step {
+                write: vec![Self::server_request(id, method)],
+                ..Step::default()
+            },
+            (Value::Number(id), None) => match id.as_u64().and_then(|id| self.sent.remove(&id)) {
+                Some(kind) => self.response(kind, &value),
+                None => Step::default(),
+            },
+            (_, Some(method)) => self.notification(method, &value["params"]),
+            _ => Step::default(),
+        }
+    }
+
+    fn interrupt(&mut self) -> Vec<String> {
+        match (self.thread_id.clone(), self.turn_id.clone()) {
+            (Some(thread), Some(turn)) => vec![self.request(
+                Sent::Interrupt,
+                "turn/interrupt",
+                json!({"threadId": thread, "turnId": turn}),
+            )],
+            _ => Vec::new(),
+        }
+    }
+
+    fn session_id(&self) -> Option<&str> {
+        self.thread_id.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ResultType;
+
+    const THREAD: &str = "01a20be0-f138-7a32-99aa-1ff7e3bd42cc";
+    const TURN: &str = "01a20be0-f16c-7c12-a307-0e922d546ff8";
+
+    fn sent(line: &str) -> Value {
+        serde_json::from_str(line).unwrap()
+    }
+
+    /// The handshake as the pinned CLI answers it; the driver's writes.
+    fn opened(resume: Option<&str>) -> (CodexAppServer, Vec<String>) {
+        let mut live = CodexAppServer::default();
+        let hello = live.open(resume);
+        assert_eq!(sent(&hello[0])["method"], "initialize");
+        let step = live.line(r#"{"id":1,"result":{"userAgent":"hb/0.169.0","codexHome":"/h","platformFamily":"unix","platformOs":"linux"}}"#);
+        assert_eq!(sent(&step.write[0])["method"], "initialized");
+        (live, step.write)
+    }
+
+    #[test]
+    fn a_turn_waits_for_its_thread_then_streams_and_ends() {
+        let (mut live, writes) = opened(None);
+        assert_eq!(sent(&writes[1])["method"], "thread/start");
+        // The turn comes before the thread exists: it is sent once it does.
+        assert!(live.turn("hello one").is_empty());
+        let step = live.line(&format!(
+            r#"{{"id":2,"result":{{"thread":{{"id":"{THREAD}"}}}}}}"#
+        ));
+        let turn = sent(&step.write[0]);
+        assert_eq!(turn["method"], "turn/start");
+        assert_eq!(turn["params"]["threadId"], THREAD);
+        assert_eq!(turn["params"]["input"][0]["text"], "hello one");
+        assert_eq!(live.session_id(), Some(THREAD));
+        live.line(&format!(
+            r#"{{"id":3,"result":{{"turn":{{"id":"{TURN}","status":"inProgress"}}}}}}"#
+        ));
+        let delta = live.line(&format!(r#"{{"method":"item/agentMessage/delta","params":{{"threadId":"{THREAD}","turnId":"{TURN}","itemId":"msg_1","delta":"Echo "}}}}"#));
+        assert_eq!(delta.results[0].kind(), ResultType::MessageDelta);
+        let done = live.line(r#"{"method":"item/completed","params":{"item":{"type":"agentMessage","id":"msg_1","text":"Echo 1"}}}"#);
+        assert_eq!(done.results[0].kind(), ResultType::MessageCompleted);
+        let tool = live.line(r#"{"method":"item/started","params":{"item":{"type":"mcpToolCall","id":"c1","server":"langbot","tool":"history_page","status":"inProgress","arguments":{"limit":5}}}}"#);
+        assert_eq!(tool.results[0].kind(), ResultType::ToolCallStarted);
+        let end = live.line(&format!(r#"{{"method":"turn/completed","params":{{"threadId":"{THREAD}","turn":{{"id":"{TURN}","status":"completed","error":null}}}}}}"#));
+        let Some(ResultPayload::RunCompleted(done)) = end.ended else {
+            panic!("{end:?}");
+        };
+        assert_eq!(done.message.unwrap().content.unwrap().to_text(), "Echo 1");
+        // The next turn goes straight out.
+        assert_eq!(
+            sent(&live.turn("two")[0])["params"]["input"][0]["text"],
+            "two"
+        );
+    }
+
+    #[test]
+    fn a_thread_resumes_by_id_and_an_unknown_one_says_so() {
+        let (mut live, writes) = opened(Some(THREAD));
+        let resume = sent(&writes[1]);
+        assert_eq!(resume["method"], "thread/resume");
+        assert_eq!(resume["params"]["threadId"], THREAD);
+        live.turn("again");
+        let step = live.line(&format!(r#"{{"error":{{"code":-32600,"message":"no rollout found for thread id {THREAD}"}},"id":2}}"#));
+        assert!(step.session_not_found);
+        assert!(matches!(step.ended, Some(ResultPayload::RunFailed(_))));
+        assert!(step.write.is_empty(), "the queued turn is dropped");
+    }
+
+    #[test]
+    fn interrupt_names_the_running_turn_and_the_turn_ends_interrupted() {
+        let (mut live, _) = opened(None);
+        live.line(&format!(
+            r#"{{"id":2,"result":{{"thread":{{"id":"{THREAD}"}}}}}}"#
+        ));
+        assert!(live.interrupt().is_empty(), "no turn to interrupt");
+        live.turn("please HANG");
+        live.line(&format!(
+            r#"{{"id":3,"result":{{"turn":{{"id":"{TURN}"}}}}}}"#
+        ));
+        let interrupt = sent(&live.interrupt()[0]);
+        assert_eq!(interrupt["method"], "turn/interrupt");
+        assert_eq!(interrupt["params"]["turnId"], TURN);
+        assert!(live.line(r#"{"id":4,"result":{}}"#).ended.is_none());
+        let end = live.line(&format!(r#"{{"method":"turn/completed","params":{{"threadId":"{THREAD}","turn":{{"id":"{TURN}","status":"interrupted","error":null}}}}}}"#));
+        assert!(matches!(end.ended, Some(ResultPayload::RunFailed(_))));
+    }
+
+    #[test]
+    fn server_requests_are_declined_and_garbage_is_ignored() {
+        let (mut live, _) = opened(None);
+        let step = live.line(r#"{"id":7,"method":"item/commandExecution/requestApproval","params":{"command":"rm -rf /"}}"#);
+        let answer = sent(&step.write[0]);
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["result"]["decision"], "decline");
+        let step = live.line(r#"{"id":"x","method":"item/tool/call","params":{}}"#);
+        assert_eq!(sent(&step.write[0])["error"]["code"], -32601);
+        for garbage in [
+            "",
+            "not json",
+            "[1,2]",
+            r#"{"id":99,"result":{}}"#,
+            r#"{"method":7}"#,
+        ] {
+            let step = live.line(garbage);
+            assert!(step.results.is_empty() && step.ended.is_none() && step.write.is_empty());
+        }
+    }
+}
