@@ -358,3 +358,29 @@ async fn an_approval_answered_on_serve_continues_the_paused_call() {
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
 }
+
+/// A turn still working at its deadline is interrupted the harness's way:
+/// it fails `deadline_exceeded`, and the process serves the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_interrupts_the_turn_and_keeps_the_process() {
+    let (model_url, _fake) = fake_model_hanging_on("HANG").await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    let first = turn(&server, "Remember the word heliotrope.", "deadline-1").await;
+    let pid = pid_of(&first);
+    let late = server
+        .results(json!({
+            "conversation": CHAT, "text": "please HANG", "run_id": "deadline-2",
+            "config": {"timeout_seconds": 2},
+        }))
+        .await;
+    let end = terminal(&late);
+    assert_eq!(end["type"], "run.failed", "{late:?}");
+    assert_eq!(end["data"]["code"], "deadline_exceeded", "{late:?}");
+    assert!(alive(pid));
+    let third = turn(&server, "What was the word?", "deadline-3").await;
+    assert_eq!(pid_of(&third), pid, "{third:?}");
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}

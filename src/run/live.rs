@@ -408,6 +408,14 @@ pub async fn turn(
                     format!("the run was cancelled; {} was stopped", spec.label),
                     false,
                 ),
+                Some(Stop::Deadline) => attempt::failed(
+                    "deadline_exceeded",
+                    format!(
+                        "{} was still working at the run's deadline and ended when interrupted",
+                        spec.label
+                    ),
+                    true,
+                ),
                 _ => {
                     let mut failed = RunFailed {
                         code: "harness_error".into(),
