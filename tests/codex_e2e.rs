@@ -98,6 +98,10 @@ async fn responses(State(fake): State<Fake>, body: String) -> Response<Body> {
     if fake.hang || last.contains("HANG") {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
+    // A turn that says SLOW takes its time, until a follow-up is in it.
+    if last.contains("SLOW") && !body.contains("STEERED") {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     let (pause, events) = events(&request);
     let body: String = events
         .iter()
@@ -399,6 +403,33 @@ async fn a_live_codex_app_server_serves_the_conversation() {
     assert!(second.iter().any(|r| r.to_string().contains(SECOND_ANSWER)));
     let carried = fake.requests.lock().unwrap().last().unwrap().to_string();
     assert!(carried.contains(ANSWER), "turn 2 did not carry turn 1");
+
+    // A follow-up sent with `policy: steer` while a turn works goes into
+    // that turn: its next model request carries it, one turn for both.
+    let asked = fake.requests.lock().unwrap().len();
+    let slow = server.spawn_results(body("Take it SLOW", "codex-live-steer"));
+    for _ in 0..200 {
+        if fake.requests.lock().unwrap().len() > asked {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let steered = server
+        .client
+        .post(format!("{}/v1/runs", server.url))
+        .body(json!({"conversation": CONVERSATION, "text": "STEERED: make it Monday", "policy": "steer"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(steered.status(), 202);
+    let steered: Value = steered.json().await.unwrap();
+    assert_eq!(steered["steered_into"], "codex-live-steer", "{steered}");
+    let slow = slow.await.unwrap();
+    let with = process(&slow);
+    assert_eq!(with["process"]["pid"], pid, "{slow:?}");
+    assert_eq!(with["process"]["turn"], 3, "{slow:?}");
+    let last = fake.requests.lock().unwrap().last().unwrap().to_string();
+    assert!(last.contains("STEERED: make it Monday"), "{last}");
 
     // A turn the model never answers, cancelled: interrupted, not killed.
     let hung = server.spawn_results(body("Please HANG", "codex-live-3"));

@@ -264,7 +264,27 @@ async fn a_follow_up_sent_mid_turn_is_the_next_turn_of_the_same_process() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let second = turn(&server, FOLLOW_UP, "busy-2").await;
+    // Claude Code takes no input mid-turn: asked to steer, the bridge
+    // queues the follow-up as the next turn, and says so.
+    let response = server
+        .client
+        .post(format!("{}/v1/runs", server.url))
+        .body(
+            json!({"conversation": CHAT, "text": FOLLOW_UP, "run_id": "busy-2", "policy": "steer"})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-steer"], "queued");
+    let second: Vec<Value> = response
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let first = first.await.unwrap();
     assert!(
         first.iter().any(|r| r.to_string().contains(ANSWER)),

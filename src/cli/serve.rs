@@ -23,11 +23,14 @@ sites are refused):
                             questions and approvals as cards with buttons
   POST /v1/runs             an AgentRunContext, or the short form
                             {conversation, text, actor?, harness?, config?,
-                            run_id?, interaction?}; answers with the result
+                            run_id?, interaction?, policy?}; answers with the result
                             stream (NDJSON; SSE with Accept: text/event-stream)
                             interaction: {interaction_id, action_id?,
                             values?} answers a card the agent sent (text
-                            may then be left out)
+                            may then be left out); policy: steer hands the
+                            text to the conversation's running turn where
+                            the harness takes input mid-turn (202
+                            {steered_into}), else queues it (x-steer: queued)
   GET  /v1/runs/{id}        status and results so far
   POST /v1/runs/{id}/cancel stop a run (run.failed, code cancelled)
   GET  /v1/runners          the runner discovery JSON

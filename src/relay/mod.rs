@@ -414,6 +414,7 @@ where
                     env,
                     mcp_servers,
                     on_spawn: None,
+                    steer: None,
                 };
                 tasks.spawn(async move {
                     let (tx, rx) = mpsc::channel::<AgentRunResult>(256);

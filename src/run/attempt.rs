@@ -43,6 +43,8 @@ pub struct Live<'a> {
     pub grace: Duration,
     /// Told each harness that starts.
     pub on_spawn: Option<&'a super::SpawnHook>,
+    /// Follow-ups for the running turn (a live harness that takes them).
+    pub steer: Option<&'a mut tokio::sync::mpsc::Receiver<super::Steer>>,
 }
 
 /// How one attempt ended.

@@ -252,6 +252,7 @@ pub async fn turn(
     let mut stop: Option<Stop> = None;
     let mut interrupted_at: Option<Instant> = None;
     let mut buf = vec![0u8; 64 * 1024];
+    let mut inbox = live.steer.take();
     let over = if process.write(&opening).await.is_err() {
         Over::Exited
     } else {
@@ -279,6 +280,20 @@ pub async fn turn(
                     let lines = process.driver.interrupt();
                     if process.write(&lines).await.is_err() {
                         break Over::Exited;
+                    }
+                }
+                Some(steer) = next_follow_up(&mut inbox), if stop.is_none() => {
+                    match process.driver.steer(&steer.text) {
+                        Some(lines) => {
+                            let written = process.write(&lines).await.is_ok();
+                            let _ = steer.taken.send(written);
+                            if !written {
+                                break Over::Exited;
+                            }
+                        }
+                        None => {
+                            let _ = steer.taken.send(false);
+                        }
                     }
                 }
                 () = live.emit.flush(), if live.emit.pending() => {}
@@ -331,6 +346,7 @@ pub async fn turn(
             }
         }
     };
+    live.steer = inbox;
     process.last_used = Instant::now();
     let untouched = matches!(over, Over::Exited) && stop.is_none() && !said;
     let session_id = process.session_id().map(str::to_string);
@@ -443,6 +459,16 @@ pub async fn turn(
         },
         healthy,
         untouched,
+    }
+}
+
+/// The next follow-up, when the turn has an inbox (else never).
+async fn next_follow_up(
+    inbox: &mut Option<&mut tokio::sync::mpsc::Receiver<super::Steer>>,
+) -> Option<super::Steer> {
+    match inbox {
+        Some(inbox) => inbox.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -102,6 +102,29 @@ pub struct RunOptions {
     /// Told each harness as it starts, so a caller can note it somewhere
     /// that outlives the bridge (the service's journal).
     pub on_spawn: Option<SpawnHook>,
+    /// Where follow-ups for this run's turn arrive (`serve`'s `steer`).
+    pub steer: Option<SteerInbox>,
+}
+
+/// A follow-up the person sent while their turn runs, for the running
+/// harness, and where to say whether it took it.
+pub struct Steer {
+    /// What they said.
+    pub text: String,
+    /// `true`: the running turn has it; `false`: it is the caller's to
+    /// queue as the next turn. Dropped unanswered (the run ended): `false`.
+    pub taken: tokio::sync::oneshot::Sender<bool>,
+}
+
+/// The receiving end of a run's follow-ups, shared so the options stay
+/// cloneable; the run holds it while it runs.
+#[derive(Clone)]
+pub struct SteerInbox(pub Arc<tokio::sync::Mutex<mpsc::Receiver<Steer>>>);
+
+impl std::fmt::Debug for SteerInbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SteerInbox")
+    }
 }
 
 /// A harness that just started, as a [`SpawnHook`] is told it: what a
@@ -262,6 +285,18 @@ impl Bridge {
     /// How long a stopped harness gets between SIGTERM and SIGKILL.
     pub fn kill_grace(&self) -> Duration {
         self.settings.kill_grace
+    }
+
+    /// Whether a turn of `harness` can take a follow-up while it runs: it
+    /// runs live, with a driver whose harness takes input mid-turn.
+    pub fn steers(&self, harness: &str) -> bool {
+        self.live.is_some()
+            && self
+                .adapters
+                .find(harness)
+                .and_then(|spec| spec.live.as_ref())
+                .and_then(|live| crate::harness::live::driver(&live.driver))
+                .is_some_and(|driver| driver.steers())
     }
 
     /// The live harness processes kept between turns, when kept.
@@ -531,6 +566,10 @@ impl Bridge {
         })?;
         let mcp_config = workspace.join(paths::MCP_CONFIG.join("/"));
         let mut resume = plan.resume;
+        let mut inbox = match &options.steer {
+            Some(inbox) => Some(inbox.0.lock().await),
+            None => None,
+        };
         let mut live = attempt::Live {
             emit,
             outbox: &mut outbox,
@@ -540,6 +579,7 @@ impl Bridge {
             cancel,
             grace: self.settings.kill_grace,
             on_spawn: options.on_spawn.as_ref(),
+            steer: inbox.as_deref_mut(),
         };
         let end = loop {
             let values = TurnValues {

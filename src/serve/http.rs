@@ -183,6 +183,20 @@ struct ShortRun {
     harness: Option<String>,
     #[serde(default)]
     config: JsonMap,
+    /// What to do while the conversation's turn runs: `queue` (the next
+    /// turn) or `steer` (into the running turn, where the harness takes
+    /// input mid-turn; else queued).
+    #[serde(default)]
+    policy: Policy,
+}
+
+/// A short-form request's `policy`.
+#[derive(Deserialize, Default, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Policy {
+    #[default]
+    Queue,
+    Steer,
 }
 
 /// An answer to an `interaction.requested` card, as the short form takes it.
@@ -201,24 +215,32 @@ struct RunQuery {
     harness: Option<String>,
 }
 
+/// A run request, read.
+struct RunRequest {
+    ctx: crate::protocol::AgentRunContext,
+    harness: Option<String>,
+    policy: Policy,
+}
+
 /// The two bodies `POST /v1/runs` takes, for error messages.
 const RUN_FORMS: &str = "an AgentRunContext (with run_id) or the short form \
      {\"conversation\": \"...\", \"text\": \"...\", actor?, harness?, config?, run_id?, \
-     interaction?: {interaction_id, action_id?, values?}}";
+     interaction?: {interaction_id, action_id?, values?}, policy?: queue|steer}";
 
 /// A run request's context, and the harness it names (the short form may).
 /// The short form gets `defaults` under its own config.
-fn run_request(
-    doc: Value,
-    defaults: &JsonMap,
-) -> Result<(crate::protocol::AgentRunContext, Option<String>), String> {
+fn run_request(doc: Value, defaults: &JsonMap) -> Result<RunRequest, String> {
     // The short form names its conversation with a string; a context
     // carries a `conversation` object (or none).
     if !doc.get("conversation").is_some_and(Value::is_string) {
         if doc.get("run_id").is_none() {
             return Err(format!("expected {RUN_FORMS}"));
         }
-        return checked_context(&doc).map(|ctx| (ctx, None));
+        return checked_context(&doc).map(|ctx| RunRequest {
+            ctx,
+            harness: None,
+            policy: Policy::Queue,
+        });
     }
     let short: ShortRun =
         serde_json::from_value(doc).map_err(|e| format!("expected {RUN_FORMS}: {e}"))?;
@@ -249,7 +271,11 @@ fn run_request(
         }
         ctx.run_id = run_id;
     }
-    Ok((ctx, short.harness))
+    Ok(RunRequest {
+        ctx,
+        harness: short.harness,
+        policy: short.policy,
+    })
 }
 
 async fn create_run(
@@ -261,7 +287,11 @@ async fn create_run(
     let Ok(doc) = serde_json::from_str::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
-    let (mut ctx, harness) = match run_request(doc, &service.config.default_config) {
+    let RunRequest {
+        mut ctx,
+        harness,
+        policy,
+    } = match run_request(doc, &service.config.default_config) {
         Ok(request) => request,
         Err(why) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
     };
@@ -273,8 +303,27 @@ async fn create_run(
     }
     let harness = harness.or(query.harness);
     let harness = harness.unwrap_or_else(|| service.config.default_harness.clone());
+    if policy == Policy::Steer {
+        let conversation = ctx.conversation_id().unwrap_or("_").to_string();
+        let text = ctx.input.to_text();
+        if let Some(into) = service.steer(&conversation, &harness, &text).await {
+            return (
+                StatusCode::ACCEPTED,
+                axum::Json(json!({"steered_into": into, "status": "running"})),
+            )
+                .into_response();
+        }
+    }
     let run_id = ctx.run_id.clone();
     match service.submit(ctx, harness).await {
+        Ok(run) if policy == Policy::Steer => {
+            // Nothing ran that takes it mid-turn: it is the next turn.
+            let mut response = stream(run, &headers);
+            response
+                .headers_mut()
+                .insert("x-steer", http::HeaderValue::from_static("queued"));
+            response
+        }
         Ok(run) => stream(run, &headers),
         Err(Refused::Busy(QueueFull::Conversation(waiting))) => error(
             StatusCode::TOO_MANY_REQUESTS,

@@ -23,7 +23,7 @@ pub use config::ServeConfig;
 pub use journal::{INTERRUPTED, Interrupted, Journal, JournalRun};
 
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
-use crate::run::{Bridge, RunOptions, SpawnHook, Spawned};
+use crate::run::{Bridge, RunOptions, SpawnHook, Spawned, Steer, SteerInbox};
 
 /// Where a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,10 +70,14 @@ pub struct RunEntry {
     /// Set once the results passed the service's cap: the run was stopped
     /// and no more of its output is kept.
     over_cap: AtomicBool,
+    /// Follow-ups for the running turn (`policy: steer`).
+    steer: mpsc::Sender<Steer>,
+    inbox: SteerInbox,
 }
 
 impl RunEntry {
     fn new(conversation_id: String, harness: String) -> Arc<RunEntry> {
+        let (steer, inbox) = mpsc::channel(8);
         Arc::new(RunEntry {
             conversation_id,
             harness,
@@ -84,6 +88,8 @@ impl RunEntry {
             cancel: CancellationToken::new(),
             kept_bytes: AtomicUsize::new(0),
             over_cap: AtomicBool::new(false),
+            steer,
+            inbox: SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox))),
         })
     }
 
@@ -184,6 +190,31 @@ impl Service {
             .await
             .ok()
             .flatten()
+    }
+
+    /// Hand `text` to the running turn of `conversation` when its harness
+    /// takes input mid-turn; the run it went to, else `None` (the caller
+    /// queues it as the next turn: nothing is dropped).
+    pub async fn steer(&self, conversation: &str, harness: &str, text: &str) -> Option<String> {
+        if !self.bridge.steers(harness) {
+            return None;
+        }
+        let (run_id, run) = self
+            .runs()
+            .iter()
+            .find(|(_, run)| {
+                run.conversation_id == conversation
+                    && run.harness == harness
+                    && run.status() == RunStatus::Running
+            })
+            .map(|(id, run)| (id.clone(), run.clone()))?;
+        let (taken, answer) = tokio::sync::oneshot::channel();
+        let steer = Steer {
+            text: text.to_string(),
+            taken,
+        };
+        run.steer.send(steer).await.ok()?;
+        answer.await.unwrap_or(false).then_some(run_id)
     }
 
     /// Queue a turn; it runs in the background whatever happens to the
@@ -303,6 +334,7 @@ impl Service {
                 &run.harness,
                 &RunOptions {
                     on_spawn: Some(spawned),
+                    steer: Some(run.inbox.clone()),
                     ..RunOptions::default()
                 },
                 tx,

@@ -8,7 +8,9 @@
 //! `item/agentMessage/delta`, usage as `thread/tokenUsage/updated`, and
 //! `turn/completed {turn: {status: completed|interrupted|failed, error}}`.
 //! `turn/interrupt {threadId, turnId}` ends the turn `interrupted` and
-//! keeps the thread. The server may also ask the client (approvals); a
+//! keeps the thread; `turn/steer {threadId, expectedTurnId, input}` adds
+//! the person's follow-up to the running turn (its next model request
+//! carries it, one `turn/completed` for both). The server may also ask the client (approvals); a
 //! request this driver does not serve is declined, never left waiting
 //! (measured with the pinned CLI, see ARCHITECTURE.md).
 
@@ -29,6 +31,7 @@ enum Sent {
     Thread,
     Turn,
     Interrupt,
+    Steer,
 }
 
 /// The driver; one per `codex app-server` process.
@@ -95,7 +98,19 @@ impl CodexAppServer {
             (Sent::Turn, None) => {
                 self.turn_id = value["result"]["turn"]["id"].as_str().map(str::to_string);
             }
-            (Sent::Interrupt, _) => {}
+            (Sent::Interrupt | Sent::Steer, None) => {}
+            (Sent::Interrupt, Some(error)) => {
+                tracing::warn!("Codex did not take the interrupt: {error}");
+            }
+            (Sent::Steer, Some(error)) => {
+                // The turn ended as the follow-up arrived: it is told, not
+                // silently lost.
+                step.results
+                    .push(ResultPayload::ProcessorLog(crate::protocol::ProcessorLog {
+                        level: "warning".into(),
+                        text: format!("Codex did not take the follow-up into its turn: {error}"),
+                    }));
+            }
             (Sent::Thread, Some(error)) => {
                 step.session_not_found =
                     self.resume.is_some() && error.contains("no rollout found");
@@ -216,6 +231,20 @@ impl LiveDriver for CodexAppServer {
     fn session_id(&self) -> Option<&str> {
         self.thread_id.as_deref()
     }
+
+    fn steers(&self) -> bool {
+        true
+    }
+
+    fn steer(&mut self, text: &str) -> Option<Vec<String>> {
+        let (thread, turn) = (self.thread_id.clone()?, self.turn_id.clone()?);
+        let params = json!({
+            "threadId": thread,
+            "expectedTurnId": turn,
+            "input": [{"type": "text", "text": text, "text_elements": []}],
+        });
+        Some(vec![self.request(Sent::Steer, "turn/steer", params)])
+    }
 }
 
 #[cfg(test)]
@@ -295,10 +324,15 @@ mod tests {
             r#"{{"id":2,"result":{{"thread":{{"id":"{THREAD}"}}}}}}"#
         ));
         assert!(live.interrupt().is_empty(), "no turn to interrupt");
+        assert!(live.steer("too early").is_none(), "no turn to steer");
         live.turn("please HANG");
         live.line(&format!(
             r#"{{"id":3,"result":{{"turn":{{"id":"{TURN}"}}}}}}"#
         ));
+        let steer = sent(&live.steer("and this too").expect("a turn runs")[0]);
+        assert_eq!(steer["method"], "turn/steer");
+        assert_eq!(steer["params"]["expectedTurnId"], TURN);
+        assert_eq!(steer["params"]["input"][0]["text"], "and this too");
         let interrupt = sent(&live.interrupt()[0]);
         assert_eq!(interrupt["method"], "turn/interrupt");
         assert_eq!(interrupt["params"]["turnId"], TURN);

@@ -69,6 +69,16 @@ pub trait LiveDriver: Send {
     fn permit(&mut self, _id: &str, _decision: &Decision) -> Vec<String> {
         Vec::new()
     }
+    /// Lines that hand `text` to the running turn (a follow-up the person
+    /// sent while the harness works); `None` when the harness takes no
+    /// input mid-turn, or no turn runs: the text is then the next turn.
+    fn steer(&mut self, _text: &str) -> Option<Vec<String>> {
+        None
+    }
+    /// Whether the harness takes input mid-turn at all.
+    fn steers(&self) -> bool {
+        false
+    }
 }
 
 /// The driver called `name` in an adapter spec's `live` section.
