@@ -29,6 +29,8 @@ const LOOKING: &str = "Let me look at the history.";
 const ANSWER: &str = "You decided to ship on Friday.";
 const FOLLOW_UP: &str = "And is that still the plan?";
 const SECOND_ANSWER: &str = "Yes, still Friday.";
+/// What the model says once its command has run.
+const MADE: &str = "The file is there.";
 /// The fake model thinks this long before answering the tool output: the
 /// message sent before it must reach the bridge's stdout that much earlier.
 const PAUSE: Duration = Duration::from_millis(1500);
@@ -65,7 +67,23 @@ fn events(request: &Value) -> (Duration, Vec<Value>) {
         ]
     };
     if last["type"] == "function_call_output" {
+        if last["call_id"] == "call_make" {
+            return (Duration::ZERO, say(MADE));
+        }
         return (PAUSE, say(ANSWER));
+    }
+    // A turn that says MAKEFILE runs a command with Codex's own shell tool.
+    if last.to_string().contains("MAKEFILE") {
+        let call = json!({"type": "function_call", "id": "fc_make", "call_id": "call_make", "name": "exec_command", "arguments": "{\"cmd\":\"touch approved-ran\"}", "status": "completed"});
+        return (
+            Duration::ZERO,
+            vec![
+                created,
+                json!({"type": "response.output_item.added", "output_index": 0, "item": call}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": call}),
+                completed,
+            ],
+        );
     }
     if offers_tool && last.to_string().contains(ASK) {
         let call = json!({"type": "function_call", "id": "fc_fake", "call_id": "call_fake", "namespace": "mcp__langbot", "name": "history_page", "arguments": "{\"limit\":5}", "status": "completed"});
@@ -178,6 +196,25 @@ impl Machine {
             ("OPENAI_API_KEY", "test-key".to_string()),
         ];
         bridge_run(self.data.path(), &args, &env).await
+    }
+
+    /// `serve` on this machine, Codex its default harness, `extra` added
+    /// to its bridge.yaml; with the Codex home, which must outlive it.
+    async fn serve(self, extra: &str) -> (common::server::ServeProcess, tempfile::TempDir) {
+        let codex = common::cli("codex");
+        let home = self.home.path().display().to_string();
+        let env = [
+            ("PATH", std::env::var("PATH").unwrap_or_default()),
+            ("HOME", home.clone()),
+            ("CODEX_HOME", home),
+            ("OPENAI_API_KEY", "test-key".to_string()),
+        ];
+        let config = format!(
+            "harness_binaries:\n  codex: {}\ndefault_harness: codex\nshutdown_grace_seconds: 5\n{extra}",
+            codex.display()
+        );
+        let server = common::server::ServeProcess::spawn(Arc::new(self.data), &config, &env).await;
+        (server, self.home)
     }
 
     fn workspace_root(&self) -> std::path::PathBuf {
@@ -349,21 +386,7 @@ async fn a_missing_codex_binary_is_harness_not_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_codex_app_server_serves_the_conversation() {
     let (model_url, fake) = fake_model(false).await;
-    let machine = Machine::new(&model_url).await;
-    let codex = common::cli("codex");
-    let home = machine.home.path().display().to_string();
-    let env = [
-        ("PATH", std::env::var("PATH").unwrap_or_default()),
-        ("HOME", home.clone()),
-        ("CODEX_HOME", home),
-        ("OPENAI_API_KEY", "test-key".to_string()),
-    ];
-    let config = format!(
-        "harness_binaries:\n  codex: {}\ndefault_harness: codex\nshutdown_grace_seconds: 5\n",
-        codex.display()
-    );
-    let data = Arc::new(machine.data);
-    let mut server = common::server::ServeProcess::spawn(data, &config, &env).await;
+    let (mut server, _home) = Machine::new(&model_url).await.serve("").await;
     let body = |text: &str, run_id: &str| json!({"conversation": CONVERSATION, "text": text, "run_id": run_id});
     let process = |results: &[Value]| {
         let last = results.last().expect("results").clone();
@@ -461,6 +484,58 @@ async fn a_live_codex_app_server_serves_the_conversation() {
     assert_eq!(five["session_id"], one["session_id"], "{fifth:?}");
     let carried = fake.requests.lock().unwrap().last().unwrap().to_string();
     assert!(carried.contains(ANSWER), "the resumed thread lost turn 1");
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
+/// Under `approvals: chat`, the live Codex asks before it runs a command:
+/// the turn ends with the card while its process waits; the card's answer
+/// lets that command run in the same process, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_codex_asks_before_a_command_and_the_answer_runs_it() {
+    let (model_url, _fake) = fake_model(false).await;
+    let (mut server, _home) = Machine::new(&model_url)
+        .await
+        .serve("default_config:\n  approvals: chat\n")
+        .await;
+    let asked = server
+        .results(json!({"conversation": CONVERSATION, "text": "Please MAKEFILE", "run_id": "codex-ask-1"}))
+        .await;
+    let request = common::asked_card(&asked);
+    let end = asked.last().unwrap();
+    assert!(
+        request["title"]
+            .as_str()
+            .unwrap()
+            .contains("run `touch approved-ran`"),
+        "{request}"
+    );
+    let workspace = common::workspace_of(&asked);
+    assert!(
+        !workspace.join("approved-ran").exists(),
+        "ran before the approval"
+    );
+    let pid = end["data"]["message"]["metadata"]["session"]["process"]["pid"].clone();
+
+    let approved = server
+        .results(json!({
+            "conversation": CONVERSATION, "run_id": "codex-ask-2",
+            "interaction": {"interaction_id": request["interaction_id"], "action_id": "approve"},
+        }))
+        .await;
+    let end = approved.last().unwrap();
+    assert_eq!(end["type"], "run.completed", "{approved:?}");
+    assert_eq!(
+        end["data"]["message"]["metadata"]["session"]["process"]["pid"],
+        pid
+    );
+    assert!(workspace.join("approved-ran").exists(), "{approved:?}");
+    assert!(
+        approved.iter().any(|r| r.to_string().contains(MADE)),
+        "{approved:?}"
+    );
 
     let root = server.workspaces();
     assert!(server.stop().await.success());

@@ -315,25 +315,9 @@ async fn an_approval_answered_on_serve_continues_the_paused_call() {
     let (model_url, fake) = fake_model_running("touch approved-ran").await;
     let (mut server, _home) = serve_claude(model_url, "default_config:\n  approvals: chat\n").await;
     let asked = turn(&server, "Please make the file", "approve-1").await;
-    let done = terminal(&asked);
-    assert_eq!(
-        done["data"]["finish_reason"], "interaction_requested",
-        "{asked:?}"
-    );
-    let card = asked
-        .iter()
-        .find(|r| r["type"] == "action.requested")
-        .expect("the card");
-    let request = &card["data"]["payload"];
+    let request = common::asked_card(&asked);
     assert_eq!(request["kind"], "confirmation", "{request}");
-    let workspace = std::path::PathBuf::from(
-        asked
-            .iter()
-            .find(|r| r["data"]["key"] == "external.working_directory")
-            .expect("the workspace")["data"]["value"]
-            .as_str()
-            .unwrap(),
-    );
+    let workspace = common::workspace_of(&asked);
     assert!(
         !workspace.join("approved-ran").exists(),
         "ran before the approval"

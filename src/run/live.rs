@@ -72,8 +72,15 @@ impl LiveKey {
 
 impl LiveKey {
     /// The key of a process for `workspace` started as `launch` with
-    /// `tools`; the MCP token is left out (each turn lends its own grant).
-    pub fn new(spec: &AdapterSpec, launch: &Launch<'_>, tools: &[&str], token_env: &str) -> Self {
+    /// `tools`, asking the person before it acts or not; the MCP token is
+    /// left out (each turn lends its own grant).
+    pub fn new(
+        spec: &AdapterSpec,
+        launch: &Launch<'_>,
+        tools: &[&str],
+        asks: bool,
+        token_env: &str,
+    ) -> Self {
         let mut hash = Sha256::new();
         let mut part = |bytes: &[u8]| {
             hash.update((bytes.len() as u64).to_le_bytes());
@@ -90,6 +97,7 @@ impl LiveKey {
         for tool in tools {
             part(tool.as_bytes());
         }
+        part(&[u8::from(asks)]);
         LiveKey {
             workspace: launch.cwd.to_path_buf(),
             harness: spec.name.clone(),

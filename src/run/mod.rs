@@ -382,12 +382,19 @@ impl Bridge {
         let binding = Binding::from_config(&ctx.config)
             .map_err(|e| fail("invalid_argument", e.to_string()))?;
         let approvals = binding.approvals == Approvals::Chat;
-        if approvals && !spec.takes(PROMPT_TOOL_PLACEHOLDER) {
+        // A live harness may ask in its own protocol (Codex's app-server).
+        let asks_live = self.live.is_some()
+            && spec
+                .live
+                .as_ref()
+                .and_then(|live| crate::harness::live::driver(&live.driver))
+                .is_some_and(|driver| driver.asks());
+        if approvals && !spec.takes(PROMPT_TOOL_PLACEHOLDER) && !asks_live {
             return Err(fail(
                 "invalid_argument",
                 format!(
                     "`approvals: chat` needs a harness that hands its permission prompts to \
-                     the bridge, and {} does not; choose what it may do with \
+                     the bridge, and {} does not here; choose what it may do with \
                      `permission_mode` instead",
                     spec.label
                 ),
@@ -863,7 +870,8 @@ impl Bridge {
             env: turn.env,
             stdin: None,
         };
-        let key = live::LiveKey::new(spec, &key_launch, turn.tools, TOKEN_ENV);
+        let asks = values.permission_prompt_tool.is_some();
+        let key = live::LiveKey::new(spec, &key_launch, turn.tools, asks, TOKEN_ENV);
         let mut kept = turn.sessions.take(&key).await;
         // A process paused on a permission takes only the answer to it;
         // anything else (the request lapsed, another message) starts over
@@ -969,12 +977,15 @@ impl Bridge {
             env: turn.env,
             stdin: None,
         };
-        let driver = crate::harness::live::driver(turn.driver).ok_or_else(|| {
+        let mut driver = crate::harness::live::driver(turn.driver).ok_or_else(|| {
             fail(
                 "harness_error",
                 format!("unknown live driver `{}`", turn.driver),
             )
         })?;
+        if values.permission_prompt_tool.is_some() {
+            driver.ask_permissions();
+        }
         let process = live::LiveProcess::spawn(&launch, driver, turn.token.clone(), values.session_id)
             .await
             .map_err(|e| {

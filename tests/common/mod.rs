@@ -678,3 +678,29 @@ pub async fn transcript(data: &std::path::Path, conversation: &str) -> Vec<Strin
 /// image (under a name that does not say so, where the test wants it
 /// recognised by its content).
 pub const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/// The workspace a run's results name (its `external.working_directory`
+/// state update).
+pub fn workspace_of(results: &[serde_json::Value]) -> std::path::PathBuf {
+    let update = results
+        .iter()
+        .find(|r| r["type"] == "state.updated" && r["data"]["key"] == "external.working_directory")
+        .expect("the run names its workspace");
+    std::path::PathBuf::from(update["data"]["value"].as_str().expect("a path"))
+}
+
+/// The card a turn that asked the person ended with: it ended
+/// `interaction_requested`, and its `action.requested` carries the
+/// `InteractionRequest`.
+pub fn asked_card(results: &[serde_json::Value]) -> &serde_json::Value {
+    let end = results.last().expect("results");
+    assert_eq!(
+        end["data"]["finish_reason"], "interaction_requested",
+        "{results:?}"
+    );
+    let card = results
+        .iter()
+        .find(|r| r["type"] == "action.requested")
+        .expect("the card");
+    &card["data"]["payload"]
+}

@@ -76,6 +76,10 @@ impl LiveDriver for ClaudeLive {
         self.session_id.as_deref()
     }
 
+    fn asks(&self) -> bool {
+        true
+    }
+
     fn permit(&mut self, id: &str, decision: &Decision) -> Vec<String> {
         let line = json!({
             "type": "control_response",

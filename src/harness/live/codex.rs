@@ -8,7 +8,11 @@
 //! `item/agentMessage/delta`, usage as `thread/tokenUsage/updated`, and
 //! `turn/completed {turn: {status: completed|interrupted|failed, error}}`.
 //! `turn/interrupt {threadId, turnId}` ends the turn `interrupted` and
-//! keeps the thread; `turn/steer {threadId, expectedTurnId, input}` adds
+//! keeps the thread; under `approvals: chat` the thread is started with
+//! `approvalPolicy: "untrusted"` and a command or patch waits on
+//! `item/commandExecution/requestApproval` / `item/fileChange/
+//! requestApproval` (answered `accept`, or `decline`/`cancel`, whichever
+//! the request offers); `turn/steer {threadId, expectedTurnId, input}` adds
 //! the person's follow-up to the running turn (its next model request
 //! carries it, one `turn/completed` for both). The server may also ask the client (approvals); a
 //! request this driver does not serve is declined, never left waiting
@@ -18,8 +22,9 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::{LiveDriver, Step};
+use super::{LiveDriver, PermissionRequest, Step};
 use crate::harness::decode::item_results;
+use crate::interaction::Decision;
 use crate::protocol::{
     Message, MessageChunk, MessageDelta, ResultPayload, RunCompleted, RunFailed,
 };
@@ -45,6 +50,11 @@ pub struct CodexAppServer {
     /// A turn waiting for the thread.
     queued: Option<String>,
     last_message: Option<String>,
+    /// Ask the person before commands and patches (`approvals: chat`).
+    ask: bool,
+    /// Approval requests waiting for the person: their JSON-RPC id and the
+    /// decisions they offer, by [`PermissionRequest::id`].
+    waiting: HashMap<String, (Value, Vec<Value>)>,
 }
 
 impl CodexAppServer {
@@ -80,11 +90,16 @@ impl CodexAppServer {
             (Sent::Initialize, None) => {
                 step.write
                     .push(json!({"jsonrpc": "2.0", "method": "initialized"}).to_string());
+                let mut params = json!({});
+                if self.ask {
+                    params["approvalPolicy"] = json!("untrusted");
+                }
                 let thread = match self.resume.clone() {
                     Some(id) => {
-                        self.request(Sent::Thread, "thread/resume", json!({"threadId": id}))
+                        params["threadId"] = json!(id);
+                        self.request(Sent::Thread, "thread/resume", params)
                     }
-                    None => self.request(Sent::Thread, "thread/start", json!({})),
+                    None => self.request(Sent::Thread, "thread/start", params),
                 };
                 step.write.push(thread);
             }
@@ -123,6 +138,27 @@ impl CodexAppServer {
             }
         }
         step
+    }
+
+    /// An approval request as the person is asked it: the tool and what it
+    /// would do (the command as Codex parsed it, when it is one).
+    fn approval(method: &str, params: &Value) -> Option<(String, Value)> {
+        match method {
+            "item/commandExecution/requestApproval" => {
+                let actions = params["commandActions"].as_array();
+                let command = match actions.map(Vec::as_slice) {
+                    Some([one]) => one["command"].as_str(),
+                    _ => None,
+                }
+                .or(params["command"].as_str())?;
+                Some(("shell".into(), json!({"command": command})))
+            }
+            "item/fileChange/requestApproval" => Some((
+                "apply_patch".into(),
+                json!({"reason": params["reason"], "grant_root": params["grantRoot"]}),
+            )),
+            _ => None,
+        }
     }
 
     /// A request from the server: every one this driver does not serve is
@@ -204,10 +240,34 @@ impl LiveDriver for CodexAppServer {
         };
         let method = value["method"].as_str();
         match (&value["id"], method) {
-            (id @ (Value::Number(_) | Value::String(_)), Some(method)) => Step {
-                write: vec![Self::server_request(id, method)],
-                ..Step::default()
-            },
+            (id @ (Value::Number(_) | Value::String(_)), Some(method)) => {
+                match self
+                    .ask
+                    .then(|| Self::approval(method, &value["params"]))
+                    .flatten()
+                {
+                    Some((tool, input)) => {
+                        let key = id.to_string();
+                        let offered = value["params"]["availableDecisions"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default();
+                        self.waiting.insert(key.clone(), (id.clone(), offered));
+                        Step {
+                            permission: Some(PermissionRequest {
+                                id: key,
+                                tool,
+                                input,
+                            }),
+                            ..Step::default()
+                        }
+                    }
+                    None => Step {
+                        write: vec![Self::server_request(id, method)],
+                        ..Step::default()
+                    },
+                }
+            }
             (Value::Number(id), None) => match id.as_u64().and_then(|id| self.sent.remove(&id)) {
                 Some(kind) => self.response(kind, &value),
                 None => Step::default(),
@@ -234,6 +294,28 @@ impl LiveDriver for CodexAppServer {
 
     fn steers(&self) -> bool {
         true
+    }
+
+    fn asks(&self) -> bool {
+        true
+    }
+
+    fn ask_permissions(&mut self) {
+        self.ask = true;
+    }
+
+    fn permit(&mut self, id: &str, decision: &Decision) -> Vec<String> {
+        let Some((rpc_id, offered)) = self.waiting.remove(id) else {
+            return Vec::new();
+        };
+        let choice = match decision {
+            Decision::Allow(_) => "accept",
+            Decision::Deny { .. } if offered.is_empty() || offered.contains(&json!("decline")) => {
+                "decline"
+            }
+            Decision::Deny { .. } => "cancel",
+        };
+        vec![json!({"jsonrpc": "2.0", "id": rpc_id, "result": {"decision": choice}}).to_string()]
     }
 
     fn steer(&mut self, text: &str) -> Option<Vec<String>> {
@@ -339,6 +421,42 @@ mod tests {
         assert!(live.line(r#"{"id":4,"result":{}}"#).ended.is_none());
         let end = live.line(&format!(r#"{{"method":"turn/completed","params":{{"threadId":"{THREAD}","turn":{{"id":"{TURN}","status":"interrupted","error":null}}}}}}"#));
         assert!(matches!(end.ended, Some(ResultPayload::RunFailed(_))));
+    }
+
+    #[test]
+    fn asked_approvals_wait_for_the_person_and_get_their_answer() {
+        let mut live = CodexAppServer::default();
+        live.ask_permissions();
+        live.open(None);
+        let step = live.line(r#"{"id":1,"result":{}}"#);
+        assert_eq!(
+            sent(&step.write[1])["params"]["approvalPolicy"],
+            "untrusted"
+        );
+        let step = live.line(r#"{"method":"item/commandExecution/requestApproval","id":0,"params":{"command":"/bin/bash -lc 'touch x'","commandActions":[{"type":"unknown","command":"touch x"}],"availableDecisions":["accept","cancel"]}}"#);
+        assert!(step.write.is_empty(), "it waits for the person");
+        let request = step.permission.expect("a permission request");
+        assert_eq!(
+            (request.tool.as_str(), &request.input),
+            ("shell", &json!({"command": "touch x"}))
+        );
+        let allow = sent(&live.permit(&request.id, &Decision::Allow(request.input.clone()))[0]);
+        assert_eq!(
+            (allow["id"].clone(), allow["result"]["decision"].clone()),
+            (json!(0), json!("accept"))
+        );
+        // A denial is what the request offers; an unknown id gets nothing.
+        let step = live.line(r#"{"method":"item/commandExecution/requestApproval","id":1,"params":{"command":"rm x","availableDecisions":["accept","decline","cancel"]}}"#);
+        let request = step.permission.unwrap();
+        let deny = Decision::Deny {
+            message: "no".into(),
+            interrupt: false,
+        };
+        assert_eq!(
+            sent(&live.permit(&request.id, &deny)[0])["result"]["decision"],
+            "decline"
+        );
+        assert!(live.permit(&request.id, &deny).is_empty());
     }
 
     #[test]

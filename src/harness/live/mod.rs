@@ -79,6 +79,15 @@ pub trait LiveDriver: Send {
     fn steers(&self) -> bool {
         false
     }
+    /// Whether the harness can ask its permissions in this protocol
+    /// ([`Step::permission`]), for `approvals: chat`.
+    fn asks(&self) -> bool {
+        false
+    }
+    /// Ask the person before the harness acts (`approvals: chat`); called
+    /// before [`LiveDriver::open`]. A harness told so on its command line
+    /// needs nothing here.
+    fn ask_permissions(&mut self) {}
 }
 
 /// The driver called `name` in an adapter spec's `live` section.
