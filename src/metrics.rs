@@ -34,6 +34,14 @@ struct Why {
     why: String,
 }
 
+/// One live harness process: its harness and process id. Bounded: only
+/// idle processes are reported, at most `max_live_sessions` of them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessLabels {
+    harness: String,
+    pid: String,
+}
+
 /// Every metric the bridge keeps.
 pub struct Metrics {
     registry: Registry,
@@ -44,6 +52,7 @@ pub struct Metrics {
     mcp_calls: Family<ToolLabels, Counter>,
     live_idle: Gauge,
     live_rss: Gauge,
+    live_process_rss: Family<ProcessLabels, Gauge>,
     live_turns: Family<Why, Counter>,
     live_stopped: Family<Why, Counter>,
 }
@@ -104,6 +113,12 @@ impl Metrics {
             "Resident memory of the idle live harness processes, summed",
             live_rss.clone(),
         );
+        let live_process_rss = Family::<ProcessLabels, Gauge>::default();
+        registry.register(
+            "live_session_rss_bytes",
+            "Resident memory of each idle live harness process, by harness and pid",
+            live_process_rss.clone(),
+        );
         let live_turns = Family::<Why, Counter>::default();
         registry.register(
             "live_turns",
@@ -125,6 +140,7 @@ impl Metrics {
             mcp_calls,
             live_idle,
             live_rss,
+            live_process_rss,
             live_turns,
             live_stopped,
         }
@@ -170,11 +186,23 @@ impl Metrics {
             .inc();
     }
 
-    /// Idle live processes now, and their resident memory.
-    pub fn set_live(&self, idle: usize, rss_bytes: u64) {
-        self.live_idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
+    /// The idle live processes now: each one's harness, pid and resident
+    /// memory. A process no longer idle drops out of the series.
+    pub fn set_live(&self, processes: &[(String, u32, u64)]) {
+        let bytes = |rss: u64| i64::try_from(rss).unwrap_or(i64::MAX);
+        self.live_idle
+            .set(i64::try_from(processes.len()).unwrap_or(i64::MAX));
         self.live_rss
-            .set(i64::try_from(rss_bytes).unwrap_or(i64::MAX));
+            .set(bytes(processes.iter().map(|(_, _, rss)| rss).sum()));
+        self.live_process_rss.clear();
+        for (harness, pid, rss) in processes {
+            self.live_process_rss
+                .get_or_create(&ProcessLabels {
+                    harness: harness.clone(),
+                    pid: pid.to_string(),
+                })
+                .set(bytes(*rss));
+        }
     }
 
     /// A turn ran on a live process: `warm` (kept) or `cold` (new).

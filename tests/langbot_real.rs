@@ -29,6 +29,7 @@ use std::sync::atomic::Ordering;
 use common::anthropic::{
     ANSWER, ASK, BASH_DONE, FOLLOW_UP, OUTAGE, SECOND_ANSWER, fake_model, fake_model_running,
 };
+use common::openai;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -155,6 +156,8 @@ fn start() -> Result<LangBot, String> {
         .arg(&package)
         .arg("--claude")
         .arg(common::cli("claude"))
+        .arg("--codex")
+        .arg(common::cli("codex"))
         .arg("--install-command")
         .arg(&install)
         .arg("--checkout")
@@ -233,7 +236,23 @@ struct Exchange {
 }
 
 fn message(langbot: &mut LangBot, bot: &str, user: u64, text: &str) -> Exchange {
-    let got = langbot.call(json!({"cmd": "message", "bot": bot, "user_id": user, "text": text}));
+    message_since(langbot, bot, user, text, Value::Null)
+}
+
+/// `message`, counting from an earlier message sent with `send` (`since`
+/// is its answer): what both brought about.
+fn message_since(
+    langbot: &mut LangBot,
+    bot: &str,
+    user: u64,
+    text: &str,
+    since: Value,
+) -> Exchange {
+    let mut command = json!({"cmd": "message", "bot": bot, "user_id": user, "text": text});
+    if !since.is_null() {
+        command["since"] = since;
+    }
+    let got = langbot.call(command);
     eprintln!("{text:?} -> {}", got["actions"]);
     Exchange {
         sent: got["sends"]
@@ -655,4 +674,127 @@ async fn an_approval_is_asked_in_the_chat_and_the_command_runs_once_approved_in_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_is_asked_in_the_chat_and_the_command_runs_once_approved_in_a_pipeline() {
     approval_conversation("pipeline", 10010).await;
+}
+
+/// A bot on a Pipeline running the Codex runner (`codex`: its settings
+/// point Codex at the fake Responses API through a CODEX_HOME).
+async fn codex_bot(
+    langbot: &mut LangBot,
+    target_type: &str,
+    model_url: &str,
+    home: &Path,
+    approvals: bool,
+) -> String {
+    let target = langbot.call(json!({
+        "cmd": "codex", "target_type": target_type, "model_url": model_url,
+        "codex_home": home, "approvals": approvals,
+    }));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "target_type": target_type, "target_uuid": target["uuid"],
+    }));
+    bot["uuid"].as_str().unwrap().to_string()
+}
+
+/// LangBot's steering, on the user's path: a Pipeline-bound bot running
+/// Codex, and a second message sent while the first turn works. LangBot
+/// claims it for the running run, the runner pulls it and the bridge hands
+/// it to the live app-server's turn (`turn/steer`): one run, one turn, the
+/// model's next request in that turn carries it, and the reply reaches the
+/// chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_sent_while_codex_works_steers_its_turn_in_a_pipeline() {
+    let (model_url, fake) = openai::fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    openai::codex_home(home.path(), &model_url);
+    let mut langbot = langbot().await;
+    let bot = codex_bot(&mut langbot, "pipeline", &model_url, home.path(), false).await;
+    let user = 10011;
+
+    let first =
+        langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Take it SLOW"}));
+    let working = tokio::time::Instant::now() + std::time::Duration::from_secs(180);
+    while !fake
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|r| r.to_string().contains("SLOW"))
+    {
+        assert!(
+            tokio::time::Instant::now() < working,
+            "the first turn never reached the model\n{}",
+            langbot.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let both = message_since(&mut langbot, &bot, user, "STEERED: make it Monday", first);
+
+    let run = both.run();
+    assert_eq!(run["status"], "completed", "{:?}", both.runs);
+    let results = run["results"].to_string();
+    assert!(
+        !results.contains("runs as its next turn"),
+        "the follow-up did not reach the running turn: {results}"
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    let last = requests.last().unwrap().to_string();
+    assert!(
+        last.contains("Take it SLOW") && last.contains("STEERED: make it Monday"),
+        "the turn's next request did not carry the follow-up: {last}"
+    );
+    assert!(
+        both.sent.iter().any(|text| text.contains(SECOND_ANSWER)),
+        "{:?}",
+        both.sent
+    );
+    let session = both.session();
+    assert_eq!(session["process"]["turn"], 1, "{session}");
+}
+
+/// The Codex runner's form set to ask in the chat: the command the model
+/// wants to run reaches the person as an approval request and does not
+/// run; "approve" lets the paused live app-server run it, in the same
+/// process, and the model's words after it reach the chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_approval_is_asked_in_the_chat_and_runs_once_approved_in_a_pipeline() {
+    let (model_url, _fake) = openai::fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    openai::codex_home(home.path(), &model_url);
+    let mut langbot = langbot().await;
+    let bot = codex_bot(&mut langbot, "pipeline", &model_url, home.path(), true).await;
+    let user = 10012;
+
+    let asked = message(&mut langbot, &bot, user, "Please MAKEFILE");
+    assert_eq!(asked.run()["status"], "completed", "{:?}", asked.runs);
+    let request = asked.sent.last().expect("the request reached the chat");
+    assert!(
+        request.contains("run `touch approved-ran`") && request.contains("Reply \"approve\""),
+        "{:?}",
+        asked.sent
+    );
+    let made = |langbot: &LangBot| {
+        walkdir::WalkDir::new(&langbot.home)
+            .into_iter()
+            .filter_map(Result::ok)
+            .any(|entry| entry.file_name() == "approved-ran")
+    };
+    assert!(!made(&langbot), "ran before the person approved");
+
+    let approved = message(&mut langbot, &bot, user, "approve");
+    assert_eq!(approved.run()["status"], "completed", "{:?}", approved.runs);
+    assert!(
+        made(&langbot),
+        "the approved command did not run: {:?}",
+        approved.runs
+    );
+    assert!(
+        approved.sent.iter().any(|text| text.contains(openai::MADE)),
+        "{:?}",
+        approved.sent
+    );
+    assert_eq!(
+        approved.session()["process"]["pid"],
+        asked.session()["process"]["pid"],
+        "the approval did not continue the same process"
+    );
 }

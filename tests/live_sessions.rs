@@ -109,6 +109,15 @@ async fn three_turns_run_in_one_claude_process_and_each_has_the_last() {
         .and_then(|v| v.parse().ok())
         .expect("the RSS gauge");
     assert!(rss > 1024 * 1024, "{rss}");
+    // And the process's own series: its pid, its memory.
+    let own =
+        format!(r#"harness_bridge_live_session_rss_bytes{{harness="claude-code",pid="{pid}"}} "#);
+    let own: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(own.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{own} in {metrics}"));
+    assert_eq!(own, rss, "one idle process: its series is the sum");
 
     // Shutting down stops the live process and leaves nothing.
     let root = server.workspaces();
@@ -173,6 +182,10 @@ async fn an_idle_process_is_stopped_and_the_next_turn_resumes_by_id() {
     assert!(
         metrics.contains("harness_bridge_live_sessions_idle 0"),
         "{metrics}"
+    );
+    assert!(
+        !metrics.contains(&format!(r#"pid="{pid}""#)),
+        "a stopped process still has a series: {metrics}"
     );
 
     let second = turn(&server, "What was the word?", "idle-2").await;

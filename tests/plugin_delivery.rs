@@ -90,6 +90,10 @@ struct Case {
     results: Vec<Value>,
     actions: Vec<Value>,
     context: Value,
+    /// Every turn's context, as the runner relayed it.
+    contexts: Vec<Value>,
+    /// The follow-ups the runner offered the running turn.
+    steers: Vec<Value>,
 }
 
 impl Case {
@@ -189,6 +193,8 @@ fn run_cases(cases: Vec<Value>) -> Vec<Case> {
                 results: v["results"].as_array().unwrap().clone(),
                 actions: v["actions"].as_array().unwrap().clone(),
                 context: v["context"].clone(),
+                contexts: v["contexts"].as_array().cloned().unwrap_or_default(),
+                steers: v["steers"].as_array().cloned().unwrap_or_default(),
             }
         })
         .collect()
@@ -837,4 +843,78 @@ fn a_question_reaches_the_person_as_a_card_or_its_text() {
     }
     assert_eq!(agent_cards.replies(), ["I need to know one thing."]);
     assert_eq!(pipeline_cards.giving("I need to know one thing.").len(), 1);
+}
+
+/// LangBot's steering as the Codex runner takes it, in a Pipeline: a
+/// follow-up pulled while the turn works is offered to that turn. Taken:
+/// one turn. Not taken (the turn was ending): it runs as the run's next
+/// turn, with its own input and without the run's stale state, and the run
+/// still ends once; both answers are given, in order.
+#[test]
+fn a_follow_up_goes_into_the_running_turn_or_is_the_runs_next_turn() {
+    const LATER: &str = "And make it Monday.";
+    let mut ctx = context(true, &[], false);
+    ctx["context"]["available_apis"]["steering_pull"] = json!(true);
+    ctx["state"] = json!({"conversation": {"external.session_id": "old"}});
+    let item = json!({
+        "claimed_run_id": "run-1", "runner_id": "plugin:langbot/harness-bridge/codex",
+        "event": {"event_id": "ev-2", "event_type": "message.received", "source": "platform"},
+        "input": {"text": LATER},
+    });
+    let steered = |name: &str, taken: bool, turns: Vec<Vec<Value>>| {
+        json!({
+            "name": name, "context": ctx, "runner": "codex", "turns": turns,
+            "steering": [item], "taken": taken, "delay": 0.1,
+        })
+    };
+    let first = number(bridge_turn(ANSWER, &[]));
+    let second = number(bridge_turn("Monday it is.", &[]));
+    let cases = run_cases(vec![
+        steered("taken", true, vec![first.clone()]),
+        steered("queued", false, vec![first, second]),
+    ]);
+    let (taken, queued) = (&cases[0], &cases[1]);
+
+    for case in [taken, queued] {
+        assert_eq!(
+            case.steers,
+            [json!({"run_id": "run-1", "text": LATER})],
+            "offered to the running turn"
+        );
+        let kinds = case.kinds();
+        let ends = kinds
+            .iter()
+            .filter(|k| matches!(**k, "run.completed" | "run.failed"))
+            .count();
+        assert_eq!(ends, 1, "{kinds:?}");
+        assert_eq!(kinds.last(), Some(&"run.completed"));
+        case.assert_numbering_keeps_all();
+    }
+    assert_eq!(taken.contexts.len(), 1, "taken: one turn");
+
+    assert_eq!(queued.contexts.len(), 2, "not taken: the next turn");
+    let next = &queued.contexts[1];
+    assert_eq!(next["run_id"], "run-1.2");
+    assert_eq!(next["input"]["text"], LATER);
+    assert_eq!(next["event"]["event_id"], "ev-2");
+    assert!(next.get("state").is_none(), "{next}");
+    assert_eq!(
+        next["conversation"], queued.contexts[0]["conversation"],
+        "the same conversation"
+    );
+    let given: Vec<usize> = [ANSWER, "Monday it is."]
+        .iter()
+        .map(|text| {
+            let at = queued
+                .results
+                .iter()
+                .position(|r| r["data"]["message"]["content"] == *text);
+            at.unwrap_or_else(|| panic!("{text} not given: {:?}", queued.results))
+        })
+        .collect();
+    assert!(given[0] < given[1], "in order: {given:?}");
+    assert!(
+        queued.results.iter().all(|r| r["run_id"] == "run-1"),
+        "every result is the LangBot run's"
+    );
 }

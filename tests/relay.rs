@@ -111,6 +111,21 @@ impl Plugin {
         panic!("the harness never started");
     }
 
+    /// The next `steered` frame, answering host calls (null) meanwhile.
+    async fn steered(&mut self) -> Value {
+        loop {
+            let frame = self.next().await.expect("a steered frame");
+            match frame["type"].as_str() {
+                Some("steered") => return frame,
+                Some("host_call") => {
+                    self.send(json!({"type": "host_reply", "id": frame["id"], "data": null}))
+                        .await;
+                }
+                _ => panic!("unexpected frame {frame}"),
+            }
+        }
+    }
+
     /// A run of the scripted harness; PATH comes in the frame, as the
     /// plugin sends it from its config.
     fn run_frame(&self, run_id: &str, conversation: &str, mode: &str) -> Value {
@@ -448,6 +463,19 @@ async fn bad_runs_are_refused_and_a_cancel_stops_a_run() {
     plugin.send(frame).await;
     plugin.wait_for_harness().await;
     let root = plugin.data.path().join("workspaces");
+    // A follow-up for a harness that takes none mid-turn, and one for a run
+    // that does not exist: both answered, neither taken (the plugin sends
+    // it as the next turn).
+    for (run_id, id) in [("run-h", 7), ("no-such-run", 8)] {
+        plugin
+            .send(json!({"type": "steer", "run_id": run_id, "id": id, "text": "and also this"}))
+            .await;
+        let steered = plugin.steered().await;
+        assert_eq!(
+            steered,
+            json!({"type": "steered", "run_id": run_id, "id": id, "taken": false})
+        );
+    }
     plugin
         .send(json!({"type": "cancel", "run_id": "run-h"}))
         .await;

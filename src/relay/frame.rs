@@ -53,6 +53,16 @@ pub enum Inbound {
         /// The run to stop.
         run_id: String,
     },
+    /// A follow-up the person sent while the run works, for its running
+    /// turn (LangBot's steering). Answered with [`Outbound::Steered`].
+    Steer {
+        /// The run whose turn should take it.
+        run_id: String,
+        /// Echoed in the answer.
+        id: u64,
+        /// What the person said.
+        text: String,
+    },
     /// The answer to a [`Outbound::HostCall`].
     HostReply {
         /// The call's id.
@@ -96,6 +106,18 @@ pub enum Outbound {
         action: String,
         /// The call's arguments.
         args: JsonMap,
+    },
+    /// Whether the running turn took a [`Inbound::Steer`]: `false` when
+    /// its harness takes no input mid-turn, or the turn was not (or no
+    /// longer) running. Then the follow-up is the plugin's to send as the
+    /// next turn; the bridge has dropped nothing.
+    Steered {
+        /// The run the follow-up was for.
+        run_id: String,
+        /// The steer's id.
+        id: u64,
+        /// Whether the running turn has it.
+        taken: bool,
     },
     /// A frame the bridge could not use (the connection goes on).
     Error {

@@ -28,7 +28,7 @@ use crate::harness::Adapters;
 use crate::host::Api;
 use crate::projection::Templates;
 use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
-use crate::run::{Bridge, QueueFull, RunOptions, Scheduler, Settings};
+use crate::run::{Bridge, QueueFull, RunOptions, Scheduler, Settings, Steer, SteerInbox};
 
 /// How many turns the relay runs and holds: turns of one conversation run
 /// one at a time in arrival order (they share its workspace), different
@@ -62,6 +62,26 @@ pub enum RelayError {
     /// Reading or writing stdio failed.
     #[error("relay i/o: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A run the relay has accepted and not yet seen end.
+struct Running {
+    /// Cancelled by the plugin's `cancel`, or when the relay ends.
+    cancel: CancellationToken,
+    /// Where its follow-ups go (the run's turn reads them).
+    steer: mpsc::Sender<Steer>,
+    /// Its harness: only a harness that takes input mid-turn is offered one.
+    harness: String,
+}
+
+/// Offer `text` to a run's turn; whether the turn took it. A run still
+/// queued, or past its turn, never reads the inbox: `false`.
+async fn steer(inbox: &mpsc::Sender<Steer>, text: String) -> bool {
+    let (taken, answer) = tokio::sync::oneshot::channel();
+    if inbox.send(Steer { text, taken }).await.is_err() {
+        return false;
+    }
+    answer.await.unwrap_or(false)
 }
 
 /// Write frames, one JSON line each, flushed: the plugin reads them as
@@ -121,7 +141,7 @@ fn answer_too_long(
     head: &str,
     out: &mpsc::Sender<Outbound>,
     host: &RelayHost,
-    runs: &HashMap<String, CancellationToken>,
+    runs: &HashMap<String, Running>,
 ) {
     let cap = MAX_FRAME_BYTES / (1024 * 1024);
     let kind = field_in_head::<String>(head, "type");
@@ -260,7 +280,7 @@ where
     let host = Arc::new(RelayHost::new(out.clone(), answers));
     settings.record_turns = false;
     let bridge = Arc::new(Bridge::start(host.clone(), adapters, templates, settings).await?);
-    let mut runs: HashMap<String, CancellationToken> = HashMap::new();
+    let mut runs: HashMap<String, Running> = HashMap::new();
     let mut tasks: JoinSet<String> = JoinSet::new();
     let scheduler = Scheduler::new(
         limits.max_concurrent_runs.max(1),
@@ -347,9 +367,24 @@ where
                 }
             }
             Inbound::Cancel { run_id } => match runs.get(&run_id) {
-                Some(token) => token.cancel(),
+                Some(run) => run.cancel.cancel(),
                 None => tracing::debug!(%run_id, "cancel for a run that is not running"),
             },
+            Inbound::Steer { run_id, id, text } => {
+                let inbox = runs
+                    .get(&run_id)
+                    .filter(|run| bridge.steers(&run.harness))
+                    .map(|run| run.steer.clone());
+                let out = out.clone();
+                tokio::spawn(async move {
+                    let taken = match inbox {
+                        Some(inbox) => steer(&inbox, text).await,
+                        None => false,
+                    };
+                    tracing::debug!(%run_id, id, taken, "a follow-up for a running turn");
+                    let _ = out.send(Outbound::Steered { run_id, id, taken }).await;
+                });
+            }
             Inbound::Run {
                 run_id,
                 harness,
@@ -406,7 +441,15 @@ where
                     }
                 };
                 let token = CancellationToken::new();
-                runs.insert(run_id.clone(), token.clone());
+                let (steer, inbox) = mpsc::channel(16);
+                runs.insert(
+                    run_id.clone(),
+                    Running {
+                        cancel: token.clone(),
+                        steer,
+                        harness: harness.clone(),
+                    },
+                );
                 let bridge = bridge.clone();
                 let out = out.clone();
                 let options = RunOptions {
@@ -414,7 +457,7 @@ where
                     env,
                     mcp_servers,
                     on_spawn: None,
-                    steer: None,
+                    steer: Some(SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox)))),
                 };
                 tasks.spawn(async move {
                     let (tx, rx) = mpsc::channel::<AgentRunResult>(256);
@@ -457,8 +500,8 @@ where
 
     tracing::info!(runs = runs.len(), "relay ending: {ended}");
     host.close();
-    for token in runs.values() {
-        token.cancel();
+    for run in runs.values() {
+        run.cancel.cancel();
     }
     // Cancelled runs stop their harness within the kill grace. A run still
     // here after that is stuck delivering to a plugin that stopped reading:

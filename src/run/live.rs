@@ -613,13 +613,15 @@ impl LiveSessions {
         self.len() == 0
     }
 
-    /// The gauges in `/metrics`: idle processes and their resident memory.
+    /// The gauges in `/metrics`: idle processes and each one's resident
+    /// memory.
     fn report(&self) {
-        let (count, rss) = {
-            let idle = self.idle();
-            (idle.len(), idle.values().map(|(_, p)| p.rss_bytes()).sum())
-        };
-        crate::metrics::global().set_live(count, rss);
+        let processes: Vec<(String, u32, u64)> = self
+            .idle()
+            .iter()
+            .filter_map(|((_, harness), (_, p))| Some((harness.clone(), p.pid()?, p.rss_bytes())))
+            .collect();
+        crate::metrics::global().set_live(&processes);
     }
 
     /// Refresh the gauges (before `/metrics` is read).

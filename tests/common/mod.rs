@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod anthropic;
+pub mod openai;
 pub mod scripted;
 pub mod server;
 

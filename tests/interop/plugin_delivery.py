@@ -11,8 +11,13 @@ Usage: python plugin_delivery.py SCENARIO.json
 SCENARIO: {"plugin_dir", "cases": [{"name", "context", "bridge": [results],
            "delay"?: seconds between bridge results, "plugin_config"?,
            "fail"?: [what the host refuses: an action's name, or
-           "reply_stream:<operation>"]}]}
-Prints one JSON line per case: {"case", "results", "actions", "context"}.
+           "reply_stream:<operation>"],
+           "runner"?: "codex" (else Claude Code), "turns"?: [[results]] (the
+           bridge's results for each turn the runner relays, in place of
+           "bridge"), "steering"?: [items the first steering_pull returns],
+           "taken"?: whether the bridge's running turn takes a steer}]}
+Prints one JSON line per case: {"case", "results", "actions", "context",
+"contexts" (every turn's), "steers"}.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import sys
 class Host:
     """The runtime's side of the plugin's actions, as LangBot answers them."""
 
-    def __init__(self, fail: list[str]) -> None:
+    def __init__(self, fail: list[str], steering: list[dict] | None = None) -> None:
         self.fail = set(fail)
         self.actions: list[dict] = []
+        self.steering = list(steering or [])
 
     async def call_action(self, action, data, timeout=15.0):
         name = getattr(action, "value", str(action))
@@ -37,6 +43,9 @@ class Host:
             from langbot_plugin.entities.io.errors import ActionCallError
 
             raise ActionCallError(f"the host refused {name}")
+        if name == "steering_pull":
+            items, self.steering = self.steering, []
+            return {"items": items}
         if name == "reply_stream":
             status = {"update": "open", "finish": "completed", "abort": "cancelled"}[data["operation"]]
             return {"result": {"stream_id": data["stream_id"], "status": status, "delivery": "buffered"}}
@@ -47,20 +56,30 @@ async def run_case(case: dict) -> dict:
     from langbot_plugin.api.entities.builtin.runner import RunnerContext
 
     import components.runner.bridge as bridge
+    import components.runner.harness_runner as harness_runner
     from components.runner.claude_code import ClaudeCode
+    from components.runner.codex import Codex
 
-    sent: dict = {}
+    sent: dict = {"contexts": [], "steers": []}
+    turns = [copy.deepcopy(t) for t in case.get("turns") or [case["bridge"]]]
 
     async def fake_run(**kwargs):
-        sent["context"] = kwargs["context"]
-        for result in case["bridge"]:
+        sent.setdefault("context", kwargs["context"])
+        sent["contexts"].append(copy.deepcopy(kwargs["context"]))
+        for result in turns.pop(0) if turns else []:
             if case.get("delay"):
                 await asyncio.sleep(case["delay"])
             yield copy.deepcopy(result)
 
+    async def fake_steer(run_id, text):
+        sent["steers"].append({"run_id": run_id, "text": text})
+        return bool(case.get("taken"))
+
     bridge.RELAY.run = fake_run
-    host = Host(case.get("fail", []))
-    runner = ClaudeCode()
+    bridge.RELAY.steer = fake_steer
+    harness_runner.STEERING_INTERVAL = 0.05
+    host = Host(case.get("fail", []), case.get("steering"))
+    runner = Codex() if case.get("runner") == "codex" else ClaudeCode()
     runner.bind_runtime(
         plugin_runtime_handler=host,
         plugin_config=case.get("plugin_config", {"bridge_path": "/bin/true"}),
@@ -69,7 +88,8 @@ async def run_case(case: dict) -> dict:
     results = []
     async for result in runner.invoke(ctx):
         results.append(result.model_dump(mode="json", exclude_none=True))
-    return {"case": case["name"], "results": results, "actions": host.actions, "context": sent.get("context")}
+    return {"case": case["name"], "results": results, "actions": host.actions, "context": sent.get("context"),
+            "contexts": sent["contexts"], "steers": sent["steers"]}
 
 
 async def main(path: str) -> int:

@@ -40,6 +40,11 @@ import uuid
 
 PLUGIN = "langbot/harness-bridge"
 RUNNER_ID = "plugin:langbot/harness-bridge/claude-code"
+
+
+def runner_id(runner: str = "claude-code") -> str:
+    """The id LangBot gives one of the plugin's runners."""
+    return f"plugin:langbot/harness-bridge/{runner}"
 # LangBot runs under the python that runs this script (the test venv).
 DEFAULT_PYTHON = sys.executable
 # LangBot 4.11.2's limits on a plugin package (a package over them fails to
@@ -524,22 +529,24 @@ class LangBot:
         self.api("PUT", f"/plugins/{author}/{name}/config", {**current, **values})
         log(f"plugin config set: {sorted(values)}")
 
-    def create_agent(self, runner_config: dict) -> str:
+    def create_agent(self, runner_config: dict, runner: str = "claude-code") -> str:
+        rid = runner_id(runner)
         body = {
             "name": "harness-bridge e2e",
             "kind": "agent",
-            "config": {"runner": {"id": RUNNER_ID}, "runner_config": {RUNNER_ID: runner_config}},
+            "config": {"runner": {"id": rid}, "runner_config": {rid: runner_config}},
         }
         data = self.api("POST", "/agents", body)
         return data["uuid"]
 
-    def create_pipeline(self, runner_config: dict) -> str:
+    def create_pipeline(self, runner_config: dict, runner: str = "claude-code") -> str:
         """A Pipeline whose runner is ours, made as the web UI makes one:
         created with the default config, then its runner set and put back."""
+        rid = runner_id(runner)
         uuid_ = self.api("POST", "/pipelines", {"name": "harness-bridge e2e", "description": "", "emoji": "🤖"})["uuid"]
         config = self.api("GET", f"/pipelines/{uuid_}")["pipeline"]["config"]
-        config["ai"]["runner"] = {**config["ai"].get("runner", {}), "id": RUNNER_ID}
-        config["ai"].setdefault("runner_config", {})[RUNNER_ID] = runner_config
+        config["ai"]["runner"] = {**config["ai"].get("runner", {}), "id": rid}
+        config["ai"].setdefault("runner_config", {})[rid] = runner_config
         self.api("PUT", f"/pipelines/{uuid_}", {"config": config})
         return uuid_
 

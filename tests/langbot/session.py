@@ -14,6 +14,9 @@ Commands:
   {"cmd": "agent", "model_url", "bash"?}     -> {"uuid"}  an Agent running our Claude Code runner
   {"cmd": "pipeline", "model_url", "bash"?}  -> {"uuid"}  a Pipeline running it
                                                 (`bash`: its Bash tool runs unasked)
+  {"cmd": "codex", "target_type", "model_url", "codex_home", "approvals"?} -> {"uuid"}
+        an Agent or Pipeline running our Codex runner, Codex configured by
+        the CODEX_HOME folder `codex_home` (`approvals`: it asks in the chat)
   {"cmd": "bot", "target_type", "target_uuid", "adapter"?} -> {"uuid"}
         an enabled bot bound to the target, with its fake other end:
         `onebot` (default): a OneBot v11 bot (reverse WebSocket) and a fake
@@ -80,7 +83,7 @@ class Session:
 
     async def start(self) -> dict:
         args = self.args
-        for path in (args.lbpkg, args.claude):
+        for path in (args.lbpkg, args.claude, args.codex):
             if not os.path.exists(path):
                 raise Failure(f"not found: {path}")
         check_package(args.lbpkg)
@@ -127,6 +130,27 @@ class Session:
         config = self.runner_config(model_url, bash, approvals)
         return {"uuid": await asyncio.to_thread(self.lb.create_pipeline, config)}
 
+    async def cmd_codex(self, target_type: str, model_url: str, codex_home: str, approvals: bool = False) -> dict:
+        """Our Codex runner, configured as an operator would: the binary's
+        path, a key, and a CODEX_HOME whose config.toml names the model."""
+        config = {
+            "harness_path": os.path.abspath(self.args.codex),
+            "api_key": "test-key",
+            "extra_env": f"HOME={codex_home}\nCODEX_HOME={codex_home}",
+            "timeout": self.args.timeout,
+        }
+        if approvals:
+            config["approvals"] = "chat"
+        create = self.lb.create_agent if target_type == "agent" else self.lb.create_pipeline
+        return {"uuid": await asyncio.to_thread(create, config, "codex")}
+
+    async def cmd_send(self, bot: str, user_id: int, text: str) -> dict:
+        client = self.clients[bot]
+        before = await asyncio.to_thread(last_run_id, self.home)
+        seen = len(client.actions)
+        await client.send_private(user_id, text)
+        return {"before": before, "seen": seen}
+
     async def cmd_bot(self, target_type: str, target_uuid: str, adapter: str = "onebot") -> dict:
         token = secrets.token_urlsafe(16)
         if adapter == "http":
@@ -144,10 +168,13 @@ class Session:
         log(f"{adapter} bot {bot} bound to {target_type} {target_uuid}")
         return {"uuid": bot}
 
-    async def cmd_message(self, bot: str, user_id: int, text: str, quiet: float = 3, timeout: float = 300) -> dict:
+    async def cmd_message(self, bot: str, user_id: int, text: str, quiet: float = 3, timeout: float = 300,
+                          since: dict | None = None) -> dict:
         client = self.clients[bot]
         before = await asyncio.to_thread(last_run_id, self.home)
         seen = len(client.actions)
+        if since is not None:
+            before, seen = since["before"], since["seen"]
         await client.send_private(user_id, text)
         deadline = time.monotonic() + timeout
         ended_at = None
@@ -260,6 +287,7 @@ async def main() -> int:
     ap.add_argument("--home", required=True, help="LangBot home folder (fresh)")
     ap.add_argument("--lbpkg", required=True, help="harness-bridge plugin package")
     ap.add_argument("--claude", required=True, help="absolute path of the claude CLI")
+    ap.add_argument("--codex", required=True, help="absolute path of the codex CLI")
     ap.add_argument("--plugin-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a harness-bridge plugin setting (bridge_path, workspace_root); repeatable")
     ap.add_argument("--timeout", type=int, default=120, help="runner turn timeout (s)")

@@ -210,6 +210,9 @@ class Relay:
         self._lock = asyncio.Lock()
         self._reader: asyncio.Task | None = None
         self._key: tuple | None = None
+        # steer id -> the future its `steered` answer resolves
+        self._steers: dict[int, asyncio.Future] = {}
+        self._next_steer = 0
 
     async def _ensure(self, binary: Path, data_dir: Path) -> asyncio.subprocess.Process:
         async with self._lock:
@@ -273,9 +276,17 @@ class Relay:
                     reply = {"type": "host_reply", "id": frame.get("id"),
                              "error": {"code": "unauthorized", "message": "the run is not active"}}
                     await self._write(proc, reply)
+                elif kind == "steered":
+                    waiting = self._steers.pop(frame.get("id"), None)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(bool(frame.get("taken")))
                 elif kind == "error":
                     log.warning("bridge: %s", frame.get("message"))
         finally:
+            for waiting in self._steers.values():
+                if not waiting.done():
+                    waiting.set_result(False)
+            self._steers.clear()
             # This bridge is gone: its runs end with a failure, and the next
             # run starts a new one.
             if self._proc is proc:
@@ -296,6 +307,25 @@ class Relay:
             await self._write(proc, reply)
         except (ConnectionError, RuntimeError):
             pass
+
+    async def steer(self, run_id: str, text: str) -> bool:
+        """Hand a follow-up to the running turn of `run_id`; whether it took
+        it. `False` (the harness takes none mid-turn, the turn is over, the
+        bridge is gone) leaves it with the caller, to send as a turn."""
+        entry = self._runs.get(run_id)
+        if entry is None or entry[0].returncode is not None:
+            return False
+        self._next_steer += 1
+        steer_id = self._next_steer
+        waiting = asyncio.get_running_loop().create_future()
+        self._steers[steer_id] = waiting
+        try:
+            await self._write(entry[0], {"type": "steer", "run_id": run_id, "id": steer_id, "text": text})
+            return await asyncio.wait_for(waiting, timeout=30)
+        except (ConnectionError, RuntimeError, asyncio.TimeoutError):
+            return False
+        finally:
+            self._steers.pop(steer_id, None)
 
     async def run(
         self,

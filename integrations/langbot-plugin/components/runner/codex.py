@@ -8,3 +8,5 @@ class Codex(HarnessRunner):
     label = "Codex"
     key_var = "OPENAI_API_KEY"
     url_var = "OPENAI_BASE_URL"
+    # The app-server takes a follow-up into the running turn (turn/steer).
+    steering = True

@@ -18,10 +18,11 @@ from components.runner.bridge import (
     RELAY,
     BridgeError,
     bridge_binary,
+    log,
     parse_env,
     writable_dir,
 )
-from components.runner.delivery import Delivery
+from components.runner.delivery import Delivery, message_text
 from components.runner.outbox import Outbox
 
 # Config keys that configure the launch, not the binding: they never reach
@@ -31,6 +32,10 @@ from components.runner.outbox import Outbox
 LAUNCH_KEYS = ("api_key", "base_url", "extra_env", "harness_path", "mcp_servers")
 #: Seconds the harness stops before the run's deadline (see harness_deadline).
 DEADLINE_MARGIN = 10.0
+#: Seconds between two pulls of the person's follow-ups while a turn runs.
+STEERING_INTERVAL = 0.5
+#: Results that end a turn on the bridge.
+TERMINAL = ("run.completed", "run.failed")
 
 
 def _log(run_id: str, text: str, level: str = "info") -> dict[str, Any]:
@@ -39,6 +44,24 @@ def _log(run_id: str, text: str, level: str = "info") -> dict[str, Any]:
 
 def _failed(run_id: str, error: str, code: str) -> dict[str, Any]:
     return {"run_id": run_id, "type": "run.failed", "data": {"error": error, "code": code, "retryable": False}}
+
+
+def can_pull_steering(ctx: Any) -> bool:
+    """Whether LangBot gives this run its follow-ups to pull (a Pipeline
+    binding of a runner that declares `capabilities.steering`)."""
+    apis = getattr(getattr(ctx, "context", None), "available_apis", None)
+    return bool(getattr(apis, "steering_pull", False))
+
+
+def follow_up_context(context: dict[str, Any], item: Any, run_id: str) -> dict[str, Any]:
+    """The context of a follow-up's own turn: the run's, with the follow-up's
+    event and input. The run's state snapshot is left out: it predates the
+    turn before, and the bridge reads the conversation's state itself."""
+    turn = {k: v for k, v in context.items() if k != "state"}
+    turn["run_id"] = run_id
+    turn["event"] = item.event.model_dump(mode="json", exclude_none=True)
+    turn["input"] = item.input.model_dump(mode="json", exclude_none=True)
+    return turn
 
 
 def harness_deadline(deadline_at: float | None, now: float) -> float | None:
@@ -58,6 +81,11 @@ class HarnessRunner(Runner):
     harness = ""
     #: The harness's name as the person in the chat reads it.
     label = ""
+    #: Whether the harness takes a follow-up into its running turn: the
+    #: runner then declares `capabilities.steering` and pulls the person's
+    #: follow-ups while it runs. LangBot drops what a run leaves unpulled,
+    #: so only a harness that can take them declares it.
+    steering = False
     #: Variables the form's API key and base URL become.
     key_var = ""
     url_var = ""
@@ -126,11 +154,76 @@ class HarnessRunner(Runner):
             yield _failed(ctx.run_id, f"harness-bridge failed: {type(exc).__name__}: {exc}", "harness_error")
 
     async def _relay(self, ctx, binary, data_dir, context, env, harness_path, servers):
+        """The run's turns on the bridge: its own, then each follow-up the
+        person sent that no running turn took (in the order sent), each as
+        the next turn of the same session. One terminal result ends it all."""
+        steering = self.steering and can_pull_steering(ctx)
+        waiting: list[Any] = []  # follow-ups pulled that no turn took yet
+        turn_context, turns = context, 1
+        while True:
+            terminal, said = None, None
+            async with aclosing(self._turn(ctx, binary, data_dir, turn_context, env, harness_path, servers,
+                                           steering, waiting)) as results:
+                async for result in results:
+                    if result.get("type") in TERMINAL:
+                        terminal = result
+                        continue
+                    if result.get("type") == "message.completed":
+                        said = message_text((result.get("data") or {}).get("message"))
+                    yield result
+            if terminal is None:
+                return
+            if not waiting:
+                yield terminal
+                return
+            if terminal.get("type") == "run.failed":
+                # The session may not go on; the follow-ups are not lost
+                # silently: the record names them, the failure is told.
+                texts = "; ".join(repr(item.input.to_text()[:80]) for item in waiting)
+                yield _log(ctx.run_id, f"{len(waiting)} follow-up(s) not run after the failure: {texts}", "warning")
+                yield terminal
+                return
+            message = (terminal.get("data") or {}).get("message")
+            if isinstance(message, dict) and message_text(message) not in ("", said):
+                # The turn's last words, when run.completed alone carries them.
+                yield {"run_id": ctx.run_id, "type": "message.completed", "data": {"message": message}}
+            item = waiting.pop(0)
+            turns += 1
+            turn_id = f"{ctx.run_id}.{turns}"
+            turn_context = follow_up_context(context, item, turn_id)
+            yield _log(ctx.run_id, f"a follow-up sent during the turn runs as its next turn ({turn_id})")
+
+    async def _pull(self, ctx) -> list[Any]:
+        """The follow-ups LangBot has claimed for this run, in order."""
+        try:
+            pulled = await ctx.api.steering_pull(mode="all")
+        except Exception as exc:  # noqa: BLE001 - the turn goes on; the next pull may work
+            log.warning("steering_pull failed: %s", exc)
+            return []
+        return list(pulled.items)
+
+    async def _steer(self, ctx, run_id: str, waiting: list[Any], stop: asyncio.Event) -> None:
+        """While the turn runs: pull the person's follow-ups and hand each to
+        it; one it does not take waits for a turn of its own, and so does
+        every one after it (their order is kept). Stopped by `stop`, after a
+        last pull: never cancelled, so nothing pulled is dropped midway."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), STEERING_INTERVAL)
+            except asyncio.TimeoutError:
+                pass
+            for item in await self._pull(ctx):
+                text = item.input.to_text()
+                if not waiting and text.strip() and await RELAY.steer(run_id, text):
+                    continue
+                waiting.append(item)
+
+    async def _turn(self, ctx, binary, data_dir, context, env, harness_path, servers, steering, waiting):
         streamed = ""
         relayed = RELAY.run(
             binary=binary,
             data_dir=data_dir,
-            run_id=ctx.run_id,
+            run_id=context["run_id"],
             harness=self.harness,
             context=context,
             env=env,
@@ -138,23 +231,30 @@ class HarnessRunner(Runner):
             api=ctx.api,
             mcp_servers=servers,
         )
-        # Closed with the run (a cancel): the bridge then stops the harness.
-        async with aclosing(relayed) as results:
-            async for result in results:
-                kind = result.get("type")
-                data = result.get("data") or {}
-                if kind == "message.delta":
-                    # LangBot reads `content` as the text so far unless
-                    # `all_content` carries it: send both.
-                    chunk = data.get("chunk") or {}
-                    piece = chunk.get("content")
-                    streamed += piece if isinstance(piece, str) else ""
-                    chunk["all_content"] = streamed
-                elif kind == "message.completed":
-                    streamed = ""
-                elif kind == "run.completed":
-                    message = data.get("message") or {}
-                    notice = ((message.get("metadata") or {}).get("session") or {}).get("notice")
-                    if notice:
-                        yield _log(ctx.run_id, notice)
-                yield result
+        stop = asyncio.Event()
+        pulling = asyncio.create_task(self._steer(ctx, context["run_id"], waiting, stop)) if steering else None
+        try:
+            # Closed with the run (a cancel): the bridge then stops the harness.
+            async with aclosing(relayed) as results:
+                async for result in results:
+                    kind = result.get("type")
+                    data = result.get("data") or {}
+                    if kind == "message.delta":
+                        # LangBot reads `content` as the text so far unless
+                        # `all_content` carries it: send both.
+                        chunk = data.get("chunk") or {}
+                        piece = chunk.get("content")
+                        streamed += piece if isinstance(piece, str) else ""
+                        chunk["all_content"] = streamed
+                    elif kind == "message.completed":
+                        streamed = ""
+                    elif kind == "run.completed":
+                        message = data.get("message") or {}
+                        notice = ((message.get("metadata") or {}).get("session") or {}).get("notice")
+                        if notice:
+                            yield _log(ctx.run_id, notice)
+                    yield result
+        finally:
+            if pulling is not None:
+                stop.set()
+                await pulling
