@@ -46,23 +46,52 @@ fn show(spec: &AdapterSpec, source: &str) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    format!(
-        "name: {}\nlabel: {}\nsource: {source}\nbinary: {}\nnew turn: {} {}\nresumed turn: {} {}\nstdin: {:?}\nenv passed: {}\nenv set: {}\nskills: {}\nmcp: {:?}\ndecoder: {}\nsession not found: {:?}\nsession store: {:?}\ninstall: {}",
-        spec.name,
-        spec.label,
-        spec.binary,
-        spec.binary,
-        argv(&spec.argv.new),
-        spec.binary,
-        argv(&spec.argv.resume),
-        spec.stdin,
+    let env = format!(
+        "env passed: {}\nenv set: {}",
         spec.env.pass.join(", "),
         spec.env
             .set
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
-            .join(", "),
+            .join(", ")
+    );
+    let head = format!(
+        "name: {}\nlabel: {}\nsource: {source}\nbinary: {}",
+        spec.name, spec.label, spec.binary
+    );
+    let instructions = spec
+        .instructions_file
+        .as_deref()
+        .map(|f| format!("\ninstructions file: {f}"))
+        .unwrap_or_default();
+    if spec.live_only() {
+        let acp = spec.acp.clone().unwrap_or_default();
+        let command = spec
+            .live
+            .as_ref()
+            .and_then(|l| l.argv.as_deref())
+            .map(&argv)
+            .unwrap_or_default();
+        return format!(
+            "{head}\nprotocol: Agent Client Protocol over stdio, one process per conversation \
+             (`run`: one per turn)\ncommand: {} {command}\npermissions: {:?} (the bridge's own \
+             tools always allowed; `approvals: chat` asks the person)\nmode: {}\n{env}\nskills: \
+             {}{instructions}\nmcp: in session/new\ninstall: {}",
+            spec.binary,
+            acp.permissions,
+            acp.mode.as_deref().unwrap_or("the agent's own"),
+            spec.skills_dir,
+            spec.install_hint,
+        );
+    }
+    format!(
+        "{head}\nnew turn: {} {}\nresumed turn: {} {}\nstdin: {:?}\n{env}\nskills: {}{instructions}\nmcp: {:?}\ndecoder: {}\nsession not found: {:?}\nsession store: {:?}\ninstall: {}",
+        spec.binary,
+        argv(&spec.argv.new),
+        spec.binary,
+        argv(&spec.argv.resume),
+        spec.stdin,
         spec.skills_dir,
         spec.target().mcp_format,
         spec.decoder,

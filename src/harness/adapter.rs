@@ -24,7 +24,7 @@ pub enum ArgItem {
 }
 
 /// The argv of a new turn and of a resumed one.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Argv {
     /// A turn with no session to resume.
@@ -34,10 +34,11 @@ pub struct Argv {
 }
 
 /// What the harness gets on stdin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stdin {
     /// Nothing: stdin is closed at once (Codex waits on an open pipe).
+    #[default]
     Closed,
     /// The turn prompt, then end of input.
     Prompt,
@@ -77,11 +78,46 @@ pub struct LiveSpec {
     pub permission_prompt_tool: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 enum McpFormatName {
+    #[default]
     ClaudeJson,
     CodexOverrides,
+    /// In the protocol: `session/new`'s `mcpServers` (an ACP agent).
+    Acp,
+}
+
+/// What an ACP agent may do when no person is asked (without `approvals:
+/// chat`): its permission requests are answered with an option of this
+/// kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AcpPolicy {
+    /// `allow_once` (else `allow_always`): the workspace is the agent's.
+    #[default]
+    Allow,
+    /// `reject_once` (else `reject_always`).
+    Deny,
+}
+
+/// Options of an agent driven over the Agent Client Protocol (`live:
+/// {driver: acp}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcpSpec {
+    /// `authenticate`'s `methodId` before the session, when the agent
+    /// needs one (most take their key from the environment).
+    #[serde(default)]
+    pub auth_method: Option<String>,
+    /// The answer to a permission request when no person is asked.
+    #[serde(default)]
+    pub permissions: AcpPolicy,
+    /// The session mode to set (`session/set_mode`) when the agent offers
+    /// it and starts in another: e.g. `default`, where an agent would
+    /// otherwise start in a mode whose checks cannot run here.
+    #[serde(default)]
+    pub mode: Option<String>,
 }
 
 /// One harness, as its spec file describes it.
@@ -96,19 +132,35 @@ pub struct AdapterSpec {
     pub description: String,
     /// Program to run (looked up on PATH unless a path is configured).
     pub binary: String,
-    /// Arguments, with placeholders.
+    /// Arguments, with placeholders (none for an agent that has only a
+    /// live mode, an ACP agent).
+    #[serde(default)]
     pub argv: Argv,
     /// What goes to stdin.
+    #[serde(default)]
     pub stdin: Stdin,
     /// The child's environment.
     #[serde(default)]
     pub env: EnvSpec,
     /// Where the harness finds project skills, relative to its cwd.
     pub skills_dir: String,
+    /// Where the stable instructions are written in the workspace, for a
+    /// harness that reads them from a file (an ACP agent has no argument
+    /// for them): e.g. `AGENTS.md`.
+    #[serde(default)]
+    pub instructions_file: Option<String>,
+    #[serde(default)]
     mcp_format: McpFormatName,
-    /// Decoder of the harness's output (see [`super::decode::decoder`]).
+    /// How the harness names an MCP tool (`{server}`, `{tool}`).
+    #[serde(default = "default_tool_name")]
+    pub tool_name: String,
+    /// Decoder of the harness's one-shot output (see
+    /// [`super::decode::decoder`]); none for a live-only agent.
+    #[serde(default)]
     pub decoder: String,
-    /// Output text that means "the session to resume does not exist".
+    /// Output text that means "the session to resume does not exist"
+    /// (one-shot; a live driver says so in its protocol).
+    #[serde(default)]
     pub session_not_found: String,
     /// Where the harness keeps sessions, to check one before resuming it.
     #[serde(default = "unknown_store")]
@@ -123,6 +175,13 @@ pub struct AdapterSpec {
     /// process per turn.
     #[serde(default)]
     pub live: Option<LiveSpec>,
+    /// An ACP agent's options (with `live: {driver: acp}`).
+    #[serde(default)]
+    pub acp: Option<AcpSpec>,
+}
+
+fn default_tool_name() -> String {
+    "mcp__{server}__{tool}".into()
 }
 
 fn unknown_store() -> SessionStore {
@@ -205,16 +264,43 @@ impl AdapterSpec {
                 reason,
             })
         };
-        if super::decode::decoder(&self.decoder).is_none() {
-            return fail(format!(
-                "unknown decoder `{}` (known: claude-stream-json, codex-jsonl)",
-                self.decoder
-            ));
+        if self.live_only() {
+            // An agent with only a live mode: the protocol carries the
+            // session, its end and its "not found".
+            if !self.argv.new.is_empty() || !self.argv.resume.is_empty() {
+                return fail("an `acp` agent takes no argv (its command is live.argv)".into());
+            }
+            if !self.decoder.is_empty() || !self.session_not_found.is_empty() {
+                return fail(
+                    "an `acp` agent takes no decoder or session_not_found (the protocol says both)"
+                        .into(),
+                );
+            }
+        } else {
+            if super::decode::decoder(&self.decoder).is_none() {
+                return fail(format!(
+                    "unknown decoder `{}` (known: {})",
+                    self.decoder,
+                    super::decode::DECODERS.join(", ")
+                ));
+            }
+            if self.session_not_found.trim().is_empty() {
+                return fail(
+                    "session_not_found must not be empty (it would match every output)".into(),
+                );
+            }
+            if self.acp.is_some() || self.mcp_format == McpFormatName::Acp {
+                return fail(
+                    "`acp` options and `mcp_format: acp` go with `live: {driver: acp}`".into(),
+                );
+            }
         }
-        if self.session_not_found.trim().is_empty() {
-            return fail(
-                "session_not_found must not be empty (it would match every output)".into(),
-            );
+        if let Some(file) = &self.instructions_file {
+            if crate::projection::relative_components(file).is_err() {
+                return fail(format!(
+                    "instructions_file `{file}` must be a plain relative path"
+                ));
+            }
         }
         if crate::projection::relative_components(&self.skills_dir).is_err() {
             return fail(format!(
@@ -267,6 +353,9 @@ impl AdapterSpec {
                 }
             }
         }
+        if self.live_only() {
+            return Ok(());
+        }
         // The session id must reach the harness whatever else is set: in an
         // argument that needs no value but the prompt (always there).
         let passes_session = |text: &str| {
@@ -291,6 +380,12 @@ impl AdapterSpec {
         Ok(())
     }
 
+    /// Whether the harness runs only live: an ACP agent, whose protocol
+    /// is the only way in (`run` then drives one live turn and stops it).
+    pub fn live_only(&self) -> bool {
+        self.live.as_ref().is_some_and(|live| live.driver == "acp")
+    }
+
     /// Where the projection puts things for this harness.
     pub fn target(&self) -> Target {
         Target {
@@ -299,9 +394,13 @@ impl AdapterSpec {
             mcp_format: match self.mcp_format {
                 McpFormatName::ClaudeJson => McpFormat::ClaudeJson,
                 McpFormatName::CodexOverrides => McpFormat::CodexOverrides,
+                McpFormatName::Acp => McpFormat::Acp,
             },
-            // Both CLIs show MCP tools as `mcp__<server>__<tool>`.
-            tool_name: "mcp__{server}__{tool}".into(),
+            instructions_file: self
+                .instructions_file
+                .as_ref()
+                .map(|f| f.split('/').map(str::to_string).collect()),
+            tool_name: self.tool_name.clone(),
         }
     }
 

@@ -186,6 +186,8 @@ pub enum McpFormat {
     ClaudeJson,
     /// Codex: `-c mcp_servers.NAME.KEY=VALUE` overrides.
     CodexOverrides,
+    /// An ACP agent: the `mcpServers` of `session/new`, in the protocol.
+    Acp,
 }
 
 /// A rendered MCP configuration.
@@ -198,6 +200,10 @@ pub struct RenderedMcp {
     /// Variables the launcher must add to the child's environment (secret
     /// values of extra servers), besides the run token.
     pub child_env: BTreeMap<String, String>,
+    /// The servers in the Agent Client Protocol's form, for `session/new`;
+    /// the bearer token appears as `${LANGBOT_MCP_TOKEN}`, filled in by
+    /// [`fill_env`] when the session opens (never written to a file).
+    pub session: Option<Value>,
 }
 
 fn toml_string(text: &str) -> String {
@@ -225,6 +231,72 @@ pub fn render(servers: &[McpServer], format: McpFormat) -> RenderedMcp {
     match format {
         McpFormat::ClaudeJson => render_claude(servers),
         McpFormat::CodexOverrides => render_codex(servers),
+        McpFormat::Acp => render_acp(servers),
+    }
+}
+
+/// ACP's `McpServer`s: stdio `{name, command, args, env: [{name, value}]}`
+/// (no `type`), HTTP `{type: "http", name, url, headers: [{name, value}]}`.
+fn render_acp(servers: &[McpServer]) -> RenderedMcp {
+    let pairs = |map: &BTreeMap<String, String>| -> Vec<Value> {
+        map.iter()
+            .map(|(name, value)| json!({"name": name, "value": value}))
+            .collect()
+    };
+    let list: Vec<Value> = servers
+        .iter()
+        .map(|server| match &server.transport {
+            Transport::Stdio { command, args, env } => {
+                json!({"name": server.name, "command": command, "args": args, "env": pairs(env)})
+            }
+            Transport::Http {
+                url,
+                headers,
+                bearer_env,
+            } => {
+                let mut headers = pairs(headers);
+                if let Some(var) = bearer_env {
+                    headers.push(
+                        json!({"name": "Authorization", "value": format!("Bearer ${{{var}}}")}),
+                    );
+                }
+                json!({"type": "http", "name": server.name, "url": url, "headers": headers})
+            }
+        })
+        .collect();
+    RenderedMcp {
+        session: Some(Value::Array(list)),
+        ..RenderedMcp::default()
+    }
+}
+
+/// `value` with every `${VAR}` in its strings replaced by `env`'s value
+/// (an unknown name by nothing): the session's servers, just before they
+/// go to the agent.
+pub fn fill_env(value: &Value, env: &BTreeMap<String, String>) -> Value {
+    match value {
+        Value::String(text) => {
+            let mut out = String::new();
+            let mut rest = text.as_str();
+            while let Some(start) = rest.find("${") {
+                let Some(len) = rest[start + 2..].find('}') else {
+                    break;
+                };
+                out.push_str(&rest[..start]);
+                let name = &rest[start + 2..start + 2 + len];
+                out.push_str(env.get(name).map_or("", String::as_str));
+                rest = &rest[start + 3 + len..];
+            }
+            out.push_str(rest);
+            Value::String(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|v| fill_env(v, env)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), fill_env(v, env)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -371,6 +443,28 @@ mod tests {
         );
         assert!(rendered.overrides.iter().all(|o| !o.contains("sk-secret")));
         assert_eq!(rendered.child_env["API_KEY"], "sk-secret-value-123456");
+    }
+
+    #[test]
+    fn acp_servers_reference_the_token_until_the_session_opens() {
+        let rendered = render(&servers(), McpFormat::Acp);
+        assert!(rendered.file.is_none() && rendered.overrides.is_empty());
+        let session = rendered.session.unwrap();
+        let bridge = &session[0];
+        assert_eq!(bridge["type"], "http");
+        assert_eq!(bridge["name"], BRIDGE_SERVER);
+        assert_eq!(
+            bridge["headers"][0],
+            json!({"name": "Authorization", "value": "Bearer ${LANGBOT_MCP_TOKEN}"})
+        );
+        let env = BTreeMap::from([(TOKEN_ENV.to_string(), "tok-1".to_string())]);
+        let filled = fill_env(&session, &env);
+        assert_eq!(filled[0]["headers"][0]["value"], "Bearer tok-1");
+        assert_eq!(
+            fill_env(&json!("a ${NOPE} b ${"), &env),
+            json!("a  b ${"),
+            "an unknown name is empty, an unclosed one left"
+        );
     }
 
     #[test]

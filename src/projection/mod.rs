@@ -28,7 +28,8 @@ pub use error::ProjectionError;
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{
     BRIDGE_SERVER, ExtraServer, McpCatalog, McpFormat, McpServer, RenderedMcp, TOKEN_ENV,
-    Transport, URL_ENV, check_catalog as check_mcp_catalog, render as render_mcp,
+    Transport, URL_ENV, check_catalog as check_mcp_catalog, fill_env as fill_mcp_env,
+    render as render_mcp,
 };
 pub use names::{check_skill_name, relative_components, safe_component};
 pub use render::{DataMessage, Templates};
@@ -55,6 +56,9 @@ pub struct Target {
     /// How the harness names an MCP tool: `{server}` and `{tool}` are
     /// replaced, e.g. `mcp__{server}__{tool}`.
     pub tool_name: String,
+    /// A file the stable instructions are also written to, for a harness
+    /// that reads them from its working folder (e.g. `["AGENTS.md"]`).
+    pub instructions_file: Option<Vec<String>>,
 }
 
 /// What to project, and for whom.
@@ -286,6 +290,11 @@ pub async fn project(
     });
     if let Value::Object(map) = &mut doc {
         map.extend(parts.clone());
+    }
+    if let Some(file) = &target.instructions_file {
+        let file: Vec<&str> = file.iter().map(String::as_str).collect();
+        let outcome = ws.write(&file, instructions.as_bytes())?;
+        report.file(file.join("/"), outcome);
     }
     for (path, bytes) in [
         (paths::AGENT_CONTEXT, json_bytes(&doc)),

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::attempt::{self, AttemptEnd, Live};
 use crate::harness::decode::LineBuffer;
-use crate::harness::live::{LiveDriver, PermissionRequest};
+use crate::harness::live::{LiveDriver, PermissionRequest, Setup};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::host::RunToken;
 use crate::interaction::Decision;
@@ -130,9 +130,10 @@ impl LiveProcess {
         mut driver: Box<dyn LiveDriver>,
         token: RunToken,
         resume: Option<&str>,
+        setup: &Setup,
     ) -> std::io::Result<LiveProcess> {
         let (process, stdout, stdin) = HarnessProcess::spawn_live(launch)?;
-        let opening = driver.open(resume);
+        let opening = driver.open(resume, setup);
         let mut live = LiveProcess {
             process,
             stdin,
@@ -315,7 +316,8 @@ pub async fn turn(
                             said = true;
                             spoke = spoke || step.results.iter().any(|p| attempt::is_model_output(&p.kind()));
                             if !spoke {
-                                not_found |= line.contains(&spec.session_not_found);
+                                not_found |= !spec.session_not_found.is_empty()
+                                    && line.contains(&spec.session_not_found);
                             }
                             not_found |= step.session_not_found;
                             live.emit.push(step.results);

@@ -236,6 +236,8 @@ struct LiveTurn<'a> {
     answer: &'a Reply,
     /// `{permission_prompt_tool}` in the live mode (`approvals: chat`).
     prompt_tool: Option<&'a str>,
+    /// The MCP servers for a driver that names them in its protocol.
+    mcp_session: Option<&'a serde_json::Value>,
 }
 
 /// How the turn picks its session.
@@ -588,6 +590,11 @@ impl Bridge {
             on_spawn: options.on_spawn.as_ref(),
             steer: inbox.as_deref_mut(),
         };
+        // A live-only harness (an ACP agent) where no processes are kept
+        // (`harness-bridge run`): one process for this turn, stopped after.
+        let once = (self.live.is_none() && spec.live_only())
+            .then(|| LiveSessions::new(live::LiveLimits::default(), self.settings.kill_grace));
+        let sessions = self.live.as_ref().or(once.as_ref());
         let end = loop {
             let values = TurnValues {
                 prompt: &projection.turn_prompt,
@@ -603,7 +610,7 @@ impl Bridge {
                 permission_prompt_tool: approvals.then_some(PROMPT_TOOL),
                 config_overrides: &projection.mcp.overrides,
             };
-            let end = match (&self.live, spec.live.as_ref()) {
+            let end = match (sessions, spec.live.as_ref()) {
                 (Some(sessions), Some(live_spec)) => {
                     let turn = LiveTurn {
                         sessions,
@@ -618,6 +625,7 @@ impl Bridge {
                         run_id: &ctx.run_id,
                         answer: &answer,
                         prompt_tool: live_spec.permission_prompt_tool.as_deref(),
+                        mcp_session: projection.mcp.session.as_ref(),
                     };
                     let (end, warm, facts) =
                         self.live_attempt(spec, &turn, &values, &mut live).await?;
@@ -663,6 +671,9 @@ impl Bridge {
             }
         };
 
+        if let Some(once) = once {
+            once.shutdown().await;
+        }
         for name in live.outbox.sweep() {
             attempt::push_artifact(&mut live, name).await;
         }
@@ -977,7 +988,7 @@ impl Bridge {
             env: turn.env,
             stdin: None,
         };
-        let mut driver = crate::harness::live::driver(turn.driver).ok_or_else(|| {
+        let mut driver = crate::harness::live::driver_for(spec).ok_or_else(|| {
             fail(
                 "harness_error",
                 format!("unknown live driver `{}`", turn.driver),
@@ -986,7 +997,25 @@ impl Bridge {
         if values.permission_prompt_tool.is_some() {
             driver.ask_permissions();
         }
-        let process = live::LiveProcess::spawn(&launch, driver, turn.token.clone(), values.session_id)
+        let pattern = spec.target().tool_name;
+        let setup = crate::harness::live::Setup {
+            own_tools: turn
+                .tools
+                .iter()
+                .map(|tool| {
+                    pattern
+                        .replace("{server}", crate::projection::BRIDGE_SERVER)
+                        .replace("{tool}", tool)
+                })
+                .collect(),
+            cwd: turn.workspace.to_path_buf(),
+            mcp_servers: turn
+                .mcp_session
+                .map_or(serde_json::Value::Array(Vec::new()), |servers| {
+                    crate::projection::fill_mcp_env(servers, turn.env)
+                }),
+        };
+        let process = live::LiveProcess::spawn(&launch, driver, turn.token.clone(), values.session_id, &setup)
             .await
             .map_err(|e| {
                 tracing::error!(program = %turn.program.display(), error = %e, "cannot start the harness");

@@ -52,6 +52,9 @@ pub fn decoder(name: &str) -> Option<Box<dyn Decoder>> {
     }
 }
 
+/// The names [`decoder`] knows, for spec errors.
+pub const DECODERS: &[&str] = &["claude-stream-json", "codex-jsonl"];
+
 /// A run's ordered result stream: sequence from 1, a timestamp on each,
 /// and nothing after the terminal result.
 pub struct ResultStream {

@@ -12,7 +12,7 @@
 
 use serde_json::{Value, json};
 
-use super::{LiveDriver, PermissionRequest, Step};
+use super::{LiveDriver, PermissionRequest, Setup, Step};
 use crate::harness::decode::{ClaudeStreamJson, Decoder, Exit};
 use crate::interaction::Decision;
 
@@ -25,7 +25,7 @@ pub struct ClaudeLive {
 }
 
 impl LiveDriver for ClaudeLive {
-    fn open(&mut self, _resume: Option<&str>) -> Vec<String> {
+    fn open(&mut self, _resume: Option<&str>, _setup: &Setup) -> Vec<String> {
         // Resuming is `--resume` on the command line; nothing to say first.
         Vec::new()
     }
@@ -116,7 +116,7 @@ mod tests {
     #[test]
     fn each_turn_ends_at_its_result_line_and_the_session_goes_on() {
         let mut live = ClaudeLive::default();
-        assert!(live.open(None).is_empty());
+        assert!(live.open(None, &Setup::default()).is_empty());
         let write = live.turn("hello \"one\"");
         let sent: Value = serde_json::from_str(&write[0]).unwrap();
         assert_eq!(sent["type"], "user");

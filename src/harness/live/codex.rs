@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::{LiveDriver, PermissionRequest, Step};
+use super::{LiveDriver, PermissionRequest, Setup, Step};
 use crate::harness::decode::item_results;
 use crate::interaction::Decision;
 use crate::protocol::{
@@ -218,7 +218,7 @@ impl CodexAppServer {
 }
 
 impl LiveDriver for CodexAppServer {
-    fn open(&mut self, resume: Option<&str>) -> Vec<String> {
+    fn open(&mut self, resume: Option<&str>, _setup: &Setup) -> Vec<String> {
         self.resume = resume.map(str::to_string);
         let hello = json!({"clientInfo": {"name": "harness-bridge", "version": env!("CARGO_PKG_VERSION")}, "capabilities": null});
         vec![self.request(Sent::Initialize, "initialize", hello)]
@@ -344,7 +344,7 @@ mod tests {
     /// The handshake as the pinned CLI answers it; the driver's writes.
     fn opened(resume: Option<&str>) -> (CodexAppServer, Vec<String>) {
         let mut live = CodexAppServer::default();
-        let hello = live.open(resume);
+        let hello = live.open(resume, &Setup::default());
         assert_eq!(sent(&hello[0])["method"], "initialize");
         let step = live.line(r#"{"id":1,"result":{"userAgent":"hb/0.169.0","codexHome":"/h","platformFamily":"unix","platformOs":"linux"}}"#);
         assert_eq!(sent(&step.write[0])["method"], "initialized");
@@ -427,7 +427,7 @@ mod tests {
     fn asked_approvals_wait_for_the_person_and_get_their_answer() {
         let mut live = CodexAppServer::default();
         live.ask_permissions();
-        live.open(None);
+        live.open(None, &Setup::default());
         let step = live.line(r#"{"id":1,"result":{}}"#);
         assert_eq!(
             sent(&step.write[1])["params"]["approvalPolicy"],

@@ -6,11 +6,15 @@
 //! writing, deadlines and killing. So a driver is tested with recorded
 //! lines, and one I/O loop serves every harness family.
 
+mod acp;
 mod claude;
 mod codex;
 
+pub use acp::Acp;
 pub use claude::ClaudeLive;
 pub use codex::CodexAppServer;
+
+use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -48,12 +52,28 @@ pub struct Step {
     pub permission: Option<PermissionRequest>,
 }
 
+/// What a driver that opens its session in the protocol needs to say:
+/// where the session works and which MCP servers it gets (an agent of the
+/// Agent Client Protocol takes both in `session/new`).
+#[derive(Debug, Clone, Default)]
+pub struct Setup {
+    /// The conversation's workspace.
+    pub cwd: PathBuf,
+    /// The MCP servers in the protocol's form, secrets filled in (they go
+    /// to the harness's stdin, never its argv).
+    pub mcp_servers: Value,
+    /// The bridge's own tools as the harness names them: their calls are
+    /// authorized by the run's grant, so a permission request for one is
+    /// allowed without asking anyone.
+    pub own_tools: Vec<String>,
+}
+
 /// One harness family's live protocol.
 pub trait LiveDriver: Send {
     /// Lines that open the session once the process runs (a handshake;
     /// `resume` is the stored session to continue, for drivers that resume
     /// in the protocol rather than on the command line).
-    fn open(&mut self, resume: Option<&str>) -> Vec<String>;
+    fn open(&mut self, resume: Option<&str>, setup: &Setup) -> Vec<String>;
     /// Lines that start a turn with `prompt` (a driver still waiting for
     /// its handshake keeps the turn and sends it in a later [`Step`]).
     fn turn(&mut self, prompt: &str) -> Vec<String>;
@@ -95,9 +115,20 @@ pub fn driver(name: &str) -> Option<Box<dyn LiveDriver>> {
     match name {
         "claude-stream-json" => Some(Box::new(ClaudeLive::default())),
         "codex-app-server" => Some(Box::new(CodexAppServer::default())),
+        "acp" => Some(Box::new(Acp::default())),
         _ => None,
     }
 }
 
+/// The driver a spec's `live` section names, set up with the spec's own
+/// options (an ACP agent's permission policy and auth method).
+pub fn driver_for(spec: &crate::harness::AdapterSpec) -> Option<Box<dyn LiveDriver>> {
+    let live = spec.live.as_ref()?;
+    match live.driver.as_str() {
+        "acp" => Some(Box::new(Acp::new(spec.acp.clone().unwrap_or_default()))),
+        name => driver(name),
+    }
+}
+
 /// The names [`driver`] knows, for spec errors.
-pub const DRIVERS: &[&str] = &["claude-stream-json", "codex-app-server"];
+pub const DRIVERS: &[&str] = &["claude-stream-json", "codex-app-server", "acp"];
