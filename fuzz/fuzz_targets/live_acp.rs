@@ -28,7 +28,10 @@ fuzz_target!(|data: &[u8]| {
         }
         let step = live.line(line);
         one_object_per_line(&step.write);
-        assert!(step.permission.is_none(), "asked nobody was to be asked: {line}");
+        assert!(
+            step.permission.is_none(),
+            "the person was asked, though nobody is to be: {line}"
+        );
         let parsed = serde_json::from_str::<Value>(line).ok();
         let asks = parsed.as_ref().is_some_and(|v| {
             v["method"].is_string() && (v["id"].is_number() || v["id"].is_string())
