@@ -26,18 +26,57 @@ use serde_json::{Value, json};
 /// The whole of what adds the agent: its spec, the README's example.
 const SPEC: &str = include_str!("../examples/adapters/claude-acp.yaml");
 
-/// A folder holding the spec, and a home for Claude.
+/// An agent under test: its name, its spec and how the user's machine
+/// points it at the fake model.
+#[derive(Clone, Copy, PartialEq)]
+enum Agent {
+    /// Claude Code through claude-agent-acp, added by the example spec.
+    ClaudeAcp,
+    /// Kimi Code CLI (`kimi acp`), built in, on the Node 22 it needs.
+    Kimi,
+}
+
+impl Agent {
+    fn name(self) -> &'static str {
+        match self {
+            Agent::ClaudeAcp => "claude-acp",
+            Agent::Kimi => "kimi",
+        }
+    }
+
+    /// The program, from the pinned test CLIs.
+    fn binary(self) -> std::path::PathBuf {
+        common::cli(match self {
+            Agent::ClaudeAcp => "claude-agent-acp",
+            Agent::Kimi => "kimi",
+        })
+    }
+
+    /// The instructions file the spec writes.
+    fn instructions_file(self) -> &'static str {
+        match self {
+            Agent::ClaudeAcp => "CLAUDE.md",
+            Agent::Kimi => "AGENTS.md",
+        }
+    }
+}
+
+/// A folder holding the spec (for an agent that is not built in), and a
+/// home for the agent.
 struct Machine {
+    agent: Agent,
     adapters: tempfile::TempDir,
     home: tempfile::TempDir,
 }
 
 impl Machine {
-    fn new() -> Machine {
+    fn new(agent: Agent) -> Machine {
         let adapters = tempfile::tempdir().unwrap();
-        std::fs::write(adapters.path().join("claude-acp.yaml"), SPEC).unwrap();
+        if agent == Agent::ClaudeAcp {
+            std::fs::write(adapters.path().join("claude-acp.yaml"), SPEC).unwrap();
+        }
         let home = tempfile::tempdir().unwrap();
-        // The agent tells a session whose model is not Anthropic's own
+        // Claude's agent tells a session whose model is not Anthropic's own
         // endpoint about auto mode's billing, in the reply, until it is
         // acknowledged: it is, as a person would have done once.
         let config = home.path().join(".claude");
@@ -48,37 +87,63 @@ impl Machine {
                 .to_string(),
         )
         .unwrap();
-        Machine { adapters, home }
+        Machine {
+            agent,
+            adapters,
+            home,
+        }
     }
 
     fn env(&self, model_url: &str) -> Vec<(&'static str, String)> {
-        vec![
-            ("PATH", std::env::var("PATH").unwrap_or_default()),
-            ("HOME", self.home.path().display().to_string()),
-            (
-                "CLAUDE_CONFIG_DIR",
-                self.home.path().join(".claude").display().to_string(),
-            ),
-            ("ANTHROPIC_BASE_URL", model_url.to_string()),
-            ("ANTHROPIC_API_KEY", "test-key".to_string()),
-            ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
-        ]
+        let path = std::env::var("PATH").unwrap_or_default();
+        let home = self.home.path().display().to_string();
+        match self.agent {
+            Agent::ClaudeAcp => vec![
+                ("PATH", path),
+                ("HOME", home),
+                (
+                    "CLAUDE_CONFIG_DIR",
+                    self.home.path().join(".claude").display().to_string(),
+                ),
+                ("ANTHROPIC_BASE_URL", model_url.to_string()),
+                ("ANTHROPIC_API_KEY", "test-key".to_string()),
+                ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+            ],
+            Agent::Kimi => {
+                let node = common::cli_dir().join("node_modules/node/bin");
+                vec![
+                    ("PATH", format!("{}:{path}", node.display())),
+                    ("HOME", home.clone()),
+                    ("KIMI_CODE_HOME", format!("{home}/.kimi")),
+                    ("KIMI_MODEL_NAME", "fake-model".to_string()),
+                    ("KIMI_MODEL_API_KEY", "test-key".to_string()),
+                    ("KIMI_MODEL_PROVIDER_TYPE", "anthropic".to_string()),
+                    ("KIMI_MODEL_BASE_URL", model_url.to_string()),
+                ]
+            }
+        }
     }
 
     async fn serve(&self, model_url: &str) -> ServeProcess {
+        self.serve_with(model_url, "").await
+    }
+
+    /// `serve` with `extra` in its bridge.yaml.
+    async fn serve_with(&self, model_url: &str, extra: &str) -> ServeProcess {
         let data = Arc::new(tempfile::tempdir().unwrap());
         seed_decision(data.path(), CONVERSATION).await;
         let config = format!(
-            "adapters: {}\nharness_binaries:\n  claude-acp: {}\nshutdown_grace_seconds: 5\n",
+            "adapters: {}\nharness_binaries:\n  {}: {}\nshutdown_grace_seconds: 5\n{extra}",
             self.adapters.path().display(),
-            common::cli("claude-agent-acp").display()
+            self.agent.name(),
+            self.agent.binary().display()
         );
         ServeProcess::spawn(data, &config, &self.env(model_url)).await
     }
-}
 
-fn turn(text: &str, run_id: &str) -> Value {
-    json!({"conversation": CONVERSATION, "text": text, "run_id": run_id, "harness": "claude-acp"})
+    fn turn(&self, text: &str, run_id: &str) -> Value {
+        json!({"conversation": CONVERSATION, "text": text, "run_id": run_id, "harness": self.agent.name()})
+    }
 }
 
 fn terminal(results: &[Value]) -> &Value {
@@ -91,33 +156,37 @@ fn session(results: &[Value]) -> &Value {
     &done["data"]["message"]["metadata"]["session"]
 }
 
-/// The system prompt and the first user message of a model request: where
-/// Claude Code puts its instructions and the project's CLAUDE.md.
-fn instructions_seen(request: &Value) -> String {
-    format!("{}{}", request["system"], request["messages"][0])
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_added_by_yaml_serves_a_conversation_live() {
+    live_conversation(Agent::ClaudeAcp).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_acp_agent_added_by_yaml_serves_a_conversation_live() {
+async fn kimi_serves_a_conversation_live_over_acp() {
+    live_conversation(Agent::Kimi).await;
+}
+
+/// Two turns of one conversation in one agent process: deltas, the
+/// bridge's history tool answered from the store, the second turn
+/// carrying the first, the instructions the same both turns.
+async fn live_conversation(agent: Agent) {
     let (model_url, fake) = fake_model(false).await;
-    let machine = Machine::new();
+    let machine = Machine::new(agent);
     let mut server = machine.serve(&model_url).await;
 
-    let first = server.results(turn(ASK, "acp-1")).await;
+    let first = server.results(machine.turn(ASK, "acp-1")).await;
     let kinds: Vec<&str> = first.iter().filter_map(|r| r["type"].as_str()).collect();
     let delta = kinds.iter().position(|k| *k == "message.delta");
     let call = kinds.iter().position(|k| *k == "tool.call.started");
     assert!(
         delta.is_some() && call.is_some(),
-        "deltas and the tool call: {first:?}\ntools offered: {:?}",
+        "deltas and the tool call: {first:?}\nthe model's last request: {}",
         fake.requests
             .lock()
             .unwrap()
-            .iter()
-            .map(|r| r["tools"]
-                .as_array()
-                .map(|t| t.iter().map(|t| t["name"].clone()).collect::<Vec<_>>()))
-            .collect::<Vec<_>>()
+            .last()
+            .map(|r| r["messages"].to_string())
+            .unwrap_or_default()
     );
     assert!(
         first.iter().any(|r| r.to_string().contains(ANSWER)),
@@ -147,12 +216,12 @@ async fn an_acp_agent_added_by_yaml_serves_a_conversation_live() {
     );
     let one = session(&first).clone();
     let workspace = common::workspace_of(&first);
-    let instructions = std::fs::read_to_string(workspace.join("CLAUDE.md"))
+    let instructions = std::fs::read_to_string(workspace.join(agent.instructions_file()))
         .expect("the instructions file in the workspace");
     assert!(!instructions.trim().is_empty());
 
     let asked = fake.requests.lock().unwrap().len();
-    let second = server.results(turn(FOLLOW_UP, "acp-2")).await;
+    let second = server.results(machine.turn(FOLLOW_UP, "acp-2")).await;
     let two = session(&second).clone();
     assert_eq!(two["process"]["pid"], one["process"]["pid"], "{second:?}");
     assert_eq!(two["process"]["turn"], 2);
@@ -167,7 +236,8 @@ async fn an_acp_agent_added_by_yaml_serves_a_conversation_live() {
         .iter()
         .any(|r| r["messages"].to_string().contains(ANSWER));
     assert!(carried, "turn 2 did not carry turn 1");
-    // The stable instructions reach the model the same way both turns.
+    // The stable instructions (the file the bridge wrote) reach the model
+    // byte for byte in both turns.
     let main =
         |r: &&Value| r["stream"] == true && r["tools"].as_array().is_some_and(|t| !t.is_empty());
     let before = requests[..asked]
@@ -175,12 +245,18 @@ async fn an_acp_agent_added_by_yaml_serves_a_conversation_live() {
         .find(main)
         .expect("a turn-1 request");
     let after = later.iter().find(main).expect("a turn-2 request");
+    let escaped = serde_json::to_string(instructions.trim()).unwrap();
+    let escaped = &escaped[1..escaped.len() - 1];
     assert!(
-        instructions_seen(before)
-            .contains("You are a code agent answering messages in an IM conversation"),
-        "the instructions file did not reach the model"
+        escaped.contains("You are a code agent answering messages in an IM conversation"),
+        "{instructions}"
     );
-    assert_eq!(instructions_seen(before), instructions_seen(after));
+    for (turn, request) in [(1, before), (2, after)] {
+        assert!(
+            request.to_string().contains(escaped),
+            "turn {turn}'s request does not carry the instructions file"
+        );
+    }
 
     let root = server.workspaces();
     assert!(server.stop().await.success());
@@ -190,15 +266,15 @@ async fn an_acp_agent_added_by_yaml_serves_a_conversation_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_interrupts_an_acp_turn_and_the_session_goes_on() {
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
-    let machine = Machine::new();
+    let machine = Machine::new(Agent::ClaudeAcp);
     let mut server = machine.serve(&model_url).await;
     let first = server
-        .results(turn("Remember the word heliotrope.", "acp-c1"))
+        .results(machine.turn("Remember the word heliotrope.", "acp-c1"))
         .await;
     let pid = session(&first)["process"]["pid"].clone();
 
     let asked = fake.requests.lock().unwrap().len();
-    let hung = server.spawn_results(turn("Please HANG", "acp-c2"));
+    let hung = server.spawn_results(machine.turn("Please HANG", "acp-c2"));
     for _ in 0..400 {
         if fake.requests.lock().unwrap().len() > asked {
             break;
@@ -210,7 +286,9 @@ async fn cancel_interrupts_an_acp_turn_and_the_session_goes_on() {
     assert_eq!(end["type"], "run.failed", "{cancelled:?}");
     assert_eq!(end["data"]["code"], "cancelled", "{end}");
 
-    let third = server.results(turn("What was the word?", "acp-c3")).await;
+    let third = server
+        .results(machine.turn("What was the word?", "acp-c3"))
+        .await;
     assert_eq!(session(&third)["process"]["pid"], pid, "{third:?}");
     let last = fake.requests.lock().unwrap().last().unwrap().to_string();
     assert!(
@@ -223,10 +301,57 @@ async fn cancel_interrupts_an_acp_turn_and_the_session_goes_on() {
     common::assert_none_left_under(&root).await;
 }
 
+/// Under `approvals: chat` the agent's permission request for its shell
+/// tool becomes the approval card; the answer through `serve` lets the
+/// paused call go on in the same agent process, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agents_permission_request_is_answered_in_the_chat() {
+    use common::anthropic::{BASH_DONE, fake_model_running};
+    let (model_url, fake) = fake_model_running("touch approved-ran").await;
+    let machine = Machine::new(Agent::ClaudeAcp);
+    let mut server = machine
+        .serve_with(&model_url, "default_config:\n  approvals: chat\n")
+        .await;
+    let asked = server
+        .results(machine.turn("Please make the file", "acp-a1"))
+        .await;
+    let request = common::asked_card(&asked);
+    assert_eq!(request["kind"], "confirmation", "{request}");
+    assert!(
+        request.to_string().contains("touch approved-ran"),
+        "{request}"
+    );
+    let workspace = common::workspace_of(&asked);
+    assert!(!workspace.join("approved-ran").exists(), "ran unasked");
+    let pid = session(&asked)["process"]["pid"].clone();
+    let before = fake.requests.lock().unwrap().len();
+
+    let approved = server
+        .results(json!({
+            "conversation": CONVERSATION,
+            "run_id": "acp-a2",
+            "harness": "claude-acp",
+            "interaction": {"interaction_id": request["interaction_id"], "action_id": "approve"},
+        }))
+        .await;
+    assert_eq!(session(&approved)["process"]["pid"], pid, "{approved:?}");
+    assert!(workspace.join("approved-ran").exists(), "{approved:?}");
+    assert!(
+        approved.iter().any(|r| r.to_string().contains(BASH_DONE)),
+        "{approved:?}"
+    );
+    // The paused call went on: one more model request, with its result.
+    assert_eq!(fake.requests.lock().unwrap().len(), before + 1);
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_drives_an_acp_agent_for_one_turn_and_resumes_it_the_next() {
     let (model_url, fake) = fake_model(false).await;
-    let machine = Machine::new();
+    let machine = Machine::new(Agent::ClaudeAcp);
     let data = tempfile::tempdir().unwrap();
     seed_decision(data.path(), CONVERSATION).await;
     let adapters = machine.adapters.path().display().to_string();

@@ -74,7 +74,8 @@ fn manifest_lists_each_harness() {
         ids,
         [
             "plugin:langbot/harness-bridge/claude-code",
-            "plugin:langbot/harness-bridge/codex"
+            "plugin:langbot/harness-bridge/codex",
+            "plugin:langbot/harness-bridge/kimi"
         ]
     );
     assert_eq!(

@@ -222,7 +222,7 @@ pub struct SpecError {
     pub reason: String,
 }
 
-const BUILT_IN: [(&str, &str); 2] = [
+const BUILT_IN: [(&str, &str); 3] = [
     (
         "claude-code.yaml",
         include_str!("../../harness-adapters/claude-code.yaml"),
@@ -230,6 +230,10 @@ const BUILT_IN: [(&str, &str); 2] = [
     (
         "codex.yaml",
         include_str!("../../harness-adapters/codex.yaml"),
+    ),
+    (
+        "kimi.yaml",
+        include_str!("../../harness-adapters/kimi.yaml"),
     ),
 ];
 

@@ -385,7 +385,7 @@ impl Bridge {
             .map_err(|e| fail("invalid_argument", e.to_string()))?;
         let approvals = binding.approvals == Approvals::Chat;
         // A live harness may ask in its own protocol (Codex's app-server).
-        let asks_live = self.live.is_some()
+        let asks_live = (self.live.is_some() || spec.live_only())
             && spec
                 .live
                 .as_ref()

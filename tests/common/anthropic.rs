@@ -125,19 +125,39 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
         .unwrap_or_default();
     // On resume Claude Code appends the new prompt to the last user
     // message (after turn 1's tool result): the last block decides.
-    let last_block = last_user["content"]
-        .as_array()
-        .and_then(|blocks| blocks.last())
-        .cloned()
-        .unwrap_or_default();
+    // (Some agents send a user message's content as one string.)
+    let last_block = match &last_user["content"] {
+        Value::String(text) => json!({"type": "text", "text": text}),
+        content => content
+            .as_array()
+            .and_then(|blocks| blocks.last())
+            .cloned()
+            .unwrap_or_default(),
+    };
     let answers_tool = last_block["type"] == "tool_result";
     let last_user_value = last_user.clone();
-    let last_user = last_block.to_string();
-    let offers_tool = request["tools"].as_array().is_some_and(|tools| {
+    // The blocks since the last tool result: the prompt, and what an agent
+    // adds after it (a reminder block).
+    let last_user = match last_user["content"].as_array() {
+        Some(blocks) if !answers_tool => {
+            let from = blocks
+                .iter()
+                .rposition(|b| b["type"] == "tool_result")
+                .map_or(0, |i| i + 1);
+            Value::Array(blocks[from..].to_vec()).to_string()
+        }
+        _ => last_block.to_string(),
+    };
+    // The bridge's history tool, as the harness names it (Claude Code:
+    // `mcp__langbot__history_page`; other agents their own way).
+    let history_tool = request["tools"].as_array().and_then(|tools| {
         tools
             .iter()
-            .any(|t| t["name"] == "mcp__langbot__history_page")
+            .filter_map(|t| t["name"].as_str())
+            .find(|name| name.contains("langbot") && name.ends_with("history_page"))
+            .map(str::to_string)
     });
+    let offers_tool = history_tool.is_some();
     if let Some((question, choices)) = &fake.ask {
         let prompt = last_user_value["content"]
             .as_array()
@@ -208,7 +228,7 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
     } else if offers_tool && last_user.contains(ASK) {
         let input = json!({"limit": 5});
         (
-            tool_call_events("mcp__langbot__history_page", &input),
+            tool_call_events(history_tool.as_deref().unwrap_or_default(), &input),
             Vec::new(),
         )
     } else {

@@ -88,12 +88,15 @@ impl Fixture {
     }
 }
 
+/// Where the pinned test CLIs are installed (`tests/clis`).
+pub fn cli_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clis")
+}
+
 /// A pinned harness CLI installed by `scripts/test` (`npm ci` in `tests/clis`).
 /// Missing means the set-up did not run: fail with how to fix it.
 pub fn cli(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/clis/node_modules/.bin")
-        .join(name);
+    let path = cli_dir().join("node_modules/.bin").join(name);
     assert!(
         path.exists(),
         "{name} is not installed at {}: run `scripts/test` (it runs `npm ci` in tests/clis), \
