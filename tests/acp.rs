@@ -265,8 +265,20 @@ async fn live_conversation(agent: Agent) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_interrupts_an_acp_turn_and_the_session_goes_on() {
+    cancel_keeps_the_session(Agent::ClaudeAcp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_interrupts_a_kimi_turn_and_the_session_goes_on() {
+    cancel_keeps_the_session(Agent::Kimi).await;
+}
+
+/// Cancel mid-turn: `session/cancel`, the turn ends `cancelled`, the same
+/// process serves the next turn with the earlier context; shutdown
+/// leaves nothing.
+async fn cancel_keeps_the_session(agent: Agent) {
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
-    let machine = Machine::new(Agent::ClaudeAcp);
+    let machine = Machine::new(agent);
     let mut server = machine.serve(&model_url).await;
     let first = server
         .results(machine.turn("Remember the word heliotrope.", "acp-c1"))
@@ -350,18 +362,30 @@ async fn an_acp_agents_permission_request_is_answered_in_the_chat() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_drives_an_acp_agent_for_one_turn_and_resumes_it_the_next() {
+    run_turns(Agent::ClaudeAcp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_drives_kimi_for_one_turn_and_resumes_it_the_next() {
+    run_turns(Agent::Kimi).await;
+}
+
+/// `run`: one turn in an agent process stopped after it, the next turn
+/// resuming the stored session in a new one; a missing binary is
+/// `harness_not_found` with the spec's install hint.
+async fn run_turns(agent: Agent) {
     let (model_url, fake) = fake_model(false).await;
-    let machine = Machine::new(Agent::ClaudeAcp);
+    let machine = Machine::new(agent);
     let data = tempfile::tempdir().unwrap();
     seed_decision(data.path(), CONVERSATION).await;
     let adapters = machine.adapters.path().display().to_string();
-    let acp = common::cli("claude-agent-acp").display().to_string();
+    let acp = agent.binary().display().to_string();
     let args = |text: &'static str| {
         vec![
             "--adapters".to_string(),
             adapters.clone(),
             "--harness".into(),
-            "claude-acp".into(),
+            agent.name().into(),
             "--bin".into(),
             acp.clone(),
             "--conversation".into(),
@@ -371,7 +395,6 @@ async fn run_drives_an_acp_agent_for_one_turn_and_resumes_it_the_next() {
         ]
     };
     let env = machine.env(&model_url);
-    let env: Vec<(&str, String)> = env.into_iter().filter(|(k, _)| *k != "PATH").collect();
     let first_args = args("Remember the word heliotrope.");
     let first_args: Vec<&str> = first_args.iter().map(String::as_str).collect();
     let first = bridge_run(data.path(), &first_args, &env).await;
@@ -384,6 +407,7 @@ async fn run_drives_an_acp_agent_for_one_turn_and_resumes_it_the_next() {
     let root = data.path().join("workspaces");
     assert!(processes_under(&root).is_empty(), "the agent outlived run");
 
+    let asked = fake.requests.lock().unwrap().len();
     let second_args = args("What was the word?");
     let second_args: Vec<&str> = second_args.iter().map(String::as_str).collect();
     let second = bridge_run(data.path(), &second_args, &env).await;
@@ -393,8 +417,19 @@ async fn run_drives_an_acp_agent_for_one_turn_and_resumes_it_the_next() {
         end["data"]["message"]["metadata"]["session"]["resumed"], true,
         "{end}"
     );
-    let last = fake.requests.lock().unwrap().last().unwrap().to_string();
-    assert!(last.contains("heliotrope"), "not resumed: {last}");
+    // (An agent may make a request of its own besides the turn's, a title
+    // say: the turn's is the one that carries the history.)
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests[asked..]
+            .iter()
+            .any(|r| r["messages"].to_string().contains("heliotrope")),
+        "not resumed: {:?}",
+        requests[asked..]
+            .iter()
+            .map(|r| r["messages"].to_string())
+            .collect::<Vec<_>>()
+    );
     assert!(processes_under(&root).is_empty());
 
     // No such program: the spec's hint, in the failure.
@@ -402,9 +437,9 @@ async fn run_drives_an_acp_agent_for_one_turn_and_resumes_it_the_next() {
         "--adapters",
         adapters.as_str(),
         "--harness",
-        "claude-acp",
+        agent.name(),
         "--bin",
-        "/nonexistent/claude-agent-acp",
+        "/nonexistent/agent",
         "--conversation",
         CONVERSATION,
         "--text",
@@ -413,11 +448,12 @@ async fn run_drives_an_acp_agent_for_one_turn_and_resumes_it_the_next() {
     let failed = bridge_run(data.path(), &missing, &env).await;
     let end = failed.terminal();
     assert_eq!(end["data"]["code"], "harness_not_found", "{end}");
+    let hint = match agent {
+        Agent::ClaudeAcp => "npm install -g @agentclientprotocol/claude-agent-acp",
+        Agent::Kimi => "npm install -g @moonshot-ai/kimi-code",
+    };
     assert!(
-        end["data"]["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("claude-agent-acp"),
+        end["data"]["error"].as_str().unwrap_or("").contains(hint),
         "{end}"
     );
 }
