@@ -1040,3 +1040,35 @@ async fn unparseable_calls_count_against_the_budget() {
     c.cancel().await.unwrap();
     s.http.shutdown().await;
 }
+
+/// Copilot CLI sends a non-standard `server/discover` before `initialize`:
+/// it gets an answer at once (an error), not a connection left hanging,
+/// and the session that follows works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discover_request_before_initialize_is_answered_at_once() {
+    let s = server().await;
+    let run = s
+        .grants
+        .open_run(
+            &context("run-d", "c1"),
+            RUNNER,
+            &AgentRunnerPermissions::default(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let bearer = format!("Bearer {}", run.token.expose());
+    let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}});
+    let answered = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        post_answer(s.http.url(), &bearer, discover.to_string().into_bytes()),
+    )
+    .await
+    .expect("answered within 5 s");
+    let (status, body) = answered;
+    assert!(
+        (400..500).contains(&status) || body.contains("\"error\""),
+        "{status} {body}"
+    );
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+    assert!(!c.list_all_tools().await.unwrap().is_empty());
+}

@@ -86,6 +86,7 @@ enum McpFormatName {
     CodexOverrides,
     /// In the protocol: `session/new`'s `mcpServers` (an ACP agent).
     Acp,
+    CopilotJson,
 }
 
 /// What an ACP agent may do when no person is asked (without `approvals:
@@ -222,7 +223,7 @@ pub struct SpecError {
     pub reason: String,
 }
 
-const BUILT_IN: [(&str, &str); 3] = [
+const BUILT_IN: [(&str, &str); 4] = [
     (
         "claude-code.yaml",
         include_str!("../../harness-adapters/claude-code.yaml"),
@@ -230,6 +231,10 @@ const BUILT_IN: [(&str, &str); 3] = [
     (
         "codex.yaml",
         include_str!("../../harness-adapters/codex.yaml"),
+    ),
+    (
+        "copilot.yaml",
+        include_str!("../../harness-adapters/copilot.yaml"),
     ),
     (
         "kimi.yaml",
@@ -399,6 +404,7 @@ impl AdapterSpec {
                 McpFormatName::ClaudeJson => McpFormat::ClaudeJson,
                 McpFormatName::CodexOverrides => McpFormat::CodexOverrides,
                 McpFormatName::Acp => McpFormat::Acp,
+                McpFormatName::CopilotJson => McpFormat::CopilotJson,
             },
             instructions_file: self
                 .instructions_file

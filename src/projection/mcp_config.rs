@@ -188,6 +188,9 @@ pub enum McpFormat {
     CodexOverrides,
     /// An ACP agent: the `mcpServers` of `session/new`, in the protocol.
     Acp,
+    /// Copilot CLI: a JSON file (`mcpServers`, each with `tools: ["*"]`)
+    /// passed with `--additional-mcp-config @FILE`.
+    CopilotJson,
 }
 
 /// A rendered MCP configuration.
@@ -232,6 +235,7 @@ pub fn render(servers: &[McpServer], format: McpFormat) -> RenderedMcp {
         McpFormat::ClaudeJson => render_claude(servers),
         McpFormat::CodexOverrides => render_codex(servers),
         McpFormat::Acp => render_acp(servers),
+        McpFormat::CopilotJson => render_json(servers, true),
     }
 }
 
@@ -301,6 +305,13 @@ pub fn fill_env(value: &Value, env: &BTreeMap<String, String>) -> Value {
 }
 
 fn render_claude(servers: &[McpServer]) -> RenderedMcp {
+    render_json(servers, false)
+}
+
+/// The `mcpServers` JSON file Claude Code and Copilot CLI read (`${VAR}`
+/// expanded by the harness); `all_tools` adds the `tools: ["*"]` Copilot
+/// needs to offer a server's tools at all.
+fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
     let mut map = serde_json::Map::new();
     for server in servers {
         let entry = match &server.transport {
@@ -325,6 +336,10 @@ fn render_claude(servers: &[McpServer]) -> RenderedMcp {
                 json!({"type": "http", "url": url, "headers": headers})
             }
         };
+        let mut entry = entry;
+        if all_tools {
+            entry["tools"] = json!(["*"]);
+        }
         map.insert(server.name.clone(), entry);
     }
     let doc = json!({ "mcpServers": map });

@@ -106,6 +106,10 @@ impl LiveKey {
     }
 }
 
+/// How long a live harness whose input ended may take to exit on its own
+/// before it is signalled.
+const EXIT_ON_EOF: Duration = Duration::from_secs(3);
+
 /// A harness process that serves turns, with its stdio and its driver.
 pub struct LiveProcess {
     process: HarnessProcess,
@@ -172,11 +176,16 @@ impl LiveProcess {
         self.stdin.flush().await
     }
 
-    /// Stop it: end of input, then the group's SIGTERM and SIGKILL after
+    /// Stop it: end of input, a moment to exit on its own (a harness saves
+    /// its session as it goes: Kimi Code, stopped at once, loses the turn
+    /// it just answered), then the group's SIGTERM and SIGKILL after
     /// `grace`, then whatever it left.
     pub async fn stop(mut self, grace: Duration) {
         let _ = self.stdin.shutdown().await;
-        let _ = self.process.terminate(grace).await;
+        let own = tokio::time::timeout(grace.min(EXIT_ON_EOF), self.process.wait()).await;
+        if !matches!(own, Ok(Ok(_))) {
+            let _ = self.process.terminate(grace).await;
+        }
         self.process.clear().await;
     }
 

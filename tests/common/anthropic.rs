@@ -236,17 +236,30 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
     }
 }
 
-/// The text of the last user message's last text block: the turn's prompt
-/// (Claude Code keeps it last, also after tool results).
+/// The turn's prompt: the last text block of the last user message
+/// (Claude Code keeps it last, also after tool results), passing over a
+/// reminder block an agent adds after it; or the message itself when an
+/// agent sends one string.
 fn last_prompt(request: &Value) -> String {
-    request["messages"]
+    let content = request["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_array())
-        .and_then(|blocks| blocks.iter().rev().find(|b| b["type"] == "text"))
-        .and_then(|b| b["text"].as_str())
-        .unwrap_or_default()
-        .to_string()
+        .map(|m| m["content"].clone())
+        .unwrap_or_default();
+    match content {
+        Value::String(text) => text,
+        Value::Array(blocks) => blocks
+            .iter()
+            .rev()
+            .filter_map(|b| b["text"].as_str())
+            .find(|text| {
+                let text = text.trim_start();
+                !text.starts_with("<system-reminder>") && !text.starts_with("<system_reminder>")
+            })
+            .unwrap_or_default()
+            .to_string(),
+        _ => String::new(),
+    }
 }
 
 /// A model that answers as [`fake_model`] does, except that a turn whose

@@ -8,11 +8,13 @@
 
 mod claude;
 mod codex;
+mod copilot;
 mod lines;
 
 pub use claude::ClaudeStreamJson;
 pub use codex::CodexJsonl;
 pub(crate) use codex::item_results;
+pub use copilot::CopilotJson;
 pub use lines::{LineBuffer, Piece};
 
 use crate::host::now_ms;
@@ -48,12 +50,27 @@ pub fn decoder(name: &str) -> Option<Box<dyn Decoder>> {
     match name {
         "claude-stream-json" => Some(Box::new(ClaudeStreamJson::default())),
         "codex-jsonl" => Some(Box::new(CodexJsonl::default())),
+        "copilot-json" => Some(Box::new(CopilotJson::default())),
         _ => None,
     }
 }
 
+/// A JSON value as the object a tool result or its arguments carry:
+/// an object as it is, nothing as empty, anything else as `{"value": …}`.
+pub(crate) fn object(value: &serde_json::Value) -> crate::protocol::JsonMap {
+    match value {
+        serde_json::Value::Object(map) => map.clone(),
+        serde_json::Value::Null => crate::protocol::JsonMap::new(),
+        other => {
+            let mut map = crate::protocol::JsonMap::new();
+            map.insert("value".into(), other.clone());
+            map
+        }
+    }
+}
+
 /// The names [`decoder`] knows, for spec errors.
-pub const DECODERS: &[&str] = &["claude-stream-json", "codex-jsonl"];
+pub const DECODERS: &[&str] = &["claude-stream-json", "codex-jsonl", "copilot-json"];
 
 /// A run's ordered result stream: sequence from 1, a timestamp on each,
 /// and nothing after the terminal result.

@@ -22,10 +22,11 @@ use serde_json::{Value, json};
 
 use super::{LiveDriver, PermissionRequest, Setup, Step};
 use crate::harness::adapter::{AcpPolicy, AcpSpec};
+use crate::harness::decode::object;
 use crate::interaction::Decision;
 use crate::protocol::{
-    JsonMap, Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted,
-    RunFailed, ToolCallCompleted, ToolCallStarted,
+    Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
+    ToolCallCompleted, ToolCallStarted,
 };
 
 /// What a request of ours was, to read its response.
@@ -372,19 +373,6 @@ impl Acp {
                 input,
             }),
             ..Step::default()
-        }
-    }
-}
-
-/// A JSON value as the object a result carries (anything else wrapped).
-fn object(value: &Value) -> JsonMap {
-    match value {
-        Value::Object(map) => map.clone(),
-        Value::Null => JsonMap::new(),
-        other => {
-            let mut map = JsonMap::new();
-            map.insert("value".into(), other.clone());
-            map
         }
     }
 }

@@ -1,0 +1,10 @@
+"""GitHub Copilot CLI, through harness-bridge."""
+
+from components.runner.harness_runner import HarnessRunner
+
+
+class Copilot(HarnessRunner):
+    harness = "copilot"
+    label = "Copilot CLI"
+    key_var = "GH_TOKEN"
+    url_var = "COPILOT_PROVIDER_BASE_URL"

@@ -1,0 +1,176 @@
+//! The real GitHub Copilot CLI (pinned in tests/clis), offline: no GitHub
+//! login, its model a provider of the operator's own (`COPILOT_OFFLINE`,
+//! an Anthropic-type provider at the fake Messages API on 127.0.0.1).
+//! Through `harness-bridge run`, as a user runs it: two turns of one
+//! conversation, the first calling the bridge's `history_page` (Copilot
+//! names it `langbot-history_page`) and getting the store's transcript,
+//! with token deltas before the end; the second resuming the first's
+//! session; the instructions file the same in both turns' requests. A
+//! turn past its deadline leaves no process; a missing binary is
+//! `harness_not_found` with the install hint.
+
+mod common;
+
+use common::anthropic::{
+    ANSWER, ASK, CONVERSATION, FOLLOW_UP, SECOND_ANSWER, fake_model, fake_model_hanging_on,
+};
+use common::{BridgeTurn, DECISION, bridge_run, processes_under, seed_decision};
+
+/// A user's machine: the bridge's data folder, a home for Copilot.
+struct Machine {
+    data: tempfile::TempDir,
+    home: tempfile::TempDir,
+    model_url: String,
+}
+
+impl Machine {
+    async fn new(model_url: String) -> Machine {
+        let data = tempfile::tempdir().unwrap();
+        seed_decision(data.path(), CONVERSATION).await;
+        Machine {
+            data,
+            home: tempfile::tempdir().unwrap(),
+            model_url,
+        }
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let home = self.home.path().display().to_string();
+        vec![
+            ("HOME", home.clone()),
+            ("COPILOT_HOME", format!("{home}/.copilot")),
+            ("COPILOT_OFFLINE", "true".into()),
+            ("COPILOT_PROVIDER_TYPE", "anthropic".into()),
+            ("COPILOT_PROVIDER_BASE_URL", self.model_url.clone()),
+            ("COPILOT_PROVIDER_API_KEY", "test-key-for-the-fake".into()),
+            ("COPILOT_MODEL", "claude-sonnet-4".into()),
+        ]
+    }
+
+    async fn turn(&self, text: &str, extra: &[&str]) -> BridgeTurn {
+        let copilot = common::cli("copilot");
+        let copilot = copilot.to_string_lossy();
+        let mut args = vec![
+            "--harness",
+            "copilot",
+            "--bin",
+            &copilot,
+            "--conversation",
+            CONVERSATION,
+            "--text",
+            text,
+        ];
+        args.extend_from_slice(extra);
+        bridge_run(self.data.path(), &args, &self.env()).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
+    let (model_url, fake) = fake_model(false).await;
+    let machine = Machine::new(model_url).await;
+
+    let first = machine.turn(ASK, &[]).await;
+    let end = first.terminal();
+    assert_eq!(end["type"], "run.completed", "{}", first.stderr);
+    let kinds = first.kinds();
+    let delta = kinds.iter().position(|k| k == "message.delta");
+    let call = kinds.iter().position(|k| k == "tool.call.started");
+    assert!(delta.is_some() && call.is_some(), "{kinds:?}");
+    // The deltas came before the end, as the model wrote them.
+    let (delta_at, _) = first.results[delta.unwrap()];
+    let (end_at, _) = *first.results.last().unwrap();
+    assert!(end_at > delta_at);
+    let started = first.first("tool.call.started").unwrap();
+    assert_eq!(started["data"]["tool_name"], "langbot-history_page");
+    assert!(
+        first
+            .results
+            .iter()
+            .any(|(_, r)| r.to_string().contains(ANSWER)),
+        "{kinds:?}"
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r["messages"].to_string().contains("tool_result")
+                && r.to_string().contains(DECISION)),
+        "the history_page result never reached the model"
+    );
+    let session = &end["data"]["message"]["metadata"]["session"];
+    let session_id = session["session_id"].clone();
+    assert!(session_id.is_string(), "{end}");
+    let asked = requests.len();
+
+    let second = machine.turn(FOLLOW_UP, &[]).await;
+    let end = second.terminal();
+    assert_eq!(end["type"], "run.completed", "{}", second.stderr);
+    let session = &end["data"]["message"]["metadata"]["session"];
+    assert_eq!(session["resumed"], true, "{end}");
+    assert_eq!(session["session_id"], session_id);
+    assert!(end.to_string().contains(SECOND_ANSWER), "{end}");
+    let requests = fake.requests.lock().unwrap().clone();
+    let carried = requests[asked..]
+        .iter()
+        .any(|r| r["messages"].to_string().contains(ANSWER));
+    assert!(carried, "turn 2 did not carry turn 1");
+
+    // The stable instructions (AGENTS.md, which the bridge wrote) reach the
+    // model in both turns, byte for byte.
+    let workspace = std::path::PathBuf::from(
+        first
+            .results
+            .iter()
+            .find(|(_, r)| r["data"]["key"] == "external.working_directory")
+            .map(|(_, r)| r["data"]["value"].as_str().unwrap_or("").to_string())
+            .expect("the workspace"),
+    );
+    let instructions = std::fs::read_to_string(workspace.join("AGENTS.md")).unwrap();
+    let escaped = serde_json::to_string(instructions.trim()).unwrap();
+    let escaped = &escaped[1..escaped.len() - 1];
+    for (turn, range) in [(1, &requests[..asked]), (2, &requests[asked..])] {
+        assert!(
+            range.iter().any(|r| r.to_string().contains(escaped)),
+            "turn {turn} did not carry the instructions"
+        );
+    }
+    assert!(processes_under(&machine.data.path().join("workspaces")).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_copilot_is_stopped_at_the_deadline_with_nothing_left() {
+    let (model_url, fake) = fake_model_hanging_on("HANG").await;
+    let machine = Machine::new(model_url).await;
+    let turn = machine.turn("Please HANG", &["--timeout", "5"]).await;
+    let end = turn.terminal();
+    assert_eq!(end["type"], "run.failed", "{}", turn.stderr);
+    assert!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    assert_eq!(end["data"]["code"], "deadline_exceeded", "{end}");
+    assert!(processes_under(&machine.data.path().join("workspaces")).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_copilot_binary_is_harness_not_found() {
+    let machine = Machine::new("http://127.0.0.1:9".into()).await;
+    let args = [
+        "--harness",
+        "copilot",
+        "--bin",
+        "/nonexistent/copilot",
+        "--conversation",
+        CONVERSATION,
+        "--text",
+        "hi",
+    ];
+    let turn = bridge_run(machine.data.path(), &args, &machine.env()).await;
+    let end = turn.terminal();
+    assert_eq!(end["data"]["code"], "harness_not_found", "{end}");
+    assert!(
+        end["data"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("npm install -g @github/copilot"),
+        "{end}"
+    );
+}
