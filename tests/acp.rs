@@ -174,6 +174,17 @@ async fn live_conversation(agent: Agent) {
     let machine = Machine::new(agent);
     let mut server = machine.serve(&model_url).await;
 
+    // `serve` offers the agent to hosts with the built-in harnesses.
+    let runners = server.get_json("/v1/runners").await;
+    assert!(
+        runners["runners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["runner_name"] == agent.name()),
+        "{runners}"
+    );
+
     let first = server.results(machine.turn(ASK, "acp-1")).await;
     let kinds: Vec<&str> = first.iter().filter_map(|r| r["type"].as_str()).collect();
     let delta = kinds.iter().position(|k| *k == "message.delta");

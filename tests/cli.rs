@@ -83,6 +83,19 @@ fn manifest_lists_each_harness() {
         doc["runners"][0]["manifest"]["permissions"]["history"],
         json!(["page", "search"])
     );
+
+    // The specs in force: an operator's folder adds its agent, and a
+    // folder that does not load is an error, not a partial manifest.
+    let out = bridge(&["manifest", "--adapters", "examples/adapters"]);
+    assert_eq!(out.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let last = doc["runners"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last["manifest"]["id"],
+        "plugin:langbot/harness-bridge/claude-acp"
+    );
+    let out = bridge(&["manifest", "--adapters", "no/such/folder"]);
+    assert_ne!(out.status.code(), Some(0));
 }
 
 #[tokio::test]

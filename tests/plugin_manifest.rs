@@ -50,7 +50,8 @@ fn plugin_runners() -> BTreeMap<String, Spec> {
 #[test]
 fn the_plugin_manifests_and_the_bridge_catalog_agree() {
     let plugin = plugin_runners();
-    let catalog = harness_bridge::harness::discovery().runners;
+    let catalog =
+        harness_bridge::harness::discovery(harness_bridge::harness::Adapters::builtin()).runners;
     let names: Vec<&String> = catalog.iter().map(|r| &r.runner_name).collect();
     assert_eq!(
         plugin.keys().collect::<Vec<_>>(),

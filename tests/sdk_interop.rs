@@ -149,7 +149,9 @@ fn sdk_samples_parse_here_and_our_output_validates_there() {
 #[test]
 fn our_manifest_validates_in_the_sdk() {
     let mut lines = String::new();
-    for runner in harness_bridge::harness::discovery().runners {
+    for runner in
+        harness_bridge::harness::discovery(harness_bridge::harness::Adapters::builtin()).runners
+    {
         let mut manifest = serde_json::to_value(&runner.manifest).unwrap();
         // The released SDK has no artifact permission (artifact APIs are in
         // the protocol document only); LangBot never sees this key.

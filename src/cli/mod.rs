@@ -95,8 +95,14 @@ enum Command {
     /// Inspect the embedded host store: history, state, audit.
     #[command(subcommand)]
     Host(host::HostCommand),
-    /// Print the runner discovery JSON (AgentRunnerDiscovery) for a host.
-    Manifest,
+    /// Print the runner discovery JSON (AgentRunnerDiscovery) for a host:
+    /// one runner per harness in force.
+    Manifest {
+        /// A folder of harness specs (`*.yaml`) to add to the built-in ones
+        /// (one of the same name replaces it), as `run --adapters` takes.
+        #[arg(long, value_name = "DIR")]
+        adapters: Option<std::path::PathBuf>,
+    },
     /// Run one turn through a harness on the embedded host: results stream
     /// to stdout, and the next turn resumes the same session.
     #[command(after_help = run::AFTER_HELP)]
@@ -163,6 +169,24 @@ fn contained(command: impl FnOnce() -> u8) -> u8 {
 
 /// The adapter specs in force: built-in, plus an operator folder; a bad
 /// spec is reported (file, line, reason) and gives the exit code.
+/// `manifest`: the discovery JSON for the specs in force.
+fn manifest(adapters: Option<&std::path::Path>) -> u8 {
+    let adapters = match load_adapters(adapters) {
+        Ok(adapters) => adapters,
+        Err(code) => return code,
+    };
+    match serde_json::to_string_pretty(&crate::harness::discovery(&adapters)) {
+        Ok(json) => {
+            out!("{json}");
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: cannot render the manifest: {e}");
+            exit::FAILURE
+        }
+    }
+}
+
 fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapters, u8> {
     match dir {
         Some(dir) => crate::harness::Adapters::load(dir).map_err(|e| {
@@ -353,19 +377,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Adapters(cmd) => adapters::run(cmd),
         Command::Context(cmd) => context::run(cmd),
-        Command::Manifest => {
-            let discovery = crate::harness::discovery();
-            match serde_json::to_string_pretty(&discovery) {
-                Ok(json) => {
-                    out!("{json}");
-                    exit::OK
-                }
-                Err(e) => {
-                    eprintln!("error: cannot render the manifest: {e}");
-                    exit::FAILURE
-                }
-            }
-        }
+        Command::Manifest { adapters } => manifest(adapters.as_deref()),
         Command::Host(cmd) => in_data_dir(cli.data_dir, |dir| host::run(cmd, dir)),
         Command::McpStdio => {
             let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -98,9 +98,11 @@ pub fn requested_permissions() -> AgentRunnerPermissions {
     }
 }
 
-/// The discovery answer (`LIST_AGENT_RUNNERS`) for every harness.
-pub fn discovery() -> ListAgentRunnersResponse {
-    let runners = Adapters::builtin()
+/// The discovery answer (`LIST_AGENT_RUNNERS`) for every harness in
+/// force: the built-in specs and an operator's (`--adapters`), so a host
+/// is offered exactly what the bridge will run.
+pub fn discovery(adapters: &Adapters) -> ListAgentRunnersResponse {
+    let runners = adapters
         .all()
         .iter()
         .map(|h| AgentRunnerDiscovery {

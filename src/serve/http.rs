@@ -486,8 +486,8 @@ async fn cancel_run(State(service): State<Arc<Service>>, Path(run_id): Path<Stri
     }
 }
 
-async fn runners() -> Response {
-    axum::Json(crate::harness::discovery()).into_response()
+async fn runners(State(service): State<Arc<Service>>) -> Response {
+    axum::Json(crate::harness::discovery(service.bridge.adapters())).into_response()
 }
 
 #[derive(Deserialize)]

@@ -39,7 +39,7 @@ pub fn context(run_id: &str, conversation: &str) -> AgentRunContext {
 
 /// Every permission the bridge's runners request.
 pub fn all_permissions() -> AgentRunnerPermissions {
-    harness_bridge::harness::discovery().runners[0]
+    harness_bridge::harness::discovery(harness_bridge::harness::Adapters::builtin()).runners[0]
         .manifest
         .permissions
         .clone()
