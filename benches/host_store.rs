@@ -23,10 +23,11 @@ fn bench(c: &mut Criterion) {
     let rt = support::runtime();
     let store = store(&rt);
     let grants = Grants::new(Arc::new(store.clone()));
-    let permissions = harness_bridge::harness::discovery().runners[0]
-        .manifest
-        .permissions
-        .clone();
+    let permissions =
+        harness_bridge::harness::discovery(harness_bridge::harness::Adapters::builtin()).runners[0]
+            .manifest
+            .permissions
+            .clone();
     let policy = support::unlimited();
     let run = grants
         .open_run(
