@@ -34,6 +34,9 @@ enum Agent {
     ClaudeAcp,
     /// Kimi Code CLI (`kimi acp`), built in, on the Node 22 it needs.
     Kimi,
+    /// opencode (`opencode acp`), built in, its model an Anthropic
+    /// provider in its configuration.
+    Opencode,
 }
 
 impl Agent {
@@ -41,6 +44,7 @@ impl Agent {
         match self {
             Agent::ClaudeAcp => "claude-acp",
             Agent::Kimi => "kimi",
+            Agent::Opencode => "opencode",
         }
     }
 
@@ -49,6 +53,7 @@ impl Agent {
         common::cli(match self {
             Agent::ClaudeAcp => "claude-agent-acp",
             Agent::Kimi => "kimi",
+            Agent::Opencode => "opencode",
         })
     }
 
@@ -56,7 +61,7 @@ impl Agent {
     fn instructions_file(self) -> &'static str {
         match self {
             Agent::ClaudeAcp => "CLAUDE.md",
-            Agent::Kimi => "AGENTS.md",
+            Agent::Kimi | Agent::Opencode => "AGENTS.md",
         }
     }
 }
@@ -121,6 +126,25 @@ impl Machine {
                     ("KIMI_MODEL_BASE_URL", model_url.to_string()),
                 ]
             }
+            Agent::Opencode => {
+                let config = json!({
+                    "$schema": "https://opencode.ai/config.json",
+                    "model": "anthropic/claude-sonnet-4-5",
+                    "provider": {"anthropic": {"options": {"baseURL": format!("{model_url}/v1")}}},
+                    "autoupdate": false,
+                    "share": "disabled",
+                });
+                vec![
+                    ("PATH", path),
+                    ("HOME", home.clone()),
+                    ("XDG_CONFIG_HOME", format!("{home}/.config")),
+                    ("XDG_DATA_HOME", format!("{home}/.local/share")),
+                    ("XDG_CACHE_HOME", format!("{home}/.cache")),
+                    ("XDG_STATE_HOME", format!("{home}/.local/state")),
+                    ("OPENCODE_CONFIG_CONTENT", config.to_string()),
+                    ("ANTHROPIC_API_KEY", "test-key".to_string()),
+                ]
+            }
         }
     }
 
@@ -164,6 +188,11 @@ async fn an_acp_agent_added_by_yaml_serves_a_conversation_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kimi_serves_a_conversation_live_over_acp() {
     live_conversation(Agent::Kimi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_serves_a_conversation_live_over_acp() {
+    live_conversation(Agent::Opencode).await;
 }
 
 /// Two turns of one conversation in one agent process: deltas, the
@@ -284,6 +313,11 @@ async fn cancel_interrupts_a_kimi_turn_and_the_session_goes_on() {
     cancel_keeps_the_session(Agent::Kimi).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_interrupts_an_opencode_turn_and_the_session_goes_on() {
+    cancel_keeps_the_session(Agent::Opencode).await;
+}
+
 /// Cancel mid-turn: `session/cancel`, the turn ends `cancelled`, the same
 /// process serves the next turn with the earlier context; shutdown
 /// leaves nothing.
@@ -386,6 +420,11 @@ async fn run_drives_kimi_for_one_turn_and_resumes_it_the_next() {
     run_turns(Agent::Kimi).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_drives_opencode_for_one_turn_and_resumes_it_the_next() {
+    run_turns(Agent::Opencode).await;
+}
+
 /// `run`: one turn in an agent process stopped after it, the next turn
 /// resuming the stored session in a new one; a missing binary is
 /// `harness_not_found` with the spec's install hint.
@@ -467,6 +506,7 @@ async fn run_turns(agent: Agent) {
     let hint = match agent {
         Agent::ClaudeAcp => "npm install -g @agentclientprotocol/claude-agent-acp",
         Agent::Kimi => "npm install -g @moonshot-ai/kimi-code",
+        Agent::Opencode => "npm install -g opencode-ai",
     };
     assert!(
         end["data"]["error"].as_str().unwrap_or("").contains(hint),

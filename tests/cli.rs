@@ -76,7 +76,8 @@ fn manifest_lists_each_harness() {
             "plugin:langbot/harness-bridge/claude-code",
             "plugin:langbot/harness-bridge/codex",
             "plugin:langbot/harness-bridge/copilot",
-            "plugin:langbot/harness-bridge/kimi"
+            "plugin:langbot/harness-bridge/kimi",
+            "plugin:langbot/harness-bridge/opencode"
         ]
     );
     assert_eq!(

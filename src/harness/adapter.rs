@@ -223,7 +223,7 @@ pub struct SpecError {
     pub reason: String,
 }
 
-const BUILT_IN: [(&str, &str); 4] = [
+const BUILT_IN: [(&str, &str); 5] = [
     (
         "claude-code.yaml",
         include_str!("../../harness-adapters/claude-code.yaml"),
@@ -239,6 +239,10 @@ const BUILT_IN: [(&str, &str); 4] = [
     (
         "kimi.yaml",
         include_str!("../../harness-adapters/kimi.yaml"),
+    ),
+    (
+        "opencode.yaml",
+        include_str!("../../harness-adapters/opencode.yaml"),
     ),
 ];
 

@@ -95,7 +95,7 @@ class HarnessRunner(Runner):
         env = parse_env(config.get("extra_env"))
         if config.get("api_key"):
             env[self.key_var] = str(config["api_key"])
-        if config.get("base_url"):
+        if config.get("base_url") and self.url_var:
             env[self.url_var] = str(config["base_url"])
         harness_path = str(config.get("harness_path") or "").strip() or None
         path = env.get("PATH", DEFAULT_PATH)
