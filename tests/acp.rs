@@ -48,13 +48,23 @@ impl Agent {
         }
     }
 
-    /// The program, from the pinned test CLIs.
+    /// The program, from the pinned test CLIs (opencode as its linux x64
+    /// build, the binary its launcher package would pick here).
     fn binary(self) -> std::path::PathBuf {
-        common::cli(match self {
-            Agent::ClaudeAcp => "claude-agent-acp",
-            Agent::Kimi => "kimi",
-            Agent::Opencode => "opencode",
-        })
+        match self {
+            Agent::ClaudeAcp => common::cli("claude-agent-acp"),
+            Agent::Kimi => common::cli("kimi"),
+            Agent::Opencode => {
+                let path = common::cli_dir().join("node_modules/opencode-linux-x64/bin/opencode");
+                assert!(
+                    path.exists(),
+                    "opencode is not installed at {}: run `scripts/test` (npm ci in tests/clis; \
+                     the pinned build is linux x64)",
+                    path.display()
+                );
+                path
+            }
+        }
     }
 
     /// The instructions file the spec writes.
