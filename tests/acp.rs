@@ -437,9 +437,10 @@ async fn run_drives_opencode_for_one_turn_and_resumes_it_the_next() {
 
 /// `run`: one turn in an agent process stopped after it, the next turn
 /// resuming the stored session in a new one; a missing binary is
-/// `harness_not_found` with the spec's install hint.
+/// `harness_not_found` with the spec's install hint; a turn past its
+/// deadline leaves no process.
 async fn run_turns(agent: Agent) {
-    let (model_url, fake) = fake_model(false).await;
+    let (model_url, fake) = fake_model_hanging_on("HANG").await;
     let machine = Machine::new(agent);
     let data = tempfile::tempdir().unwrap();
     seed_decision(data.path(), CONVERSATION).await;
@@ -521,5 +522,19 @@ async fn run_turns(agent: Agent) {
     assert!(
         end["data"]["error"].as_str().unwrap_or("").contains(hint),
         "{end}"
+    );
+
+    // A turn the model never answers: stopped at its deadline, the agent
+    // and all it started gone.
+    let mut hang_args = args("Please HANG");
+    hang_args.extend(["--timeout".to_string(), "8".to_string()]);
+    let hang_args: Vec<&str> = hang_args.iter().map(String::as_str).collect();
+    let hung = bridge_run(data.path(), &hang_args, &env).await;
+    let end = hung.terminal();
+    assert_eq!(end["data"]["code"], "deadline_exceeded", "{end}");
+    assert!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    assert!(
+        processes_under(&root).is_empty(),
+        "the agent outlived its deadline"
     );
 }

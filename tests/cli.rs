@@ -76,8 +76,10 @@ fn manifest_lists_each_harness() {
             "plugin:langbot/harness-bridge/claude-code",
             "plugin:langbot/harness-bridge/codex",
             "plugin:langbot/harness-bridge/copilot",
+            "plugin:langbot/harness-bridge/gemini",
             "plugin:langbot/harness-bridge/kimi",
-            "plugin:langbot/harness-bridge/opencode"
+            "plugin:langbot/harness-bridge/opencode",
+            "plugin:langbot/harness-bridge/qwen"
         ]
     );
     assert_eq!(
@@ -163,12 +165,37 @@ fn adapters_list_show_and_refuse_a_malformed_spec() {
     let out = bridge(&["adapters", "list"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
-    assert!(
-        text.contains("claude-code") && text.contains("codex") && text.contains("built-in"),
-        "{text}"
-    );
+    for (name, family) in [
+        ("claude-code", "claude"),
+        ("codex", "codex"),
+        ("copilot", "copilot"),
+        ("gemini", "gemini"),
+        ("kimi", "acp"),
+        ("opencode", "acp"),
+        ("qwen", "qwen"),
+    ] {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} ")));
+        let fields: Vec<&str> = line
+            .map(|l| {
+                l.split("  ")
+                    .filter(|f| !f.trim().is_empty())
+                    .map(str::trim)
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            fields.contains(&family) && fields.last() == Some(&"built-in"),
+            "{name}: {text}"
+        );
+    }
     let out = bridge(&["adapters", "show", "claude-code"]);
     assert!(stdout(&out).contains("decoder: claude-stream-json"));
+    let out = bridge(&["adapters", "show", "qwen"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("family: qwen") && text.contains("decoder: claude-stream-json"),
+        "{text}"
+    );
     assert_eq!(bridge(&["adapters", "show", "vim"]).status.code(), Some(2));
 
     let dir = tempfile::tempdir().unwrap();

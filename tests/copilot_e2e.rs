@@ -118,23 +118,8 @@ async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
 
     // The stable instructions (AGENTS.md, which the bridge wrote) reach the
     // model in both turns, byte for byte.
-    let workspace = std::path::PathBuf::from(
-        first
-            .results
-            .iter()
-            .find(|(_, r)| r["data"]["key"] == "external.working_directory")
-            .map(|(_, r)| r["data"]["value"].as_str().unwrap_or("").to_string())
-            .expect("the workspace"),
-    );
-    let instructions = std::fs::read_to_string(workspace.join("AGENTS.md")).unwrap();
-    let escaped = serde_json::to_string(instructions.trim()).unwrap();
-    let escaped = &escaped[1..escaped.len() - 1];
-    for (turn, range) in [(1, &requests[..asked]), (2, &requests[asked..])] {
-        assert!(
-            range.iter().any(|r| r.to_string().contains(escaped)),
-            "turn {turn} did not carry the instructions"
-        );
-    }
+    let workspace = common::turn_workspace(&first);
+    common::assert_instructions_in_both_turns(&workspace, "AGENTS.md", &requests, asked);
     assert!(processes_under(&machine.data.path().join("workspaces")).is_empty());
 }
 

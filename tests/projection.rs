@@ -1106,8 +1106,32 @@ fn cli_project_prints_the_workspace_and_files() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("unknown harness `vim` (known: claude-code, codex)")
+        err.contains("unknown harness `vim` (known: claude-code, codex, copilot, gemini, kimi, opencode, qwen)"),
+        "{err}"
     );
+
+    // The specs in force: an operator's folder adds an agent to project
+    // for, in its family's way (instructions in its file, MCP servers in
+    // the protocol, so no config file).
+    let adapters = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/adapters");
+    let out = std::process::Command::new(bin)
+        .args([
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "project",
+            "--context",
+            example,
+            "--harness",
+            "claude-acp",
+            "--adapters",
+            adapters,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("written    CLAUDE.md"), "{text}");
+    assert!(!text.contains("mcp.json"), "{text}");
 }

@@ -501,7 +501,7 @@ async fn an_extra_servers_env_never_changes_the_harnesss_own() {
     std::fs::write(
         adapters.join("scripted-codex.yaml"),
         spec.replace("name: scripted", "name: scripted-codex")
-            .replace("mcp_format: claude-json", "mcp_format: codex-overrides"),
+            .replace("family: claude", "family: codex"),
     )
     .unwrap();
     let servers = setup.data.path().join("servers.yaml");
@@ -546,7 +546,9 @@ async fn an_extra_servers_env_never_changes_the_harnesss_own() {
             &["--harness", "scripted-codex", "--mcp-servers", &servers],
         )
         .await;
-    turn.completed();
+    // (The script answers in Claude's format, which the codex family does
+    // not read: the turn fails after the harness ran, which is enough.)
+    turn.assert_failed("harness_error");
     let env = std::fs::read_to_string(setup.workspace(&turn).join("received-env")).unwrap();
     let env: Vec<&str> = env.lines().collect();
     assert!(env.contains(&"TOOLS_KEY=tk-1"), "{env:?}");

@@ -9,7 +9,8 @@ use crate::harness::{AdapterSpec, Adapters};
 
 #[derive(Debug, Subcommand)]
 pub enum AdaptersCommand {
-    /// List the harnesses this bridge can run, and where each spec comes from.
+    /// List the harnesses this bridge can run: name, label, family (what
+    /// it shares with CLIs of its kind) and where each spec comes from.
     List {
         /// Folder of operator specs (*.yaml) that replace or add harnesses.
         #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
@@ -57,8 +58,8 @@ fn show(spec: &AdapterSpec, source: &str) -> String {
             .join(", ")
     );
     let head = format!(
-        "name: {}\nlabel: {}\nsource: {source}\nbinary: {}",
-        spec.name, spec.label, spec.binary
+        "name: {}\nlabel: {}\nsource: {source}\nbinary: {}\nfamily: {} ({})",
+        spec.name, spec.label, spec.binary, spec.family.name, spec.family.about
     );
     let instructions = spec
         .instructions_file
@@ -134,7 +135,12 @@ pub fn run(cmd: AdaptersCommand) -> u8 {
                     .sources
                     .get(&spec.name)
                     .map_or("built-in", String::as_str);
-                out!("{:<14} {:<14} {source}", spec.name, spec.label);
+                out!(
+                    "{:<14} {:<14} {:<9} {source}",
+                    spec.name,
+                    spec.label,
+                    spec.family.name
+                );
             }
             exit::OK
         }

@@ -52,7 +52,8 @@ the system allows it, else a sweep by turn marker; HARNESS_BRIDGE_CONTAIN=
 cgroup|subreaper|auto chooses (default auto).
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.";
 
-/// Plug code-agent CLIs (Claude Code, Codex) into IM bots through LangBot's
+/// Plug code-agent CLIs (Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen
+/// Code, Kimi Code, opencode, any ACP agent) into IM bots through LangBot's
 /// AgentRunner Protocol v1.
 #[derive(Debug, Parser)]
 #[command(name = "harness-bridge", version, after_help = AFTER_HELP, propagate_version = true)]

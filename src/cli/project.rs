@@ -21,9 +21,12 @@ pub struct ProjectArgs {
     /// AgentRunContext JSON file, or `-` for standard input.
     #[arg(long, value_name = "FILE")]
     context: PathBuf,
-    /// Harness to project for (claude-code, codex).
+    /// Harness to project for (see `adapters list`).
     #[arg(long, value_name = "NAME")]
     harness: String,
+    /// Folder of adapter specs that add to or replace the built-in ones.
+    #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
+    adapters: Option<PathBuf>,
     /// Folder under which conversation workspaces live [default: DATA_DIR/workspaces].
     #[arg(long, value_parser = super::absolute_path, value_name = "DIR")]
     root: Option<PathBuf>,
@@ -89,7 +92,11 @@ fn print(projection: &Projection, json: bool) {
 }
 
 pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
-    let info = match harness::Adapters::builtin().require(&args.harness) {
+    let adapters = match super::load_adapters(args.adapters.as_deref()) {
+        Ok(adapters) => adapters,
+        Err(code) => return code,
+    };
+    let info = match adapters.require(&args.harness) {
         Ok(info) => info,
         Err(why) => {
             eprintln!("error: {why}");

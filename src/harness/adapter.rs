@@ -9,8 +9,9 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
+use super::family::{self, Family};
 use super::{SessionIdFormat, SessionStore};
-use crate::projection::{McpFormat, Target};
+use crate::projection::{Home, Target};
 
 /// One argv item: a plain argument, or a group that is kept only when
 /// every placeholder in it has a value (e.g. `["--model", "{model}"]`).
@@ -61,7 +62,9 @@ pub struct EnvSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LiveSpec {
-    /// The protocol (see [`super::live::driver`]).
+    /// The protocol (see [`super::live::driver`]); the family's when the
+    /// spec names none.
+    #[serde(default)]
     pub driver: String,
     /// Arguments put before the one-shot argv (`new` or `resume`), when
     /// the live mode is the one-shot command with a flag or two more.
@@ -78,17 +81,6 @@ pub struct LiveSpec {
     pub permission_prompt_tool: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-enum McpFormatName {
-    #[default]
-    ClaudeJson,
-    CodexOverrides,
-    /// In the protocol: `session/new`'s `mcpServers` (an ACP agent).
-    Acp,
-    CopilotJson,
-}
-
 /// What an ACP agent may do when no person is asked (without `approvals:
 /// chat`): its permission requests are answered with an option of this
 /// kind.
@@ -102,8 +94,8 @@ pub enum AcpPolicy {
     Deny,
 }
 
-/// Options of an agent driven over the Agent Client Protocol (`live:
-/// {driver: acp}`).
+/// Options of an agent driven over the Agent Client Protocol (`family:
+/// acp`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcpSpec {
@@ -121,9 +113,46 @@ pub struct AcpSpec {
     pub mode: Option<String>,
 }
 
-/// One harness, as its spec file describes it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// A spec file as written: the family, and what is the operator's to say.
+/// The decoder and the MCP format are the family's alone; the skills
+/// folder, instructions file, tool naming and session facts default to
+/// the family's and may be set for a CLI that speaks a family's formats
+/// but keeps its own ways (an ACP agent's files, a script's sessions).
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct SpecFile {
+    name: String,
+    label: String,
+    description: String,
+    binary: String,
+    family: String,
+    #[serde(default)]
+    argv: Argv,
+    #[serde(default)]
+    stdin: Stdin,
+    #[serde(default)]
+    env: EnvSpec,
+    #[serde(default)]
+    skills_dir: Option<String>,
+    #[serde(default)]
+    instructions_file: Option<String>,
+    #[serde(default)]
+    tool_name: Option<String>,
+    #[serde(default)]
+    session_not_found: Option<String>,
+    #[serde(default)]
+    session_store: Option<SessionStore>,
+    #[serde(default)]
+    session_id_format: Option<SessionIdFormat>,
+    install_hint: String,
+    #[serde(default)]
+    live: Option<LiveSpec>,
+    #[serde(default)]
+    acp: Option<AcpSpec>,
+}
+
+/// One harness: its spec file over its family's facts.
+#[derive(Debug, Clone, PartialEq)]
 pub struct AdapterSpec {
     /// Harness name: runner name and `--harness` value.
     pub name: String,
@@ -133,60 +162,42 @@ pub struct AdapterSpec {
     pub description: String,
     /// Program to run (looked up on PATH unless a path is configured).
     pub binary: String,
+    /// What it shares with the CLIs of its kind (see [`super::family`]).
+    pub family: &'static Family,
     /// Arguments, with placeholders (none for an agent that has only a
     /// live mode, an ACP agent).
-    #[serde(default)]
     pub argv: Argv,
     /// What goes to stdin.
-    #[serde(default)]
     pub stdin: Stdin,
     /// The child's environment.
-    #[serde(default)]
     pub env: EnvSpec,
-    /// Where the harness finds project skills, relative to its cwd.
+    /// Where the harness finds project skills, relative to its cwd (the
+    /// family's unless the spec says).
     pub skills_dir: String,
     /// Where the stable instructions are written in the workspace, for a
-    /// harness that reads them from a file (an ACP agent has no argument
-    /// for them): e.g. `AGENTS.md`.
-    #[serde(default)]
+    /// harness that reads them from a file (the family's unless the spec
+    /// says; an ACP agent has no argument for them): e.g. `AGENTS.md`.
     pub instructions_file: Option<String>,
-    #[serde(default)]
-    mcp_format: McpFormatName,
     /// How the harness names an MCP tool (`{server}`, `{tool}`).
-    #[serde(default = "default_tool_name")]
     pub tool_name: String,
-    /// Decoder of the harness's one-shot output (see
-    /// [`super::decode::decoder`]); none for a live-only agent.
-    #[serde(default)]
+    /// Decoder of the harness's one-shot output (empty for a live-only
+    /// agent).
     pub decoder: String,
     /// Output text that means "the session to resume does not exist"
     /// (one-shot; a live driver says so in its protocol).
-    #[serde(default)]
     pub session_not_found: String,
     /// Where the harness keeps sessions, to check one before resuming it.
-    #[serde(default = "unknown_store")]
     pub session_store: SessionStore,
     /// What the harness's session ids look like; a stored id of another
     /// form is not resumed.
-    #[serde(default)]
     pub session_id_format: SessionIdFormat,
     /// How an operator installs the harness, shown when it is missing.
     pub install_hint: String,
-    /// One process for many turns, where the harness can; none: one
-    /// process per turn.
-    #[serde(default)]
+    /// One process for many turns, where the harness can (its driver
+    /// filled in from the family); none: one process per turn.
     pub live: Option<LiveSpec>,
-    /// An ACP agent's options (with `live: {driver: acp}`).
-    #[serde(default)]
+    /// An ACP agent's options.
     pub acp: Option<AcpSpec>,
-}
-
-fn default_tool_name() -> String {
-    "mcp__{server}__{tool}".into()
-}
-
-fn unknown_store() -> SessionStore {
-    SessionStore::Unknown
 }
 
 /// Values for one turn's placeholders.
@@ -223,7 +234,7 @@ pub struct SpecError {
     pub reason: String,
 }
 
-const BUILT_IN: [(&str, &str); 5] = [
+const BUILT_IN: [(&str, &str); 7] = [
     (
         "claude-code.yaml",
         include_str!("../../harness-adapters/claude-code.yaml"),
@@ -237,12 +248,20 @@ const BUILT_IN: [(&str, &str); 5] = [
         include_str!("../../harness-adapters/copilot.yaml"),
     ),
     (
+        "gemini.yaml",
+        include_str!("../../harness-adapters/gemini.yaml"),
+    ),
+    (
         "kimi.yaml",
         include_str!("../../harness-adapters/kimi.yaml"),
     ),
     (
         "opencode.yaml",
         include_str!("../../harness-adapters/opencode.yaml"),
+    ),
+    (
+        "qwen.yaml",
+        include_str!("../../harness-adapters/qwen.yaml"),
     ),
 ];
 
@@ -260,11 +279,89 @@ const PLACEHOLDERS: [&str; 8] = [
 impl AdapterSpec {
     /// Parse one spec file's text; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<Self, SpecError> {
-        let spec: AdapterSpec = serde_yaml::from_str(text).map_err(|e| SpecError {
+        let raw: SpecFile = serde_yaml::from_str(text).map_err(|e| SpecError {
             file: file.into(),
             line: e.location().map(|l| l.line()),
             reason: e.to_string(),
         })?;
+        let fail = |reason: String| SpecError {
+            file: file.into(),
+            line: None,
+            reason,
+        };
+        let family = family::family(&raw.family).ok_or_else(|| {
+            fail(format!(
+                "unknown family `{}` (known: {})",
+                raw.family.escape_debug().take(64).collect::<String>(),
+                family::names()
+            ))
+        })?;
+        let skills_dir = raw
+            .skills_dir
+            .or_else(|| family.skills_dir.map(str::to_string))
+            .ok_or_else(|| {
+                fail(format!(
+                    "skills_dir is needed: the `{}` family has no usual place for skills",
+                    family.name
+                ))
+            })?;
+        if family.decoder.is_none() && raw.session_not_found.is_some() {
+            return Err(fail(format!(
+                "the `{}` family takes no session_not_found (the protocol says when a session is gone)",
+                family.name
+            )));
+        }
+        let live = match raw.live {
+            Some(mut live) => {
+                if live.driver.is_empty() {
+                    live.driver = family
+                        .live_driver
+                        .ok_or_else(|| {
+                            fail(format!(
+                                "`live` needs a driver: the `{}` family has no live mode (known drivers: {})",
+                                family.name,
+                                super::live::DRIVERS.join(", ")
+                            ))
+                        })?
+                        .to_string();
+                }
+                Some(live)
+            }
+            // A live-only family is always live.
+            None if family.decoder.is_none() => Some(LiveSpec {
+                driver: family.live_driver.unwrap_or_default().to_string(),
+                args: Vec::new(),
+                argv: None,
+                permission_prompt_tool: None,
+            }),
+            None => None,
+        };
+        let spec = AdapterSpec {
+            name: raw.name,
+            label: raw.label,
+            description: raw.description,
+            binary: raw.binary,
+            family,
+            argv: raw.argv,
+            stdin: raw.stdin,
+            env: raw.env,
+            skills_dir,
+            instructions_file: raw
+                .instructions_file
+                .or_else(|| family.instructions_file.map(str::to_string)),
+            tool_name: raw
+                .tool_name
+                .unwrap_or_else(|| family.tool_name.to_string()),
+            decoder: family.decoder.unwrap_or_default().to_string(),
+            session_not_found: raw
+                .session_not_found
+                .unwrap_or_else(|| family.session_not_found.unwrap_or_default().to_string()),
+            session_store: raw.session_store.unwrap_or(family.session_store),
+            session_id_format: raw.session_id_format.unwrap_or(family.session_id_format),
+            install_hint: raw.install_hint,
+            live,
+            acp: raw.acp,
+        };
         spec.check(file)?;
         Ok(spec)
     }
@@ -281,31 +378,27 @@ impl AdapterSpec {
             // An agent with only a live mode: the protocol carries the
             // session, its end and its "not found".
             if !self.argv.new.is_empty() || !self.argv.resume.is_empty() {
-                return fail("an `acp` agent takes no argv (its command is live.argv)".into());
-            }
-            if !self.decoder.is_empty() || !self.session_not_found.is_empty() {
-                return fail(
-                    "an `acp` agent takes no decoder or session_not_found (the protocol says both)"
-                        .into(),
-                );
-            }
-        } else {
-            if super::decode::decoder(&self.decoder).is_none() {
                 return fail(format!(
-                    "unknown decoder `{}` (known: {})",
-                    self.decoder,
-                    super::decode::DECODERS.join(", ")
+                    "the `{}` family takes no argv (its command is live.argv)",
+                    self.family.name
                 ));
             }
-            if self.session_not_found.trim().is_empty() {
-                return fail(
-                    "session_not_found must not be empty (it would match every output)".into(),
-                );
+            if self.live.as_ref().is_none_or(|l| l.argv.is_none()) {
+                return fail(format!(
+                    "the `{}` family needs live.argv: the agent's command line",
+                    self.family.name
+                ));
             }
-            if self.acp.is_some() || self.mcp_format == McpFormatName::Acp {
-                return fail(
-                    "`acp` options and `mcp_format: acp` go with `live: {driver: acp}`".into(),
-                );
+        } else if self.acp.is_some() {
+            return fail("`acp` options go with `family: acp`".into());
+        } else if self.session_not_found.trim().is_empty() {
+            return fail(
+                "session_not_found must not be empty (it would match every output)".into(),
+            );
+        }
+        if let Some(live) = &self.live {
+            if live.driver == "acp" && self.family.name != "acp" {
+                return fail("the `acp` live driver goes with `family: acp`".into());
             }
         }
         if let Some(file) = &self.instructions_file {
@@ -396,7 +489,7 @@ impl AdapterSpec {
     /// Whether the harness runs only live: an ACP agent, whose protocol
     /// is the only way in (`run` then drives one live turn and stops it).
     pub fn live_only(&self) -> bool {
-        self.live.as_ref().is_some_and(|live| live.driver == "acp")
+        self.family.decoder.is_none()
     }
 
     /// Where the projection puts things for this harness.
@@ -404,17 +497,20 @@ impl AdapterSpec {
         Target {
             harness: self.name.clone(),
             skills_dir: self.skills_dir.split('/').map(str::to_string).collect(),
-            mcp_format: match self.mcp_format {
-                McpFormatName::ClaudeJson => McpFormat::ClaudeJson,
-                McpFormatName::CodexOverrides => McpFormat::CodexOverrides,
-                McpFormatName::Acp => McpFormat::Acp,
-                McpFormatName::CopilotJson => McpFormat::CopilotJson,
-            },
+            mcp_format: self.family.mcp_format,
             instructions_file: self
                 .instructions_file
                 .as_ref()
                 .map(|f| f.split('/').map(str::to_string).collect()),
             tool_name: self.tool_name.clone(),
+            home: self.family.home.as_ref().map(|home| Home {
+                env: home.env.to_string(),
+                files: home
+                    .files
+                    .iter()
+                    .map(|(path, text)| (path.to_string(), text.to_string()))
+                    .collect(),
+            }),
         }
     }
 
@@ -733,10 +829,9 @@ mod tests {
         AdapterSpec::parse(
             "x.yaml",
             &format!(
-                "name: x\nlabel: X\ndescription: d\nbinary: x\n\
+                "name: x\nlabel: X\ndescription: d\nbinary: x\nfamily: claude\n\
                  argv:\n  new: {new}\n  resume: {resume}\nstdin: prompt\n\
-                 skills_dir: .x/skills\nmcp_format: claude-json\ndecoder: claude-stream-json\n\
-                 session_not_found: gone\ninstall_hint: h\n"
+                 skills_dir: .x/skills\ninstall_hint: h\n"
             ),
         )
     }
@@ -835,13 +930,19 @@ mod tests {
         let good = include_str!("../../harness-adapters/codex.yaml");
         let err = AdapterSpec::parse(
             "x.yaml",
-            &good.replace("decoder: codex-jsonl", "decoder: telepathy"),
+            &good.replace("family: codex", "family: telepathy"),
         )
         .unwrap_err();
         assert!(
-            err.to_string().contains("unknown decoder `telepathy`"),
+            err.to_string().contains(
+                "unknown family `telepathy` (known: claude, codex, copilot, gemini, qwen, acp)"
+            ),
             "{err}"
         );
+        // What a family owns is not the spec's to say.
+        let err =
+            AdapterSpec::parse("x.yaml", &format!("{good}\ndecoder: codex-jsonl\n")).unwrap_err();
+        assert!(err.to_string().contains("unknown field `decoder`"), "{err}");
         let err = AdapterSpec::parse("x.yaml", &good.replace("\"{session_id}\"", "\"{promt}\""))
             .unwrap_err();
         assert!(
@@ -850,11 +951,8 @@ mod tests {
         );
         let err = AdapterSpec::parse("x.yaml", &format!("{good}\nsurprise: 1\n")).unwrap_err();
         assert!(err.to_string().contains("surprise"), "{err}");
-        let err = AdapterSpec::parse(
-            "x.yaml",
-            &good.replace("skills_dir: .agents/skills", "skills_dir: ../out"),
-        )
-        .unwrap_err();
+        let err =
+            AdapterSpec::parse("x.yaml", &format!("{good}\nskills_dir: ../out\n")).unwrap_err();
         assert!(err.to_string().contains("skills_dir"), "{err}");
     }
 

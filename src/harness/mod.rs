@@ -9,6 +9,7 @@ mod adapter;
 pub mod cage;
 mod catalog;
 pub mod decode;
+pub mod family;
 mod launch;
 pub mod live;
 mod session;

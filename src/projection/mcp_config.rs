@@ -191,13 +191,36 @@ pub enum McpFormat {
     /// Copilot CLI: a JSON file (`mcpServers`, each with `tools: ["*"]`)
     /// passed with `--additional-mcp-config @FILE`.
     CopilotJson,
+    /// Gemini CLI: the workspace's `.gemini/settings.json` (`mcpServers`,
+    /// HTTP as `httpUrl`, `trust` for the bridge's own server), read from
+    /// its working folder once the workspace is trusted.
+    GeminiSettings,
+    /// Qwen Code: a JSON file passed with `--mcp-config`, each server
+    /// `alwaysLoadTools` (else its tools hide behind a tool search). Qwen
+    /// does not expand `${VAR}`: the file holds the token while the turn
+    /// runs (see [`McpFile::fill_env`]).
+    QwenJson,
+}
+
+/// An MCP config the harness reads from a file in the workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpFile {
+    /// Where, relative to the workspace.
+    pub path: [&'static str; 2],
+    /// The content, secrets as `${VAR}`.
+    pub bytes: Vec<u8>,
+    /// The harness does not expand `${VAR}` itself: the run writes the
+    /// file with the values filled in just before the harness starts
+    /// (0600) and puts this content back once the turn ends, so no token
+    /// outlives its turn on disk.
+    pub fill_env: bool,
 }
 
 /// A rendered MCP configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RenderedMcp {
-    /// File content for `.langbot/mcp.json` (0600), when the format is a file.
-    pub file: Option<Vec<u8>>,
+    /// The config file (0600), when the format is a file.
+    pub file: Option<McpFile>,
     /// Config overrides for the command line; never carry secret values.
     pub overrides: Vec<String>,
     /// Variables the launcher must add to the child's environment (secret
@@ -236,6 +259,13 @@ pub fn render(servers: &[McpServer], format: McpFormat) -> RenderedMcp {
         McpFormat::CodexOverrides => render_codex(servers),
         McpFormat::Acp => render_acp(servers),
         McpFormat::CopilotJson => render_json(servers, true),
+        McpFormat::GeminiSettings => render_settings(servers, GEMINI_SETTINGS, &[], false),
+        McpFormat::QwenJson => render_settings(
+            servers,
+            MCP_CONFIG,
+            &[("alwaysLoadTools", json!(true))],
+            true,
+        ),
     }
 }
 
@@ -304,6 +334,70 @@ pub fn fill_env(value: &Value, env: &BTreeMap<String, String>) -> Value {
     }
 }
 
+/// An HTTP server's headers as a JSON object, the bearer as `${VAR}` for
+/// the harness (or the run) to fill in.
+fn json_headers(headers: &BTreeMap<String, String>, bearer_env: Option<&str>) -> Value {
+    let mut map: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    if let Some(var) = bearer_env {
+        map.insert(
+            "Authorization".into(),
+            Value::String(format!("Bearer ${{{var}}}")),
+        );
+    }
+    Value::Object(map)
+}
+
+/// Where Gemini CLI reads a workspace's settings.
+const GEMINI_SETTINGS: [&str; 2] = [".gemini", "settings.json"];
+/// Where the bridge keeps a harness's MCP config file of its own.
+const MCP_CONFIG: [&str; 2] = super::workspace::paths::MCP_CONFIG;
+
+/// The settings shape Gemini CLI and Qwen Code share: `mcpServers` with
+/// HTTP servers as `httpUrl`, the bridge's own server `trust`ed (its calls
+/// are authorized by the run's grant; a headless harness would otherwise
+/// decline them), `extra` keys on every server.
+fn render_settings(
+    servers: &[McpServer],
+    path: [&'static str; 2],
+    extra: &[(&str, Value)],
+    fill_env: bool,
+) -> RenderedMcp {
+    let mut map = serde_json::Map::new();
+    for server in servers {
+        let mut entry = match &server.transport {
+            Transport::Stdio { command, args, env } => {
+                json!({"command": command, "args": args, "env": env})
+            }
+            Transport::Http {
+                url,
+                headers,
+                bearer_env,
+            } => {
+                let headers = json_headers(headers, bearer_env.as_deref());
+                json!({"httpUrl": url, "headers": headers})
+            }
+        };
+        entry["trust"] = json!(server.auto_approve);
+        for (key, value) in extra {
+            entry[*key] = value.clone();
+        }
+        map.insert(server.name.clone(), entry);
+    }
+    let mut bytes = serde_json::to_vec_pretty(&json!({ "mcpServers": map })).unwrap_or_default();
+    bytes.push(b'\n');
+    RenderedMcp {
+        file: Some(McpFile {
+            path,
+            bytes,
+            fill_env,
+        }),
+        ..RenderedMcp::default()
+    }
+}
+
 fn render_claude(servers: &[McpServer]) -> RenderedMcp {
     render_json(servers, false)
 }
@@ -323,16 +417,7 @@ fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
                 headers,
                 bearer_env,
             } => {
-                let mut headers: serde_json::Map<String, Value> = headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                    .collect();
-                if let Some(var) = bearer_env {
-                    headers.insert(
-                        "Authorization".into(),
-                        Value::String(format!("Bearer ${{{var}}}")),
-                    );
-                }
+                let headers = json_headers(headers, bearer_env.as_deref());
                 json!({"type": "http", "url": url, "headers": headers})
             }
         };
@@ -346,7 +431,11 @@ fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
     let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
     bytes.push(b'\n');
     RenderedMcp {
-        file: Some(bytes),
+        file: Some(McpFile {
+            path: MCP_CONFIG,
+            bytes,
+            fill_env: false,
+        }),
         ..RenderedMcp::default()
     }
 }
@@ -432,7 +521,7 @@ mod tests {
     #[test]
     fn claude_json_references_the_token_by_name() {
         let rendered = render(&servers(), McpFormat::ClaudeJson);
-        let doc: Value = serde_json::from_slice(rendered.file.as_ref().unwrap()).unwrap();
+        let doc: Value = serde_json::from_slice(&rendered.file.as_ref().unwrap().bytes).unwrap();
         assert_eq!(
             doc["mcpServers"]["langbot"]["headers"]["Authorization"],
             "Bearer ${LANGBOT_MCP_TOKEN}"
@@ -440,6 +529,37 @@ mod tests {
         assert_eq!(doc["mcpServers"]["langbot"]["type"], "http");
         assert_eq!(doc["mcpServers"]["tools"]["command"], "npx");
         assert!(rendered.overrides.is_empty());
+    }
+
+    #[test]
+    fn gemini_and_qwen_settings_trust_only_the_bridges_server() {
+        let gemini = render(&servers(), McpFormat::GeminiSettings);
+        let file = gemini.file.as_ref().unwrap();
+        assert_eq!(file.path, [".gemini", "settings.json"]);
+        assert!(!file.fill_env, "Gemini expands ${{VAR}} itself");
+        let doc: Value = serde_json::from_slice(&file.bytes).unwrap();
+        let langbot = &doc["mcpServers"]["langbot"];
+        assert!(langbot["httpUrl"].is_string() && langbot["url"].is_null());
+        assert_eq!(
+            langbot["headers"]["Authorization"],
+            "Bearer ${LANGBOT_MCP_TOKEN}"
+        );
+        assert_eq!(langbot["trust"], true);
+        assert_eq!(doc["mcpServers"]["tools"]["trust"], false);
+
+        let qwen = render(&servers(), McpFormat::QwenJson);
+        let file = qwen.file.as_ref().unwrap();
+        assert_eq!(file.path, [".langbot", "mcp.json"]);
+        assert!(
+            file.fill_env,
+            "Qwen reads values as written: the run fills the token in"
+        );
+        let doc: Value = serde_json::from_slice(&file.bytes).unwrap();
+        assert_eq!(doc["mcpServers"]["langbot"]["alwaysLoadTools"], true);
+        assert_eq!(
+            doc["mcpServers"]["langbot"]["headers"]["Authorization"], "Bearer ${LANGBOT_MCP_TOKEN}",
+            "the rendered file never holds the token"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod scopes;
 mod skills;
 mod workspace;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -27,7 +28,7 @@ pub use confined::{ConfinedDir, Entry, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{
-    BRIDGE_SERVER, ExtraServer, McpCatalog, McpFormat, McpServer, RenderedMcp, TOKEN_ENV,
+    BRIDGE_SERVER, ExtraServer, McpCatalog, McpFile, McpFormat, McpServer, RenderedMcp, TOKEN_ENV,
     Transport, URL_ENV, check_catalog as check_mcp_catalog, fill_env as fill_mcp_env,
     render as render_mcp,
 };
@@ -59,6 +60,38 @@ pub struct Target {
     /// A file the stable instructions are also written to, for a harness
     /// that reads them from its working folder (e.g. `["AGENTS.md"]`).
     pub instructions_file: Option<Vec<String>>,
+    /// A home folder of the conversation's own, for a harness whose
+    /// sessions would otherwise collide across conversations.
+    pub home: Option<Home>,
+}
+
+/// A harness home per conversation, at `.langbot/home`: Gemini CLI keys
+/// its sessions by the working folder's last name, which is the same in
+/// every conversation (the thread, usually `_`), so each conversation
+/// gets its own `GEMINI_CLI_HOME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Home {
+    /// The variable that points the harness at it.
+    pub env: String,
+    /// Files written in it every turn, by relative path (settings the
+    /// harness needs to start headless, never secrets).
+    pub files: BTreeMap<String, String>,
+}
+
+fn project_home(
+    ws: &ConfinedDir,
+    home: &Home,
+    report: &mut Report,
+) -> Result<(String, PathBuf), ProjectionError> {
+    ws.ensure_dir(&paths::HOME)?;
+    for (path, text) in &home.files {
+        let mut parts: Vec<&str> = paths::HOME.to_vec();
+        parts.extend(path.split('/'));
+        ws.ensure_dir(&parts[..parts.len() - 1])?;
+        let outcome = ws.write(&parts, text.as_bytes())?;
+        report.file(parts.join("/"), outcome);
+    }
+    Ok((home.env.clone(), ws.path().join(paths::HOME.join("/"))))
 }
 
 /// What to project, and for whom.
@@ -123,6 +156,8 @@ pub struct Projection {
     pub turn_prompt: String,
     /// MCP configuration in the harness's format.
     pub mcp: RenderedMcp,
+    /// The conversation's own harness home: its variable and path.
+    pub home: Option<(String, PathBuf)>,
     /// The input files as described to the harness.
     pub input_files: Vec<InputFile>,
     /// The turn's event as the harness may see it (scoped, redacted): what
@@ -233,9 +268,14 @@ pub async fn project(
     servers.extend(mcp_config::pick(request.mcp_servers, &binding.mcp_servers)?);
     let mcp = render_mcp(&servers, target.mcp_format);
     if let Some(file) = &mcp.file {
-        let outcome = ws.write(&paths::MCP_CONFIG, file)?;
-        report.file(paths::MCP_CONFIG.join("/"), outcome);
+        ws.ensure_dir(&file.path[..1])?;
+        let outcome = ws.write(&file.path, &file.bytes)?;
+        report.file(file.path.join("/"), outcome);
     }
+    let home = match &target.home {
+        Some(home) => Some(project_home(&ws, home, &mut report)?),
+        None => None,
+    };
 
     let tools: Vec<String> = request
         .tools
@@ -249,7 +289,7 @@ pub async fn project(
         .collect();
     let data = render::data_messages(parts.get("state"), &binding.state_schemas);
     let event_time = ctx.event.event_time.or(ctx.trigger.timestamp);
-    let mut json_blocks = std::collections::BTreeMap::new();
+    let mut json_blocks = BTreeMap::new();
     if let Some(resources) = parts.get("resources") {
         json_blocks.insert(
             "resources",
@@ -322,6 +362,7 @@ pub async fn project(
         instructions,
         turn_prompt,
         mcp,
+        home,
         input_files,
     })
 }

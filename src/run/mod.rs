@@ -37,8 +37,8 @@ use crate::host::{GrantPolicy, Grants, HostApi};
 use crate::interaction::{self, Decision, PENDING_KEY, Reply};
 use crate::mcp::{InputRef, McpHttpServer, RunFacts, RunTools, tool_names};
 use crate::projection::{
-    Approvals, Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
-    Templates, URL_ENV, paths, project,
+    Approvals, Binding, ConfinedDir, McpCatalog, McpFile, ProjectRequest, Projection,
+    ProjectionError, TOKEN_ENV, Templates, URL_ENV, fill_mcp_env, paths, project,
 };
 use crate::protocol::{
     ActionRequested, AgentRunContext, AgentRunResult, INTERACTION_REQUESTED, InteractionSubmission,
@@ -217,6 +217,37 @@ impl Drop for RunGuard<'_> {
         self.bridge.grants.close_run(&self.run_id);
         self.bridge.tools.forget(&self.run_id);
         self.bridge.tools.interactions().close(&self.run_id);
+    }
+}
+
+/// An MCP config file holding the turn's secrets (for a harness that does
+/// not expand `${VAR}`): written filled in for the turn, put back as
+/// rendered (the secrets as `${VAR}`) when dropped, however the turn ends.
+struct FilledMcpFile<'a> {
+    dir: &'a ConfinedDir,
+    file: &'a McpFile,
+}
+
+impl<'a> FilledMcpFile<'a> {
+    fn write(
+        dir: &'a ConfinedDir,
+        file: &'a McpFile,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Self, ProjectionError> {
+        let filled = serde_json::from_slice::<serde_json::Value>(&file.bytes)
+            .map(|doc| fill_mcp_env(&doc, env))
+            .and_then(|doc| serde_json::to_vec_pretty(&doc))
+            .map_err(|e| ProjectionError::Binding(format!("the MCP config: {e}")))?;
+        dir.write(&file.path, &filled)?;
+        Ok(FilledMcpFile { dir, file })
+    }
+}
+
+impl Drop for FilledMcpFile<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.dir.write(&self.file.path, &self.file.bytes) {
+            tracing::error!(error = %e, "cannot take the token out of the MCP config file");
+        }
     }
 }
 
@@ -550,6 +581,20 @@ impl Bridge {
         env.extend(projection.mcp.child_env.clone());
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
         env.insert(URL_ENV.into(), self.mcp.url().to_string());
+        if let Some((var, home)) = &projection.home {
+            env.insert(var.clone(), home.to_string_lossy().into_owned());
+        }
+        // A harness that cannot expand `${VAR}` in its MCP file reads the
+        // token from the file itself, for this turn only.
+        let _filled = match &projection.mcp.file {
+            Some(file) if file.fill_env => Some(
+                FilledMcpFile::write(&projection.dir, file, &env).map_err(|e| {
+                    let root = &self.settings.workspace_root;
+                    fail("workspace_error", e.within(root).to_string())
+                })?,
+            ),
+            _ => None,
+        };
 
         // The bridge's own host calls are bounded too: a host that does not
         // answer must not hold the turn past its deadline.
@@ -573,7 +618,14 @@ impl Bridge {
             let root = &self.settings.workspace_root;
             fail("workspace_error", format!("outbox: {}", e.within(root)))
         })?;
-        let mcp_config = workspace.join(paths::MCP_CONFIG.join("/"));
+        let mcp_config = workspace.join(
+            projection
+                .mcp
+                .file
+                .as_ref()
+                .map_or(paths::MCP_CONFIG, |f| f.path)
+                .join("/"),
+        );
         let mut resume = plan.resume;
         let mut inbox = match &options.steer {
             Some(inbox) => Some(inbox.0.lock().await),

@@ -5,6 +5,7 @@ pub mod anthropic;
 pub mod openai;
 pub mod scripted;
 pub mod server;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -707,4 +708,34 @@ pub fn asked_card(results: &[serde_json::Value]) -> &serde_json::Value {
         .find(|r| r["type"] == "action.requested")
         .expect("the card");
     &card["data"]["payload"]
+}
+
+/// The workspace a `run` turn worked in, from its resume pointer.
+pub fn turn_workspace(turn: &BridgeTurn) -> PathBuf {
+    turn.results
+        .iter()
+        .find(|(_, r)| r["data"]["key"] == "external.working_directory")
+        .and_then(|(_, r)| r["data"]["value"].as_str())
+        .map(PathBuf::from)
+        .expect("the workspace")
+}
+
+/// The stable instructions, as the bridge wrote them to `file` in
+/// `workspace`, reach the model byte for byte in some request of each
+/// turn (`requests[..asked]` the first's, the rest the second's).
+pub fn assert_instructions_in_both_turns(
+    workspace: &std::path::Path,
+    file: &str,
+    requests: &[serde_json::Value],
+    asked: usize,
+) {
+    let instructions = std::fs::read_to_string(workspace.join(file)).expect("the instructions");
+    let escaped = serde_json::to_string(instructions.trim()).unwrap_or_default();
+    let escaped = &escaped[1..escaped.len() - 1];
+    for (turn, range) in [(1, &requests[..asked]), (2, &requests[asked..])] {
+        assert!(
+            range.iter().any(|r| r.to_string().contains(escaped)),
+            "turn {turn} did not carry the instructions"
+        );
+    }
 }

@@ -82,10 +82,12 @@ env:
   pass: [PATH, "FAKE_*"]
   set:
     FIXED_BY_SPEC: "1"
+# It speaks Claude Code's formats but keeps its sessions its own way.
+family: claude
 skills_dir: .scripted/skills
-mcp_format: claude-json
-decoder: claude-stream-json
 session_not_found: "No conversation found"
+session_store: unknown
+session_id_format: token
 install_hint: "it is written by the test"
 "#;
 

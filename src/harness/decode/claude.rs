@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Decoder, Exit};
+use super::{Decoder, Exit, json_line};
 use crate::protocol::{
     JsonMap, Message, MessageChunk, ProcessorLog, ResultPayload, RunCompleted, RunFailed,
     ToolCallCompleted, ToolCallStarted,
@@ -183,10 +183,7 @@ struct Delta<'a> {
 
 impl Decoder for ClaudeStreamJson {
     fn line(&mut self, line: &str) -> Vec<ResultPayload> {
-        let Ok(head) = serde_json::from_str::<Head>(line) else {
-            if !line.trim().is_empty() {
-                tracing::debug!(line = %line.chars().take(200).collect::<String>(), "skipping a non-JSON output line");
-            }
+        let Some(head) = json_line::<Head>(line) else {
             return Vec::new();
         };
         if head.kind.as_deref() == Some("stream_event") {

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Decoder, Exit};
+use super::{Decoder, Exit, json_line};
 use crate::protocol::{
     JsonMap, Message, MessageCompleted, ResultPayload, RunCompleted, RunFailed, ToolCallCompleted,
     ToolCallStarted,
@@ -123,10 +123,7 @@ pub(crate) fn item_results(
 
 impl Decoder for CodexJsonl {
     fn line(&mut self, line: &str) -> Vec<ResultPayload> {
-        let Ok(value) = serde_json::from_str::<Value>(line) else {
-            if !line.trim().is_empty() {
-                tracing::debug!(line = %line.chars().take(200).collect::<String>(), "skipping a non-JSON output line");
-            }
+        let Some(value) = json_line::<Value>(line) else {
             return Vec::new();
         };
         match value["type"].as_str() {

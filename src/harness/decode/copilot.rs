@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{Decoder, Exit, object};
+use super::{Decoder, Exit, json_line, object};
 use crate::protocol::{
     Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
     ToolCallCompleted, ToolCallStarted,
@@ -32,10 +32,7 @@ pub struct CopilotJson {
 
 impl Decoder for CopilotJson {
     fn line(&mut self, line: &str) -> Vec<ResultPayload> {
-        let Ok(value) = serde_json::from_str::<Value>(line) else {
-            if !line.trim().is_empty() {
-                tracing::debug!(line = %line.chars().take(200).collect::<String>(), "skipping a non-JSON output line");
-            }
+        let Some(value) = json_line::<Value>(line) else {
             return Vec::new();
         };
         let data = &value["data"];

@@ -9,12 +9,14 @@
 mod claude;
 mod codex;
 mod copilot;
+mod gemini;
 mod lines;
 
 pub use claude::ClaudeStreamJson;
 pub use codex::CodexJsonl;
 pub(crate) use codex::item_results;
 pub use copilot::CopilotJson;
+pub use gemini::GeminiStreamJson;
 pub use lines::{LineBuffer, Piece};
 
 use crate::host::now_ms;
@@ -45,12 +47,23 @@ pub trait Decoder: Send {
     fn session_id(&self) -> Option<&str>;
 }
 
+/// One output line as JSON of type `T`; a line that is not (a stray log
+/// line, a banner) is skipped with a debug note, never an error.
+fn json_line<'a, T: serde::Deserialize<'a>>(line: &'a str) -> Option<T> {
+    let parsed = serde_json::from_str::<T>(line).ok();
+    if parsed.is_none() && !line.trim().is_empty() {
+        tracing::debug!(line = %line.chars().take(200).collect::<String>(), "skipping a non-JSON output line");
+    }
+    parsed
+}
+
 /// The decoder called `name` in an adapter spec.
 pub fn decoder(name: &str) -> Option<Box<dyn Decoder>> {
     match name {
         "claude-stream-json" => Some(Box::new(ClaudeStreamJson::default())),
         "codex-jsonl" => Some(Box::new(CodexJsonl::default())),
         "copilot-json" => Some(Box::new(CopilotJson::default())),
+        "gemini-stream-json" => Some(Box::new(GeminiStreamJson::default())),
         _ => None,
     }
 }
@@ -70,7 +83,12 @@ pub(crate) fn object(value: &serde_json::Value) -> crate::protocol::JsonMap {
 }
 
 /// The names [`decoder`] knows, for spec errors.
-pub const DECODERS: &[&str] = &["claude-stream-json", "codex-jsonl", "copilot-json"];
+pub const DECODERS: &[&str] = &[
+    "claude-stream-json",
+    "codex-jsonl",
+    "copilot-json",
+    "gemini-stream-json",
+];
 
 /// A run's ordered result stream: sequence from 1, a timestamp on each,
 /// and nothing after the terminal result.

@@ -1,0 +1,198 @@
+//! Harness families: everything that differs between code-agent CLIs
+//! beyond their command line, declared once per family. A spec
+//! (`harness-adapters/*.yaml`) picks a family and adds what is the
+//! operator's to choose (argv, environment, labels, the install hint); two
+//! CLIs that share a family (Claude Code's stream format is also Qwen
+//! Code's) differ only in their specs.
+//!
+//! Each entry here is the only place its facts live: the decoder of the
+//! one-shot stream, where and how the MCP config is written, how the
+//! harness names an MCP tool, where its sessions are kept and how it says
+//! one is gone, which file it reads instructions from, where it finds
+//! skills, its live driver and whether it needs a home of its own.
+
+use super::{SessionIdFormat, SessionStore};
+use crate::projection::McpFormat;
+
+/// One family of harness CLIs.
+#[derive(Debug, PartialEq)]
+pub struct Family {
+    /// The name a spec picks it by (`family: …`).
+    pub name: &'static str,
+    /// What the family is, for `adapters list` and error messages.
+    pub about: &'static str,
+    /// Decoder of its one-shot output (see [`super::decode::decoder`]);
+    /// none for a family driven only live (ACP).
+    pub decoder: Option<&'static str>,
+    /// How and where its MCP servers are configured.
+    pub mcp_format: McpFormat,
+    /// How it names an MCP tool (`{server}`, `{tool}`).
+    pub tool_name: &'static str,
+    /// Where it keeps sessions, to check one before resuming it.
+    pub session_store: SessionStore,
+    /// What its session ids look like.
+    pub session_id_format: SessionIdFormat,
+    /// One-shot output meaning "the session to resume does not exist"
+    /// (a live-only family says so in its protocol).
+    pub session_not_found: Option<&'static str>,
+    /// The file it reads instructions from in its working folder, where
+    /// it has no argument for them.
+    pub instructions_file: Option<&'static str>,
+    /// Where it finds project skills (none: each spec says, as ACP agents
+    /// differ).
+    pub skills_dir: Option<&'static str>,
+    /// The protocol of its live mode (see [`super::live::driver`]).
+    pub live_driver: Option<&'static str>,
+    /// A home of the conversation's own: the variable and the files
+    /// written in it.
+    pub home: Option<HomeSpec>,
+}
+
+/// A per-conversation home (see [`crate::projection::Home`]).
+#[derive(Debug, PartialEq)]
+pub struct HomeSpec {
+    /// The variable that points the harness at it.
+    pub env: &'static str,
+    /// Files written in it, by relative path.
+    pub files: &'static [(&'static str, &'static str)],
+}
+
+/// Every family the bridge knows.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "claude",
+        about: "Claude Code's stream-json, --mcp-config file, --append-system-prompt",
+        decoder: Some("claude-stream-json"),
+        mcp_format: McpFormat::ClaudeJson,
+        tool_name: "mcp__{server}__{tool}",
+        session_store: SessionStore::ClaudeProjects,
+        session_id_format: SessionIdFormat::Uuid,
+        session_not_found: Some("No conversation found with session ID"),
+        instructions_file: None,
+        skills_dir: Some(".claude/skills"),
+        live_driver: Some("claude-stream-json"),
+        home: None,
+    },
+    Family {
+        name: "codex",
+        about: "Codex's exec --json, -c config overrides, app-server when live",
+        decoder: Some("codex-jsonl"),
+        mcp_format: McpFormat::CodexOverrides,
+        tool_name: "mcp__{server}__{tool}",
+        session_store: SessionStore::CodexSessions,
+        session_id_format: SessionIdFormat::Uuid,
+        session_not_found: Some("thread/resume failed"),
+        instructions_file: None,
+        skills_dir: Some(".agents/skills"),
+        live_driver: Some("codex-app-server"),
+        home: None,
+    },
+    Family {
+        name: "copilot",
+        about: "Copilot CLI's JSON stream, --additional-mcp-config file, AGENTS.md",
+        decoder: Some("copilot-json"),
+        mcp_format: McpFormat::CopilotJson,
+        tool_name: "{server}-{tool}",
+        session_store: SessionStore::Unknown,
+        session_id_format: SessionIdFormat::Uuid,
+        session_not_found: Some("No session, task, or name matched"),
+        instructions_file: Some("AGENTS.md"),
+        skills_dir: Some(".github/skills"),
+        live_driver: None,
+        home: None,
+    },
+    Family {
+        name: "gemini",
+        about: "Gemini CLI's stream-json, .gemini/settings.json, GEMINI.md, a home per conversation",
+        decoder: Some("gemini-stream-json"),
+        mcp_format: McpFormat::GeminiSettings,
+        tool_name: "mcp_{server}_{tool}",
+        session_store: SessionStore::Unknown,
+        session_id_format: SessionIdFormat::Uuid,
+        session_not_found: Some("Error resuming session"),
+        instructions_file: Some("GEMINI.md"),
+        skills_dir: Some(".gemini/skills"),
+        live_driver: None,
+        // Gemini keys sessions by the working folder's last name, the same
+        // in every conversation; with only a key in the environment it
+        // picks an auth type it refuses headless.
+        home: Some(HomeSpec {
+            env: "GEMINI_CLI_HOME",
+            files: &[(
+                ".gemini/settings.json",
+                "{\"security\": {\"auth\": {\"selectedType\": \"gemini-api-key\"}}}\n",
+            )],
+        }),
+    },
+    Family {
+        name: "qwen",
+        about: "Qwen Code: Claude Code's stream shape, a --mcp-config file with the token in it, QWEN.md",
+        decoder: Some("claude-stream-json"),
+        mcp_format: McpFormat::QwenJson,
+        tool_name: "mcp__{server}__{tool}",
+        session_store: SessionStore::Unknown,
+        session_id_format: SessionIdFormat::Uuid,
+        session_not_found: Some("No saved session found with ID"),
+        instructions_file: Some("QWEN.md"),
+        skills_dir: Some(".qwen/skills"),
+        live_driver: None,
+        home: None,
+    },
+    Family {
+        name: "acp",
+        about: "an Agent Client Protocol agent over stdio, one process per conversation",
+        decoder: None,
+        mcp_format: McpFormat::Acp,
+        tool_name: "mcp__{server}__{tool}",
+        session_store: SessionStore::Unknown,
+        session_id_format: SessionIdFormat::Token,
+        session_not_found: None,
+        instructions_file: None,
+        skills_dir: None,
+        live_driver: Some("acp"),
+        home: None,
+    },
+];
+
+/// The family called `name`.
+pub fn family(name: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.name == name)
+}
+
+/// The known families' names, for error messages.
+pub fn names() -> String {
+    FAMILIES
+        .iter()
+        .map(|f| f.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_names_a_known_decoder_and_driver() {
+        for f in FAMILIES {
+            assert!(f.decoder.is_some() || f.live_driver.is_some(), "{}", f.name);
+            if let Some(d) = f.decoder {
+                assert!(
+                    super::super::decode::decoder(d).is_some(),
+                    "{}: {d}",
+                    f.name
+                );
+            }
+            if let Some(d) = f.live_driver {
+                assert!(super::super::live::driver(d).is_some(), "{}: {d}", f.name);
+            }
+            assert_eq!(
+                f.decoder.is_some(),
+                f.session_not_found.is_some(),
+                "{}",
+                f.name
+            );
+            assert_eq!(family(f.name).map(|x| x.name), Some(f.name));
+        }
+    }
+}
