@@ -225,6 +225,13 @@ async fn live_conversation(agent: Agent) {
     );
 
     let first = server.results(machine.turn(ASK, "acp-1")).await;
+    // The turn's tokens, where the agent reports them in the prompt's
+    // answer (Kimi reports only how full its context is, after the turn).
+    let usage = &first.last().expect("results")["usage"];
+    match agent {
+        Agent::Kimi => assert!(usage.is_null(), "{usage}"),
+        _ => assert!(usage["total_tokens"].as_u64().unwrap_or(0) >= 17, "{usage}"),
+    }
     let kinds: Vec<&str> = first.iter().filter_map(|r| r["type"].as_str()).collect();
     let delta = kinds.iter().position(|k| *k == "message.delta");
     let call = kinds.iter().position(|k| *k == "tool.call.started");
@@ -527,7 +534,7 @@ async fn run_turns(agent: Agent) {
     // A turn the model never answers: stopped at its deadline, the agent
     // and all it started gone.
     let mut hang_args = args("Please HANG");
-    hang_args.extend(["--timeout".to_string(), "8".to_string()]);
+    hang_args.extend(["--timeout".to_string(), "12".to_string()]);
     let hang_args: Vec<&str> = hang_args.iter().map(String::as_str).collect();
     let hung = bridge_run(data.path(), &hang_args, &env).await;
     let end = hung.terminal();
@@ -537,4 +544,46 @@ async fn run_turns(agent: Agent) {
         processes_under(&root).is_empty(),
         "the agent outlived its deadline"
     );
+}
+
+/// A picture sent with a turn reaches an agent that takes images as an
+/// image of the prompt (ACP `image` content), and the model sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_sent_with_a_turn_reaches_the_agents_model() {
+    const DOT: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    let (model_url, fake) = fake_model(false).await;
+    let machine = Machine::new(Agent::ClaudeAcp);
+    let data = tempfile::tempdir().unwrap();
+    let mut ctx = serde_json::to_value(common::context("acp-img-1", CONVERSATION)).unwrap();
+    ctx["input"]["text"] = json!("What is in the picture?");
+    ctx["input"]["attachments"] =
+        json!([{"type": "image", "mime_type": "image/png", "name": "dot.png", "content": DOT}]);
+    let file = data.path().join("turn.json");
+    std::fs::write(&file, ctx.to_string()).unwrap();
+    let adapters = machine.adapters.path().display().to_string();
+    let bin = Agent::ClaudeAcp.binary().display().to_string();
+    let args = [
+        "--adapters",
+        adapters.as_str(),
+        "--harness",
+        "claude-acp",
+        "--bin",
+        bin.as_str(),
+        "--context",
+        file.to_str().unwrap(),
+    ];
+    let turn = bridge_run(data.path(), &args, &machine.env(&model_url)).await;
+    assert_eq!(turn.terminal()["type"], "run.completed", "{}", turn.stderr);
+    let requests = fake.requests.lock().unwrap().clone();
+    let saw = requests.iter().any(|r| {
+        r["messages"].as_array().into_iter().flatten().any(|m| {
+            m["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|b| b["type"] == "image" && b["source"]["data"] == DOT)
+        })
+    });
+    assert!(saw, "no request carried the picture: {requests:?}");
+    assert!(processes_under(&data.path().join("workspaces")).is_empty());
 }

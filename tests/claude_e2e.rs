@@ -137,6 +137,14 @@ async fn two_turns_resume_one_claude_session_and_read_the_real_history() {
     let first = machine.turn(ASK, &[]).await;
     first.assert_well_formed();
     let done = first.completed();
+    // The tokens Claude Code counted ride the terminal result (the fake
+    // reports 10 in and 7 out per request).
+    let usage = &first.terminal()["usage"];
+    assert!(usage["prompt_tokens"].as_u64().unwrap_or(0) >= 10, "{done}");
+    assert!(
+        usage["completion_tokens"].as_u64().unwrap_or(0) >= 7,
+        "{done}"
+    );
     let kinds = first.kinds();
     let tool_done = first
         .first("tool.call.completed")

@@ -101,6 +101,8 @@ async fn two_turns_resume_one_codex_thread_and_read_the_real_history() {
     let first = machine.turn(ASK, &[]).await;
     first.assert_well_formed();
     first.completed();
+    let usage = &first.terminal()["usage"];
+    assert!(usage["total_tokens"].as_u64().unwrap_or(0) >= 15, "{usage}");
     let started = first.first("tool.call.started").expect("tool call");
     assert_eq!(started["data"]["tool_name"], "mcp__langbot__history_page");
     let tool_done = first.first("tool.call.completed").expect("tool result");
@@ -257,6 +259,9 @@ async fn a_live_codex_app_server_serves_the_conversation() {
     };
 
     let first = server.results(body(ASK, "codex-live-1")).await;
+    // The app-server's token count for the turn rides its terminal result.
+    let usage = &first.last().expect("results")["usage"];
+    assert!(usage["total_tokens"].as_u64().unwrap_or(0) >= 15, "{usage}");
     let deltas: String = first
         .iter()
         .filter(|r| r["type"] == "message.delta")

@@ -15,6 +15,7 @@ use common::anthropic::{
     ANSWER, ASK, CONVERSATION, FOLLOW_UP, SECOND_ANSWER, fake_model, fake_model_hanging_on,
 };
 use common::{BridgeTurn, DECISION, bridge_run, processes_under, seed_decision};
+use serde_json::json;
 
 /// A user's machine: the bridge's data folder, a home for Copilot.
 struct Machine {
@@ -102,6 +103,10 @@ async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
     let session_id = session["session_id"].clone();
     assert!(session_id.is_string(), "{end}");
     let asked = requests.len();
+    // Copilot's stream has no token counts: they come from its usage file
+    // (the fake reports 10 input tokens a request).
+    let usage = &end["usage"];
+    assert_eq!(usage["prompt_tokens"], json!(10 * asked), "{end}");
 
     let second = machine.turn(FOLLOW_UP, &[]).await;
     let end = second.terminal();
@@ -111,6 +116,12 @@ async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
     assert_eq!(session["session_id"], session_id);
     assert!(end.to_string().contains(SECOND_ANSWER), "{end}");
     let requests = fake.requests.lock().unwrap().clone();
+    // The file counts the whole session: the turn's are this turn's alone.
+    assert_eq!(
+        end["usage"]["prompt_tokens"],
+        json!(10 * (requests.len() - asked)),
+        "{end}"
+    );
     let carried = requests[asked..]
         .iter()
         .any(|r| r["messages"].to_string().contains(ANSWER));
@@ -127,12 +138,36 @@ async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
 async fn a_hanging_copilot_is_stopped_at_the_deadline_with_nothing_left() {
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
     let machine = Machine::new(model_url).await;
-    let turn = machine.turn("Please HANG", &["--timeout", "5"]).await;
+    // (Long enough for Copilot to start and ask, on a busy machine too.)
+    let turn = machine.turn("Please HANG", &["--timeout", "12"]).await;
     let end = turn.terminal();
     assert_eq!(end["type"], "run.failed", "{}", turn.stderr);
-    assert!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0);
     assert_eq!(end["data"]["code"], "deadline_exceeded", "{end}");
+    assert!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0);
     assert!(processes_under(&machine.data.path().join("workspaces")).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_copilot_turn_with_nothing_left() {
+    let (model_url, fake) = fake_model_hanging_on("HANG").await;
+    let machine = Machine::new(model_url).await;
+    let copilot = common::cli("copilot").display().to_string();
+    let args = [
+        "--harness",
+        "copilot",
+        "--bin",
+        &copilot,
+        "--conversation",
+        CONVERSATION,
+        "--text",
+        "Please HANG",
+    ];
+    let child = common::spawn_bridge_run(machine.data.path(), &args, &machine.env());
+    let hanging = fake.hanging.clone();
+    common::assert_ctrl_c_cancels(child, &machine.data.path().join("workspaces"), move || {
+        hanging.load(std::sync::atomic::Ordering::SeqCst) > 0
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

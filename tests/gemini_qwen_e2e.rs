@@ -7,7 +7,8 @@
 //! store's transcript, with token deltas before the end; the second
 //! resuming the first's session; the instructions file the same in both
 //! turns' requests. A turn past its deadline leaves no process; a missing
-//! binary is `harness_not_found` with the install hint.
+//! binary is `harness_not_found` with the install hint; Ctrl-C mid-turn
+//! cancels it, and nothing is left running either way.
 
 mod common;
 
@@ -165,6 +166,10 @@ async fn two_turns(cli: Cli) -> (Machine, Fake, BridgeTurn) {
     let started = first.first("tool.call.started").unwrap();
     assert_eq!(started["data"]["tool_name"], cli.history_tool());
     assert!(end.to_string().contains(ANSWER), "{end}");
+    // The tokens the CLI counted (the fake's usage, summed over the turn's
+    // requests) ride the terminal result.
+    let total = end["usage"]["total_tokens"].as_u64().unwrap_or(0);
+    assert!(total >= 15, "{end}");
     let requests = fake.requests.lock().unwrap().clone();
     assert!(
         requests.iter().any(|r| r.to_string().contains(DECISION)),
@@ -203,16 +208,32 @@ async fn two_turns(cli: Cli) -> (Machine, Fake, BridgeTurn) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_turns_resume_one_gemini_session_and_read_the_real_history() {
     let (_machine, _fake, first) = two_turns(Cli::Gemini).await;
-    // The conversation's own Gemini home, its sessions inside it.
+    // The conversation's own Gemini home, its session inside it (in one
+    // file or more: Gemini names each by the minute it was written to and
+    // the session's id).
     let home = common::turn_workspace(&first).join(".langbot/home/.gemini");
     let settings = std::fs::read_to_string(home.join("settings.json")).unwrap();
     assert!(settings.contains("gemini-api-key"), "{settings}");
-    let chats = walkdir::WalkDir::new(home.join("tmp"))
+    let session = first.terminal()["data"]["message"]["metadata"]["session"]["session_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let chats: Vec<String> = walkdir::WalkDir::new(home.join("tmp"))
         .into_iter()
         .filter_map(Result::ok)
-        .filter(|e| e.path().to_string_lossy().contains("/chats/session-"))
-        .count();
-    assert_eq!(chats, 1, "one session, resumed");
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .filter(|path| path.contains("/chats/session-"))
+        .collect();
+    assert!(
+        !chats.is_empty(),
+        "no session kept in the conversation's home"
+    );
+    assert!(
+        chats
+            .iter()
+            .all(|path| path.ends_with(&format!("-{}.jsonl", &session[..8]))),
+        "one session, resumed: {chats:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,12 +253,51 @@ async fn two_turns_resume_one_qwen_session_and_read_the_real_history() {
 async fn hangs_until_the_deadline(cli: Cli) {
     let (model_url, fake) = fake_model(cli.wire(), Some("HANG")).await;
     let machine = Machine::new(cli, model_url).await;
-    let turn = machine.turn("Please HANG", &["--timeout", "8"]).await;
+    let turn = machine.turn("Please HANG", &["--timeout", "12"]).await;
     let end = turn.terminal();
     assert_eq!(end["type"], "run.failed", "{}", turn.stderr);
     assert!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0);
     assert_eq!(end["data"]["code"], "deadline_exceeded", "{end}");
     assert!(processes_under(&machine.data.path().join("workspaces")).is_empty());
+}
+
+/// Ctrl-C while the model thinks: the turn ends `cancelled`, nothing left.
+async fn ctrl_c_cancels(cli: Cli) {
+    let (model_url, fake) = fake_model(cli.wire(), Some("HANG")).await;
+    let machine = Machine::new(cli, model_url).await;
+    let bin = common::cli(cli.harness()).display().to_string();
+    let mut args = vec![
+        "--harness",
+        cli.harness(),
+        "--bin",
+        &bin,
+        "--conversation",
+        CONVERSATION,
+        "--text",
+        "Please HANG",
+    ];
+    args.extend_from_slice(cli.extra_args());
+    let home = machine.home.path().display().to_string();
+    let child = common::spawn_bridge_run(
+        machine.data.path(),
+        &args,
+        &cli.env(&home, &machine.model_url),
+    );
+    let hanging = fake.hanging.clone();
+    common::assert_ctrl_c_cancels(child, &machine.data.path().join("workspaces"), move || {
+        hanging.load(std::sync::atomic::Ordering::SeqCst) > 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_gemini_turn_with_nothing_left() {
+    ctrl_c_cancels(Cli::Gemini).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_qwen_turn_with_nothing_left() {
+    ctrl_c_cancels(Cli::Qwen).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -279,27 +279,10 @@ async fn a_crash_is_harness_error_with_the_stderr_tail_redacted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_cancels_the_run_and_stops_the_whole_group() {
-    use tokio::io::AsyncBufReadExt;
     let setup = Setup::new();
-    let mut child = setup.spawn_hanging_run(&["--kill-grace", "1"]);
+    let child = setup.spawn_hanging_run(&["--kill-grace", "1"]);
     let root = setup.data.path().join("workspaces");
-    common::wait_for_processes(&root, 2).await;
-    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut last = Value::Null;
-    while let Some(line) = lines.next_line().await.unwrap() {
-        last = serde_json::from_str(&line).unwrap();
-    }
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(last["type"], "run.failed", "{last}");
-    assert_eq!(last["data"]["code"], "cancelled", "{last}");
-    assert_eq!(status.code(), Some(130));
-    let left = processes_under(&root);
-    assert!(left.is_empty(), "processes left behind: {left:?}");
+    common::assert_ctrl_c_cancels(child, &root, || processes_under(&root).len() >= 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -220,6 +220,9 @@ pub struct TurnValues<'a> {
     pub permission_prompt_tool: Option<&'a str>,
     /// `{config_overrides}`: `KEY=VALUE` items, each rendered as `-c ITEM`.
     pub config_overrides: &'a [String],
+    /// `{usage_file}`: where the harness writes its token counts, for a
+    /// family that reads them from a file.
+    pub usage_file: Option<&'a Path>,
 }
 
 /// A spec that failed to load: where and why.
@@ -265,7 +268,7 @@ const BUILT_IN: [(&str, &str); 7] = [
     ),
 ];
 
-const PLACEHOLDERS: [&str; 8] = [
+const PLACEHOLDERS: [&str; 9] = [
     "prompt",
     "instructions",
     "mcp_config",
@@ -274,6 +277,7 @@ const PLACEHOLDERS: [&str; 8] = [
     "permission_mode",
     "permission_prompt_tool",
     "config_overrides",
+    "usage_file",
 ];
 
 impl AdapterSpec {
@@ -563,6 +567,7 @@ impl AdapterSpec {
 
     fn render(&self, items: &[ArgItem], values: &TurnValues<'_>) -> Result<Vec<String>, String> {
         let mcp_config = values.mcp_config.map(|p| p.to_string_lossy().into_owned());
+        let usage_file = values.usage_file.map(|p| p.to_string_lossy().into_owned());
         let value = |name: &str| -> Option<String> {
             match name {
                 "prompt" => Some(values.prompt.to_string()),
@@ -575,6 +580,7 @@ impl AdapterSpec {
                     .filter(|m| !m.is_empty() && *m != "default")
                     .map(str::to_string),
                 "permission_prompt_tool" => values.permission_prompt_tool.map(str::to_string),
+                "usage_file" => usage_file.clone(),
                 _ => None,
             }
         };

@@ -46,6 +46,30 @@ pub struct Family {
     /// A home of the conversation's own: the variable and the files
     /// written in it.
     pub home: Option<HomeSpec>,
+    /// Where its token counts are, when its stream has none: a file it
+    /// writes (`{usage_file}`).
+    pub usage_file: Option<UsageFile>,
+}
+
+/// A file a harness writes its token counts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageFile {
+    /// Copilot CLI's `--usage-output-file`: the session's totals so far.
+    CopilotSession,
+}
+
+impl UsageFile {
+    /// The turn's usage from the file as the turn left it (`after`) and
+    /// as the last turn left it (`before`).
+    pub fn usage(
+        self,
+        before: Option<&serde_json::Value>,
+        after: &serde_json::Value,
+    ) -> Option<crate::protocol::TokenUsage> {
+        match self {
+            UsageFile::CopilotSession => super::decode::copilot_usage_from_file(before, after),
+        }
+    }
 }
 
 /// A per-conversation home (see [`crate::projection::Home`]).
@@ -72,6 +96,7 @@ pub const FAMILIES: &[Family] = &[
         skills_dir: Some(".claude/skills"),
         live_driver: Some("claude-stream-json"),
         home: None,
+        usage_file: None,
     },
     Family {
         name: "codex",
@@ -86,6 +111,7 @@ pub const FAMILIES: &[Family] = &[
         skills_dir: Some(".agents/skills"),
         live_driver: Some("codex-app-server"),
         home: None,
+        usage_file: None,
     },
     Family {
         name: "copilot",
@@ -100,6 +126,7 @@ pub const FAMILIES: &[Family] = &[
         skills_dir: Some(".github/skills"),
         live_driver: None,
         home: None,
+        usage_file: Some(UsageFile::CopilotSession),
     },
     Family {
         name: "gemini",
@@ -123,6 +150,7 @@ pub const FAMILIES: &[Family] = &[
                 "{\"security\": {\"auth\": {\"selectedType\": \"gemini-api-key\"}}}\n",
             )],
         }),
+        usage_file: None,
     },
     Family {
         name: "qwen",
@@ -137,6 +165,7 @@ pub const FAMILIES: &[Family] = &[
         skills_dir: Some(".qwen/skills"),
         live_driver: None,
         home: None,
+        usage_file: None,
     },
     Family {
         name: "acp",
@@ -151,6 +180,7 @@ pub const FAMILIES: &[Family] = &[
         skills_dir: None,
         live_driver: Some("acp"),
         home: None,
+        usage_file: None,
     },
 ];
 

@@ -24,6 +24,8 @@ pub mod paths {
     pub const TURN_PROMPT: [&str; 2] = [DIR, "turn-prompt.md"];
     /// The harness's MCP config file, when its format is a file (0600).
     pub const MCP_CONFIG: [&str; 2] = [DIR, "mcp.json"];
+    /// Where a harness writes its token counts (`{usage_file}`).
+    pub const USAGE: [&str; 2] = [DIR, "usage.json"];
     /// The conversation's own home for a harness that needs one.
     pub const HOME: [&str; 2] = [DIR, "home"];
     /// Copies of earlier runs' files.

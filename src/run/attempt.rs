@@ -18,7 +18,7 @@ use super::outbox::{self, Outbox};
 use crate::harness::decode::{Exit, LineBuffer, decoder};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::host::{HostApi, RunScope};
-use crate::protocol::{ResultPayload, ResultType, RunFailed};
+use crate::protocol::{ResultPayload, ResultType, RunFailed, TokenUsage};
 
 /// How long stdout may stay open after the harness exited.
 const STDOUT_DRAIN: Duration = Duration::from_secs(2);
@@ -55,6 +55,8 @@ pub struct AttemptEnd {
     pub session_id: Option<String>,
     /// The output said the session to resume does not exist.
     pub session_not_found: bool,
+    /// The turn's token usage, where the harness reported it.
+    pub usage: Option<TokenUsage>,
 }
 
 enum Stop {
@@ -97,6 +99,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                 ),
                 session_id: None,
                 session_not_found: false,
+                usage: None,
             };
         }
     };
@@ -109,6 +112,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             ),
             session_id: None,
             session_not_found: false,
+            usage: None,
         };
     }
     let (mut process, mut stdout) = match HarnessProcess::spawn(launch) {
@@ -123,6 +127,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                 ),
                 session_id: None,
                 session_not_found: false,
+                usage: None,
             };
         }
     };
@@ -262,6 +267,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
         terminal,
         session_id,
         session_not_found: not_found,
+        usage: decode.usage(),
     }
 }
 

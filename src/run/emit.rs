@@ -12,7 +12,9 @@ use std::collections::VecDeque;
 use tokio::sync::mpsc;
 
 use crate::harness::decode::ResultStream;
-use crate::protocol::{AgentRunResult, MessageContent, ResultPayload, ResultType, RunFailed};
+use crate::protocol::{
+    AgentRunResult, MessageContent, ResultPayload, ResultType, RunFailed, TokenUsage,
+};
 
 /// Most reply text a run keeps to record and to answer with when the
 /// harness gives no final message; the results themselves carry it all.
@@ -32,6 +34,8 @@ pub struct Emitter {
     outcome: Option<ResultType>,
     failure: Option<RunFailed>,
     consumer_gone: bool,
+    /// The run's token usage, put on its terminal result.
+    usage: Option<TokenUsage>,
 }
 
 impl Emitter {
@@ -46,6 +50,7 @@ impl Emitter {
             outcome: None,
             failure: None,
             consumer_gone: false,
+            usage: None,
         }
     }
 
@@ -62,9 +67,10 @@ impl Emitter {
                 _ => {}
             }
         }
-        for result in self.stream.stamp(payloads) {
+        for mut result in self.stream.stamp(payloads) {
             if result.kind.is_terminal() {
                 self.outcome = Some(result.kind.clone());
+                result.usage = self.usage.clone();
             }
             if !self.consumer_gone {
                 self.waiting.push_back(result);
@@ -130,6 +136,12 @@ impl Emitter {
     /// The terminal type sent, once the run has ended.
     pub fn outcome(&self) -> Option<&ResultType> {
         self.outcome.as_ref()
+    }
+
+    /// The token usage the harness reported for the run, which its
+    /// terminal result carries (the SDK's `usage`).
+    pub fn set_usage(&mut self, usage: Option<TokenUsage>) {
+        self.usage = usage;
     }
 
     /// The failure sent, if the run failed.

@@ -18,7 +18,7 @@
 //! harness makes is refused and audited.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use super::attempt::{self, AttemptEnd, Live};
 use crate::harness::decode::LineBuffer;
 use crate::harness::live::{LiveDriver, PermissionRequest, Setup};
+pub use crate::harness::live::{Prompt, PromptFile};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::host::RunToken;
 use crate::interaction::Decision;
@@ -231,10 +232,52 @@ enum Over {
     Unresponsive,
 }
 
+/// The largest image sent inline with a prompt (base64 adds a third); a
+/// larger one goes as a link to its workspace copy.
+const MAX_INLINE_IMAGE: u64 = 4 * 1024 * 1024;
+
+/// The turn's input files that have a workspace copy, as a prompt's files:
+/// a `file://` link each, and an image small enough read to go inline
+/// (through the workspace handle: a harness may have swapped the copy for
+/// a link since, which is not followed).
+pub fn prompt_files(projection: &crate::projection::Projection) -> Vec<PromptFile> {
+    use base64::Engine as _;
+    projection
+        .input_files
+        .iter()
+        .filter_map(|file| {
+            let relative = file.path.as_deref()?;
+            let path = projection.workspace.join(relative);
+            let is_image = file.kind == "image"
+                && file
+                    .mime_type
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("image/"))
+                && file.size.is_none_or(|size| size <= MAX_INLINE_IMAGE);
+            let image = is_image
+                .then(|| {
+                    projection
+                        .dir
+                        .read_head(Path::new(relative), MAX_INLINE_IMAGE + 1)
+                        .ok()
+                })
+                .flatten()
+                .filter(|head| head.size <= MAX_INLINE_IMAGE)
+                .map(|head| base64::engine::general_purpose::STANDARD.encode(head.bytes));
+            Some(PromptFile {
+                uri: format!("file://{}", path.display()),
+                name: file.name.clone(),
+                mime_type: file.mime_type.clone(),
+                image,
+            })
+        })
+        .collect()
+}
+
 /// How a live turn begins.
 pub enum Opening<'a> {
     /// A new prompt.
-    Prompt(&'a str),
+    Prompt(Prompt<'a>),
     /// The person's answer to the permission the last turn paused on: the
     /// paused tool call goes on (or is refused) in this turn.
     Permit(Decision),
@@ -258,7 +301,7 @@ pub async fn turn(
 ) -> LiveEnd {
     process.turns += 1;
     let opening = match opening {
-        Opening::Prompt(prompt) => process.driver.turn(prompt),
+        Opening::Prompt(prompt) => process.driver.turn_with(&prompt),
         Opening::Permit(decision) => match process.paused.take() {
             Some(request) => process.driver.permit(&request.id, &decision),
             None => Vec::new(),
@@ -475,6 +518,7 @@ pub async fn turn(
             terminal,
             session_id,
             session_not_found: not_found,
+            usage: process.driver.usage(),
         },
         healthy,
         untouched,

@@ -29,6 +29,7 @@ pub use outbox::OUTBOX_DIR;
 pub use queue::{QueueFull, Scheduler, Ticket, Turn};
 pub use quick::{QuickTurn, new_run_id, quick_context};
 
+use crate::harness::family::UsageFile;
 use crate::harness::{
     AdapterSpec, Adapters, Launch, ResumePointer, Stdin, TurnValues, child_env,
     env_pattern_matches, find_program, requested_permissions, runner_id,
@@ -251,6 +252,35 @@ impl Drop for FilledMcpFile<'_> {
     }
 }
 
+/// A harness's usage file as the last turn left it (then removed, so a
+/// turn that writes none reports none rather than the last one's).
+struct UsageCount(Option<serde_json::Value>);
+
+/// Most of a usage file read: it is the harness's, in its workspace.
+const MAX_USAGE_FILE: u64 = 1024 * 1024;
+
+impl UsageCount {
+    fn read(dir: &ConfinedDir) -> Option<serde_json::Value> {
+        let relative = paths::USAGE.join("/");
+        let head = dir
+            .read_head(std::path::Path::new(&relative), MAX_USAGE_FILE)
+            .ok()?;
+        serde_json::from_slice(&head.bytes).ok()
+    }
+
+    fn before(dir: &ConfinedDir) -> UsageCount {
+        let before = UsageCount::read(dir);
+        if let Err(e) = dir.remove(&paths::USAGE) {
+            tracing::warn!(error = %e, "cannot clear the harness's usage file");
+        }
+        UsageCount(before)
+    }
+
+    fn after(self, file: UsageFile, dir: &ConfinedDir) -> Option<crate::protocol::TokenUsage> {
+        file.usage(self.0.as_ref(), &UsageCount::read(dir)?)
+    }
+}
+
 /// What a live attempt needs of its turn.
 struct LiveTurn<'a> {
     sessions: &'a LiveSessions,
@@ -262,6 +292,8 @@ struct LiveTurn<'a> {
     token: &'a crate::host::RunToken,
     grant: &'a Arc<crate::host::RunGrant>,
     prompt: &'a str,
+    /// The files sent with the turn, for a protocol that takes them.
+    files: &'a [live::PromptFile],
     run_id: &'a str,
     /// How this turn's input answers the conversation's open request.
     answer: &'a Reply,
@@ -644,6 +676,8 @@ impl Bridge {
         };
         // A live-only harness (an ACP agent) where no processes are kept
         // (`harness-bridge run`): one process for this turn, stopped after.
+        let prompt_files = live::prompt_files(&projection);
+        let usage_path = workspace.join(paths::USAGE.join("/"));
         let once = (self.live.is_none() && spec.live_only())
             .then(|| LiveSessions::new(live::LiveLimits::default(), self.settings.kill_grace));
         let sessions = self.live.as_ref().or(once.as_ref());
@@ -661,6 +695,11 @@ impl Bridge {
                 permission_mode: binding.permission_mode.as_deref(),
                 permission_prompt_tool: approvals.then_some(PROMPT_TOOL),
                 config_overrides: &projection.mcp.overrides,
+                usage_file: spec
+                    .family
+                    .usage_file
+                    .is_some()
+                    .then_some(usage_path.as_path()),
             };
             let end = match (sessions, spec.live.as_ref()) {
                 (Some(sessions), Some(live_spec)) => {
@@ -674,6 +713,7 @@ impl Bridge {
                         token: &open.token,
                         grant: &open.grant,
                         prompt: &projection.turn_prompt,
+                        files: &prompt_files,
                         run_id: &ctx.run_id,
                         answer: &answer,
                         prompt_tool: live_spec.permission_prompt_tool.as_deref(),
@@ -693,6 +733,10 @@ impl Bridge {
                     let args = spec
                         .args(&values)
                         .map_err(|why| fail("invalid_argument", why))?;
+                    let counted = spec
+                        .family
+                        .usage_file
+                        .map(|file| (file, UsageCount::before(&projection.dir)));
                     let launch = Launch {
                         program: &program,
                         args: &args,
@@ -701,7 +745,11 @@ impl Bridge {
                         stdin: (spec.stdin == Stdin::Prompt)
                             .then_some(projection.turn_prompt.as_str()),
                     };
-                    attempt::attempt(spec, &launch, &mut live).await
+                    let mut end = attempt::attempt(spec, &launch, &mut live).await;
+                    if let Some((file, before)) = counted {
+                        end.usage = end.usage.or_else(|| before.after(file, &projection.dir));
+                    }
+                    end
                 }
             };
             let missing = matches!(end.terminal, ResultPayload::RunFailed(_))
@@ -730,6 +778,7 @@ impl Bridge {
             attempt::push_artifact(&mut live, name).await;
         }
         let emit = live.emit;
+        emit.set_usage(end.usage.clone());
 
         // A session id the harness printed is kept only in the form the
         // spec says its ids take: the pointer is passed back to it.
@@ -969,7 +1018,10 @@ impl Bridge {
             };
             let opening = match permit.take() {
                 Some(decision) => live::Opening::Permit(decision),
-                None => live::Opening::Prompt(turn.prompt),
+                None => live::Opening::Prompt(live::Prompt {
+                    text: turn.prompt,
+                    files: turn.files,
+                }),
             };
             let ended = live::turn(spec, &mut process, opening, &decide, live).await;
             if warm && ended.untouched {

@@ -739,3 +739,38 @@ pub fn assert_instructions_in_both_turns(
         );
     }
 }
+
+/// Ctrl-C to a `run` (from [`spawn_bridge_run`]) once `started` holds:
+/// its last result must be `run.failed` `cancelled`, its exit 130, and
+/// nothing left running under `workspaces`.
+pub async fn assert_ctrl_c_cancels(
+    mut child: tokio::process::Child,
+    workspaces: &std::path::Path,
+    started: impl Fn() -> bool,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let waited = std::time::Instant::now();
+    while !started() {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the turn never reached the model"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id().expect("running") as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut last = serde_json::Value::Null;
+    while let Ok(Some(line)) = lines.next_line().await {
+        last = serde_json::from_str(&line).unwrap_or(serde_json::Value::Null);
+    }
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait())
+        .await
+        .expect("the bridge exits")
+        .expect("its status");
+    assert_eq!(last["type"], "run.failed", "{last}");
+    assert_eq!(last["data"]["code"], "cancelled", "{last}");
+    assert_eq!(status.code(), Some(130));
+    let left = processes_under(workspaces);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}

@@ -13,10 +13,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Decoder, Exit, json_line};
+use super::{Decoder, Exit, json_line, token_usage};
 use crate::protocol::{
     JsonMap, Message, MessageChunk, ProcessorLog, ResultPayload, RunCompleted, RunFailed,
-    ToolCallCompleted, ToolCallStarted,
+    TokenUsage, ToolCallCompleted, ToolCallStarted,
 };
 
 /// Decoder state for one Claude Code run.
@@ -27,6 +27,8 @@ pub struct ClaudeStreamJson {
     tools: HashMap<String, String>,
     /// The `result` line, held (unparsed) until the exit code is known.
     result: Option<String>,
+    /// Its usage, once the turn finished.
+    usage: Option<TokenUsage>,
 }
 
 fn text_chunk(text: &str) -> ResultPayload {
@@ -233,6 +235,18 @@ impl Decoder for ClaudeStreamJson {
             .result
             .take()
             .and_then(|line| serde_json::from_str::<Value>(&line).ok());
+        self.usage = result.as_ref().and_then(|result| {
+            let mut usage = token_usage(
+                &result["usage"],
+                "input_tokens",
+                "output_tokens",
+                "total_tokens",
+            )?;
+            if let Some(cost) = result.get("total_cost_usd").filter(|c| c.is_number()) {
+                usage.extra.insert("total_cost_usd".into(), cost.clone());
+            }
+            Some(usage)
+        });
         let is_error = result
             .as_ref()
             .is_none_or(|r| r["is_error"].as_bool().unwrap_or(true));
@@ -287,6 +301,10 @@ impl Decoder for ClaudeStreamJson {
 
     fn session_id(&self) -> Option<&str> {
         self.session_id.as_deref()
+    }
+
+    fn usage(&self) -> Option<TokenUsage> {
+        self.usage.clone()
     }
 }
 

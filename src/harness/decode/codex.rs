@@ -4,10 +4,10 @@
 
 use serde_json::Value;
 
-use super::{Decoder, Exit, json_line};
+use super::{Decoder, Exit, json_line, token_usage};
 use crate::protocol::{
-    JsonMap, Message, MessageCompleted, ResultPayload, RunCompleted, RunFailed, ToolCallCompleted,
-    ToolCallStarted,
+    JsonMap, Message, MessageCompleted, ResultPayload, RunCompleted, RunFailed, TokenUsage,
+    ToolCallCompleted, ToolCallStarted,
 };
 
 /// Decoder state for one Codex run.
@@ -17,6 +17,7 @@ pub struct CodexJsonl {
     last_message: Option<String>,
     failure: Option<String>,
     completed: bool,
+    usage: Option<TokenUsage>,
 }
 
 /// An item's type in `exec --json`'s spelling; the app-server spells the
@@ -138,6 +139,12 @@ impl Decoder for CodexJsonl {
             ),
             Some("turn.completed") => {
                 self.completed = true;
+                self.usage = token_usage(
+                    &value["usage"],
+                    "input_tokens",
+                    "output_tokens",
+                    "total_tokens",
+                );
                 Vec::new()
             }
             Some("turn.failed") => {
@@ -185,6 +192,10 @@ impl Decoder for CodexJsonl {
 
     fn session_id(&self) -> Option<&str> {
         self.thread_id.as_deref()
+    }
+
+    fn usage(&self) -> Option<TokenUsage> {
+        self.usage.clone()
     }
 }
 

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::{Decoder, Exit, json_line, object};
 use crate::protocol::{
     Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
-    ToolCallCompleted, ToolCallStarted,
+    TokenUsage, ToolCallCompleted, ToolCallStarted,
 };
 
 /// The decoder; one per turn.
@@ -133,6 +133,52 @@ impl Decoder for CopilotJson {
     }
 }
 
+/// The counts summed over every model in a `--usage-output-file`
+/// document: (input, output, cache read, cache write).
+fn file_counts(doc: &Value) -> [u64; 4] {
+    let mut sums = [0; 4];
+    for model in doc["modelMetrics"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+    {
+        let usage = &model["usage"];
+        for (sum, key) in sums.iter_mut().zip([
+            "inputTokens",
+            "outputTokens",
+            "cacheReadTokens",
+            "cacheWriteTokens",
+        ]) {
+            *sum += usage[key].as_u64().unwrap_or(0);
+        }
+    }
+    sums
+}
+
+/// A turn's usage from Copilot's `--usage-output-file`, which counts the
+/// whole session: `after` this turn less `before` it, when both are of one
+/// session (the same `sessionStartTime`), else all of `after` (a fresh
+/// session).
+pub fn usage_from_file(before: Option<&Value>, after: &Value) -> Option<TokenUsage> {
+    let start = after["sessionStartTime"].as_str()?;
+    let now = file_counts(after);
+    let then = before
+        .filter(|b| b["sessionStartTime"].as_str() == Some(start))
+        .map(file_counts)
+        .unwrap_or_default();
+    let [input, output, cache_read, cache_write] =
+        std::array::from_fn(|i| now[i].saturating_sub(then[i]));
+    let mut extra = crate::protocol::JsonMap::new();
+    extra.insert("cache_read_tokens".into(), cache_read.into());
+    extra.insert("cache_write_tokens".into(), cache_write.into());
+    Some(TokenUsage {
+        prompt_tokens: Some(input),
+        completion_tokens: Some(output),
+        total_tokens: Some(input + output),
+        extra,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +216,32 @@ mod tests {
             decode.session_id(),
             Some("393b90a8-3e3e-4044-8073-1851d1651f40")
         );
+    }
+
+    #[test]
+    fn a_turns_usage_is_the_sessions_file_less_the_last_turns() {
+        let file = |start: &str, input: u64, output: u64| {
+            serde_json::json!({"sessionStartTime": start, "modelMetrics": {
+                "a": {"usage": {"inputTokens": input, "outputTokens": output, "cacheReadTokens": 1}},
+                "b": {"usage": {"inputTokens": 1, "outputTokens": 1}},
+            }})
+        };
+        let first = usage_from_file(None, &file("t1", 10, 7)).unwrap();
+        assert_eq!(
+            (first.prompt_tokens, first.completion_tokens),
+            (Some(11), Some(8))
+        );
+        let before = file("t1", 10, 7);
+        let second = usage_from_file(Some(&before), &file("t1", 25, 12)).unwrap();
+        assert_eq!(
+            (second.prompt_tokens, second.completion_tokens),
+            (Some(15), Some(5))
+        );
+        assert_eq!(second.total_tokens, Some(20));
+        // Another session (the old one could not be resumed): all of it.
+        let fresh = usage_from_file(Some(&before), &file("t2", 3, 2)).unwrap();
+        assert_eq!(fresh.prompt_tokens, Some(4));
+        assert!(usage_from_file(None, &serde_json::json!({})).is_none());
     }
 
     #[test]

@@ -11,10 +11,10 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{Decoder, Exit, json_line, object};
+use super::{Decoder, Exit, json_line, object, token_usage};
 use crate::protocol::{
     Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
-    ToolCallCompleted, ToolCallStarted,
+    TokenUsage, ToolCallCompleted, ToolCallStarted,
 };
 
 /// The decoder; one per turn.
@@ -30,6 +30,8 @@ pub struct GeminiStreamJson {
     tools: HashMap<String, String>,
     /// The last error the stream reported.
     error: Option<String>,
+    /// `result.stats`' counts.
+    usage: Option<TokenUsage>,
 }
 
 impl GeminiStreamJson {
@@ -114,6 +116,12 @@ impl Decoder for GeminiStreamJson {
             }
             Some("result") => {
                 self.status = value["status"].as_str().map(str::to_string);
+                self.usage = token_usage(
+                    &value["stats"],
+                    "input_tokens",
+                    "output_tokens",
+                    "total_tokens",
+                );
                 if let Some(error) = error_text(&value["error"]) {
                     self.error = Some(error);
                 }
@@ -155,6 +163,10 @@ impl Decoder for GeminiStreamJson {
     fn session_id(&self) -> Option<&str> {
         self.session_id.as_deref()
     }
+
+    fn usage(&self) -> Option<TokenUsage> {
+        self.usage.clone()
+    }
 }
 
 #[cfg(test)]
@@ -172,7 +184,7 @@ mod tests {
             r#"{"type":"tool_use","tool_name":"mcp_langbot_history_page","tool_id":"t1","parameters":{"limit":5}}"#,
             r#"{"type":"tool_result","tool_id":"t1","status":"success","output":"DECISION"}"#,
             r#"{"type":"message","role":"assistant","content":"Friday.","delta":true}"#,
-            r#"{"type":"result","status":"success","stats":{"total_tokens":15}}"#,
+            r#"{"type":"result","status":"success","stats":{"total_tokens":15,"input_tokens":10,"output_tokens":5,"cached":2,"models":{}}}"#,
         ];
         let mut decode = GeminiStreamJson::default();
         let mut results: Vec<ResultPayload> = lines.iter().flat_map(|l| decode.line(l)).collect();
@@ -204,6 +216,20 @@ mod tests {
         assert_eq!(
             decode.session_id(),
             Some("740e951b-459d-44b0-9927-d639351218d1")
+        );
+        let usage = decode.usage().expect("the stats' counts");
+        assert_eq!(
+            (
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.total_tokens
+            ),
+            (Some(10), Some(5), Some(15))
+        );
+        assert_eq!(usage.extra.get("cached"), Some(&serde_json::json!(2)));
+        assert!(
+            !usage.extra.contains_key("models"),
+            "only counts ride along"
         );
     }
 

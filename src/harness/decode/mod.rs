@@ -15,12 +15,14 @@ mod lines;
 pub use claude::ClaudeStreamJson;
 pub use codex::CodexJsonl;
 pub(crate) use codex::item_results;
-pub use copilot::CopilotJson;
+pub use copilot::{CopilotJson, usage_from_file as copilot_usage_from_file};
 pub use gemini::GeminiStreamJson;
 pub use lines::{LineBuffer, Piece};
 
 use crate::host::now_ms;
-use crate::protocol::{AgentRunResult, ResultPayload};
+use serde_json::Value;
+
+use crate::protocol::{AgentRunResult, ResultPayload, TokenUsage};
 
 /// How the harness process ended, as the decoder needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,39 @@ pub trait Decoder: Send {
     fn finish(&mut self, exit: Exit) -> Vec<ResultPayload>;
     /// The harness's session id, once the output has named it.
     fn session_id(&self) -> Option<&str>;
+    /// The turn's token usage, where the output reports it.
+    fn usage(&self) -> Option<TokenUsage> {
+        None
+    }
+}
+
+/// Token usage from the counts a harness reports, under its own names:
+/// `input`, `output` and `total` (the sum when absent) become the SDK's
+/// counters; every other number in `counts` rides along under its own
+/// name (cache reads, reasoning tokens, cost). `None` without input or
+/// output counts.
+pub fn token_usage(counts: &Value, input: &str, output: &str, total: &str) -> Option<TokenUsage> {
+    let map = counts.as_object()?;
+    let prompt = map.get(input).and_then(Value::as_u64);
+    let completion = map.get(output).and_then(Value::as_u64);
+    if prompt.is_none() && completion.is_none() {
+        return None;
+    }
+    let total_tokens = map
+        .get(total)
+        .and_then(Value::as_u64)
+        .or(Some(prompt.unwrap_or(0) + completion.unwrap_or(0)));
+    let extra = map
+        .iter()
+        .filter(|(k, v)| ![input, output, total].contains(&k.as_str()) && v.is_number())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    Some(TokenUsage {
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        total_tokens,
+        extra,
+    })
 }
 
 /// One output line as JSON of type `T`; a line that is not (a stray log

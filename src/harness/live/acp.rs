@@ -20,13 +20,13 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 
-use super::{LiveDriver, PermissionRequest, Setup, Step};
+use super::{LiveDriver, PermissionRequest, Prompt, PromptFile, Setup, Step};
 use crate::harness::adapter::{AcpPolicy, AcpSpec};
-use crate::harness::decode::object;
+use crate::harness::decode::{object, token_usage};
 use crate::interaction::Decision;
 use crate::protocol::{
     Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
-    ToolCallCompleted, ToolCallStarted,
+    TokenUsage, ToolCallCompleted, ToolCallStarted,
 };
 
 /// What a request of ours was, to read its response.
@@ -54,7 +54,7 @@ pub struct Acp {
     capabilities: Value,
     session_id: Option<String>,
     /// A turn waiting for the session.
-    queued: Option<String>,
+    queued: Option<(String, Vec<PromptFile>)>,
     /// A turn is running (its prompt not yet answered).
     prompting: bool,
     /// `session/load` is replaying the history: its updates are the past.
@@ -63,6 +63,8 @@ pub struct Acp {
     text: String,
     /// The turn's last complete message.
     last_message: Option<String>,
+    /// The turn's token usage (the prompt's answer).
+    usage: Option<TokenUsage>,
     /// Tool calls started in this turn, and those already completed.
     started: HashMap<String, String>,
     finished: HashSet<String>,
@@ -146,19 +148,44 @@ impl Acp {
     /// The turn that waited for the session, now sent.
     fn queued_prompt(&mut self) -> Option<String> {
         let session = self.session_id.clone()?;
-        let prompt = self.queued.take()?;
-        Some(self.prompt(&prompt, &session))
+        let (prompt, files) = self.queued.take()?;
+        Some(self.prompt(&prompt, &files, &session))
     }
 
-    fn prompt(&mut self, prompt: &str, session: &str) -> String {
+    /// The prompt's content blocks: its text, then each file as a link to
+    /// the workspace copy (every agent takes those), or inline where it is
+    /// an image and the agent takes images.
+    fn blocks(&self, prompt: &str, files: &[PromptFile]) -> Value {
+        let images = self.capabilities["promptCapabilities"]["image"] == true;
+        let mut blocks = vec![json!({"type": "text", "text": prompt})];
+        for file in files {
+            blocks.push(match (&file.image, &file.mime_type) {
+                (Some(data), Some(mime)) if images => {
+                    json!({"type": "image", "data": data, "mimeType": mime, "uri": file.uri})
+                }
+                _ => {
+                    let mut link =
+                        json!({"type": "resource_link", "uri": file.uri, "name": file.name});
+                    if let Some(mime) = &file.mime_type {
+                        link["mimeType"] = json!(mime);
+                    }
+                    link
+                }
+            });
+        }
+        Value::Array(blocks)
+    }
+
+    fn prompt(&mut self, prompt: &str, files: &[PromptFile], session: &str) -> String {
         self.text.clear();
         self.last_message = None;
+        self.usage = None;
         self.started.clear();
         self.finished.clear();
         self.prompting = true;
         let params = json!({
             "sessionId": session,
-            "prompt": [{"type": "text", "text": prompt}],
+            "prompt": self.blocks(prompt, files),
         });
         self.request(Sent::Prompt, "session/prompt", params)
     }
@@ -216,6 +243,12 @@ impl Acp {
             }
             (Sent::Prompt, None) => {
                 self.prompting = false;
+                self.usage = token_usage(
+                    &value["result"]["usage"],
+                    "inputTokens",
+                    "outputTokens",
+                    "totalTokens",
+                );
                 self.complete_text(&mut step.results);
                 let reason = value["result"]["stopReason"].as_str().unwrap_or("end_turn");
                 step.ended = match reason {
@@ -392,10 +425,17 @@ impl LiveDriver for Acp {
     }
 
     fn turn(&mut self, prompt: &str) -> Vec<String> {
+        self.turn_with(&Prompt {
+            text: prompt,
+            files: &[],
+        })
+    }
+
+    fn turn_with(&mut self, prompt: &Prompt<'_>) -> Vec<String> {
         match self.session_id.clone() {
-            Some(session) => vec![self.prompt(prompt, &session)],
+            Some(session) => vec![self.prompt(prompt.text, prompt.files, &session)],
             None => {
-                self.queued = Some(prompt.to_string());
+                self.queued = Some((prompt.text.to_string(), prompt.files.to_vec()));
                 Vec::new()
             }
         }
@@ -447,6 +487,10 @@ impl LiveDriver for Acp {
         self.session_id.as_deref()
     }
 
+    fn usage(&self) -> Option<TokenUsage> {
+        self.usage.clone()
+    }
+
     fn asks(&self) -> bool {
         true
     }
@@ -488,6 +532,50 @@ mod tests {
 
     fn kinds(results: &[ResultPayload]) -> Vec<ResultType> {
         results.iter().map(ResultPayload::kind).collect()
+    }
+
+    #[test]
+    fn files_go_as_links_and_images_inline_where_the_agent_takes_them() {
+        let files = [
+            PromptFile {
+                uri: "file:///ws/conv/inputs/r1/report.pdf".into(),
+                name: "report.pdf".into(),
+                mime_type: Some("application/pdf".into()),
+                image: None,
+            },
+            PromptFile {
+                uri: "file:///ws/conv/inputs/r1/cat.png".into(),
+                name: "cat.png".into(),
+                mime_type: Some("image/png".into()),
+                image: Some("iVBORw0KGgo=".into()),
+            },
+        ];
+        for (caps, second) in [
+            (json!({"promptCapabilities": {"image": true}}), "image"),
+            (json!({}), "resource_link"),
+        ] {
+            let mut acp = Acp::default();
+            acp.open(None, &setup());
+            let prompt = Prompt {
+                text: "look",
+                files: &files,
+            };
+            assert!(acp.turn_with(&prompt).is_empty());
+            acp.line(&init_response(caps));
+            let step = acp.line(r#"{"jsonrpc":"2.0","id":2,"result":{"sessionId":"s-1"}}"#);
+            let blocks = sent(&step.write[0])["params"]["prompt"].clone();
+            assert_eq!(blocks[0], json!({"type": "text", "text": "look"}));
+            assert_eq!(blocks[1]["type"], "resource_link");
+            assert_eq!(blocks[1]["uri"], "file:///ws/conv/inputs/r1/report.pdf");
+            assert_eq!(blocks[1]["mimeType"], "application/pdf");
+            assert_eq!(blocks[2]["type"], second);
+            if second == "image" {
+                assert_eq!(blocks[2]["data"], "iVBORw0KGgo=");
+                assert_eq!(blocks[2]["mimeType"], "image/png");
+            } else {
+                assert_eq!(blocks[2]["name"], "cat.png");
+            }
+        }
     }
 
     #[test]

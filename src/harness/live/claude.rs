@@ -76,6 +76,10 @@ impl LiveDriver for ClaudeLive {
         self.session_id.as_deref()
     }
 
+    fn usage(&self) -> Option<crate::protocol::TokenUsage> {
+        self.decode.usage()
+    }
+
     fn asks(&self) -> bool {
         true
     }

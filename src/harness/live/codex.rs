@@ -23,10 +23,10 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::{LiveDriver, PermissionRequest, Setup, Step};
-use crate::harness::decode::item_results;
+use crate::harness::decode::{item_results, token_usage};
 use crate::interaction::Decision;
 use crate::protocol::{
-    Message, MessageChunk, MessageDelta, ResultPayload, RunCompleted, RunFailed,
+    Message, MessageChunk, MessageDelta, ResultPayload, RunCompleted, RunFailed, TokenUsage,
 };
 
 /// What a request of ours was, to read its response.
@@ -50,6 +50,8 @@ pub struct CodexAppServer {
     /// A turn waiting for the thread.
     queued: Option<String>,
     last_message: Option<String>,
+    /// The running turn's token usage (`thread/tokenUsage/updated`).
+    usage: Option<TokenUsage>,
     /// Ask the person before commands and patches (`approvals: chat`).
     ask: bool,
     /// Approval requests waiting for the person: their JSON-RPC id and the
@@ -68,6 +70,7 @@ impl CodexAppServer {
     fn start_turn(&mut self, prompt: &str, thread: &str) -> String {
         self.last_message = None;
         self.turn_id = None;
+        self.usage = None;
         let params = json!({
             "threadId": thread,
             "input": [{"type": "text", "text": prompt, "text_elements": []}],
@@ -194,6 +197,14 @@ impl CodexAppServer {
                     &mut self.last_message,
                 );
             }
+            "thread/tokenUsage/updated" => {
+                self.usage = token_usage(
+                    &params["tokenUsage"]["last"],
+                    "inputTokens",
+                    "outputTokens",
+                    "totalTokens",
+                );
+            }
             "turn/completed" => {
                 let turn = &params["turn"];
                 step.ended = match turn["status"].as_str() {
@@ -290,6 +301,10 @@ impl LiveDriver for CodexAppServer {
 
     fn session_id(&self) -> Option<&str> {
         self.thread_id.as_deref()
+    }
+
+    fn usage(&self) -> Option<TokenUsage> {
+        self.usage.clone()
     }
 
     fn steers(&self) -> bool {

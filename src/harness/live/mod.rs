@@ -68,6 +68,31 @@ pub struct Setup {
     pub own_tools: Vec<String>,
 }
 
+/// A turn's prompt: its text, and the files the person sent with it (the
+/// workspace's copies), for a protocol that takes files as content of
+/// their own. The text names the files too, so a driver may leave them out.
+#[derive(Debug, Clone, Copy)]
+pub struct Prompt<'a> {
+    /// The turn prompt.
+    pub text: &'a str,
+    /// The files sent with it.
+    pub files: &'a [PromptFile],
+}
+
+/// One file sent with a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptFile {
+    /// `file://` URI of the workspace copy.
+    pub uri: String,
+    /// The name it was sent under.
+    pub name: String,
+    /// Its MIME type, when known.
+    pub mime_type: Option<String>,
+    /// The bytes, base64, of an image small enough to go inline (for an
+    /// agent that takes images).
+    pub image: Option<String>,
+}
+
 /// One harness family's live protocol.
 pub trait LiveDriver: Send {
     /// Lines that open the session once the process runs (a handshake;
@@ -77,6 +102,11 @@ pub trait LiveDriver: Send {
     /// Lines that start a turn with `prompt` (a driver still waiting for
     /// its handshake keeps the turn and sends it in a later [`Step`]).
     fn turn(&mut self, prompt: &str) -> Vec<String>;
+    /// [`LiveDriver::turn`] with the turn's files, for a protocol that
+    /// takes them as content (the prompt's text names them anyway).
+    fn turn_with(&mut self, prompt: &Prompt<'_>) -> Vec<String> {
+        self.turn(prompt.text)
+    }
     /// One complete stdout line (without its newline).
     fn line(&mut self, line: &str) -> Step;
     /// Lines that interrupt the running turn the harness's own way; the
@@ -84,6 +114,10 @@ pub trait LiveDriver: Send {
     fn interrupt(&mut self) -> Vec<String>;
     /// The harness's session id, once it has named one.
     fn session_id(&self) -> Option<&str>;
+    /// The last turn's token usage, where the protocol reports it.
+    fn usage(&self) -> Option<crate::protocol::TokenUsage> {
+        None
+    }
     /// Lines that answer the [`PermissionRequest`] `id`; the paused turn
     /// goes on. A driver whose harness never asks answers nothing.
     fn permit(&mut self, _id: &str, _decision: &Decision) -> Vec<String> {
