@@ -587,3 +587,80 @@ async fn an_image_sent_with_a_turn_reaches_the_agents_model() {
     assert!(saw, "no request carried the picture: {requests:?}");
     assert!(processes_under(&data.path().join("workspaces")).is_empty());
 }
+
+/// Codex through its ACP adapter (`examples/adapters/codex-acp.yaml`, by
+/// that file alone), against the fake Responses API: a turn whose model
+/// calls the bridge's `history_page` (an HTTP server given in
+/// `session/new`) and gets the store's transcript, streamed; the next
+/// turn, in a new process, resumes the session by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_runs_through_its_acp_adapter_added_by_yaml() {
+    use common::openai::{ANSWER, ASK, FOLLOW_UP, SECOND_ANSWER, codex_home, fake_model};
+    let (model_url, fake) = fake_model(false).await;
+    let adapters = tempfile::tempdir().unwrap();
+    std::fs::write(
+        adapters.path().join("codex-acp.yaml"),
+        include_str!("../examples/adapters/codex-acp.yaml"),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let codex = home.path().join(".codex");
+    std::fs::create_dir_all(&codex).unwrap();
+    codex_home(&codex, &model_url);
+    let env = vec![
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", home.path().display().to_string()),
+        ("CODEX_HOME", codex.display().to_string()),
+        ("OPENAI_API_KEY", "test-key".to_string()),
+    ];
+    let data = tempfile::tempdir().unwrap();
+    seed_decision(data.path(), CONVERSATION).await;
+    let adapters = adapters.path().display().to_string();
+    let bin = common::cli("codex-acp").display().to_string();
+    let turn = |text: &'static str| {
+        vec![
+            "--adapters".to_string(),
+            adapters.clone(),
+            "--harness".into(),
+            "codex-acp".into(),
+            "--bin".into(),
+            bin.clone(),
+            "--conversation".into(),
+            CONVERSATION.into(),
+            "--text".into(),
+            text.into(),
+        ]
+    };
+    let args = turn(ASK);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let first = bridge_run(data.path(), &args, &env).await;
+    let end = first.terminal();
+    assert_eq!(end["type"], "run.completed", "{}", first.stderr);
+    let kinds = first.kinds();
+    assert!(kinds.iter().any(|k| k == "message.delta"), "{kinds:?}");
+    let done = first.first("tool.call.completed").expect("the tool call");
+    assert!(done.to_string().contains(DECISION), "{done}");
+    assert!(end.to_string().contains(ANSWER), "{end}");
+    let root = data.path().join("workspaces");
+    assert!(processes_under(&root).is_empty(), "the agent outlived run");
+    let asked = fake.requests.lock().unwrap().len();
+
+    let args = turn(FOLLOW_UP);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let second = bridge_run(data.path(), &args, &env).await;
+    let end = second.terminal();
+    assert_eq!(end["type"], "run.completed", "{}", second.stderr);
+    assert_eq!(
+        end["data"]["message"]["metadata"]["session"]["resumed"], true,
+        "{end}"
+    );
+    assert!(end.to_string().contains(SECOND_ANSWER), "{end}");
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests[asked..]
+            .iter()
+            .any(|r| r["input"].to_string().contains(ANSWER)),
+        "turn 2 did not carry turn 1"
+    );
+    assert!(processes_under(&root).is_empty());
+}

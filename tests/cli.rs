@@ -92,10 +92,18 @@ fn manifest_lists_each_harness() {
     let out = bridge(&["manifest", "--adapters", "examples/adapters"]);
     assert_eq!(out.status.code(), Some(0));
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    let last = doc["runners"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!(
-        last["manifest"]["id"],
-        "plugin:langbot/harness-bridge/claude-acp"
+    let ids: Vec<&str> = doc["runners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["manifest"]["id"].as_str())
+        .collect();
+    assert!(
+        ids.ends_with(&[
+            "plugin:langbot/harness-bridge/claude-acp",
+            "plugin:langbot/harness-bridge/codex-acp"
+        ]),
+        "{ids:?}"
     );
     let out = bridge(&["manifest", "--adapters", "no/such/folder"]);
     assert_ne!(out.status.code(), Some(0));
