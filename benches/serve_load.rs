@@ -36,6 +36,7 @@ name: fake
 label: Fake
 description: Prints a recorded Claude Code stream.
 binary: fake-harness
+family: claude
 argv:
   new: ["--new"]
   resume: ["--resume", "{session_id}"]
@@ -43,9 +44,9 @@ stdin: prompt
 env:
   pass: [PATH, "HB_FAKE_*"]
 skills_dir: .fake/skills
-mcp_format: claude-json
-decoder: claude-stream-json
 session_not_found: "No conversation found"
+session_store: unknown
+session_id_format: token
 install_hint: "the bench starts itself as the fake harness"
 "#;
 

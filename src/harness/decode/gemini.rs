@@ -132,13 +132,17 @@ impl Decoder for GeminiStreamJson {
     }
 
     fn finish(&mut self, exit: Exit) -> Vec<ResultPayload> {
-        let mut out = self.end_message();
+        // Text after the last message ended (no result line came): the
+        // deltas carried it; it is the final message if any is.
+        let text = std::mem::take(&mut self.text);
+        if !text.trim().is_empty() {
+            self.last_message = Some(text);
+        }
         if exit.success() && self.status.as_deref() == Some("success") {
-            out.push(ResultPayload::RunCompleted(RunCompleted {
+            return vec![ResultPayload::RunCompleted(RunCompleted {
                 finish_reason: "stop".into(),
                 message: self.last_message.take().map(Message::assistant),
-            }));
-            return out;
+            })];
         }
         let how = exit.code.map_or("was killed".to_string(), |c| {
             format!("exited with code {c}")
@@ -147,7 +151,7 @@ impl Decoder for GeminiStreamJson {
             Some(message) => format!("Gemini CLI failed: {message}"),
             None => format!("Gemini CLI {how} without completing the turn"),
         };
-        out.push(ResultPayload::RunFailed(RunFailed {
+        vec![ResultPayload::RunFailed(RunFailed {
             code: if exit.code.is_none() {
                 "harness_killed"
             } else {
@@ -156,8 +160,7 @@ impl Decoder for GeminiStreamJson {
             .into(),
             error,
             retryable: false,
-        }));
-        out
+        })]
     }
 
     fn session_id(&self) -> Option<&str> {
@@ -231,6 +234,18 @@ mod tests {
             !usage.extra.contains_key("models"),
             "only counts ride along"
         );
+    }
+
+    #[test]
+    fn an_exit_mid_message_gives_the_terminal_result_alone() {
+        // Found by the fuzz target: text, then the process ends with no
+        // result line. The deltas carried the text; the exit gives one
+        // terminal result and nothing else.
+        let mut decode = GeminiStreamJson::default();
+        decode.line(r#"{"type":"message","role":"assistant","content":"Friday.","delta":true}"#);
+        let end = decode.finish(Exit { code: Some(123) });
+        assert_eq!(end.len(), 1, "{end:?}");
+        assert!(matches!(&end[0], ResultPayload::RunFailed(_)), "{end:?}");
     }
 
     #[test]
