@@ -6,6 +6,8 @@
 //! `permissions.tools: [call]`, and a catalog that says otherwise would
 //! describe a runner LangBot does not run.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -31,8 +33,12 @@ struct Spec {
 }
 
 fn plugin_runners() -> BTreeMap<String, Spec> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("integrations/langbot-plugin/components/runner");
+    runners_in(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/langbot-plugin"))
+}
+
+/// The runner manifests of the plugin at `plugin`, by name.
+fn runners_in(plugin: &std::path::Path) -> BTreeMap<String, Spec> {
+    let dir = plugin.join("components/runner");
     let mut runners = BTreeMap::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -49,10 +55,71 @@ fn plugin_runners() -> BTreeMap<String, Spec> {
 
 #[test]
 fn the_plugin_manifests_and_the_bridge_catalog_agree() {
-    let plugin = plugin_runners();
-    let catalog =
-        harness_bridge::harness::discovery(harness_bridge::harness::Adapters::builtin()).runners;
-    let names: Vec<&String> = catalog.iter().map(|r| &r.runner_name).collect();
+    assert_agree(
+        &plugin_runners(),
+        harness_bridge::harness::Adapters::builtin(),
+    );
+}
+
+/// An operator's specs (here the README's examples) get runners of their
+/// own in the plugin (`scripts/langbot-runners`, which the package build
+/// runs with `--adapters DIR`), agreeing with the catalog in force, and
+/// the specs go where the plugin hands them to its bridge.
+#[test]
+fn an_operators_specs_become_runners_of_the_plugin() {
+    let work = tempfile::tempdir().unwrap();
+    let plugin = work.path().join("plugin");
+    let runners = plugin.join("components/runner");
+    std::fs::create_dir_all(&runners).unwrap();
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/langbot-plugin");
+    for entry in std::fs::read_dir(source.join("components/runner")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, runners.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/adapters");
+    let python = common::sdk_python();
+    let generate = || common::langbot_runners(&examples, &plugin);
+    let out = generate();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("runners added: claude-acp, codex-acp"),
+        "{said}"
+    );
+    let adapters = harness_bridge::harness::Adapters::load(&examples).unwrap();
+    assert_agree(&runners_in(&plugin), &adapters);
+    assert!(plugin.join("adapters/codex-acp.yaml").is_file());
+    // The runner class loads where LangBot loads it, naming its harness.
+    let check = std::process::Command::new(&python)
+        .current_dir(&plugin)
+        .args([
+            "-c",
+            "from components.runner.codex_acp import CodexAcp; print(CodexAcp.harness, CodexAcp.label)",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout).trim(),
+        "codex-acp Codex (ACP)",
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // Run again: nothing is added twice.
+    assert!(String::from_utf8_lossy(&generate().stdout).contains("runners added: none"));
+}
+
+/// The plugin's runners and the catalog of `adapters` offer the same
+/// runners with the same capabilities and permissions.
+fn assert_agree(plugin: &BTreeMap<String, Spec>, adapters: &harness_bridge::harness::Adapters) {
+    let catalog = harness_bridge::harness::discovery(adapters).runners;
+    let mut names: Vec<&String> = catalog.iter().map(|r| &r.runner_name).collect();
+    names.sort();
     assert_eq!(
         plugin.keys().collect::<Vec<_>>(),
         names,
@@ -60,7 +127,7 @@ fn the_plugin_manifests_and_the_bridge_catalog_agree() {
     );
     for runner in &catalog {
         let name = &runner.runner_name;
-        let spec = &plugin[name];
+        let spec = &plugin[name.as_str()];
         let manifest = &runner.manifest;
         assert_eq!(spec.usages, manifest.usages, "{name}: usages");
         assert_eq!(

@@ -8,6 +8,8 @@
 //! of a later run: `ctx.api` must be used inside that run's invocation).
 //! The plugin runs from a read-only copy whose bundled bridge has lost its
 //! exec bit, as LangBot unpacks packages.
+//! An operator's agent (an ACP spec) rides in the package with a runner
+//! generated for it, and runs through the same worker.
 
 mod common;
 
@@ -23,8 +25,22 @@ const FIRST: &str = "Remember this: the codeword is tulip.";
 /// A copy of the plugin as LangBot unpacks it: read-only, with the bridge
 /// bundled (compressed) in `bin/` and no exec bits.
 fn unpacked_plugin(dir: &std::path::Path) -> PathBuf {
+    unpacked_plugin_with(dir, None)
+}
+
+/// [`unpacked_plugin`], built with an operator's specs (`adapters`) as
+/// `scripts/build-langbot-plugin --adapters DIR` builds it.
+fn unpacked_plugin_with(dir: &std::path::Path, adapters: Option<&std::path::Path>) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let plugin = common::copy_plugin(dir);
+    if let Some(adapters) = adapters {
+        let made = common::langbot_runners(adapters, &plugin);
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
     std::fs::create_dir_all(plugin.join("bin")).unwrap();
     // Bundled as the package script bundles it: gzip-compressed.
     let packed = std::process::Command::new("gzip")
@@ -60,6 +76,53 @@ fn context(run_id: &str, text: &str, config: &Value) -> Value {
         "runtime": {"deadline_at": null},
         "config": config,
     })
+}
+
+/// The harness's history call went to the host (`ctx.api`), and the
+/// host's transcript reached the model.
+fn assert_history_reached_the_host(events: &Events, fake: &common::anthropic::Fake) {
+    assert!(
+        events
+            .of("host_action")
+            .any(|e| e["action"] == "history_page"),
+        "the history call did not reach the host"
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests.iter().any(|r| r.to_string().contains(HOST_ONLY)),
+        "the model never saw the host's transcript"
+    );
+}
+
+/// Run `scenario` in the stand-in runtime (`tests/interop/fake_runtime.py`)
+/// within `secs`: the events it printed, and its stderr.
+async fn run_scenario(dir: &std::path::Path, scenario: &Value, secs: u64) -> (Events, String) {
+    let file = dir.join("scenario.json");
+    std::fs::write(&file, scenario.to_string()).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/fake_runtime.py");
+    let output = tokio::process::Command::new(common::sdk_python())
+        .arg(&script)
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(secs), output)
+        .await
+        .expect("the fake runtime finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let events = Events(
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect(),
+    );
+    (events, stderr)
 }
 
 struct Events(Vec<Value>);
@@ -113,31 +176,7 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
             {"runner_name": "claude-code", "context": context("lb-3", "Still there?", &stuck_config), "cancel_after": 5},
         ],
     });
-    let file = dir.path().join("scenario.json");
-    std::fs::write(&file, scenario.to_string()).unwrap();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/fake_runtime.py");
-    let output = tokio::process::Command::new(common::sdk_python())
-        .arg(&script)
-        .arg(&file)
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(240), output)
-        .await
-        .expect("the fake runtime finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    let events = Events(
-        stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect(),
-    );
+    let (events, stderr) = run_scenario(dir.path(), &scenario, 240).await;
 
     // Turn 1: streamed (LangBot reads `all_content`), a pointer stored.
     let first = events.results("lb-1");
@@ -171,17 +210,8 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
         tool["data"]["error"].is_null(),
         "the host call failed: {tool}"
     );
-    assert!(
-        events
-            .of("host_action")
-            .any(|e| e["action"] == "history_page"),
-        "the bridge's history call did not reach the host"
-    );
+    assert_history_reached_the_host(&events, &fake);
     let requests = fake.requests.lock().unwrap().clone();
-    assert!(
-        requests.iter().any(|r| r.to_string().contains(HOST_ONLY)),
-        "the model never saw the host's transcript"
-    );
     let turn_2 = requests
         .iter()
         .find(|r| r["stream"] == true && r.to_string().contains(ASK))
@@ -215,6 +245,58 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
     );
 
     // The worker is gone, and with it the bridge and every harness.
+    let left = common::processes_under(&workspaces);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+/// An operator's agent, added to the package by its spec alone
+/// (`examples/adapters/claude-acp.yaml`): the generated runner loads in the
+/// real plugin worker, the plugin's bridge runs the spec, and the agent's
+/// history tool is answered by the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_agent_runs_through_the_plugin_by_its_spec() {
+    let (model_url, fake) = fake_model(false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspaces = dir.path().join("bridge");
+    let home = dir.path().join("home");
+    // Acknowledged once, as a person would: the adapter's notice about
+    // another endpoint's billing.
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    std::fs::write(
+        home.join(".claude/.claude.json"),
+        json!({"autoModeClassifierBillingNoticeAcknowledgedAt": 4_102_444_800_000_u64}).to_string(),
+    )
+    .unwrap();
+    let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/adapters");
+    let plugin_dir = unpacked_plugin_with(dir.path(), Some(&examples));
+    let config = json!({
+        "harness_path": common::cli("claude-agent-acp"),
+        "extra_env": format!(
+            "HOME={home}\nCLAUDE_CONFIG_DIR={home}/.claude\nCLAUDE_CODE_MAX_RETRIES=0\n\
+             ANTHROPIC_BASE_URL={model_url}\nANTHROPIC_API_KEY=test-key",
+            home = home.display()
+        ),
+        "timeout": 120,
+    });
+    let scenario = json!({
+        "plugin_dir": plugin_dir,
+        "plugin_config": {"workspace_root": workspaces},
+        "watch_dir": workspaces,
+        "transcript": [{
+            "transcript_id": "t1", "event_id": "e0", "conversation_id": "group-42",
+            "role": "user", "item_type": "message", "content": HOST_ONLY, "seq": 1,
+        }],
+        "runs": [{"runner_name": "claude-acp", "context": context("lb-acp-1", ASK, &config)}],
+    });
+    let (events, stderr) = run_scenario(dir.path(), &scenario, 180).await;
+    let results = events.results("lb-acp-1");
+    let last = results.last().expect("results");
+    assert_eq!(last["type"], "run.completed", "{last}\n{stderr}");
+    assert!(
+        results.iter().any(|r| r.to_string().contains(ANSWER)),
+        "{results:?}"
+    );
+    assert_history_reached_the_host(&events, &fake);
     let left = common::processes_under(&workspaces);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
@@ -336,31 +418,7 @@ async fn the_hosts_tools_and_knowledge_reach_claude_through_the_plugin() {
         }]},
         "runs": [{"runner_name": "claude-code", "context": run}],
     });
-    let file = dir.path().join("scenario.json");
-    std::fs::write(&file, scenario.to_string()).unwrap();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/fake_runtime.py");
-    let output = tokio::process::Command::new(common::sdk_python())
-        .arg(&script)
-        .arg(&file)
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(240), output)
-        .await
-        .expect("the fake runtime finished in time")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    let events = Events(
-        stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect(),
-    );
+    let (events, stderr) = run_scenario(dir.path(), &scenario, 240).await;
     let results = events.results("lb-kb");
     let last = results.last().expect("results");
     assert_eq!(last["type"], "run.completed", "{last}\n{stderr}");

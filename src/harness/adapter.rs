@@ -324,7 +324,7 @@ impl AdapterSpec {
                             fail(format!(
                                 "`live` needs a driver: the `{}` family has no live mode (known drivers: {})",
                                 family.name,
-                                super::live::DRIVERS.join(", ")
+                                super::live::driver_names()
                             ))
                         })?
                         .to_string();
@@ -423,7 +423,7 @@ impl AdapterSpec {
                 return fail(format!(
                     "unknown live driver `{}` (known: {})",
                     live.driver,
-                    super::live::DRIVERS.join(", ")
+                    super::live::driver_names()
                 ));
             }
             if live.argv.is_some() && !live.args.is_empty() {

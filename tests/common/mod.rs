@@ -774,3 +774,19 @@ pub async fn assert_ctrl_c_cancels(
     let left = processes_under(workspaces);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
+
+/// `scripts/langbot-runners`: runners in the plugin at `plugin` for the
+/// specs in `adapters`, as `scripts/build-langbot-plugin --adapters`
+/// makes them.
+pub fn langbot_runners(
+    adapters: &std::path::Path,
+    plugin: &std::path::Path,
+) -> std::process::Output {
+    std::process::Command::new(sdk_python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/langbot-runners"))
+        .arg(bridge_bin())
+        .arg(adapters)
+        .arg(plugin)
+        .output()
+        .expect("the runner generator runs")
+}

@@ -92,15 +92,28 @@ fn json_line<'a, T: serde::Deserialize<'a>>(line: &'a str) -> Option<T> {
     parsed
 }
 
-/// The decoder called `name` in an adapter spec.
+/// How a decoder is made, fresh for each turn.
+pub type MakeDecoder = fn() -> Box<dyn Decoder>;
+
+/// Every decoder, by the name a family gives it: the one list both
+/// [`decoder`] and the family registry's check read.
+pub const DECODERS: &[(&str, MakeDecoder)] = &[
+    ("claude-stream-json", || {
+        Box::new(ClaudeStreamJson::default())
+    }),
+    ("codex-jsonl", || Box::new(CodexJsonl::default())),
+    ("copilot-json", || Box::new(CopilotJson::default())),
+    ("gemini-stream-json", || {
+        Box::new(GeminiStreamJson::default())
+    }),
+];
+
+/// A new decoder of the format called `name`.
 pub fn decoder(name: &str) -> Option<Box<dyn Decoder>> {
-    match name {
-        "claude-stream-json" => Some(Box::new(ClaudeStreamJson::default())),
-        "codex-jsonl" => Some(Box::new(CodexJsonl::default())),
-        "copilot-json" => Some(Box::new(CopilotJson::default())),
-        "gemini-stream-json" => Some(Box::new(GeminiStreamJson::default())),
-        _ => None,
-    }
+    DECODERS
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, make)| make())
 }
 
 /// A JSON value as the object a tool result or its arguments carry:
@@ -116,14 +129,6 @@ pub(crate) fn object(value: &serde_json::Value) -> crate::protocol::JsonMap {
         }
     }
 }
-
-/// The names [`decoder`] knows, for spec errors.
-pub const DECODERS: &[&str] = &[
-    "claude-stream-json",
-    "codex-jsonl",
-    "copilot-json",
-    "gemini-stream-json",
-];
 
 /// A run's ordered result stream: sequence from 1, a timestamp on each,
 /// and nothing after the terminal result.

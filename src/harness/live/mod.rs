@@ -144,14 +144,32 @@ pub trait LiveDriver: Send {
     fn ask_permissions(&mut self) {}
 }
 
+/// How a live driver is made, fresh for each process.
+type MakeDriver = fn() -> Box<dyn LiveDriver>;
+
+/// Every live driver, by the name a family or spec gives it: the one list
+/// [`driver`] and spec errors read.
+const LIVE_DRIVERS: &[(&str, MakeDriver)] = &[
+    ("claude-stream-json", || Box::new(ClaudeLive::default())),
+    ("codex-app-server", || Box::new(CodexAppServer::default())),
+    ("acp", || Box::new(Acp::default())),
+];
+
 /// The driver called `name` in an adapter spec's `live` section.
 pub fn driver(name: &str) -> Option<Box<dyn LiveDriver>> {
-    match name {
-        "claude-stream-json" => Some(Box::new(ClaudeLive::default())),
-        "codex-app-server" => Some(Box::new(CodexAppServer::default())),
-        "acp" => Some(Box::new(Acp::default())),
-        _ => None,
-    }
+    LIVE_DRIVERS
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, make)| make())
+}
+
+/// The driver names, for spec errors.
+pub fn driver_names() -> String {
+    LIVE_DRIVERS
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The driver a spec's `live` section names, set up with the spec's own
@@ -163,6 +181,3 @@ pub fn driver_for(spec: &crate::harness::AdapterSpec) -> Option<Box<dyn LiveDriv
         name => driver(name),
     }
 }
-
-/// The names [`driver`] knows, for spec errors.
-pub const DRIVERS: &[&str] = &["claude-stream-json", "codex-app-server", "acp"];

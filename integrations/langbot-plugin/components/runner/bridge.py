@@ -33,6 +33,9 @@ PLUGIN_DIR = Path(__file__).resolve().parents[2]
 # Compressed: LangBot takes packages up to 10 MiB and stores their files
 # as they are, and the bridge is larger than that uncompressed.
 BUNDLED = PLUGIN_DIR / "bin" / "harness-bridge.gz"
+# An operator's harness specs, put in the package by
+# `scripts/build-langbot-plugin --adapters DIR`: the bridge runs them too.
+ADAPTERS = PLUGIN_DIR / "adapters"
 # A harness needs a PATH; the plugin runtime gives none.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LINE_LIMIT = 16 * 1024 * 1024
@@ -223,8 +226,9 @@ class Relay:
                 # The operator changed the bridge or folder: the old bridge
                 # ends (and with it the runs still on it).
                 self._proc.stdin.close()
+            specs = ["--adapters", str(ADAPTERS)] if any(ADAPTERS.glob("*.y*ml")) else []
             proc = await asyncio.create_subprocess_exec(
-                str(binary), "--data-dir", str(data_dir), "relay",
+                str(binary), "--data-dir", str(data_dir), "relay", *specs,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
                 env={"PATH": DEFAULT_PATH}, limit=LINE_LIMIT,
             )
