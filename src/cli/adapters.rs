@@ -77,11 +77,12 @@ fn show(spec: &AdapterSpec, source: &str) -> String {
         return format!(
             "{head}\nprotocol: Agent Client Protocol over stdio, one process per conversation \
              (`run`: one per turn)\ncommand: {} {command}\npermissions: {:?} (the bridge's own \
-             tools always allowed; `approvals: chat` asks the person)\nmode: {}\n{env}\nskills: \
+             tools always allowed; `approvals: chat` asks the person)\nmode: {}\nresume: {:?}\n{env}\nskills: \
              {}{instructions}\nmcp: in session/new\ninstall: {}",
             spec.binary,
             acp.permissions,
             acp.mode.as_deref().unwrap_or("the agent's own"),
+            acp.resume,
             spec.skills_dir,
             spec.install_hint,
         );

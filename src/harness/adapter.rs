@@ -94,6 +94,18 @@ pub enum AcpPolicy {
     Deny,
 }
 
+/// How an ACP agent's stored session is continued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AcpResume {
+    /// `session/resume` where the agent offers it, else `session/load`.
+    #[default]
+    Auto,
+    /// `session/load` only (its replay ignored): for an agent whose
+    /// `session/resume` is unreliable.
+    Load,
+}
+
 /// Options of an agent driven over the Agent Client Protocol (`family:
 /// acp`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -106,6 +118,9 @@ pub struct AcpSpec {
     /// The answer to a permission request when no person is asked.
     #[serde(default)]
     pub permissions: AcpPolicy,
+    /// How a stored session is continued.
+    #[serde(default)]
+    pub resume: AcpResume,
     /// The session mode to set (`session/set_mode`) when the agent offers
     /// it and starts in another: e.g. `default`, where an agent would
     /// otherwise start in a mode whose checks cannot run here.

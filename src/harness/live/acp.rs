@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 
 use super::{LiveDriver, PermissionRequest, Prompt, PromptFile, Setup, Step};
-use crate::harness::adapter::{AcpPolicy, AcpSpec};
+use crate::harness::adapter::{AcpPolicy, AcpResume, AcpSpec};
 use crate::harness::decode::{object, token_usage};
 use crate::interaction::Decision;
 use crate::protocol::{
@@ -103,7 +103,9 @@ impl Acp {
     /// else loaded, else new.
     fn open_session(&mut self) -> String {
         let caps = &self.capabilities;
-        let can_resume = caps["sessionCapabilities"]["resume"].is_object();
+        let how = self.spec.resume;
+        let can_resume =
+            how == AcpResume::Auto && caps["sessionCapabilities"]["resume"].is_object();
         let can_load = caps["loadSession"].as_bool().unwrap_or(false);
         match self.resume.clone() {
             Some(id) if can_resume => {
@@ -687,6 +689,17 @@ mod tests {
         );
         assert!(step.session_not_found);
         assert!(matches!(step.ended, Some(ResultPayload::RunFailed(_))));
+
+        // A spec that says `resume: load` loads even where resume is offered.
+        let mut acp = Acp::new(AcpSpec {
+            resume: AcpResume::Load,
+            ..AcpSpec::default()
+        });
+        acp.open(Some("s-9"), &setup());
+        let step = acp.line(&init_response(
+            json!({"sessionCapabilities": {"resume": {}}, "loadSession": true}),
+        ));
+        assert_eq!(sent(&step.write[0])["method"], "session/load");
     }
 
     #[test]
