@@ -7,10 +7,12 @@
 mod attempt;
 mod emit;
 mod live;
+mod mcp_file;
 mod outbox;
 mod queue;
 mod quick;
 mod record;
+mod usage;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,7 +31,6 @@ pub use outbox::OUTBOX_DIR;
 pub use queue::{QueueFull, Scheduler, Ticket, Turn};
 pub use quick::{QuickTurn, new_run_id, quick_context};
 
-use crate::harness::family::UsageFile;
 use crate::harness::{
     AdapterSpec, Adapters, Launch, ResumePointer, Stdin, TurnValues, child_env,
     env_pattern_matches, find_program, requested_permissions, runner_id,
@@ -38,13 +39,15 @@ use crate::host::{GrantPolicy, Grants, HostApi};
 use crate::interaction::{self, Decision, PENDING_KEY, Reply};
 use crate::mcp::{InputRef, McpHttpServer, RunFacts, RunTools, tool_names};
 use crate::projection::{
-    Approvals, Binding, ConfinedDir, McpCatalog, McpFile, ProjectRequest, Projection,
-    ProjectionError, TOKEN_ENV, Templates, URL_ENV, fill_mcp_env, paths, project,
+    Approvals, Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
+    Templates, URL_ENV, paths, project,
 };
 use crate::protocol::{
     ActionRequested, AgentRunContext, AgentRunResult, INTERACTION_REQUESTED, InteractionSubmission,
     Message, ResultPayload, ResultType, RunCompleted, RunFailed, StateScope, StateUpdated,
 };
+use mcp_file::FilledMcpFile;
+use usage::UsageCount;
 
 /// A turn's timeout when neither the binding nor the context sets one.
 pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
@@ -218,66 +221,6 @@ impl Drop for RunGuard<'_> {
         self.bridge.grants.close_run(&self.run_id);
         self.bridge.tools.forget(&self.run_id);
         self.bridge.tools.interactions().close(&self.run_id);
-    }
-}
-
-/// An MCP config file holding the turn's secrets (for a harness that does
-/// not expand `${VAR}`): written filled in for the turn, put back as
-/// rendered (the secrets as `${VAR}`) when dropped, however the turn ends.
-struct FilledMcpFile<'a> {
-    dir: &'a ConfinedDir,
-    file: &'a McpFile,
-}
-
-impl<'a> FilledMcpFile<'a> {
-    fn write(
-        dir: &'a ConfinedDir,
-        file: &'a McpFile,
-        env: &BTreeMap<String, String>,
-    ) -> Result<Self, ProjectionError> {
-        let filled = serde_json::from_slice::<serde_json::Value>(&file.bytes)
-            .map(|doc| fill_mcp_env(&doc, env))
-            .and_then(|doc| serde_json::to_vec_pretty(&doc))
-            .map_err(|e| ProjectionError::Binding(format!("the MCP config: {e}")))?;
-        dir.write(&file.path, &filled)?;
-        Ok(FilledMcpFile { dir, file })
-    }
-}
-
-impl Drop for FilledMcpFile<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.dir.write(&self.file.path, &self.file.bytes) {
-            tracing::error!(error = %e, "cannot take the token out of the MCP config file");
-        }
-    }
-}
-
-/// A harness's usage file as the last turn left it (then removed, so a
-/// turn that writes none reports none rather than the last one's).
-struct UsageCount(Option<serde_json::Value>);
-
-/// Most of a usage file read: it is the harness's, in its workspace.
-const MAX_USAGE_FILE: u64 = 1024 * 1024;
-
-impl UsageCount {
-    fn read(dir: &ConfinedDir) -> Option<serde_json::Value> {
-        let relative = paths::USAGE.join("/");
-        let head = dir
-            .read_head(std::path::Path::new(&relative), MAX_USAGE_FILE)
-            .ok()?;
-        serde_json::from_slice(&head.bytes).ok()
-    }
-
-    fn before(dir: &ConfinedDir) -> UsageCount {
-        let before = UsageCount::read(dir);
-        if let Err(e) = dir.remove(&paths::USAGE) {
-            tracing::warn!(error = %e, "cannot clear the harness's usage file");
-        }
-        UsageCount(before)
-    }
-
-    fn after(self, file: UsageFile, dir: &ConfinedDir) -> Option<crate::protocol::TokenUsage> {
-        file.usage(self.0.as_ref(), &UsageCount::read(dir)?)
     }
 }
 
