@@ -253,11 +253,16 @@ async fn two_turns_resume_one_qwen_session_and_read_the_real_history() {
 async fn hangs_until_the_deadline(cli: Cli) {
     let (model_url, fake) = fake_model(cli.wire(), Some("HANG")).await;
     let machine = Machine::new(cli, model_url).await;
-    let turn = machine.turn("Please HANG", &["--timeout", "12"]).await;
+    let turn = machine.turn("Please HANG", &["--timeout", "20"]).await;
     let end = turn.terminal();
     assert_eq!(end["type"], "run.failed", "{}", turn.stderr);
-    assert!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0);
     assert_eq!(end["data"]["code"], "deadline_exceeded", "{end}");
+    let requests = fake.requests.lock().unwrap().len();
+    assert!(
+        fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "the model never got the turn ({requests} requests): {end}\n{}",
+        turn.stderr
+    );
     assert!(processes_under(&machine.data.path().join("workspaces")).is_empty());
 }
 
