@@ -15,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 const MARK: char = '\u{E000}';
 
 /// Values that each look like another placeholder.
-const TRICKY: [&str; 7] = [
+const TRICKY: [&str; 8] = [
     "{session_id}",
     "{model}",
     "{prompt}",
@@ -23,9 +23,10 @@ const TRICKY: [&str; 7] = [
     "{permission_mode}",
     "{mcp_config|toml}",
     "k={prompt}",
+    "{usage_file}",
 ];
 
-fn values<'a>(v: &'a [String; 7], resume: bool, all: bool) -> TurnValues<'a> {
+fn values<'a>(v: &'a [String; 8], resume: bool, all: bool) -> TurnValues<'a> {
     TurnValues {
         prompt: &v[0],
         instructions: all.then_some(v[1].as_str()),
@@ -35,6 +36,7 @@ fn values<'a>(v: &'a [String; 7], resume: bool, all: bool) -> TurnValues<'a> {
         permission_mode: all.then_some(v[5].as_str()),
         permission_prompt_tool: None,
         config_overrides: std::slice::from_ref(&v[6]),
+        usage_file: all.then_some(Path::new(&v[7])),
     }
 }
 
@@ -68,8 +70,8 @@ fuzz_target!(|data: &[u8]| {
     if text.contains(MARK) {
         return;
     }
-    let marks: [String; 7] = std::array::from_fn(|i| format!("{MARK}{i}{MARK}"));
-    let tricky: [String; 7] = TRICKY.map(str::to_string);
+    let marks: [String; 8] = std::array::from_fn(|i| format!("{MARK}{i}{MARK}"));
+    let tricky: [String; 8] = TRICKY.map(str::to_string);
     for resume in [false, true] {
         for all in [false, true] {
             // No value here starts with `-`, the one thing args refuses.

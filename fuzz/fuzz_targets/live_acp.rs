@@ -5,19 +5,15 @@
 //! the driver writes is one JSON object a line.
 #![no_main]
 
-use harness_bridge::harness::live::{Acp, LiveDriver, Setup};
-use harness_bridge_fuzz::one_object_per_line;
+use harness_bridge::harness::live::{Acp, LiveDriver};
+use harness_bridge_fuzz::{live_setup, one_object_per_line};
 use libfuzzer_sys::fuzz_target;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let resume = data.first().is_some_and(|b| b % 2 == 1);
     let mut live = Acp::default();
-    let setup = Setup {
-        cwd: "/ws".into(),
-        mcp_servers: json!([{"type": "http", "name": "langbot", "url": "http://127.0.0.1:1/mcp", "headers": []}]),
-        own_tools: vec!["mcp__langbot__history_page".into()],
-    };
+    let setup = live_setup();
     one_object_per_line(&live.open(resume.then_some("s-1"), &setup));
     let text = String::from_utf8_lossy(data.get(1..).unwrap_or_default()).into_owned();
     for (n, line) in text.lines().enumerate() {

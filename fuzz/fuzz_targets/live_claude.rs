@@ -6,13 +6,13 @@
 
 use harness_bridge::harness::live::{ClaudeLive, LiveDriver};
 use harness_bridge::interaction::Decision;
-use harness_bridge_fuzz::one_object_per_line;
+use harness_bridge_fuzz::{live_setup, one_object_per_line};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let mut live = ClaudeLive::default();
-    one_object_per_line(&live.open(None));
+    one_object_per_line(&live.open(None, &live_setup()));
     let text = String::from_utf8_lossy(data).into_owned();
     for (n, line) in text.lines().enumerate() {
         match n % 7 {

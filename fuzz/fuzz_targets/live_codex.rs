@@ -6,14 +6,17 @@
 #![no_main]
 
 use harness_bridge::harness::live::{CodexAppServer, LiveDriver};
-use harness_bridge_fuzz::one_object_per_line;
+use harness_bridge_fuzz::{live_setup, one_object_per_line};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let resume = data.first().is_some_and(|b| b % 2 == 1);
     let mut live = CodexAppServer::default();
-    one_object_per_line(&live.open(resume.then_some("01a20be0-f138-7a32-99aa-1ff7e3bd42cc")));
+    one_object_per_line(&live.open(
+        resume.then_some("01a20be0-f138-7a32-99aa-1ff7e3bd42cc"),
+        &live_setup(),
+    ));
     let text = String::from_utf8_lossy(data.get(1..).unwrap_or_default()).into_owned();
     for (n, line) in text.lines().enumerate() {
         match n % 5 {

@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         Inbound::Hello { .. } => ("hello", None, None),
         Inbound::Run { run_id, .. } => ("run", Some(run_id), None),
         Inbound::Cancel { run_id } => ("cancel", Some(run_id), None),
+        Inbound::Steer { run_id, id, .. } => ("steer", Some(run_id), Some(*id)),
         Inbound::HostReply { id, .. } => ("host_reply", None, Some(*id)),
     };
     if let Some(found) = field_in_head::<String>(head, "type") {

@@ -182,3 +182,14 @@ pub fn one_object_per_line(lines: &[String]) {
         );
     }
 }
+
+/// What a live driver is opened with in a fuzz run: a workspace, the
+/// bridge's MCP server as an ACP client would hand it over, and the
+/// bridge's own history tool (allowed without asking).
+pub fn live_setup() -> harness_bridge::harness::live::Setup {
+    harness_bridge::harness::live::Setup {
+        cwd: "/ws".into(),
+        mcp_servers: serde_json::json!([{"type": "http", "name": "langbot", "url": "http://127.0.0.1:1/mcp", "headers": []}]),
+        own_tools: vec!["mcp__langbot__history_page".into()],
+    }
+}
