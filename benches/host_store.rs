@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use harness_bridge::host::calls::HistorySearchCall;
-use harness_bridge::host::{Grants, HistoryQuery, HostApi};
+use harness_bridge::host::prelude::*;
+use harness_bridge::host::{Grants, HistoryQuery};
 
 mod support;
 use harness_bridge::protocol::AgentRunContext;

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use harness_bridge::host::prelude::*;
 use harness_bridge::host::sqlite::SqliteHost;
-use harness_bridge::host::{GrantedHost, Grants, HostApi, NewArtifact};
+use harness_bridge::host::{GrantedHost, Grants, NewArtifact};
 use harness_bridge::mcp::tool_names;
 use harness_bridge::projection::{ProjectRequest, Target, Templates, project};
 use harness_bridge::protocol::AgentRunContext;

@@ -13,7 +13,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use harness_bridge::host::{Api, HistoryQuery, HostApi, RunScope};
+use harness_bridge::host::prelude::*;
+use harness_bridge::host::{Api, HistoryQuery, RunScope};
 use harness_bridge::relay::{Inbound, Outbound, RelayHost};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;

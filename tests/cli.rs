@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use common::fixture;
 use harness_bridge::host::calls::StateSetCall;
+use harness_bridge::host::prelude::*;
 use harness_bridge::host::{GrantPolicy, HistoryQuery};
 use harness_bridge::protocol::StateScope;
 use serde_json::json;
@@ -225,7 +226,7 @@ fn adapters_list_show_and_refuse_a_malformed_spec() {
 
 #[tokio::test]
 async fn run_prunes_audit_rows_past_the_retention_and_reading_them_does_not() {
-    use harness_bridge::host::{AuditEntry, HostApi, now_ms};
+    use harness_bridge::host::{AuditEntry, now_ms};
     let f = fixture();
     let day = 24 * 3600 * 1000;
     for (age_days, action) in [(400, "ancient"), (1, "recent")] {

@@ -9,8 +9,9 @@ use harness_bridge::host::calls::{
     ArtifactMetadataCall, ArtifactReadCall, EventGetCall, HistorySearchCall, PluginStorageKeys,
     PluginStorageSet, StateGetCall, StateSetCall,
 };
+use harness_bridge::host::prelude::*;
 use harness_bridge::host::{
-    Api, EventQuery, GrantCaps, GrantPolicy, HistoryQuery, HostApi, NewArtifact, NewEvent,
+    Api, EventQuery, GrantCaps, GrantPolicy, HistoryQuery, NewArtifact, NewEvent,
 };
 use harness_bridge::protocol::{
     AgentRunnerPermissions, ErrorCode, HistoryOperation, StateScope, StorageKind,

@@ -8,10 +8,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use common::{RUNNER, all_permissions, context};
+use harness_bridge::host::prelude::*;
 use harness_bridge::host::sqlite::SqliteHost;
-use harness_bridge::host::{
-    GrantCaps, GrantPolicy, Grants, HostApi, NewArtifact, NewTranscriptItem,
-};
+use harness_bridge::host::{GrantCaps, GrantPolicy, Grants, NewArtifact, NewTranscriptItem};
 use harness_bridge::mcp::{McpHttpServer, RunFacts, RunTools};
 use harness_bridge::protocol::AgentRunnerPermissions;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
@@ -707,11 +706,7 @@ async fn every_tool_returns_the_stores_data() {
 }
 
 /// The audit rows of `run` written after row `after`.
-async fn rows_after(
-    s: &Server,
-    run: &str,
-    after: i64,
-) -> Vec<harness_bridge::host::sqlite::AuditRow> {
+async fn rows_after(s: &Server, run: &str, after: i64) -> Vec<harness_bridge::host::AuditRow> {
     let rows = s.store.audit_tail(Some(run.into()), 1000).await.unwrap();
     rows.into_iter().filter(|r| r.id > after).collect()
 }

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use common::{RUNNER, all_permissions, context};
+use harness_bridge::host::prelude::*;
 use harness_bridge::host::sqlite::SqliteHost;
-use harness_bridge::host::{GrantPolicy, Grants, HostApi, NewTranscriptItem};
+use harness_bridge::host::{GrantPolicy, Grants, NewTranscriptItem};
 use harness_bridge::mcp::{McpHttpServer, RunTools};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;

@@ -11,7 +11,8 @@ use std::time::SystemTime;
 use base64::Engine as _;
 use common::{RUNNER, fixture};
 use harness_bridge::harness;
-use harness_bridge::host::{GrantPolicy, HostApi, NewArtifact};
+use harness_bridge::host::prelude::*;
+use harness_bridge::host::{GrantPolicy, NewArtifact};
 use harness_bridge::mcp::tool_names;
 use harness_bridge::projection::{
     ProjectRequest, Projection, ProjectionError, Target, Templates, WriteOutcome, project,

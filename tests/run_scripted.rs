@@ -221,7 +221,7 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
         conversation_id: Some("chat-7".into()),
         ..Default::default()
     };
-    use harness_bridge::host::HostApi as _;
+    use harness_bridge::host::HostProxy as _;
     let meta = store.artifact_metadata(&scope, id).await.unwrap();
     assert_eq!(meta.size_bytes, Some(2 * 1024 * 1024));
     // The malformed line was skipped, not fatal; the reply was recorded.

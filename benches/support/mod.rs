@@ -9,8 +9,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use axum::routing::{any, post};
+use harness_bridge::host::prelude::*;
 use harness_bridge::host::sqlite::SqliteHost;
-use harness_bridge::host::{GrantCaps, GrantPolicy, HostApi, NewTranscriptItem};
+use harness_bridge::host::{GrantCaps, GrantPolicy, NewTranscriptItem};
 use harness_bridge::protocol::AgentRunContext;
 use serde_json::{Value, json};
 

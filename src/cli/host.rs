@@ -6,7 +6,9 @@ use clap::Subcommand;
 
 use super::exit;
 use crate::harness::runner_id;
-use crate::host::sqlite::{SqliteHost, inspect_owner};
+use crate::host::HostProxy as _;
+use crate::host::owners::inspect_owner;
+use crate::host::sqlite::SqliteHost;
 use crate::protocol::{AgentAPIError, StateScope};
 
 #[derive(Debug, Subcommand)]

@@ -136,12 +136,22 @@ pub struct AuditEntry {
     pub detail: String,
 }
 
-/// The host proxy surface (§8) plus the host-side writes the bridge needs.
+/// An audit row as read back, with its position in the log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRow {
+    /// Position in the log; increases with every row.
+    pub id: i64,
+    /// The row itself.
+    #[serde(flatten)]
+    pub entry: AuditEntry,
+}
+
+/// The host proxy surface (§8): what a run's harness may ask of the host.
 ///
 /// Implementations do storage and scoping by the ids they are given; they do
 /// not authorize. Runner-facing callers use [`super::GrantedHost`].
 #[async_trait]
-pub trait HostApi: Send + Sync + 'static {
+pub trait HostProxy: Send + Sync + 'static {
     /// Whether this host can answer `api` at all. A grant never includes
     /// what its host cannot do, so a harness is not shown tools that could
     /// only fail (a plugin host may lack some APIs).
@@ -161,6 +171,27 @@ pub trait HostApi: Send + Sync + 'static {
     /// A page of a conversation's transcript (§8 `history_page`).
     async fn history_page(&self, scope: &RunScope, query: &HistoryQuery)
     -> HostResult<HistoryPage>;
+
+    /// Transcript of a conversation for a person (`host history`), oldest
+    /// first, without going through a grant.
+    async fn conversation_history(
+        &self,
+        conversation_id: &str,
+        thread_id: Option<&str>,
+        limit: u32,
+    ) -> HostResult<HistoryPage> {
+        let scope = RunScope {
+            conversation_id: Some(conversation_id.to_string()),
+            thread_id: thread_id.map(str::to_string),
+            ..RunScope::default()
+        };
+        let query = HistoryQuery {
+            limit,
+            include_artifacts: true,
+            ..HistoryQuery::default()
+        };
+        self.history_page(&scope, &query).await
+    }
     /// Transcript items matching `query`, best first (§8 `history_search`).
     async fn history_search(
         &self,
@@ -264,18 +295,43 @@ pub trait HostApi: Send + Sync + 'static {
         query: &str,
         top_k: u32,
     ) -> HostResult<Vec<Value>>;
+}
 
-    // Host-side writes: the bridge records what happened in a turn.
+/// The bridge's record of a turn: the event that started it and what was
+/// said. Only the bridge writes here; a runner reads it back through
+/// [`HostProxy`].
+#[async_trait]
+pub trait TurnLog: Send + Sync + 'static {
     /// Record an event (idempotent by `event_id`).
     async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord>;
     /// Record a transcript item, numbered next in its conversation.
     async fn append_transcript(&self, item: NewTranscriptItem) -> HostResult<TranscriptItem>;
+}
+
+/// Artifact contents the bridge keeps (a harness's outbox files): bytes
+/// in, metadata out; a runner reads them back through [`HostProxy`].
+#[async_trait]
+pub trait ArtifactStore: Send + Sync + 'static {
     /// Store an artifact's content and metadata.
     async fn put_artifact(
         &self,
         artifact: NewArtifact,
         content: Vec<u8>,
     ) -> HostResult<ArtifactMetadata>;
+}
+
+/// Where every host call and refusal is recorded (§11). An
+/// implementation should queue rather than wait for disk: a row is
+/// written on every call's path.
+#[async_trait]
+pub trait AuditSink: Send + Sync + 'static {
     /// Append one audit row.
     async fn record_audit(&self, entry: AuditEntry) -> HostResult<()>;
 }
+
+/// A whole host: the proxy, the turn log, artifact contents and the audit
+/// sink, composed. What the bridge holds; each backend implements the
+/// roles and gets this for free.
+pub trait HostApi: HostProxy + TurnLog + ArtifactStore + AuditSink {}
+
+impl<T: HostProxy + TurnLog + ArtifactStore + AuditSink> HostApi for T {}

@@ -13,9 +13,21 @@ mod api;
 pub mod calls;
 mod cursor;
 mod grant;
+pub mod migrations;
+pub mod owners;
+pub mod paging;
+pub mod postgres;
+pub mod rows;
 pub mod sqlite;
+pub mod words;
 
 pub use api::*;
+
+/// The host's roles in one import, for calling their methods on a concrete
+/// store (a `dyn HostApi` has them all already).
+pub mod prelude {
+    pub use super::{ArtifactStore, AuditSink, HostApi, HostProxy, TurnLog};
+}
 pub use calls::{EventQuery, HistoryQuery, HostCall};
 pub use cursor::{Cursor, CursorCodec, CursorKind};
 pub use grant::*;

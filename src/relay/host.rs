@@ -22,8 +22,8 @@ use crate::host::calls::{
     WorkspaceStorageSet,
 };
 use crate::host::{
-    Api, AuditEntry, EventQuery, HistoryQuery, HostApi, HostCall, HostResult, NewArtifact,
-    NewEvent, NewTranscriptItem, RunScope, StateEntry,
+    Api, ArtifactStore, AuditEntry, AuditSink, EventQuery, HistoryQuery, HostCall, HostProxy,
+    HostResult, NewArtifact, NewEvent, NewTranscriptItem, RunScope, StateEntry, TurnLog,
 };
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
@@ -132,7 +132,7 @@ fn not_relayed(what: &str) -> AgentAPIError {
 }
 
 #[async_trait]
-impl HostApi for RelayHost {
+impl HostProxy for RelayHost {
     fn answers(&self, api: Api) -> bool {
         self.answers.contains(&api)
     }
@@ -349,7 +349,10 @@ impl HostApi for RelayHost {
         };
         self.forward(scope, &call).await
     }
+}
 
+#[async_trait]
+impl TurnLog for RelayHost {
     async fn append_event(&self, _event: NewEvent) -> HostResult<AgentEventRecord> {
         Err(not_relayed("the event log"))
     }
@@ -357,7 +360,10 @@ impl HostApi for RelayHost {
     async fn append_transcript(&self, _item: NewTranscriptItem) -> HostResult<TranscriptItem> {
         Err(not_relayed("the transcript"))
     }
+}
 
+#[async_trait]
+impl ArtifactStore for RelayHost {
     async fn put_artifact(
         &self,
         _artifact: NewArtifact,
@@ -367,7 +373,10 @@ impl HostApi for RelayHost {
             "the relay sends artifacts inline only (up to 1 MiB)",
         ))
     }
+}
 
+#[async_trait]
+impl AuditSink for RelayHost {
     async fn record_audit(&self, entry: AuditEntry) -> HostResult<()> {
         // The bridge's own checks are local by nature: they go to its log.
         tracing::info!(

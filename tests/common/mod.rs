@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 pub mod openai;
+pub mod pg;
 pub mod scripted;
 pub mod server;
 pub mod wire;
@@ -10,8 +11,9 @@ pub mod wire;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use harness_bridge::host::prelude::*;
 use harness_bridge::host::sqlite::SqliteHost;
-use harness_bridge::host::{GrantPolicy, Grants, HostApi, NewTranscriptItem, OpenRun};
+use harness_bridge::host::{GrantPolicy, Grants, NewTranscriptItem, OpenRun};
 use harness_bridge::protocol::{AgentRunContext, AgentRunnerPermissions};
 use serde_json::json;
 

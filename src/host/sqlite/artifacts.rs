@@ -5,12 +5,14 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 
-use super::{db_error, execute_cached, json_text, new_id, parse_json, write_error};
+use super::{db_error, execute_cached, write_error};
 use crate::host::grant::now_ms;
+use crate::host::rows::{
+    ARTIFACT_COLUMNS, artifact_metadata, artifact_range, artifact_read, json_text, new_id,
+};
 use crate::host::{HostResult, NewArtifact};
 use crate::protocol::{AgentAPIError, ArtifactMetadata, ArtifactReadResult};
 
@@ -93,31 +95,12 @@ pub(super) fn metadata(conn: &Connection, artifact_id: &str) -> HostResult<Artif
 }
 
 fn load(conn: &Connection, artifact_id: &str) -> HostResult<Option<ArtifactMetadata>> {
-    conn.prepare_cached(
-        "SELECT artifact_id, artifact_type, mime_type, name, size_bytes, sha256, source,
-                    conversation_id, run_id, runner_id, created_at, expires_at, metadata
-             FROM artifacts WHERE artifact_id = ?1",
-    )
+    conn.prepare_cached(&format!(
+        "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE artifact_id = ?1"
+    ))
     .and_then(|mut s| {
-        s.query_row([artifact_id], |r| {
-            Ok(ArtifactMetadata {
-                artifact_id: r.get(0)?,
-                artifact_type: r.get(1)?,
-                mime_type: r.get(2)?,
-                name: r.get(3)?,
-                size_bytes: r.get::<_, Option<i64>>(4)?.map(|s| s as u64),
-                sha256: r.get(5)?,
-                source: r.get(6)?,
-                conversation_id: r.get(7)?,
-                run_id: r.get(8)?,
-                runner_id: r.get(9)?,
-                created_at: r.get(10)?,
-                expires_at: r.get(11)?,
-                metadata: parse_json(r.get(12)?),
-                extra: Default::default(),
-            })
-        })
-        .optional()
+        s.query_row([artifact_id], |r| artifact_metadata(r))
+            .optional()
     })
     .map_err(db_error)
 }
@@ -131,17 +114,11 @@ pub(super) fn read(
     length: u64,
 ) -> HostResult<ArtifactReadResult> {
     let meta = metadata(conn, artifact_id)?;
-    let size = meta.size_bytes.unwrap_or(0);
-    if offset > size {
-        return Err(AgentAPIError::invalid_argument(format!(
-            "offset {offset} is past the end of the artifact ({size} bytes)"
-        )));
-    }
+    let take = artifact_range(&meta, offset, length)?;
     let sha = meta.sha256.clone().unwrap_or_default();
     if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(AgentAPIError::runtime("artifact row has no valid digest"));
     }
-    let take = length.min(size - offset);
     let mut file =
         std::fs::File::open(content_path(dir, &sha)).map_err(|e| io_error("open content", e))?;
     file.seek(SeekFrom::Start(offset))
@@ -150,14 +127,5 @@ pub(super) fn read(
     file.take(take)
         .read_to_end(&mut buf)
         .map_err(|e| io_error("read", e))?;
-    Ok(ArtifactReadResult {
-        artifact_id: meta.artifact_id,
-        mime_type: meta.mime_type,
-        size_bytes: Some(size),
-        offset,
-        length: Some(buf.len() as u64),
-        has_more: offset + (buf.len() as u64) < size,
-        content_base64: Some(base64::engine::general_purpose::STANDARD.encode(&buf)),
-        file_key: None,
-    })
+    Ok(artifact_read(meta, offset, &buf))
 }

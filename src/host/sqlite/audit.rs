@@ -15,10 +15,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
-use serde::Serialize;
 
 use super::db_error;
-use crate::host::{AuditEntry, HostResult, now_ms};
+use crate::host::{AuditEntry, AuditRow, HostResult, now_ms};
 use crate::protocol::AgentAPIError;
 
 /// How long audit rows are kept when the operator says nothing: long
@@ -175,16 +174,6 @@ fn write_batch(conn: &mut Connection, rows: &[AuditEntry]) -> HostResult<()> {
         insert(&tx, row)?;
     }
     tx.commit().map_err(db_error)
-}
-
-/// An audit row as read back, with its position in the log.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditRow {
-    /// Position in the log; increases with every row.
-    pub id: i64,
-    /// The row itself.
-    #[serde(flatten)]
-    pub entry: AuditEntry,
 }
 
 fn insert(tx: &Transaction<'_>, e: &AuditEntry) -> HostResult<()> {

@@ -1,70 +1,30 @@
 //! The event log: one stable, small record per event, paged per stream.
 
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, Row, Transaction, params, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, Transaction, params, params_from_iter};
 
-use super::streams::{self, PageRequest, open_page};
-use super::{db_error, execute_cached, json_text, parse_json};
+use super::streams::{self, open_page};
+use super::{db_error, execute_cached};
 use crate::host::grant::now_ms;
-use crate::host::{Cursor, CursorCodec, CursorKind, EventQuery, HostResult, NewEvent, RunScope};
+use crate::host::paging::PageRequest;
+use crate::host::rows::{EVENT_COLUMNS, event_record, json_text};
+use crate::host::{CursorCodec, CursorKind, EventQuery, HostResult, NewEvent, RunScope};
 use crate::protocol::{AgentAPIError, AgentEventRecord, EventPage};
-
-const COLUMNS: &str = "seq, stream_id, event_id, event_type, event_time, source, bot_id, workspace_id, \
-     conversation_id, thread_id, actor_type, actor_id, actor_name, subject_type, subject_id, \
-     input_summary, input_ref, raw_ref, created_at, metadata";
-
-fn record_from_row(
-    row: &Row<'_>,
-    codec: &CursorCodec,
-) -> rusqlite::Result<(i64, AgentEventRecord)> {
-    let seq: Option<i64> = row.get(0)?;
-    let stream: Option<i64> = row.get(1)?;
-    let cursor = match (seq, stream) {
-        (Some(seq), Some(stream)) => Some(codec.encode(Cursor {
-            kind: CursorKind::Events,
-            stream,
-            seq,
-        })),
-        _ => None,
-    };
-    let record = AgentEventRecord {
-        event_id: row.get(2)?,
-        event_type: row.get(3)?,
-        event_time: row.get(4)?,
-        source: row.get(5)?,
-        bot_id: row.get(6)?,
-        workspace_id: row.get(7)?,
-        conversation_id: row.get(8)?,
-        thread_id: row.get(9)?,
-        actor_type: row.get(10)?,
-        actor_id: row.get(11)?,
-        actor_name: row.get(12)?,
-        subject_type: row.get(13)?,
-        subject_id: row.get(14)?,
-        input_summary: row.get(15)?,
-        input_ref: row.get(16)?,
-        raw_ref: row.get(17)?,
-        seq,
-        cursor,
-        created_at: row.get(18)?,
-        metadata: parse_json(row.get(19)?),
-        extra: Default::default(),
-    };
-    Ok((seq.unwrap_or(0), record))
-}
 
 fn by_id(
     conn: &Connection,
     codec: &CursorCodec,
     event_id: &str,
 ) -> HostResult<Option<AgentEventRecord>> {
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM events WHERE event_id = ?1"))
-        .and_then(|mut s| {
-            s.query_row([event_id], |row| record_from_row(row, codec))
-                .optional()
-        })
-        .map(|found| found.map(|(_, record)| record))
-        .map_err(db_error)
+    conn.prepare_cached(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?1"
+    ))
+    .and_then(|mut s| {
+        s.query_row([event_id], |row| event_record(row, codec))
+            .optional()
+    })
+    .map(|found| found.map(|(_, record)| record))
+    .map_err(db_error)
 }
 
 pub(super) fn get(
@@ -83,14 +43,17 @@ pub(super) fn page(
     query: &EventQuery,
 ) -> HostResult<EventPage> {
     let request = PageRequest::from(query);
-    let Some((stream, window)) = open_page(conn, codec, CursorKind::Events, scope, &request)?
-    else {
+    let Some(window) = open_page(conn, codec, CursorKind::Events, scope, &request)? else {
         return Ok(EventPage {
             total_count: Some(0),
             ..EventPage::default()
         });
     };
-    let mut args: Vec<SqlValue> = vec![stream.into(), window.after.into(), window.before.into()];
+    let mut args: Vec<SqlValue> = vec![
+        window.stream.into(),
+        window.after.into(),
+        window.before.into(),
+    ];
     let type_filter = if query.event_types.is_empty() {
         String::new()
     } else {
@@ -98,26 +61,26 @@ pub(super) fn page(
         args.extend(query.event_types.iter().map(|t| SqlValue::from(t.clone())));
         format!("AND event_type IN ({marks})")
     };
-    args.push((i64::from(window.limit) + 1).into());
+    args.push(window.fetch().into());
     let sql = format!(
-        "SELECT {COLUMNS} FROM events WHERE stream_id = ? AND seq > ? AND seq < ? {type_filter}
+        "SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? AND seq > ? AND seq < ? {type_filter}
          ORDER BY seq {} LIMIT ?",
         window.order()
     );
     let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
     let rows = stmt
-        .query_map(params_from_iter(args), |row| record_from_row(row, codec))
+        .query_map(params_from_iter(args), |row| event_record(row, codec))
         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
         .map_err(db_error)?;
     let total: Option<i64> = if query.event_types.is_empty() {
         conn.prepare_cached("SELECT event_seq FROM streams WHERE id = ?1")
-            .and_then(|mut s| s.query_row([stream], |r| r.get(0)))
+            .and_then(|mut s| s.query_row([window.stream], |r| r.get(0)))
             .map(Some)
             .map_err(db_error)?
     } else {
         None
     };
-    let page = window.finish(codec, CursorKind::Events, stream, rows);
+    let page = window.finish(codec, CursorKind::Events, rows);
     Ok(EventPage {
         items: page.items,
         next_cursor: page.next_cursor,

@@ -17,9 +17,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::transcript::{index_text, search_terms};
+use super::transcript::search_terms;
 use super::{db_error, execute_cached};
 use crate::host::HostResult;
+use crate::host::words::index_text;
 use crate::protocol::AgentAPIError;
 
 /// Largest file indexed, in bytes: a knowledge base is documents, not data.

@@ -1,69 +1,15 @@
-//! Scoped state (small JSON values) and storage (blobs).
-//!
-//! Every state owner includes the runner id, so one runner never reads
-//! another's state; the rest of the owner is the id of the scope itself
-//! (conversation + thread, actor, subject), taken from the run, never from
-//! the caller.
+//! Scoped state (small JSON values) and storage (blobs) in SQLite; whose
+//! entry is whose is `host::owners`'.
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde_json::Value;
 
 use super::{db_error, execute_cached};
 use crate::host::grant::now_ms;
-use crate::host::{HostResult, RunScope, StateEntry};
+use crate::host::owners::area_name;
+use crate::host::rows::state_value;
+use crate::host::{HostResult, StateEntry};
 use crate::protocol::{AgentAPIError, StateScope, StorageKind};
-
-const SEP: char = '\u{1f}';
-
-/// The owner key of one state scope for this run.
-pub(super) fn state_owner(scope: &RunScope, state: StateScope) -> HostResult<String> {
-    let missing =
-        || AgentAPIError::invalid_argument(format!("this run has no {} scope", state.as_str()));
-    let id = match state {
-        StateScope::Conversation => {
-            let conversation = scope.conversation_id.as_deref().ok_or_else(missing)?;
-            format!(
-                "{conversation}{SEP}{}",
-                scope.thread_id.as_deref().unwrap_or("")
-            )
-        }
-        StateScope::Actor => scope.actor_id.clone().ok_or_else(missing)?,
-        StateScope::Subject => scope.subject_id.clone().ok_or_else(missing)?,
-        StateScope::Runner => String::new(),
-    };
-    Ok(format!("{}{SEP}{id}", scope.runner_id))
-}
-
-/// Build a state owner for inspection (`host state`), as the bridge would.
-pub fn inspect_owner(runner_id: &str, state: StateScope, id: &str, thread: Option<&str>) -> String {
-    match state {
-        StateScope::Conversation => format!("{runner_id}{SEP}{id}{SEP}{}", thread.unwrap_or("")),
-        StateScope::Runner => format!("{runner_id}{SEP}"),
-        _ => format!("{runner_id}{SEP}{id}"),
-    }
-}
-
-pub(super) fn storage_owner(scope: &RunScope, area: StorageKind) -> String {
-    match area {
-        StorageKind::Plugin => scope.plugin_id().to_string(),
-        StorageKind::Workspace => scope
-            .workspace_id
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-    }
-}
-
-fn area_name(area: StorageKind) -> &'static str {
-    match area {
-        StorageKind::Plugin => "plugin",
-        StorageKind::Workspace => "workspace",
-    }
-}
-
-fn parse_value(text: String) -> HostResult<Value> {
-    serde_json::from_str(&text)
-        .map_err(|e| AgentAPIError::runtime(format!("stored state is not JSON: {e}")))
-}
 
 pub(super) fn state_get(
     conn: &Connection,
@@ -78,7 +24,7 @@ pub(super) fn state_get(
                 .optional()
         })
         .map_err(db_error)?;
-    text.map(parse_value).transpose()
+    text.map(state_value).transpose()
 }
 
 pub(super) fn state_set(
@@ -139,7 +85,7 @@ pub(super) fn state_list(
         .map(|(key, text)| {
             Ok(StateEntry {
                 key,
-                value: parse_value(text)?,
+                value: state_value(text)?,
             })
         })
         .collect()

@@ -22,20 +22,27 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde_json::Value;
 
-pub use audit::{AuditRow, DEFAULT_AUDIT_RETENTION};
+pub use audit::DEFAULT_AUDIT_RETENTION;
 pub use knowledge::{KnowledgeReport, MAX_FILE_BYTES as MAX_KNOWLEDGE_FILE_BYTES};
-pub use kv::inspect_owner;
 
+use super::migrations::{Migration, pending};
+use super::owners::{state_owner, storage_owner};
 use super::{
-    Api, AuditEntry, CursorCodec, EventQuery, HistoryQuery, HostApi, HostResult, NewArtifact,
-    NewEvent, NewTranscriptItem, RunScope, StateEntry,
+    Api, ArtifactStore, AuditEntry, AuditRow, AuditSink, CursorCodec, EventQuery, HistoryQuery,
+    HostProxy, HostResult, NewArtifact, NewEvent, NewTranscriptItem, RunScope, StateEntry, TurnLog,
 };
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
     HistorySearchResult, JsonMap, KnowledgeBaseResource, StateScope, StorageKind, TranscriptItem,
 };
 
-const SCHEMA_VERSION: i64 = 1;
+/// The embedded store's schema, step by step (`PRAGMA user_version` is
+/// the last one applied).
+pub static MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial",
+    sql: include_str!("migrations/0001_initial.sql"),
+}];
 const DB_FILE: &str = "host.db";
 const MAX_IDLE_READERS: usize = 8;
 
@@ -57,15 +64,52 @@ pub enum OpenError {
     },
     /// A newer build wrote this store.
     #[error(
-        "host store {path} has schema version {found}; this build knows {SCHEMA_VERSION} (upgrade harness-bridge)"
+        "host store {path} has schema version {found}; this build knows up to {known} (upgrade harness-bridge)"
     )]
-    Version { path: PathBuf, found: i64 },
+    Version {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
     /// The audit writer thread could not start.
     #[error("cannot start the audit writer: {0}")]
     Thread(std::io::Error),
     /// The OS gave no random bytes for the cursor secret.
     #[error("no randomness for the store secret: {0}")]
     Random(String),
+}
+
+enum MigrateError {
+    Sqlite(rusqlite::Error),
+    Newer { found: i64, known: i64 },
+}
+
+/// Apply the migrations the store lacks, one transaction each. The version
+/// is read inside the write transaction: two processes opening one store
+/// at once apply each step once.
+fn migrate(conn: &mut Connection) -> Result<(), MigrateError> {
+    loop {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(MigrateError::Sqlite)?;
+        let found: i64 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(MigrateError::Sqlite)?;
+        let steps =
+            pending(MIGRATIONS, found).map_err(|known| MigrateError::Newer { found, known })?;
+        let Some(step) = steps.first() else {
+            return Ok(());
+        };
+        tx.execute_batch(step.sql).map_err(MigrateError::Sqlite)?;
+        tx.pragma_update(None, "user_version", step.version)
+            .map_err(MigrateError::Sqlite)?;
+        tx.commit().map_err(MigrateError::Sqlite)?;
+        tracing::debug!(
+            version = step.version,
+            name = step.name,
+            "host store migrated"
+        );
+    }
 }
 
 /// Run a statement through the connection's statement cache: the same few
@@ -95,20 +139,15 @@ pub(crate) fn write_error(e: rusqlite::Error, duplicate: impl FnOnce() -> String
     }
 }
 
-pub(crate) fn json_text(value: &impl serde::Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
-}
-
-pub(crate) fn parse_json<T: serde::de::DeserializeOwned + Default>(text: Option<String>) -> T {
-    text.and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default()
-}
-
-/// A random id with a readable prefix, e.g. `tr_3f9c…`.
-pub(crate) fn new_id(prefix: &str) -> HostResult<String> {
-    let mut raw = [0u8; 12];
-    getrandom::fill(&mut raw).map_err(|e| AgentAPIError::runtime(format!("no randomness: {e}")))?;
-    Ok(format!("{prefix}_{}", hex::encode(raw)))
+/// SQLite rows read by position, for the shared record builders.
+impl crate::host::rows::Columns for rusqlite::Row<'_> {
+    type Error = rusqlite::Error;
+    fn text(&self, i: usize) -> rusqlite::Result<Option<String>> {
+        self.get(i)
+    }
+    fn int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(i)
+    }
 }
 
 struct Inner {
@@ -148,27 +187,23 @@ impl SqliteHost {
             path: db_path.clone(),
             source,
         };
-        let writer = Connection::open(&db_path).map_err(sqlite)?;
+        let mut writer = Connection::open(&db_path).map_err(sqlite)?;
         // The busy timeout first: another process may be opening the store.
         configure(&writer).map_err(sqlite)?;
         writer
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(sqlite)?;
-        let version: i64 = writer
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(sqlite)?;
-        if version > SCHEMA_VERSION {
-            return Err(OpenError::Version {
-                path: db_path,
-                found: version,
-            });
-        }
-        writer
-            .execute_batch(include_str!("schema.sql"))
-            .map_err(sqlite)?;
-        writer
-            .pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(sqlite)?;
+        migrate(&mut writer).map_err(|e| match e {
+            MigrateError::Sqlite(source) => OpenError::Sqlite {
+                path: db_path.clone(),
+                source,
+            },
+            MigrateError::Newer { found, known } => OpenError::Version {
+                path: db_path.clone(),
+                found,
+                known,
+            },
+        })?;
         let secret: Option<Vec<u8>> = writer
             .query_row(
                 "SELECT value FROM meta WHERE key = 'cursor_secret'",
@@ -307,27 +342,6 @@ impl SqliteHost {
         .map_err(|e| AgentAPIError::runtime(format!("host store task failed: {e}")))?
     }
 
-    /// Transcript of a conversation for a person (`host history`), oldest
-    /// first, without going through a grant.
-    pub async fn conversation_history(
-        &self,
-        conversation_id: &str,
-        thread_id: Option<&str>,
-        limit: u32,
-    ) -> HostResult<HistoryPage> {
-        let scope = RunScope {
-            conversation_id: Some(conversation_id.to_string()),
-            thread_id: thread_id.map(str::to_string),
-            ..RunScope::default()
-        };
-        let query = HistoryQuery {
-            limit,
-            include_artifacts: true,
-            ..HistoryQuery::default()
-        };
-        self.history_page(&scope, &query).await
-    }
-
     /// Every state entry under one scope owner, for a person (`host state`).
     pub async fn state_dump(
         &self,
@@ -360,7 +374,7 @@ impl SqliteHost {
 }
 
 #[async_trait]
-impl HostApi for SqliteHost {
+impl HostProxy for SqliteHost {
     /// The embedded host has no tools of its own to offer.
     fn answers(&self, api: Api) -> bool {
         !matches!(api, Api::ToolDetail | Api::ToolCall)
@@ -455,7 +469,7 @@ impl HostApi for SqliteHost {
         state: StateScope,
         key: &str,
     ) -> HostResult<Option<Value>> {
-        let owner = kv::state_owner(scope, state)?;
+        let owner = state_owner(scope, state)?;
         let key = key.to_string();
         self.read(move |conn, _| kv::state_get(conn, state, &owner, &key))
             .await
@@ -468,7 +482,7 @@ impl HostApi for SqliteHost {
         key: &str,
         value: &Value,
     ) -> HostResult<()> {
-        let owner = kv::state_owner(scope, state)?;
+        let owner = state_owner(scope, state)?;
         let (key, value) = (key.to_string(), value.clone());
         self.write(move |tx, _| kv::state_set(tx, state, &owner, &key, &value))
             .await
@@ -480,7 +494,7 @@ impl HostApi for SqliteHost {
         state: StateScope,
         key: &str,
     ) -> HostResult<bool> {
-        let owner = kv::state_owner(scope, state)?;
+        let owner = state_owner(scope, state)?;
         let key = key.to_string();
         self.write(move |tx, _| kv::state_delete(tx, state, &owner, &key))
             .await
@@ -493,7 +507,7 @@ impl HostApi for SqliteHost {
         prefix: Option<&str>,
         limit: u32,
     ) -> HostResult<Vec<StateEntry>> {
-        let owner = kv::state_owner(scope, state)?;
+        let owner = state_owner(scope, state)?;
         let prefix = prefix.map(str::to_string);
         self.read(move |conn, _| kv::state_list(conn, state, &owner, prefix.as_deref(), limit))
             .await
@@ -505,7 +519,7 @@ impl HostApi for SqliteHost {
         area: StorageKind,
         key: &str,
     ) -> HostResult<Option<Vec<u8>>> {
-        let owner = kv::storage_owner(scope, area);
+        let owner = storage_owner(scope, area);
         let key = key.to_string();
         self.read(move |conn, _| kv::storage_get(conn, area, &owner, &key))
             .await
@@ -518,7 +532,7 @@ impl HostApi for SqliteHost {
         key: &str,
         value: &[u8],
     ) -> HostResult<()> {
-        let owner = kv::storage_owner(scope, area);
+        let owner = storage_owner(scope, area);
         let (key, value) = (key.to_string(), value.to_vec());
         self.write(move |tx, _| kv::storage_set(tx, area, &owner, &key, &value))
             .await
@@ -530,14 +544,14 @@ impl HostApi for SqliteHost {
         area: StorageKind,
         key: &str,
     ) -> HostResult<bool> {
-        let owner = kv::storage_owner(scope, area);
+        let owner = storage_owner(scope, area);
         let key = key.to_string();
         self.write(move |tx, _| kv::storage_delete(tx, area, &owner, &key))
             .await
     }
 
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>> {
-        let owner = kv::storage_owner(scope, area);
+        let owner = storage_owner(scope, area);
         self.read(move |conn, _| kv::storage_keys(conn, area, &owner))
             .await
     }
@@ -575,7 +589,10 @@ impl HostApi for SqliteHost {
         self.read(move |conn, _| knowledge::retrieve(conn, &kb_id, &query, top_k))
             .await
     }
+}
 
+#[async_trait]
+impl TurnLog for SqliteHost {
     async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord> {
         self.write(move |tx, inner| events::append(tx, &inner.cursors, &event))
             .await
@@ -585,7 +602,10 @@ impl HostApi for SqliteHost {
         self.write(move |tx, inner| transcript::append(tx, &inner.cursors, &item))
             .await
     }
+}
 
+#[async_trait]
+impl ArtifactStore for SqliteHost {
     async fn put_artifact(
         &self,
         artifact: NewArtifact,
@@ -600,8 +620,19 @@ impl HostApi for SqliteHost {
         self.write(move |tx, _| artifacts::insert(tx, &artifact, &stored))
             .await
     }
+}
 
+#[async_trait]
+impl AuditSink for SqliteHost {
     async fn record_audit(&self, entry: AuditEntry) -> HostResult<()> {
         self.inner.audit.record(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn migrations_are_numbered_in_order() {
+        crate::host::migrations::assert_numbered(super::MIGRATIONS);
     }
 }

@@ -1,56 +1,17 @@
 //! The transcript: what was said, per conversation stream, with FTS5 search.
 
-use rusqlite::{Connection, Row, Transaction, params};
+use rusqlite::{Connection, Transaction, params};
 
-use super::streams::{self, PageRequest, open_page};
-use super::{db_error, execute_cached, json_text, new_id, parse_json, write_error};
+use super::streams::{self, open_page};
+use super::{db_error, execute_cached, write_error};
 use crate::host::grant::now_ms;
+use crate::host::paging::{PageRequest, target};
+use crate::host::rows::{TRANSCRIPT_COLUMNS, json_text, new_id, transcript_item};
+use crate::host::words::{every_then_some, index_text, search_words};
 use crate::host::{
     Cursor, CursorCodec, CursorKind, HistoryQuery, HostResult, NewTranscriptItem, RunScope,
 };
 use crate::protocol::{AgentAPIError, HistoryPage, HistorySearchResult, TranscriptItem};
-
-const COLUMNS: &str = "t.seq, t.transcript_id, t.event_id, t.bot_id, t.workspace_id, t.role, t.item_type, \
-     t.content, t.content_json, t.artifact_refs, t.created_at, t.metadata, s.conversation_id, s.thread_id, s.id";
-
-fn item_from_row(
-    row: &Row<'_>,
-    codec: &CursorCodec,
-    with_artifacts: bool,
-) -> rusqlite::Result<(i64, TranscriptItem)> {
-    let seq: i64 = row.get(0)?;
-    let thread: String = row.get(13)?;
-    let stream: i64 = row.get(14)?;
-    let item = TranscriptItem {
-        transcript_id: row.get(1)?,
-        event_id: row.get(2)?,
-        bot_id: row.get(3)?,
-        workspace_id: row.get(4)?,
-        role: row.get(5)?,
-        item_type: row.get(6)?,
-        content: row.get(7)?,
-        content_json: row
-            .get::<_, Option<String>>(8)?
-            .and_then(|t| serde_json::from_str(&t).ok()),
-        artifact_refs: if with_artifacts {
-            parse_json(row.get(9)?)
-        } else {
-            Vec::new()
-        },
-        created_at: row.get(10)?,
-        metadata: parse_json(row.get(11)?),
-        conversation_id: row.get(12)?,
-        thread_id: (!thread.is_empty()).then_some(thread),
-        seq: Some(seq),
-        cursor: Some(codec.encode(Cursor {
-            kind: CursorKind::History,
-            stream,
-            seq,
-        })),
-        extra: Default::default(),
-    };
-    Ok((seq, item))
-}
 
 pub(super) fn page(
     conn: &Connection,
@@ -59,36 +20,30 @@ pub(super) fn page(
     query: &HistoryQuery,
 ) -> HostResult<HistoryPage> {
     let request = PageRequest::from(query);
-    let Some((stream, window)) = open_page(conn, codec, CursorKind::History, scope, &request)?
-    else {
+    let Some(window) = open_page(conn, codec, CursorKind::History, scope, &request)? else {
         return Ok(HistoryPage {
             total_count: Some(0),
             ..HistoryPage::default()
         });
     };
     let sql = format!(
-        "SELECT {COLUMNS} FROM transcript t JOIN streams s ON s.id = t.stream_id
+        "SELECT {TRANSCRIPT_COLUMNS} FROM transcript t JOIN streams s ON s.id = t.stream_id
          WHERE t.stream_id = ?1 AND t.seq > ?2 AND t.seq < ?3 ORDER BY t.seq {} LIMIT ?4",
         window.order()
     );
     let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
     let rows = stmt
         .query_map(
-            params![
-                stream,
-                window.after,
-                window.before,
-                i64::from(window.limit) + 1
-            ],
-            |row| item_from_row(row, codec, query.include_artifacts),
+            params![window.stream, window.after, window.before, window.fetch()],
+            |row| transcript_item(row, codec, query.include_artifacts),
         )
         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
         .map_err(db_error)?;
     let total: i64 = conn
         .prepare_cached("SELECT transcript_seq FROM streams WHERE id = ?1")
-        .and_then(|mut s| s.query_row([stream], |r| r.get(0)))
+        .and_then(|mut s| s.query_row([window.stream], |r| r.get(0)))
         .map_err(db_error)?;
-    let page = window.finish(codec, CursorKind::History, stream, rows);
+    let page = window.finish(codec, CursorKind::History, rows);
     Ok(HistoryPage {
         items: page.items,
         next_cursor: page.next_cursor,
@@ -98,46 +53,17 @@ pub(super) fn page(
     })
 }
 
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32,
-        0x3040..=0x30FF      // Hiragana, Katakana
-        | 0x3400..=0x4DBF    // CJK Extension A
-        | 0x4E00..=0x9FFF    // CJK Unified Ideographs
-        | 0xAC00..=0xD7AF    // Hangul syllables
-        | 0xF900..=0xFAFF    // CJK Compatibility Ideographs
-        | 0x20000..=0x2FA1F) // CJK Extensions B–F, supplement
-}
-
-/// Text as the full-text index sees it: CJK characters become one token
-/// each, so a phrase of them matches wherever they appear in a row.
-pub(super) fn index_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / 2);
-    for c in text.chars() {
-        if is_cjk(c) {
-            out.push(' ');
-            out.push(c);
-            out.push(' ');
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The full-text rowid of a stream's item: streams own disjoint ranges.
 fn fts_rowid(stream: i64, seq: i64) -> i64 {
     (stream << 32) | (seq & 0xFFFF_FFFF)
 }
 
 /// A person's search words as FTS5 phrases: each word quoted, so no FTS5
-/// operator syntax leaks through. Control characters split words too: FTS5
-/// reads a query only up to a NUL.
+/// operator syntax leaks through.
 pub(super) fn search_terms(query: &str) -> Vec<String> {
-    query
-        .split(|c: char| c.is_whitespace() || c.is_control())
-        // Words with no letter or digit hold no token the index could match.
-        .filter(|word| word.chars().any(char::is_alphanumeric))
-        .map(|word| format!("\"{}\"", index_text(word).trim().replace('"', "\"\"")))
+    search_words(query)
+        .into_iter()
+        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
         .collect()
 }
 
@@ -157,7 +83,7 @@ fn matches(
              SELECT rowid FROM transcript_fts
              WHERE transcript_fts MATCH ?1 AND rowid BETWEEN ?2 AND ?3
              ORDER BY rowid DESC LIMIT ?4)
-         SELECT {COLUMNS} FROM hits
+         SELECT {TRANSCRIPT_COLUMNS} FROM hits
          CROSS JOIN transcript t ON t.stream_id = ?5 AND t.seq = (hits.rowid & 4294967295)
          CROSS JOIN streams s ON s.id = t.stream_id
          ORDER BY t.seq DESC"
@@ -166,7 +92,7 @@ fn matches(
     let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
     stmt.query_map(
         params![expression, first, last, limit as i64, stream],
-        |row| item_from_row(row, codec, true),
+        |row| transcript_item(row, codec, true),
     )
     .and_then(|rows| {
         rows.map(|r| r.map(|(_, item)| item))
@@ -190,7 +116,7 @@ pub(super) fn search(
     query: &str,
     top_k: u32,
 ) -> HostResult<HistorySearchResult> {
-    let (conversation, thread) = streams::target(scope, conversation)?;
+    let (conversation, thread) = target(scope, conversation)?;
     let terms = search_terms(query);
     if terms.is_empty() {
         return Err(AgentAPIError::invalid_argument(
@@ -208,16 +134,8 @@ pub(super) fn search(
     let top_k = top_k as usize;
     let mut items = matches(conn, codec, stream, &terms.join(" AND "), top_k)?;
     if items.len() < top_k && terms.len() > 1 {
-        let seen: std::collections::HashSet<String> =
-            items.iter().map(|i| i.transcript_id.clone()).collect();
-        let partial = matches(conn, codec, stream, &terms.join(" OR "), top_k)?;
-        let room = top_k - items.len();
-        items.extend(
-            partial
-                .into_iter()
-                .filter(|i| !seen.contains(&i.transcript_id))
-                .take(room),
-        );
+        let some = matches(conn, codec, stream, &terms.join(" OR "), top_k)?;
+        items = every_then_some(items, some, top_k);
     }
     Ok(result(items))
 }
@@ -307,14 +225,11 @@ mod tests {
 
     #[test]
     fn search_terms_are_quoted_and_cjk_is_split() {
-        assert_eq!(index_text("部署失败 ok"), " 部  署  失  败  ok");
         let terms = search_terms("deploy \"x\" OR 部署 \" -- ...");
         assert_eq!(
             terms,
             ["\"deploy\"", "\"\"\"x\"\"\"", "\"OR\"", "\"部  署\""]
         );
-        assert!(search_terms("   ").is_empty());
-        assert_eq!(search_terms("foo\u{0}bar\u{7}"), ["\"foo\"", "\"bar\""]);
         assert!(fts_rowid(2, 1) > fts_rowid(1, 0xFFFF_FFFF));
     }
 }

@@ -1,4 +1,4 @@
--- Embedded host store, schema version 1.
+-- Embedded host store, migration 1: the first schema.
 -- Conversations are split into streams (conversation id + thread id); each
 -- stream numbers its transcript items and events 1, 2, 3, ... so that pages
 -- are exact ranges over (stream_id, seq) and counts are O(1).

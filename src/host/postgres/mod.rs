@@ -1,0 +1,500 @@
+//! The host store on PostgreSQL, for many bridges on one database: the
+//! embedded store's tables and rules (paging, owners, search words are
+//! `host`'s, shared), a connection pool instead of one file, artifact
+//! contents as `bytea` up to a cap, search over a stored `tsvector`.
+//!
+//! A store URL (`postgres://user@host:port/db`) may carry a password:
+//! it is never logged, and errors name the database, not the URL.
+
+mod artifacts;
+mod audit;
+mod history;
+mod kv;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde_json::Value;
+use tokio_postgres::NoTls;
+
+pub use artifacts::MAX_CONTENT_BYTES;
+
+use super::migrations::{Migration, pending};
+use super::owners::{state_owner, storage_owner};
+use super::{
+    Api, ArtifactStore, AuditEntry, AuditRow, AuditSink, CursorCodec, EventQuery, HistoryQuery,
+    HostProxy, HostResult, NewArtifact, NewEvent, NewTranscriptItem, RunScope, StateEntry, TurnLog,
+};
+use crate::protocol::{
+    AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
+    HistorySearchResult, JsonMap, StateScope, StorageKind, TranscriptItem,
+};
+
+/// The PostgreSQL store's schema, step by step (`schema_migrations` holds
+/// the versions applied).
+pub static MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial",
+    sql: include_str!("migrations/0001_initial.sql"),
+}];
+
+/// Connections a store keeps open at most: enough for a service's
+/// concurrent turns and their host calls, few enough that several
+/// instances stay well inside the server's `max_connections` (100).
+const POOL_SIZE: usize = 16;
+
+/// Why the store could not be opened: a message for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum PgOpenError {
+    /// The URL does not parse.
+    #[error("the store URL is not a PostgreSQL connection string: {0}")]
+    Url(String),
+    /// The server refused or is not there.
+    #[error("cannot reach the PostgreSQL store (database {database}): {reason}")]
+    Connect {
+        /// The database named by the URL.
+        database: String,
+        /// What the server or the network said.
+        reason: String,
+    },
+    /// A newer build migrated this database.
+    #[error(
+        "the PostgreSQL store has schema version {found}; this build knows up to {known} (upgrade harness-bridge)"
+    )]
+    Version {
+        /// The version the database records.
+        found: i64,
+        /// The last this build has.
+        known: i64,
+    },
+}
+
+/// A PostgreSQL error as a sentence: the server's own message where it
+/// gave one (`tokio_postgres::Error` alone says only "db error").
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+pub(crate) fn db_error(e: tokio_postgres::Error) -> AgentAPIError {
+    AgentAPIError::runtime(format!("host store error: {}", describe(&e)))
+}
+
+/// A write error, where a unique-constraint violation means `duplicate`.
+pub(crate) fn write_error(
+    e: tokio_postgres::Error,
+    duplicate: impl FnOnce() -> String,
+) -> AgentAPIError {
+    if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+        AgentAPIError::invalid_argument(duplicate())
+    } else {
+        db_error(e)
+    }
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> AgentAPIError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => db_error(e),
+        other => AgentAPIError::runtime(format!("host store unavailable: {other}")),
+    }
+}
+
+/// PostgreSQL rows read by position, for the shared record builders.
+impl crate::host::rows::Columns for tokio_postgres::Row {
+    type Error = tokio_postgres::Error;
+    fn text(&self, i: usize) -> Result<Option<String>, Self::Error> {
+        self.try_get(i)
+    }
+    fn int(&self, i: usize) -> Result<Option<i64>, Self::Error> {
+        self.try_get(i)
+    }
+}
+
+/// A pooled connection.
+pub(crate) type Client = deadpool_postgres::Object;
+
+struct Inner {
+    pool: Pool,
+    cursors: CursorCodec,
+    audit: audit::AuditWriter,
+}
+
+/// The host store on PostgreSQL. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct PgHost {
+    inner: Arc<Inner>,
+}
+
+/// Whether `store` (bridge.yaml's `store`, or `--store`) names a
+/// PostgreSQL database rather than a folder.
+pub fn is_url(store: &str) -> bool {
+    store.starts_with("postgres://") || store.starts_with("postgresql://")
+}
+
+fn pool(url: &str) -> Result<Pool, PgOpenError> {
+    let config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e: tokio_postgres::Error| PgOpenError::Url(e.to_string()))?;
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| PgOpenError::Url(e.to_string()))
+}
+
+fn database_of(url: &str) -> String {
+    url.parse::<tokio_postgres::Config>()
+        .ok()
+        .and_then(|c| c.get_dbname().map(str::to_string))
+        .unwrap_or_else(|| "(default)".into())
+}
+
+/// Apply what the database lacks of [`MIGRATIONS`], under a transaction
+/// lock so that instances starting at once migrate it once; the versions
+/// applied now, in order.
+pub async fn migrate(url: &str) -> Result<Vec<&'static Migration>, PgOpenError> {
+    let pool = pool(url)?;
+    let connect = |reason: String| PgOpenError::Connect {
+        database: database_of(url),
+        reason,
+    };
+    let mut client = pool.get().await.map_err(|e| connect(e.to_string()))?;
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| connect(describe(&e)))?;
+    tx.batch_execute(
+        "SELECT pg_advisory_xact_lock(7245019283);
+         CREATE TABLE IF NOT EXISTS schema_migrations (
+             version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .await
+    .map_err(|e| connect(describe(&e)))?;
+    let found: i64 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| connect(describe(&e)))?;
+    let steps =
+        pending(MIGRATIONS, found).map_err(|known| PgOpenError::Version { found, known })?;
+    for step in steps {
+        tx.batch_execute(step.sql).await.map_err(|e| {
+            connect(format!(
+                "migration {} ({}): {}",
+                step.version,
+                step.name,
+                describe(&e)
+            ))
+        })?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            &[&step.version, &step.name, &super::now_ms()],
+        )
+        .await
+        .map_err(|e| connect(describe(&e)))?;
+    }
+    tx.commit().await.map_err(|e| connect(describe(&e)))?;
+    Ok(steps.iter().collect())
+}
+
+impl PgHost {
+    /// Open the store at `url`, migrating it first.
+    pub async fn connect(url: &str) -> Result<Self, PgOpenError> {
+        migrate(url).await?;
+        let pool = pool(url)?;
+        let connect = |reason: String| PgOpenError::Connect {
+            database: database_of(url),
+            reason,
+        };
+        let client = pool.get().await.map_err(|e| connect(e.to_string()))?;
+        let mut fresh = vec![0u8; 32];
+        getrandom::fill(&mut fresh).map_err(|e| connect(format!("no randomness: {e}")))?;
+        // The first instance's secret wins; every instance signs and checks
+        // cursors with it, so a cursor from one is good on another.
+        let secret: Vec<u8> = client
+            .query_one(
+                "WITH new AS (
+                     INSERT INTO meta (key, value) VALUES ('cursor_secret', $1)
+                     ON CONFLICT (key) DO NOTHING RETURNING value)
+                 SELECT value FROM new UNION ALL SELECT value FROM meta WHERE key = 'cursor_secret'
+                 LIMIT 1",
+                &[&fresh],
+            )
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(|e| connect(describe(&e)))?;
+        drop(client);
+        let audit = audit::AuditWriter::start(pool.clone());
+        Ok(PgHost {
+            inner: Arc::new(Inner {
+                pool,
+                cursors: CursorCodec::new(&secret),
+                audit,
+            }),
+        })
+    }
+
+    async fn client(&self) -> HostResult<Client> {
+        self.inner.pool.get().await.map_err(pool_error)
+    }
+
+    /// Every state entry under one scope owner, for a person (`host state`).
+    pub async fn state_dump(
+        &self,
+        scope: StateScope,
+        owner: String,
+    ) -> HostResult<Vec<StateEntry>> {
+        kv::state_list(&self.client().await?, scope, &owner, None, u32::MAX).await
+    }
+
+    /// Keep audit rows for `keep`: older ones are pruned now and about once
+    /// an hour after.
+    pub fn keep_audit_for(&self, keep: Duration) -> HostResult<()> {
+        self.inner.audit.keep_for(keep)
+    }
+
+    /// The newest audit rows, oldest first (`host audit`).
+    pub async fn audit_tail(
+        &self,
+        run_id: Option<String>,
+        limit: u32,
+    ) -> HostResult<Vec<AuditRow>> {
+        self.inner.audit.flush().await?;
+        audit::tail(&self.client().await?, run_id.as_deref(), limit).await
+    }
+}
+
+#[async_trait]
+impl HostProxy for PgHost {
+    /// No tools and no knowledge bases of its own (the embedded store's
+    /// folders are indexed on one machine).
+    fn answers(&self, api: Api) -> bool {
+        !matches!(
+            api,
+            Api::ToolDetail | Api::ToolCall | Api::KnowledgeList | Api::KnowledgeRetrieve
+        )
+    }
+
+    fn knowledge_bases(&self) -> Option<Vec<crate::protocol::KnowledgeBaseResource>> {
+        Some(Vec::new())
+    }
+
+    async fn history_page(
+        &self,
+        scope: &RunScope,
+        query: &HistoryQuery,
+    ) -> HostResult<HistoryPage> {
+        history::page(&self.client().await?, &self.inner.cursors, scope, query).await
+    }
+
+    async fn history_search(
+        &self,
+        scope: &RunScope,
+        conversation_id: Option<&str>,
+        query: &str,
+        top_k: u32,
+    ) -> HostResult<HistorySearchResult> {
+        let client = self.client().await?;
+        history::search(
+            &client,
+            &self.inner.cursors,
+            scope,
+            conversation_id,
+            query,
+            top_k,
+        )
+        .await
+    }
+
+    async fn event_get(&self, _scope: &RunScope, event_id: &str) -> HostResult<AgentEventRecord> {
+        history::event_get(&self.client().await?, &self.inner.cursors, event_id).await
+    }
+
+    async fn event_page(&self, scope: &RunScope, query: &EventQuery) -> HostResult<EventPage> {
+        history::event_page(&self.client().await?, &self.inner.cursors, scope, query).await
+    }
+
+    async fn artifact_metadata(
+        &self,
+        _scope: &RunScope,
+        artifact_id: &str,
+    ) -> HostResult<ArtifactMetadata> {
+        artifacts::metadata(&self.client().await?, artifact_id).await
+    }
+
+    async fn artifact_read(
+        &self,
+        _scope: &RunScope,
+        artifact_id: &str,
+        offset: u64,
+        length: u64,
+    ) -> HostResult<ArtifactReadResult> {
+        artifacts::read(&self.client().await?, artifact_id, offset, length).await
+    }
+
+    async fn state_get(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+    ) -> HostResult<Option<Value>> {
+        let owner = state_owner(scope, state)?;
+        kv::state_get(&self.client().await?, state, &owner, key).await
+    }
+
+    async fn state_set(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+        value: &Value,
+    ) -> HostResult<()> {
+        let owner = state_owner(scope, state)?;
+        kv::state_set(&self.client().await?, state, &owner, key, value).await
+    }
+
+    async fn state_delete(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        key: &str,
+    ) -> HostResult<bool> {
+        let owner = state_owner(scope, state)?;
+        kv::state_delete(&self.client().await?, state, &owner, key).await
+    }
+
+    async fn state_list(
+        &self,
+        scope: &RunScope,
+        state: StateScope,
+        prefix: Option<&str>,
+        limit: u32,
+    ) -> HostResult<Vec<StateEntry>> {
+        let owner = state_owner(scope, state)?;
+        kv::state_list(&self.client().await?, state, &owner, prefix, limit).await
+    }
+
+    async fn storage_get(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+    ) -> HostResult<Option<Vec<u8>>> {
+        let owner = storage_owner(scope, area);
+        kv::storage_get(&self.client().await?, area, &owner, key).await
+    }
+
+    async fn storage_set(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+        value: &[u8],
+    ) -> HostResult<()> {
+        let owner = storage_owner(scope, area);
+        kv::storage_set(&self.client().await?, area, &owner, key, value).await
+    }
+
+    async fn storage_delete(
+        &self,
+        scope: &RunScope,
+        area: StorageKind,
+        key: &str,
+    ) -> HostResult<bool> {
+        let owner = storage_owner(scope, area);
+        kv::storage_delete(&self.client().await?, area, &owner, key).await
+    }
+
+    async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>> {
+        let owner = storage_owner(scope, area);
+        kv::storage_keys(&self.client().await?, area, &owner).await
+    }
+
+    async fn tool_detail(&self, _scope: &RunScope, tool_name: &str) -> HostResult<Value> {
+        Err(AgentAPIError::not_found(format!(
+            "the PostgreSQL host has no tool `{tool_name}`"
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        _scope: &RunScope,
+        tool_name: &str,
+        _parameters: &JsonMap,
+    ) -> HostResult<Value> {
+        Err(AgentAPIError::not_found(format!(
+            "the PostgreSQL host has no tool `{tool_name}`"
+        )))
+    }
+
+    async fn retrieve_knowledge(
+        &self,
+        _scope: &RunScope,
+        kb_id: &str,
+        _query: &str,
+        _top_k: u32,
+    ) -> HostResult<Vec<Value>> {
+        Err(AgentAPIError::not_found(format!(
+            "the PostgreSQL host has no knowledge base `{kb_id}`"
+        )))
+    }
+}
+
+#[async_trait]
+impl TurnLog for PgHost {
+    async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord> {
+        history::append_event(&mut self.client().await?, &self.inner.cursors, &event).await
+    }
+
+    async fn append_transcript(&self, item: NewTranscriptItem) -> HostResult<TranscriptItem> {
+        history::append_transcript(&mut self.client().await?, &self.inner.cursors, &item).await
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for PgHost {
+    async fn put_artifact(
+        &self,
+        artifact: NewArtifact,
+        content: Vec<u8>,
+    ) -> HostResult<ArtifactMetadata> {
+        artifacts::put(&mut self.client().await?, &artifact, &content).await
+    }
+}
+
+#[async_trait]
+impl AuditSink for PgHost {
+    async fn record_audit(&self, entry: AuditEntry) -> HostResult<()> {
+        self.inner.audit.record(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn migrations_are_numbered_in_order() {
+        crate::host::migrations::assert_numbered(super::MIGRATIONS);
+    }
+
+    #[test]
+    fn store_urls_are_told_from_folders() {
+        assert!(super::is_url("postgres://u@127.0.0.1:5432/db"));
+        assert!(super::is_url("postgresql://u@h/db"));
+        assert!(!super::is_url("./postgres"));
+    }
+}

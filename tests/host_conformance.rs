@@ -1,0 +1,663 @@
+//! The host store's contract, on every backend: the same checks run
+//! against the embedded SQLite store and against PostgreSQL (a throwaway
+//! server this binary starts on 127.0.0.1, a database per test) — exact
+//! paging both ways, cursors tied to their conversation, search ranking
+//! with stemming and CJK words, events, artifacts read in ranges, state
+//! and storage scopes, and two handles on one store (two processes, or two
+//! bridge instances) agreeing on numbering and cursors.
+
+mod common;
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use common::RUNNER;
+use harness_bridge::host::postgres::PgHost;
+use harness_bridge::host::sqlite::SqliteHost;
+use harness_bridge::host::{
+    Direction, EventQuery, HistoryQuery, HostApi, NewArtifact, NewEvent, NewTranscriptItem,
+    RunScope,
+};
+use harness_bridge::protocol::{ErrorCode, StateScope, StorageKind};
+use serde_json::json;
+
+/// One store under test, which can be opened again (as a second process
+/// or bridge instance would).
+enum Backend {
+    Sqlite(tempfile::TempDir),
+    Postgres(String),
+}
+
+impl Backend {
+    async fn sqlite() -> Self {
+        Backend::Sqlite(tempfile::tempdir().expect("temp dir"))
+    }
+
+    async fn postgres() -> Self {
+        Backend::Postgres(common::pg::database().await.url)
+    }
+
+    /// A new handle on the store.
+    async fn open(&self) -> Arc<dyn HostApi> {
+        match self {
+            Backend::Sqlite(dir) => Arc::new(SqliteHost::open(dir.path()).expect("store opens")),
+            Backend::Postgres(url) => Arc::new(PgHost::connect(url).await.expect("store connects")),
+        }
+    }
+
+    /// Items for the paging check: the embedded store takes 100k appends
+    /// in seconds; a server round trip per append makes that minutes, and
+    /// the rules under test do not change with size.
+    fn paging_items(&self) -> usize {
+        match self {
+            Backend::Sqlite(_) => 100_000,
+            Backend::Postgres(_) => 3_000,
+        }
+    }
+}
+
+/// Each check, once per backend.
+macro_rules! conformance {
+    ($($check:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    super::$check(&super::Backend::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    super::$check(&super::Backend::postgres().await).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    paging_is_exact_both_ways,
+    search_ranks_within_the_conversation_only,
+    events_page_and_filter_and_append_is_idempotent,
+    artifacts_are_read_in_ranges,
+    state_and_storage_are_scoped,
+    two_handles_number_one_conversation_and_share_cursors,
+);
+
+fn scope(conversation: &str) -> RunScope {
+    RunScope {
+        run_id: "run".into(),
+        runner_id: RUNNER.into(),
+        conversation_id: Some(conversation.into()),
+        actor_id: Some("user-1".into()),
+        workspace_id: Some("ws-1".into()),
+        ..RunScope::default()
+    }
+}
+
+async fn say(store: &dyn HostApi, conversation: &str, role: &str, text: &str) {
+    store
+        .append_transcript(NewTranscriptItem {
+            event_id: format!("ev-{text}"),
+            conversation_id: conversation.into(),
+            role: role.into(),
+            content: Some(text.into()),
+            ..NewTranscriptItem::default()
+        })
+        .await
+        .expect("append transcript");
+}
+
+/// Load `n` items into one conversation through the public API (each
+/// append its own transaction).
+async fn load(store: &dyn HostApi, conversation: &str, n: usize) {
+    for i in 1..=n {
+        store
+            .append_transcript(NewTranscriptItem {
+                event_id: format!("ev-{i}"),
+                conversation_id: conversation.into(),
+                role: if i % 2 == 0 { "assistant" } else { "user" }.into(),
+                content: Some(format!("message number {i}")),
+                ..NewTranscriptItem::default()
+            })
+            .await
+            .unwrap();
+    }
+}
+
+#[allow(non_snake_case)]
+async fn paging_is_exact_both_ways(backend: &Backend) {
+    let store = &*backend.open().await;
+    let n = backend.paging_items();
+    load(store, "big", n).await;
+    load(store, "small", 3).await;
+    let N = n as i64;
+    let s = scope("big");
+
+    // Backward from the newest, in pages of an odd size.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .history_page(
+                &s,
+                &HistoryQuery {
+                    before_cursor: cursor.clone(),
+                    limit: 97,
+                    ..HistoryQuery::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(page.total_count, Some(N as u64));
+        let seqs: Vec<i64> = page.items.iter().map(|i| i.seq.unwrap()).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "items come oldest first"
+        );
+        seen.extend(seqs.into_iter().rev());
+        if !page.has_more {
+            assert!(page.next_cursor.is_none());
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(
+        seen,
+        (1..=N).rev().collect::<Vec<_>>(),
+        "no gaps, no duplicates"
+    );
+
+    // Forward from the start.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .history_page(
+                &s,
+                &HistoryQuery {
+                    after_cursor: cursor.clone(),
+                    limit: 100,
+                    direction: Direction::Forward,
+                    ..HistoryQuery::default()
+                },
+            )
+            .await
+            .unwrap();
+        seen.extend(page.items.iter().map(|i| i.seq.unwrap()));
+        if !page.has_more {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seen, (1..=N).collect::<Vec<_>>());
+
+    // prev_cursor of a backward page goes forward to exactly the next items.
+    let latest = store
+        .history_page(
+            &s,
+            &HistoryQuery {
+                limit: 10,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    let older = store
+        .history_page(
+            &s,
+            &HistoryQuery {
+                before_cursor: latest.next_cursor.clone(),
+                limit: 10,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    let back = store
+        .history_page(
+            &s,
+            &HistoryQuery {
+                after_cursor: older.prev_cursor.clone(),
+                limit: 10,
+                direction: Direction::Forward,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(back.items, latest.items);
+
+    // A cursor from another conversation, or a forged one, is refused.
+    let small = store
+        .history_page(
+            &scope("small"),
+            &HistoryQuery {
+                limit: 1,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    let foreign = small.items[0].cursor.clone();
+    let err = store
+        .history_page(
+            &s,
+            &HistoryQuery {
+                before_cursor: foreign,
+                limit: 5,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+    let err = store
+        .history_page(
+            &s,
+            &HistoryQuery {
+                before_cursor: Some("500".into()),
+                limit: 5,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+}
+
+async fn search_ranks_within_the_conversation_only(backend: &Backend) {
+    let store = &*backend.open().await;
+    say(store, "c1", "user", "the deploy failed with a timeout").await;
+    say(store, "c1", "assistant", "I am deploying it again").await;
+    say(store, "c1", "user", "部署失败了，请检查日志").await;
+    say(store, "c2", "user", "deploy secrets of another chat").await;
+    let s = scope("c1");
+
+    let hits = store.history_search(&s, None, "deploy", 10).await.unwrap();
+    let texts: Vec<_> = hits
+        .items
+        .iter()
+        .map(|i| i.content.clone().unwrap())
+        .collect();
+    // Porter stemming: "deploy" also finds "deploying"; never c2's row.
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts.iter().all(|t| !t.contains("another chat")));
+    assert_eq!(hits.query, "deploy");
+    assert!(hits.items[0].cursor.is_some());
+
+    let hits = store
+        .history_search(&s, None, "部署 日志", 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.items.len(), 1);
+    assert!(
+        hits.items[0]
+            .content
+            .as_deref()
+            .unwrap()
+            .starts_with("部署")
+    );
+
+    // Operators in the query are plain words, not FTS5 syntax: no row has
+    // all of "timeout OR NOT", so the one with some of them comes back.
+    let hits = store
+        .history_search(&s, None, "timeout OR NOT \"x", 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.items.len(), 1);
+    assert!(
+        hits.items[0]
+            .content
+            .as_deref()
+            .unwrap()
+            .contains("timeout")
+    );
+
+    // Ranking: rows with every word first, then rows with some; newest first.
+    say(store, "c1", "user", "deploy again please").await;
+    let hits = store
+        .history_search(&s, None, "deploy timeout", 10)
+        .await
+        .unwrap();
+    let texts: Vec<_> = hits
+        .items
+        .iter()
+        .map(|i| i.content.clone().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "the deploy failed with a timeout",
+            "deploy again please",
+            "I am deploying it again"
+        ]
+    );
+    let hits = store
+        .history_search(&s, None, "deploy timeout", 2)
+        .await
+        .unwrap();
+    assert_eq!(hits.items.len(), 2);
+    // A CJK word matches its characters side by side, not scattered.
+    say(store, "c1", "user", "部门的署名").await;
+    let hits = store.history_search(&s, None, "部署", 10).await.unwrap();
+    let texts: Vec<_> = hits
+        .items
+        .iter()
+        .map(|i| i.content.clone().unwrap())
+        .collect();
+    assert_eq!(texts, ["部署失败了，请检查日志"]);
+    // Accents fold: "resume" finds "résumé".
+    say(store, "c1", "user", "my résumé is attached").await;
+    let hits = store.history_search(&s, None, "resume", 10).await.unwrap();
+    assert_eq!(hits.items.len(), 1);
+    assert_eq!(
+        store
+            .history_search(&s, None, "-- ...", 10)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::InvalidArgument
+    );
+}
+
+async fn events_page_and_filter_and_append_is_idempotent(backend: &Backend) {
+    let store = &*backend.open().await;
+    for (i, kind) in ["message.received", "member.joined", "message.received"]
+        .iter()
+        .enumerate()
+    {
+        let event = NewEvent {
+            event_id: format!("e{i}"),
+            event_type: kind.to_string(),
+            source: "platform".into(),
+            conversation_id: Some("c1".into()),
+            input_summary: Some(format!("summary {i}")),
+            ..NewEvent::default()
+        };
+        let first = store.append_event(event.clone()).await.unwrap();
+        let again = store.append_event(event).await.unwrap();
+        assert_eq!(first, again);
+    }
+    let s = scope("c1");
+    let page = store
+        .event_page(
+            &s,
+            &EventQuery {
+                limit: 10,
+                ..EventQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 3);
+    assert_eq!(page.total_count, Some(3));
+    let page = store
+        .event_page(
+            &s,
+            &EventQuery {
+                limit: 10,
+                event_types: vec!["member.joined".into()],
+                ..EventQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0].event_id, "e1");
+    let got = store.event_get(&s, "e2").await.unwrap();
+    assert_eq!(got.input_summary.as_deref(), Some("summary 2"));
+    assert_eq!(
+        store.event_get(&s, "nope").await.unwrap_err().code,
+        ErrorCode::NotFound
+    );
+}
+
+async fn artifacts_are_read_in_ranges(backend: &Backend) {
+    let store = &*backend.open().await;
+    let content = b"0123456789abcdef".repeat(10);
+    let meta = store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "file".into(),
+                name: Some("../../etc/passwd".into()),
+                mime_type: Some("text/plain".into()),
+                source: "runner".into(),
+                conversation_id: Some("c1".into()),
+                ..NewArtifact::default()
+            },
+            content.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(meta.size_bytes, Some(160));
+    let expected_sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&content))
+    };
+    assert_eq!(meta.sha256.as_deref(), Some(expected_sha.as_str()));
+    let s = scope("c1");
+    let id = meta.artifact_id.clone();
+    let part = store.artifact_read(&s, &id, 150, 64).await.unwrap();
+    assert_eq!(part.length, Some(10));
+    assert!(!part.has_more);
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(part.content_base64.unwrap())
+        .unwrap();
+    assert_eq!(bytes, &content[150..]);
+    let head = store.artifact_read(&s, &id, 0, 16).await.unwrap();
+    assert!(head.has_more);
+    assert_eq!(
+        store.artifact_read(&s, &id, 161, 1).await.unwrap_err().code,
+        ErrorCode::InvalidArgument
+    );
+
+    let expired = store
+        .put_artifact(
+            NewArtifact {
+                artifact_type: "file".into(),
+                source: "runner".into(),
+                expires_at: Some(1),
+                ..NewArtifact::default()
+            },
+            b"old".to_vec(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .artifact_metadata(&s, &expired.artifact_id)
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::NotFound
+    );
+}
+
+async fn state_and_storage_are_scoped(backend: &Backend) {
+    let store = &*backend.open().await;
+    let a = scope("c1");
+    let mut other_runner = a.clone();
+    other_runner.runner_id = "plugin:x/y/z".into();
+    let mut other_actor = a.clone();
+    other_actor.actor_id = Some("user-2".into());
+
+    store
+        .state_set(
+            &a,
+            StateScope::Conversation,
+            "external.session_id",
+            &json!("s-1"),
+        )
+        .await
+        .unwrap();
+    store
+        .state_set(
+            &a,
+            StateScope::Conversation,
+            "external.harness",
+            &json!("claude-code"),
+        )
+        .await
+        .unwrap();
+    store
+        .state_set(&a, StateScope::Actor, "lang", &json!({"pref": "en"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .state_get(&a, StateScope::Conversation, "external.session_id")
+            .await
+            .unwrap(),
+        Some(json!("s-1"))
+    );
+    assert_eq!(
+        store
+            .state_get(
+                &other_runner,
+                StateScope::Conversation,
+                "external.session_id"
+            )
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .state_get(&other_actor, StateScope::Actor, "lang")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .state_get(
+                &scope("c2"),
+                StateScope::Conversation,
+                "external.session_id"
+            )
+            .await
+            .unwrap(),
+        None
+    );
+
+    let listed = store
+        .state_list(&a, StateScope::Conversation, Some("external."), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        ["external.harness", "external.session_id"]
+    );
+    assert!(
+        store
+            .state_delete(&a, StateScope::Conversation, "external.harness")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .state_delete(&a, StateScope::Conversation, "external.harness")
+            .await
+            .unwrap()
+    );
+
+    // Storage: plugin storage is shared by the plugin's runners; workspace by workspace.
+    store
+        .storage_set(&a, StorageKind::Plugin, "blob", &[0, 159, 146, 150])
+        .await
+        .unwrap();
+    let mut sibling = a.clone();
+    sibling.runner_id = "plugin:langbot/harness-bridge/codex".into();
+    assert_eq!(
+        store
+            .storage_get(&sibling, StorageKind::Plugin, "blob")
+            .await
+            .unwrap(),
+        Some(vec![0, 159, 146, 150])
+    );
+    assert_eq!(
+        store
+            .storage_get(&other_runner, StorageKind::Plugin, "blob")
+            .await
+            .unwrap(),
+        None
+    );
+    store
+        .storage_set(&a, StorageKind::Workspace, "w", b"1")
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .storage_keys(&a, StorageKind::Workspace)
+            .await
+            .unwrap(),
+        ["w"]
+    );
+    assert!(
+        store
+            .storage_delete(&a, StorageKind::Workspace, "w")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .storage_keys(&a, StorageKind::Workspace)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Two handles on one store (two processes on one folder, two bridge
+/// instances on one database) appending to one conversation at once: every
+/// item gets its own number, none lost; and a cursor one hands out is good
+/// on the other.
+async fn two_handles_number_one_conversation_and_share_cursors(backend: &Backend) {
+    let writers: Vec<_> = (0..4)
+        .map(|w| async move {
+            let store = backend.open().await;
+            for i in 0..50 {
+                store
+                    .append_transcript(NewTranscriptItem {
+                        event_id: format!("ev-{w}-{i}"),
+                        conversation_id: "busy".into(),
+                        role: "user".into(),
+                        content: Some(format!("message {w} {i}")),
+                        ..NewTranscriptItem::default()
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("append {w}/{i}: {e}"));
+            }
+        })
+        .collect();
+    futures::future::join_all(writers).await;
+    let (one, two) = (backend.open().await, backend.open().await);
+    let mut seqs = Vec::new();
+    let mut cursor = None;
+    // Page alternately through both handles.
+    for round in 0.. {
+        let store = if round % 2 == 0 { &one } else { &two };
+        let page = store
+            .history_page(
+                &scope("busy"),
+                &HistoryQuery {
+                    before_cursor: cursor.clone(),
+                    limit: 30,
+                    ..HistoryQuery::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(page.total_count, Some(200));
+        seqs.extend(page.items.iter().rev().map(|i| i.seq.unwrap()));
+        if !page.has_more {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seqs, (1..=200).rev().collect::<Vec<i64>>());
+}
