@@ -224,7 +224,20 @@ async fn live_conversation(agent: Agent) {
         "{runners}"
     );
 
-    let first = server.results(machine.turn(ASK, "acp-1")).await;
+    let timed = server.timed_results(machine.turn(ASK, "acp-1")).await;
+    // The answer streamed as the model wrote it: the fake model pauses
+    // after the answer's text, and its delta came that long before the end.
+    let answer_delta = timed
+        .iter()
+        .find(|(_, r)| r["type"] == "message.delta" && r.to_string().contains(ANSWER))
+        .map(|(at, _)| *at);
+    let (end_at, _) = timed.last().expect("results").clone();
+    let first: Vec<Value> = timed.into_iter().map(|(_, r)| r).collect();
+    let answer_delta = answer_delta.unwrap_or_else(|| panic!("the answer as a delta: {first:?}"));
+    assert!(
+        end_at >= answer_delta + common::anthropic::PAUSE / 2,
+        "the answer's delta came only with the end ({answer_delta:?}, end {end_at:?})"
+    );
     // The turn's tokens, where the agent reports them in the prompt's
     // answer (Kimi reports only how full its context is, after the turn).
     let usage = &first.last().expect("results")["usage"];
@@ -562,6 +575,20 @@ async fn run_turns(agent: Agent) {
         processes_under(&root).is_empty(),
         "the agent outlived its deadline"
     );
+
+    // Ctrl-C while the model works: `cancelled`, exit 130, the agent and
+    // all it started gone.
+    let hanging_before = fake.hanging.load(std::sync::atomic::Ordering::SeqCst);
+    let child = common::spawn_bridge_run(data.path(), &args_of(&args("Please HANG")), &env);
+    let hanging = fake.hanging.clone();
+    common::assert_ctrl_c_cancels(child, &root, move || {
+        hanging.load(std::sync::atomic::Ordering::SeqCst) > hanging_before
+    })
+    .await;
+}
+
+fn args_of(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }
 
 /// A picture sent with a turn reaches an agent that takes images as an

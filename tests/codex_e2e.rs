@@ -336,6 +336,11 @@ async fn a_live_codex_app_server_serves_the_conversation() {
     assert_eq!(end["data"]["code"], "cancelled", "{third:?}");
     let fourth = server.results(body(FOLLOW_UP, "codex-live-4")).await;
     assert_eq!(process(&fourth)["process"]["pid"], pid, "{fourth:?}");
+    let carried = fake.requests.lock().unwrap().last().unwrap().to_string();
+    assert!(
+        carried.contains(ANSWER),
+        "the turn after the cancel lost the thread's context: {carried}"
+    );
 
     // Killed: the next turn resumes the thread in a new process.
     nix::sys::signal::kill(
@@ -407,4 +412,48 @@ async fn a_live_codex_asks_before_a_command_and_the_answer_runs_it() {
     let root = server.workspaces();
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
+}
+
+/// An idle live Codex is stopped after `idle_timeout_seconds`, and the next
+/// turn resumes its thread by id in a new process; a bridge killed
+/// outright leaves no Codex behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_live_codex_resumes_by_id_and_a_killed_bridge_leaves_none() {
+    let (model_url, fake) = fake_model(false).await;
+    let (mut server, _home) = Machine::new(&model_url)
+        .await
+        .serve("idle_timeout_seconds: 1\n")
+        .await;
+    let body = |text: &str, run_id: &str| json!({"conversation": CONVERSATION, "text": text, "run_id": run_id});
+    let session = |results: &[Value]| {
+        let last = results.last().expect("results").clone();
+        assert_eq!(last["type"], "run.completed", "{results:?}");
+        last["data"]["message"]["metadata"]["session"].clone()
+    };
+    let first = server.results(body(ASK, "codex-idle-1")).await;
+    let one = session(&first);
+    let pid = one["process"]["pid"].as_i64().expect("a live process") as i32;
+    common::wait_until_gone(pid).await;
+    let metrics = server.get_text("/metrics").await;
+    assert!(
+        metrics.contains(r#"harness_bridge_live_sessions_stopped_total{why="idle"} 1"#),
+        "{metrics}"
+    );
+
+    let second = server.results(body(FOLLOW_UP, "codex-idle-2")).await;
+    let two = session(&second);
+    let new_pid = two["process"]["pid"].as_i64().expect("a live process") as i32;
+    assert_ne!(new_pid, pid);
+    assert_eq!(two["process"]["warm"], false);
+    assert_eq!(two["resumed"], true, "{second:?}");
+    assert_eq!(two["session_id"], one["session_id"]);
+    let carried = fake.requests.lock().unwrap().last().unwrap().to_string();
+    assert!(carried.contains(ANSWER), "the resumed thread lost turn 1");
+
+    // The bridge dies outright while that process is kept: it goes too.
+    assert!(common::alive(new_pid));
+    server.child.start_kill().unwrap();
+    server.child.wait().await.unwrap();
+    common::wait_until_gone(new_pid).await;
+    common::assert_none_left_under(&server.workspaces()).await;
 }

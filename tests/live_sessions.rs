@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::anthropic::{FOLLOW_UP, SECOND_ANSWER, fake_model, fake_model_hanging_on};
 use common::server::{ServeProcess, serve_claude};
+use common::{alive, wait_until_gone};
 use serde_json::{Value, json};
 
 const CHAT: &str = "live-chat";
@@ -38,22 +39,6 @@ fn pid_of(results: &[Value]) -> i32 {
     session(results)["process"]["pid"]
         .as_i64()
         .unwrap_or_else(|| panic!("a live process: {results:?}")) as i32
-}
-
-fn alive(pid: i32) -> bool {
-    // A reaped process has no /proc entry; a zombie would say `Z`.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| !stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')))
-}
-
-async fn wait_until_gone(pid: i32) {
-    for _ in 0..200 {
-        if !alive(pid) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("process {pid} is still running");
 }
 
 /// The last request the model got, as text.
@@ -396,6 +381,97 @@ async fn the_deadline_interrupts_the_turn_and_keeps_the_process() {
     assert!(alive(pid));
     let third = turn(&server, "What was the word?", "deadline-3").await;
     assert_eq!(pid_of(&third), pid, "{third:?}");
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
+/// Past `max_live_sessions` idle processes, the least recently used one is
+/// stopped; its conversation's next turn resumes the session by id in a
+/// new process, with nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_live_sessions_the_least_recently_used_is_stopped_and_resumes_by_id() {
+    let (model_url, fake) = fake_model(false).await;
+    let (mut server, _home) = serve_claude(model_url, "max_live_sessions: 1\n").await;
+    let first = turn(&server, "Remember the word heliotrope.", "lru-1").await;
+    let pid = pid_of(&first);
+    // Another conversation's turn: two idle processes, one allowed.
+    let other = server
+        .results(
+            json!({"conversation": "other-chat", "text": "Hello there", "run_id": "lru-other"}),
+        )
+        .await;
+    let other_pid = pid_of(&other);
+    assert_ne!(other_pid, pid);
+    wait_until_gone(pid).await;
+    assert!(alive(other_pid), "the most recent one is kept");
+    let metrics = server.get_text("/metrics").await;
+    assert!(
+        metrics.contains(r#"harness_bridge_live_sessions_stopped_total{why="max_sessions"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("harness_bridge_live_sessions_idle 1"),
+        "{metrics}"
+    );
+
+    let second = turn(&server, "What was the word?", "lru-2").await;
+    let process = &session(&second)["process"];
+    assert_ne!(process["pid"], pid);
+    assert_eq!(process["warm"], false);
+    assert_eq!(session(&second)["resumed"], true, "{second:?}");
+    assert_eq!(
+        session(&second)["session_id"],
+        session(&first)["session_id"]
+    );
+    assert!(last_request(&fake).contains("heliotrope"));
+    // Now the other conversation's process was the least recent.
+    wait_until_gone(other_pid).await;
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
+/// A turn whose binding would start the harness differently (another
+/// model: other arguments) is not given the kept process: that one is
+/// stopped, and a new one resumes the session by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_binding_replaces_the_process_and_resumes_the_session() {
+    let (model_url, fake) = fake_model(false).await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    let first = turn(&server, "Remember the word heliotrope.", "changed-1").await;
+    let pid = pid_of(&first);
+    let same = turn(&server, FOLLOW_UP, "changed-2").await;
+    assert_eq!(pid_of(&same), pid, "an unchanged binding keeps the process");
+
+    let changed = server
+        .results(json!({
+            "conversation": CHAT, "text": "What was the word?", "run_id": "changed-3",
+            "config": {"model": "claude-other-model"},
+        }))
+        .await;
+    let process = &session(&changed)["process"];
+    assert_ne!(process["pid"], pid, "{changed:?}");
+    assert_eq!(process["warm"], false);
+    assert_eq!(session(&changed)["resumed"], true, "{changed:?}");
+    assert_eq!(
+        session(&changed)["session_id"],
+        session(&first)["session_id"]
+    );
+    wait_until_gone(pid).await;
+    let last = last_request(&fake);
+    assert!(last.contains("heliotrope"), "{last}");
+    assert!(
+        last.contains("claude-other-model"),
+        "the new binding's model: {last}"
+    );
+    let metrics = server.get_text("/metrics").await;
+    assert!(
+        metrics.contains(r#"harness_bridge_live_sessions_stopped_total{why="changed"} 1"#),
+        "{metrics}"
+    );
 
     let root = server.workspaces();
     assert!(server.stop().await.success());

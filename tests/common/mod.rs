@@ -652,6 +652,24 @@ pub async fn wait_for_processes(root: &std::path::Path, n: usize) {
     panic!("the harness never started under {}", root.display());
 }
 
+/// Whether process `pid` runs (a reaped process has no /proc entry; a
+/// zombie says `Z`).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')))
+}
+
+/// Wait (bounded, 10 s) until process `pid` is gone; panics otherwise.
+pub async fn wait_until_gone(pid: i32) {
+    for _ in 0..200 {
+        if !alive(pid) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("process {pid} is still running");
+}
+
 /// Wait (bounded, 10 s) until no process works under `root`, and fail
 /// with what is left otherwise: a group's members may take a moment to die
 /// after its leader, more so on a loaded machine.

@@ -124,6 +124,36 @@ impl ServeProcess {
         })
     }
 
+    /// POST a run and read its result stream as it comes: each result with
+    /// the time it arrived, from the request.
+    pub async fn timed_results(&self, body: Value) -> Vec<(Duration, Value)> {
+        let started = std::time::Instant::now();
+        let mut response = self
+            .client
+            .post(format!("{}/v1/runs", self.url))
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(response.status(), 200);
+        let mut results = Vec::new();
+        let mut pending = Vec::new();
+        while let Some(chunk) = response.chunk().await.expect("the stream reads") {
+            let at = started.elapsed();
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&line[..end]).into_owned();
+                if !line.trim().is_empty() {
+                    let result =
+                        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+                    results.push((at, result));
+                }
+            }
+        }
+        results
+    }
+
     /// Cancel run `run_id` (it must be there to cancel) and wait for the
     /// results of `running`, the task that posted it.
     pub async fn cancel_and_wait(
