@@ -477,3 +477,112 @@ async fn a_changed_binding_replaces_the_process_and_resumes_the_session() {
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
 }
+
+/// A live harness that ignores its interrupt (no real CLI does: a script
+/// plays one) is stopped past `kill_grace_seconds`, whatever it ignores:
+/// the cancelled turn ends `cancelled`, saying so, and the next turn
+/// starts a new process that resumes the session by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_harness_that_ignores_its_interrupt_is_killed_after_the_grace() {
+    use std::os::unix::fs::PermissionsExt;
+    const SPEC: &str = r#"
+name: stubborn
+label: Stubborn
+description: A live harness that ignores its interrupt.
+binary: stubborn-harness
+family: claude
+argv:
+  new: ["-p"]
+  resume: ["-p", "--resume={session_id}"]
+stdin: prompt
+env:
+  pass: [PATH, "STUBBORN_*"]
+session_store: unknown
+session_id_format: token
+install_hint: "the test writes it"
+live:
+  args: ["--input-format", "stream-json"]
+"#;
+    // Answers a turn; on one saying HANG it prints its session and then
+    // ignores everything: the interrupt line and SIGTERM (which the sleep
+    // it waits on inherits as ignored).
+    const SCRIPT: &str = r#"#!/bin/sh
+trap '' TERM
+printf '%s\n' "$*" >> "$STUBBORN_LOG"
+while IFS= read -r line; do
+  case "$line" in
+    *'"type":"user"'*HANG*)
+      echo '{"type":"system","subtype":"init","session_id":"stubborn-1","mcp_servers":[]}'
+      sleep 300 ;;
+    *'"type":"user"'*)
+      echo '{"type":"system","subtype":"init","session_id":"stubborn-1","mcp_servers":[]}'
+      echo '{"type":"assistant","message":{"content":[{"type":"text","text":"ok"}]},"session_id":"stubborn-1"}'
+      echo '{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"stubborn-1"}' ;;
+  esac
+done
+"#;
+    let tools = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tools.path().join("adapters")).unwrap();
+    std::fs::write(tools.path().join("adapters/stubborn.yaml"), SPEC).unwrap();
+    let script = tools.path().join("stubborn-harness");
+    std::fs::write(&script, SCRIPT).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let log = tools.path().join("starts.log");
+    let data = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let config = format!(
+        "adapters: {}\nharness_binaries:\n  stubborn: {}\ndefault_harness: stubborn\n\
+         kill_grace_seconds: 1\nshutdown_grace_seconds: 5\nset_env:\n  STUBBORN_LOG: {}\n",
+        tools.path().join("adapters").display(),
+        script.display(),
+        log.display()
+    );
+    let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
+    let mut server = ServeProcess::spawn(data, &config, &env).await;
+
+    let first = turn(&server, "Hello", "stubborn-1").await;
+    let pid = pid_of(&first);
+    let hung = server.spawn_results(
+        json!({"conversation": CHAT, "text": "please HANG", "run_id": "stubborn-2"}),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cancel_at = std::time::Instant::now();
+    let cancelled = server.cancel_and_wait("stubborn-2", hung).await;
+    let end = terminal(&cancelled);
+    assert_eq!(end["type"], "run.failed", "{cancelled:?}");
+    assert_eq!(end["data"]["code"], "cancelled", "{cancelled:?}");
+    assert!(
+        end["data"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("was stopped"),
+        "{end}"
+    );
+    // Asked to stop, given the grace (1 s), then killed: not at once, and
+    // not after the harness's own 300 s.
+    let took = cancel_at.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(15),
+        "{took:?}"
+    );
+    wait_until_gone(pid).await;
+
+    let third = turn(&server, "Are you back?", "stubborn-3").await;
+    let process = &session(&third)["process"];
+    assert_ne!(process["pid"], pid);
+    assert_eq!(session(&third)["resumed"], true, "{third:?}");
+    // The new process was started resuming the stored session.
+    let starts = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(starts.lines().count(), 2, "{starts}");
+    assert!(
+        starts
+            .lines()
+            .last()
+            .unwrap()
+            .contains("--resume=stubborn-1"),
+        "{starts}"
+    );
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
