@@ -1,9 +1,13 @@
-//! Embedded host read latency on a store of 1,000,000 transcript items
-//! (100 conversations × 10,000 items): `history_page` of 50 items and
-//! `history_search`, as a runner calls them through its grant.
+//! Host read latency on a store of 1,000,000 transcript items (100
+//! conversations × 10,000 items): `history_page` of 50 items and
+//! `history_search`, as a runner calls them through its grant; on the
+//! embedded SQLite store and on PostgreSQL (a server the bench starts on
+//! 127.0.0.1, the same items loaded into a fresh database).
 //!
-//! The store is built once under `target/bench-data/` and reused by later
-//! runs (building it takes a minute). Run: `cargo bench --bench host_store`.
+//! The SQLite store is built once under `target/bench-data/` and reused by
+//! later runs (building it takes a minute); the PostgreSQL one is loaded
+//! each run (about two minutes). Run: `cargo bench --bench host_store`
+//! (`cargo bench --bench host_store -- store_1m/` for SQLite alone).
 
 use std::sync::Arc;
 
@@ -22,8 +26,15 @@ fn context(conversation: &str) -> AgentRunContext {
 
 fn bench(c: &mut Criterion) {
     let rt = support::runtime();
-    let store = store(&rt);
-    let grants = Grants::new(Arc::new(store.clone()));
+    let sqlite: Arc<dyn HostApi> = Arc::new(store(&rt));
+    measure(c, &rt, "store_1m", sqlite);
+    let postgres: Arc<dyn HostApi> = Arc::new(support::pg_store_1m(&rt));
+    measure(c, &rt, "pg_store_1m", postgres);
+}
+
+/// The four reads, through a grant, on `store`, as criterion group `name`.
+fn measure(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &str, store: Arc<dyn HostApi>) {
+    let grants = Grants::new(store.clone());
     let permissions =
         harness_bridge::harness::discovery(harness_bridge::harness::Adapters::builtin()).runners[0]
             .manifest
@@ -61,17 +72,17 @@ fn bench(c: &mut Criterion) {
         ..latest.clone()
     };
 
-    let mut group = c.benchmark_group("store_1m");
+    let mut group = c.benchmark_group(name);
     group.bench_function("history_page_50_latest", |b| {
-        b.to_async(&rt)
+        b.to_async(rt)
             .iter(|| async { assert_eq!(host.call(&latest).await.expect("page").items.len(), 50) })
     });
     group.bench_function("history_page_50_middle", |b| {
-        b.to_async(&rt)
+        b.to_async(rt)
             .iter(|| async { assert_eq!(host.call(&middle).await.expect("page").items.len(), 50) })
     });
     group.bench_function("history_search_top10", |b| {
-        b.to_async(&rt).iter(|| async {
+        b.to_async(rt).iter(|| async {
             assert!(
                 !host
                     .call(&HistorySearchCall {
@@ -87,7 +98,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("history_search_cjk_top10", |b| {
-        b.to_async(&rt).iter(|| async {
+        b.to_async(rt).iter(|| async {
             assert!(
                 !host
                     .call(&HistorySearchCall {

@@ -661,3 +661,119 @@ async fn two_handles_number_one_conversation_and_share_cursors(backend: &Backend
     }
     assert_eq!(seqs, (1..=200).rev().collect::<Vec<i64>>());
 }
+
+/// A PostgreSQL store seen through a write guard (how a run of a shared
+/// queue writes): its writes land while the guard's row is there and are
+/// refused, with nothing written, once it is gone; reads go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_writes_land_only_while_the_guard_holds() {
+    use harness_bridge::host::postgres::WriteGuard;
+    use harness_bridge::host::prelude::*;
+    let db = common::pg::database().await;
+    let store = PgHost::connect(&db.url).await.expect("store connects");
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "CREATE TABLE leases (id TEXT PRIMARY KEY); INSERT INTO leases VALUES ('r1')",
+        )
+        .await
+        .unwrap();
+    let guarded = store.guarded(WriteGuard {
+        sql: "SELECT 1 FROM leases WHERE id = $1 FOR SHARE",
+        args: vec!["r1".into()],
+        refusal: "the lease is gone".into(),
+    });
+    let s = scope("fenced");
+    let item = |text: &str| NewTranscriptItem {
+        event_id: format!("ev-{text}"),
+        conversation_id: "fenced".into(),
+        role: "user".into(),
+        content: Some(text.into()),
+        ..NewTranscriptItem::default()
+    };
+    guarded.append_transcript(item("while held")).await.unwrap();
+    guarded
+        .state_set(&s, StateScope::Conversation, "k", &json!(1))
+        .await
+        .unwrap();
+    guarded
+        .storage_set(&s, StorageKind::Plugin, "k", b"v")
+        .await
+        .unwrap();
+
+    client.batch_execute("DELETE FROM leases").await.unwrap();
+    let refused = guarded.append_transcript(item("after")).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Unauthorized);
+    assert_eq!(refused.message, "the lease is gone");
+    for refused in [
+        guarded
+            .state_set(&s, StateScope::Conversation, "k", &json!(2))
+            .await
+            .unwrap_err(),
+        guarded
+            .state_delete(&s, StateScope::Conversation, "k")
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        guarded
+            .storage_set(&s, StorageKind::Plugin, "k", b"w")
+            .await
+            .unwrap_err(),
+        guarded
+            .append_event(NewEvent {
+                event_id: "ev-late".into(),
+                event_type: "message.received".into(),
+                source: "test".into(),
+                conversation_id: Some("fenced".into()),
+                ..NewEvent::default()
+            })
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        guarded
+            .put_artifact(
+                NewArtifact {
+                    artifact_type: "file".into(),
+                    source: "test".into(),
+                    ..NewArtifact::default()
+                },
+                b"late".to_vec(),
+            )
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+    ] {
+        assert_eq!(refused.code, ErrorCode::Unauthorized, "{refused}");
+    }
+    // Nothing of the refused writes is there; the unguarded store reads
+    // what landed.
+    let page = store
+        .conversation_history("fenced", None, 10)
+        .await
+        .unwrap();
+    let texts: Vec<_> = page
+        .items
+        .iter()
+        .filter_map(|i| i.content.clone())
+        .collect();
+    assert_eq!(texts, ["while held"]);
+    assert_eq!(
+        store
+            .state_get(&s, StateScope::Conversation, "k")
+            .await
+            .unwrap(),
+        Some(json!(1))
+    );
+    assert_eq!(
+        store
+            .storage_get(&s, StorageKind::Plugin, "k")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"v"[..])
+    );
+    assert!(guarded.event_get(&s, "ev-late").await.is_err());
+}

@@ -5,6 +5,11 @@
 
 use std::path::PathBuf;
 
+/// A throwaway PostgreSQL server (the tests' own helper): one per bench
+/// binary, on 127.0.0.1, a database per store.
+#[path = "../../tests/common/pg.rs"]
+pub mod pg;
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
@@ -106,6 +111,83 @@ pub fn store_1m(rt: &tokio::runtime::Runtime) -> SqliteHost {
         std::fs::write(&ready, items.to_string()).expect("mark ready");
     }
     store
+}
+
+/// The same store on PostgreSQL (a server this bench starts, a fresh
+/// database): the same items in the same conversations, loaded in bulk
+/// (5,000 rows a statement, search words made by the store's own
+/// `hb_search` configuration from the same indexed text) rather than one
+/// append at a time, which would take most of an hour.
+pub fn pg_store_1m(rt: &tokio::runtime::Runtime) -> harness_bridge::host::postgres::PgHost {
+    use harness_bridge::host::postgres::PgHost;
+    let per_conversation = if quick() {
+        PER_CONVERSATION_QUICK
+    } else {
+        PER_CONVERSATION
+    };
+    rt.block_on(async {
+        let db = pg::database().await;
+        let store = PgHost::connect(&db.url).await.expect("the store connects");
+        let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .expect("connects");
+        tokio::spawn(connection);
+        let items = CONVERSATIONS * per_conversation;
+        eprintln!("loading the {items}-item bench store into PostgreSQL ...");
+        let started = std::time::Instant::now();
+        let mut streams = Vec::new();
+        for c in 0..CONVERSATIONS {
+            let id: i64 = client
+                .query_one(
+                    "INSERT INTO streams (conversation_id, thread_id, transcript_seq)
+                     VALUES ($1, '', $2) RETURNING id",
+                    &[&format!("conv-{c}"), &(per_conversation as i64)],
+                )
+                .await
+                .and_then(|r| r.try_get(0))
+                .expect("a stream");
+            streams.push(id);
+        }
+        let now = harness_bridge::host::now_ms();
+        for from in (0..items).step_by(5_000) {
+            let to = (from + 5_000).min(items);
+            let rows = from..to;
+            let stream: Vec<i64> = rows.clone().map(|i| streams[i % CONVERSATIONS]).collect();
+            let seq: Vec<i64> = rows
+                .clone()
+                .map(|i| (i / CONVERSATIONS) as i64 + 1)
+                .collect();
+            let ids: Vec<String> = rows.clone().map(|i| format!("tr-{i}")).collect();
+            let events: Vec<String> = rows.clone().map(|i| format!("ev-{i}")).collect();
+            let roles: Vec<&str> = rows
+                .clone()
+                .map(|i| if i % 2 == 0 { "user" } else { "assistant" })
+                .collect();
+            let contents: Vec<String> = rows.clone().map(text).collect();
+            let words: Vec<String> = contents
+                .iter()
+                .map(|c| harness_bridge::host::words::index_text(c))
+                .collect();
+            let created: Vec<i64> = rows.map(|i| now - (items - i) as i64).collect();
+            client
+                .execute(
+                    "INSERT INTO transcript (stream_id, seq, transcript_id, event_id, role,
+                         item_type, content, created_at, words)
+                     SELECT s, q, t, e, r, 'message', c, at, to_tsvector('hb_search', w)
+                     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+                                 $6::text[], $7::bigint[], $8::text[])
+                         AS u(s, q, t, e, r, c, at, w)",
+                    &[
+                        &stream, &seq, &ids, &events, &roles, &contents, &created, &words,
+                    ],
+                )
+                .await
+                .expect("a batch of items");
+        }
+        client.batch_execute("ANALYZE").await.expect("analyze");
+        eprintln!("loaded in {:.0} s", started.elapsed().as_secs_f64());
+        store
+    })
 }
 
 /// A context for `conversation` with the read APIs opened.

@@ -1,15 +1,69 @@
-//! `harness-bridge host ...`: read the embedded store as a person would.
+//! `harness-bridge host ...`: read the host store as a person would: the
+//! embedded one in the data folder, another folder, or a PostgreSQL store.
+//! `harness-bridge migrate`: prepare a PostgreSQL store ahead of time.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
 use super::exit;
 use crate::harness::runner_id;
-use crate::host::HostProxy as _;
 use crate::host::owners::inspect_owner;
-use crate::host::sqlite::SqliteHost;
+use crate::host::store::{Store, StoreAt};
 use crate::protocol::{AgentAPIError, StateScope};
+
+/// Which store a command reads: `--store`, the `store` of a `--config`
+/// file, or the data folder's.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// The store: a folder (an embedded store) or a PostgreSQL URL without
+    /// a password (one with a password belongs in bridge.yaml: pass
+    /// --config). Default: the data folder's store.
+    #[arg(long, global = true, value_name = "DIR|URL", conflicts_with = "config")]
+    store: Option<String>,
+    /// A bridge.yaml whose `store` to use, as `serve --config` does.
+    #[arg(long, global = true, value_name = "FILE", value_parser = super::absolute_path)]
+    config: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// Where the store is, or why it cannot be told.
+    fn at(&self, data_dir: &Path) -> Result<StoreAt, String> {
+        if let Some(store) = &self.store {
+            if crate::host::postgres::is_url(store) && crate::host::postgres::has_password(store) {
+                return Err(
+                    "--store holds a password, which every local user could read in the process \
+                     list; put the URL in bridge.yaml (`store:`) and pass --config"
+                        .into(),
+                );
+            }
+            let here = std::env::current_dir()
+                .map_err(|e| format!("cannot tell the current folder: {e}"))?;
+            return Ok(StoreAt::parse(store, &here));
+        }
+        if let Some(file) = &self.config {
+            let config = crate::serve::ServeConfig::load(Some(file))?;
+            return Ok(config.store_at(data_dir));
+        }
+        Ok(StoreAt::Folder(data_dir.to_path_buf()))
+    }
+}
+
+/// `host`'s arguments: the store, and what to show of it.
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(subcommand)]
+    command: HostCommand,
+}
+
+/// `migrate`'s arguments: the PostgreSQL store.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+}
 
 #[derive(Debug, Subcommand)]
 pub enum HostCommand {
@@ -55,13 +109,90 @@ pub enum HostCommand {
     },
 }
 
-pub fn run(cmd: HostCommand, data_dir: &Path) -> u8 {
-    let (runtime, host) = match super::open_store(data_dir) {
-        Ok(opened) => opened,
+pub fn run(args: HostArgs, data_dir: &Path) -> u8 {
+    let at = match args.store.at(data_dir) {
+        Ok(at) => at,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let runtime = match super::runtime() {
+        Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    match runtime.block_on(execute(cmd, &host)) {
+    let store = match runtime.block_on(Store::open(&at)) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(args.command, &store)) {
         Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILURE
+        }
+    }
+}
+
+/// Apply what a PostgreSQL store lacks of the schema (the host store's
+/// tables, then the run queue's), and say what was applied.
+pub fn migrate(args: MigrateArgs, data_dir: &Path) -> u8 {
+    let url = match args.store.at(data_dir) {
+        Ok(StoreAt::Postgres(url)) => url,
+        Ok(StoreAt::Folder(dir)) => {
+            eprintln!(
+                "error: {} is an embedded store, which every command migrates as it opens it; \
+                 migrate prepares a PostgreSQL store (--store postgres://…, or --config with a \
+                 PostgreSQL `store`)",
+                dir.display()
+            );
+            return exit::USAGE;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let runtime = match super::runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let applied = runtime.block_on(async {
+        let host = crate::host::postgres::migrate(&url).await?;
+        let store = crate::host::postgres::PgHost::connect(&url).await?;
+        let queue = crate::host::postgres::migrate_component(
+            store.pool(),
+            &crate::host::postgres::database_of(&url),
+            "serve",
+            crate::serve::cluster::MIGRATIONS,
+        )
+        .await?;
+        Ok::<_, crate::host::postgres::PgOpenError>((host, queue))
+    });
+    match applied {
+        Ok((host, queue)) => {
+            let place = crate::host::postgres::describe_url(&url);
+            for (what, steps, all) in [
+                ("host store", host, crate::host::postgres::MIGRATIONS),
+                ("run queue", queue, crate::serve::cluster::MIGRATIONS),
+            ] {
+                let latest = all.last().map_or(0, |m| m.version);
+                if steps.is_empty() {
+                    out!("{place}: {what} schema up to date (version {latest})");
+                }
+                for step in steps {
+                    out!(
+                        "{place}: {what} migration {} applied ({})",
+                        step.version,
+                        step.name
+                    );
+                }
+            }
+            exit::OK
+        }
         Err(e) => {
             eprintln!("error: {e}");
             exit::FAILURE
@@ -81,7 +212,8 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
-async fn execute(cmd: HostCommand, host: &SqliteHost) -> Result<(), AgentAPIError> {
+async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
+    let host = store.host();
     match cmd {
         HostCommand::History {
             conversation,
@@ -126,7 +258,7 @@ async fn execute(cmd: HostCommand, host: &SqliteHost) -> Result<(), AgentAPIErro
                 runner_id(&runner)
             };
             let owner = inspect_owner(&runner, scope, &id, thread.as_deref());
-            let entries = host.state_dump(scope, owner).await?;
+            let entries = store.state_dump(scope, owner).await?;
             if entries.is_empty() {
                 out!("no {} state for `{id}` (runner {runner})", scope.as_str());
             }
@@ -135,7 +267,7 @@ async fn execute(cmd: HostCommand, host: &SqliteHost) -> Result<(), AgentAPIErro
             }
         }
         HostCommand::Audit { run, limit, json } => {
-            for row in host.audit_tail(run, limit).await? {
+            for row in store.audit_tail(run, limit).await? {
                 if json {
                     out!("{}", serde_json::to_string(&row).unwrap_or_default());
                 } else {

@@ -93,9 +93,12 @@ enum Command {
     /// Check AgentRunContext documents.
     #[command(subcommand)]
     Context(context::ContextCommand),
-    /// Inspect the embedded host store: history, state, audit.
-    #[command(subcommand)]
-    Host(host::HostCommand),
+    /// Inspect the host store (the data folder's, another folder, or a
+    /// PostgreSQL store): history, state, audit.
+    Host(host::HostArgs),
+    /// Prepare a PostgreSQL store for `serve`: apply the schema it lacks
+    /// (serve does this at start too, under a lock).
+    Migrate(host::MigrateArgs),
     /// Print the runner discovery JSON (AgentRunnerDiscovery) for a host:
     /// one runner per harness in force.
     Manifest {
@@ -127,19 +130,25 @@ enum Command {
     McpStdio,
 }
 
-/// The embedded store and a runtime to drive it, or the exit code after
-/// saying why not: what every store-backed command starts with.
-fn open_store(
-    data_dir: &std::path::Path,
-) -> Result<(tokio::runtime::Runtime, crate::host::sqlite::SqliteHost), u8> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// The runtime a command drives its work on, or the exit code after
+/// saying why not.
+fn runtime() -> Result<tokio::runtime::Runtime, u8> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| {
             eprintln!("error: cannot start the async runtime: {e}");
             exit::FAILURE
-        })?;
+        })
+}
+
+/// The embedded store and a runtime to drive it, or the exit code after
+/// saying why not: what every store-backed command starts with.
+fn open_store(
+    data_dir: &std::path::Path,
+) -> Result<(tokio::runtime::Runtime, crate::host::sqlite::SqliteHost), u8> {
+    let runtime = runtime()?;
     let store = crate::host::sqlite::SqliteHost::open(data_dir).map_err(|e| {
         eprintln!("error: {e}");
         exit::FAILURE
@@ -379,7 +388,14 @@ pub fn main() -> ExitCode {
         Command::Adapters(cmd) => adapters::run(cmd),
         Command::Context(cmd) => context::run(cmd),
         Command::Manifest { adapters } => manifest(adapters.as_deref()),
-        Command::Host(cmd) => in_data_dir(cli.data_dir, |dir| host::run(cmd, dir)),
+        Command::Host(args) => in_data_dir(cli.data_dir, |dir| host::run(args, dir)),
+        Command::Migrate(args) => match data_dir(cli.data_dir) {
+            Ok(dir) => host::migrate(args, &dir),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                exit::FAILURE
+            }
+        },
         Command::McpStdio => {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -8,6 +8,8 @@ use clap::Args;
 
 use super::exit;
 use crate::harness::cage;
+use crate::host::postgres::PgHost;
+use crate::host::store::StoreAt;
 use crate::projection::Templates;
 use crate::run::{Bridge, Settings};
 use crate::serve::{ServeConfig, Service};
@@ -70,11 +72,12 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         Ok(adapters) => adapters,
         Err(code) => return code,
     };
-    let store_dir = config
-        .store
-        .clone()
-        .unwrap_or_else(|| data_dir.to_path_buf());
-    for folder in [Some(&store_dir), config.workspace_root.as_ref()]
+    let store_at = config.store_at(data_dir);
+    let store_dir = match &store_at {
+        StoreAt::Folder(dir) => Some(dir.clone()),
+        StoreAt::Postgres(_) => None,
+    };
+    for folder in [store_dir.as_ref(), config.workspace_root.as_ref()]
         .into_iter()
         .flatten()
     {
@@ -83,13 +86,111 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
             return exit::FAILURE;
         }
     }
-    let (runtime, store) = match super::open_store(&store_dir) {
+    let runtime = match super::runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let workspace_root = config
+        .workspace_root
+        .clone()
+        .unwrap_or_else(|| data_dir.join("workspaces"));
+    let retention = Duration::from_secs(config.retention_hours.saturating_mul(3600));
+    let mut settings = Settings::new(workspace_root);
+    settings.binaries = config.harness_binaries.clone();
+    settings.pass_env = config.pass_env.clone();
+    settings.set_env = config.set_env.clone();
+    settings.mcp_servers = config.mcp_servers.clone();
+    settings.turn_timeout = Duration::from_secs(config.turn_timeout_seconds.max(1));
+    settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
+    settings.live = config.live();
+
+    // The store, the record of runs and how turns wait: the embedded
+    // store with its journal, or a PostgreSQL store shared with other
+    // instances.
+    let opened = match &store_at {
+        StoreAt::Folder(dir) => open_embedded(&runtime, dir, &mut config, retention),
+        StoreAt::Postgres(url) => open_shared(&runtime, url, data_dir, &mut config),
+    };
+    let (host, backlog) = match opened {
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    crate::listen::raise_fd_limit();
+    // After the journal's own sweep, which names the runs it ends.
+    if let Err(code) = super::contain() {
+        return code;
+    }
+    let result = runtime.block_on(async move {
+        let bridge = Bridge::start(
+            host,
+            adapters,
+            Templates::load(None).map_err(|e| e.to_string())?,
+            settings,
+        )
+        .await
+        .map_err(|e| format!("cannot start the MCP server: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        eprintln!("harness-bridge serving on http://{addr}");
+        let (stop, hurry) = super::stop_and_hurry_on_signal();
+        let service = match backlog {
+            Backlog::Local(journal) => Service::new(bridge, journal, config),
+            Backlog::Shared {
+                cluster,
+                events,
+                _lock,
+            } => {
+                let service = Service::shared(bridge, cluster, events, config);
+                let served = crate::serve::serve(service, listener, stop, hurry).await;
+                drop(_lock);
+                return served.map_err(|e| e.to_string());
+            }
+        };
+        crate::serve::serve(service, listener, stop, hurry)
+            .await
+            .map_err(|e| e.to_string())
+    });
+    cage::release();
+    match result {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILURE
+        }
+    }
+}
+
+/// How the opened service keeps its runs.
+enum Backlog {
+    /// The embedded store's journal.
+    Local(crate::serve::Journal),
+    /// The shared queue, its events, and this data folder held.
+    Shared {
+        cluster: Arc<crate::serve::cluster::Cluster>,
+        events: tokio::sync::mpsc::UnboundedReceiver<crate::serve::cluster::ClusterEvent>,
+        _lock: nix::fcntl::Flock<std::fs::File>,
+    },
+}
+
+type Opened = (Arc<dyn crate::host::HostApi>, Backlog);
+
+/// The embedded store in `dir`: its knowledge bases indexed, its API
+/// token, its journal (what a crash left in flight ended first).
+fn open_embedded(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    config: &mut ServeConfig,
+    retention: Duration,
+) -> Result<Opened, u8> {
+    let store = crate::host::sqlite::SqliteHost::open(dir).map_err(|e| {
+        eprintln!("error: {e}");
+        exit::FAILURE
+    })?;
     if let Err(e) = store.keep_audit_for(config.audit_retention()) {
         eprintln!("error: {e}");
-        return exit::FAILURE;
+        return Err(exit::FAILURE);
     }
     match runtime.block_on(store.index_knowledge(config.knowledge_bases.clone())) {
         Ok(reports) => {
@@ -106,11 +207,11 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         }
         Err(e) => {
             eprintln!("error: {}", e.message);
-            return exit::FAILURE;
+            return Err(exit::FAILURE);
         }
     }
     if config.api_tokens.is_empty() && !config.no_auth {
-        match api_token(&store_dir) {
+        match api_token(dir) {
             Ok((token, file)) => {
                 eprintln!(
                     "API token: in {} (send Authorization: Bearer <token>; set api_tokens to choose your own)",
@@ -120,85 +221,145 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
             }
             Err(e) => {
                 eprintln!("error: {e}");
-                return exit::FAILURE;
+                return Err(exit::FAILURE);
             }
         }
     }
-    let workspace_root = config
-        .workspace_root
-        .clone()
-        .unwrap_or_else(|| data_dir.join("workspaces"));
-    let retention = Duration::from_secs(config.retention_hours.saturating_mul(3600));
-    let journal = match crate::serve::Journal::open(&store_dir, retention) {
+    let retention_journal = retention;
+    let journal = match crate::serve::Journal::open(dir, retention_journal) {
         Ok((journal, interrupted)) => {
-            for run in interrupted {
-                tracing::warn!(
-                    run_id = %run.run_id,
-                    "run was in flight when the bridge last stopped; marked failed ({})",
-                    crate::serve::INTERRUPTED
-                );
-                if let (Some(pgid), Some(workspace)) = (run.pgid, &run.workspace) {
-                    cage::kill_leftover_group(pgid, workspace);
-                }
-                if let Some(marker) = &run.marker {
-                    let killed = cage::kill_leftover_turn(marker);
-                    if killed > 0 {
-                        tracing::warn!(
-                            run_id = %run.run_id,
-                            killed,
-                            "killed what the interrupted run's harness left running"
-                        );
-                    }
-                }
-            }
+            end_leftovers(&interrupted);
             journal
         }
         Err(e) => {
             eprintln!("error: {e}");
-            return exit::FAILURE;
+            return Err(exit::FAILURE);
         }
     };
-    crate::listen::raise_fd_limit();
-    // After the journal's own sweep, which names the runs it ends.
-    if let Err(code) = super::contain() {
-        return code;
+    Ok((Arc::new(store), Backlog::Local(journal)))
+}
+
+/// A PostgreSQL store shared with other instances: migrated, joined (what
+/// this instance's last start left in flight ended), its API token shared.
+fn open_shared(
+    runtime: &tokio::runtime::Runtime,
+    url: &str,
+    data_dir: &Path,
+    config: &mut ServeConfig,
+) -> Result<Opened, u8> {
+    let fail = |e: String| {
+        eprintln!("error: {e}");
+        exit::FAILURE
+    };
+    if !config.knowledge_bases.is_empty() {
+        return Err(fail(
+            "knowledge_bases are indexed into the embedded store; with a PostgreSQL store \
+             leave them out (a harness then has no knowledge bases of this bridge's)"
+                .into(),
+        ));
     }
-    let mut settings = Settings::new(workspace_root);
-    settings.binaries = config.harness_binaries.clone();
-    settings.pass_env = config.pass_env.clone();
-    settings.set_env = config.set_env.clone();
-    settings.mcp_servers = config.mcp_servers.clone();
-    settings.turn_timeout = Duration::from_secs(config.turn_timeout_seconds.max(1));
-    settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
-    settings.live = config.live();
-    let result = runtime.block_on(async move {
-        let bridge = Bridge::start(
-            Arc::new(store),
-            adapters,
-            Templates::load(None).map_err(|e| e.to_string())?,
+    // One instance per data folder: its workspaces are its own.
+    let lock = crate::serve::own_store(data_dir).map_err(fail)?;
+    let store = runtime
+        .block_on(PgHost::connect(url))
+        .map_err(|e| fail(e.to_string()))?;
+    store
+        .keep_audit_for(config.audit_retention())
+        .map_err(|e| fail(e.message))?;
+    if config.api_tokens.is_empty() && !config.no_auth {
+        let token = runtime
+            .block_on(shared_api_token(&store, data_dir))
+            .map_err(fail)?;
+        config.api_tokens.push(token);
+    }
+    let instance_id = config
+        .instance_id
+        .clone()
+        .unwrap_or_else(|| crate::serve::cluster::default_instance_id(data_dir));
+    let settings = crate::serve::cluster::ClusterSettings {
+        instance_id: instance_id.clone(),
+        lease: Duration::from_secs(config.lease_seconds),
+        max_waiting: config.max_queue_per_conversation,
+        max_total: config.max_queued_total,
+        addr: config.listen.to_string(),
+    };
+    let (cluster, interrupted, events) = runtime
+        .block_on(crate::serve::cluster::Cluster::join(
+            store.clone(),
+            url,
             settings,
-        )
-        .await
-        .map_err(|e| format!("cannot start the MCP server: {e}"))?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        eprintln!("harness-bridge serving on http://{addr}");
-        let (stop, hurry) = super::stop_and_hurry_on_signal();
-        let service = Service::new(bridge, journal, config);
-        crate::serve::serve(service, listener, stop, hurry)
-            .await
-            .map_err(|e| e.to_string())
-    });
-    cage::release();
-    match result {
-        Ok(()) => exit::OK,
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILURE
+        ))
+        .map_err(|e| fail(e.to_string()))?;
+    end_leftovers(&interrupted);
+    eprintln!(
+        "instance {instance_id} of the bridges sharing {}",
+        crate::host::postgres::describe_url(url)
+    );
+    Ok((
+        Arc::new(store),
+        Backlog::Shared {
+            cluster,
+            events,
+            _lock: lock,
+        },
+    ))
+}
+
+/// Kill what runs left in flight by a bridge that died left running.
+fn end_leftovers(interrupted: &[crate::serve::Interrupted]) {
+    for run in interrupted {
+        tracing::warn!(
+            run_id = %run.run_id,
+            "run was in flight when the bridge last stopped; marked failed ({})",
+            crate::serve::INTERRUPTED
+        );
+        if let (Some(pgid), Some(workspace)) = (run.pgid, &run.workspace) {
+            cage::kill_leftover_group(pgid, workspace);
+        }
+        if let Some(marker) = &run.marker {
+            let killed = cage::kill_leftover_turn(marker);
+            if killed > 0 {
+                tracing::warn!(
+                    run_id = %run.run_id,
+                    killed,
+                    "killed what the interrupted run's harness left running"
+                );
+            }
         }
     }
+}
+
+/// The API token the instances on one shared store accept when the
+/// operator set none: made by the first, kept in the store, and written
+/// to `DATA/api-token` (0600) on each instance's machine for its operator.
+async fn shared_api_token(store: &PgHost, data_dir: &Path) -> Result<String, String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for the API token: {e}"))?;
+    let token = store
+        .shared_secret("api_token", hex::encode(bytes).as_bytes())
+        .await
+        .map_err(|e| e.message)?;
+    let token = String::from_utf8(token).map_err(|_| "the store's API token is not text")?;
+    let file = data_dir.join("api-token");
+    let current = std::fs::read_to_string(&file).unwrap_or_default();
+    if current.trim() != token {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&file)
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        out.write_all(token.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    }
+    eprintln!(
+        "API token: in {} (the same for every instance on this store; set api_tokens to choose your own)",
+        file.display()
+    );
+    Ok(token)
 }
 
 /// The service's own token, in `dir/api-token`: read when it is there,

@@ -298,6 +298,10 @@ pub struct RunGrant {
     pub knowledge_bases: Vec<KnowledgeBaseResource>,
     /// Epoch milliseconds after which every call fails `deadline_exceeded`.
     pub deadline_ms: i64,
+    /// The host this run's calls go to when not the registry's: the
+    /// shared store seen through the run's lease, so a run that lost it
+    /// writes nothing.
+    host: Option<Arc<dyn HostApi>>,
     closed: AtomicBool,
     calls: AtomicU32,
     bucket: Mutex<Bucket>,
@@ -546,6 +550,19 @@ impl Grants {
         permissions: &AgentRunnerPermissions,
         policy: &GrantPolicy,
     ) -> HostResult<OpenRun> {
+        self.open_run_on(ctx, runner_id, permissions, policy, None)
+    }
+
+    /// [`Grants::open_run`], the run's calls going to `host` instead of
+    /// the registry's when given (the same store, seen another way).
+    pub fn open_run_on(
+        &self,
+        ctx: &AgentRunContext,
+        runner_id: &str,
+        permissions: &AgentRunnerPermissions,
+        policy: &GrantPolicy,
+        host: Option<Arc<dyn HostApi>>,
+    ) -> HostResult<OpenRun> {
         if ctx.run_id.trim().is_empty() {
             return Err(AgentAPIError::invalid_argument("run_id must not be empty"));
         }
@@ -614,6 +631,7 @@ impl Grants {
             tools: ctx.resources.tools.clone(),
             knowledge_bases,
             deadline_ms,
+            host,
             closed: AtomicBool::new(false),
             calls: AtomicU32::new(0),
             bucket: Mutex::new(Bucket {
@@ -710,10 +728,8 @@ impl Grants {
 
     /// The host as seen through a grant the caller already holds.
     pub fn granted(&self, grant: Arc<RunGrant>) -> GrantedHost {
-        GrantedHost {
-            grant,
-            host: self.host.clone(),
-        }
+        let host = grant.host.clone().unwrap_or_else(|| self.host.clone());
+        GrantedHost { grant, host }
     }
 }
 

@@ -19,6 +19,7 @@ pub mod paging;
 pub mod postgres;
 pub mod rows;
 pub mod sqlite;
+pub mod store;
 pub mod words;
 
 pub use api::*;

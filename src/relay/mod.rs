@@ -458,6 +458,7 @@ where
                     mcp_servers,
                     on_spawn: None,
                     steer: Some(SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox)))),
+                    host: None,
                 };
                 tasks.spawn(async move {
                     let (tx, rx) = mpsc::channel::<AgentRunResult>(256);

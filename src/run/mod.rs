@@ -94,7 +94,7 @@ pub struct Settings {
 /// Per-run choices of the trusted front end (the operator's relay plugin
 /// config, the service's config) — never taken from the context, which a
 /// less trusted caller may write.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RunOptions {
     /// Program to run instead of the spec's binary (or the settings' path).
     pub binary: Option<PathBuf>,
@@ -108,6 +108,23 @@ pub struct RunOptions {
     pub on_spawn: Option<SpawnHook>,
     /// Where follow-ups for this run's turn arrive (`serve`'s `steer`).
     pub steer: Option<SteerInbox>,
+    /// The host this run reads and writes through, when not the bridge's
+    /// own: `serve` on a shared store gives each run the store seen
+    /// through its lease, so a run whose instance lost it writes nothing.
+    pub host: Option<Arc<dyn HostApi>>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("binary", &self.binary)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("mcp_servers", &self.mcp_servers)
+            .field("on_spawn", &self.on_spawn)
+            .field("steer", &self.steer)
+            .field("host", &self.host.as_ref().map(|_| "its own"))
+            .finish()
+    }
 }
 
 /// A follow-up the person sent while their turn runs, for the running
@@ -425,11 +442,12 @@ impl Bridge {
 
         let open = self
             .grants
-            .open_run(
+            .open_run_on(
                 ctx,
                 &runner_id(&spec.name),
                 &requested_permissions(),
                 &self.settings.policy,
+                options.host.clone(),
             )
             .map_err(|e| fail("invalid_argument", e.message))?;
         let _guard = RunGuard {
@@ -448,7 +466,10 @@ impl Bridge {
             });
         }
         let scope = &open.grant.scope;
-        let host = self.grants.host().as_ref();
+        let host = options
+            .host
+            .as_deref()
+            .unwrap_or_else(|| self.grants.host().as_ref());
         let pending = tokio::select! {
             found = tokio::time::timeout(HOST_CALL_TIMEOUT, record::pending(host, scope, ctx)) => {
                 found.unwrap_or_else(|_| {
@@ -1096,14 +1117,24 @@ impl Bridge {
         if !pointer.fits(&spec.name, workspace) {
             // Another harness (or workspace) owned the conversation: a
             // fresh session, and no error.
+            // Or the session was kept in another workspace: another bridge
+            // instance's, which ran the conversation until it went away.
+            let notice = if pointer.harness != spec.name {
+                format!(
+                    "This conversation switched to {}; it starts a fresh session.",
+                    spec.label
+                )
+            } else {
+                format!(
+                    "The previous {} session was kept in another workspace (another bridge \
+                     instance ran this conversation); this turn started a fresh session, and \
+                     the conversation's history is still there.",
+                    spec.label
+                )
+            };
             return SessionPlan {
                 resume: None,
-                notice: (pointer.harness != spec.name).then(|| {
-                    format!(
-                        "This conversation switched to {}; it starts a fresh session.",
-                        spec.label
-                    )
-                }),
+                notice: Some(notice),
             };
         }
         if !spec.session_id_format.accepts(&pointer.session_id) {

@@ -19,8 +19,9 @@ pub struct ServeConfig {
     pub api_tokens: Vec<String>,
     /// No token at all, for development on a loopback address only.
     pub no_auth: bool,
-    /// Folder of the embedded store (default: the data folder).
-    pub store: Option<PathBuf>,
+    /// The host store: a folder for the embedded store (default: the data
+    /// folder), or a `postgres://` URL for a store several bridges share.
+    pub store: Option<String>,
     /// Folder under which workspaces live (default: DATA_DIR/workspaces).
     pub workspace_root: Option<PathBuf>,
     /// Folder of adapter specs that add to or replace the built-in ones.
@@ -80,6 +81,15 @@ pub struct ServeConfig {
     pub max_live_sessions: usize,
     /// Seconds an idle live harness process is kept.
     pub idle_timeout_seconds: u64,
+    /// With a PostgreSQL `store`: this instance's name among those sharing
+    /// it (default: the machine's name and a digest of the data folder).
+    /// Keep it across restarts: a conversation stays with the instance
+    /// that holds its workspace.
+    pub instance_id: Option<String>,
+    /// With a PostgreSQL `store`: seconds an instance lives without a
+    /// heartbeat (one each sixth of it); past it, the others end its
+    /// running turns (`interrupted`) and take its conversations.
+    pub lease_seconds: u64,
 }
 
 impl Default for ServeConfig {
@@ -112,6 +122,8 @@ impl Default for ServeConfig {
             audit_retention_days: 90,
             max_live_sessions: 16,
             idle_timeout_seconds: 600,
+            instance_id: None,
+            lease_seconds: 30,
         }
     }
 }
@@ -123,6 +135,14 @@ impl ServeConfig {
             max_sessions: self.max_live_sessions,
             idle_timeout: Duration::from_secs(self.idle_timeout_seconds.max(1)),
         })
+    }
+
+    /// The host store: `store`, else the embedded one in `data_dir`.
+    pub fn store_at(&self, data_dir: &Path) -> crate::host::store::StoreAt {
+        match &self.store {
+            Some(store) => crate::host::store::StoreAt::parse(store, data_dir),
+            None => crate::host::store::StoreAt::Folder(data_dir.to_path_buf()),
+        }
     }
 
     /// How long the store keeps audit rows.
@@ -158,14 +178,16 @@ impl ServeConfig {
                 *path = folder.join(&*path);
             }
         };
-        for path in [
-            &mut self.store,
-            &mut self.workspace_root,
-            &mut self.adapters,
-        ]
-        .into_iter()
-        .flatten()
-        .chain(self.knowledge_bases.values_mut())
+        if let Some(store) = self.store.as_mut()
+            && let crate::host::store::StoreAt::Folder(dir) =
+                crate::host::store::StoreAt::parse(store, folder)
+        {
+            *store = dir.to_string_lossy().into_owned();
+        }
+        for path in [&mut self.workspace_root, &mut self.adapters]
+            .into_iter()
+            .flatten()
+            .chain(self.knowledge_bases.values_mut())
         {
             resolve(path);
         }
@@ -246,6 +268,21 @@ impl ServeConfig {
         if self.audit_retention_days == 0 {
             return Err("audit_retention_days must be at least 1".into());
         }
+        if self.lease_seconds < 2 {
+            return Err("lease_seconds must be at least 2".into());
+        }
+        if let Some(id) = &self.instance_id {
+            let fits = !id.is_empty()
+                && id.len() <= 128
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+            if !fits {
+                return Err(format!(
+                    "instance_id: `{id}` is not an instance name (1-128 letters, digits, `-`, `_`, `.`, `:`)"
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -290,7 +327,10 @@ mod tests {
         .unwrap();
         let config = ServeConfig::load(Some(&file)).unwrap();
         let at = |p: &str| dir.path().join(p);
-        assert_eq!(config.store, Some(at("./store")));
+        assert_eq!(
+            config.store_at(Path::new("/data")),
+            crate::host::store::StoreAt::Folder(at("./store"))
+        );
         assert_eq!(config.workspace_root, Some(at("ws")));
         assert_eq!(config.adapters, Some(at("../adapters")));
         assert_eq!(

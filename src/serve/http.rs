@@ -413,8 +413,24 @@ fn tokio_stream_from(
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-async fn get_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>) -> Response {
-    if let Some(run) = service.run(&run_id) {
+/// A run by id: its status and results so far as JSON; or, asked with
+/// `Accept: application/x-ndjson` or `text/event-stream`, its results as
+/// a stream from the first until its end (on a shared store, from any
+/// instance, whichever runs it).
+async fn get_run(
+    State(service): State<Arc<Service>>,
+    Path(run_id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let streaming = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream") || v.contains("application/x-ndjson"));
+    if streaming {
+        if let Some(run) = service.watch(&run_id).await {
+            return stream(run, &headers);
+        }
+    } else if let Some(run) = service.run(&run_id) {
         return axum::Json(json!({
             "run_id": run_id,
             "conversation_id": run.conversation_id,
@@ -425,6 +441,18 @@ async fn get_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>
         .into_response();
     }
     match service.past_run(&run_id).await {
+        Some(past) if streaming => {
+            let body: String = past
+                .results
+                .iter()
+                .filter_map(|r| serde_json::to_string(r).ok())
+                .map(|line| line + "\n")
+                .collect();
+            Response::builder()
+                .header(header::CONTENT_TYPE, "application/x-ndjson")
+                .body(Body::from(body))
+                .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "cannot answer"))
+        }
         Some(past) => {
             let mut body = json!({
                 "run_id": run_id,
@@ -466,23 +494,24 @@ async fn metrics(State(service): State<Arc<Service>>) -> Response {
 }
 
 async fn cancel_run(State(service): State<Arc<Service>>, Path(run_id): Path<String>) -> Response {
-    if let Some(run) = service.run(&run_id) {
-        run.cancel();
-        return (
+    match service.cancel(&run_id).await {
+        Ok(super::Cancelled::Asked(status)) => (
             StatusCode::ACCEPTED,
-            axum::Json(json!({"run_id": run_id, "status": run.status()})),
+            axum::Json(json!({"run_id": run_id, "status": status})),
         )
-            .into_response();
-    }
-    match service.past_run(&run_id).await {
-        Some(past) => error(
+            .into_response(),
+        Ok(super::Cancelled::Ended(status)) => error(
             StatusCode::CONFLICT,
             format!(
                 "run {run_id} has already ended ({}); there is nothing to cancel",
-                past.status.as_str()
+                status.as_str()
             ),
         ),
-        None => error(StatusCode::NOT_FOUND, format!("no run {run_id}")),
+        Ok(super::Cancelled::Unknown) => error(StatusCode::NOT_FOUND, format!("no run {run_id}")),
+        Err(why) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot cancel run {run_id} now: {why}"),
+        ),
     }
 }
 

@@ -68,7 +68,7 @@ pub struct Interrupted {
 
 /// This boot of the machine: a process group id from another boot means
 /// nothing now.
-fn boot_id() -> String {
+pub(crate) fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
@@ -123,10 +123,12 @@ pub struct Journal {
     _owner: nix::fcntl::Flock<std::fs::File>,
 }
 
-/// Become the one service on the store in `dir`. A second `serve` on the
-/// same store would mark the first one's runs interrupted and kill their
-/// harnesses, then run turns beside it; it is refused instead.
-fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+/// Become the one service on the store (or data folder) in `dir`. A
+/// second `serve` on the same store would mark the first one's runs
+/// interrupted and kill their harnesses, then run turns beside it; one
+/// on the same data folder would share its workspaces: it is refused
+/// instead.
+pub fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
     use nix::fcntl::{Flock, FlockArg};
     use std::io::{Read as _, Seek as _, Write as _};
 

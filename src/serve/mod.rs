@@ -5,6 +5,7 @@
 //! client that went away can fetch them; shutdown lets running turns
 //! finish within a grace, then cancels them.
 
+pub mod cluster;
 mod config;
 mod http;
 mod journal;
@@ -20,10 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::run::{QueueFull, Scheduler, Ticket};
 pub use config::ServeConfig;
-pub use journal::{INTERRUPTED, Interrupted, Journal, JournalRun};
+pub use journal::{INTERRUPTED, Interrupted, Journal, JournalRun, own_store};
 
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
 use crate::run::{Bridge, RunOptions, SpawnHook, Spawned, Steer, SteerInbox};
+use cluster::{CancelOutcome, Claim, Cluster, ClusterEvent};
 
 /// Where a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -73,6 +75,9 @@ pub struct RunEntry {
     /// Follow-ups for the running turn (`policy: steer`).
     steer: mpsc::Sender<Steer>,
     inbox: SteerInbox,
+    /// This instance runs it (on a shared store, the entry may only
+    /// mirror a run another instance runs).
+    executing: AtomicBool,
 }
 
 impl RunEntry {
@@ -90,6 +95,7 @@ impl RunEntry {
             over_cap: AtomicBool::new(false),
             steer,
             inbox: SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox))),
+            executing: AtomicBool::new(false),
         })
     }
 
@@ -103,12 +109,27 @@ impl RunEntry {
         self.count.send_modify(|_| {});
     }
 
+    /// Keep a result; one numbered at or below the last kept is a copy
+    /// (a mirrored run's result read from the store as well as made here)
+    /// and is dropped.
     fn push(&self, result: AgentRunResult) {
         let mut results = self.results.lock().unwrap_or_else(|p| p.into_inner());
+        let last = results.last().and_then(|r| r.sequence);
+        if let (Some(last), Some(seq)) = (last, result.sequence)
+            && seq <= last
+        {
+            return;
+        }
         results.push(result);
         let n = results.len();
         drop(results);
         self.count.send_replace(n);
+    }
+
+    /// The sequence of the last result kept (0: none).
+    fn last_sequence(&self) -> u64 {
+        let results = self.results.lock().unwrap_or_else(|p| p.into_inner());
+        results.last().and_then(|r| r.sequence).unwrap_or(0)
     }
 
     /// Results from index `from` on.
@@ -128,17 +149,47 @@ impl RunEntry {
     }
 }
 
-/// The service: the bridge, the scheduler, the runs in flight and the
-/// journal of every run.
+/// Where accepted turns wait, and where their record is kept.
+enum Backlog {
+    /// The one service on its store: turns wait in memory, and the SQLite
+    /// journal beside the store keeps every run.
+    Local {
+        scheduler: Arc<Scheduler>,
+        journal: Journal,
+    },
+    /// One of several instances on a PostgreSQL store: turns wait in the
+    /// database's queue, whichever instance runs them, and the database
+    /// keeps every run.
+    Shared(Arc<Cluster>),
+}
+
+/// Where one run's record goes as it runs.
+enum Record<'a> {
+    Journal(&'a Journal),
+    Shared(&'a cluster::ResultSink),
+}
+
+impl Record<'_> {
+    fn result(&self, run_id: &str, seq: u64, body: String) {
+        match self {
+            Record::Journal(journal) => journal.result(run_id, seq, body),
+            Record::Shared(sink) => sink.send(seq, body),
+        }
+    }
+}
+
+/// The service: the bridge, the backlog of turns, the runs in flight and
+/// their record.
 pub struct Service {
     bridge: Arc<Bridge>,
-    scheduler: Arc<Scheduler>,
+    backlog: Backlog,
     runs: Mutex<HashMap<String, Arc<RunEntry>>>,
-    journal: Journal,
     tasks: tokio_util::task::TaskTracker,
     /// Set once shutdown begins: new runs are refused.
     closing: AtomicBool,
     config: ServeConfig,
+    /// What the cluster says, until [`serve`] starts listening to it.
+    events: Mutex<Option<mpsc::UnboundedReceiver<ClusterEvent>>>,
 }
 
 /// Why a run was not accepted.
@@ -154,21 +205,61 @@ pub enum Refused {
     UnknownHarness(String),
 }
 
+/// What cancelling a run by id came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// Asked to stop (or dropped, when it waited); its status then.
+    Asked(RunStatus),
+    /// It had ended already.
+    Ended(RunStatus),
+    /// No such run.
+    Unknown,
+}
+
+/// How often a claim loop or a follower looks again without being told:
+/// notifications are hints.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
 impl Service {
-    /// A service around a started bridge and an opened journal.
+    /// A service around a started bridge and an opened journal: the one
+    /// service on its store.
     pub fn new(bridge: Bridge, journal: Journal, config: ServeConfig) -> Arc<Service> {
-        Arc::new(Service {
+        let backlog = Backlog::Local {
             scheduler: Scheduler::new(
                 config.max_concurrent_runs,
                 config.max_queue_per_conversation,
                 config.max_queued_total,
             ),
-            bridge: Arc::new(bridge),
-            runs: Mutex::new(HashMap::new()),
             journal,
+        };
+        Service::with(bridge, backlog, config, None)
+    }
+
+    /// A service that is one instance of several on a shared store; its
+    /// claim loop and the cluster's heartbeat start with [`serve`].
+    pub fn shared(
+        bridge: Bridge,
+        cluster: Arc<Cluster>,
+        events: mpsc::UnboundedReceiver<ClusterEvent>,
+        config: ServeConfig,
+    ) -> Arc<Service> {
+        Service::with(bridge, Backlog::Shared(cluster), config, Some(events))
+    }
+
+    fn with(
+        bridge: Bridge,
+        backlog: Backlog,
+        config: ServeConfig,
+        events: Option<mpsc::UnboundedReceiver<ClusterEvent>>,
+    ) -> Arc<Service> {
+        Arc::new(Service {
+            bridge: Arc::new(bridge),
+            backlog,
+            runs: Mutex::new(HashMap::new()),
             tasks: tokio_util::task::TaskTracker::new(),
             closing: AtomicBool::new(false),
             config,
+            events: Mutex::new(events),
         })
     }
 
@@ -176,25 +267,100 @@ impl Service {
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A run in flight, by id.
+    /// A run in flight (or mirrored) here, by id.
     pub fn run(&self, run_id: &str) -> Option<Arc<RunEntry>> {
         self.runs().get(run_id).cloned()
     }
 
-    /// A run that has ended (or was interrupted), by id, from the journal
-    /// (read on the blocking pool).
+    /// The entry of `run_id`, made when there is none yet (a run accepted
+    /// here, or claimed here, whichever comes first).
+    fn entry(&self, run_id: &str, conversation: &str, harness: &str) -> Arc<RunEntry> {
+        self.runs()
+            .entry(run_id.to_string())
+            .or_insert_with(|| RunEntry::new(conversation.to_string(), harness.to_string()))
+            .clone()
+    }
+
+    /// A run that is not in memory here, by id: one that ended (or was
+    /// interrupted), from the journal; on a shared store, any run, from
+    /// the database.
     pub async fn past_run(self: &Arc<Self>, run_id: &str) -> Option<JournalRun> {
-        let service = self.clone();
-        let run_id = run_id.to_string();
-        tokio::task::spawn_blocking(move || service.journal.get(&run_id))
-            .await
-            .ok()
-            .flatten()
+        match &self.backlog {
+            Backlog::Local { .. } => {
+                let service = self.clone();
+                let run_id = run_id.to_string();
+                tokio::task::spawn_blocking(move || match &service.backlog {
+                    Backlog::Local { journal, .. } => journal.get(&run_id),
+                    Backlog::Shared(_) => None,
+                })
+                .await
+                .ok()
+                .flatten()
+            }
+            Backlog::Shared(cluster) => match cluster.record(run_id).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::error!(run_id, "cannot read the run: {e}");
+                    None
+                }
+            },
+        }
+    }
+
+    /// A run to stream from here: in memory, or (on a shared store) one
+    /// that another instance runs or will run, followed from the database.
+    pub async fn watch(self: &Arc<Self>, run_id: &str) -> Option<Arc<RunEntry>> {
+        if let Some(run) = self.run(run_id) {
+            return Some(run);
+        }
+        let Backlog::Shared(cluster) = &self.backlog else {
+            return None;
+        };
+        let (status, _, conversation, harness) = cluster.status(run_id).await.ok().flatten()?;
+        let entry = self.entry(run_id, &conversation, &harness);
+        if matches!(status, RunStatus::Completed | RunStatus::Failed) {
+            // Ended: its results, once, from the store.
+            self.runs().remove(run_id);
+            for result in cluster.results_after(run_id, 0).await.ok()? {
+                entry.push(result);
+            }
+            entry.set_status(status);
+            return Some(entry);
+        }
+        tokio::spawn(
+            self.clone()
+                .follow(cluster.clone(), run_id.to_string(), entry.clone()),
+        );
+        Some(entry)
+    }
+
+    /// Cancel a run by id, wherever it runs.
+    pub async fn cancel(self: &Arc<Self>, run_id: &str) -> Result<Cancelled, String> {
+        if let Some(run) = self.run(run_id)
+            && (run.executing.load(Ordering::Acquire)
+                || matches!(self.backlog, Backlog::Local { .. }))
+        {
+            run.cancel();
+            return Ok(Cancelled::Asked(run.status()));
+        }
+        match &self.backlog {
+            Backlog::Local { .. } => Ok(match self.past_run(run_id).await {
+                Some(past) => Cancelled::Ended(past.status),
+                None => Cancelled::Unknown,
+            }),
+            Backlog::Shared(cluster) => Ok(match cluster.cancel(run_id).await? {
+                CancelOutcome::NotFound => Cancelled::Unknown,
+                CancelOutcome::Ended(status) => Cancelled::Ended(status),
+                CancelOutcome::Dropped => Cancelled::Asked(RunStatus::Failed),
+                CancelOutcome::Requested => Cancelled::Asked(RunStatus::Running),
+            }),
+        }
     }
 
     /// Hand `text` to the running turn of `conversation` when its harness
-    /// takes input mid-turn; the run it went to, else `None` (the caller
-    /// queues it as the next turn: nothing is dropped).
+    /// takes input mid-turn and the turn runs here; the run it went to,
+    /// else `None` (the caller queues it as the next turn: nothing is
+    /// dropped).
     pub async fn steer(&self, conversation: &str, harness: &str, text: &str) -> Option<String> {
         if !self.bridge.steers(harness) {
             return None;
@@ -206,6 +372,7 @@ impl Service {
                 run.conversation_id == conversation
                     && run.harness == harness
                     && run.status() == RunStatus::Running
+                    && run.executing.load(Ordering::Acquire)
             })
             .map(|(id, run)| (id.clone(), run.clone()))?;
         let (taken, answer) = tokio::sync::oneshot::channel();
@@ -220,7 +387,7 @@ impl Service {
     /// Queue a turn; it runs in the background whatever happens to the
     /// caller, and its results are kept under its run id. The turn's place
     /// in its conversation is taken before this returns; it is accepted
-    /// only once the journal has it.
+    /// only once the journal (or the shared queue) has it.
     pub async fn submit(
         self: &Arc<Self>,
         ctx: AgentRunContext,
@@ -232,15 +399,33 @@ impl Service {
             .adapters()
             .require(&harness)
             .map_err(Refused::UnknownHarness)?;
+        match &self.backlog {
+            Backlog::Local { scheduler, journal } => {
+                self.submit_local(ctx, harness, scheduler, journal).await
+            }
+            Backlog::Shared(cluster) => self.submit_shared(ctx, harness, cluster).await,
+        }
+    }
+
+    async fn submit_local(
+        self: &Arc<Self>,
+        ctx: AgentRunContext,
+        harness: String,
+        scheduler: &Arc<Scheduler>,
+        journal: &Journal,
+    ) -> Result<Arc<RunEntry>, Refused> {
         // Runs that ended are in the journal (read off the async workers);
         // runs in flight are in memory, checked below under the lock.
         let ended = {
             let service = self.clone();
             let run_id = ctx.run_id.clone();
-            tokio::task::spawn_blocking(move || service.journal.contains(&run_id))
-                .await
-                .map_err(|e| Refused::Unavailable(format!("cannot read the run journal: {e}")))?
-                .map_err(Refused::Unavailable)?
+            tokio::task::spawn_blocking(move || match &service.backlog {
+                Backlog::Local { journal, .. } => journal.contains(&run_id),
+                Backlog::Shared(_) => Ok(false),
+            })
+            .await
+            .map_err(|e| Refused::Unavailable(format!("cannot read the run journal: {e}")))?
+            .map_err(Refused::Unavailable)?
         };
         if ended {
             return Err(Refused::Duplicate);
@@ -258,10 +443,7 @@ impl Service {
             if runs.contains_key(&ctx.run_id) {
                 return Err(Refused::Duplicate);
             }
-            let ticket = self
-                .scheduler
-                .enqueue(&conversation)
-                .map_err(Refused::Busy)?;
+            let ticket = scheduler.enqueue(&conversation).map_err(Refused::Busy)?;
             let entry = RunEntry::new(conversation.clone(), harness.clone());
             runs.insert(ctx.run_id.clone(), entry.clone());
             (entry, ticket)
@@ -269,11 +451,7 @@ impl Service {
         // A run the journal cannot record (a full disk) is refused, not
         // run unrecorded: its id would be accepted again, and a crash
         // would leave no trace of it.
-        if let Err(why) = self
-            .journal
-            .queued(&ctx.run_id, &conversation, &harness)
-            .await
-        {
+        if let Err(why) = journal.queued(&ctx.run_id, &conversation, &harness).await {
             self.runs().remove(&ctx.run_id);
             drop(ticket);
             return Err(Refused::Unavailable(format!(
@@ -294,8 +472,296 @@ impl Service {
         Ok(entry)
     }
 
+    async fn submit_shared(
+        self: &Arc<Self>,
+        ctx: AgentRunContext,
+        harness: String,
+        cluster: &Arc<Cluster>,
+    ) -> Result<Arc<RunEntry>, Refused> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Refused::Unavailable(
+                "this bridge instance is shutting down; send the turn to another one".into(),
+            ));
+        }
+        if self.runs().contains_key(&ctx.run_id) {
+            return Err(Refused::Duplicate);
+        }
+        let conversation = ctx.conversation_id().unwrap_or("_").to_string();
+        let context = serde_json::to_string(&ctx)
+            .map_err(|e| Refused::Unavailable(format!("cannot keep the turn's context: {e}")))?;
+        match cluster
+            .enqueue(&ctx.run_id, &conversation, &harness, &context)
+            .await
+        {
+            Ok(cluster::Enqueued::Accepted) => {}
+            Ok(cluster::Enqueued::Duplicate) => return Err(Refused::Duplicate),
+            Ok(cluster::Enqueued::Busy(full)) => return Err(Refused::Busy(full)),
+            Err(why) => {
+                return Err(Refused::Unavailable(format!(
+                    "{why}; the turn was not accepted"
+                )));
+            }
+        }
+        let entry = self.entry(&ctx.run_id, &conversation, &harness);
+        tokio::spawn(
+            self.clone()
+                .follow(cluster.clone(), ctx.run_id.clone(), entry.clone()),
+        );
+        Ok(entry)
+    }
+
+    /// Mirror a run of the shared queue into `entry` for the clients
+    /// streaming it here, until it ends: its results as the instance that
+    /// runs it writes them, its status, and a cancel asked here passed on.
+    /// Once this instance runs it itself, the run feeds its entry directly.
+    async fn follow(self: Arc<Self>, cluster: Arc<Cluster>, run_id: String, entry: Arc<RunEntry>) {
+        let watch = cluster.watch(&run_id);
+        let mut cancel_sent = false;
+        loop {
+            if entry.executing.load(Ordering::Acquire) {
+                break;
+            }
+            let notified = watch.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if entry.cancel.is_cancelled() && !cancel_sent {
+                cancel_sent = true;
+                if let Err(e) = cluster.cancel(&run_id).await {
+                    tracing::error!(run_id, "cannot pass the cancel on: {e}");
+                }
+            }
+            let status = match cluster.status(&run_id).await {
+                Ok(Some((status, ..))) => status,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(run_id, "cannot follow the run: {e}");
+                    tokio::time::sleep(LOOK_AGAIN).await;
+                    continue;
+                }
+            };
+            match cluster.results_after(&run_id, entry.last_sequence()).await {
+                Ok(results) => {
+                    for result in results {
+                        entry.push(result);
+                    }
+                }
+                Err(e) => tracing::warn!(run_id, "cannot read the run's results: {e}"),
+            }
+            if entry.executing.load(Ordering::Acquire) {
+                break;
+            }
+            match status {
+                RunStatus::Completed | RunStatus::Failed => {
+                    entry.set_status(status);
+                    break;
+                }
+                RunStatus::Running if entry.status() == RunStatus::Queued => {
+                    entry.set_status(RunStatus::Running);
+                }
+                _ => {}
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(LOOK_AGAIN) => {}
+                () = entry.cancel.cancelled(), if !cancel_sent => {}
+            }
+        }
+        cluster.forget(&run_id);
+        if !entry.executing.load(Ordering::Acquire) {
+            let mut runs = self.runs();
+            if runs.get(&run_id).is_some_and(|e| Arc::ptr_eq(e, &entry)) {
+                runs.remove(&run_id);
+            }
+        }
+    }
+
+    /// Take turns from the shared queue while this instance has free
+    /// slots, until shutdown.
+    async fn claim_loop(self: Arc<Self>, cluster: Arc<Cluster>) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(
+            self.config.max_concurrent_runs.max(1),
+        ));
+        'slots: loop {
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            loop {
+                if self.closing.load(Ordering::Acquire) {
+                    return;
+                }
+                let work = cluster.work().notified();
+                tokio::pin!(work);
+                work.as_mut().enable();
+                match cluster.claim().await {
+                    Ok(Some(claim)) => {
+                        let service = self.clone();
+                        let cluster = cluster.clone();
+                        self.tasks.spawn(async move {
+                            service.execute_claimed(cluster, claim).await;
+                            drop(permit);
+                        });
+                        continue 'slots;
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("cannot take a turn from the shared queue: {e}"),
+                }
+                tokio::select! {
+                    () = &mut work => {}
+                    () = tokio::time::sleep(LOOK_AGAIN) => {}
+                }
+            }
+        }
+    }
+
+    /// What the cluster says: cancels for runs here, and the loss of this
+    /// instance's lease (every harness stops; the store takes none of
+    /// their writes anyway).
+    async fn cluster_events(self: Arc<Self>, mut events: mpsc::UnboundedReceiver<ClusterEvent>) {
+        while let Some(event) = events.recv().await {
+            match event {
+                ClusterEvent::Cancel(run_id) => {
+                    if let Some(run) = self.run(&run_id)
+                        && run.executing.load(Ordering::Acquire)
+                    {
+                        tracing::info!(run_id, "cancel asked on another instance");
+                        run.cancel();
+                    }
+                }
+                ClusterEvent::Fenced => {
+                    let running: Vec<Arc<RunEntry>> = self
+                        .runs()
+                        .values()
+                        .filter(|r| r.executing.load(Ordering::Acquire))
+                        .cloned()
+                        .collect();
+                    for run in &running {
+                        run.cancel();
+                    }
+                    if let Some(live) = self.bridge.live_sessions() {
+                        live.shutdown().await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One run of the shared queue that this instance claimed, from its
+    /// claim to its end in the database; a panic in it still ends it.
+    async fn execute_claimed(self: Arc<Self>, cluster: Arc<Cluster>, claim: Claim) {
+        let run = self.entry(&claim.run_id, &claim.conversation_id, &claim.harness);
+        run.executing.store(true, Ordering::Release);
+        let turn = tokio::spawn(self.clone().run_claimed(
+            cluster.clone(),
+            claim.clone(),
+            run.clone(),
+        ));
+        if let Err(e) = turn.await {
+            tracing::error!(run_id = %claim.run_id, "the run's task failed: {e}");
+            let sink = cluster.sink(&claim, CancellationToken::new());
+            if !run.ended() {
+                let failed = internal_failure(&claim.run_id, run.last_sequence() + 1);
+                if let Ok(body) = serde_json::to_string(&failed) {
+                    sink.send(failed.sequence.unwrap_or_default(), body);
+                }
+                run.push(failed);
+                sink.flush().await;
+                let _ = cluster
+                    .end(&claim, RunStatus::Failed, Some("internal_error"))
+                    .await;
+                run.set_status(RunStatus::Failed);
+            }
+            if run.counted.swap(false, Ordering::AcqRel) {
+                crate::metrics::global().run_ended(&run.harness, Some("internal_error"), 0.0);
+            }
+            self.runs().remove(&claim.run_id);
+        }
+    }
+
+    async fn run_claimed(self: Arc<Self>, cluster: Arc<Cluster>, claim: Claim, run: Arc<RunEntry>) {
+        let sink = cluster.sink(&claim, run.cancel.clone());
+        let ctx: AgentRunContext = match serde_json::from_str(&claim.context) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                // Checked when it was accepted; a store that changed it is
+                // the store's fault, said so.
+                let mut failed = AgentRunResult::new(
+                    &claim.run_id,
+                    ResultPayload::RunFailed(RunFailed {
+                        code: "invalid_argument".into(),
+                        error: format!(
+                            "the turn's context, as the store kept it, does not read: {e}"
+                        ),
+                        retryable: false,
+                    }),
+                );
+                failed.sequence = Some(1);
+                if let Ok(body) = serde_json::to_string(&failed) {
+                    sink.send(1, body);
+                }
+                run.push(failed);
+                sink.flush().await;
+                let _ = cluster
+                    .end(&claim, RunStatus::Failed, Some("invalid_argument"))
+                    .await;
+                run.set_status(RunStatus::Failed);
+                self.runs().remove(&claim.run_id);
+                return;
+            }
+        };
+        if claim.cancel_requested {
+            run.cancel();
+        }
+        let host: Arc<dyn crate::host::HostApi> = Arc::new(cluster.host_for(&claim));
+        let spawned = SpawnHook(Arc::new({
+            let cluster = cluster.clone();
+            let (run_id, fence) = (claim.run_id.clone(), claim.fence);
+            move |spawned: &Spawned<'_>| {
+                let cluster = cluster.clone();
+                let run_id = run_id.clone();
+                let pgid = spawned.pgid;
+                let workspace = spawned.workspace.to_string_lossy().into_owned();
+                let marker = spawned.marker.to_string();
+                tokio::spawn(async move {
+                    if let Err(e) = cluster
+                        .spawned(&run_id, fence, pgid, &workspace, &marker)
+                        .await
+                    {
+                        tracing::warn!(run_id, "cannot note the harness's process: {e}");
+                    }
+                });
+            }
+        }));
+        let options = RunOptions {
+            on_spawn: Some(spawned),
+            steer: Some(run.inbox.clone()),
+            host: Some(host),
+            ..RunOptions::default()
+        };
+        let (status, code) = self
+            .run_turn(&ctx, &run, &options, &Record::Shared(&sink))
+            .await;
+        // Every result is in before the end is: a follower that sees the
+        // end has them all.
+        sink.flush().await;
+        match cluster.end(&claim, status, code.as_deref()).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                run_id = %claim.run_id,
+                "the run ended after this instance lost its lease; its end was not recorded \
+                 (another instance marked it interrupted)"
+            ),
+            Err(e) => tracing::error!(run_id = %claim.run_id, "cannot record the run's end: {e}"),
+        }
+        run.set_status(status);
+        self.runs().remove(&claim.run_id);
+    }
+
     /// One run, from its place in the queue to its record in the journal.
     async fn execute(self: Arc<Self>, ctx: AgentRunContext, run: Arc<RunEntry>, ticket: Ticket) {
+        let Backlog::Local { journal, .. } = &self.backlog else {
+            return;
+        };
+        run.executing.store(true, Ordering::Release);
         let turn = tokio::select! {
             turn = ticket.start() => Some(turn),
             () = run.cancel.cancelled() => None,
@@ -304,45 +770,65 @@ impl Service {
         // sees the cancel before doing anything and sends the run's one
         // `run.failed` (`cancelled`): no workspace, no records, no harness.
         if turn.is_some() {
-            self.journal.started(&ctx.run_id);
+            journal.started(&ctx.run_id);
         }
+        let spawned = SpawnHook(Arc::new({
+            let service = self.clone();
+            let run_id = ctx.run_id.clone();
+            move |spawned: &Spawned<'_>| {
+                if let Backlog::Local { journal, .. } = &service.backlog {
+                    journal.spawned(&run_id, spawned);
+                }
+            }
+        }));
+        let options = RunOptions {
+            on_spawn: Some(spawned),
+            steer: Some(run.inbox.clone()),
+            ..RunOptions::default()
+        };
+        let (status, code) = self
+            .run_turn(&ctx, &run, &options, &Record::Journal(journal))
+            .await;
+        drop(turn);
+        // Journal first, then out of memory: a lookup always finds it. Its
+        // results are journaled already, one by one as they came.
+        let journaled = journal.ended(&ctx.run_id, status, code.as_deref()).await;
+        run.set_status(status);
+        match journaled {
+            Ok(()) => {
+                self.runs().remove(&ctx.run_id);
+            }
+            // Kept in memory instead, so lookups tell the truth until the
+            // service restarts (the journal then calls it interrupted).
+            Err(e) => tracing::error!(run_id = %ctx.run_id, "{e}; the run stays in memory"),
+        }
+    }
+
+    /// The turn itself, however it was scheduled: the bridge runs it, its
+    /// results kept (memory, record) as they come; its status and failure
+    /// code.
+    async fn run_turn(
+        &self,
+        ctx: &AgentRunContext,
+        run: &Arc<RunEntry>,
+        options: &RunOptions,
+        record: &Record<'_>,
+    ) -> (RunStatus, Option<String>) {
         let metrics = crate::metrics::global();
         metrics.run_started();
         run.counted.store(true, Ordering::Release);
         let started = std::time::Instant::now();
         let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
-        let forward = {
-            let run = run.clone();
-            let service = self.clone();
-            let run_id = ctx.run_id.clone();
-            tokio::spawn(async move {
-                while let Some(result) = rx.recv().await {
-                    service.keep(&run_id, &run, result);
-                }
-            })
-        };
         run.set_status(RunStatus::Running);
-        let spawned = SpawnHook(Arc::new({
-            let service = self.clone();
-            let run_id = ctx.run_id.clone();
-            move |spawned: &Spawned<'_>| service.journal.spawned(&run_id, spawned)
-        }));
-        let summary = self
+        let bridge_run = self
             .bridge
-            .run(
-                &ctx,
-                &run.harness,
-                &RunOptions {
-                    on_spawn: Some(spawned),
-                    steer: Some(run.inbox.clone()),
-                    ..RunOptions::default()
-                },
-                tx,
-                run.cancel.clone(),
-            )
-            .await;
-        let _ = forward.await;
-        drop(turn);
+            .run(ctx, &run.harness, options, tx, run.cancel.clone());
+        let keep = async {
+            while let Some(result) = rx.recv().await {
+                self.keep(&ctx.run_id, run, result, record);
+            }
+        };
+        let (summary, ()) = tokio::join!(bridge_run, keep);
         let status = match summary.outcome {
             crate::protocol::ResultType::RunCompleted => RunStatus::Completed,
             _ => RunStatus::Failed,
@@ -368,48 +854,23 @@ impl Service {
         } else {
             status
         };
-        // Journal first, then out of memory: a lookup always finds it. Its
-        // results are journaled already, one by one as they came.
-        let journaled = self
-            .journal
-            .ended(&ctx.run_id, status, code.as_deref())
-            .await;
-        run.set_status(status);
-        match journaled {
-            Ok(()) => {
-                self.runs().remove(&ctx.run_id);
-            }
-            // Kept in memory instead, so lookups tell the truth until the
-            // service restarts (the journal then calls it interrupted).
-            Err(e) => tracing::error!(run_id = %ctx.run_id, "{e}; the run stays in memory"),
-        }
+        (status, code)
     }
 
     /// A run's task died (a bug): end the run for its client, the journal
     /// and the metrics, and say so in the log.
     fn abandon(&self, run_id: &str, run: &RunEntry, why: &str) {
         tracing::error!(run_id, "the run's task failed: {why}");
+        let Backlog::Local { journal, .. } = &self.backlog else {
+            return;
+        };
         if !run.ended() {
-            let mut failed = AgentRunResult::new(
-                run_id,
-                ResultPayload::RunFailed(RunFailed {
-                    code: "internal_error".into(),
-                    error: "the bridge failed while running this turn; see its log".into(),
-                    retryable: true,
-                }),
-            );
-            failed.sequence = Some(run.results_from(0).len() as u64 + 1);
-            failed.timestamp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .and_then(|d| i64::try_from(d.as_secs()).ok());
+            let failed = internal_failure(run_id, run.results_from(0).len() as u64 + 1);
             if let Ok(body) = serde_json::to_string(&failed) {
-                self.journal
-                    .result(run_id, failed.sequence.unwrap_or_default(), body);
+                journal.result(run_id, failed.sequence.unwrap_or_default(), body);
             }
             run.push(failed);
-            self.journal
-                .ended_later(run_id, RunStatus::Failed, Some("internal_error"));
+            journal.ended_later(run_id, RunStatus::Failed, Some("internal_error"));
             run.set_status(RunStatus::Failed);
         }
         if run.counted.swap(false, Ordering::AcqRel) {
@@ -418,12 +879,12 @@ impl Service {
         self.runs().remove(run_id);
     }
 
-    /// Keep one result of a run: in memory for its streams, in the journal
+    /// Keep one result of a run: in memory for its streams, in its record
     /// for good. Past `max_run_output_bytes` the run is stopped and nothing
     /// more is kept but its end, which then says why
     /// ([`OUTPUT_TOO_LARGE`]): memory stays bounded whatever a harness
     /// prints, and the run's status does not pretend it completed.
-    fn keep(&self, run_id: &str, run: &RunEntry, mut result: AgentRunResult) {
+    fn keep(&self, run_id: &str, run: &RunEntry, mut result: AgentRunResult, record: &Record<'_>) {
         if run.over_cap.load(Ordering::Acquire) {
             if !result.kind.is_terminal() {
                 return;
@@ -444,20 +905,27 @@ impl Service {
             run.cancel();
             return;
         }
-        self.journal
-            .result(run_id, result.sequence.unwrap_or_default(), body);
+        record.result(run_id, result.sequence.unwrap_or_default(), body);
         run.push(result);
     }
 
-    /// Turns waiting across conversations.
+    /// Turns waiting across conversations (on a shared store: across every
+    /// instance, as of the last heartbeat).
     pub fn queued(&self) -> usize {
-        self.scheduler.queued()
+        match &self.backlog {
+            Backlog::Local { scheduler, .. } => scheduler.queued(),
+            Backlog::Shared(cluster) => cluster.waiting(),
+        }
     }
 
     /// Forget finished runs older than the retention.
     async fn prune(&self) {
         let retention = Duration::from_secs(self.config.retention_hours.saturating_mul(3600));
-        match self.journal.prune(retention).await {
+        let pruned = match &self.backlog {
+            Backlog::Local { journal, .. } => journal.prune(retention).await.map(|n| n as u64),
+            Backlog::Shared(cluster) => cluster.prune(retention).await,
+        };
+        match pruned {
             Ok(0) => {}
             Ok(n) => tracing::info!(runs = n, "pruned finished runs past retention"),
             Err(e) => tracing::error!("cannot prune the run journal: {e}"),
@@ -465,16 +933,19 @@ impl Service {
     }
 
     /// Stop: new runs are refused, queued ones cancelled at once (they
-    /// have not started), running turns get `shutdown_grace_seconds` to
-    /// finish (or until `hurry` fires: a second signal), then every run
-    /// left is cancelled (its harness group killed).
+    /// have not started; on a shared store they stay queued for the other
+    /// instances), running turns get `shutdown_grace_seconds` to finish
+    /// (or until `hurry` fires: a second signal), then every run left is
+    /// cancelled (its harness group killed).
     pub async fn shutdown(&self, hurry: impl std::future::Future<Output = ()>) {
         {
             let runs = self.runs();
             self.closing.store(true, Ordering::Release);
-            for run in runs.values() {
-                if run.status() == RunStatus::Queued {
-                    run.cancel();
+            if let Backlog::Local { .. } = &self.backlog {
+                for run in runs.values() {
+                    if run.status() == RunStatus::Queued {
+                        run.cancel();
+                    }
                 }
             }
         }
@@ -487,14 +958,37 @@ impl Service {
         if !finished {
             tracing::warn!("turns still running; cancelling them");
             for run in self.runs().values() {
-                run.cancel();
+                if run.executing.load(Ordering::Acquire) {
+                    run.cancel();
+                }
             }
             self.tasks.wait().await;
         }
         if let Some(live) = self.bridge.live_sessions() {
             live.shutdown().await;
         }
+        if let Backlog::Shared(cluster) = &self.backlog {
+            cluster.leave().await;
+        }
     }
+}
+
+/// The terminal result of a run whose task failed.
+fn internal_failure(run_id: &str, sequence: u64) -> AgentRunResult {
+    let mut failed = AgentRunResult::new(
+        run_id,
+        ResultPayload::RunFailed(RunFailed {
+            code: "internal_error".into(),
+            error: "the bridge failed while running this turn; see its log".into(),
+            retryable: true,
+        }),
+    );
+    failed.sequence = Some(sequence);
+    failed.timestamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_secs()).ok());
+    failed
 }
 
 /// The failure code of a run stopped because its results passed the
@@ -546,6 +1040,21 @@ pub async fn serve(
         drain: STREAM_DRAIN,
     };
     let drained = CancellationToken::new();
+    // On a shared store: the claim loop, the heartbeat (kept up through
+    // the shutdown grace: the running turns still hold their lease) and
+    // the cluster's events.
+    if let Backlog::Shared(cluster) = &service.backlog {
+        tokio::spawn(service.clone().claim_loop(cluster.clone()));
+        tokio::spawn(cluster.clone().keep_alive(drained.clone()));
+        let events = service
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(events) = events {
+            tokio::spawn(service.clone().cluster_events(events));
+        }
+    }
     let server = crate::listen::serve(listener, app, limits, drained.clone());
     let drain = async {
         stop.cancelled().await;

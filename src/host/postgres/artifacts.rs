@@ -3,6 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
+use super::guard::{self, WriteGuard};
 use super::{Client, db_error, write_error};
 use crate::host::rows::{
     ARTIFACT_COLUMNS, artifact_metadata, artifact_range, artifact_read, json_text, new_id,
@@ -17,6 +18,7 @@ pub const MAX_CONTENT_BYTES: usize = 64 * 1024 * 1024;
 
 pub(super) async fn put(
     client: &mut Client,
+    guard: Option<&WriteGuard>,
     artifact: &NewArtifact,
     content: &[u8],
 ) -> HostResult<ArtifactMetadata> {
@@ -32,6 +34,7 @@ pub(super) async fn put(
         _ => new_id("art")?,
     };
     let tx = client.transaction().await.map_err(db_error)?;
+    guard::check(&tx, guard).await?;
     tx.execute(
         "INSERT INTO artifact_contents (sha256, content) VALUES ($1, $2)
          ON CONFLICT (sha256) DO NOTHING",

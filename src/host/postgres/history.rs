@@ -8,6 +8,7 @@
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
+use super::guard::{self, WriteGuard};
 use super::{Client, db_error, write_error};
 use crate::host::now_ms;
 use crate::host::paging::{PageRequest, Window, target};
@@ -211,6 +212,7 @@ pub(super) async fn search(
 pub(super) async fn append_transcript(
     client: &mut Client,
     codec: &CursorCodec,
+    guard: Option<&WriteGuard>,
     item: &NewTranscriptItem,
 ) -> HostResult<TranscriptItem> {
     if item.conversation_id.is_empty() {
@@ -235,6 +237,7 @@ pub(super) async fn append_transcript(
         .filter(|c| !c.is_empty())
         .map(index_text);
     let tx = client.transaction().await.map_err(db_error)?;
+    guard::check(&tx, guard).await?;
     let stream = ensure(&tx, &item.conversation_id, thread).await?;
     let seq = next_seq(&tx, stream, "transcript_seq").await?;
     let stmt = tx
@@ -384,6 +387,7 @@ pub(super) async fn event_page(
 pub(super) async fn append_event(
     client: &mut Client,
     codec: &CursorCodec,
+    guard: Option<&WriteGuard>,
     event: &NewEvent,
 ) -> HostResult<AgentEventRecord> {
     if event.event_id.is_empty() || event.event_type.is_empty() {
@@ -395,6 +399,7 @@ pub(super) async fn append_event(
         return Ok(existing);
     }
     let tx = client.transaction().await.map_err(db_error)?;
+    guard::check(&tx, guard).await?;
     let (stream, seq) = match event.conversation_id.as_deref() {
         Some(conversation) => {
             let stream =

@@ -3,14 +3,16 @@
 
 use serde_json::Value;
 
-use super::{Client, db_error};
+use deadpool_postgres::GenericClient;
+
+use super::db_error;
 use crate::host::owners::area_name;
 use crate::host::rows::state_value;
 use crate::host::{HostResult, StateEntry, now_ms};
 use crate::protocol::{AgentAPIError, StateScope, StorageKind};
 
 pub(super) async fn state_get(
-    client: &Client,
+    client: &impl GenericClient,
     state: StateScope,
     owner: &str,
     key: &str,
@@ -28,7 +30,7 @@ pub(super) async fn state_get(
 }
 
 pub(super) async fn state_set(
-    client: &Client,
+    client: &impl GenericClient,
     state: StateScope,
     owner: &str,
     key: &str,
@@ -52,7 +54,7 @@ pub(super) async fn state_set(
 }
 
 pub(super) async fn state_delete(
-    client: &Client,
+    client: &impl GenericClient,
     state: StateScope,
     owner: &str,
     key: &str,
@@ -71,7 +73,7 @@ pub(super) async fn state_delete(
 /// Keys in byte order (`COLLATE "C"`), as the embedded store lists them,
 /// whatever the database's locale.
 pub(super) async fn state_list(
-    client: &Client,
+    client: &impl GenericClient,
     state: StateScope,
     owner: &str,
     prefix: Option<&str>,
@@ -109,7 +111,7 @@ pub(super) async fn state_list(
 }
 
 pub(super) async fn storage_get(
-    client: &Client,
+    client: &impl GenericClient,
     area: StorageKind,
     owner: &str,
     key: &str,
@@ -126,7 +128,7 @@ pub(super) async fn storage_get(
 }
 
 pub(super) async fn storage_set(
-    client: &Client,
+    client: &impl GenericClient,
     area: StorageKind,
     owner: &str,
     key: &str,
@@ -148,7 +150,7 @@ pub(super) async fn storage_set(
 }
 
 pub(super) async fn storage_delete(
-    client: &Client,
+    client: &impl GenericClient,
     area: StorageKind,
     owner: &str,
     key: &str,
@@ -165,7 +167,7 @@ pub(super) async fn storage_delete(
 }
 
 pub(super) async fn storage_keys(
-    client: &Client,
+    client: &impl GenericClient,
     area: StorageKind,
     owner: &str,
 ) -> HostResult<Vec<String>> {

@@ -8,6 +8,7 @@
 
 mod artifacts;
 mod audit;
+mod guard;
 mod history;
 mod kv;
 
@@ -20,6 +21,7 @@ use serde_json::Value;
 use tokio_postgres::NoTls;
 
 pub use artifacts::MAX_CONTENT_BYTES;
+pub use guard::WriteGuard;
 
 use super::migrations::{Migration, pending};
 use super::owners::{state_owner, storage_owner};
@@ -61,9 +63,11 @@ pub enum PgOpenError {
     },
     /// A newer build migrated this database.
     #[error(
-        "the PostgreSQL store has schema version {found}; this build knows up to {known} (upgrade harness-bridge)"
+        "the PostgreSQL store's {component} tables have schema version {found}; this build knows up to {known} (upgrade harness-bridge)"
     )]
     Version {
+        /// Whose tables.
+        component: String,
         /// The version the database records.
         found: i64,
         /// The last this build has.
@@ -127,6 +131,8 @@ struct Inner {
 #[derive(Clone)]
 pub struct PgHost {
     inner: Arc<Inner>,
+    /// What every write of this handle must find true ([`PgHost::guarded`]).
+    guard: Option<Arc<WriteGuard>>,
 }
 
 /// Whether `store` (bridge.yaml's `store`, or `--store`) names a
@@ -154,20 +160,81 @@ fn pool(url: &str) -> Result<Pool, PgOpenError> {
         .map_err(|e| PgOpenError::Url(e.to_string()))
 }
 
-fn database_of(url: &str) -> String {
+/// Whether a store URL carries a password (then it must not ride argv).
+pub fn has_password(url: &str) -> bool {
+    url.parse::<tokio_postgres::Config>()
+        .is_ok_and(|c| c.get_password().is_some())
+}
+
+/// A store URL as logs may show it: host, port and database, never the
+/// user's password.
+pub fn describe_url(url: &str) -> String {
+    match url.parse::<tokio_postgres::Config>() {
+        Ok(c) => {
+            let host = c
+                .get_hosts()
+                .first()
+                .map(|h| match h {
+                    tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                    tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+                })
+                .unwrap_or_default();
+            let port = c.get_ports().first().copied().unwrap_or(5432);
+            format!(
+                "postgres://{host}:{port}/{}",
+                c.get_dbname().unwrap_or_default()
+            )
+        }
+        Err(_) => "postgres://(unreadable URL)".into(),
+    }
+}
+
+/// The database a URL names, for messages.
+pub fn database_of(url: &str) -> String {
     url.parse::<tokio_postgres::Config>()
         .ok()
         .and_then(|c| c.get_dbname().map(str::to_string))
         .unwrap_or_else(|| "(default)".into())
 }
 
-/// Apply what the database lacks of [`MIGRATIONS`], under a transaction
-/// lock so that instances starting at once migrate it once; the versions
-/// applied now, in order.
+/// `meta`'s value under `key`, set to `fresh` when there was none.
+async fn first_value(
+    client: &Client,
+    key: &str,
+    fresh: &[u8],
+) -> Result<Vec<u8>, tokio_postgres::Error> {
+    client
+        .query_one(
+            "WITH new AS (
+                 INSERT INTO meta (key, value) VALUES ($1, $2)
+                 ON CONFLICT (key) DO NOTHING RETURNING value)
+             SELECT value FROM new UNION ALL SELECT value FROM meta WHERE key = $1
+             LIMIT 1",
+            &[&key, &fresh],
+        )
+        .await
+        .and_then(|r| r.try_get(0))
+}
+
+/// Apply what the database lacks of [`MIGRATIONS`] (the host store's
+/// tables); the versions applied now, in order.
 pub async fn migrate(url: &str) -> Result<Vec<&'static Migration>, PgOpenError> {
-    let pool = pool(url)?;
+    migrate_component(&pool(url)?, &database_of(url), "host", MIGRATIONS).await
+}
+
+/// Apply what the database lacks of `list`, the migrations of one
+/// `component` of the schema (the host store's tables, the service's run
+/// queue: each owns its own and numbers them 1, 2, 3...), under a
+/// transaction lock so that instances starting at once migrate it once;
+/// the versions applied now, in order.
+pub async fn migrate_component(
+    pool: &Pool,
+    database: &str,
+    component: &str,
+    list: &'static [Migration],
+) -> Result<Vec<&'static Migration>, PgOpenError> {
     let connect = |reason: String| PgOpenError::Connect {
-        database: database_of(url),
+        database: database.to_string(),
         reason,
     };
     let mut client = pool.get().await.map_err(|e| connect(e.to_string()))?;
@@ -178,32 +245,37 @@ pub async fn migrate(url: &str) -> Result<Vec<&'static Migration>, PgOpenError> 
     tx.batch_execute(
         "SELECT pg_advisory_xact_lock(7245019283);
          CREATE TABLE IF NOT EXISTS schema_migrations (
-             version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+             component TEXT NOT NULL, version BIGINT NOT NULL, name TEXT NOT NULL,
+             applied_at BIGINT NOT NULL, PRIMARY KEY (component, version))",
     )
     .await
     .map_err(|e| connect(describe(&e)))?;
     let found: i64 = tx
         .query_one(
-            "SELECT coalesce(max(version), 0) FROM schema_migrations",
-            &[],
+            "SELECT coalesce(max(version), 0) FROM schema_migrations WHERE component = $1",
+            &[&component],
         )
         .await
         .and_then(|r| r.try_get(0))
         .map_err(|e| connect(describe(&e)))?;
-    let steps =
-        pending(MIGRATIONS, found).map_err(|known| PgOpenError::Version { found, known })?;
+    let steps = pending(list, found).map_err(|known| PgOpenError::Version {
+        component: component.to_string(),
+        found,
+        known,
+    })?;
     for step in steps {
         tx.batch_execute(step.sql).await.map_err(|e| {
             connect(format!(
-                "migration {} ({}): {}",
+                "{component} migration {} ({}): {}",
                 step.version,
                 step.name,
                 describe(&e)
             ))
         })?;
         tx.execute(
-            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-            &[&step.version, &step.name, &super::now_ms()],
+            "INSERT INTO schema_migrations (component, version, name, applied_at)
+             VALUES ($1, $2, $3, $4)",
+            &[&component, &step.version, &step.name, &super::now_ms()],
         )
         .await
         .map_err(|e| connect(describe(&e)))?;
@@ -226,17 +298,8 @@ impl PgHost {
         getrandom::fill(&mut fresh).map_err(|e| connect(format!("no randomness: {e}")))?;
         // The first instance's secret wins; every instance signs and checks
         // cursors with it, so a cursor from one is good on another.
-        let secret: Vec<u8> = client
-            .query_one(
-                "WITH new AS (
-                     INSERT INTO meta (key, value) VALUES ('cursor_secret', $1)
-                     ON CONFLICT (key) DO NOTHING RETURNING value)
-                 SELECT value FROM new UNION ALL SELECT value FROM meta WHERE key = 'cursor_secret'
-                 LIMIT 1",
-                &[&fresh],
-            )
+        let secret = first_value(&client, "cursor_secret", &fresh)
             .await
-            .and_then(|r| r.try_get(0))
             .map_err(|e| connect(describe(&e)))?;
         drop(client);
         let audit = audit::AuditWriter::start(pool.clone());
@@ -246,11 +309,47 @@ impl PgHost {
                 cursors: CursorCodec::new(&secret),
                 audit,
             }),
+            guard: None,
         })
+    }
+
+    /// This store, its writes made only while `guard` holds (each in a
+    /// transaction that checks it first); reads and audit rows as before.
+    /// Audit rows are not guarded: they record what a run tried, and a
+    /// run that lost its lease trying is worth a row.
+    pub fn guarded(&self, guard: WriteGuard) -> PgHost {
+        PgHost {
+            inner: self.inner.clone(),
+            guard: Some(Arc::new(guard)),
+        }
+    }
+
+    /// The value kept under `key` in the store, `fresh` when there was
+    /// none: the first of the instances sharing the store to ask sets it,
+    /// every other one gets that (a secret they must agree on).
+    pub async fn shared_secret(&self, key: &str, fresh: &[u8]) -> HostResult<Vec<u8>> {
+        let client = self.client().await?;
+        first_value(&client, key, fresh).await.map_err(db_error)
+    }
+
+    /// The store's connection pool, for the service's own tables in the
+    /// same database (its shared run queue).
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
     }
 
     async fn client(&self) -> HostResult<Client> {
         self.inner.pool.get().await.map_err(pool_error)
+    }
+
+    /// A transaction for one write, its guard checked first.
+    async fn write<'c>(
+        &self,
+        client: &'c mut Client,
+    ) -> HostResult<deadpool_postgres::Transaction<'c>> {
+        let tx = client.transaction().await.map_err(db_error)?;
+        guard::check(&tx, self.guard.as_deref()).await?;
+        Ok(tx)
     }
 
     /// Every state entry under one scope owner, for a person (`host state`).
@@ -365,7 +464,11 @@ impl HostProxy for PgHost {
         value: &Value,
     ) -> HostResult<()> {
         let owner = state_owner(scope, state)?;
-        kv::state_set(&self.client().await?, state, &owner, key, value).await
+        let mut client = self.client().await?;
+        let tx = self.write(&mut client).await?;
+        let done = kv::state_set(&tx, state, &owner, key, value).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(done)
     }
 
     async fn state_delete(
@@ -375,7 +478,11 @@ impl HostProxy for PgHost {
         key: &str,
     ) -> HostResult<bool> {
         let owner = state_owner(scope, state)?;
-        kv::state_delete(&self.client().await?, state, &owner, key).await
+        let mut client = self.client().await?;
+        let tx = self.write(&mut client).await?;
+        let done = kv::state_delete(&tx, state, &owner, key).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(done)
     }
 
     async fn state_list(
@@ -407,7 +514,11 @@ impl HostProxy for PgHost {
         value: &[u8],
     ) -> HostResult<()> {
         let owner = storage_owner(scope, area);
-        kv::storage_set(&self.client().await?, area, &owner, key, value).await
+        let mut client = self.client().await?;
+        let tx = self.write(&mut client).await?;
+        let done = kv::storage_set(&tx, area, &owner, key, value).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(done)
     }
 
     async fn storage_delete(
@@ -417,7 +528,11 @@ impl HostProxy for PgHost {
         key: &str,
     ) -> HostResult<bool> {
         let owner = storage_owner(scope, area);
-        kv::storage_delete(&self.client().await?, area, &owner, key).await
+        let mut client = self.client().await?;
+        let tx = self.write(&mut client).await?;
+        let done = kv::storage_delete(&tx, area, &owner, key).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(done)
     }
 
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>> {
@@ -458,11 +573,23 @@ impl HostProxy for PgHost {
 #[async_trait]
 impl TurnLog for PgHost {
     async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord> {
-        history::append_event(&mut self.client().await?, &self.inner.cursors, &event).await
+        history::append_event(
+            &mut self.client().await?,
+            &self.inner.cursors,
+            self.guard.as_deref(),
+            &event,
+        )
+        .await
     }
 
     async fn append_transcript(&self, item: NewTranscriptItem) -> HostResult<TranscriptItem> {
-        history::append_transcript(&mut self.client().await?, &self.inner.cursors, &item).await
+        history::append_transcript(
+            &mut self.client().await?,
+            &self.inner.cursors,
+            self.guard.as_deref(),
+            &item,
+        )
+        .await
     }
 }
 
@@ -473,7 +600,13 @@ impl ArtifactStore for PgHost {
         artifact: NewArtifact,
         content: Vec<u8>,
     ) -> HostResult<ArtifactMetadata> {
-        artifacts::put(&mut self.client().await?, &artifact, &content).await
+        artifacts::put(
+            &mut self.client().await?,
+            self.guard.as_deref(),
+            &artifact,
+            &content,
+        )
+        .await
     }
 }
 

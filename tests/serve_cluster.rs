@@ -1,0 +1,892 @@
+//! `serve` as several instances on one PostgreSQL database (a throwaway
+//! server this binary starts on 127.0.0.1, a database per test): turns
+//! posted round-robin across instances run exactly once, in arrival order
+//! per conversation, never two at once; an instance killed and another
+//! paused mid-load lose only their running turns (`interrupted`), their
+//! queued turns move to the instance left, and the paused one's late
+//! writes are refused; a cancel posted to one instance stops a turn
+//! running on another; any instance streams and answers for any run.
+//!
+//! The harness is a script (the operator's spec adds it), as a harness it
+//! runs in its workspace; it notes in a log every turn it starts (`S`,
+//! with its working folder: which instance ran it) and ends (`E`).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::server::ServeProcess;
+use serde_json::{Value, json};
+
+const SPEC: &str = r#"
+name: scripted
+label: Scripted
+description: A harness script that notes each turn it runs.
+binary: cluster-harness
+family: claude
+argv:
+  new: ["-p"]
+  resume: ["-p", "--resume", "{session_id}"]
+stdin: prompt
+env:
+  pass: [PATH, "CLUSTER_*"]
+session_store: unknown
+session_id_format: token
+install_hint: "the test writes it"
+"#;
+
+/// Notes the turn (its tag from the prompt, its folder), answers after
+/// `CLUSTER_THINK` seconds (a turn saying SLOW: 30), notes the end.
+const SCRIPT: &str = r#"#!/bin/sh
+prompt=$(cat)
+tag=$(printf '%s' "$prompt" | grep -o 'TURN:[A-Za-z0-9_.-]*' | head -n 1)
+echo "S $tag $PWD $$" >> "$CLUSTER_LOG"
+echo '{"type":"system","subtype":"init","session_id":"cluster-1","mcp_servers":[]}'
+case "$prompt" in
+  *SLOW*) sleep 30 ;;
+  *) sleep "$CLUSTER_THINK" ;;
+esac
+echo "{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"done $tag\"}]},\"session_id\":\"cluster-1\"}"
+echo "E $tag $$" >> "$CLUSTER_LOG"
+echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done $tag\",\"session_id\":\"cluster-1\"}"
+"#;
+
+/// Instances on one database, the harness they share and its log.
+struct Cluster {
+    url: String,
+    tools: tempfile::TempDir,
+    log: PathBuf,
+    think: &'static str,
+    lease: u64,
+}
+
+impl Cluster {
+    async fn new(think: &'static str, lease: u64) -> Cluster {
+        let db = common::pg::database().await;
+        let tools = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tools.path().join("adapters")).unwrap();
+        std::fs::write(tools.path().join("adapters/scripted.yaml"), SPEC).unwrap();
+        let script = tools.path().join("cluster-harness");
+        std::fs::write(&script, SCRIPT).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let log = tools.path().join("turns.log");
+        std::fs::write(&log, "").unwrap();
+        Cluster {
+            url: db.url,
+            tools,
+            log,
+            think,
+            lease,
+        }
+    }
+
+    /// Start instance `name` on its own data folder.
+    async fn instance(&self, name: &str) -> ServeProcess {
+        let data = Arc::new(tempfile::tempdir().unwrap());
+        let config = format!(
+            "store: {url}\ninstance_id: {name}\nlease_seconds: {lease}\nadapters: {adapters}\n\
+             harness_binaries:\n  scripted: {script}\ndefault_harness: scripted\n\
+             max_concurrent_runs: 4\nmax_queue_per_conversation: 8\nshutdown_grace_seconds: 5\n\
+             kill_grace_seconds: 1\nset_env:\n  CLUSTER_LOG: {log}\n  CLUSTER_THINK: \"{think}\"\n",
+            url = self.url,
+            lease = self.lease,
+            adapters = self.tools.path().join("adapters").display(),
+            script = self.tools.path().join("cluster-harness").display(),
+            log = self.log.display(),
+            think = self.think,
+        );
+        let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
+        ServeProcess::spawn(data, &config, &env).await
+    }
+
+    /// The harness's notes: (`S` or `E`, tag, folder for `S`), in order.
+    fn notes(&self) -> Vec<(String, String, String)> {
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .map(|line| {
+                let mut parts = line.split(' ');
+                let kind = parts.next().unwrap_or("").to_string();
+                let tag = parts.next().unwrap_or("").to_string();
+                let folder = if kind == "S" {
+                    parts.next().unwrap_or("").to_string()
+                } else {
+                    String::new()
+                };
+                (kind, tag, folder)
+            })
+            .collect()
+    }
+}
+
+fn tag(conversation: usize, turn: usize) -> String {
+    format!("TURN:c{conversation}.{turn}")
+}
+
+fn run_id(conversation: usize, turn: usize) -> String {
+    format!("run-c{conversation}-{turn}")
+}
+
+fn conversation(n: usize) -> String {
+    format!("chat-{n}")
+}
+
+/// Post a turn (`text` in `conversation`) and wait until it is accepted:
+/// the answer's headers mean its place in its conversation is taken.
+async fn accepted(
+    server: &ServeProcess,
+    conversation: &str,
+    text: &str,
+    run_id: &str,
+) -> reqwest::Response {
+    let response = server
+        .client
+        .post(format!("{}/v1/runs", server.url))
+        .body(json!({"conversation": conversation, "text": text, "run_id": run_id}).to_string())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), 200, "{run_id}");
+    response
+}
+
+/// Post turn `turn` of conversation `conversation`, wait until it is
+/// accepted, and read its stream in a task.
+async fn post(
+    server: &ServeProcess,
+    conversation: usize,
+    turn: usize,
+) -> tokio::task::JoinHandle<Vec<Value>> {
+    let text = format!("{} please", tag(conversation, turn));
+    let response = accepted(
+        server,
+        &self::conversation(conversation),
+        &text,
+        &run_id(conversation, turn),
+    )
+    .await;
+    tokio::spawn(async move {
+        let text = response.text().await.unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    })
+}
+
+/// Every result once, numbered 1, 2, 3…, exactly one terminal, last.
+fn assert_well_formed(results: &[Value]) {
+    let sequences: Vec<u64> = results
+        .iter()
+        .map(|r| r["sequence"].as_u64().expect("numbered"))
+        .collect();
+    let expected: Vec<u64> = (1..=results.len() as u64).collect();
+    assert_eq!(sequences, expected, "{results:?}");
+    let terminals = results
+        .iter()
+        .filter(|r| r["type"] == "run.completed" || r["type"] == "run.failed")
+        .count();
+    assert_eq!(terminals, 1, "{results:?}");
+    let last = results.last().expect("results");
+    assert!(
+        last["type"] == "run.completed" || last["type"] == "run.failed",
+        "{results:?}"
+    );
+}
+
+/// Which instance a note's folder belongs to.
+fn instance_of(folder: &str, roots: &[(String, PathBuf)]) -> String {
+    roots
+        .iter()
+        .find(|(_, root)| Path::new(folder).starts_with(root))
+        .map(|(name, _)| name.clone())
+        .unwrap_or_else(|| panic!("{folder} is under no instance's workspaces"))
+}
+
+fn roots(servers: &[(&str, &ServeProcess)]) -> Vec<(String, PathBuf)> {
+    servers
+        .iter()
+        .map(|(name, s)| {
+            let root = s.workspaces();
+            (
+                name.to_string(),
+                root.canonicalize().unwrap_or(root.to_path_buf()),
+            )
+        })
+        .collect()
+}
+
+/// Per conversation, the turns the log shows, in the order they started,
+/// with where each ran; and no turn started twice.
+fn turns_by_conversation(
+    notes: &[(String, String, String)],
+    roots: &[(String, PathBuf)],
+) -> BTreeMap<String, Vec<(usize, String)>> {
+    let mut started: HashMap<&str, usize> = HashMap::new();
+    let mut by: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
+    for (kind, tag, folder) in notes {
+        if kind != "S" {
+            continue;
+        }
+        *started.entry(tag).or_default() += 1;
+        assert_eq!(started[tag.as_str()], 1, "{tag} ran twice");
+        let (conv, turn) = tag
+            .trim_start_matches("TURN:c")
+            .split_once('.')
+            .expect("a tag");
+        by.entry(conv.to_string()).or_default().push((
+            turn.parse().expect("a turn number"),
+            instance_of(folder, roots),
+        ));
+    }
+    by
+}
+
+/// A run's record as another instance answers for it.
+async fn record(server: &ServeProcess, run_id: &str) -> Value {
+    server.get_json(&format!("/v1/runs/{run_id}")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_run_every_turn_once_in_order_per_conversation() {
+    const CONVERSATIONS: usize = 200;
+    const TURNS: usize = 3;
+    let cluster = Cluster::new("0.05", 10).await;
+    let servers = [
+        cluster.instance("a").await,
+        cluster.instance("b").await,
+        cluster.instance("c").await,
+    ];
+    let servers = Arc::new(servers);
+    // Each conversation posts its turns one after another (each accepted
+    // before the next is sent), round-robin across the instances.
+    let mut posting = Vec::new();
+    for c in 0..CONVERSATIONS {
+        let servers = servers.clone();
+        posting.push(tokio::spawn(async move {
+            let mut streams = Vec::new();
+            for turn in 1..=TURNS {
+                let server = &servers[(c * TURNS + turn) % 3];
+                streams.push((turn, post(server, c, turn).await));
+            }
+            let mut all = Vec::new();
+            for (turn, stream) in streams {
+                all.push((turn, stream.await.expect("the stream's task")));
+            }
+            (c, all)
+        }));
+    }
+    let mut streamed = Vec::new();
+    for task in posting {
+        streamed.push(
+            tokio::time::timeout(Duration::from_secs(240), task)
+                .await
+                .expect("every turn ends in time")
+                .expect("the posting task"),
+        );
+    }
+    for (c, turns) in &streamed {
+        for (turn, results) in turns {
+            assert_well_formed(results);
+            let last = results.last().unwrap();
+            assert_eq!(last["type"], "run.completed", "{c}.{turn}: {results:?}");
+            assert!(
+                last.to_string()
+                    .contains(&format!("done {}", tag(*c, *turn))),
+                "{results:?}"
+            );
+        }
+    }
+
+    let named: Vec<(&str, &ServeProcess)> =
+        vec![("a", &servers[0]), ("b", &servers[1]), ("c", &servers[2])];
+    let roots = roots(&named);
+    let notes = cluster.notes();
+    let by = turns_by_conversation(&notes, &roots);
+    assert_eq!(by.len(), CONVERSATIONS);
+    let mut per_instance: HashMap<String, usize> = HashMap::new();
+    for (conv, turns) in &by {
+        let order: Vec<usize> = turns.iter().map(|(t, _)| *t).collect();
+        assert_eq!(order, (1..=TURNS).collect::<Vec<_>>(), "chat {conv}");
+        // Its workspace stayed where it first ran.
+        assert!(
+            turns.iter().all(|(_, at)| *at == turns[0].1),
+            "chat {conv} moved: {turns:?}"
+        );
+        *per_instance.entry(turns[0].1.clone()).or_default() += 1;
+    }
+    assert_eq!(
+        per_instance.len(),
+        3,
+        "every instance ran some: {per_instance:?}"
+    );
+    // Never two turns of one conversation at once: each turn's end comes
+    // before the next one's start.
+    let mut open: HashMap<String, String> = HashMap::new();
+    for (kind, tag, _) in &notes {
+        let conv = tag.split_once('.').map(|(c, _)| c.to_string()).unwrap();
+        if kind == "S" {
+            assert!(
+                open.insert(conv.clone(), tag.clone()).is_none(),
+                "{tag} started while {conv} ran another turn"
+            );
+        } else {
+            assert_eq!(open.remove(&conv).as_deref(), Some(tag.as_str()));
+        }
+    }
+    assert!(open.is_empty());
+
+    // Any instance answers for any run, and streams it, whichever ran it.
+    for c in [0, 77, 199] {
+        let id = run_id(c, 2);
+        for server in servers.iter() {
+            let got = record(server, &id).await;
+            assert_eq!(got["status"], "completed", "{got}");
+            assert_eq!(got["conversation_id"], conversation(c));
+            let streamed = server
+                .client
+                .get(format!("{}/v1/runs/{id}", server.url))
+                .header("accept", "application/x-ndjson")
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let lines: Vec<Value> = streamed
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_well_formed(&lines);
+            assert_eq!(lines.len(), got["results"].as_array().unwrap().len());
+        }
+    }
+    // A run id is used once, whichever instance sees it again.
+    let again = servers[1]
+        .client
+        .post(format!("{}/v1/runs", servers[1].url))
+        .body(
+            json!({"conversation": conversation(5), "text": "again", "run_id": run_id(5, 1)})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409);
+
+    let servers = Arc::into_inner(servers).expect("no task holds the instances");
+    for mut server in servers {
+        assert!(server.stop().await.success());
+        common::assert_none_left_under(&server.workspaces()).await;
+    }
+}
+
+fn signal(server: &ServeProcess, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(server.child.id().expect("running") as i32);
+    nix::sys::signal::kill(pid, signal).unwrap();
+}
+
+/// Wait until run `id` has ended, as `server` answers for it.
+async fn ended(server: &ServeProcess, id: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = record(server, id).await;
+        if got["status"] == "completed" || got["status"] == "failed" {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "{id} did not end: {got}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
+    const CONVERSATIONS: usize = 45;
+    const TURNS: usize = 3;
+    let cluster = Cluster::new("0.6", 3).await;
+    let mut a = cluster.instance("a").await;
+    let b = cluster.instance("b").await;
+    let c = cluster.instance("c").await;
+    let servers = [&a, &b, &c];
+    // Accept every turn (each conversation's in order) before anything
+    // happens to the instances; most wait behind the first ones.
+    let mut posted = Vec::new();
+    for conv in 0..CONVERSATIONS {
+        for turn in 1..=TURNS {
+            let stream = post(servers[(conv * TURNS + turn) % 3], conv, turn).await;
+            // Streams from the instances about to go die with them.
+            posted.push(stream);
+        }
+    }
+    // Mid-load: turns are running on every instance.
+    let named = [("a", &a), ("b", &b), ("c", &c)];
+    let roots = roots(&named);
+    let started = Instant::now();
+    loop {
+        let notes = cluster.notes();
+        let running_on = |name: &str| {
+            notes
+                .iter()
+                .any(|(k, _, folder)| k == "S" && instance_of(folder, &roots) == name)
+        };
+        if running_on("a") && running_on("b") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{notes:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal(&a, nix::sys::signal::Signal::SIGKILL);
+    signal(&b, nix::sys::signal::Signal::SIGSTOP);
+    let _ = a.child.wait().await;
+    let stopped_at = Instant::now();
+    for stream in posted {
+        stream.abort();
+    }
+
+    // Every turn ends, as the instance left tells.
+    let mut records = BTreeMap::new();
+    for conv in 0..CONVERSATIONS {
+        for turn in 1..=TURNS {
+            let id = run_id(conv, turn);
+            let got = ended(&c, &id, Duration::from_secs(120)).await;
+            records.insert((conv, turn), got);
+        }
+    }
+    // The paused one wakes up: it finds its lease gone and its harnesses
+    // stopped; nothing it still had to say is kept.
+    let results_before: BTreeMap<(usize, usize), usize> = records
+        .iter()
+        .map(|(k, r)| (*k, r["results"].as_array().unwrap().len()))
+        .collect();
+    signal(&b, nix::sys::signal::Signal::SIGCONT);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        stopped_at.elapsed() > Duration::from_secs(3),
+        "the lease had lapsed"
+    );
+
+    let notes = cluster.notes();
+    let by = turns_by_conversation(&notes, &roots);
+    let mut interrupted = 0;
+    let mut moved = 0;
+    for ((conv, turn), got) in &records {
+        let ran_on = by
+            .get(&conv.to_string())
+            .and_then(|turns| turns.iter().find(|(t, _)| t == turn))
+            .map(|(_, at)| at.clone());
+        let results = got["results"].as_array().unwrap();
+        assert_well_formed(results);
+        match got["status"].as_str() {
+            Some("completed") => {
+                assert!(ran_on.is_some(), "{conv}.{turn} completed unseen");
+            }
+            Some("failed") => {
+                // Only a turn that an instance that went had taken: its
+                // harness had started there, or not yet.
+                let last = results.last().unwrap();
+                assert_eq!(last["data"]["code"], "interrupted", "{got}");
+                if let Some(at) = &ran_on {
+                    assert!(at == "a" || at == "b", "{conv}.{turn} failed on {at}");
+                }
+                interrupted += 1;
+            }
+            other => panic!("{conv}.{turn}: {other:?}"),
+        }
+        // The record did not change after it ended: the paused instance's
+        // late results were refused.
+        let now = record(&c, &run_id(*conv, *turn)).await;
+        assert_eq!(
+            now["results"].as_array().unwrap().len(),
+            results_before[&(*conv, *turn)],
+            "{conv}.{turn} changed after its end: {now}"
+        );
+        let conv_turns = &by[&conv.to_string()];
+        if ran_on.as_deref() == Some("c") && conv_turns.iter().any(|(t, at)| t < turn && at != "c")
+        {
+            moved += 1;
+        }
+    }
+    assert!(
+        interrupted >= 2,
+        "turns were running on both: {interrupted}"
+    );
+    assert!(
+        moved >= 1,
+        "queued turns of the lost instances moved to c: {by:?}\n{records:?}"
+    );
+    // Per conversation: in order, the interrupted turn first.
+    for (conv, turns) in &by {
+        let order: Vec<usize> = turns.iter().map(|(t, _)| *t).collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted, "chat {conv} out of order");
+    }
+    // Nothing the paused instance's interrupted turns said reached the
+    // transcript: no reply of theirs was recorded.
+    for ((conv, turn), got) in &records {
+        if got["status"] == "failed" {
+            let history = c
+                .get_json(&format!(
+                    "/v1/conversations/{}/history?limit=50",
+                    conversation(*conv)
+                ))
+                .await;
+            assert!(
+                !history
+                    .to_string()
+                    .contains(&format!("done {}", tag(*conv, *turn))),
+                "an interrupted turn's reply was kept: {history}"
+            );
+        }
+    }
+    let b_log = b.log.lock().unwrap().join("\n");
+    eprintln!(
+        "{} turns: {interrupted} interrupted, {moved} moved to c; the paused instance said:\n{}",
+        records.len(),
+        b_log
+            .lines()
+            .filter(|l| l.contains("lease") || l.contains("fence"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        b_log.contains("lease"),
+        "the paused instance said it lost its lease: {b_log}"
+    );
+    assert!(
+        b_log.contains("no longer holds its conversation") || b_log.contains("lost its fence"),
+        "the paused instance's late writes were refused: {b_log}"
+    );
+
+    // No harness process is left, of any instance.
+    let mut b = b;
+    let mut c = c;
+    assert!(b.stop().await.success());
+    assert!(c.stop().await.success());
+    for (_, root) in &roots {
+        common::assert_none_left_under(root).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_posted_to_another_instance_stops_the_turn() {
+    let cluster = Cluster::new("0.05", 10).await;
+    let mut a = cluster.instance("a").await;
+    let mut b = cluster.instance("b").await;
+    let slow = accepted(&a, "slow-chat", "TURN:c0.1 SLOW", "slow-1").await;
+    // A turn queued behind it, on the other instance.
+    let queued = accepted(&b, "slow-chat", "TURN:c0.2", "slow-2").await;
+    let named = [("a", &a), ("b", &b)];
+    let roots = roots(&named);
+    let started = Instant::now();
+    let runs_on = loop {
+        if let Some((_, _, folder)) = cluster.notes().iter().find(|(k, _, _)| k == "S") {
+            break instance_of(folder, &roots);
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (runner, other) = if runs_on == "a" { (&a, &b) } else { (&b, &a) };
+    // The other instance streams it too, as it runs.
+    let watching = {
+        let (client, url) = (other.client.clone(), other.url.clone());
+        tokio::spawn(async move {
+            client
+                .get(format!("{url}/v1/runs/slow-1"))
+                .header("accept", "application/x-ndjson")
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        })
+    };
+    // The queued turn is dropped from the instance that does not hold it.
+    let dropped = runner
+        .client
+        .post(format!("{}/v1/runs/slow-2/cancel", runner.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dropped.status(), 202);
+    let cancel_at = Instant::now();
+    let cancelled = other
+        .client
+        .post(format!("{}/v1/runs/slow-1/cancel", other.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 202);
+
+    let results: Vec<Value> = slow
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        cancel_at.elapsed() < Duration::from_secs(10),
+        "stopped at once"
+    );
+    assert_well_formed(&results);
+    let end = results.last().unwrap();
+    assert_eq!(end["type"], "run.failed", "{results:?}");
+    assert_eq!(end["data"]["code"], "cancelled", "{results:?}");
+    let seen: Vec<Value> = watching
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        seen.last(),
+        Some(end),
+        "the other instance streamed the same end"
+    );
+    let second: Vec<Value> = queued
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(second[0]["data"]["code"], "cancelled");
+    assert!(
+        !cluster.notes().iter().any(|(_, t, _)| t == "TURN:c0.2"),
+        "the dropped turn never ran"
+    );
+    // Cancel again: it has ended, wherever asked.
+    for server in [&a, &b] {
+        let again = server
+            .client
+            .post(format!("{}/v1/runs/slow-1/cancel", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 409);
+    }
+    let missing = a
+        .client
+        .post(format!("{}/v1/runs/nope/cancel", a.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    assert!(a.stop().await.success());
+    assert!(b.stop().await.success());
+    for (_, root) in &roots {
+        common::assert_none_left_under(root).await;
+    }
+}
+
+/// The real Claude Code on two instances: a conversation's instance is
+/// killed; the next turn, posted to the other, waits out the lease, takes
+/// the conversation over and starts a fresh session there (saying so: the
+/// session was in the lost instance's workspace), and the model's call of
+/// the bridge's history tool reads the first turn from the shared store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_is_taken_over_when_its_instance_dies() {
+    use common::anthropic::{ANSWER, ASK, fake_model};
+    let (model_url, fake) = fake_model(false).await;
+    let db = common::pg::database().await;
+    let claude = common::cli("claude");
+    let start = |name: &'static str| {
+        let (url, model_url, claude) = (db.url.clone(), model_url.clone(), claude.clone());
+        async move {
+            let data = Arc::new(tempfile::tempdir().unwrap());
+            let home = data.path().join("home");
+            std::fs::create_dir(&home).unwrap();
+            let config = format!(
+                "store: {url}\ninstance_id: {name}\nlease_seconds: 3\n\
+                 harness_binaries:\n  claude-code: {}\nshutdown_grace_seconds: 5\n",
+                claude.display()
+            );
+            let env = [
+                ("PATH", std::env::var("PATH").unwrap_or_default()),
+                ("HOME", home.display().to_string()),
+                (
+                    "CLAUDE_CONFIG_DIR",
+                    home.join(".claude").display().to_string(),
+                ),
+                ("ANTHROPIC_BASE_URL", model_url),
+                ("ANTHROPIC_API_KEY", "test-key".to_string()),
+                ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+            ];
+            ServeProcess::spawn(data, &config, &env).await
+        }
+    };
+    let mut a = start("a").await;
+    let first = a
+        .results(json!({"conversation": "moving", "text": common::DECISION, "run_id": "move-1"}))
+        .await;
+    let done = first.last().unwrap();
+    assert_eq!(done["type"], "run.completed", "{first:?}");
+    let first_session = done["data"]["message"]["metadata"]["session"]["session_id"].clone();
+    let mut b = start("b").await;
+    a.child.start_kill().unwrap();
+    let _ = a.child.wait().await;
+
+    let asked = fake.requests.lock().unwrap().len();
+    let second = b
+        .results(json!({"conversation": "moving", "text": ASK, "run_id": "move-2"}))
+        .await;
+    let done = second.last().unwrap();
+    assert_eq!(done["type"], "run.completed", "{second:?}");
+    let session = &done["data"]["message"]["metadata"]["session"];
+    assert_ne!(session["session_id"], first_session, "{session}");
+    assert!(
+        session["notice"]
+            .as_str()
+            .is_some_and(|n| n.contains("another workspace")),
+        "{session}"
+    );
+    assert!(done.to_string().contains(ANSWER), "{second:?}");
+    // The history tool answered from the shared store: the first turn,
+    // written by the lost instance, reached the model.
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests[asked..].iter().any(|r| {
+            r["messages"].to_string().contains("tool_result")
+                && r.to_string().contains(common::DECISION)
+        }),
+        "the history tool did not read the first turn"
+    );
+    let history = b
+        .get_json("/v1/conversations/moving/history?limit=10")
+        .await;
+    assert!(history.to_string().contains(common::DECISION), "{history}");
+
+    let root = b.workspaces();
+    assert!(b.stop().await.success());
+    common::assert_none_left_under(&root).await;
+    common::assert_none_left_under(&a.workspaces()).await;
+}
+
+/// `harness-bridge` with its arguments, on data folder `data`; its exit
+/// code, stdout and stderr.
+fn command(data: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .output()
+        .expect("the command runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `migrate` prepares a PostgreSQL store once (and says what it applied),
+/// `host` reads the shared store as `serve` wrote it; a URL with a
+/// password is refused on the command line (bridge.yaml holds it), and
+/// `migrate` refuses an embedded store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_and_host_work_on_the_shared_store() {
+    let cluster = Cluster::new("0.05", 10).await;
+    let data = tempfile::tempdir().unwrap();
+    let (code, out, err) = command(data.path(), &["migrate", "--store", &cluster.url]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("host store migration 1 applied (initial)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("run queue migration 1 applied (run queue)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("postgres@"),
+        "the user stays out of what is printed: {out}"
+    );
+    let (code, out, err) = command(data.path(), &["migrate", "--store", &cluster.url]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("host store schema up to date (version 1)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("run queue schema up to date (version 1)"),
+        "{out}"
+    );
+
+    let mut a = cluster.instance("a").await;
+    let done = a
+        .results(json!({"conversation": "shown", "text": "TURN:c1.1 hello", "run_id": "shown-1"}))
+        .await;
+    assert_eq!(done.last().unwrap()["type"], "run.completed", "{done:?}");
+    assert!(a.stop().await.success());
+
+    let (code, out, err) = command(
+        data.path(),
+        &["host", "--store", &cluster.url, "history", "shown"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("TURN:c1.1 hello") && out.contains("done TURN:c1.1"),
+        "{out}"
+    );
+    let (code, out, err) = command(
+        data.path(),
+        &[
+            "host",
+            "--store",
+            &cluster.url,
+            "state",
+            "conversation",
+            "shown",
+            "--runner",
+            "scripted",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("external.session_id = \"cluster-1\""), "{out}");
+    // The same through a bridge.yaml, as serve reads it.
+    let config = data.path().join("bridge.yaml");
+    std::fs::write(&config, format!("store: {}\n", cluster.url)).unwrap();
+    let (code, out, err) = command(
+        data.path(),
+        &[
+            "host",
+            "--config",
+            config.to_str().unwrap(),
+            "history",
+            "shown",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("done TURN:c1.1"), "{out}");
+    let (code, _, err) = command(
+        data.path(),
+        &[
+            "host",
+            "--config",
+            config.to_str().unwrap(),
+            "audit",
+            "--run",
+            "shown-1",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+
+    let secret = cluster.url.replace("postgres@", "postgres:hunter2@");
+    let (code, _, err) = command(
+        data.path(),
+        &["host", "--store", &secret, "history", "shown"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--config"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    let (code, _, err) = command(data.path(), &["migrate", "--store", "./folder"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("embedded store"), "{err}");
+}
