@@ -15,11 +15,18 @@
 //! Conversations start spread over one harness turn, as people write at
 //! different moments, and keep sending until they have sent `TURNS`.
 //!
+//! Each load runs twice in one bench run, on the same machine: one `serve`
+//! on the embedded SQLite store, then three `serve` instances sharing one
+//! PostgreSQL database (a server the bench starts on 127.0.0.1), the
+//! client posting each conversation's turns round-robin across them; the
+//! difference is what the shared store costs.
+//!
 //! Reproduce: `cargo bench --bench serve_load` (defaults: 256 conversations,
 //! 4 turns each, harness turns of 0, 2 and 5 s; `CONVERSATIONS`, `TURNS`,
-//! `THINK_MS` to change them). Without `--bench` (as `cargo test --bench
-//! serve_load` runs it) it is a quick check of the whole path with every
-//! assertion: 4 conversations, 2 turns each, harness turns of 0 s.
+//! `THINK_MS` to change them, `STORES=sqlite` or `STORES=postgres` for one
+//! of the two, `INSTANCES` for another number of PostgreSQL instances). Without `--bench` (as `cargo test --bench serve_load` runs
+//! it) it is a quick check of the whole path with every assertion: 4
+//! conversations, 2 turns each, harness turns of 0 s, on both stores.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -87,9 +94,109 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let instances = env_or("INSTANCES", 3);
+    let stores: Vec<Store> = match std::env::var("STORES").as_deref() {
+        Ok("sqlite") => vec![Store::Sqlite],
+        Ok("postgres") => vec![Store::Postgres { instances }],
+        _ => vec![Store::Sqlite, Store::Postgres { instances }],
+    };
     for think in thinks {
-        runtime.block_on(load(conversations, turns, think));
+        for store in &stores {
+            runtime.block_on(load(conversations, turns, think, store));
+        }
     }
+}
+
+/// Where the bridge keeps its store, and how many instances serve.
+enum Store {
+    /// One instance on the embedded store.
+    Sqlite,
+    /// Instances sharing one PostgreSQL database.
+    Postgres { instances: usize },
+}
+
+/// One running `serve` of a load.
+struct Instance {
+    child: tokio::process::Child,
+    pid: u32,
+    url: String,
+    data: std::path::PathBuf,
+}
+
+/// Start `serve` on `data` with `config` (the bridge.yaml's text).
+async fn start(data: &Path, tools: &Path, config: &str) -> Instance {
+    std::fs::create_dir_all(data).expect("data");
+    let file = data.join("bridge.yaml");
+    std::fs::write(&file, config).expect("config");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(["serve", "--config"])
+        .arg(&file)
+        .env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                tools.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env(
+            "RUST_LOG",
+            std::env::var("SERVE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let pid = child.id().expect("serve pid");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut url = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(found) = line.strip_prefix("harness-bridge serving on ") {
+            url = found.to_string();
+            break;
+        }
+        eprintln!("{line}");
+    }
+    assert!(!url.is_empty(), "serve did not start");
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("serve: {line}");
+        }
+    });
+    Instance {
+        child,
+        pid,
+        url,
+        data: data.to_path_buf(),
+    }
+}
+
+/// A process's peak resident memory (kB) and CPU time (s) so far.
+fn usage(pid: u32) -> (u64, f64) {
+    let peak_kb = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+        })
+        .unwrap_or(0);
+    // User + system time, in clock ticks of 10 ms.
+    let cpu_s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let fields: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks =
+                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0);
+    (peak_kb, cpu_s)
 }
 
 /// Build the fake harness (an example of this package) and return its path.
@@ -169,73 +276,44 @@ struct Turn {
     results: usize,
 }
 
-async fn load(conversations: usize, turns: usize, think: usize) {
+async fn load(conversations: usize, turns: usize, think: usize, store: &Store) {
     let dir = tempfile::tempdir().expect("temp dir");
     let tools = dir.path().join("tools");
     std::fs::create_dir_all(tools.join("adapters")).expect("tools");
     std::fs::write(tools.join("adapters/fake.yaml"), SPEC).expect("spec");
     std::os::unix::fs::symlink(fake_harness_binary(), tools.join("fake-harness")).expect("link");
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).expect("data");
-    let config = data.join("bridge.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen: 127.0.0.1:0\nno_auth: true\nadapters: {}\ndefault_harness: fake\nmax_concurrent_runs: {conversations}\n\
-             set_env:\n  HB_FAKE_THINK_MS: \"{think}\"\n",
-            tools.join("adapters").display()
+    let common = format!(
+        "listen: 127.0.0.1:0\nno_auth: true\nadapters: {}\ndefault_harness: fake\nmax_concurrent_runs: {conversations}\n\
+         set_env:\n  HB_FAKE_THINK_MS: \"{think}\"\n",
+        tools.join("adapters").display()
+    );
+    let (label, instances) = match store {
+        Store::Sqlite => (
+            "1 instance, SQLite".to_string(),
+            vec![start(&dir.path().join("data"), &tools, &common).await],
         ),
-    )
-    .expect("config");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env_clear()
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                tools.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .env(
-            "RUST_LOG",
-            std::env::var("SERVE_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts");
-    let pid = child.id().expect("serve pid");
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let mut url = String::new();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if let Some(found) = line.strip_prefix("harness-bridge serving on ") {
-            url = found.to_string();
-            break;
+        Store::Postgres { instances } => {
+            let db = support::pg::database().await;
+            let mut started = Vec::new();
+            for n in 0..*instances {
+                let config = format!("{common}store: {}\ninstance_id: bench-{n}\n", db.url);
+                started.push(start(&dir.path().join(format!("data-{n}")), &tools, &config).await);
+            }
+            (format!("{instances} instances, PostgreSQL"), started)
         }
-        eprintln!("{line}");
-    }
-    assert!(!url.is_empty(), "serve did not start");
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("serve: {line}");
-        }
-    });
+    };
+    let urls: Arc<Vec<String>> = Arc::new(instances.iter().map(|i| i.url.clone()).collect());
+
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(conversations)
         .build()
         .expect("client");
-    let url = Arc::new(url);
 
     let started = Instant::now();
     let tasks: Vec<_> = (0..conversations)
         .map(|conversation| {
             let client = client.clone();
-            let url = url.clone();
+            let urls = urls.clone();
             // Conversations start spread over one think time, as people
             // do, rather than all in the same millisecond.
             let offset = Duration::from_millis((think * conversation / conversations) as u64);
@@ -243,6 +321,8 @@ async fn load(conversations: usize, turns: usize, think: usize) {
                 tokio::time::sleep(offset).await;
                 let mut done = Vec::new();
                 for index in 0..turns {
+                    // Round-robin across the instances, each turn to the next.
+                    let url = &urls[(conversation + index) % urls.len()];
                     let sent = Instant::now();
                     let body = client
                         .post(format!("{url}/v1/runs"))
@@ -290,27 +370,10 @@ async fn load(conversations: usize, turns: usize, think: usize) {
         all.extend(task.await.expect("a client task"));
     }
     let wall = started.elapsed();
-    let peak_kb = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<u64>().ok())
-            })
-        })
-        .unwrap_or(0);
-
-    // CPU the bridge itself spent (user + system, in clock ticks of 10 ms).
-    let cpu_s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let fields: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
-            let ticks =
-                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-            Some(ticks / 100.0)
-        })
-        .unwrap_or(0.0);
+    let (peak_kb, cpu_s) = instances
+        .iter()
+        .map(|i| usage(i.pid))
+        .fold((0, 0.0), |(kb, cpu), (k, c)| (kb + k, cpu + c));
 
     // Exactly once: every run id distinct, and the service's record of
     // each run holds the same number of results the stream delivered.
@@ -318,6 +381,8 @@ async fn load(conversations: usize, turns: usize, think: usize) {
     assert_eq!(ids.len(), conversations * turns, "lost or duplicated runs");
     let mut mismatched = 0;
     for turn in &all {
+        // Asked of another instance than the one that took it.
+        let url = &urls[(turn.conversation + turn.index + 1) % urls.len()];
         let run: Value = client
             .get(format!("{url}/v1/runs/{}", turn.run_id))
             .send()
@@ -334,8 +399,9 @@ async fn load(conversations: usize, turns: usize, think: usize) {
 
     // The harness's own time per turn, from its workspace.
     let mut own: HashMap<(usize, usize), f64> = HashMap::new();
-    for entry in walkdir::WalkDir::new(data.join("workspaces"))
-        .into_iter()
+    for entry in instances
+        .iter()
+        .flat_map(|i| walkdir::WalkDir::new(i.data.join("workspaces")))
         .filter_map(Result::ok)
         .filter(|e| e.file_name() == "harness-timing")
     {
@@ -362,11 +428,11 @@ async fn load(conversations: usize, turns: usize, think: usize) {
     latency.sort_by(f64::total_cmp);
     let results: usize = all.iter().map(|t| t.results).sum();
     println!(
-        "serve load: {conversations} conversations x {turns} turns, harness think {think} ms\n  \
+        "serve load ({label}): {conversations} conversations x {turns} turns, harness think {think} ms\n  \
          {} runs in {:.2} s = {:.0} runs/s; {results} results, 0 lost, 0 duplicated\n  \
          turn latency p50 {:.1} ms, p99 {:.1} ms\n  \
          added by the bridge p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (target p99 < 20)\n  \
-         bridge peak RSS {:.1} MB (target < 150); bridge CPU {:.2} ms per run",
+         bridge peak RSS {:.1} MB (all instances; target < 150 each); bridge CPU {:.2} ms per run",
         all.len(),
         wall.as_secs_f64(),
         all.len() as f64 / wall.as_secs_f64(),
@@ -378,11 +444,13 @@ async fn load(conversations: usize, turns: usize, think: usize) {
         peak_kb as f64 / 1024.0,
         cpu_s * 1e3 / all.len() as f64,
     );
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    for mut instance in instances {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(instance.pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(30), instance.child.wait()).await;
+    }
 }
 
 /// The conversation index of a workspace, from its projected context.

@@ -524,22 +524,32 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
         sorted.sort();
         assert_eq!(order, sorted, "chat {conv} out of order");
     }
-    // Nothing the paused instance's interrupted turns said reached the
-    // transcript: no reply of theirs was recorded.
+    // Nothing an interrupted turn said after its instance lost the lease
+    // reached the transcript: a reply of one is there only if it was
+    // written before the turn was ended (its instance stopped between the
+    // reply and its end), never after (the paused one woke seconds later).
     for ((conv, turn), got) in &records {
-        if got["status"] == "failed" {
-            let history = c
-                .get_json(&format!(
-                    "/v1/conversations/{}/history?limit=50",
-                    conversation(*conv)
-                ))
-                .await;
-            assert!(
-                !history
-                    .to_string()
-                    .contains(&format!("done {}", tag(*conv, *turn))),
-                "an interrupted turn's reply was kept: {history}"
-            );
+        if got["status"] != "failed" {
+            continue;
+        }
+        let ended_at = got["results"].as_array().unwrap().last().unwrap()["timestamp"]
+            .as_i64()
+            .expect("the end's time");
+        let history = c
+            .get_json(&format!(
+                "/v1/conversations/{}/history?limit=50",
+                conversation(*conv)
+            ))
+            .await;
+        let reply = format!("done {}", tag(*conv, *turn));
+        for item in history["items"].as_array().unwrap() {
+            if item["content"].as_str().is_some_and(|c| c.contains(&reply)) {
+                let written = item["created_at"].as_i64().unwrap();
+                assert!(
+                    written < (ended_at + 1) * 1000,
+                    "{reply} was written at {written}, after its turn ended at {ended_at}"
+                );
+            }
         }
     }
     let b_log = b.log.lock().unwrap().join("\n");

@@ -141,10 +141,27 @@ pub fn is_url(store: &str) -> bool {
     store.starts_with("postgres://") || store.starts_with("postgresql://")
 }
 
+/// How long the server lets one of this store's transactions sit open
+/// with nothing asked: a bridge paused mid-transaction (a stopped process,
+/// a frozen machine) would otherwise hold its row locks for as long as it
+/// stays paused, and the other instances could neither take its
+/// conversations nor end its turns. Its own transactions are a few
+/// milliseconds of statements.
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
+
 fn pool(url: &str) -> Result<Pool, PgOpenError> {
-    let config: tokio_postgres::Config = url
+    let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e: tokio_postgres::Error| PgOpenError::Url(e.to_string()))?;
+    let limit = format!(
+        "-c idle_in_transaction_session_timeout={}",
+        IDLE_IN_TRANSACTION.as_millis()
+    );
+    let options = match config.get_options() {
+        Some(given) if !given.is_empty() => format!("{given} {limit}"),
+        _ => limit,
+    };
+    config.options(&options);
     let manager = Manager::from_config(
         config,
         NoTls,

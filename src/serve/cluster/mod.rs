@@ -30,6 +30,7 @@
 mod listen;
 mod queue;
 mod results;
+mod sql;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -233,13 +234,13 @@ impl Cluster {
     /// returned for their leftovers to be killed here.
     async fn register(&self) -> Result<Vec<Interrupted>, String> {
         let client = self.client().await?;
-        let previous = client
-            .query_opt(
-                "SELECT boot_id FROM instances WHERE id = $1",
-                &[&self.settings.instance_id],
-            )
-            .await
-            .map_err(|e| describe(&e))?;
+        let previous = sql::query_opt(
+            &client,
+            "SELECT boot_id FROM instances WHERE id = $1",
+            &[&self.settings.instance_id],
+        )
+        .await
+        .map_err(|e| describe(&e))?;
         let mut interrupted = Vec::new();
         if previous.is_some() {
             interrupted = self
@@ -247,29 +248,29 @@ impl Cluster {
                 .await
                 .map_err(|e| format!("cannot end the previous start's runs: {e}"))?;
         }
-        client
-            .execute(
-                "INSERT INTO instances (id, boot_id, addr, lease_ms, started_at, heartbeat_at)
+        sql::execute(
+            &client,
+            "INSERT INTO instances (id, boot_id, addr, lease_ms, started_at, heartbeat_at)
                  VALUES ($1, $2, $3, $4, hb_now_ms(), hb_now_ms())",
-                &[
-                    &self.settings.instance_id,
-                    &self.boot,
-                    &self.settings.addr,
-                    &(self.settings.lease.as_millis() as i64),
-                ],
-            )
-            .await
-            .map_err(|e| {
-                if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                    format!(
-                        "another serve runs as instance `{}` on this database; give each \
+            &[
+                &self.settings.instance_id,
+                &self.boot,
+                &self.settings.addr,
+                &(self.settings.lease.as_millis() as i64),
+            ],
+        )
+        .await
+        .map_err(|e| {
+            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+                format!(
+                    "another serve runs as instance `{}` on this database; give each \
                          instance its own instance_id",
-                        self.settings.instance_id
-                    )
-                } else {
-                    describe(&e)
-                }
-            })?;
+                    self.settings.instance_id
+                )
+            } else {
+                describe(&e)
+            }
+        })?;
         *self.last_beat.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         Ok(interrupted)
     }
@@ -366,18 +367,21 @@ impl Cluster {
     /// Renew this start's lease; `false` when its row is gone (reaped).
     async fn renew(&self) -> Result<bool, String> {
         let client = self.client().await?;
-        let renewed = client
-            .execute(
-                "UPDATE instances SET heartbeat_at = hb_now_ms() WHERE id = $1 AND boot_id = $2",
-                &[&self.settings.instance_id, &self.boot],
-            )
-            .await
-            .map_err(|e| describe(&e))?;
-        let waiting: i64 = client
-            .query_one("SELECT count(*) FROM runs WHERE status = 'queued'", &[])
-            .await
-            .and_then(|r| r.try_get(0))
-            .map_err(|e| describe(&e))?;
+        let renewed = sql::execute(
+            &client,
+            "UPDATE instances SET heartbeat_at = hb_now_ms() WHERE id = $1 AND boot_id = $2",
+            &[&self.settings.instance_id, &self.boot],
+        )
+        .await
+        .map_err(|e| describe(&e))?;
+        let waiting: i64 = sql::query_one(
+            &client,
+            "SELECT count(*) FROM runs WHERE status = 'queued'",
+            &[],
+        )
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| describe(&e))?;
         self.waiting.store(
             usize::try_from(waiting).unwrap_or(0),
             std::sync::atomic::Ordering::Relaxed,
@@ -388,28 +392,28 @@ impl Cluster {
     /// Runs of this instance whose cancel was asked for.
     async fn cancel_flags(&self) -> Result<Vec<String>, String> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT run_id FROM runs WHERE owner = $1 AND status = 'running' \
+        let rows = sql::query(
+            &client,
+            "SELECT run_id FROM runs WHERE owner = $1 AND status = 'running' \
                  AND cancel_requested",
-                &[&self.settings.instance_id],
-            )
-            .await
-            .map_err(|e| describe(&e))?;
+            &[&self.settings.instance_id],
+        )
+        .await
+        .map_err(|e| describe(&e))?;
         Ok(rows.iter().filter_map(|r| r.try_get(0).ok()).collect())
     }
 
     /// Instances whose lease lapsed (by the database's clock).
     async fn dead_instances(&self) -> Result<Vec<String>, String> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT id FROM instances WHERE heartbeat_at < hb_now_ms() - lease_ms \
+        let rows = sql::query(
+            &client,
+            "SELECT id FROM instances WHERE heartbeat_at < hb_now_ms() - lease_ms \
                  AND id <> $1",
-                &[&self.settings.instance_id],
-            )
-            .await
-            .map_err(|e| describe(&e))?;
+            &[&self.settings.instance_id],
+        )
+        .await
+        .map_err(|e| describe(&e))?;
         Ok(rows.iter().filter_map(|r| r.try_get(0).ok()).collect())
     }
 
@@ -418,22 +422,21 @@ impl Cluster {
     pub async fn leave(&self) {
         let left = async {
             let client = self.client().await?;
-            client
-                .execute(
-                    "UPDATE conv_queue SET owner = NULL WHERE owner = $1 AND NOT busy",
-                    &[&self.settings.instance_id],
-                )
-                .await
-                .map_err(|e| describe(&e))?;
-            client
-                .execute(
-                    "DELETE FROM instances WHERE id = $1 AND boot_id = $2",
-                    &[&self.settings.instance_id, &self.boot],
-                )
-                .await
-                .map_err(|e| describe(&e))?;
-            client
-                .execute("SELECT pg_notify('hb_queued', '')", &[])
+            sql::execute(
+                &client,
+                "UPDATE conv_queue SET owner = NULL WHERE owner = $1 AND NOT busy",
+                &[&self.settings.instance_id],
+            )
+            .await
+            .map_err(|e| describe(&e))?;
+            sql::execute(
+                &client,
+                "DELETE FROM instances WHERE id = $1 AND boot_id = $2",
+                &[&self.settings.instance_id, &self.boot],
+            )
+            .await
+            .map_err(|e| describe(&e))?;
+            sql::execute(&client, "SELECT pg_notify('hb_queued', '')", &[])
                 .await
                 .map_err(|e| describe(&e))?;
             Ok::<_, String>(())

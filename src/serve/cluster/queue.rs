@@ -5,7 +5,7 @@
 //! Locks are taken in one order, a conversation's queue row before its
 //! runs' rows, wherever both are, so no two of these wait on each other.
 
-use super::{Cluster, Interrupted, describe};
+use super::{Cluster, Interrupted, describe, sql};
 use crate::protocol::{AgentRunResult, ResultPayload, RunFailed};
 use crate::serve::{QueueFull, RunStatus};
 
@@ -80,14 +80,15 @@ async fn append_failure(
 ) -> Result<(), String> {
     let db = |e: tokio_postgres::Error| describe(&e);
     let body = failure(run_id, last + 1, code, error);
-    tx.execute(
+    sql::execute(
+        tx,
         "INSERT INTO run_results (run_id, seq, body) VALUES ($1, $2, $3)
          ON CONFLICT DO NOTHING",
         &[&run_id, &(last + 1), &body],
     )
     .await
     .map_err(db)?;
-    tx.execute("SELECT pg_notify('hb_results', $1)", &[&run_id])
+    sql::execute(tx, "SELECT pg_notify('hb_results', $1)", &[&run_id])
         .await
         .map_err(db)?;
     Ok(())
@@ -115,7 +116,8 @@ impl Cluster {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| describe(&e))?;
         let db = |e: tokio_postgres::Error| describe(&e);
-        tx.execute(
+        sql::execute(
+            &tx,
             "INSERT INTO conv_queue (conversation_id) VALUES ($1) ON CONFLICT DO NOTHING",
             &[&conversation],
         )
@@ -123,17 +125,16 @@ impl Cluster {
         .map_err(db)?;
         // The row lock orders this conversation's arrivals, whichever
         // instance they reach.
-        let row = tx
-            .query_one(
-                "SELECT busy, queued FROM conv_queue WHERE conversation_id = $1 FOR UPDATE",
-                &[&conversation],
-            )
-            .await
-            .map_err(db)?;
+        let row = sql::query_one(
+            &tx,
+            "SELECT busy, queued FROM conv_queue WHERE conversation_id = $1 FOR UPDATE",
+            &[&conversation],
+        )
+        .await
+        .map_err(db)?;
         let busy: bool = row.try_get(0).map_err(db)?;
         let queued: i32 = row.try_get(1).map_err(db)?;
-        let exists = tx
-            .query_opt("SELECT 1 FROM runs WHERE run_id = $1", &[&run_id])
+        let exists = sql::query_opt(&tx, "SELECT 1 FROM runs WHERE run_id = $1", &[&run_id])
             .await
             .map_err(db)?;
         if exists.is_some() {
@@ -150,36 +151,40 @@ impl Cluster {
         if (busy || queued > 0) && waiting >= self.settings.max_waiting {
             return Ok(Enqueued::Busy(QueueFull::Conversation(waiting)));
         }
-        let total: i64 = tx
-            .query_one("SELECT count(*) FROM runs WHERE status = 'queued'", &[])
-            .await
-            .and_then(|r| r.try_get(0))
-            .map_err(db)?;
+        let total: i64 = sql::query_one(
+            &tx,
+            "SELECT count(*) FROM runs WHERE status = 'queued'",
+            &[],
+        )
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(db)?;
         let total = usize::try_from(total).unwrap_or(0);
         if total >= self.settings.max_total {
             return Ok(Enqueued::Busy(QueueFull::Total(total)));
         }
-        let inserted = tx
-            .execute(
-                "INSERT INTO runs (run_id, conversation_id, seq, harness, context, status,
+        let inserted = sql::execute(
+            &tx,
+            "INSERT INTO runs (run_id, conversation_id, seq, harness, context, status,
                      accepted_by, created_at)
                  SELECT $1, $2, next_seq, $3, $4, 'queued', $5, hb_now_ms()
                  FROM conv_queue WHERE conversation_id = $2
                  ON CONFLICT (run_id) DO NOTHING",
-                &[
-                    &run_id,
-                    &conversation,
-                    &harness,
-                    &context,
-                    &self.settings.instance_id,
-                ],
-            )
-            .await
-            .map_err(db)?;
+            &[
+                &run_id,
+                &conversation,
+                &harness,
+                &context,
+                &self.settings.instance_id,
+            ],
+        )
+        .await
+        .map_err(db)?;
         if inserted == 0 {
             return Ok(Enqueued::Duplicate);
         }
-        tx.execute(
+        sql::execute(
+            &tx,
             "UPDATE conv_queue SET queued = queued + 1, next_seq = next_seq + 1,
                  head_at = CASE WHEN queued = 0 THEN hb_now_ms() ELSE head_at END
              WHERE conversation_id = $1",
@@ -187,7 +192,7 @@ impl Cluster {
         )
         .await
         .map_err(db)?;
-        tx.execute("SELECT pg_notify('hb_queued', '')", &[])
+        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[])
             .await
             .map_err(db)?;
         tx.commit().await.map_err(db)?;
@@ -207,46 +212,47 @@ impl Cluster {
         // claim commits: a reaper deleting its row waits for the claim (or
         // the claim finds the row gone and takes nothing), so no turn is
         // claimed by an instance already declared dead.
-        let registered = tx
-            .query_opt(
-                "SELECT 1 FROM instances WHERE id = $1 AND boot_id = $2 FOR KEY SHARE",
-                &[me, &self.boot],
-            )
-            .await
-            .map_err(db)?;
+        let registered = sql::query_opt(
+            &tx,
+            "SELECT 1 FROM instances WHERE id = $1 AND boot_id = $2 FOR KEY SHARE",
+            &[me, &self.boot],
+        )
+        .await
+        .map_err(db)?;
         if registered.is_none() {
             return Ok(None);
         }
-        let Some(pick) = tx
-            .query_opt(
-                "SELECT q.conversation_id, q.owner FROM conv_queue q
+        let Some(pick) = sql::query_opt(
+            &tx,
+            "SELECT q.conversation_id, q.owner FROM conv_queue q
                  WHERE q.queued > 0 AND NOT q.busy
                    AND (q.owner IS NULL OR q.owner = $1
                         OR NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = q.owner))
                  ORDER BY (q.owner IS NOT DISTINCT FROM $1) DESC, q.head_at
                  LIMIT 1
                  FOR UPDATE OF q SKIP LOCKED",
-                &[me],
-            )
-            .await
-            .map_err(db)?
+            &[me],
+        )
+        .await
+        .map_err(db)?
         else {
             return Ok(None);
         };
         let conversation: String = pick.try_get(0).map_err(db)?;
         let owner: Option<String> = pick.try_get(1).map_err(db)?;
-        let Some(run) = tx
-            .query_opt(
-                "SELECT run_id, harness, coalesce(context, ''), cancel_requested FROM runs
+        let Some(run) = sql::query_opt(
+            &tx,
+            "SELECT run_id, harness, coalesce(context, ''), cancel_requested FROM runs
                  WHERE conversation_id = $1 AND status = 'queued' ORDER BY seq LIMIT 1",
-                &[&conversation],
-            )
-            .await
-            .map_err(db)?
+            &[&conversation],
+        )
+        .await
+        .map_err(db)?
         else {
             // A count with no turn behind it (a run pruned while queued):
             // set it right and look again next time.
-            tx.execute(
+            sql::execute(
+                &tx,
                 "UPDATE conv_queue SET queued = 0 WHERE conversation_id = $1",
                 &[&conversation],
             )
@@ -256,17 +262,18 @@ impl Cluster {
             return Ok(None);
         };
         let run_id: String = run.try_get(0).map_err(db)?;
-        let fence: i64 = tx
-            .query_one(
-                "UPDATE runs SET status = 'running', owner = $2, owner_boot = $3,
+        let fence: i64 = sql::query_one(
+            &tx,
+            "UPDATE runs SET status = 'running', owner = $2, owner_boot = $3,
                      fence = nextval('run_fence'), started_at = hb_now_ms()
                  WHERE run_id = $1 RETURNING fence",
-                &[&run_id, me, &self.boot],
-            )
-            .await
-            .and_then(|r| r.try_get(0))
-            .map_err(db)?;
-        tx.execute(
+            &[&run_id, me, &self.boot],
+        )
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(db)?;
+        sql::execute(
+            &tx,
             "UPDATE conv_queue SET busy = true, owner = $2, queued = greatest(queued - 1, 0),
                  head_at = coalesce((SELECT min(created_at) FROM runs
                                      WHERE conversation_id = $1 AND status = 'queued'), head_at)
@@ -310,30 +317,33 @@ impl Cluster {
         let tx = client.transaction().await.map_err(|e| describe(&e))?;
         let db = |e: tokio_postgres::Error| describe(&e);
         // The conversation's row first, as every transaction here.
-        tx.execute(
+        sql::execute(
+            &tx,
             "SELECT 1 FROM conv_queue WHERE conversation_id = $1 FOR UPDATE",
             &[&claim.conversation_id],
         )
         .await
         .map_err(db)?;
-        let ended = tx
-            .execute(
-                "UPDATE runs SET status = $3, code = $4, ended_at = hb_now_ms(), context = NULL
+        let ended = sql::execute(
+            &tx,
+            "UPDATE runs SET status = $3, code = $4, ended_at = hb_now_ms(), context = NULL
                  WHERE run_id = $1 AND fence = $2 AND status = 'running'",
-                &[&claim.run_id, &claim.fence, &status.as_str(), &code],
-            )
-            .await
-            .map_err(db)?;
+            &[&claim.run_id, &claim.fence, &status.as_str(), &code],
+        )
+        .await
+        .map_err(db)?;
         if ended == 0 {
             return Ok(false);
         }
-        tx.execute(
+        sql::execute(
+            &tx,
             "UPDATE conv_queue SET busy = false WHERE conversation_id = $1",
             &[&claim.conversation_id],
         )
         .await
         .map_err(db)?;
-        tx.execute(
+        sql::execute(
+            &tx,
             "SELECT pg_notify('hb_queued', ''), pg_notify('hb_results', $1)",
             &[&claim.run_id],
         )
@@ -357,21 +367,21 @@ impl Cluster {
         marker: &str,
     ) -> Result<(), String> {
         let client = self.client().await?;
-        client
-            .execute(
-                "UPDATE runs SET pgid = $3, workspace = $4, marker = $5, machine_boot = $6
+        sql::execute(
+            &client,
+            "UPDATE runs SET pgid = $3, workspace = $4, marker = $5, machine_boot = $6
                  WHERE run_id = $1 AND fence = $2 AND status = 'running'",
-                &[
-                    &claim_run,
-                    &fence,
-                    &pgid,
-                    &workspace,
-                    &marker,
-                    &crate::serve::journal::boot_id(),
-                ],
-            )
-            .await
-            .map_err(|e| describe(&e))?;
+            &[
+                &claim_run,
+                &fence,
+                &pgid,
+                &workspace,
+                &marker,
+                &crate::serve::journal::boot_id(),
+            ],
+        )
+        .await
+        .map_err(|e| describe(&e))?;
         Ok(())
     }
 
@@ -382,13 +392,13 @@ impl Cluster {
     pub async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, String> {
         let mut client = self.client().await?;
         let db = |e: tokio_postgres::Error| describe(&e);
-        let Some(row) = client
-            .query_opt(
-                "SELECT conversation_id, status FROM runs WHERE run_id = $1",
-                &[&run_id],
-            )
-            .await
-            .map_err(db)?
+        let Some(row) = sql::query_opt(
+            &client,
+            "SELECT conversation_id, status FROM runs WHERE run_id = $1",
+            &[&run_id],
+        )
+        .await
+        .map_err(db)?
         else {
             return Ok(CancelOutcome::NotFound);
         };
@@ -400,23 +410,25 @@ impl Cluster {
         let tx = client.transaction().await.map_err(db)?;
         // The conversation's row first (the order every transaction
         // keeps), then the run's, read again under the lock.
-        tx.execute(
+        sql::execute(
+            &tx,
             "SELECT 1 FROM conv_queue WHERE conversation_id = $1 FOR UPDATE",
             &[&conversation],
         )
         .await
         .map_err(db)?;
-        let now: String = tx
-            .query_one(
-                "SELECT status FROM runs WHERE run_id = $1 FOR UPDATE",
-                &[&run_id],
-            )
-            .await
-            .and_then(|r| r.try_get(0))
-            .map_err(db)?;
+        let now: String = sql::query_one(
+            &tx,
+            "SELECT status FROM runs WHERE run_id = $1 FOR UPDATE",
+            &[&run_id],
+        )
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(db)?;
         let outcome = match parse_status(&now) {
             RunStatus::Queued => {
-                tx.execute(
+                sql::execute(
+                    &tx,
                     "UPDATE runs SET status = 'failed', code = 'cancelled', ended_at = hb_now_ms(),
                          context = NULL
                      WHERE run_id = $1",
@@ -424,7 +436,8 @@ impl Cluster {
                 )
                 .await
                 .map_err(db)?;
-                tx.execute(
+                sql::execute(
+                    &tx,
                     "UPDATE conv_queue SET queued = greatest(queued - 1, 0),
                          head_at = coalesce((SELECT min(created_at) FROM runs
                                              WHERE conversation_id = $1 AND status = 'queued'),
@@ -445,16 +458,16 @@ impl Cluster {
                 CancelOutcome::Dropped
             }
             RunStatus::Running => {
-                let flagged = tx
-                    .execute(
-                        "UPDATE runs SET cancel_requested = true
+                let flagged = sql::execute(
+                    &tx,
+                    "UPDATE runs SET cancel_requested = true
                          WHERE run_id = $1 AND NOT cancel_requested",
-                        &[&run_id],
-                    )
-                    .await
-                    .map_err(db)?;
+                    &[&run_id],
+                )
+                .await
+                .map_err(db)?;
                 if flagged > 0 {
-                    tx.execute("SELECT pg_notify('hb_cancel', $1)", &[&run_id])
+                    sql::execute(&tx, "SELECT pg_notify('hb_cancel', $1)", &[&run_id])
                         .await
                         .map_err(db)?;
                 }
@@ -474,15 +487,15 @@ impl Cluster {
     pub(super) async fn sweep_orphans(&self) -> Result<usize, String> {
         let mut client = self.client().await?;
         let db = |e: tokio_postgres::Error| describe(&e);
-        let orphans = client
-            .query(
-                "SELECT conversation_id FROM runs r WHERE status = 'running'
+        let orphans = sql::query(
+            &client,
+            "SELECT conversation_id FROM runs r WHERE status = 'running'
                    AND NOT EXISTS (SELECT 1 FROM instances i
                                    WHERE i.id = r.owner AND i.boot_id = r.owner_boot)",
-                &[],
-            )
-            .await
-            .map_err(db)?;
+            &[],
+        )
+        .await
+        .map_err(db)?;
         if orphans.is_empty() {
             return Ok(0);
         }
@@ -491,26 +504,27 @@ impl Cluster {
         conversations.sort();
         let tx = client.transaction().await.map_err(db)?;
         // Their conversations' rows first, then the runs, checked again.
-        tx.execute(
+        sql::execute(
+            &tx,
             "SELECT 1 FROM conv_queue WHERE conversation_id = ANY($1)
              ORDER BY conversation_id FOR UPDATE",
             &[&conversations],
         )
         .await
         .map_err(db)?;
-        let rows = tx
-            .query(
-                "UPDATE runs r SET status = 'failed', code = 'interrupted',
+        let rows = sql::query(
+            &tx,
+            "UPDATE runs r SET status = 'failed', code = 'interrupted',
                      ended_at = hb_now_ms(), context = NULL
                  WHERE status = 'running' AND conversation_id = ANY($1)
                    AND NOT EXISTS (SELECT 1 FROM instances i
                                    WHERE i.id = r.owner AND i.boot_id = r.owner_boot)
                  RETURNING run_id, conversation_id,
                      (SELECT coalesce(max(seq), 0) FROM run_results x WHERE x.run_id = r.run_id)",
-                &[&conversations],
-            )
-            .await
-            .map_err(db)?;
+            &[&conversations],
+        )
+        .await
+        .map_err(db)?;
         let mut freed = Vec::new();
         for row in &rows {
             let run_id: String = row.try_get(0).map_err(db)?;
@@ -526,7 +540,8 @@ impl Cluster {
             )
             .await?;
         }
-        tx.execute(
+        sql::execute(
+            &tx,
             "UPDATE conv_queue q SET busy = false, owner = NULL
              WHERE conversation_id = ANY($1)
                AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = q.owner)",
@@ -534,7 +549,7 @@ impl Cluster {
         )
         .await
         .map_err(db)?;
-        tx.execute("SELECT pg_notify('hb_queued', '')", &[])
+        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[])
             .await
             .map_err(db)?;
         tx.commit().await.map_err(db)?;
@@ -559,37 +574,38 @@ impl Cluster {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| describe(&e))?;
         let db = |e: tokio_postgres::Error| describe(&e);
-        let found = tx
-            .query_opt(
-                "SELECT 1 FROM instances WHERE id = $1
+        let found = sql::query_opt(
+            &tx,
+            "SELECT 1 FROM instances WHERE id = $1
                    AND (NOT $2 OR heartbeat_at < hb_now_ms() - lease_ms)
                  FOR UPDATE SKIP LOCKED",
-                &[&id, &stale_only],
-            )
-            .await
-            .map_err(db)?;
+            &[&id, &stale_only],
+        )
+        .await
+        .map_err(db)?;
         if found.is_none() {
             return Ok(Vec::new());
         }
         // Its conversations' rows first, then their runs.
-        tx.execute(
+        sql::execute(
+            &tx,
             "SELECT 1 FROM conv_queue WHERE owner = $1 ORDER BY conversation_id FOR UPDATE",
             &[&id],
         )
         .await
         .map_err(db)?;
-        let rows = tx
-            .query(
-                "UPDATE runs SET status = 'failed', code = 'interrupted', ended_at = hb_now_ms(),
+        let rows = sql::query(
+            &tx,
+            "UPDATE runs SET status = 'failed', code = 'interrupted', ended_at = hb_now_ms(),
                      context = NULL
                  WHERE owner = $1 AND status = 'running'
                  RETURNING run_id, pgid, workspace, marker, machine_boot,
                      (SELECT coalesce(max(seq), 0) FROM run_results r
                       WHERE r.run_id = runs.run_id)",
-                &[&id],
-            )
-            .await
-            .map_err(db)?;
+            &[&id],
+        )
+        .await
+        .map_err(db)?;
         let boot = crate::serve::journal::boot_id();
         let mut ended = Vec::new();
         for row in &rows {
@@ -626,16 +642,17 @@ impl Cluster {
                 },
             });
         }
-        tx.execute(
+        sql::execute(
+            &tx,
             "UPDATE conv_queue SET busy = false, owner = NULL WHERE owner = $1",
             &[&id],
         )
         .await
         .map_err(db)?;
-        tx.execute("DELETE FROM instances WHERE id = $1", &[&id])
+        sql::execute(&tx, "DELETE FROM instances WHERE id = $1", &[&id])
             .await
             .map_err(db)?;
-        tx.execute("SELECT pg_notify('hb_queued', '')", &[])
+        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[])
             .await
             .map_err(db)?;
         tx.commit().await.map_err(db)?;

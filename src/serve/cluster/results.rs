@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::queue::parse_status;
-use super::{Claim, Cluster, RUN_GUARD, describe};
+use super::{Claim, Cluster, RUN_GUARD, describe, sql};
 use crate::protocol::AgentRunResult;
 use crate::serve::{JournalRun, RunStatus};
 
@@ -127,8 +127,7 @@ impl Cluster {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| describe(&e))?;
         let db = |e: tokio_postgres::Error| describe(&e);
-        let held = tx
-            .query_opt(RUN_GUARD, &[&run_id, &fence.to_string()])
+        let held = sql::query_opt(&tx, RUN_GUARD, &[&run_id, &fence.to_string()])
             .await
             .map_err(db)?;
         if held.is_none() {
@@ -136,7 +135,8 @@ impl Cluster {
         }
         let seqs: Vec<i64> = batch.iter().map(|(seq, _)| *seq).collect();
         let bodies: Vec<&str> = batch.iter().map(|(_, body)| body.as_str()).collect();
-        tx.execute(
+        sql::execute(
+            &tx,
             "INSERT INTO run_results (run_id, seq, body)
              SELECT $1, s, b FROM unnest($2::bigint[], $3::text[]) AS t(s, b)
              ON CONFLICT DO NOTHING",
@@ -144,7 +144,7 @@ impl Cluster {
         )
         .await
         .map_err(db)?;
-        tx.execute("SELECT pg_notify('hb_results', $1)", &[&run_id])
+        sql::execute(&tx, "SELECT pg_notify('hb_results', $1)", &[&run_id])
             .await
             .map_err(db)?;
         tx.commit().await.map_err(db)?;
@@ -173,13 +173,13 @@ impl Cluster {
     ) -> Result<Option<(RunStatus, Option<String>, String, String)>, String> {
         let client = self.client().await?;
         let db = |e: tokio_postgres::Error| describe(&e);
-        let Some(row) = client
-            .query_opt(
-                "SELECT status, code, conversation_id, harness FROM runs WHERE run_id = $1",
-                &[&run_id],
-            )
-            .await
-            .map_err(db)?
+        let Some(row) = sql::query_opt(
+            &client,
+            "SELECT status, code, conversation_id, harness FROM runs WHERE run_id = $1",
+            &[&run_id],
+        )
+        .await
+        .map_err(db)?
         else {
             return Ok(None);
         };
@@ -198,13 +198,13 @@ impl Cluster {
         after: u64,
     ) -> Result<Vec<AgentRunResult>, String> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT body FROM run_results WHERE run_id = $1 AND seq > $2 ORDER BY seq",
-                &[&run_id, &i64::try_from(after).unwrap_or(i64::MAX)],
-            )
-            .await
-            .map_err(|e| describe(&e))?;
+        let rows = sql::query(
+            &client,
+            "SELECT body FROM run_results WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+            &[&run_id, &i64::try_from(after).unwrap_or(i64::MAX)],
+        )
+        .await
+        .map_err(|e| describe(&e))?;
         Ok(rows
             .iter()
             .filter_map(|r| r.try_get::<_, String>(0).ok())
@@ -227,12 +227,12 @@ impl Cluster {
     /// Forget runs that ended longer than `retention` ago; how many.
     pub async fn prune(&self, retention: Duration) -> Result<u64, String> {
         let client = self.client().await?;
-        client
-            .execute(
-                "DELETE FROM runs WHERE ended_at IS NOT NULL AND ended_at < hb_now_ms() - $1",
-                &[&i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)],
-            )
-            .await
-            .map_err(|e| describe(&e))
+        sql::execute(
+            &client,
+            "DELETE FROM runs WHERE ended_at IS NOT NULL AND ended_at < hb_now_ms() - $1",
+            &[&i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)],
+        )
+        .await
+        .map_err(|e| describe(&e))
     }
 }
