@@ -103,6 +103,11 @@ fn main() {
     for think in thinks {
         for store in &stores {
             runtime.block_on(load(conversations, turns, think, store));
+            // What a load leaves behind (the database's own clean-up after
+            // thousands of writes) must not run into the next one's time.
+            if !quick {
+                std::thread::sleep(Duration::from_secs(10));
+            }
         }
     }
 }

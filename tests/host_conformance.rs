@@ -19,7 +19,7 @@ use harness_bridge::host::{
     RunScope,
 };
 use harness_bridge::protocol::{ErrorCode, StateScope, StorageKind};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// One store under test, which can be opened again (as a second process
 /// or bridge instance would).
@@ -84,6 +84,7 @@ conformance!(
     events_page_and_filter_and_append_is_idempotent,
     artifacts_are_read_in_ranges,
     state_and_storage_are_scoped,
+    caps_hold_through_a_grant,
     two_handles_number_one_conversation_and_share_cursors,
 );
 
@@ -776,4 +777,99 @@ async fn guarded_writes_land_only_while_the_guard_holds() {
         Some(&b"v"[..])
     );
     assert!(guarded.event_get(&s, "ev-late").await.is_err());
+}
+
+/// The caps a run's grant keeps (value sizes, key length, page and search
+/// sizes) hold whichever store is behind it, and nothing over a cap is
+/// stored.
+async fn caps_hold_through_a_grant(backend: &Backend) {
+    use harness_bridge::host::calls::{
+        HistorySearchCall, PluginStorageSet, StateGetCall, StateSetCall,
+    };
+    use harness_bridge::host::{GrantCaps, GrantPolicy, Grants};
+    let store = backend.open().await;
+    let grants = Grants::new(store.clone());
+    let policy = GrantPolicy {
+        caps: GrantCaps {
+            max_state_value_bytes: 64,
+            max_storage_value_bytes: 32,
+            max_key_bytes: 16,
+            max_page_limit: 5,
+            max_search_results: 3,
+            ..GrantCaps::default()
+        },
+        ..GrantPolicy::default()
+    };
+    let open = grants
+        .open_run(
+            &common::context("capped", "c-caps"),
+            RUNNER,
+            &common::all_permissions(),
+            &policy,
+        )
+        .expect("run opens");
+    let host = grants.granted(open.grant.clone());
+    let refused = |result: Result<(), harness_bridge::protocol::AgentAPIError>, code: ErrorCode| {
+        let e = result.expect_err("over the cap");
+        assert_eq!(e.code, code, "{e}");
+    };
+    let big = json!("x".repeat(100));
+    refused(
+        host.call(&StateSetCall {
+            scope: StateScope::Conversation,
+            key: "k".into(),
+            value: big,
+        })
+        .await,
+        ErrorCode::PayloadTooLarge,
+    );
+    refused(
+        host.call(&StateSetCall {
+            scope: StateScope::Conversation,
+            key: "k".repeat(17),
+            value: json!(1),
+        })
+        .await,
+        ErrorCode::PayloadTooLarge,
+    );
+    let over: Value = serde_json::from_value(json!({"key": "k", "value": "y".repeat(33)})).unwrap();
+    let e = host
+        .answer::<PluginStorageSet>(over)
+        .await
+        .expect_err("over the storage cap");
+    assert_eq!(e.code, ErrorCode::PayloadTooLarge, "{e}");
+    let e = host
+        .answer::<HistorySearchCall>(json!({"query": "x", "top_k": 4}))
+        .await
+        .expect_err("over the search cap");
+    assert!(
+        matches!(
+            e.code,
+            ErrorCode::InvalidArgument | ErrorCode::PayloadTooLarge
+        ),
+        "{e}"
+    );
+    // Nothing over a cap was kept; within the caps, calls go through.
+    let kept = host
+        .call(&StateGetCall {
+            scope: StateScope::Conversation,
+            key: "k".into(),
+        })
+        .await
+        .expect("state_get");
+    assert_eq!(kept, None);
+    host.call(&StateSetCall {
+        scope: StateScope::Conversation,
+        key: "k".into(),
+        value: json!("small"),
+    })
+    .await
+    .expect("within the cap");
+    assert_eq!(
+        store
+            .state_get(&open.grant.scope, StateScope::Conversation, "k")
+            .await
+            .unwrap(),
+        Some(json!("small"))
+    );
 }

@@ -33,7 +33,9 @@ sites are refused):
                             text to the conversation's running turn where
                             the harness takes input mid-turn (202
                             {steered_into}), else queues it (x-steer: queued)
-  GET  /v1/runs/{id}        status and results so far
+  GET  /v1/runs/{id}        status and results so far (the result stream,
+                            from the first, with Accept: application/x-ndjson
+                            or text/event-stream)
   POST /v1/runs/{id}/cancel stop a run (run.failed, code cancelled)
   GET  /v1/runners          the runner discovery JSON
   GET  /v1/conversations/{id}/history?limit=N
@@ -42,11 +44,18 @@ sites are refused):
                             run durations, MCP calls by tool and outcome
 
 Turns of one conversation run one after another, in arrival order; a full
-queue answers 429. SIGTERM or Ctrl-C: new runs get 503, queued turns are
-cancelled, running ones get shutdown_grace_seconds to finish (a second
-signal: none), then are cancelled. Every run is journaled beside the store
-(serve-runs.db); a run in flight when the bridge died is marked failed
-(code interrupted) at the next start.
+queue answers 429. With a PostgreSQL store (bridge.yaml `store:
+postgres://…`, each instance its own data folder and instance_id), several
+instances share one queue: post, stream, look up (GET /v1/runs/{id} with
+Accept: application/x-ndjson streams it) and cancel any run on any of them.
+
+SIGTERM or Ctrl-C: new runs get 503, queued turns are cancelled (on a
+PostgreSQL store they stay queued for the other instances), running ones
+get shutdown_grace_seconds to finish (a second signal: none), then are
+cancelled. Every run is journaled beside the store (serve-runs.db; on a
+PostgreSQL store, in it); a run in flight when the bridge died is marked
+failed (code interrupted) at the next start, or, on a PostgreSQL store,
+once its instance's lease_seconds have passed.
 
 Logs: one line per event on stderr, each naming run_id and conversation;
 --log-format json for collectors, RUST_LOG to filter (default info).";
