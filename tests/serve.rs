@@ -384,6 +384,59 @@ async fn a_client_that_goes_away_does_not_stop_its_run() {
     let status = server.wait_for_status("gone-1", "completed").await;
     let results = status["results"].as_array().unwrap();
     assert_eq!(results.last().unwrap()["type"], "run.completed");
+    // Asked for the stream instead, its results come as the run made them.
+    let streamed: Vec<Value> = server
+        .client
+        .get(format!("{}/v1/runs/gone-1", server.url))
+        .header("accept", "application/x-ndjson")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(&streamed, results);
+}
+
+/// A client that joins a run while it runs (`GET /v1/runs/{id}` asking
+/// for the stream) gets its results from the first, then each as it comes,
+/// until the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_can_be_streamed_by_id_while_it_runs() {
+    let server = Server::start("slow", "").await;
+    let run = server.post_run_in_background("joined-1", "joined", "hello");
+    server.wait_for_harness().await;
+    let joined: Vec<Value> = server
+        .client
+        .get(format!("{}/v1/runs/joined-1", server.url))
+        .header("accept", "application/x-ndjson")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let posted = run.await.unwrap();
+    assert_eq!(
+        joined.last().unwrap()["type"],
+        "run.completed",
+        "{joined:?}"
+    );
+    assert_eq!(joined.len(), posted.lines().count());
+    let missing = server
+        .client
+        .get(format!("{}/v1/runs/nope", server.url))
+        .header("accept", "application/x-ndjson")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

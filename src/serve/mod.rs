@@ -637,6 +637,17 @@ impl Service {
                     for run in &running {
                         run.cancel();
                     }
+                    // Once they have ended (their processes back among the
+                    // kept ones), stop every kept process: the sessions
+                    // they hold may have gone on elsewhere meanwhile.
+                    let grace =
+                        Duration::from_secs(self.config.kill_grace_seconds) + LOOK_AGAIN * 10;
+                    let deadline = tokio::time::Instant::now() + grace;
+                    while running.iter().any(|r| !r.ended())
+                        && tokio::time::Instant::now() < deadline
+                    {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                     if let Some(live) = self.bridge.live_sessions() {
                         live.shutdown().await;
                     }
