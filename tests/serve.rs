@@ -143,6 +143,22 @@ impl Server {
         self.post_body_in_background(ctx)
     }
 
+    /// A run's results as `GET /v1/runs/{id}` streams them (NDJSON).
+    async fn stream_of(&self, run_id: &str) -> Vec<Value> {
+        self.client
+            .get(format!("{}/v1/runs/{run_id}", self.url))
+            .header("accept", "application/x-ndjson")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     fn post_body_in_background(&self, body: Value) -> tokio::task::JoinHandle<String> {
         let client = self.client.clone();
         let url = self.url.clone();
@@ -385,19 +401,7 @@ async fn a_client_that_goes_away_does_not_stop_its_run() {
     let results = status["results"].as_array().unwrap();
     assert_eq!(results.last().unwrap()["type"], "run.completed");
     // Asked for the stream instead, its results come as the run made them.
-    let streamed: Vec<Value> = server
-        .client
-        .get(format!("{}/v1/runs/gone-1", server.url))
-        .header("accept", "application/x-ndjson")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let streamed: Vec<Value> = server.stream_of("gone-1").await;
     assert_eq!(&streamed, results);
 }
 
@@ -409,19 +413,7 @@ async fn a_run_can_be_streamed_by_id_while_it_runs() {
     let server = Server::start("slow", "").await;
     let run = server.post_run_in_background("joined-1", "joined", "hello");
     server.wait_for_harness().await;
-    let joined: Vec<Value> = server
-        .client
-        .get(format!("{}/v1/runs/joined-1", server.url))
-        .header("accept", "application/x-ndjson")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let joined: Vec<Value> = server.stream_of("joined-1").await;
     let posted = run.await.unwrap();
     assert_eq!(
         joined.last().unwrap()["type"],
