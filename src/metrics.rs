@@ -110,13 +110,13 @@ impl Metrics {
         let live_rss = Gauge::default();
         registry.register(
             "live_sessions_rss_bytes",
-            "Resident memory of the idle live harness processes, summed",
+            "Resident memory of the live harness processes, idle or serving a turn, summed",
             live_rss.clone(),
         );
         let live_process_rss = Family::<ProcessLabels, Gauge>::default();
         registry.register(
             "live_session_rss_bytes",
-            "Resident memory of each idle live harness process, by harness and pid",
+            "Resident memory of each live harness process, idle or serving a turn, by harness and pid",
             live_process_rss.clone(),
         );
         let live_turns = Family::<Why, Counter>::default();
@@ -186,16 +186,17 @@ impl Metrics {
             .inc();
     }
 
-    /// The idle live processes now: each one's harness, pid and resident
-    /// memory. A process no longer idle drops out of the series.
-    pub fn set_live(&self, processes: &[(String, u32, u64)]) {
+    /// The live processes now, idle and serving a turn: each one's
+    /// harness, pid and resident memory. A process stopped drops out of
+    /// the series.
+    pub fn set_live(&self, idle: &[(String, u32, u64)], busy: &[(String, u32, u64)]) {
         let bytes = |rss: u64| i64::try_from(rss).unwrap_or(i64::MAX);
         self.live_idle
-            .set(i64::try_from(processes.len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(idle.len()).unwrap_or(i64::MAX));
         self.live_rss
-            .set(bytes(processes.iter().map(|(_, _, rss)| rss).sum()));
+            .set(bytes(idle.iter().chain(busy).map(|(_, _, rss)| rss).sum()));
         self.live_process_rss.clear();
-        for (harness, pid, rss) in processes {
+        for (harness, pid, rss) in idle.iter().chain(busy) {
             self.live_process_rss
                 .get_or_create(&ProcessLabels {
                     harness: harness.clone(),

@@ -320,6 +320,14 @@ async fn a_live_codex_app_server_serves_the_conversation() {
     assert_eq!(with["process"]["turn"], 3, "{slow:?}");
     let last = fake.requests.lock().unwrap().last().unwrap().to_string();
     assert!(last.contains("STEERED: make it Monday"), "{last}");
+    // The turn's stream says it answers two messages.
+    assert!(
+        slow.iter().any(|r| r["type"] == "processor.log"
+            && r["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("went into this turn: STEERED: make it Monday"))),
+        "the stream does not report the follow-up: {slow:?}"
+    );
 
     // A turn the model never answers, cancelled: interrupted, not killed.
     let hung = server.spawn_results(body("Please HANG", "codex-live-3"));
@@ -360,6 +368,19 @@ async fn a_live_codex_app_server_serves_the_conversation() {
     let root = server.workspaces();
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
+
+    // The conversation's history has the steered follow-up, after the
+    // message of the turn it went into.
+    let said = common::transcript(server.data.path(), CONVERSATION).await;
+    let at = |text: &str| {
+        said.iter()
+            .position(|line| line == &format!("user: {text}"))
+            .unwrap_or_else(|| panic!("no user message {text:?} in {said:?}"))
+    };
+    assert!(
+        at("Take it SLOW") < at("STEERED: make it Monday"),
+        "{said:?}"
+    );
 }
 
 /// Under `approvals: chat`, the live Codex asks before it runs a command:

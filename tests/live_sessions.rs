@@ -128,6 +128,20 @@ async fn cancel_interrupts_the_turn_and_the_session_goes_on() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Serving a turn, out of the idle set, its memory is still reported.
+    let metrics = server.get_text("/metrics").await;
+    assert!(
+        metrics.contains("harness_bridge_live_sessions_idle 0"),
+        "{metrics}"
+    );
+    let own =
+        format!(r#"harness_bridge_live_session_rss_bytes{{harness="claude-code",pid="{pid}"}} "#);
+    let busy: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(own.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{own} in {metrics}"));
+    assert!(busy > 1024 * 1024, "{busy}");
     let second = server.cancel_and_wait("cancel-2", hung).await;
     let end = terminal(&second);
     assert_eq!(end["type"], "run.failed", "{second:?}");
@@ -361,6 +375,74 @@ async fn an_approval_answered_on_serve_continues_the_paused_call() {
     common::assert_none_left_under(&root).await;
 }
 
+/// An approval left open past its expiry is denied: the card's late
+/// answer runs nothing, and the next message ends the paused process (the
+/// call it waited on never runs) and is a turn of its own in a new one.
+/// The expiry (30 minutes) passes by moving the stored request's
+/// `expires_at` back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_past_its_expiry_is_denied_and_the_paused_call_never_runs() {
+    use common::anthropic::fake_model_running;
+    use harness_bridge::host::prelude::*;
+    use harness_bridge::host::{RunScope, sqlite::SqliteHost};
+    use harness_bridge::protocol::StateScope;
+    let (model_url, _fake) = fake_model_running("touch expired-ran").await;
+    let (mut server, _home) = serve_claude(model_url, "default_config:\n  approvals: chat\n").await;
+    let asked = turn(&server, "Please make the file", "expire-1").await;
+    let request = common::asked_card(&asked);
+    let workspace = common::workspace_of(&asked);
+    let paused = pid_of(&asked);
+
+    let store = SqliteHost::open(server.data.path()).unwrap();
+    let scope = RunScope {
+        run_id: "test".into(),
+        runner_id: harness_bridge::harness::runner_id("claude-code"),
+        conversation_id: Some(CHAT.into()),
+        ..RunScope::default()
+    };
+    let key = harness_bridge::interaction::PENDING_KEY;
+    let mut pending = store
+        .state_get(&scope, StateScope::Conversation, key)
+        .await
+        .unwrap()
+        .expect("the open request is kept");
+    assert_eq!(pending["id"], request["interaction_id"], "{pending}");
+    pending["expires_at"] = json!(harness_bridge::host::now_ms() / 1000 - 1);
+    store
+        .state_set(&scope, StateScope::Conversation, key, &pending)
+        .await
+        .unwrap();
+
+    let late = server
+        .results(json!({
+            "conversation": CHAT,
+            "run_id": "expire-2",
+            "interaction": {"interaction_id": request["interaction_id"], "action_id": "approve"},
+        }))
+        .await;
+    assert!(
+        terminal(&late).to_string().contains("no longer open"),
+        "{late:?}"
+    );
+    assert!(!workspace.join("expired-ran").exists(), "{late:?}");
+
+    // The next message is a turn of its own in a new process; the model
+    // (which always wants the command) has to ask again.
+    let next = turn(&server, "Never mind that.", "expire-3").await;
+    assert_ne!(pid_of(&next), paused, "{next:?}");
+    wait_until_gone(paused).await;
+    let asked_again = common::asked_card(&next);
+    assert_ne!(asked_again["interaction_id"], request["interaction_id"]);
+    assert!(
+        !workspace.join("expired-ran").exists(),
+        "the expired call ran"
+    );
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
 /// A turn still working at its deadline is interrupted the harness's way:
 /// it fails `deadline_exceeded`, and the process serves the next turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -484,25 +566,6 @@ async fn a_changed_binding_replaces_the_process_and_resumes_the_session() {
 /// starts a new process that resumes the session by id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_harness_that_ignores_its_interrupt_is_killed_after_the_grace() {
-    use std::os::unix::fs::PermissionsExt;
-    const SPEC: &str = r#"
-name: stubborn
-label: Stubborn
-description: A live harness that ignores its interrupt.
-binary: stubborn-harness
-family: claude
-argv:
-  new: ["-p"]
-  resume: ["-p", "--resume={session_id}"]
-stdin: prompt
-env:
-  pass: [PATH, "STUBBORN_*"]
-session_store: unknown
-session_id_format: token
-install_hint: "the test writes it"
-live:
-  args: ["--input-format", "stream-json"]
-"#;
     // Answers a turn; on one saying HANG it prints its session and then
     // ignores everything: the interrupt line and SIGTERM (which the sleep
     // it waits on inherits as ignored).
@@ -522,18 +585,11 @@ while IFS= read -r line; do
 done
 "#;
     let tools = tempfile::tempdir().unwrap();
-    std::fs::create_dir(tools.path().join("adapters")).unwrap();
-    std::fs::write(tools.path().join("adapters/stubborn.yaml"), SPEC).unwrap();
-    let script = tools.path().join("stubborn-harness");
-    std::fs::write(&script, SCRIPT).unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let harness = common::scripted::install_live(tools.path(), "stubborn", SCRIPT);
     let log = tools.path().join("starts.log");
     let data = std::sync::Arc::new(tempfile::tempdir().unwrap());
     let config = format!(
-        "adapters: {}\nharness_binaries:\n  stubborn: {}\ndefault_harness: stubborn\n\
-         kill_grace_seconds: 1\nshutdown_grace_seconds: 5\nset_env:\n  STUBBORN_LOG: {}\n",
-        tools.path().join("adapters").display(),
-        script.display(),
+        "{harness}kill_grace_seconds: 1\nshutdown_grace_seconds: 5\nset_env:\n  STUBBORN_LOG: {}\n",
         log.display()
     );
     let env = [("PATH", std::env::var("PATH").unwrap_or_default())];

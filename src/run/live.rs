@@ -192,17 +192,21 @@ impl LiveProcess {
 
     /// Resident memory of the harness process, in bytes (Linux).
     fn rss_bytes(&self) -> u64 {
-        let Some(pid) = self.pid() else { return 0 };
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|status| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-            .map_or(0, |kb| kb * 1024)
+        self.pid().map_or(0, rss_bytes)
     }
+}
+
+/// Resident memory of process `pid`, in bytes (Linux; 0 when gone).
+fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
 }
 
 /// How a live turn ended, beyond its results.
@@ -314,6 +318,9 @@ pub async fn turn(
     let mut interrupted_at: Option<Instant> = None;
     let mut buf = vec![0u8; 64 * 1024];
     let mut inbox = live.steer.take();
+    // Follow-ups written to the harness, waiting for it to take them; any
+    // left when the turn ends are dropped unanswered: the next turn's.
+    let mut handed = std::collections::VecDeque::new();
     let over = if process.write(&opening).await.is_err() {
         Over::Exited
     } else {
@@ -346,11 +353,12 @@ pub async fn turn(
                 Some(steer) = next_follow_up(&mut inbox), if stop.is_none() => {
                     match process.driver.steer(&steer.text) {
                         Some(lines) => {
-                            let written = process.write(&lines).await.is_ok();
-                            let _ = steer.taken.send(written);
-                            if !written {
+                            if process.write(&lines).await.is_err() {
+                                let _ = steer.taken.send(false);
                                 break Over::Exited;
                             }
+                            // The turn's only once the harness says so.
+                            handed.push_back(steer);
                         }
                         None => {
                             let _ = steer.taken.send(false);
@@ -373,6 +381,14 @@ pub async fn turn(
                             }
                             not_found |= step.session_not_found;
                             live.emit.push(step.results);
+                            if let Some(taken) = step.steered {
+                                if let Some(steer) = handed.pop_front() {
+                                    if taken {
+                                        live.emit.push(vec![steered(&steer.text)]);
+                                    }
+                                    let _ = steer.taken.send(taken);
+                                }
+                            }
                             if !step.write.is_empty() && process.write(&step.write).await.is_err() {
                                 break;
                             }
@@ -525,6 +541,22 @@ pub async fn turn(
     }
 }
 
+/// Longest part of a follow-up quoted in the stream.
+const STEERED_QUOTE_CHARS: usize = 200;
+
+/// What the stream says of a follow-up the running turn took: the turn's
+/// results now answer two messages, and a reader sees which.
+fn steered(text: &str) -> ResultPayload {
+    let mut quote: String = text.chars().take(STEERED_QUOTE_CHARS).collect();
+    if quote.len() < text.len() {
+        quote.push('…');
+    }
+    ResultPayload::ProcessorLog(crate::protocol::ProcessorLog {
+        level: "info".into(),
+        text: format!("a follow-up went into this turn: {quote}"),
+    })
+}
+
 /// The next follow-up, when the turn has an inbox (else never).
 async fn next_follow_up(
     inbox: &mut Option<&mut tokio::sync::mpsc::Receiver<super::Steer>>,
@@ -535,11 +567,28 @@ async fn next_follow_up(
     }
 }
 
-/// The idle live processes of a bridge.
+/// The idle live processes of a bridge, and the pids of those serving a
+/// turn (for the memory report).
 pub struct LiveSessions {
     limits: LiveLimits,
     grace: Duration,
     idle: Mutex<HashMap<(PathBuf, String), (LiveKey, LiveProcess)>>,
+    busy: Mutex<HashMap<u32, String>>,
+}
+
+/// A live process noted as serving a turn until this is dropped, so
+/// `/metrics` reports its memory while it is out of the idle set.
+pub struct Busy<'a> {
+    sessions: &'a LiveSessions,
+    pid: Option<u32>,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid {
+            self.sessions.busy().remove(&pid);
+        }
+    }
 }
 
 impl LiveSessions {
@@ -549,7 +598,25 @@ impl LiveSessions {
             limits,
             grace,
             idle: Mutex::new(HashMap::new()),
+            busy: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn busy(&self) -> std::sync::MutexGuard<'_, HashMap<u32, String>> {
+        self.busy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Note `process` (of `harness`) as serving a turn, until the guard is
+    /// dropped.
+    pub fn serving(&self, harness: &str, process: &LiveProcess) -> Busy<'_> {
+        let pid = process.pid();
+        if let Some(pid) = pid {
+            self.busy().insert(pid, harness.to_string());
+        }
+        Busy {
+            sessions: self,
+            pid,
+        }
     }
 
     fn idle(
@@ -668,15 +735,20 @@ impl LiveSessions {
         self.len() == 0
     }
 
-    /// The gauges in `/metrics`: idle processes and each one's resident
-    /// memory.
+    /// The gauges in `/metrics`: idle processes, and the resident memory
+    /// of each live process, idle or serving a turn.
     fn report(&self) {
-        let processes: Vec<(String, u32, u64)> = self
+        let idle: Vec<(String, u32, u64)> = self
             .idle()
             .iter()
             .filter_map(|((_, harness), (_, p))| Some((harness.clone(), p.pid()?, p.rss_bytes())))
             .collect();
-        crate::metrics::global().set_live(&processes);
+        let busy: Vec<(String, u32, u64)> = self
+            .busy()
+            .iter()
+            .map(|(pid, harness)| (harness.clone(), *pid, rss_bytes(*pid)))
+            .collect();
+        crate::metrics::global().set_live(&idle, &busy);
     }
 
     /// Refresh the gauges (before `/metrics` is read).

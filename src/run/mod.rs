@@ -35,7 +35,7 @@ use crate::harness::{
     AdapterSpec, Adapters, Launch, ResumePointer, Stdin, TurnValues, child_env,
     env_pattern_matches, find_program, requested_permissions, runner_id,
 };
-use crate::host::{GrantPolicy, Grants, HostApi};
+use crate::host::{GrantPolicy, Grants, HostApi, HostResult};
 use crate::interaction::{self, Decision, PENDING_KEY, Reply};
 use crate::mcp::{InputRef, McpHttpServer, RunFacts, RunTools, tool_names};
 use crate::projection::{
@@ -322,6 +322,16 @@ impl Bridge {
                 .and_then(|spec| spec.live.as_ref())
                 .and_then(|live| crate::harness::live::driver(&live.driver))
                 .is_some_and(|driver| driver.steers())
+    }
+
+    /// Record a follow-up that went into a running turn as the turn's own
+    /// message is recorded (when the bridge records turns), so the
+    /// conversation's history has every message the harness answered.
+    pub async fn record_follow_up(&self, ctx: &AgentRunContext) -> HostResult<()> {
+        if !self.settings.record_turns {
+            return Ok(());
+        }
+        record::inbound(self.host().as_ref(), ctx).await
     }
 
     /// The live harness processes kept between turns, when kept.
@@ -987,7 +997,9 @@ impl Bridge {
                     files: turn.files,
                 }),
             };
+            let serving = turn.sessions.serving(&spec.name, &process);
             let ended = live::turn(spec, &mut process, opening, &decide, live).await;
+            drop(serving);
             if warm && ended.untouched {
                 // It died while idle and is found only now: the turn goes
                 // to a new process, resuming the session, as if it had

@@ -307,6 +307,11 @@ async fn create_run(
         let conversation = ctx.conversation_id().unwrap_or("_").to_string();
         let text = ctx.input.to_text();
         if let Some(into) = service.steer(&conversation, &harness, &text).await {
+            // The turn has it; so does the history, or a later turn (and
+            // the person reading it back) would miss what was answered.
+            if let Err(e) = service.bridge.record_follow_up(&ctx).await {
+                tracing::warn!(run_id = %into, "cannot record the follow-up: {e}");
+            }
             return (
                 StatusCode::ACCEPTED,
                 axum::Json(json!({"steered_into": into, "status": "running"})),

@@ -103,3 +103,40 @@ pub fn install(dir: &Path) {
     let other = SPEC.replace("name: scripted", "name: scripted-b");
     std::fs::write(dir.join("adapters/scripted-b.yaml"), other).expect("spec b");
 }
+
+/// Install `script` as the live stream-json harness `name` (Claude Code's
+/// family, its variables `NAME_*` passed through) under `dir`: its spec in
+/// `DIR/adapters/`, the script beside it. Returns the `bridge.yaml` lines
+/// that make it the default harness.
+pub fn install_live(dir: &Path, name: &str, script: &str) -> String {
+    let spec = format!(
+        r#"name: {name}
+label: {name}
+description: A shell script that plays a live harness.
+binary: {name}-harness
+family: claude
+argv:
+  new: ["-p"]
+  resume: ["-p", "--resume={{session_id}}"]
+stdin: prompt
+env:
+  pass: [PATH, "{prefix}_*"]
+session_store: unknown
+session_id_format: token
+install_hint: "the test writes it"
+live:
+  args: ["--input-format", "stream-json"]
+"#,
+        prefix = name.to_uppercase()
+    );
+    std::fs::create_dir_all(dir.join("adapters")).expect("adapters dir");
+    std::fs::write(dir.join(format!("adapters/{name}.yaml")), spec).expect("spec");
+    let path = dir.join(format!("{name}-harness"));
+    std::fs::write(&path, script).expect("write script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    format!(
+        "adapters: {}\nharness_binaries:\n  {name}: {}\ndefault_harness: {name}\n",
+        dir.join("adapters").display(),
+        path.display()
+    )
+}

@@ -116,18 +116,16 @@ impl CodexAppServer {
             (Sent::Turn, None) => {
                 self.turn_id = value["result"]["turn"]["id"].as_str().map(str::to_string);
             }
-            (Sent::Interrupt | Sent::Steer, None) => {}
+            (Sent::Interrupt, None) => {}
+            (Sent::Steer, None) => step.steered = Some(true),
             (Sent::Interrupt, Some(error)) => {
                 tracing::warn!("Codex did not take the interrupt: {error}");
             }
             (Sent::Steer, Some(error)) => {
-                // The turn ended as the follow-up arrived: it is told, not
-                // silently lost.
-                step.results
-                    .push(ResultPayload::ProcessorLog(crate::protocol::ProcessorLog {
-                        level: "warning".into(),
-                        text: format!("Codex did not take the follow-up into its turn: {error}"),
-                    }));
+                // The turn ended as the follow-up arrived: it goes to the
+                // next turn instead.
+                tracing::info!("Codex did not take the follow-up into its turn: {error}");
+                step.steered = Some(false);
             }
             (Sent::Thread, Some(error)) => {
                 step.session_not_found =
@@ -430,10 +428,26 @@ mod tests {
         assert_eq!(steer["method"], "turn/steer");
         assert_eq!(steer["params"]["expectedTurnId"], TURN);
         assert_eq!(steer["params"]["input"][0]["text"], "and this too");
+        let taken = live.line(&format!(r#"{{"id":{},"result":{{}}}}"#, steer["id"]));
+        assert_eq!(taken.steered, Some(true));
+        let late = sent(&live.steer("one more").expect("a turn runs")[0]);
+        let refused = live.line(&format!(
+            r#"{{"id":{},"error":{{"code":-32600,"message":"no active turn"}}}}"#,
+            late["id"]
+        ));
+        assert_eq!(
+            refused.steered,
+            Some(false),
+            "a refused follow-up is the next turn"
+        );
+        assert!(
+            refused.ended.is_none(),
+            "a refused follow-up does not end the turn"
+        );
         let interrupt = sent(&live.interrupt()[0]);
         assert_eq!(interrupt["method"], "turn/interrupt");
         assert_eq!(interrupt["params"]["turnId"], TURN);
-        assert!(live.line(r#"{"id":4,"result":{}}"#).ended.is_none());
+        assert!(live.line(r#"{"id":6,"result":{}}"#).ended.is_none());
         let end = live.line(&format!(r#"{{"method":"turn/completed","params":{{"threadId":"{THREAD}","turn":{{"id":"{TURN}","status":"interrupted","error":null}}}}}}"#));
         assert!(matches!(end.ended, Some(ResultPayload::RunFailed(_))));
     }

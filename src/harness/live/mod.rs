@@ -50,6 +50,10 @@ pub struct Step {
     pub session_not_found: bool,
     /// The harness asks whether it may use a tool, and waits.
     pub permission: Option<PermissionRequest>,
+    /// The harness answered the oldest follow-up handed to it by
+    /// [`LiveDriver::steer`]: `true` it is in the running turn, `false` it
+    /// refused it (its turn had just ended), so it must be the next turn.
+    pub steered: Option<bool>,
 }
 
 /// What a driver that opens its session in the protocol needs to say:
@@ -126,6 +130,9 @@ pub trait LiveDriver: Send {
     /// Lines that hand `text` to the running turn (a follow-up the person
     /// sent while the harness works); `None` when the harness takes no
     /// input mid-turn, or no turn runs: the text is then the next turn.
+    /// Whether the harness took it comes later, as [`Step::steered`] (in
+    /// the order the follow-ups were handed over): until then it is not
+    /// the turn's, and one never answered is the next turn.
     fn steer(&mut self, _text: &str) -> Option<Vec<String>> {
         None
     }
