@@ -265,25 +265,16 @@ async fn live_conversation(agent: Agent) {
     // The history tool answered from the store: the model saw the
     // transcript's decision in the tool result.
     let requests = fake.requests.lock().unwrap().clone();
-    assert!(
-        requests.iter().any(|r| {
-            r["messages"].to_string().contains("tool_result") && r.to_string().contains(DECISION)
-        }),
-        "the history_page result never reached the model: {:?}\n{:?}",
-        requests
-            .iter()
-            .map(|r| r["messages"].to_string())
-            .filter(|m| m.contains("tool_result"))
-            .collect::<Vec<_>>(),
-        server
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .rev()
-            .take(30)
-            .collect::<Vec<_>>()
-    );
+    let log: Vec<String> = server
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .take(30)
+        .cloned()
+        .collect();
+    common::assert_history_reached_model(&requests, format!("{log:?}"));
     let one = session(&first).clone();
     let workspace = common::workspace_of(&first);
     let instructions = std::fs::read_to_string(workspace.join(agent.instructions_file()))
@@ -533,6 +524,15 @@ async fn run_turns(agent: Agent) {
             .iter()
             .map(|r| r["messages"].to_string())
             .collect::<Vec<_>>()
+    );
+    // The stable instructions (the file the bridge wrote) reach the model
+    // byte for byte in both turns, the second in a new agent process that
+    // resumed or loaded the session.
+    common::assert_instructions_in_both_turns(
+        &common::turn_workspace(&first),
+        agent.instructions_file(),
+        &requests,
+        asked,
     );
     assert!(processes_under(&root).is_empty());
 

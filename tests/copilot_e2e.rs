@@ -14,7 +14,7 @@ mod common;
 use common::anthropic::{
     ANSWER, ASK, CONVERSATION, FOLLOW_UP, SECOND_ANSWER, fake_model, fake_model_hanging_on,
 };
-use common::{BridgeTurn, DECISION, bridge_run, processes_under, seed_decision};
+use common::{BridgeTurn, bridge_run, processes_under, seed_decision};
 use serde_json::json;
 
 /// A user's machine: the bridge's data folder, a home for Copilot.
@@ -101,14 +101,9 @@ async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
             .any(|(_, r)| r.to_string().contains(ANSWER)),
         "{kinds:?}"
     );
+    // The store's transcript reached the model inside the tool's result.
     let requests = fake.requests.lock().unwrap().clone();
-    assert!(
-        requests
-            .iter()
-            .any(|r| r["messages"].to_string().contains("tool_result")
-                && r.to_string().contains(DECISION)),
-        "the history_page result never reached the model"
-    );
+    common::assert_history_reached_model(&requests, &first.stderr);
     let session = &end["data"]["message"]["metadata"]["session"];
     let session_id = session["session_id"].clone();
     assert!(session_id.is_string(), "{end}");

@@ -198,3 +198,152 @@ async fn the_readmes_serving_example_works_verbatim() {
     let stopped = tokio::time::timeout(std::time::Duration::from_secs(30), server.wait()).await;
     assert!(stopped.is_ok(), "serve did not stop on SIGTERM");
 }
+
+/// What each row of README's harness table names as verified, and the
+/// package in tests/clis that pins it: (row, [(the name before the
+/// version in the row's last column, the package)]).
+const VERIFIED: &[(&str, &[(&str, &str)])] = &[
+    (
+        "claude-code",
+        &[("Claude Code", "@anthropic-ai/claude-code")],
+    ),
+    ("codex", &[("Codex", "@openai/codex")]),
+    ("copilot", &[("Copilot CLI", "@github/copilot")]),
+    ("gemini", &[("Gemini CLI", "@google/gemini-cli")]),
+    ("qwen", &[("Qwen Code", "@qwen-code/qwen-code")]),
+    (
+        "kimi",
+        &[("Kimi Code", "@moonshot-ai/kimi-code"), ("Node", "node")],
+    ),
+    ("opencode", &[("opencode", "opencode-linux-x64")]),
+    (
+        "any ACP agent",
+        &[
+            ("claude-agent-acp", "@agentclientprotocol/claude-agent-acp"),
+            ("codex-acp", "@agentclientprotocol/codex-acp"),
+        ],
+    ),
+];
+
+/// Packages in tests/clis that are no harness (no row names them).
+const NOT_HARNESSES: &[&str] = &["playwright-core"];
+
+/// The rows of README's harness table: (the first column without its
+/// backticks, the last column).
+fn harness_rows(readme: &str) -> Vec<(String, String)> {
+    let table = readme
+        .split("\n## Harnesses\n")
+        .nth(1)
+        .expect("a `## Harnesses` section in README.md");
+    table
+        .lines()
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2)
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+            let first = cells.first().copied().unwrap_or_default();
+            let last = cells.last().copied().unwrap_or_default();
+            (first.trim().trim_matches('`').to_string(), last.to_string())
+        })
+        .collect()
+}
+
+/// A version as npm pins one exactly (`1.2.3`, `1.2.3-beta.1`), not a range.
+fn exact(spec: &str) -> bool {
+    let core = spec.split(['-', '+']).next().unwrap_or_default();
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The version tests/clis installs of `package`: package.json's pin, or
+/// where that is a range, the version package-lock.json resolved it to.
+fn pinned(package_json: &serde_json::Value, lock: &serde_json::Value, package: &str) -> String {
+    let spec = package_json["devDependencies"][package]
+        .as_str()
+        .unwrap_or_else(|| panic!("tests/clis/package.json does not pin {package}"));
+    if exact(spec) {
+        return spec.to_string();
+    }
+    lock["packages"][format!("node_modules/{package}")]["version"]
+        .as_str()
+        .unwrap_or_else(|| panic!("tests/clis/package-lock.json does not resolve {package}"))
+        .to_string()
+}
+
+/// The version a cell gives after `name ` (`Gemini CLI 0.61.0 (offline…`).
+fn version_after(cell: &str, name: &str) -> Option<String> {
+    let at = cell.find(&format!("{name} "))? + name.len() + 1;
+    let version: String = cell[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || ".-+".contains(*c))
+        .collect();
+    (!version.is_empty()).then_some(version)
+}
+
+/// README's harness table says which CLI versions the tests verified:
+/// they must be the ones tests/clis pins, row by row, and every harness
+/// pinned there must have its row.
+#[test]
+fn the_readmes_harness_table_names_the_pinned_versions() {
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| {
+        std::fs::read_to_string(checkout.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let readme = read("README.md");
+    let package_json: serde_json::Value =
+        serde_json::from_str(&read("tests/clis/package.json")).expect("package.json is JSON");
+    let lock: serde_json::Value =
+        serde_json::from_str(&read("tests/clis/package-lock.json")).expect("the lock is JSON");
+    let rows = harness_rows(&readme);
+    assert!(rows.len() >= VERIFIED.len(), "the harness table: {rows:?}");
+
+    let mut wrong = Vec::new();
+    for (row, cell) in &rows {
+        let Some((_, names)) = VERIFIED.iter().find(|(name, _)| name == row) else {
+            wrong.push(format!(
+                "row `{row}`: no package of tests/clis is known for it (add it to VERIFIED in tests/readme.rs)"
+            ));
+            continue;
+        };
+        for (name, package) in names.iter() {
+            let want = pinned(&package_json, &lock, package);
+            match version_after(cell, name) {
+                Some(said) if said == want => {}
+                Some(said) => wrong.push(format!(
+                    "row `{row}`: says {name} {said}, tests/clis pins {package} {want}"
+                )),
+                None => wrong.push(format!(
+                    "row `{row}`: names no version after `{name}`, tests/clis pins {package} {want}"
+                )),
+            }
+        }
+    }
+    for (row, _) in VERIFIED {
+        if !rows.iter().any(|(name, _)| name == row) {
+            wrong.push(format!("no row `{row}` in the table"));
+        }
+    }
+    let pinned_packages = package_json["devDependencies"]
+        .as_object()
+        .expect("devDependencies in tests/clis/package.json");
+    for package in pinned_packages.keys() {
+        let named = VERIFIED
+            .iter()
+            .any(|(_, names)| names.iter().any(|(_, p)| p == package));
+        if !named && !NOT_HARNESSES.contains(&package.as_str()) {
+            wrong.push(format!(
+                "tests/clis pins {package}, which no row names (add its row, and its entry in VERIFIED)"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "README.md's harness table (section `## Harnesses`) disagrees with the versions \
+         tests/clis pins; fix these rows:\n  {}",
+        wrong.join("\n  ")
+    );
+}

@@ -122,6 +122,67 @@ pub async fn serve_local(app: axum::Router) -> String {
 /// The transcript line the end-to-end tests expect a harness to fetch.
 pub const DECISION: &str = "DECISION: we ship the release on Friday";
 
+/// What a model request carries back from calls of the bridge's
+/// `history_page` tool (each CLI names it its own way: the name's ending
+/// tells), as the model receives it: Anthropic `tool_result` blocks and
+/// chat-completions `tool` messages (each tied to its call by the call's
+/// id), Gemini `functionResponse` parts (by the tool's name).
+pub fn history_results(request: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    let history = |name: &Value| name.as_str().is_some_and(|n| n.ends_with("history_page"));
+    let text = |value: &Value| match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let mut results = Vec::new();
+    let parts = request["contents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|content| content["parts"].as_array().into_iter().flatten());
+    for part in parts {
+        let response = &part["functionResponse"];
+        if history(&response["name"]) {
+            results.push(text(&response["response"]));
+        }
+    }
+    let mut calls = Vec::new();
+    for message in request["messages"].as_array().into_iter().flatten() {
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            if history(&call["function"]["name"]) {
+                calls.push(call["id"].clone());
+            }
+        }
+        if message["role"] == "tool" && calls.contains(&message["tool_call_id"]) {
+            results.push(text(&message["content"]));
+        }
+        for block in message["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_use" && history(&block["name"]) {
+                calls.push(block["id"].clone());
+            }
+            if block["type"] == "tool_result" && calls.contains(&block["tool_use_id"]) {
+                results.push(text(&block["content"]));
+            }
+        }
+    }
+    results
+}
+
+/// The model got the store's transcript ([`DECISION`]) as the result of
+/// its `history_page` call in one of `requests`; `context` (the bridge's
+/// log, say) is shown when it did not.
+pub fn assert_history_reached_model(
+    requests: &[serde_json::Value],
+    context: impl std::fmt::Display,
+) {
+    let results: Vec<String> = requests.iter().flat_map(history_results).collect();
+    assert!(
+        results.iter().any(|result| result.contains(DECISION)),
+        "the history_page result never reached the model with the transcript; \
+         the history_page results it got: {results:?}\n{context}"
+    );
+}
+
 /// Everything a real-harness test needs: a store holding [`DECISION`] in
 /// conversation `group-1`, the MCP server, an open run, and its projected
 /// workspace for `harness`.
@@ -750,6 +811,7 @@ pub fn assert_instructions_in_both_turns(
     asked: usize,
 ) {
     let instructions = std::fs::read_to_string(workspace.join(file)).expect("the instructions");
+    assert!(!instructions.trim().is_empty(), "{file} is empty");
     let escaped = serde_json::to_string(instructions.trim()).unwrap_or_default();
     let escaped = &escaped[1..escaped.len() - 1];
     for (turn, range) in [(1, &requests[..asked]), (2, &requests[asked..])] {
