@@ -4,8 +4,11 @@
 //! per conversation, never two at once; an instance killed and another
 //! paused mid-load lose only their running turns (`interrupted`), their
 //! queued turns move to the instance left, and the paused one's late
-//! writes are refused; a cancel posted to one instance stops a turn
-//! running on another; any instance streams and answers for any run.
+//! writes are refused, and its harness, still running when it resumes,
+//! is killed by its self-fence at once; a cancel posted to one instance
+//! stops a turn running on another; any instance streams and answers for
+//! any run; a run id is taken once whichever instances see it, even at
+//! once; the queue bounds count every instance's turns (429).
 //!
 //! The harness is a script (the operator's spec adds it), as a harness it
 //! runs in its workspace; it notes in a log every turn it starts (`S`,
@@ -86,11 +89,20 @@ impl Cluster {
 
     /// Start instance `name` on its own data folder.
     async fn instance(&self, name: &str) -> ServeProcess {
+        self.instance_with(
+            name,
+            "max_concurrent_runs: 4\nmax_queue_per_conversation: 8\n",
+        )
+        .await
+    }
+
+    /// Start instance `name` with `limits` (bridge.yaml lines).
+    async fn instance_with(&self, name: &str, limits: &str) -> ServeProcess {
         let data = Arc::new(tempfile::tempdir().unwrap());
         let config = format!(
             "store: {url}\ninstance_id: {name}\nlease_seconds: {lease}\nadapters: {adapters}\n\
              harness_binaries:\n  scripted: {script}\ndefault_harness: scripted\n\
-             max_concurrent_runs: 4\nmax_queue_per_conversation: 8\nshutdown_grace_seconds: 5\n\
+             {limits}shutdown_grace_seconds: 5\n\
              kill_grace_seconds: 1\nset_env:\n  CLUSTER_LOG: {log}\n  CLUSTER_THINK: \"{think}\"\n",
             url = self.url,
             lease = self.lease,
@@ -143,15 +155,35 @@ async fn accepted(
     text: &str,
     run_id: &str,
 ) -> reqwest::Response {
-    let response = server
+    let response = send(server, conversation, text, run_id).await;
+    assert_eq!(response.status(), 200, "{run_id}");
+    response
+}
+
+/// Post a turn; the answer as it comes.
+async fn send(
+    server: &ServeProcess,
+    conversation: &str,
+    text: &str,
+    run_id: &str,
+) -> reqwest::Response {
+    server
         .client
         .post(format!("{}/v1/runs", server.url))
         .body(json!({"conversation": conversation, "text": text, "run_id": run_id}).to_string())
         .send()
         .await
-        .expect("answered");
-    assert_eq!(response.status(), 200, "{run_id}");
-    response
+        .expect("answered")
+}
+
+/// A 429 answer's sentence, after checking it is one.
+async fn refused(response: reqwest::Response) -> String {
+    assert_eq!(response.status(), 429);
+    let body: Value = response.json().await.expect("a JSON body");
+    body["error"]
+        .as_str()
+        .expect("an error sentence")
+        .to_string()
 }
 
 /// Post turn `turn` of conversation `conversation`, wait until it is
@@ -364,23 +396,171 @@ async fn three_instances_run_every_turn_once_in_order_per_conversation() {
             assert_eq!(lines.len(), got["results"].as_array().unwrap().len());
         }
     }
-    // A run id is used once, whichever instance sees it again.
-    let again = servers[1]
-        .client
-        .post(format!("{}/v1/runs", servers[1].url))
-        .body(
-            json!({"conversation": conversation(5), "text": "again", "run_id": run_id(5, 1)})
-                .to_string(),
-        )
-        .send()
+    // A run id is used once, whichever instance sees it again: turn 1
+    // of chat 5 was posted to instance (5 * 3 + 1) % 3; the others refuse
+    // it, and its record stays the one run it was.
+    let accepted_by = (5 * TURNS + 1) % 3;
+    for other in (0..3).filter(|i| *i != accepted_by) {
+        let server = &servers[other];
+        let again = server
+            .client
+            .post(format!("{}/v1/runs", server.url))
+            .body(
+                json!({"conversation": conversation(5), "text": "again", "run_id": run_id(5, 1)})
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 409, "instance {other}");
+        let body: Value = again.json().await.unwrap();
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("run-c5-1 exists")),
+            "{body}"
+        );
+    }
+    let got = record(&servers[0], &run_id(5, 1)).await;
+    assert_eq!(got["status"], "completed", "{got}");
+    assert!(!got.to_string().contains("again"), "{got}");
+    // A new run id reaching every instance at once: exactly one takes it,
+    // the others answer 409, and it runs once.
+    let body = json!({"conversation": "twice", "text": "TURN:twice.1 go", "run_id": "twice-1"});
+    let answers = futures::future::join_all(servers.iter().map(|server| {
+        server
+            .client
+            .post(format!("{}/v1/runs", server.url))
+            .body(body.to_string())
+            .send()
+    }))
+    .await;
+    let mut statuses: Vec<u16> = Vec::new();
+    let mut taken = Vec::new();
+    for answer in answers {
+        let answer = answer.expect("answered");
+        statuses.push(answer.status().as_u16());
+        if answer.status() == 200 {
+            taken.push(answer);
+        }
+    }
+    statuses.sort();
+    assert_eq!(statuses, [200, 409, 409]);
+    let results: Vec<Value> = taken
+        .pop()
+        .expect("one took it")
+        .text()
         .await
-        .unwrap();
-    assert_eq!(again.status(), 409);
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_well_formed(&results);
+    assert_eq!(
+        results.last().unwrap()["type"],
+        "run.completed",
+        "{results:?}"
+    );
+    let started = cluster
+        .notes()
+        .iter()
+        .filter(|(kind, tag, _)| kind == "S" && tag == "TURN:twice.1")
+        .count();
+    assert_eq!(started, 1, "the run ran once");
 
     let servers = Arc::into_inner(servers).expect("no task holds the instances");
     for mut server in servers {
         assert!(server.stop().await.success());
         common::assert_none_left_under(&server.workspaces()).await;
+    }
+}
+
+/// The bounds count every instance's turns: a conversation's waiting
+/// turns, posted through two instances, fill its bound and the next is
+/// 429 at either; turns of other conversations fill the global bound the
+/// same way; and new turns racing for the last places, through both
+/// instances at once, get exactly the room left, never more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bounds_count_every_instance_s_turns() {
+    let cluster = Cluster::new("0.05", 10).await;
+    let limits = "max_concurrent_runs: 1\nmax_queue_per_conversation: 2\nmax_queued_total: 6\n";
+    let mut a = cluster.instance_with("a", limits).await;
+    let mut b = cluster.instance_with("b", limits).await;
+    let servers = [&a, &b];
+    // A slow turn on each instance's one slot: what comes next waits.
+    let mut streams = vec![
+        accepted(&a, "full", "TURN:full.1 SLOW", "full-1").await,
+        accepted(&b, "busy", "TURN:busy.1 SLOW", "busy-1").await,
+    ];
+    let started = Instant::now();
+    while cluster.notes().iter().filter(|(k, _, _)| k == "S").count() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "both slots run"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The conversation's bound: two waiting, through both instances.
+    streams.push(accepted(&b, "full", "TURN:full.2", "full-2").await);
+    streams.push(accepted(&a, "full", "TURN:full.3", "full-3").await);
+    for (i, server) in servers.iter().enumerate() {
+        let said = refused(send(server, "full", "TURN:full.4", &format!("full-4-{i}")).await).await;
+        assert_eq!(
+            said,
+            "this conversation already has 2 turns waiting; try again when one has run"
+        );
+    }
+
+    // The global bound (6): two wait; ten new conversations race for the
+    // four places left, five through each instance at once.
+    let racing = futures::future::join_all((0..10).map(|i| {
+        let server = servers[i % 2];
+        async move {
+            let id = format!("race-{i}");
+            let answer = send(server, &format!("race-{i}"), &format!("TURN:race.{i}"), &id).await;
+            (id, answer)
+        }
+    }))
+    .await;
+    let mut taken = Vec::new();
+    for (id, answer) in racing {
+        if answer.status() == 200 {
+            taken.push(id);
+            streams.push(answer);
+        } else {
+            let said = refused(answer).await;
+            assert_eq!(
+                said,
+                "the bridge already has 6 turns waiting (max_queued_total); try again shortly",
+                "{id}"
+            );
+        }
+    }
+    assert_eq!(taken.len(), 4, "exactly the room left: {taken:?}");
+    // Every instance agrees: the six wait, no more, and the next is refused.
+    for server in servers {
+        for id in &taken {
+            assert_eq!(record(server, id).await["status"], "queued", "{id}");
+        }
+        let said = refused(send(server, "late", "TURN:late.1", "late-1").await).await;
+        assert!(
+            said.contains("6 turns waiting (max_queued_total)"),
+            "{said}"
+        );
+        let missing = server
+            .client
+            .get(format!("{}/v1/runs/late-1", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(missing.status(), 404, "a refused turn is not kept");
+    }
+    drop(streams);
+    assert!(a.stop().await.success());
+    assert!(b.stop().await.success());
+    for root in [a.workspaces(), b.workspaces()] {
+        common::assert_none_left_under(&root).await;
     }
 }
 
