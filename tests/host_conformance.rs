@@ -1,10 +1,13 @@
 //! The host store's contract, on every backend: the same checks run
 //! against the embedded SQLite store and against PostgreSQL (a throwaway
 //! server this binary starts on 127.0.0.1, a database per test) — exact
-//! paging both ways, cursors tied to their conversation, search ranking
-//! with stemming and CJK words, events, artifacts read in ranges, state
-//! and storage scopes, and two handles on one store (two processes, or two
-//! bridge instances) agreeing on numbering and cursors.
+//! paging both ways (transcript and events), cursors tied to their
+//! conversation and log, another conversation refused through a grant
+//! unless its policy allows it, threads as streams of their own, search
+//! ranking with stemming and CJK words, artifacts read in ranges, state
+//! (every scope) and storage scopes and deletes, and two handles on one
+//! store (two processes, or two bridge instances) agreeing on numbering
+//! and cursors; and a PostgreSQL schema from a newer build refused.
 
 mod common;
 
@@ -82,8 +85,12 @@ conformance!(
     paging_is_exact_both_ways,
     search_ranks_within_the_conversation_only,
     events_page_and_filter_and_append_is_idempotent,
+    event_pages_are_exact_both_ways,
+    another_conversation_is_refused_unless_the_grant_allows_it,
+    a_thread_is_a_stream_of_its_own,
     artifacts_are_read_in_ranges,
     state_and_storage_are_scoped,
+    subject_and_runner_state_and_storage_deletes_are_scoped,
     caps_hold_through_a_grant,
     two_handles_number_one_conversation_and_share_cursors,
 );
@@ -872,4 +879,713 @@ async fn caps_hold_through_a_grant(backend: &Backend) {
             .unwrap(),
         Some(json!("small"))
     );
+}
+
+/// Record event `id` of `kind` in `conversation` (and `thread`).
+async fn event(
+    store: &dyn HostApi,
+    id: &str,
+    kind: &str,
+    conversation: &str,
+    thread: Option<&str>,
+) {
+    store
+        .append_event(NewEvent {
+            event_id: id.into(),
+            event_type: kind.into(),
+            source: "platform".into(),
+            conversation_id: Some(conversation.into()),
+            thread_id: thread.map(str::to_string),
+            ..NewEvent::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("append event {id}: {e}"));
+}
+
+/// Every event id `query` reaches walking its direction page by page
+/// from its cursors (as given), in the order walked; each page checked.
+async fn walk_events(store: &dyn HostApi, s: &RunScope, mut query: EventQuery) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let page = store.event_page(s, &query).await.expect("event page");
+        assert!(page.items.len() <= query.limit as usize);
+        let ids: Vec<String> = page.items.iter().map(|e| e.event_id.clone()).collect();
+        // Items come oldest first within a page, whichever way it walks.
+        match query.direction {
+            Direction::Backward => seen.extend(ids.into_iter().rev()),
+            Direction::Forward => seen.extend(ids),
+        }
+        if !page.has_more {
+            if query.direction == Direction::Backward {
+                assert!(page.next_cursor.is_none(), "no cursor past the oldest");
+            }
+            return seen;
+        }
+        match query.direction {
+            Direction::Backward => query.before_cursor = page.next_cursor,
+            Direction::Forward => query.after_cursor = page.next_cursor,
+        }
+    }
+}
+
+/// `event_page` walks the event log as `history_page` walks the
+/// transcript: exact both ways, filtered pages too, `prev_cursor` back
+/// to the same items; a cursor of another conversation or of the
+/// transcript is refused.
+async fn event_pages_are_exact_both_ways(backend: &Backend) {
+    let store = &*backend.open().await;
+    const N: usize = 25;
+    let id = |i: usize| format!("e{i:02}");
+    let kind = |i: usize| {
+        if i % 3 == 0 {
+            "member.joined"
+        } else {
+            "message.received"
+        }
+    };
+    for i in 0..N {
+        event(store, &id(i), kind(i), "c1", None).await;
+    }
+    event(store, "other-1", "message.received", "c2", None).await;
+    say(store, "c1", "user", "a transcript item beside the events").await;
+    let s = scope("c1");
+    let all: Vec<String> = (0..N).map(id).collect();
+
+    let backward = EventQuery {
+        limit: 7,
+        ..EventQuery::default()
+    };
+    let first = store.event_page(&s, &backward).await.unwrap();
+    assert_eq!(first.total_count, Some(N as u64));
+    assert!(first.has_more);
+    assert_eq!(
+        first
+            .items
+            .iter()
+            .map(|e| e.event_id.as_str())
+            .collect::<Vec<_>>(),
+        ["e18", "e19", "e20", "e21", "e22", "e23", "e24"],
+        "the newest page, oldest first"
+    );
+    let mut newest_first = all.clone();
+    newest_first.reverse();
+    assert_eq!(walk_events(store, &s, backward.clone()).await, newest_first);
+    let forward = EventQuery {
+        limit: 7,
+        direction: Direction::Forward,
+        ..EventQuery::default()
+    };
+    assert_eq!(walk_events(store, &s, forward).await, all);
+
+    // A page's prev_cursor walks back to exactly the page after it.
+    let older = store
+        .event_page(
+            &s,
+            &EventQuery {
+                before_cursor: first.next_cursor.clone(),
+                ..backward.clone()
+            },
+        )
+        .await
+        .unwrap();
+    let back = store
+        .event_page(
+            &s,
+            &EventQuery {
+                after_cursor: older.prev_cursor.clone(),
+                limit: 7,
+                direction: Direction::Forward,
+                ..EventQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(back.items, first.items);
+    // Between two cursors: just what lies between them.
+    let between = store
+        .event_page(
+            &s,
+            &EventQuery {
+                after_cursor: older.prev_cursor.clone(),
+                before_cursor: first.items.last().and_then(|_| first.prev_cursor.clone()),
+                limit: 50,
+                direction: Direction::Forward,
+                ..EventQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        between
+            .items
+            .iter()
+            .map(|e| e.event_id.as_str())
+            .collect::<Vec<_>>(),
+        ["e18", "e19", "e20", "e21", "e22", "e23"]
+    );
+
+    // Filtered, both ways: only the type asked for, none lost.
+    let joined: Vec<String> = (0..N).filter(|i| i % 3 == 0).map(id).collect();
+    let filter = vec!["member.joined".to_string()];
+    let mut walked = walk_events(
+        store,
+        &s,
+        EventQuery {
+            event_types: filter.clone(),
+            limit: 3,
+            ..EventQuery::default()
+        },
+    )
+    .await;
+    walked.reverse();
+    assert_eq!(walked, joined);
+    let walked = walk_events(
+        store,
+        &s,
+        EventQuery {
+            event_types: filter,
+            limit: 3,
+            direction: Direction::Forward,
+            ..EventQuery::default()
+        },
+    )
+    .await;
+    assert_eq!(walked, joined);
+
+    // Another conversation's event cursor, and a transcript cursor of
+    // this conversation, are not cursors of this event log.
+    let foreign = store
+        .event_page(
+            &scope("c2"),
+            &EventQuery {
+                limit: 1,
+                ..EventQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(foreign.items.len(), 1);
+    let transcript = store
+        .history_page(
+            &s,
+            &HistoryQuery {
+                limit: 1,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    for cursor in [foreign.prev_cursor, transcript.prev_cursor] {
+        assert!(cursor.is_some());
+        for query in [
+            EventQuery {
+                before_cursor: cursor.clone(),
+                ..backward.clone()
+            },
+            EventQuery {
+                after_cursor: cursor.clone(),
+                direction: Direction::Forward,
+                ..backward.clone()
+            },
+        ] {
+            let err = store.event_page(&s, &query).await.unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidArgument, "{err}");
+        }
+    }
+}
+
+/// Through a run's grant, a page or search naming another conversation
+/// is refused (`unauthorized`, saying which) unless the operator's policy
+/// allows other conversations; then it reads that conversation and only
+/// it. Naming the run's own conversation is as leaving it out.
+async fn another_conversation_is_refused_unless_the_grant_allows_it(backend: &Backend) {
+    use harness_bridge::host::calls::{EventGetCall, HistorySearchCall};
+    use harness_bridge::host::{GrantPolicy, Grants};
+    let store = backend.open().await;
+    say(&*store, "c1", "user", "deploy the own chat").await;
+    say(&*store, "c2", "user", "deploy secrets of the other chat").await;
+    event(&*store, "ev-c1", "message.received", "c1", None).await;
+    event(&*store, "ev-c2", "message.received", "c2", None).await;
+    let grants = Grants::new(store.clone());
+    let open = |run: &str, policy: &GrantPolicy| {
+        let open = grants
+            .open_run(
+                &common::context(run, "c1"),
+                RUNNER,
+                &common::all_permissions(),
+                policy,
+            )
+            .expect("run opens");
+        grants.granted(open.grant)
+    };
+    let page_of = |conversation: &str| HistoryQuery {
+        conversation_id: Some(conversation.into()),
+        limit: 10,
+        ..HistoryQuery::default()
+    };
+    let search_in = |conversation: Option<&str>| HistorySearchCall {
+        query: "deploy".into(),
+        conversation_id: conversation.map(str::to_string),
+        top_k: 10,
+    };
+    let events_of = |conversation: &str| EventQuery {
+        conversation_id: Some(conversation.into()),
+        limit: 10,
+        ..EventQuery::default()
+    };
+    let texts = |items: &[harness_bridge::protocol::TranscriptItem]| -> Vec<String> {
+        items.iter().filter_map(|i| i.content.clone()).collect()
+    };
+
+    let own = open("own-only", &GrantPolicy::default());
+    for refused in [
+        own.call(&page_of("c2")).await.map(|_| ()),
+        own.call(&search_in(Some("c2"))).await.map(|_| ()),
+        own.call(&events_of("c2")).await.map(|_| ()),
+    ] {
+        let err = refused.expect_err("another conversation is refused");
+        assert_eq!(err.code, ErrorCode::Unauthorized, "{err}");
+        assert!(err.message.contains("`c2`"), "{err}");
+    }
+    // Its own conversation, named or not, and nothing of another's.
+    let page = own.call(&page_of("c1")).await.unwrap();
+    assert_eq!(texts(&page.items), ["deploy the own chat"]);
+    for named in [None, Some("c1")] {
+        let hits = own.call(&search_in(named)).await.unwrap();
+        assert_eq!(texts(&hits.items), ["deploy the own chat"]);
+    }
+    let events = own.call(&events_of("c1")).await.unwrap();
+    assert_eq!(
+        events
+            .items
+            .iter()
+            .map(|e| e.event_id.as_str())
+            .collect::<Vec<_>>(),
+        ["ev-c1"]
+    );
+    // Another conversation's event reads as missing, not as forbidden.
+    let err = own
+        .call(&EventGetCall {
+            event_id: "ev-c2".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound, "{err}");
+
+    let wide = open(
+        "cross",
+        &GrantPolicy {
+            cross_conversation: true,
+            ..GrantPolicy::default()
+        },
+    );
+    let page = wide.call(&page_of("c2")).await.unwrap();
+    assert_eq!(texts(&page.items), ["deploy secrets of the other chat"]);
+    let hits = wide.call(&search_in(Some("c2"))).await.unwrap();
+    assert_eq!(texts(&hits.items), ["deploy secrets of the other chat"]);
+    let events = wide.call(&events_of("c2")).await.unwrap();
+    assert_eq!(
+        events
+            .items
+            .iter()
+            .map(|e| e.event_id.as_str())
+            .collect::<Vec<_>>(),
+        ["ev-c2"]
+    );
+    // A cursor of the other conversation is good for it, not for the own one.
+    let cursor = page.prev_cursor.clone();
+    let err = wide
+        .call(&HistoryQuery {
+            before_cursor: cursor,
+            limit: 10,
+            ..HistoryQuery::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err}");
+}
+
+/// A thread is a stream of its own: a run in it pages, searches and
+/// reads events of that thread only, its conversation state is the
+/// thread's, and a cursor of the thread is no cursor of the conversation's
+/// main stream. Actor state follows the actor across threads.
+async fn a_thread_is_a_stream_of_its_own(backend: &Backend) {
+    let store = &*backend.open().await;
+    let said = |text: &str, thread: Option<&str>| NewTranscriptItem {
+        event_id: format!("ev-{text}"),
+        conversation_id: "c1".into(),
+        thread_id: thread.map(str::to_string),
+        role: "user".into(),
+        content: Some(text.into()),
+        ..NewTranscriptItem::default()
+    };
+    for (text, thread) in [
+        ("deploy in the main chat", None),
+        ("deploy in the thread", Some("t1")),
+        ("the thread goes on", Some("t1")),
+        ("deploy in another thread", Some("t2")),
+    ] {
+        store.append_transcript(said(text, thread)).await.unwrap();
+    }
+    event(store, "ev-main", "message.received", "c1", None).await;
+    event(store, "ev-t1", "message.received", "c1", Some("t1")).await;
+    let main = scope("c1");
+    let mut thread = scope("c1");
+    thread.thread_id = Some("t1".into());
+    let texts = |items: &[harness_bridge::protocol::TranscriptItem]| -> Vec<String> {
+        items.iter().filter_map(|i| i.content.clone()).collect()
+    };
+    let all = HistoryQuery {
+        limit: 10,
+        ..HistoryQuery::default()
+    };
+
+    let page = store.history_page(&thread, &all).await.unwrap();
+    assert_eq!(
+        texts(&page.items),
+        ["deploy in the thread", "the thread goes on"]
+    );
+    assert_eq!(page.total_count, Some(2));
+    let page_main = store.history_page(&main, &all).await.unwrap();
+    assert_eq!(texts(&page_main.items), ["deploy in the main chat"]);
+    let hits = store
+        .history_search(&thread, None, "deploy", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&hits.items), ["deploy in the thread"]);
+    let hits = store
+        .history_search(&main, None, "deploy", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&hits.items), ["deploy in the main chat"]);
+    let events = store
+        .event_page(
+            &thread,
+            &EventQuery {
+                limit: 10,
+                ..EventQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        events
+            .items
+            .iter()
+            .map(|e| e.event_id.as_str())
+            .collect::<Vec<_>>(),
+        ["ev-t1"]
+    );
+    assert_eq!(events.items[0].thread_id.as_deref(), Some("t1"));
+    // The thread's cursor is refused on the main stream.
+    let err = store
+        .history_page(
+            &main,
+            &HistoryQuery {
+                before_cursor: page.prev_cursor.clone(),
+                ..all.clone()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err}");
+
+    // Conversation state is the thread's; actor state is the actor's.
+    store
+        .state_set(&thread, StateScope::Conversation, "k", &json!("thread"))
+        .await
+        .unwrap();
+    store
+        .state_set(&thread, StateScope::Actor, "lang", &json!("fr"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .state_get(&main, StateScope::Conversation, "k")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .state_get(&main, StateScope::Actor, "lang")
+            .await
+            .unwrap(),
+        Some(json!("fr"))
+    );
+    store
+        .state_set(&main, StateScope::Conversation, "k", &json!("main"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .state_get(&thread, StateScope::Conversation, "k")
+            .await
+            .unwrap(),
+        Some(json!("thread"))
+    );
+}
+
+/// Subject and runner state have their owners too (a subject's state is
+/// its own, a runner's follows the runner across conversations and no
+/// other runner's sees it); deletes touch only the owner's entry, and a
+/// storage delete by another plugin or workspace deletes nothing.
+async fn subject_and_runner_state_and_storage_deletes_are_scoped(backend: &Backend) {
+    let store = &*backend.open().await;
+    let mut a = scope("c1");
+    a.subject_id = Some("msg-1".into());
+    let mut other_subject = a.clone();
+    other_subject.subject_id = Some("msg-2".into());
+    let mut elsewhere = scope("c2");
+    elsewhere.subject_id = Some("msg-1".into());
+    let mut other_runner = a.clone();
+    other_runner.runner_id = "plugin:x/y/z".into();
+
+    store
+        .state_set(&a, StateScope::Subject, "seen", &json!(true))
+        .await
+        .unwrap();
+    store
+        .state_set(&a, StateScope::Runner, "model", &json!("opus"))
+        .await
+        .unwrap();
+    let get = |s: &RunScope, state: StateScope, key: &'static str| {
+        let s = s.clone();
+        async move { store.state_get(&s, state, key).await.unwrap() }
+    };
+    assert_eq!(
+        get(&a, StateScope::Subject, "seen").await,
+        Some(json!(true))
+    );
+    assert_eq!(get(&other_subject, StateScope::Subject, "seen").await, None);
+    assert_eq!(
+        get(&other_runner, StateScope::Subject, "seen").await,
+        None,
+        "another runner's subject state"
+    );
+    // The subject's id, not the conversation, owns it.
+    assert_eq!(
+        get(&elsewhere, StateScope::Subject, "seen").await,
+        Some(json!(true))
+    );
+    assert_eq!(
+        get(&elsewhere, StateScope::Runner, "model").await,
+        Some(json!("opus")),
+        "runner state follows the runner"
+    );
+    assert_eq!(get(&other_runner, StateScope::Runner, "model").await, None);
+    assert_eq!(
+        store
+            .state_list(&a, StateScope::Runner, None, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.key.as_str())
+            .collect::<Vec<_>>(),
+        ["model"]
+    );
+    assert!(
+        store
+            .state_list(&other_runner, StateScope::Runner, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Deletes: nothing of another owner's, then the owner's own.
+    assert!(
+        !store
+            .state_delete(&other_runner, StateScope::Runner, "model")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .state_delete(&other_subject, StateScope::Subject, "seen")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        get(&a, StateScope::Runner, "model").await,
+        Some(json!("opus"))
+    );
+    assert!(
+        store
+            .state_delete(&elsewhere, StateScope::Runner, "model")
+            .await
+            .unwrap()
+    );
+    assert_eq!(get(&a, StateScope::Runner, "model").await, None);
+    assert!(
+        store
+            .state_delete(&a, StateScope::Subject, "seen")
+            .await
+            .unwrap()
+    );
+    assert_eq!(get(&a, StateScope::Subject, "seen").await, None);
+    // A run without a subject has no subject state, said so.
+    let err = store
+        .state_get(&scope("c1"), StateScope::Subject, "seen")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err}");
+    assert!(err.message.contains("subject"), "{err}");
+
+    // Storage deletes: another plugin's or workspace's delete finds
+    // nothing and leaves the value; the owner's removes it for every
+    // runner of the plugin (or the workspace).
+    let mut sibling = a.clone();
+    sibling.runner_id = "plugin:langbot/harness-bridge/codex".into();
+    let mut other_workspace = a.clone();
+    other_workspace.workspace_id = Some("ws-2".into());
+    store
+        .storage_set(&a, StorageKind::Plugin, "blob", b"p")
+        .await
+        .unwrap();
+    store
+        .storage_set(&a, StorageKind::Workspace, "w", b"w")
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .storage_delete(&other_runner, StorageKind::Plugin, "blob")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .storage_delete(&other_workspace, StorageKind::Workspace, "w")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .storage_get(&other_workspace, StorageKind::Workspace, "w")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .storage_get(&a, StorageKind::Plugin, "blob")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"p"[..])
+    );
+    assert_eq!(
+        store
+            .storage_get(&a, StorageKind::Workspace, "w")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"w"[..])
+    );
+    assert!(
+        store
+            .storage_delete(&sibling, StorageKind::Plugin, "blob")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .storage_get(&a, StorageKind::Plugin, "blob")
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        !store
+            .storage_delete(&a, StorageKind::Plugin, "blob")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .storage_keys(&sibling, StorageKind::Plugin)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A PostgreSQL store a newer build migrated further is refused with
+/// what to do, for the host store's tables and for the run queue's, and
+/// nothing is applied; once the database is back to what this build
+/// knows, it opens as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_from_a_newer_build_is_refused() {
+    use harness_bridge::host::postgres::{MIGRATIONS, migrate, migrate_component};
+    use harness_bridge::host::prelude::*;
+    use harness_bridge::serve::cluster::MIGRATIONS as QUEUE;
+    let db = common::pg::database().await;
+    let store = PgHost::connect(&db.url).await.expect("store connects");
+    migrate_component(store.pool(), &db.name, "serve", QUEUE)
+        .await
+        .expect("the run queue migrates");
+    say(&store, "kept", "user", "written by this build").await;
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let versions = |component: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .query(
+                    "SELECT version FROM schema_migrations WHERE component = $1 ORDER BY version",
+                    &[&component],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get::<_, i64>(0))
+                .collect::<Vec<_>>()
+        }
+    };
+    for (component, known) in [("host", MIGRATIONS.len()), ("serve", QUEUE.len())] {
+        let (known, newer) = (known as i64, known as i64 + 1);
+        client
+            .execute(
+                "INSERT INTO schema_migrations (component, version, name, applied_at)
+                 VALUES ($1, $2, 'from a newer build', 0)",
+                &[&component, &newer],
+            )
+            .await
+            .unwrap();
+        let refusals = if component == "host" {
+            vec![
+                migrate(&db.url).await.map(|_| ()).unwrap_err(),
+                PgHost::connect(&db.url).await.map(|_| ()).unwrap_err(),
+            ]
+        } else {
+            vec![
+                migrate_component(store.pool(), &db.name, "serve", QUEUE)
+                    .await
+                    .map(|_| ())
+                    .unwrap_err(),
+            ]
+        };
+        for refused in refusals {
+            let err = refused.to_string();
+            assert!(
+                err.contains(&format!("{component} tables have schema version {newer}")),
+                "{err}"
+            );
+            assert!(err.contains(&format!("knows up to {known}")), "{err}");
+            assert!(err.contains("upgrade harness-bridge"), "{err}");
+        }
+        // Nothing was applied or recorded over it.
+        assert_eq!(versions(component).await, (1..=newer).collect::<Vec<_>>());
+        client
+            .execute(
+                "DELETE FROM schema_migrations WHERE component = $1 AND version = $2",
+                &[&component, &newer],
+            )
+            .await
+            .unwrap();
+    }
+    drop(store);
+    let store = PgHost::connect(&db.url).await.expect("a known store opens");
+    let page = store.conversation_history("kept", None, 10).await.unwrap();
+    assert_eq!(page.items.len(), 1);
 }

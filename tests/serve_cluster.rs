@@ -4,8 +4,11 @@
 //! per conversation, never two at once; an instance killed and another
 //! paused mid-load lose only their running turns (`interrupted`), their
 //! queued turns move to the instance left, and the paused one's late
-//! writes are refused; a cancel posted to one instance stops a turn
-//! running on another; any instance streams and answers for any run.
+//! writes are refused, and its harness, still running when it resumes,
+//! is killed by its self-fence at once; a cancel posted to one instance
+//! stops a turn running on another; any instance streams and answers for
+//! any run; a run id is taken once whichever instances see it, even at
+//! once; the queue bounds count every instance's turns (429).
 //!
 //! The harness is a script (the operator's spec adds it), as a harness it
 //! runs in its workspace; it notes in a log every turn it starts (`S`,
@@ -39,8 +42,10 @@ session_id_format: token
 install_hint: "the test writes it"
 "#;
 
-/// Notes the turn (its tag from the prompt, its folder), answers after
-/// `CLUSTER_THINK` seconds (a turn saying SLOW: 30), notes the end.
+/// Notes the turn (its tag from the prompt, its folder, its pid),
+/// answers after `CLUSTER_THINK` seconds (a turn saying SLOW: 30; one
+/// saying LONG says three lines, half a second apart, then is silent for
+/// five minutes), notes the end.
 const SCRIPT: &str = r#"#!/bin/sh
 prompt=$(cat)
 tag=$(printf '%s' "$prompt" | grep -o 'TURN:[A-Za-z0-9_.-]*' | head -n 1)
@@ -48,6 +53,14 @@ echo "S $tag $PWD $$" >> "$CLUSTER_LOG"
 echo '{"type":"system","subtype":"init","session_id":"cluster-1","mcp_servers":[]}'
 case "$prompt" in
   *SLOW*) sleep 30 ;;
+  *LONG*)
+    i=0
+    while [ "$i" -lt 3 ]; do
+      i=$((i + 1))
+      sleep 0.5
+      echo "{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"tick $i $tag\"}]},\"session_id\":\"cluster-1\"}"
+    done
+    sleep 300 ;;
   *) sleep "$CLUSTER_THINK" ;;
 esac
 echo "{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"done $tag\"}]},\"session_id\":\"cluster-1\"}"
@@ -86,11 +99,20 @@ impl Cluster {
 
     /// Start instance `name` on its own data folder.
     async fn instance(&self, name: &str) -> ServeProcess {
+        self.instance_with(
+            name,
+            "max_concurrent_runs: 4\nmax_queue_per_conversation: 8\n",
+        )
+        .await
+    }
+
+    /// Start instance `name` with `limits` (bridge.yaml lines).
+    async fn instance_with(&self, name: &str, limits: &str) -> ServeProcess {
         let data = Arc::new(tempfile::tempdir().unwrap());
         let config = format!(
             "store: {url}\ninstance_id: {name}\nlease_seconds: {lease}\nadapters: {adapters}\n\
              harness_binaries:\n  scripted: {script}\ndefault_harness: scripted\n\
-             max_concurrent_runs: 4\nmax_queue_per_conversation: 8\nshutdown_grace_seconds: 5\n\
+             {limits}shutdown_grace_seconds: 5\n\
              kill_grace_seconds: 1\nset_env:\n  CLUSTER_LOG: {log}\n  CLUSTER_THINK: \"{think}\"\n",
             url = self.url,
             lease = self.lease,
@@ -143,15 +165,46 @@ async fn accepted(
     text: &str,
     run_id: &str,
 ) -> reqwest::Response {
-    let response = server
+    let response = send(server, conversation, text, run_id).await;
+    assert_eq!(response.status(), 200, "{run_id}");
+    response
+}
+
+/// Post a turn; the answer as it comes.
+async fn send(
+    server: &ServeProcess,
+    conversation: &str,
+    text: &str,
+    run_id: &str,
+) -> reqwest::Response {
+    server
         .client
         .post(format!("{}/v1/runs", server.url))
         .body(json!({"conversation": conversation, "text": text, "run_id": run_id}).to_string())
         .send()
         .await
-        .expect("answered");
-    assert_eq!(response.status(), 200, "{run_id}");
+        .expect("answered")
+}
+
+/// A run's stream to its end, as results.
+async fn read_stream(response: reqwest::Response) -> Vec<Value> {
     response
+        .text()
+        .await
+        .expect("the stream")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a result per line"))
+        .collect()
+}
+
+/// A 429 answer's sentence, after checking it is one.
+async fn refused(response: reqwest::Response) -> String {
+    assert_eq!(response.status(), 429);
+    let body: Value = response.json().await.expect("a JSON body");
+    body["error"]
+        .as_str()
+        .expect("an error sentence")
+        .to_string()
 }
 
 /// Post turn `turn` of conversation `conversation`, wait until it is
@@ -364,23 +417,163 @@ async fn three_instances_run_every_turn_once_in_order_per_conversation() {
             assert_eq!(lines.len(), got["results"].as_array().unwrap().len());
         }
     }
-    // A run id is used once, whichever instance sees it again.
-    let again = servers[1]
-        .client
-        .post(format!("{}/v1/runs", servers[1].url))
-        .body(
-            json!({"conversation": conversation(5), "text": "again", "run_id": run_id(5, 1)})
-                .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.status(), 409);
+    // A run id is used once, whichever instance sees it again: turn 1
+    // of chat 5 was posted to instance (5 * 3 + 1) % 3; the others refuse
+    // it, and its record stays the one run it was.
+    let accepted_by = (5 * TURNS + 1) % 3;
+    for other in (0..3).filter(|i| *i != accepted_by) {
+        let server = &servers[other];
+        let again = server
+            .client
+            .post(format!("{}/v1/runs", server.url))
+            .body(
+                json!({"conversation": conversation(5), "text": "again", "run_id": run_id(5, 1)})
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 409, "instance {other}");
+        let body: Value = again.json().await.unwrap();
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("run-c5-1 exists")),
+            "{body}"
+        );
+    }
+    let got = record(&servers[0], &run_id(5, 1)).await;
+    assert_eq!(got["status"], "completed", "{got}");
+    assert!(!got.to_string().contains("again"), "{got}");
+    // A new run id reaching every instance at once: exactly one takes it,
+    // the others answer 409, and it runs once.
+    let body = json!({"conversation": "twice", "text": "TURN:twice.1 go", "run_id": "twice-1"});
+    let answers = futures::future::join_all(servers.iter().map(|server| {
+        server
+            .client
+            .post(format!("{}/v1/runs", server.url))
+            .body(body.to_string())
+            .send()
+    }))
+    .await;
+    let mut statuses: Vec<u16> = Vec::new();
+    let mut taken = Vec::new();
+    for answer in answers {
+        let answer = answer.expect("answered");
+        statuses.push(answer.status().as_u16());
+        if answer.status() == 200 {
+            taken.push(answer);
+        }
+    }
+    statuses.sort();
+    assert_eq!(statuses, [200, 409, 409]);
+    let results = read_stream(taken.pop().expect("one took it")).await;
+    assert_well_formed(&results);
+    assert_eq!(
+        results.last().unwrap()["type"],
+        "run.completed",
+        "{results:?}"
+    );
+    let started = cluster
+        .notes()
+        .iter()
+        .filter(|(kind, tag, _)| kind == "S" && tag == "TURN:twice.1")
+        .count();
+    assert_eq!(started, 1, "the run ran once");
 
     let servers = Arc::into_inner(servers).expect("no task holds the instances");
     for mut server in servers {
         assert!(server.stop().await.success());
         common::assert_none_left_under(&server.workspaces()).await;
+    }
+}
+
+/// The bounds count every instance's turns: a conversation's waiting
+/// turns, posted through two instances, fill its bound and the next is
+/// 429 at either; turns of other conversations fill the global bound the
+/// same way; and new turns racing for the last places, through both
+/// instances at once, get exactly the room left, never more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bounds_count_every_instance_s_turns() {
+    let cluster = Cluster::new("0.05", 10).await;
+    let limits = "max_concurrent_runs: 1\nmax_queue_per_conversation: 2\nmax_queued_total: 6\n";
+    let mut a = cluster.instance_with("a", limits).await;
+    let mut b = cluster.instance_with("b", limits).await;
+    let servers = [&a, &b];
+    // A slow turn on each instance's one slot: what comes next waits.
+    let mut streams = vec![
+        accepted(&a, "full", "TURN:full.1 SLOW", "full-1").await,
+        accepted(&b, "busy", "TURN:busy.1 SLOW", "busy-1").await,
+    ];
+    let started = Instant::now();
+    while cluster.notes().iter().filter(|(k, _, _)| k == "S").count() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "both slots run"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The conversation's bound: two waiting, through both instances.
+    streams.push(accepted(&b, "full", "TURN:full.2", "full-2").await);
+    streams.push(accepted(&a, "full", "TURN:full.3", "full-3").await);
+    for (i, server) in servers.iter().enumerate() {
+        let said = refused(send(server, "full", "TURN:full.4", &format!("full-4-{i}")).await).await;
+        assert_eq!(
+            said,
+            "this conversation already has 2 turns waiting; try again when one has run"
+        );
+    }
+
+    // The global bound (6): two wait; ten new conversations race for the
+    // four places left, five through each instance at once.
+    let racing = futures::future::join_all((0..10).map(|i| {
+        let server = servers[i % 2];
+        async move {
+            let id = format!("race-{i}");
+            let answer = send(server, &format!("race-{i}"), &format!("TURN:race.{i}"), &id).await;
+            (id, answer)
+        }
+    }))
+    .await;
+    let mut taken = Vec::new();
+    for (id, answer) in racing {
+        if answer.status() == 200 {
+            taken.push(id);
+            streams.push(answer);
+        } else {
+            let said = refused(answer).await;
+            assert_eq!(
+                said,
+                "the bridge already has 6 turns waiting (max_queued_total); try again shortly",
+                "{id}"
+            );
+        }
+    }
+    assert_eq!(taken.len(), 4, "exactly the room left: {taken:?}");
+    // Every instance agrees: the six wait, no more, and the next is refused.
+    for server in servers {
+        for id in &taken {
+            assert_eq!(record(server, id).await["status"], "queued", "{id}");
+        }
+        let said = refused(send(server, "late", "TURN:late.1", "late-1").await).await;
+        assert!(
+            said.contains("6 turns waiting (max_queued_total)"),
+            "{said}"
+        );
+        let missing = server
+            .client
+            .get(format!("{}/v1/runs/late-1", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(missing.status(), 404, "a refused turn is not kept");
+    }
+    drop(streams);
+    assert!(a.stop().await.success());
+    assert!(b.stop().await.success());
+    for root in [a.workspaces(), b.workspaces()] {
+        common::assert_none_left_under(&root).await;
     }
 }
 
@@ -407,8 +600,14 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     const CONVERSATIONS: usize = 45;
     const TURNS: usize = 3;
     let cluster = Cluster::new("0.6", 3).await;
-    let mut a = cluster.instance("a").await;
+    let lease = Duration::from_secs(cluster.lease);
+    // A turn on the instance about to be paused that runs longer than its
+    // pause, saying three lines and then nothing: only its instance's
+    // fence can stop it. b is alone when it is posted, so b runs it.
     let b = cluster.instance("b").await;
+    let long = accepted(&b, "long", "TURN:long.1 LONG", "long-1").await;
+    let long_pid = harness_pid(&cluster, "TURN:long.1").await;
+    let mut a = cluster.instance("a").await;
     let c = cluster.instance("c").await;
     let servers = [&a, &b, &c];
     // Accept every turn (each conversation's in order) before anything
@@ -428,9 +627,9 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     loop {
         let notes = cluster.notes();
         let running_on = |name: &str| {
-            notes
-                .iter()
-                .any(|(k, _, folder)| k == "S" && instance_of(folder, &roots) == name)
+            notes.iter().any(|(k, tag, folder)| {
+                k == "S" && tag != "TURN:long.1" && instance_of(folder, &roots) == name
+            })
         };
         if running_on("a") && running_on("b") {
             break;
@@ -438,6 +637,16 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
         assert!(started.elapsed() < Duration::from_secs(20), "{notes:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // What the long turn said before the pause was kept.
+    let before_pause = loop {
+        let got = record(&c, "long-1").await;
+        if got.to_string().contains("tick 3 ") {
+            break got;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(before_pause["status"], "running", "{before_pause}");
     signal(&a, nix::sys::signal::Signal::SIGKILL);
     signal(&b, nix::sys::signal::Signal::SIGSTOP);
     let _ = a.child.wait().await;
@@ -445,6 +654,7 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     for stream in posted {
         stream.abort();
     }
+    drop(long);
 
     // Every turn ends, as the instance left tells.
     let mut records = BTreeMap::new();
@@ -455,18 +665,49 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
             records.insert((conv, turn), got);
         }
     }
+    // The long turn was ended for its paused instance, its harness still
+    // running (a stopped bridge cannot stop it).
+    let long_end = ended(&c, "long-1", Duration::from_secs(30)).await;
+    assert_eq!(long_end["status"], "failed", "{long_end}");
+    assert_eq!(
+        long_end["results"].as_array().unwrap().last().unwrap()["data"]["code"],
+        "interrupted",
+        "{long_end}"
+    );
+    assert!(common::alive(long_pid), "the long turn's harness runs on");
     // The paused one wakes up: it finds its lease gone and its harnesses
     // stopped; nothing it still had to say is kept.
     let results_before: BTreeMap<(usize, usize), usize> = records
         .iter()
         .map(|(k, r)| (*k, r["results"].as_array().unwrap().len()))
         .collect();
+    assert!(stopped_at.elapsed() > lease, "the lease had lapsed");
     signal(&b, nix::sys::signal::Signal::SIGCONT);
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(
-        stopped_at.elapsed() > Duration::from_secs(3),
-        "the lease had lapsed"
+    let resumed = Instant::now();
+    // It fences itself at once, on its own clock: the long turn's harness
+    // is killed within about a lease (the harness's interrupt, then the
+    // kill after `kill_grace_seconds`), not left to run its five minutes.
+    while common::alive(long_pid) {
+        assert!(
+            resumed.elapsed() < lease + Duration::from_secs(2),
+            "the paused instance's harness still runs {:?} after it resumed",
+            resumed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let killed_after = resumed.elapsed();
+    common::assert_none_left_under(&b.workspaces()).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // What it said after the others ended it is nowhere: the record is
+    // as it was at its end, and the transcript has none of its lines.
+    let long_now = record(&c, "long-1").await;
+    assert_eq!(long_now["status"], long_end["status"]);
+    assert_eq!(
+        long_now["results"], long_end["results"],
+        "the long turn changed after its end"
     );
+    let history = c.get_json("/v1/conversations/long/history?limit=50").await;
+    assert!(!history.to_string().contains("tick"), "{history}");
 
     let notes = cluster.notes();
     let by = turns_by_conversation(&notes, &roots);
@@ -554,7 +795,8 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     }
     let b_log = b.log.lock().unwrap().join("\n");
     eprintln!(
-        "{} turns: {interrupted} interrupted, {moved} moved to c; the paused instance said:\n{}",
+        "{} turns: {interrupted} interrupted, {moved} moved to c; the long turn's harness was \
+         killed {killed_after:?} after the paused instance resumed, which said:\n{}",
         records.len(),
         b_log
             .lines()
@@ -563,12 +805,13 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
             .join("\n")
     );
     assert!(
-        b_log.contains("lease"),
-        "the paused instance said it lost its lease: {b_log}"
+        b_log.contains("no heartbeat for two thirds of the lease"),
+        "the paused instance fenced itself: {b_log}"
     );
     assert!(
-        b_log.contains("no longer holds its conversation") || b_log.contains("lost its fence"),
-        "the paused instance's late writes were refused: {b_log}"
+        b_log.contains("run long-1 no longer holds its conversation")
+            || b_log.contains("run long-1 lost its fence"),
+        "the long turn's late writes were refused: {b_log}"
     );
 
     // No harness process is left, of any instance.
@@ -579,6 +822,78 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     for (_, root) in &roots {
         common::assert_none_left_under(root).await;
     }
+}
+
+/// The pid of the harness that ran the turn tagged `tag`, once it started.
+async fn harness_pid(cluster: &Cluster, tag: &str) -> i32 {
+    let started = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(&cluster.log).unwrap();
+        if let Some(pid) = log
+            .lines()
+            .find(|l| l.starts_with(&format!("S {tag} ")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        {
+            return pid;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An instance whose heartbeat hangs in the database (its row locked by
+/// someone else, so the renewal waits without end, and no one can reap
+/// it either) still fences itself on its own clock: its harness is
+/// stopped within about two thirds of the lease, and once the database
+/// answers again the instance goes on taking turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_stuck_in_the_database_still_fences() {
+    let cluster = Cluster::new("0.05", 3).await;
+    let lease = Duration::from_secs(cluster.lease);
+    let mut b = cluster.instance("b").await;
+    let long = accepted(&b, "long", "TURN:long.1 LONG", "long-1").await;
+    let pid = harness_pid(&cluster, "TURN:long.1").await;
+    let (mut client, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let hold = client.transaction().await.unwrap();
+    hold.execute("SELECT 1 FROM instances WHERE id = 'b' FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let held = Instant::now();
+    while common::alive(pid) {
+        assert!(
+            held.elapsed() < lease,
+            "the harness still runs {:?} into the heartbeat's silence",
+            held.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stopped_after = held.elapsed();
+    assert!(
+        stopped_after > lease / 3,
+        "stopped by the fence, not before: {stopped_after:?}"
+    );
+    let said = b.log.lock().unwrap().join("\n");
+    assert!(
+        said.contains("no heartbeat for two thirds of the lease"),
+        "{said}"
+    );
+    hold.rollback().await.unwrap();
+    // The run ended (its end written once the database answered), and
+    // the instance, its heartbeat back, takes the next turn.
+    let results = read_stream(long).await;
+    assert_well_formed(&results);
+    assert_eq!(results.last().unwrap()["type"], "run.failed", "{results:?}");
+    let next = b
+        .results(json!({"conversation": "after", "text": "TURN:after.1", "run_id": "after-1"}))
+        .await;
+    assert_eq!(next.last().unwrap()["type"], "run.completed", "{next:?}");
+    eprintln!("the harness was stopped {stopped_after:?} into the heartbeat's silence");
+    assert!(b.stop().await.success());
+    common::assert_none_left_under(&b.workspaces()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -632,13 +947,7 @@ async fn a_cancel_posted_to_another_instance_stops_the_turn() {
         .unwrap();
     assert_eq!(cancelled.status(), 202);
 
-    let results: Vec<Value> = slow
-        .text()
-        .await
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let results = read_stream(slow).await;
     assert!(
         cancel_at.elapsed() < Duration::from_secs(10),
         "stopped at once"
@@ -658,13 +967,7 @@ async fn a_cancel_posted_to_another_instance_stops_the_turn() {
         Some(end),
         "the other instance streamed the same end"
     );
-    let second: Vec<Value> = queued
-        .text()
-        .await
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let second = read_stream(queued).await;
     assert_eq!(second.len(), 1, "{second:?}");
     assert_eq!(second[0]["data"]["code"], "cancelled");
     assert!(

@@ -149,7 +149,24 @@ pub fn is_url(store: &str) -> bool {
 /// milliseconds of statements.
 const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
 
-fn pool(url: &str) -> Result<Pool, PgOpenError> {
+/// How long opening a connection may take: the socket's connect (unless
+/// the URL sets `connect_timeout`), and the whole of a pooled
+/// connection's creation (connect, authenticate). A server that does not
+/// answer is an error the caller sees, not a wait without end.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a call waits for a free pooled connection.
+const POOL_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a dead peer may leave sent data unacknowledged before the
+/// connection fails (unless the URL sets `tcp_user_timeout`): a server
+/// gone from the network ends the calls on it instead of hanging them
+/// for the system default (about a quarter of an hour).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The connection settings of `url` as the store uses them: its
+/// sessions' limits and the timeouts above added to what the URL says.
+pub fn connection_config(url: &str) -> Result<tokio_postgres::Config, PgOpenError> {
     let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e: tokio_postgres::Error| PgOpenError::Url(e.to_string()))?;
@@ -162,6 +179,22 @@ fn pool(url: &str) -> Result<Pool, PgOpenError> {
         _ => limit,
     };
     config.options(&options);
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    Ok(config)
+}
+
+fn pool(url: &str) -> Result<Pool, PgOpenError> {
+    let config = connection_config(url)?;
+    let create = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(CONNECT_TIMEOUT)
+        .max(CONNECT_TIMEOUT);
     let manager = Manager::from_config(
         config,
         NoTls,
@@ -171,7 +204,9 @@ fn pool(url: &str) -> Result<Pool, PgOpenError> {
     );
     Pool::builder(manager)
         .max_size(POOL_SIZE)
-        .wait_timeout(Some(Duration::from_secs(30)))
+        .wait_timeout(Some(POOL_WAIT))
+        .create_timeout(Some(create))
+        .recycle_timeout(Some(CONNECT_TIMEOUT))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .map_err(|e| PgOpenError::Url(e.to_string()))

@@ -16,7 +16,7 @@ use super::{Cluster, ClusterEvent, describe};
 /// Connect once (so a bad URL fails the start), then listen in the
 /// background for as long as the cluster lives.
 pub(super) async fn start(cluster: Arc<Cluster>, url: &str) -> Result<(), String> {
-    let config: tokio_postgres::Config = url.parse().map_err(|e| describe(&e))?;
+    let config = crate::host::postgres::connection_config(url).map_err(|e| e.to_string())?;
     let first = open(&config).await?;
     let weak = Arc::downgrade(&cluster);
     drop(cluster);

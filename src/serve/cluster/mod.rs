@@ -21,7 +21,9 @@
 //!   while its row is still `running` under that fence (a
 //!   [`WriteGuard`]). An instance paused past its lease and resumed can
 //!   change nothing; and one that has not heartbeat for two thirds of its
-//!   lease stops its own harnesses before anyone can take over.
+//!   lease stops its own harnesses before anyone can take over, decided on
+//!   its own clock by a timer of its own, so a database call that hangs
+//!   cannot hold it back.
 //! - **Cancel anywhere.** A flag on the run and a `NOTIFY`; the owner also
 //!   re-reads the flags on every heartbeat (a notification is not durable).
 //! - **Results** are appended as produced (batched, one `NOTIFY` a batch),
@@ -92,10 +94,21 @@ pub struct Cluster {
     /// Runs being followed here, woken when their results or status change.
     watchers: Mutex<HashMap<String, Arc<Notify>>>,
     events: mpsc::UnboundedSender<ClusterEvent>,
-    /// When a heartbeat last went through.
+    /// When the last heartbeat that went through was sent.
     last_beat: Mutex<Instant>,
+    /// When this instance last fenced itself in the current silence
+    /// (`None` once a heartbeat goes through again).
+    fenced_at: Mutex<Option<Instant>>,
     /// Turns queued in all conversations, as of the last heartbeat.
     waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// Why a heartbeat did not go through.
+enum Silence {
+    /// The database said no, or could not be reached.
+    Failed(String),
+    /// No answer within the heartbeat's patience.
+    NoAnswer,
 }
 
 /// The write guard of a claimed run: its row is still `running` under the
@@ -144,6 +157,7 @@ impl Cluster {
             watchers: Mutex::new(HashMap::new()),
             events,
             last_beat: Mutex::new(Instant::now()),
+            fenced_at: Mutex::new(None),
             waiting: std::sync::atomic::AtomicUsize::new(0),
         });
         let interrupted = cluster.register().await.map_err(connect)?;
@@ -271,47 +285,78 @@ impl Cluster {
                 describe(&e)
             }
         })?;
-        *self.last_beat.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.heard(Instant::now());
         Ok(interrupted)
     }
 
-    /// Heartbeat, reap dead instances and re-read cancel flags, every
-    /// sixth of the lease, until `stop`.
-    pub async fn keep_alive(self: Arc<Self>, stop: CancellationToken) {
-        let period = (self.settings.lease / 6).max(Duration::from_millis(100));
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                () = stop.cancelled() => return,
-            }
-            self.beat().await;
-        }
+    /// A heartbeat sent at `sent` went through: the lease runs from then.
+    fn heard(&self, sent: Instant) {
+        *self.last_beat.lock().unwrap_or_else(|p| p.into_inner()) = sent;
+        *self.fenced_at.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
-    async fn beat(&self) {
-        // Two thirds of the lease without a heartbeat (a pause, a lost
-        // database): the others may soon take this instance's turns, so
-        // its harnesses stop now, before they can.
+    /// Stop this instance's harnesses when it has gone two thirds of its
+    /// lease without a heartbeat going through (a pause, a lost or hung
+    /// database): the others may soon take its turns. Decided on this
+    /// process's clock alone, no database call; said again every sixth
+    /// of the lease while the silence lasts (turns claimed meanwhile stop
+    /// too). Whether it is silent.
+    fn fence_if_silent(&self) -> bool {
         let since = self
             .last_beat
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .elapsed();
-        let fenced = since > self.settings.lease * 2 / 3;
-        if fenced {
+        if since <= self.settings.lease * 2 / 3 {
+            return false;
+        }
+        let mut fenced_at = self.fenced_at.lock().unwrap_or_else(|p| p.into_inner());
+        if fenced_at.is_some_and(|at| at.elapsed() < self.settings.lease / 6) {
+            return true;
+        }
+        if fenced_at.is_none() {
             tracing::error!(
                 instance = %self.settings.instance_id,
                 silent_ms = since.as_millis() as u64,
                 "no heartbeat for two thirds of the lease; stopping this instance's harnesses"
             );
-            let _ = self.events.send(ClusterEvent::Fenced);
         }
-        match self.renew().await {
-            Ok(true) => {
-                *self.last_beat.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-            }
+        *fenced_at = Some(Instant::now());
+        let _ = self.events.send(ClusterEvent::Fenced);
+        true
+    }
+
+    /// [`Cluster::fence_if_silent`] on a timer of its own, a twelfth of
+    /// the lease, until `stop`: a heartbeat stuck in a database call that
+    /// does not return cannot hold the fence back.
+    async fn watch_lease(self: Arc<Self>, stop: CancellationToken) {
+        let mut tick = ticker((self.settings.lease / 12).max(Duration::from_millis(50)));
+        while ticked(&mut tick, &stop).await {
+            self.fence_if_silent();
+        }
+    }
+
+    /// Heartbeat, reap dead instances and re-read cancel flags, every
+    /// sixth of the lease, until `stop`; and fence this instance when its
+    /// heartbeats stop going through.
+    pub async fn keep_alive(self: Arc<Self>, stop: CancellationToken) {
+        tokio::spawn(self.clone().watch_lease(stop.clone()));
+        let mut tick = ticker((self.settings.lease / 6).max(Duration::from_millis(100)));
+        while ticked(&mut tick, &stop).await {
+            self.beat().await;
+        }
+    }
+
+    async fn beat(&self) {
+        // First, on this process's clock: a heartbeat due after a pause
+        // fences before it asks the database anything.
+        let silent = self.fence_if_silent();
+        let sent = Instant::now();
+        // A call that does not return within a third of the lease is
+        // given up (the next beat tries again; the watchdog fences).
+        let patience = self.settings.lease / 3;
+        match self.renew(patience).await {
+            Ok(true) => self.heard(sent),
             Ok(false) => {
                 // Declared dead meanwhile: its turns were failed and its
                 // conversations freed. Stop what still runs and join again.
@@ -320,15 +365,43 @@ impl Cluster {
                     "this instance's lease lapsed and it was declared dead; its running turns \
                      were ended elsewhere; joining again"
                 );
-                if !fenced {
+                if !silent {
+                    *self.fenced_at.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(Instant::now());
                     let _ = self.events.send(ClusterEvent::Fenced);
                 }
-                if let Err(e) = self.register().await {
-                    tracing::error!("cannot join the cluster again: {e}");
+                match tokio::time::timeout(patience, self.register()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::error!("cannot join the cluster again: {e}"),
+                    Err(_) => tracing::error!(
+                        "cannot join the cluster again: no answer within {} ms",
+                        patience.as_millis()
+                    ),
                 }
             }
-            Err(e) => tracing::warn!("heartbeat failed: {e}"),
+            Err(Silence::Failed(e)) => tracing::warn!("heartbeat failed: {e}"),
+            Err(Silence::NoAnswer) => {
+                tracing::warn!(
+                    "heartbeat did not go through within {} ms; trying again",
+                    patience.as_millis()
+                );
+                return;
+            }
         }
+        if tokio::time::timeout(patience, self.look_around())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "cancel flags and dead instances were not read within {} ms",
+                patience.as_millis()
+            );
+        }
+    }
+
+    /// The rest of a heartbeat: cancel requests for this instance's runs,
+    /// instances whose lease lapsed, turns nobody runs.
+    async fn look_around(&self) {
         match self.cancel_flags().await {
             Ok(runs) => {
                 for run_id in runs {
@@ -364,24 +437,37 @@ impl Cluster {
         }
     }
 
-    /// Renew this start's lease; `false` when its row is gone (reaped).
-    async fn renew(&self) -> Result<bool, String> {
-        let client = self.client().await?;
-        let renewed = sql::execute(
-            &client,
-            "UPDATE instances SET heartbeat_at = hb_now_ms() WHERE id = $1 AND boot_id = $2",
-            &[&self.settings.instance_id, &self.boot],
-        )
-        .await
-        .map_err(|e| describe(&e))?;
-        let waiting: i64 = sql::query_one(
-            &client,
-            "SELECT count(*) FROM runs WHERE status = 'queued'",
-            &[],
-        )
-        .await
-        .and_then(|r| r.try_get(0))
-        .map_err(|e| describe(&e))?;
+    /// Renew this start's lease within `patience`; `false` when its row
+    /// is gone (reaped). A connection that did not answer in time is
+    /// closed, not put back in the pool with the statement still pending
+    /// on it for the next user to wait behind.
+    async fn renew(&self, patience: Duration) -> Result<bool, Silence> {
+        let client = tokio::time::timeout(patience, self.client())
+            .await
+            .map_err(|_| Silence::NoAnswer)?
+            .map_err(Silence::Failed)?;
+        let answered = tokio::time::timeout(patience, async {
+            let renewed = sql::execute(
+                &client,
+                "UPDATE instances SET heartbeat_at = hb_now_ms() WHERE id = $1 AND boot_id = $2",
+                &[&self.settings.instance_id, &self.boot],
+            )
+            .await?;
+            let waiting: i64 = sql::query_one(
+                &client,
+                "SELECT count(*) FROM runs WHERE status = 'queued'",
+                &[],
+            )
+            .await
+            .and_then(|r| r.try_get(0))?;
+            Ok::<_, tokio_postgres::Error>((renewed, waiting))
+        })
+        .await;
+        let Ok(answer) = answered else {
+            drop(deadpool_postgres::Object::take(client));
+            return Err(Silence::NoAnswer);
+        };
+        let (renewed, waiting) = answer.map_err(|e| Silence::Failed(describe(&e)))?;
         self.waiting.store(
             usize::try_from(waiting).unwrap_or(0),
             std::sync::atomic::Ordering::Relaxed,
@@ -444,6 +530,21 @@ impl Cluster {
         if let Err(e) = left.await {
             tracing::warn!("cannot leave the cluster cleanly (the lease will lapse): {e}");
         }
+    }
+}
+
+/// A timer every `period`; ticks missed (a pause) come late, not in a burst.
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+/// The next tick of `tick`; `false` once `stop` is cancelled.
+async fn ticked(tick: &mut tokio::time::Interval, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tick.tick() => true,
+        () = stop.cancelled() => false,
     }
 }
 

@@ -9,6 +9,10 @@ use super::{Cluster, Interrupted, describe, sql};
 use crate::protocol::{AgentRunResult, ResultPayload, RunFailed};
 use crate::serve::{QueueFull, RunStatus};
 
+/// The advisory lock that orders arrivals against the global bound
+/// (`max_queued_total`), the same key on every instance.
+const TOTAL_LOCK: i64 = 7_245_019_284;
+
 /// A turn this instance took to run.
 #[derive(Debug, Clone)]
 pub struct Claim {
@@ -151,6 +155,16 @@ impl Cluster {
         if (busy || queued > 0) && waiting >= self.settings.max_waiting {
             return Ok(Enqueued::Busy(QueueFull::Conversation(waiting)));
         }
+        // The global bound counts every conversation's turns, which
+        // arrivals in other conversations (other row locks) change
+        // meanwhile: one transaction-scoped lock, taken after the
+        // conversation's, orders every instance's count-and-insert, so
+        // concurrent arrivals cannot overshoot the bound. It is held for
+        // the count, the insert and the commit (a few round trips), and
+        // nothing else takes it, so it waits on no one.
+        sql::execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&TOTAL_LOCK])
+            .await
+            .map_err(db)?;
         let total: i64 = sql::query_one(
             &tx,
             "SELECT count(*) FROM runs WHERE status = 'queued'",
