@@ -98,6 +98,53 @@ async fn append_failure(
     Ok(())
 }
 
+/// End a run whose instance went away: when its results already end in a
+/// terminal one (the instance wrote it, then stopped before it recorded
+/// the run's end) the run ends as that says, with nothing appended (a
+/// stream has one terminal result); else `interrupted`, with a terminal
+/// result saying `why`. The run's row is updated already (`failed`,
+/// `interrupted`).
+async fn settle(
+    tx: &deadpool_postgres::Transaction<'_>,
+    run_id: &str,
+    last: i64,
+    why: &str,
+) -> Result<(), String> {
+    let db = |e: tokio_postgres::Error| describe(&e);
+    let said = sql::query_opt(
+        tx,
+        "SELECT body FROM run_results WHERE run_id = $1 AND seq = $2",
+        &[&run_id, &last],
+    )
+    .await
+    .map_err(db)?
+    .and_then(|row| row.try_get::<_, String>(0).ok())
+    .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok());
+    let ended = said
+        .as_ref()
+        .and_then(|result| match result["type"].as_str() {
+            Some("run.completed") => Some((RunStatus::Completed, None)),
+            Some("run.failed") => Some((
+                RunStatus::Failed,
+                result["data"]["code"].as_str().map(str::to_string),
+            )),
+            _ => None,
+        });
+    match ended {
+        Some((status, code)) => {
+            sql::execute(
+                tx,
+                "UPDATE runs SET status = $2, code = $3 WHERE run_id = $1",
+                &[&run_id, &status.as_str(), &code],
+            )
+            .await
+            .map_err(db)?;
+            Ok(())
+        }
+        None => append_failure(tx, run_id, last, crate::serve::INTERRUPTED, why).await,
+    }
+}
+
 pub(super) fn parse_status(name: &str) -> RunStatus {
     match name {
         "queued" => RunStatus::Queued,
@@ -544,11 +591,10 @@ impl Cluster {
             let run_id: String = row.try_get(0).map_err(db)?;
             let last: i64 = row.try_get(2).map_err(db)?;
             freed.push(row.try_get::<_, String>(1).map_err(db)?);
-            append_failure(
+            settle(
                 &tx,
                 &run_id,
                 last,
-                crate::serve::INTERRUPTED,
                 "the bridge instance running this turn went away before it finished; it is \
                  not run again",
             )
@@ -625,11 +671,10 @@ impl Cluster {
         for row in &rows {
             let run_id: String = row.try_get(0).map_err(db)?;
             let last: i64 = row.try_get(5).map_err(db)?;
-            append_failure(
+            settle(
                 &tx,
                 &run_id,
                 last,
-                crate::serve::INTERRUPTED,
                 "the bridge instance running this turn stopped (its lease lapsed) before it \
                  finished; it is not run again",
             )
