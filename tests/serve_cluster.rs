@@ -1178,7 +1178,7 @@ async fn migrate_and_host_work_on_the_shared_store() {
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("done TURN:c1.1"), "{out}");
-    let (code, _, err) = command(
+    let (code, out, err) = command(
         data.path(),
         &[
             "host",
@@ -1190,6 +1190,8 @@ async fn migrate_and_host_work_on_the_shared_store() {
         ],
     );
     assert_eq!(code, 0, "{err}");
+    // The scripted harness made no host call: the shared store says so.
+    assert_eq!(out.trim(), "no audit rows for run `shown-1`");
 
     let secret = cluster.url.replace("postgres@", "postgres:hunter2@");
     let (code, _, err) = command(

@@ -267,7 +267,14 @@ async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
             }
         }
         HostCommand::Audit { run, limit, json } => {
-            for row in store.audit_tail(run, limit).await? {
+            let rows = store.audit_tail(run.clone(), limit).await?;
+            if rows.is_empty() && !json {
+                match &run {
+                    Some(run) => out!("no audit rows for run `{run}`"),
+                    None => out!("no audit rows"),
+                }
+            }
+            for row in rows {
                 if json {
                     out!("{}", serde_json::to_string(&row).unwrap_or_default());
                 } else {
