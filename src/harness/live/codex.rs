@@ -486,6 +486,16 @@ mod tests {
             "decline"
         );
         assert!(live.permit(&request.id, &deny).is_empty());
+        // A patch waits the same way, as `apply_patch` with its reason; one
+        // that offers no `decline` is cancelled when refused.
+        let step = live.line(r#"{"method":"item/fileChange/requestApproval","id":2,"params":{"itemId":"p1","reason":"write notes.md","grantRoot":null,"availableDecisions":["accept","cancel"]}}"#);
+        let request = step.permission.expect("a patch asks too");
+        assert_eq!(request.tool, "apply_patch");
+        assert_eq!(request.input["reason"], "write notes.md");
+        assert_eq!(
+            sent(&live.permit(&request.id, &deny)[0])["result"]["decision"],
+            "cancel"
+        );
     }
 
     #[test]
