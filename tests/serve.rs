@@ -143,22 +143,6 @@ impl Server {
         self.post_body_in_background(ctx)
     }
 
-    /// A run's results as `GET /v1/runs/{id}` streams them (NDJSON).
-    async fn stream_of(&self, run_id: &str) -> Vec<Value> {
-        self.client
-            .get(format!("{}/v1/runs/{run_id}", self.url))
-            .header("accept", "application/x-ndjson")
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
     fn post_body_in_background(&self, body: Value) -> tokio::task::JoinHandle<String> {
         let client = self.client.clone();
         let url = self.url.clone();

@@ -399,20 +399,7 @@ async fn three_instances_run_every_turn_once_in_order_per_conversation() {
             let got = record(server, &id).await;
             assert_eq!(got["status"], "completed", "{got}");
             assert_eq!(got["conversation_id"], conversation(c));
-            let streamed = server
-                .client
-                .get(format!("{}/v1/runs/{id}", server.url))
-                .header("accept", "application/x-ndjson")
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            let lines: Vec<Value> = streamed
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
+            let lines = server.stream_of(&id).await;
             assert_well_formed(&lines);
             assert_eq!(lines.len(), got["results"].as_array().unwrap().len());
         }
@@ -916,20 +903,11 @@ async fn a_cancel_posted_to_another_instance_stops_the_turn() {
     };
     let (runner, other) = if runs_on == "a" { (&a, &b) } else { (&b, &a) };
     // The other instance streams it too, as it runs.
-    let watching = {
-        let (client, url) = (other.client.clone(), other.url.clone());
-        tokio::spawn(async move {
-            client
-                .get(format!("{url}/v1/runs/slow-1"))
-                .header("accept", "application/x-ndjson")
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        })
-    };
+    let watching = tokio::spawn(common::server::stream_of(
+        other.client.clone(),
+        other.url.clone(),
+        "slow-1".into(),
+    ));
     // The queued turn is dropped from the instance that does not hold it.
     let dropped = runner
         .client
@@ -956,12 +934,7 @@ async fn a_cancel_posted_to_another_instance_stops_the_turn() {
     let end = results.last().unwrap();
     assert_eq!(end["type"], "run.failed", "{results:?}");
     assert_eq!(end["data"]["code"], "cancelled", "{results:?}");
-    let seen: Vec<Value> = watching
-        .await
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let seen = watching.await.unwrap();
     assert_eq!(
         seen.last(),
         Some(end),

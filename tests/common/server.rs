@@ -174,6 +174,11 @@ impl ServeProcess {
             .expect("the turn's task")
     }
 
+    /// A run's results as `GET /v1/runs/{id}` streams them (NDJSON).
+    pub async fn stream_of(&self, run_id: &str) -> Vec<Value> {
+        stream_of(self.client.clone(), self.url.clone(), run_id.to_string()).await
+    }
+
     pub fn workspaces(&self) -> std::path::PathBuf {
         self.data.path().join("workspaces")
     }
@@ -212,4 +217,21 @@ pub async fn serve_claude(model_url: String, extra: &str) -> (ServeProcess, temp
         ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
     ];
     (ServeProcess::spawn(data, &config, &env).await, home)
+}
+
+/// A run's results as `GET URL/v1/runs/{id}` streams them (NDJSON), with
+/// owned arguments for a task of its own.
+pub async fn stream_of(client: reqwest::Client, url: String, run_id: String) -> Vec<Value> {
+    client
+        .get(format!("{url}/v1/runs/{run_id}"))
+        .header("accept", "application/x-ndjson")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
