@@ -115,7 +115,10 @@ fn bench(c: &mut Criterion) {
         )
         .expect("open");
     let host: GrantedHost = grants.granted(open.grant.clone());
-    let tools = tool_names(&open.grant.apis);
+    let tools = tool_names(
+        &open.grant.apis,
+        harness_bridge::interaction::Asking::default(),
+    );
     let fixed = Fixed {
         target: &target,
         tools: &tools,

@@ -139,7 +139,10 @@ async fn same_config() -> SameConfig {
             &GrantPolicy::default(),
         )
         .expect("run");
-    let names = harness_bridge::mcp::tool_names(&open.grant.apis);
+    let names = harness_bridge::mcp::tool_names(
+        &open.grant.apis,
+        harness_bridge::interaction::Asking::default(),
+    );
     let target = spec.target();
     let projection = project(
         &ProjectRequest {

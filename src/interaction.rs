@@ -50,9 +50,54 @@ pub struct Pending {
     pub id: String,
     /// Unix seconds.
     pub expires_at: i64,
+    /// Who may answer besides the operator's approvers: the actor whose
+    /// turn asked (`None`: a turn without an actor).
+    #[serde(default)]
+    pub asked_by: Option<Asker>,
     /// What was asked.
     #[serde(flatten)]
     pub ask: Ask,
+}
+
+/// The person whose turn asked: only they (or an approver the operator
+/// named) may answer, so in a group chat no one else's "yes" runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asker {
+    /// The host's id for them.
+    pub id: String,
+    /// How the chat names them, for the sentence others are told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Who sends this turn's input, and who else the operator lets answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Answerer<'a> {
+    /// The actor id of this turn (`None`: no actor).
+    pub id: Option<&'a str>,
+    /// Actor ids the operator lets answer anyone's request.
+    pub approvers: &'a [String],
+}
+
+impl Answerer<'_> {
+    /// Whether they may answer `pending`.
+    fn may_answer(&self, pending: &Pending) -> bool {
+        let own = pending.asked_by.as_ref().map(|a| a.id.as_str()) == self.id;
+        own || self
+            .id
+            .is_some_and(|id| self.approvers.iter().any(|a| a == id))
+    }
+}
+
+/// What a run may ask the person in the chat: the tools `ask_user` and
+/// `approve` are offered only where the answer can come back and the
+/// binding wants it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Asking {
+    /// `ask_user`: a question in words or by choice.
+    pub questions: bool,
+    /// `approve`: the harness's permission prompts (`approvals: chat`).
+    pub approvals: bool,
 }
 
 /// What a request asks.
@@ -86,6 +131,7 @@ impl Pending {
         Pending {
             id: format!("ask-{run_id}"),
             expires_at: now + EXPIRY_SECONDS,
+            asked_by: None,
             ask: Ask::Question { question, choices },
         }
     }
@@ -95,6 +141,7 @@ impl Pending {
         Pending {
             id: format!("approve-{run_id}"),
             expires_at: now + EXPIRY_SECONDS,
+            asked_by: None,
             ask: Ask::Approval {
                 tool: tool.to_string(),
                 input: input.clone(),
@@ -160,7 +207,7 @@ impl Pending {
             interaction_id: self.id.clone(),
             kind,
             title: clip(&title, 1000),
-            description: None,
+            description: self.shown_action(),
             fields,
             actions,
             expires_at: Some(self.expires_at),
@@ -186,9 +233,46 @@ impl Pending {
                 )
             }
             Ask::Approval { summary, .. } => format!(
-                "{harness} asks to {summary}.\n\nReply \"approve\" to let it do this once, or \"deny\"."
+                "{harness} asks to {summary}.\n\n{}\n\nReply \"approve\" to let it do this once, or \"deny\".",
+                self.shown_action().unwrap_or_default()
             ),
         }
+    }
+
+    /// The whole action an approval would allow, as the card shows it:
+    /// all of it, or past [`CARD_ACTION_CHARS`] its start, its length, its
+    /// digest and the name of the file that holds all of it
+    /// ([`Pending::attachment`]). Nothing the person cannot read runs.
+    pub fn shown_action(&self) -> Option<String> {
+        let Ask::Approval { tool, input, .. } = &self.ask else {
+            return None;
+        };
+        let whole = action_text(tool, input);
+        let length = whole.chars().count();
+        if length <= CARD_ACTION_CHARS {
+            return Some(whole);
+        }
+        let start: String = whole.chars().take(CARD_PREVIEW_CHARS).collect();
+        Some(format!(
+            "{start}\n…\n(That is only its start: the whole action is {length} characters, \
+             SHA-256 {}, attached as {}. Read all of it before you approve.)",
+            hex_digest(whole.as_bytes()),
+            self.attachment_name()
+        ))
+    }
+
+    /// The whole action as a file, when the card holds only its start:
+    /// its name and text.
+    pub fn attachment(&self) -> Option<(String, String)> {
+        let Ask::Approval { tool, input, .. } = &self.ask else {
+            return None;
+        };
+        let whole = action_text(tool, input);
+        (whole.chars().count() > CARD_ACTION_CHARS).then(|| (self.attachment_name(), whole))
+    }
+
+    fn attachment_name(&self) -> String {
+        format!("{}.txt", self.id)
     }
 
     /// Whether it is still open at `now` (Unix seconds).
@@ -229,19 +313,68 @@ pub fn summary(tool: &str, input: &Value) -> String {
     said.replace(['\n', '\r'], " ")
 }
 
+/// Longest action a card shows whole, in characters.
+pub const CARD_ACTION_CHARS: usize = 3000;
+/// How much of a longer action the card shows before saying where the rest is.
+const CARD_PREVIEW_CHARS: usize = 1500;
+/// Largest action that can be asked about at all: the whole of it must
+/// reach the person (as an attached file, inline), or it does not run.
+pub const MAX_ACTION_BYTES: usize = crate::protocol::INLINE_ARTIFACT_MAX_BYTES;
+
+/// The whole action as the person reads it: the tool, then every argument
+/// with keys in a fixed order, text as it is (a value of several lines
+/// indented under its key, so no value can pass for another key), other
+/// values as JSON.
+pub fn action_text(tool: &str, input: &Value) -> String {
+    let mut text = format!("tool: {tool}");
+    let Value::Object(map) = canonical(input) else {
+        text.push_str(&format!("\ninput: {}", canonical(input)));
+        return text;
+    };
+    for (key, value) in map {
+        let value = match value {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        if value.contains(['\n', '\r']) {
+            text.push_str(&format!("\n{key}:"));
+            for line in value.lines() {
+                text.push_str(&format!("\n    {line}"));
+            }
+        } else {
+            text.push_str(&format!("\n{key}: {value}"));
+        }
+    }
+    text
+}
+
+fn hex_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Why an action cannot be put to the person, if it cannot: one the
+/// chat could not show whole would be approved unread.
+fn unshowable(tool: &str, input: &Value) -> Option<String> {
+    let size = action_text(tool, input).len();
+    (size > MAX_ACTION_BYTES).then(|| {
+        format!(
+            "This action is too large for the user to read in the chat ({size} bytes; at most \
+             {MAX_ACTION_BYTES}), so it cannot be approved. Do it in smaller steps."
+        )
+    })
+}
+
 /// The identity of an action: the tool and its arguments, with object keys
 /// in a fixed order, hashed. An approval allows the action with this
 /// fingerprint and no other.
 pub fn fingerprint(tool: &str, input: &Value) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(tool.as_bytes());
-    hasher.update([0]);
-    hasher.update(canonical(input).to_string().as_bytes());
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let mut bytes = tool.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend(canonical(input).to_string().as_bytes());
+    hex_digest(&bytes)
 }
 
 fn canonical(value: &Value) -> Value {
@@ -279,6 +412,10 @@ pub enum Reply {
     /// A card's answer to a request that is not open: the person is told
     /// this sentence and nothing runs.
     Stale(String),
+    /// Input from someone who may not answer the open request (another
+    /// member of a group chat): they are told this sentence, nothing runs
+    /// and the request stays open for the one who may.
+    NotYours(String),
 }
 
 impl Reply {
@@ -287,19 +424,40 @@ impl Reply {
         match self {
             Reply::Unrelated { expired } => *expired,
             Reply::Answer { .. } => true,
-            Reply::Stale(_) => false,
+            Reply::Stale(_) | Reply::NotYours(_) => false,
         }
     }
 }
 
-/// Read this turn's input against the open request, if any.
+/// Read this turn's input, sent by `from`, against the open request, if
+/// any. Only the actor whose turn asked, or an approver the operator
+/// named, answers it; anyone else's input answers nothing and runs nothing
+/// while it is open.
 pub fn reply(
     pending: Option<&Pending>,
     submission: Option<&InteractionSubmission>,
     text: &str,
+    from: Answerer<'_>,
     now: i64,
 ) -> Reply {
     let open = pending.filter(|p| p.is_open(now));
+    if let Some(pending) = open.filter(|p| !from.may_answer(p)) {
+        let who = pending
+            .asked_by
+            .as_ref()
+            .map_or("the person whose message it answers".to_string(), |a| {
+                a.name.clone().unwrap_or_else(|| a.id.clone())
+            });
+        let what = match pending.ask {
+            Ask::Question { .. } => "a question",
+            Ask::Approval { .. } => "an approval",
+        };
+        return Reply::NotYours(format!(
+            "The agent is waiting for {who} to answer {what}; only they (or an approver the \
+             operator named) can answer it, so nothing was run. Try again once it is answered \
+             or has expired."
+        ));
+    }
     if let Some(submission) = submission {
         let Some(pending) = open.filter(|p| p.id == submission.interaction_id) else {
             return Reply::Stale(
@@ -352,13 +510,11 @@ fn answer_text(pending: &Pending, text: &str) -> Reply {
                 .trim()
                 .trim_matches(|c: char| c.is_ascii_punctuation())
                 .to_lowercase();
+            // Few words, none of which a reply to something else would
+            // be by accident ("ok", "1" and "y" answer too many questions).
             match word.as_str() {
-                "approve" | "approved" | "yes" | "y" | "ok" | "allow" | "1" => {
-                    decided(summary, fingerprint, true, None)
-                }
-                "deny" | "denied" | "no" | "n" | "reject" | "2" => {
-                    decided(summary, fingerprint, false, None)
-                }
+                "approve" | "approved" | "yes" => decided(summary, fingerprint, true, None),
+                "deny" | "denied" | "no" => decided(summary, fingerprint, false, None),
                 _ => decided(summary, fingerprint, false, Some(text)),
             }
         }
@@ -447,6 +603,7 @@ impl Decision {
 struct Slot {
     approved: Option<String>,
     asked: Option<Pending>,
+    asking: Asking,
 }
 
 /// Every live run's interactions, by run id.
@@ -456,15 +613,24 @@ pub struct Interactions {
 }
 
 impl Interactions {
-    /// Open the run's slot, with the action an answer approved for it.
-    pub fn open(&self, run_id: &str, approved: Option<String>) {
+    /// Open the run's slot, with the action an answer approved for it and
+    /// what it may ask.
+    pub fn open(&self, run_id: &str, approved: Option<String>, asking: Asking) {
         self.lock().insert(
             run_id.to_string(),
             Slot {
                 approved,
                 asked: None,
+                asking,
             },
         );
+    }
+
+    /// What run `run_id` may ask the person (nothing once it is over).
+    pub fn asking(&self, run_id: &str) -> Asking {
+        self.lock()
+            .get(run_id)
+            .map_or(Asking::default(), |slot| slot.asking)
     }
 
     /// Close the run's slot, giving the request it made, if any.
@@ -503,6 +669,9 @@ impl Interactions {
         let slot = runs
             .get_mut(run_id)
             .ok_or_else(|| "the run is over".to_string())?;
+        if !slot.asking.questions {
+            return Err("this run cannot ask the user anything".into());
+        }
         if slot.asked.is_some() {
             return Err(
                 "this turn has already asked the user; end the turn and wait for the answer".into(),
@@ -532,6 +701,12 @@ impl Interactions {
         input: &Value,
         now: i64,
     ) -> Option<Decision> {
+        if let Some(why) = unshowable(tool, input) {
+            return Some(Decision::Deny {
+                message: why,
+                interrupt: false,
+            });
+        }
         match self.decide(run_id, tool, input, now) {
             Decision::Deny {
                 interrupt: false, ..
@@ -564,9 +739,21 @@ impl Interactions {
                 interrupt: true,
             };
         };
+        if !slot.asking.approvals {
+            return Decision::Deny {
+                message: "no one is asked about actions in this run".into(),
+                interrupt: true,
+            };
+        }
         if slot.approved.as_deref() == Some(fingerprint(tool, input).as_str()) {
             slot.approved = None;
             return Decision::Allow(input.clone());
+        }
+        if let Some(why) = unshowable(tool, input) {
+            return Decision::Deny {
+                message: why,
+                interrupt: false,
+            };
         }
         if slot.asked.is_some() {
             return Decision::Deny {
@@ -619,6 +806,15 @@ mod tests {
     use super::*;
 
     const NOW: i64 = 1_800_000_000;
+    const BOTH: Asking = Asking {
+        questions: true,
+        approvals: true,
+    };
+    /// Whoever asked in these tests: no actor.
+    const ASKER: Answerer<'static> = Answerer {
+        id: None,
+        approvers: &[],
+    };
 
     fn submission(id: &str, action: Option<&str>, values: Value) -> InteractionSubmission {
         InteractionSubmission {
@@ -637,16 +833,18 @@ mod tests {
             vec!["red".into(), "blue".into()],
             NOW,
         );
-        let Reply::Answer { prompt, approved } = reply(Some(&q), None, " 2 ", NOW + 5) else {
+        let Reply::Answer { prompt, approved } = reply(Some(&q), None, " 2 ", ASKER, NOW + 5)
+        else {
             panic!("an answer")
         };
         assert!(prompt.contains("Their answer: blue"), "{prompt}");
         assert_eq!(approved, None);
-        let Reply::Answer { prompt, .. } = reply(Some(&q), None, "green, please", NOW) else {
+        let Reply::Answer { prompt, .. } = reply(Some(&q), None, "green, please", ASKER, NOW)
+        else {
             panic!("an answer")
         };
         assert!(prompt.contains("Their answer: green, please"), "{prompt}");
-        let Reply::Answer { prompt, .. } = reply(Some(&q), None, "7", NOW) else {
+        let Reply::Answer { prompt, .. } = reply(Some(&q), None, "7", ASKER, NOW) else {
             panic!("an answer")
         };
         assert!(prompt.contains("Their answer: 7"), "{prompt}");
@@ -656,7 +854,7 @@ mod tests {
     fn an_approval_allows_that_one_action_once_and_nothing_else() {
         let input = json!({"command": "rm -rf build", "description": "clean"});
         let asked = Interactions::default();
-        asked.open("r1", None);
+        asked.open("r1", None, BOTH);
         let first = asked.decide("r1", "Bash", &input, NOW);
         assert!(matches!(
             first,
@@ -681,12 +879,13 @@ mod tests {
                 .contains("run `rm -rf build`")
         );
 
-        let Reply::Answer { approved, .. } = reply(Some(&pending), None, "Approve!", NOW + 60)
+        let Reply::Answer { approved, .. } =
+            reply(Some(&pending), None, "Approve!", ASKER, NOW + 60)
         else {
             panic!("an answer")
         };
         let answering = Interactions::default();
-        answering.open("r2", approved);
+        answering.open("r2", approved, BOTH);
         // Same action, keys in another order: the same action.
         let same = json!({"description": "clean", "command": "rm -rf build"});
         let other = json!({"command": "rm -rf /", "description": "clean"});
@@ -698,7 +897,7 @@ mod tests {
             answering.close("r2").map(|p| p.ask),
             Some(Pending::approval("r2", "Bash", &other, NOW).ask)
         );
-        answering.open("r3", Some(fingerprint("Bash", &input)));
+        answering.open("r3", Some(fingerprint("Bash", &input)), BOTH);
         assert_eq!(
             answering.decide("r3", "Bash", &same, NOW),
             Decision::Allow(same.clone())
@@ -718,7 +917,8 @@ mod tests {
             ("No.", true, false),
             ("use dir instead", true, true),
         ] {
-            let Reply::Answer { prompt, approved } = reply(Some(&pending), None, text, NOW) else {
+            let Reply::Answer { prompt, approved } = reply(Some(&pending), None, text, ASKER, NOW)
+            else {
                 panic!("an answer")
             };
             assert_eq!(approved, None, "{text}");
@@ -732,7 +932,7 @@ mod tests {
         let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
         let card = submission(&pending.id, Some("approve"), json!({}));
         assert!(matches!(
-            reply(Some(&pending), Some(&card), "approve", NOW),
+            reply(Some(&pending), Some(&card), "approve", ASKER, NOW),
             Reply::Answer {
                 approved: Some(_),
                 ..
@@ -740,19 +940,26 @@ mod tests {
         ));
         let other = submission("approve-r0", Some("approve"), json!({}));
         assert!(matches!(
-            reply(Some(&pending), Some(&other), "approve", NOW),
+            reply(Some(&pending), Some(&other), "approve", ASKER, NOW),
             Reply::Stale(_)
         ));
-        let late = reply(Some(&pending), Some(&card), "approve", pending.expires_at);
+        let late = reply(
+            Some(&pending),
+            Some(&card),
+            "approve",
+            ASKER,
+            pending.expires_at,
+        );
         assert!(matches!(late, Reply::Stale(_)));
         assert!(!late.clears());
         assert!(matches!(
-            reply(None, Some(&card), "approve", NOW),
+            reply(None, Some(&card), "approve", ASKER, NOW),
             Reply::Stale(_)
         ));
         let q = Pending::question("r1", "Which?".into(), vec!["a".into(), "b".into()], NOW);
         let picked = submission(&q.id, Some("submit"), json!({"answer": "2"}));
-        let Reply::Answer { prompt, .. } = reply(Some(&q), Some(&picked), "submit", NOW) else {
+        let Reply::Answer { prompt, .. } = reply(Some(&q), Some(&picked), "submit", ASKER, NOW)
+        else {
             panic!("an answer")
         };
         assert!(prompt.contains("Their answer: b"), "{prompt}");
@@ -761,11 +968,11 @@ mod tests {
     #[test]
     fn a_lapsed_request_is_cleared_and_the_message_goes_through() {
         let q = Pending::question("r1", "Which?".into(), Vec::new(), NOW);
-        let late = reply(Some(&q), None, "hello", q.expires_at + 1);
+        let late = reply(Some(&q), None, "hello", ASKER, q.expires_at + 1);
         assert_eq!(late, Reply::Unrelated { expired: true });
         assert!(late.clears());
         assert_eq!(
-            reply(None, None, "hello", NOW),
+            reply(None, None, "hello", ASKER, NOW),
             Reply::Unrelated { expired: false }
         );
     }
@@ -773,7 +980,7 @@ mod tests {
     #[test]
     fn claude_codes_own_question_tool_becomes_a_question() {
         let asked = Interactions::default();
-        asked.open("r1", None);
+        asked.open("r1", None, BOTH);
         let input = json!({"questions": [{"question": "Tabs or spaces?", "header": "Style",
             "options": [{"label": "Tabs", "description": ""}, {"label": "Spaces", "description": ""}],
             "multiSelect": false}]});
@@ -794,7 +1001,7 @@ mod tests {
     fn one_question_per_turn_and_bad_questions_are_refused() {
         let asked = Interactions::default();
         assert!(asked.ask("gone", "Q?", &[], NOW).is_err());
-        asked.open("r1", None);
+        asked.open("r1", None, BOTH);
         assert!(asked.ask("r1", "  ", &[], NOW).is_err());
         assert!(asked.ask("r1", "Q?", &["".into()], NOW).is_err());
         assert!(
@@ -808,5 +1015,145 @@ mod tests {
         let stored = serde_json::to_value(&pending).unwrap();
         assert_eq!(Pending::from_state(Some(&stored)), Some(pending));
         assert_eq!(Pending::from_state(Some(&Value::Null)), None);
+    }
+
+    fn asked_by(id: &str) -> Pending {
+        let mut pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        pending.asked_by = Some(Asker {
+            id: id.into(),
+            name: Some("Ada".into()),
+        });
+        pending
+    }
+
+    #[test]
+    fn only_the_asker_or_an_approver_answers_and_others_run_nothing() {
+        let pending = asked_by("u1");
+        let card = submission(&pending.id, Some("approve"), json!({}));
+        let approvers = ["boss".to_string()];
+        let from = |id: Option<&'static str>| Answerer {
+            id,
+            approvers: &approvers,
+        };
+        for (submitted, text) in [(None, "yes"), (Some(&card), "approve"), (None, "hello")] {
+            for other in [Some("u2"), None] {
+                let got = reply(Some(&pending), submitted, text, from(other), NOW);
+                let Reply::NotYours(sentence) = &got else {
+                    panic!("{other:?} answered: {got:?}")
+                };
+                assert!(sentence.contains("Ada"), "{sentence}");
+                assert!(!got.clears());
+            }
+        }
+        for who in [Some("u1"), Some("boss")] {
+            assert!(matches!(
+                reply(Some(&pending), Some(&card), "approve", from(who), NOW),
+                Reply::Answer {
+                    approved: Some(_),
+                    ..
+                }
+            ));
+        }
+        // A lapsed request holds no one back.
+        assert_eq!(
+            reply(
+                Some(&pending),
+                None,
+                "hello",
+                from(Some("u2")),
+                pending.expires_at
+            ),
+            Reply::Unrelated { expired: true }
+        );
+    }
+
+    #[test]
+    fn only_a_few_plain_words_approve() {
+        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        for word in ["ok", "y", "1", "allow", "sure", "OK!"] {
+            let got = reply(Some(&pending), None, word, ASKER, NOW);
+            assert!(
+                matches!(got, Reply::Answer { approved: None, .. }),
+                "{word}: {got:?}"
+            );
+        }
+        for word in ["approve", "Yes.", "APPROVED"] {
+            let got = reply(Some(&pending), None, word, ASKER, NOW);
+            assert!(
+                matches!(
+                    got,
+                    Reply::Answer {
+                        approved: Some(_),
+                        ..
+                    }
+                ),
+                "{word}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_card_shows_the_whole_action_or_says_where_all_of_it_is() {
+        let tail = "; cat ~/.ssh/id_rsa >> notes.txt";
+        let command = format!("echo {}{tail}", "a".repeat(400));
+        let pending = Pending::approval("r1", "Bash", &json!({"command": command}), NOW);
+        let card = pending.request("Claude Code");
+        let shown = card.description.clone().expect("the action");
+        assert!(shown.contains(tail), "{shown}");
+        assert!(card.fallback_text.contains(tail), "{}", card.fallback_text);
+        assert_eq!(pending.attachment(), None);
+
+        let write = json!({"file_path": "a.txt", "content": "line one\ncommand: ls\nline three"});
+        let pending = Pending::approval("r2", "Write", &write, NOW);
+        let shown = pending.shown_action().expect("the action");
+        assert!(
+            shown.contains("content:\n    line one\n    command: ls\n    line three"),
+            "{shown}"
+        );
+
+        let long = format!("{}{tail}", "b".repeat(CARD_ACTION_CHARS));
+        let pending = Pending::approval("r3", "Bash", &json!({"command": long}), NOW);
+        let shown = pending.shown_action().expect("the action");
+        assert!(!shown.contains(tail), "{shown}");
+        let (name, whole) = pending.attachment().expect("attached");
+        assert_eq!(name, "approve-r3.txt");
+        assert!(whole.ends_with(tail), "{whole}");
+        assert!(shown.contains(&name), "{shown}");
+        assert!(shown.contains(&hex_digest(whole.as_bytes())), "{shown}");
+        assert!(
+            shown.contains(&whole.chars().count().to_string()),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn an_action_too_large_to_show_is_denied_without_asking() {
+        let asked = Interactions::default();
+        asked.open("r1", None, BOTH);
+        let huge = json!({"command": "x".repeat(MAX_ACTION_BYTES + 1)});
+        let Decision::Deny { message, .. } = asked.decide("r1", "Bash", &huge, NOW) else {
+            panic!("allowed")
+        };
+        assert!(message.contains("too large"), "{message}");
+        assert!(matches!(
+            asked.decide_live("r1", "Bash", &huge, NOW),
+            Some(Decision::Deny { .. })
+        ));
+        assert_eq!(asked.close("r1"), None);
+    }
+
+    #[test]
+    fn a_run_asks_only_what_it_was_opened_for() {
+        let asked = Interactions::default();
+        asked.open("r1", None, Asking::default());
+        assert!(asked.ask("r1", "Q?", &[], NOW).is_err());
+        assert!(matches!(
+            asked.decide("r1", "Bash", &json!({"command": "ls"}), NOW),
+            Decision::Deny {
+                interrupt: true,
+                ..
+            }
+        ));
+        assert_eq!(asked.close("r1"), None);
     }
 }

@@ -119,7 +119,7 @@ async fn host_commands_show_history_state_and_audit() {
     let host = f.grants.granted(run.grant.clone());
     host.call(&StateSetCall {
         scope: StateScope::Conversation,
-        key: "external.session_id".into(),
+        key: "notes.session_id".into(),
         value: json!("sess-1"),
     })
     .await
@@ -149,7 +149,7 @@ async fn host_commands_show_history_state_and_audit() {
         "conversation",
         "group_1",
     ]);
-    assert_eq!(stdout(&out).trim(), "external.session_id = \"sess-1\"");
+    assert_eq!(stdout(&out).trim(), "notes.session_id = \"sess-1\"");
 
     let out = Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
         .args(["host", "audit", "--run", "run-cli"])
@@ -159,7 +159,7 @@ async fn host_commands_show_history_state_and_audit() {
     let text = stdout(&out);
     assert!(
         text.contains(
-            "run-cli state_set state:conversation/external.session_id conversation:group_1 ok"
+            "run-cli state_set state:conversation/notes.session_id conversation:group_1 ok"
         ),
         "{text}"
     );

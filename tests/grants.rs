@@ -92,6 +92,74 @@ async fn last_audit(f: &common::Fixture) -> harness_bridge::host::AuditEntry {
         .entry
 }
 
+/// The bridge's own keys (`external.*`: the open request, the resume
+/// pointer) are read-only to a run in every scope and any case: a write or
+/// a delete is `unauthorized`, audited, and changes nothing.
+#[tokio::test]
+async fn the_bridges_own_keys_are_read_only_to_a_run() {
+    use harness_bridge::host::calls::StateDeleteCall;
+    let f = fixture();
+    let run = f.open("run-keys", "c1", &GrantPolicy::default());
+    let scope = run.grant.scope.clone();
+    f.store
+        .state_set(
+            &scope,
+            StateScope::Conversation,
+            "external.session_id",
+            &json!("kept"),
+        )
+        .await
+        .unwrap();
+    let host = f.grants.authorize(run.token.expose()).await.unwrap();
+    for key in [
+        "external.pending_interaction",
+        "external.session_id",
+        "External.Session_Id",
+        " external.harness",
+    ] {
+        for scope in [
+            StateScope::Conversation,
+            StateScope::Actor,
+            StateScope::Runner,
+        ] {
+            let err = host
+                .call(&state_set(scope, key, &json!({"forged": true})))
+                .await
+                .unwrap_err();
+            assert_eq!(err.code, ErrorCode::Unauthorized, "{key}: {err:?}");
+            assert!(err.message.contains("bridge's own keys"), "{err:?}");
+            let audit = last_audit(&f).await;
+            assert_eq!(
+                (audit.action.as_str(), audit.outcome.as_str()),
+                ("state_set", "unauthorized")
+            );
+        }
+        let err = host
+            .call(&StateDeleteCall {
+                scope: StateScope::Conversation,
+                key: key.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::Unauthorized, "{key}: {err:?}");
+    }
+    // Read as ever, and unchanged.
+    assert_eq!(
+        host.call(&state_get(StateScope::Conversation, "external.session_id"))
+            .await
+            .unwrap(),
+        Some(json!("kept"))
+    );
+    // A key that only looks alike is the run's own.
+    host.call(&state_set(
+        StateScope::Conversation,
+        "externals.notes",
+        &json!(1),
+    ))
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn allowed_calls_read_real_data_and_are_audited() {
     let f = fixture();
@@ -102,13 +170,13 @@ async fn allowed_calls_read_real_data_and_are_audited() {
     assert_eq!(got.items[0].content.as_deref(), Some("hello from c1"));
     host.call(&state_set(
         StateScope::Conversation,
-        "external.session_id",
+        "notes.session_id",
         &json!("s"),
     ))
     .await
     .unwrap();
     assert_eq!(
-        host.call(&state_get(StateScope::Conversation, "external.session_id"))
+        host.call(&state_get(StateScope::Conversation, "notes.session_id"))
             .await
             .unwrap(),
         Some(json!("s"))

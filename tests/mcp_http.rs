@@ -340,8 +340,6 @@ async fn a_narrow_grant_lists_and_allows_only_its_tools() {
         names,
         [
             "get_current_event",
-            "ask_user",
-            "approve",
             "read_files",
             "history_page",
             "state_get",
@@ -352,6 +350,18 @@ async fn a_narrow_grant_lists_and_allows_only_its_tools() {
     );
     let search = call(&c, "history_search", json!({"query": "x"})).await;
     assert!(error_text(&search).starts_with("unauthorized: "));
+    // A run not opened to ask the person (no conversation's answer can
+    // reach it, or its binding says no) has no `ask_user` or `approve`.
+    for (tool, args) in [
+        ("ask_user", json!({"question": "Which?"})),
+        (
+            "approve",
+            json!({"tool_name": "Bash", "input": {"command": "ls"}}),
+        ),
+    ] {
+        let refused = call(&c, tool, args).await;
+        assert!(error_text(&refused).starts_with("not_found: "), "{tool}");
+    }
     c.cancel().await.unwrap();
     s.http.shutdown().await;
 }
@@ -973,6 +983,11 @@ async fn tools_list_matches_its_snapshot() {
             &GrantPolicy::default(),
         )
         .unwrap();
+    // A run that may ask the person anything (as `Bridge::run` opens one
+    // under `approvals: chat`).
+    s.tools
+        .interactions()
+        .open("run-snap", None, common::ALL_ASKING);
     let c = client(s.http.url(), run.token.expose()).await.unwrap();
     let listed: Vec<Value> = c
         .list_all_tools()

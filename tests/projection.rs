@@ -836,7 +836,7 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
     let host = f.grants.granted(open.grant.clone());
     let templates = Templates::load(None).unwrap();
     let t = target("claude-code");
-    let tools = tool_names(&open.grant.apis);
+    let tools = tool_names(&open.grant.apis, common::ALL_ASKING);
     let request = ProjectRequest {
         ctx: &c,
         target: &t,

@@ -14,7 +14,11 @@ use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
-    let names = tool_names(&Api::ALL.into_iter().collect::<BTreeSet<_>>());
+    let all = harness_bridge::interaction::Asking {
+        questions: true,
+        approvals: true,
+    };
+    let names = tool_names(&Api::ALL.into_iter().collect::<BTreeSet<_>>(), all);
     let pick = usize::from(input.byte());
     let (name, known) = match names.get(pick) {
         Some(name) => (*name, true),

@@ -11,7 +11,7 @@ use super::input::read_context;
 use crate::harness;
 use crate::host::{GrantPolicy, Grants};
 use crate::mcp::tool_names;
-use crate::projection::{ProjectRequest, Projection, WriteOutcome, project};
+use crate::projection::{Binding, ProjectRequest, Projection, WriteOutcome, project};
 
 /// Placeholder endpoint for a preview; a real run passes its own server's.
 const PREVIEW_MCP_URL: &str = "http://127.0.0.1:8765/mcp";
@@ -135,7 +135,14 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
         }
     };
     let granted = grants.granted(open.grant.clone());
-    let tools = tool_names(&open.grant.apis);
+    let asking = match Binding::from_config(&ctx.config) {
+        Ok(binding) => binding.asking(ctx.conversation_id().is_some()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let tools = tool_names(&open.grant.apis, asking);
     let target = info.target();
     let request = ProjectRequest {
         ctx: &ctx,

@@ -237,6 +237,20 @@ impl HarnessProcess {
         left
     }
 
+    /// While the harness lives on between turns: kill what the turn
+    /// detached from it (see [`TurnCage::clear_detached`]). Returns how
+    /// many processes that was (logged when any).
+    pub async fn clear_detached(&self) -> usize {
+        let left = self.cage.clear_detached().await;
+        if left > 0 {
+            tracing::warn!(
+                left,
+                "the turn left {left} process(es) running outside the harness; killed"
+            );
+        }
+        left
+    }
+
     /// The last stderr lines, once the stream has ended (or shortly after).
     pub async fn stderr_tail(&mut self) -> Vec<String> {
         if let Some(done) = self.stderr_done.take() {

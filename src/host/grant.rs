@@ -760,8 +760,21 @@ async fn audit(
 ) {
     let (outcome, detail) = match refusal {
         None => ("ok".to_string(), String::new()),
-        Some(e) => (e.code.to_string(), clipped(&e.message, AUDIT_FIELD_BYTES)),
+        Some(e) => (e.code.to_string(), e.message.clone()),
     };
+    audit_row(host, grant, action, resource, outcome, &detail).await;
+}
+
+/// Write one audit row as given.
+async fn audit_row(
+    host: &Arc<dyn HostApi>,
+    grant: Option<&RunGrant>,
+    action: &str,
+    resource: &str,
+    outcome: String,
+    detail: &str,
+) {
+    let detail = clipped(detail, AUDIT_FIELD_BYTES);
     let scope = grant.map_or(String::new(), |g| {
         match (&g.scope.conversation_id, &g.scope.thread_id) {
             (Some(c), Some(t)) => format!("conversation:{c}#{t}"),
@@ -801,6 +814,28 @@ impl GrantedHost {
     /// Whether the grant allows `api` (what a tool list should show).
     pub fn allows(&self, api: Api) -> bool {
         self.grant.apis.contains(&api)
+    }
+
+    /// One audit row for something the bridge did on the run's behalf
+    /// that no host call records (a person's answer to a request): `ok`,
+    /// or the refusal, with `detail` saying who and what.
+    pub async fn note(
+        &self,
+        action: &str,
+        resource: &str,
+        refusal: Option<ErrorCode>,
+        detail: &str,
+    ) {
+        let outcome = refusal.map_or_else(|| "ok".to_string(), |code| code.to_string());
+        audit_row(
+            &self.host,
+            Some(&self.grant),
+            action,
+            resource,
+            outcome,
+            detail,
+        )
+        .await;
     }
 
     /// Audit a refusal decided in front of the grant (an unknown tool, a

@@ -24,7 +24,7 @@ use tracing::Instrument;
 use crate::host::calls::text::text_head;
 use crate::host::calls::{ArtifactReadCall, VisitCalls, bad_arguments, each_call};
 use crate::host::{Api, GrantedHost, HostCall};
-use crate::interaction::Interactions;
+use crate::interaction::{Asking, Interactions};
 use crate::projection::{HeadRead, read_beneath};
 use crate::protocol::AgentAPIError;
 
@@ -104,12 +104,37 @@ type Answer<'a> = Pin<Box<dyn Future<Output = Result<Value, AgentAPIError>> + Se
 /// read only the run's own facts are declared here.
 struct ToolSpec {
     name: &'static str,
-    /// `None`: every run has it (it reads only this run's own event/inputs).
-    api: Option<Api>,
+    /// What a run must have been given to be offered it.
+    gate: Gate,
     description: &'static str,
     schema: fn() -> Arc<rmcp::model::JsonObject>,
     check: fn(Value) -> Result<(), AgentAPIError>,
     answer: for<'a> fn(&'a RunAccess, Value) -> Answer<'a>,
+}
+
+/// What a run must have been given to be offered a tool.
+#[derive(Debug, Clone, Copy)]
+enum Gate {
+    /// Every run: it reads only the run's own event or inputs.
+    Always,
+    /// The host API the grant must allow (the grant checks each call too).
+    Api(Api),
+    /// A run that may ask the person a question (`ask_user`).
+    Questions,
+    /// A run whose permission prompts go to the person (`approve`).
+    Approvals,
+}
+
+impl Gate {
+    /// Whether a run with these APIs that may ask `asking` is offered it.
+    fn opens(self, allows: impl Fn(Api) -> bool, asking: Asking) -> bool {
+        match self {
+            Gate::Always => true,
+            Gate::Api(api) => allows(api),
+            Gate::Questions => asking.questions,
+            Gate::Approvals => asking.approvals,
+        }
+    }
 }
 
 fn parse<T: DeserializeOwned>(args: Value) -> Result<T, AgentAPIError> {
@@ -136,7 +161,7 @@ impl VisitCalls for HostTools {
     fn visit<C: HostCall>(&mut self) {
         self.0.push(ToolSpec {
             name: C::TOOL,
-            api: Some(C::API),
+            gate: Gate::Api(C::API),
             description: C::DESCRIPTION,
             schema: host_schema::<C>,
             check: |args| parse::<C>(args).map(drop),
@@ -150,7 +175,7 @@ static TOOLS: LazyLock<Vec<ToolSpec>> = LazyLock::new(|| {
     let mut tools = HostTools(vec![
         ToolSpec {
             name: "get_current_event",
-            api: None,
+            gate: Gate::Always,
             description: "The event this turn answers: its type, sender, subject and input, as the host delivered it. Call first when unsure what the user asked.",
             schema: schema_for_type::<NoArgs>,
             check: |args| parse::<NoArgs>(args).map(drop),
@@ -163,7 +188,7 @@ static TOOLS: LazyLock<Vec<ToolSpec>> = LazyLock::new(|| {
         },
         ToolSpec {
             name: "ask_user",
-            api: None,
+            gate: Gate::Questions,
             description: "Ask the person in the chat a question you cannot answer yourself (a choice, a missing detail). The question goes to them and this turn ends: call it last, then stop. Their answer comes as the next message, in this same session.",
             schema: schema_for_type::<AskUserArgs>,
             check: |args| parse::<AskUserArgs>(args).map(drop),
@@ -186,7 +211,7 @@ static TOOLS: LazyLock<Vec<ToolSpec>> = LazyLock::new(|| {
         },
         ToolSpec {
             name: APPROVE_TOOL,
-            api: None,
+            gate: Gate::Approvals,
             description: "The harness's permission prompt (not for the model): asks the person in the chat to approve one action, or allows the one they approved.",
             schema: schema_for_type::<ApproveArgs>,
             check: |args| parse::<ApproveArgs>(args).map(drop),
@@ -203,7 +228,7 @@ static TOOLS: LazyLock<Vec<ToolSpec>> = LazyLock::new(|| {
         },
         ToolSpec {
             name: "read_files",
-            api: None,
+            gate: Gate::Always,
             description: "Text of this conversation's input files by id (ids from `# Input Files`), up to 1 MiB of each and 4 MiB per call; a longer file says `truncated`. Binary files come back base64-encoded.",
             schema: schema_for_type::<ReadFilesArgs>,
             check: |args| parse::<ReadFilesArgs>(args).map(drop),
@@ -234,10 +259,10 @@ async fn local_args<T: DeserializeOwned>(
 /// Every tool a run with `apis` may call, in the order `tools/list` gives
 /// them: the one table of tool names, shared by the server and by the
 /// projection that tells the harness about them.
-pub fn tool_names(apis: &BTreeSet<Api>) -> Vec<&'static str> {
+pub fn tool_names(apis: &BTreeSet<Api>, asking: Asking) -> Vec<&'static str> {
     TOOLS
         .iter()
-        .filter(|t| t.api.is_none_or(|api| apis.contains(&api)))
+        .filter(|t| t.gate.opens(|api| apis.contains(&api), asking))
         .map(|t| t.name)
         .collect()
 }
@@ -323,10 +348,10 @@ impl RunTools {
     }
 
     /// The tools a run may see.
-    pub fn list_for(host: &GrantedHost) -> Vec<Tool> {
+    pub fn list_for(host: &GrantedHost, asking: Asking) -> Vec<Tool> {
         TOOLS
             .iter()
-            .filter(|t| t.api.is_none_or(|api| host.allows(api)))
+            .filter(|t| t.gate.opens(|api| host.allows(api), asking))
             .map(|t| Tool::new(t.name, t.description, (t.schema)()))
             .collect()
     }
@@ -389,7 +414,17 @@ fn tool_spec(name: &str) -> Result<&'static ToolSpec, AgentAPIError> {
 /// tool's every outcome is audited by the grant, a local tool's refusals
 /// by the tool.
 async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, AgentAPIError> {
+    let asking = access.interactions.asking(access.host.grant().run_id());
     match tool_spec(name) {
+        // A tool the run was not offered for lack of a question or an
+        // approval to ask is one it does not have.
+        Ok(spec)
+            if matches!(spec.gate, Gate::Questions | Gate::Approvals)
+                && !spec.gate.opens(|_| false, asking) =>
+        {
+            let err = AgentAPIError::not_found(format!("no tool `{name}` in this run"));
+            Err(access.refuse("unknown", &format!("tool:{name}"), err).await)
+        }
         Ok(spec) => (spec.answer)(access, args).await,
         Err(err) => Err(access.refuse("unknown", &format!("tool:{name}"), err).await),
     }
@@ -543,8 +578,10 @@ impl ServerHandler for RunTools {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let access = self.access(&context)?;
+        let asking = self.interactions.asking(access.host.grant().run_id());
         Ok(ListToolsResult::with_all_items(Self::list_for(
             &access.host,
+            asking,
         )))
     }
 

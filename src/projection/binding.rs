@@ -129,6 +129,30 @@ pub struct Binding<'a> {
     /// Who decides what the harness's permission mode would ask about.
     #[serde(default)]
     pub approvals: Approvals,
+    /// Whether the harness may ask the person a question (`ask_user`).
+    #[serde(default)]
+    pub questions: Questions,
+    /// Actors (ids as the host reports them) who may answer any question
+    /// or approval in the conversation, besides the one whose turn asked:
+    /// in a group chat no one else's answer counts.
+    #[serde(default, deserialize_with = "approver_ids")]
+    pub approvers: Vec<String>,
+}
+
+fn approver_ids<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
+    names(de).map(Option::unwrap_or_default)
+}
+
+/// Whether the harness gets the `ask_user` tool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Questions {
+    /// Questions go to the person in the chat (a card, or its text), and
+    /// their next message answers.
+    #[default]
+    Chat,
+    /// The harness decides alone; it is not offered `ask_user`.
+    Off,
 }
 
 /// Where a harness's permission prompt goes.
@@ -152,6 +176,16 @@ impl<'a> Binding<'a> {
             let path = e.path().to_string();
             ProjectionError::Binding(format!("at `{path}`: {}", e.into_inner()))
         })
+    }
+
+    /// What a run under this binding may ask the person: a request is
+    /// kept in the conversation's state until its answer, so a run without
+    /// a conversation may ask nothing.
+    pub fn asking(&self, has_conversation: bool) -> crate::interaction::Asking {
+        crate::interaction::Asking {
+            questions: has_conversation && self.questions == Questions::Chat,
+            approvals: has_conversation && self.approvals == Approvals::Chat,
+        }
     }
 
     /// The scopes in force: the binding's, or the safe default.

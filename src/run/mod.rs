@@ -4,6 +4,7 @@
 //! [`Bridge::run`] does one turn and always ends the stream with exactly
 //! one `run.completed` or `run.failed`.
 
+mod answers;
 mod attempt;
 mod emit;
 mod live;
@@ -481,7 +482,7 @@ impl Bridge {
             .as_deref()
             .unwrap_or_else(|| self.grants.host().as_ref());
         let pending = tokio::select! {
-            found = tokio::time::timeout(HOST_CALL_TIMEOUT, record::pending(host, scope, ctx)) => {
+            found = tokio::time::timeout(HOST_CALL_TIMEOUT, record::pending(host, scope)) => {
                 found.unwrap_or_else(|_| {
                     tracing::warn!("the host did not answer the open request lookup");
                     None
@@ -490,17 +491,31 @@ impl Bridge {
             () = cancel.cancelled() => return Err(fail("cancelled", "the run was cancelled before the harness started")),
         };
         let submission = InteractionSubmission::from_input(&ctx.input.extra);
+        let actor = ctx.actor.as_ref().and_then(|a| a.actor_id.as_deref());
         let answer = interaction::reply(
             pending.as_ref(),
             submission.as_ref(),
             &ctx.input.to_text(),
+            interaction::Answerer {
+                id: actor,
+                approvers: &binding.approvers,
+            },
             crate::host::now_ms() / 1000,
         );
+        if let Some(pending) = &pending {
+            answers::audit(
+                &self.grants.granted(open.grant.clone()),
+                pending,
+                &answer,
+                actor,
+            )
+            .await;
+        }
         let mut answered = None;
         let approved = match &answer {
-            Reply::Stale(sentence) => {
-                // A card answered after its time: the person is told, and
-                // nothing runs.
+            Reply::Stale(sentence) | Reply::NotYours(sentence) => {
+                // A card answered after its time, or someone else's
+                // request: the person is told, and nothing runs.
                 emit.send(vec![ResultPayload::RunCompleted(RunCompleted {
                     finish_reason: "stop".into(),
                     message: Some(Message::assistant(sentence.clone())),
@@ -517,7 +532,10 @@ impl Bridge {
             Reply::Unrelated { .. } => None,
         };
         let turn_ctx = answered.as_ref().unwrap_or(ctx);
-        self.tools.interactions().open(&ctx.run_id, approved);
+        let asking = binding.asking(scope.conversation_id.is_some());
+        self.tools
+            .interactions()
+            .open(&ctx.run_id, approved, asking);
 
         let timeout = binding
             .timeout_seconds
@@ -527,7 +545,7 @@ impl Bridge {
 
         let granted = self.grants.granted(open.grant.clone());
         let target = spec.target();
-        let names = tool_names(&open.grant.apis);
+        let names = tool_names(&open.grant.apis, asking);
         let mut servers = self.settings.mcp_servers.clone();
         servers.extend(options.mcp_servers.clone());
         let projection = project(
@@ -806,9 +824,20 @@ impl Bridge {
         // What this turn asked the person goes out as a card and stays in
         // the conversation's state until answered; an answered or lapsed
         // request is cleared.
-        let asked = self.tools.interactions().close(&ctx.run_id);
+        let asked = self.tools.interactions().close(&ctx.run_id).map(|mut p| {
+            p.asked_by = ctx.actor.as_ref().and_then(|a| {
+                Some(interaction::Asker {
+                    id: a.actor_id.clone()?,
+                    name: a.actor_name.clone(),
+                })
+            });
+            p
+        });
         let kept = match &asked {
             Some(pending) => {
+                if let Some(whole) = answers::attachment(pending) {
+                    emit.send(vec![ResultPayload::ArtifactCreated(whole)]).await;
+                }
                 let request = pending.request(&spec.label);
                 let payload = serde_json::to_value(&request)
                     .ok()
@@ -1017,6 +1046,9 @@ impl Bridge {
                 "kept": ended.healthy,
             });
             if ended.healthy {
+                // The process stays for the next turn; what this turn
+                // detached from it does not.
+                process.process().clear_detached().await;
                 turn.sessions.put(key, process).await;
             }
             return Ok((ended.end, warm, facts));

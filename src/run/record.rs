@@ -149,16 +149,13 @@ pub async fn store_pointer(
     Ok(())
 }
 
-/// The request open in this conversation: the context's own state first
-/// (a host that sends state), else the host's conversation state.
-pub async fn pending(
-    host: &dyn HostApi,
-    scope: &RunScope,
-    ctx: &AgentRunContext,
-) -> Option<Pending> {
-    if let Some(value) = ctx.state.conversation.get(PENDING_KEY) {
-        return Pending::from_state(Some(value));
-    }
+/// The request open in this conversation, from the bridge's own record
+/// in the host's conversation state only. Never from the context: a
+/// context (its `state` too) may come from a less trusted caller, and a
+/// request read from it would let that caller approve an action no card
+/// ever showed. The harness cannot write the key either
+/// (`host::calls::BRIDGE_KEY_PREFIX`).
+pub async fn pending(host: &dyn HostApi, scope: &RunScope) -> Option<Pending> {
     scope.conversation_id.as_ref()?;
     match host
         .state_get(scope, StateScope::Conversation, PENDING_KEY)

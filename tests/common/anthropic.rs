@@ -58,6 +58,43 @@ pub struct Fake {
     pub hang_on: Option<String>,
     /// Requests left hanging so far.
     pub hanging: Arc<std::sync::atomic::AtomicUsize>,
+    /// Tool calls the test sets between turns ([`Fake::set_script`]).
+    pub script: Arc<Mutex<Script>>,
+}
+
+/// Tool calls the model makes one after another from the first request
+/// that offers the first of them, then [`CALLS_DONE`] (for every later
+/// request too, until the test sets another script).
+#[derive(Default)]
+pub struct Script {
+    calls: Vec<(String, Value)>,
+    /// How many tool results the conversation held when the script began.
+    base: Option<usize>,
+}
+
+impl Fake {
+    /// Make these calls from the next turn on.
+    #[allow(dead_code)]
+    pub fn set_script(&self, calls: Vec<(&str, Value)>) {
+        *self.script.lock().unwrap() = Script {
+            calls: calls
+                .into_iter()
+                .map(|(name, input)| (name.to_string(), input))
+                .collect(),
+            base: None,
+        };
+    }
+}
+
+/// How many tool results a request's conversation holds.
+fn tool_results(request: &Value) -> usize {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_result")
+        .count()
 }
 
 /// What the model says once its scripted [`Fake::calls`] have answered.
@@ -189,17 +226,28 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
             .as_array()
             .is_some_and(|tools| tools.iter().any(|t| t["name"] == name))
     };
+    {
+        let mut script = fake.script.lock().unwrap();
+        if let Some((first, _)) = script.calls.first()
+            && offers(first)
+        {
+            let answered = tool_results(request);
+            let base = *script.base.get_or_insert(answered);
+            let next = answered.saturating_sub(base);
+            return match script.calls.get(next) {
+                Some((name, input)) => (
+                    tool_call_events_with_id(&format!("toolu_script{answered}"), name, input),
+                    Vec::new(),
+                ),
+                None => text_events(CALLS_DONE),
+            };
+        }
+    }
     if let Some((first, _)) = fake.calls.first()
         && offers(first)
     {
         // Each answered call is one tool result in the conversation so far.
-        let answered = request["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|m| m["content"].as_array().into_iter().flatten())
-            .filter(|b| b["type"] == "tool_result")
-            .count();
+        let answered = tool_results(request);
         return match fake.calls.get(answered) {
             Some((name, input)) => (
                 tool_call_events_with_id(&format!("toolu_call{answered}"), name, input),

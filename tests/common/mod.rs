@@ -19,6 +19,13 @@ use serde_json::json;
 
 pub const RUNNER: &str = "plugin:langbot/harness-bridge/claude-code";
 
+/// A run that may ask the person anything: every tool is offered.
+#[allow(dead_code)]
+pub const ALL_ASKING: harness_bridge::interaction::Asking = harness_bridge::interaction::Asking {
+    questions: true,
+    approvals: true,
+};
+
 /// A context for `conversation`, with every pull API opened by the host.
 pub fn context(run_id: &str, conversation: &str) -> AgentRunContext {
     serde_json::from_value(json!({
@@ -227,7 +234,7 @@ impl E2e {
         let target = harness_bridge::harness::find(harness)
             .expect("harness")
             .target();
-        let names = harness_bridge::mcp::tool_names(&run.grant.apis);
+        let names = harness_bridge::mcp::tool_names(&run.grant.apis, ALL_ASKING);
         let request = ProjectRequest {
             ctx: &ctx,
             target: &target,

@@ -212,6 +212,11 @@ impl Group {
         }
     }
 
+    /// The cgroup's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The directory and how it is killed, for [`clear`].
     pub fn into_parts(self) -> (PathBuf, bool) {
         (self.dir, self.kill_file)
@@ -297,6 +302,11 @@ fn subtree(dir: &Path) -> Vec<PathBuf> {
         next += 1;
     }
     found
+}
+
+/// Every process in cgroup `dir` and below.
+pub fn all_procs(dir: &Path) -> Vec<i32> {
+    subtree(dir).iter().flat_map(|d| procs_of(d)).collect()
 }
 
 fn procs_of(dir: &Path) -> Vec<i32> {

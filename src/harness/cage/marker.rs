@@ -23,7 +23,7 @@ pub const TURN_ENV: &str = "HARNESS_BRIDGE_TURN";
 
 /// How many times a sweep looks again for processes started while it was
 /// killing (a process forking as fast as it is killed is the cgroup's job).
-const ROUNDS: usize = 8;
+pub(super) const ROUNDS: usize = 8;
 /// How long killed processes get to die before a sweep stops waiting.
 const DEATH_WAIT: Duration = Duration::from_secs(5);
 
@@ -140,7 +140,7 @@ pub fn kill_where(
 }
 
 /// Wait (at most [`DEATH_WAIT`]) until every process in `killed` has died.
-fn wait_dead(killed: &BTreeSet<(i32, u64)>) {
+pub(super) fn wait_dead(killed: &BTreeSet<(i32, u64)>) {
     let until = Instant::now() + DEATH_WAIT;
     let alive = |(pid, start): &(i32, u64)| {
         procs::stat(*pid).is_some_and(|s| s.start == *start && !s.is_zombie())

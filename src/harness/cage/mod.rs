@@ -21,6 +21,7 @@ mod marker;
 mod procs;
 mod subreaper;
 
+use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -309,6 +310,86 @@ impl TurnCage {
             None => Clearing::Marked(self.marker.clone()),
         })
     }
+}
+
+impl TurnCage {
+    /// While the harness lives on (a live process kept for the next
+    /// turn): kill what the turn started that has left the harness's
+    /// process tree (a detached `nohup … &`, a daemon, a shell's orphaned
+    /// background job) and wait until it is gone. What is still below the
+    /// harness is its own (a helper it keeps, an agent's subprocess) and
+    /// ends with it. Returns how many processes were killed.
+    pub async fn clear_detached(&self) -> usize {
+        let Some(leader) = self.leader else {
+            return 0;
+        };
+        if self.done {
+            return 0;
+        }
+        let span = tracing::Span::current();
+        let work: Box<dyn FnOnce() -> usize + Send> = match &self.group {
+            Some(group) => {
+                let dir = group.dir().to_path_buf();
+                Box::new(move || {
+                    let killed = kill_outside(|| cgroup::all_procs(&dir), leader);
+                    marker::wait_dead(&killed);
+                    killed.len()
+                })
+            }
+            None => {
+                let marker = self.marker.clone();
+                Box::new(move || subreaper::clear_detached(&marker, leader))
+            }
+        };
+        tokio::task::spawn_blocking(move || span.in_scope(work))
+            .await
+            .unwrap_or(0)
+    }
+}
+
+/// SIGKILL every process `candidates` names that is neither `leader` nor
+/// below it (nor the bridge). Returns the processes killed, with their
+/// start times.
+fn kill_outside(candidates: impl Fn() -> Vec<i32>, leader: i32) -> BTreeSet<(i32, u64)> {
+    let me = std::process::id() as i32;
+    kill_rounds(marker::ROUNDS, |table| {
+        let mut keep: BTreeSet<i32> = procs::descendants(table, leader).into_iter().collect();
+        keep.insert(leader);
+        keep.insert(me);
+        candidates()
+            .into_iter()
+            .filter(|pid| !keep.contains(pid))
+            .collect()
+    })
+}
+
+/// SIGKILL, round after round (what they start meanwhile is found too),
+/// every live process `pick` names from a fresh process table. Returns
+/// the processes killed, with their start times.
+fn kill_rounds(
+    rounds: usize,
+    pick: impl Fn(&std::collections::BTreeMap<i32, procs::Stat>) -> Vec<i32>,
+) -> BTreeSet<(i32, u64)> {
+    let mut killed = BTreeSet::new();
+    for _ in 0..rounds {
+        let table = procs::table();
+        let found: Vec<(i32, u64)> = pick(&table)
+            .into_iter()
+            .filter_map(|pid| {
+                let stat = table.get(&pid)?;
+                (!stat.is_zombie()).then_some((pid, stat.start))
+            })
+            .filter(|p| !killed.contains(p))
+            .collect();
+        if found.is_empty() {
+            break;
+        }
+        for (pid, start) in found {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            killed.insert((pid, start));
+        }
+    }
+    killed
 }
 
 impl Drop for TurnCage {

@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::{Pid, getpgrp};
 use tokio::process::{Child, Command};
@@ -79,28 +78,27 @@ pub fn kill_turn(marker: &str) -> BTreeSet<(i32, u64)> {
     )
 }
 
+/// Kill the bridge's descendants that carry `marker` but are no longer
+/// below `leader` (what a kept harness's turn detached), and reap them.
+/// Returns how many were killed.
+pub fn clear_detached(marker: &str, leader: i32) -> usize {
+    let killed = super::kill_outside(
+        || {
+            procs::descendants(&procs::table(), me())
+                .into_iter()
+                .filter(|pid| procs::env_var(*pid, marker::TURN_ENV).as_deref() == Some(marker))
+                .collect()
+        },
+        leader,
+    );
+    reap(&killed);
+    killed.len()
+}
+
 /// Kill every descendant (when the bridge exits: whatever is left was
 /// started by a turn). Returns how many.
 pub fn kill_descendants() -> usize {
-    let mut killed = BTreeSet::new();
-    for _ in 0..4 {
-        let table = procs::table();
-        let found: Vec<(i32, u64)> = procs::descendants(&table, me())
-            .into_iter()
-            .filter_map(|pid| {
-                let stat = table.get(&pid)?;
-                (!stat.is_zombie()).then_some((pid, stat.start))
-            })
-            .filter(|p| !killed.contains(p))
-            .collect();
-        if found.is_empty() {
-            break;
-        }
-        for (pid, start) in found {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            killed.insert((pid, start));
-        }
-    }
+    let killed = super::kill_rounds(4, |table| procs::descendants(table, me()));
     reap(&killed);
     killed.len()
 }

@@ -31,7 +31,7 @@ pub use artifacts::{ArtifactMetadataCall, ArtifactReadCall};
 pub use events::{EventGetCall, EventQuery};
 pub use history::{HistoryQuery, HistorySearchCall};
 pub use knowledge::{ListKnowledgeCall, RetrieveKnowledgeCall};
-pub use state::{StateDeleteCall, StateGetCall, StateListCall, StateSetCall};
+pub use state::{BRIDGE_KEY_PREFIX, StateDeleteCall, StateGetCall, StateListCall, StateSetCall};
 pub use storage::{
     PluginStorageDelete, PluginStorageGet, PluginStorageKeys, PluginStorageSet,
     WorkspaceStorageDelete, WorkspaceStorageGet, WorkspaceStorageKeys, WorkspaceStorageSet,

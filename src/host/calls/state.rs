@@ -14,6 +14,26 @@ fn hundred() -> u32 {
     100
 }
 
+/// The state keys the bridge keeps for itself: the resume pointer
+/// (`external.session_id`, …) and the request open to the person
+/// (`external.pending_interaction`). A harness may read them, never write
+/// or delete them: a model that could would forge its own approval or send
+/// the next turn into a session of its choosing.
+pub const BRIDGE_KEY_PREFIX: &str = "external.";
+
+/// Refuse a write to one of the bridge's own keys (any case: a host may
+/// compare keys without it).
+fn check_writable(key: &str) -> HostResult<()> {
+    let lower = key.trim_start().to_ascii_lowercase();
+    if lower.starts_with(BRIDGE_KEY_PREFIX) {
+        return Err(AgentAPIError::unauthorized(format!(
+            "`{key}` is one of the bridge's own keys (`{BRIDGE_KEY_PREFIX}*`): it can be read, \
+             not written or deleted"
+        )));
+    }
+    Ok(())
+}
+
 fn state_resource(state: StateScope, key: &str) -> String {
     format!("state:{}/{key}", state.as_str())
 }
@@ -81,6 +101,7 @@ impl HostCall for StateSetCall {
 
     fn check(&self, grant: &RunGrant) -> HostResult<()> {
         grant.check_key(&self.key)?;
+        check_writable(&self.key)?;
         grant.state_scope_id(self.scope)?;
         let size = serde_json::to_vec(&self.value).map_or(usize::MAX, |v| v.len());
         let max = grant.caps.max_state_value_bytes;
@@ -130,6 +151,7 @@ impl HostCall for StateDeleteCall {
 
     fn check(&self, grant: &RunGrant) -> HostResult<()> {
         grant.check_key(&self.key)?;
+        check_writable(&self.key)?;
         grant.state_scope_id(self.scope)
     }
 
