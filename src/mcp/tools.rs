@@ -10,8 +10,11 @@ use std::sync::{Arc, LazyLock, Mutex};
 use base64::Engine as _;
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestMethod,
+    CompleteRequestParams, CompleteResult, ContentBlock, Implementation, ListPromptsRequestMethod,
+    ListPromptsResult, ListResourceTemplatesRequestMethod, ListResourceTemplatesResult,
+    ListResourcesRequestMethod, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -331,17 +334,16 @@ impl RunTools {
             .collect()
     }
 
-    /// Run one tool call for a run: the whole tool surface in one place.
-    pub(crate) async fn call(
+    /// Run one call of a tool that exists for a run: the whole tool
+    /// surface in one place. A host tool's every outcome is audited by the
+    /// grant, a local tool's refusals by the tool.
+    async fn call(
         access: &RunAccess,
-        name: &str,
+        spec: &ToolSpec,
         args: Option<rmcp::model::JsonObject>,
     ) -> CallToolResult {
         let args = Value::Object(args.unwrap_or_default());
-        let tool = TOOLS
-            .iter()
-            .find(|t| t.name == name)
-            .map_or("unknown", |t| t.name);
+        let tool = spec.name;
         let scope = &access.host.grant().scope;
         let span = tracing::info_span!(
             "mcp",
@@ -349,7 +351,7 @@ impl RunTools {
             conversation = scope.conversation_id.as_deref().unwrap_or(""),
             tool
         );
-        match dispatch(access, name, args).instrument(span).await {
+        match (spec.answer)(access, args).instrument(span).await {
             Ok(value) if tool == APPROVE_TOOL => {
                 // The permission prompt contract: one text block holding
                 // the decision's JSON, and nothing else (a client reads
@@ -383,16 +385,6 @@ fn tool_spec(name: &str) -> Result<&'static ToolSpec, AgentAPIError> {
         .iter()
         .find(|t| t.name == name)
         .ok_or_else(|| AgentAPIError::not_found(format!("no tool `{name}`")))
-}
-
-/// One tool call. An unknown tool is refused (and audited) here; a host
-/// tool's every outcome is audited by the grant, a local tool's refusals
-/// by the tool.
-async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, AgentAPIError> {
-    match tool_spec(name) {
-        Ok(spec) => (spec.answer)(access, args).await,
-        Err(err) => Err(access.refuse("unknown", &format!("tool:{name}"), err).await),
-    }
 }
 
 /// Most ids one `read_files` call takes.
@@ -537,26 +529,81 @@ impl ServerHandler for RunTools {
             .with_instructions("LangBot host facts for this conversation: history, events, artifacts, state and storage, scoped to the current run.")
     }
 
+    /// Every tool comes in one page, so there is no cursor to continue
+    /// from: one sent is not this server's, and the spec asks for -32602.
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let access = self.access(&context)?;
+        if let Some(cursor) = request.and_then(|r| r.cursor) {
+            let why = format!("invalid cursor `{cursor}`: every tool is listed in one page");
+            return Err(McpError::invalid_params(why, None));
+        }
         Ok(ListToolsResult::with_all_items(Self::list_for(
             &access.host,
         )))
     }
 
+    /// A tool that does not exist is a protocol error (-32602, "Unknown
+    /// tool", as the spec's example has it), not a tool's own failure; it is
+    /// still audited as a refusal of the run, like every call.
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let access = self.access(&context)?;
-        Ok(Self::call(&access, &request.name, request.arguments)
-            .await
-            .into())
+        let spec = match tool_spec(&request.name) {
+            Ok(spec) => spec,
+            Err(err) => {
+                let resource = format!("tool:{}", request.name);
+                let err = access.refuse("unknown", &resource, err).await;
+                crate::metrics::global().mcp_call("unknown", &err.code.to_string());
+                let why = format!("Unknown tool: {}", request.name);
+                return Err(McpError::invalid_params(why, None));
+            }
+        };
+        Ok(Self::call(&access, spec, request.arguments).await.into())
+    }
+
+    // The server declares tools only. rmcp answers these methods of other
+    // capabilities with empty lists by default; for a capability not
+    // declared the spec's answer is -32601 (method not found).
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Err(McpError::method_not_found::<ListResourcesRequestMethod>())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Err(McpError::method_not_found::<
+            ListResourceTemplatesRequestMethod,
+        >())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Err(McpError::method_not_found::<ListPromptsRequestMethod>())
+    }
+
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        Err(McpError::method_not_found::<CompleteRequestMethod>())
     }
 }
 
