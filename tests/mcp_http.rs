@@ -351,7 +351,8 @@ async fn a_narrow_grant_lists_and_allows_only_its_tools() {
     let search = call(&c, "history_search", json!({"query": "x"})).await;
     assert!(error_text(&search).starts_with("unauthorized: "));
     // A run not opened to ask the person (no conversation's answer can
-    // reach it, or its binding says no) has no `ask_user` or `approve`.
+    // reach it, or its binding says no) has no `ask_user` or `approve`:
+    // calling one is calling an unknown tool.
     for (tool, args) in [
         ("ask_user", json!({"question": "Which?"})),
         (
@@ -359,8 +360,19 @@ async fn a_narrow_grant_lists_and_allows_only_its_tools() {
             json!({"tool_name": "Bash", "input": {"command": "ls"}}),
         ),
     ] {
-        let refused = call(&c, tool, args).await;
-        assert!(error_text(&refused).starts_with("not_found: "), "{tool}");
+        let Value::Object(args) = args else {
+            unreachable!()
+        };
+        let answer = c
+            .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+            .await;
+        match answer {
+            Err(rmcp::ServiceError::McpError(e)) => {
+                assert_eq!(e.code.0, -32602, "{e:?}");
+                assert!(e.message.contains(tool), "{e:?}");
+            }
+            other => panic!("{tool}: expected a JSON-RPC error, got {other:?}"),
+        }
     }
     c.cancel().await.unwrap();
     s.http.shutdown().await;
@@ -802,7 +814,6 @@ async fn every_refusal_is_one_audit_row() {
             "history_search",
             "unauthorized",
         ),
-        ("no_such_tool", json!({}), "unknown", "not_found"),
         (
             "history_page",
             json!({"limit": 5, "sneaky": true}),
@@ -884,9 +895,10 @@ async fn every_refusal_is_one_audit_row() {
     let before = last_row_id(&s).await;
     let malformed = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":"#.to_vec();
     let (status, said) = post_answer(s.http.url(), &bearer, malformed).await;
-    assert!((400..500).contains(&status), "{status}");
-    // The client still gets the transport's own words.
-    assert!(said.contains("deserialize"), "{said}");
+    assert_eq!(status, 400, "{said}");
+    // The client is told in JSON-RPC's words.
+    let said: Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(said["error"]["code"], -32700, "{said}");
     let rows = rows_after(&s, "run-r", before).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(
@@ -896,7 +908,7 @@ async fn every_refusal_is_one_audit_row() {
         ),
         ("unknown", "invalid_argument")
     );
-    assert!(rows[0].entry.detail.contains("415"), "{rows:?}");
+    assert!(rows[0].entry.detail.contains("-32700"), "{rows:?}");
 
     // A call that goes through is still one row, from the grant.
     let before = last_row_id(&s).await;
@@ -1081,4 +1093,271 @@ async fn a_discover_request_before_initialize_is_answered_at_once() {
     );
     let c = client(s.http.url(), run.token.expose()).await.unwrap();
     assert!(!c.list_all_tools().await.unwrap().is_empty());
+}
+
+/// A run of conversation `c1` granted everything, with the default policy.
+fn open_full(s: &Server, run_id: &str) -> harness_bridge::host::OpenRun {
+    s.grants
+        .open_run(
+            &context(run_id, "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap()
+}
+
+/// A POST of `body` to the MCP endpoint with the run's bearer token and,
+/// when given, an `Origin`: the status and the body as JSON (`null` when
+/// it is not JSON).
+async fn rpc_from(url: &str, token: &str, origin: Option<&str>, body: &str) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(origin) = origin {
+        request = request.header("Origin", origin);
+    }
+    let response = request.send().await.expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// [`rpc_from`] without an `Origin`, as harness CLIs send it.
+async fn rpc(url: &str, token: &str, body: &str) -> (u16, Value) {
+    rpc_from(url, token, None, body).await
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+
+/// The streamable HTTP transport's MUST against DNS rebinding: a present
+/// `Origin` that is not the server's own (http on a loopback name at its
+/// port) is refused with 403 before anything else is read, and audited
+/// against the run; no `Origin` (what harness CLIs send) and the server's
+/// own are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_origin_is_refused_and_audited() {
+    let s = server().await;
+    let run = open_full(&s, "run-o");
+    let (url, token) = (s.http.url(), run.token.expose());
+    let port = s.http.addr().port();
+    let other = if port == 65535 { port - 1 } else { port + 1 };
+    for own in [
+        None,
+        Some(format!("http://127.0.0.1:{port}")),
+        Some(format!("http://localhost:{port}")),
+        Some(format!("http://LOCALHOST:{port}")),
+        Some(format!("http://[::1]:{port}")),
+    ] {
+        let (status, said) = rpc_from(url, token, own.as_deref(), INITIALIZE).await;
+        assert_eq!(status, 200, "{own:?}: {said}");
+        assert!(said["result"]["serverInfo"].is_object(), "{own:?}: {said}");
+    }
+    for foreign in [
+        "http://evil.example.com".to_string(),
+        format!("http://evil.example.com:{port}"),
+        format!("https://127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{other}"),
+        "http://127.0.0.1".to_string(),
+        "null".to_string(),
+        "not an origin".to_string(),
+    ] {
+        let before = last_row_id(&s).await;
+        // Even JSON that does not parse: the Origin is judged first.
+        for body in [INITIALIZE, "{"] {
+            let (status, said) = rpc_from(url, token, Some(&foreign), body).await;
+            assert_eq!(status, 403, "{foreign}: {said}");
+        }
+        let rows = rows_after(&s, "run-o", before).await;
+        let got: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| (r.entry.action.as_str(), r.entry.outcome.as_str()))
+            .collect();
+        assert_eq!(got, [("unknown", "unauthorized"); 2], "{foreign}");
+        assert!(rows[0].entry.detail.contains(&foreign), "{rows:?}");
+    }
+    s.http.shutdown().await;
+}
+
+/// Calling a tool that does not exist is a JSON-RPC error (-32602, the
+/// spec's "Unknown tool" example), not a tool result; the refusal still
+/// leaves its audit row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_is_a_json_rpc_error_and_audited() {
+    let s = server().await;
+    let run = open_full(&s, "run-u");
+    let c = client(s.http.url(), run.token.expose()).await.unwrap();
+    let before = last_row_id(&s).await;
+    let answer = c
+        .call_tool(CallToolRequestParams::new("no_such_tool"))
+        .await;
+    match answer {
+        Err(rmcp::ServiceError::McpError(e)) => {
+            assert_eq!(e.code.0, -32602, "{e:?}");
+            assert!(e.message.contains("no_such_tool"), "{e:?}");
+        }
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+    let rows = rows_after(&s, "run-u", before).await;
+    let got: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.entry.action.as_str(),
+                r.entry.resource.as_str(),
+                r.entry.outcome.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [("unknown", "tool:no_such_tool", "not_found")]);
+    // The session goes on: a real tool still answers.
+    let page = call(&c, "history_page", json!({"limit": 1})).await;
+    assert_ne!(page.is_error, Some(true), "{page:?}");
+    c.cancel().await.unwrap();
+    s.http.shutdown().await;
+}
+
+/// Requests of methods the server answers whose params do not fit them
+/// are -32602 (invalid params) for that request, not -32601 (method not
+/// found); a `tools/list` cursor the server never gave is one of them.
+/// Each is audited as a refusal of the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn params_that_do_not_fit_are_invalid_params() {
+    let s = server().await;
+    let run = open_full(&s, "run-p");
+    let (url, token) = (s.http.url(), run.token.expose());
+    // Each with whether it leaves an audit row: what is turned down before
+    // the handler does; a list with a cursor of the right type reaches the
+    // handler, and listing is not audited.
+    for (body, audited) in [
+        (
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {}}),
+            true,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call"}),
+            true,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": 7}}),
+            true,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": "five", "method": "initialize"}),
+            true,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 6, "method": "initialize", "params": {}}),
+            true,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"cursor": 7}}),
+            true,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"cursor": "page-2"}}),
+            false,
+        ),
+    ] {
+        let before = last_row_id(&s).await;
+        let (status, said) = rpc(url, token, &body.to_string()).await;
+        assert_eq!(status, 200, "{body}: {said}");
+        assert_eq!(said["id"], body["id"], "{body}: {said}");
+        assert_eq!(said["error"]["code"], -32602, "{body}: {said}");
+        let rows = rows_after(&s, "run-p", before).await;
+        let got: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| (r.entry.action.as_str(), r.entry.outcome.as_str()))
+            .collect();
+        let expected: &[(&str, &str)] = if audited {
+            &[("unknown", "invalid_argument")]
+        } else {
+            &[]
+        };
+        assert_eq!(got, expected, "{body}");
+    }
+    // A cursor-less list is still the whole list.
+    let list = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}});
+    let (status, said) = rpc(url, token, &list.to_string()).await;
+    assert_eq!(status, 200, "{said}");
+    assert!(!said["result"]["tools"].as_array().unwrap().is_empty());
+    s.http.shutdown().await;
+}
+
+/// A body the server cannot take as a JSON-RPC request is answered in
+/// JSON-RPC's words (HTTP 400 with -32700 parse error or -32600 invalid
+/// request, `id` null unless it could be read), not a plain-text 415, and
+/// audited once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_json_rpc_gets_a_json_rpc_error() {
+    let s = server().await;
+    let run = open_full(&s, "run-m");
+    let (url, token) = (s.http.url(), run.token.expose());
+    for (body, code, id) in [
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":"#,
+            -32700,
+            Value::Null,
+        ),
+        ("not json", -32700, Value::Null),
+        ("", -32700, Value::Null),
+        (r#"{"hello":"world"}"#, -32600, Value::Null),
+        ("[]", -32600, Value::Null),
+        ("42", -32600, Value::Null),
+        (r#"{"jsonrpc":"2.0","id":3,"method":5}"#, -32600, json!(3)),
+        (
+            r#"{"jsonrpc":"1.0","id":"x","method":"ping"}"#,
+            -32600,
+            json!("x"),
+        ),
+    ] {
+        let before = last_row_id(&s).await;
+        let (status, said) = rpc(url, token, body).await;
+        assert_eq!(status, 400, "{body}: {said}");
+        assert_eq!(said["jsonrpc"], "2.0", "{body}: {said}");
+        assert_eq!(said["error"]["code"], code, "{body}: {said}");
+        assert_eq!(said["id"], id, "{body}: {said}");
+        let rows = rows_after(&s, "run-m", before).await;
+        let got: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| (r.entry.action.as_str(), r.entry.outcome.as_str()))
+            .collect();
+        assert_eq!(got, [("unknown", "invalid_argument")], "{body}");
+    }
+    s.http.shutdown().await;
+}
+
+/// The server declares the tools capability only: the list and complete
+/// methods of resources, prompts and completions are "method not found"
+/// (-32601), not empty answers that claim a capability it lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undeclared_capabilities_are_method_not_found() {
+    let s = server().await;
+    let run = open_full(&s, "run-n");
+    let (url, token) = (s.http.url(), run.token.expose());
+    let (_, init) = rpc(url, token, INITIALIZE).await;
+    let capabilities = init["result"]["capabilities"].as_object().unwrap();
+    let declared: Vec<&str> = capabilities.keys().map(String::as_str).collect();
+    assert_eq!(declared, ["tools"], "{init}");
+    for (method, params) in [
+        ("resources/list", json!({})),
+        ("resources/templates/list", json!({})),
+        ("resources/read", json!({"uri": "file:///etc/passwd"})),
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({"name": "p"})),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "a", "value": "b"}}),
+        ),
+        ("logging/setLevel", json!({"level": "info"})),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let (status, said) = rpc(url, token, &body.to_string()).await;
+        assert_eq!(status, 200, "{method}: {said}");
+        assert_eq!(said["error"]["code"], -32601, "{method}: {said}");
+    }
+    s.http.shutdown().await;
 }

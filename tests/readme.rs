@@ -226,7 +226,7 @@ const VERIFIED: &[(&str, &[(&str, &str)])] = &[
 ];
 
 /// Packages in tests/clis that are no harness (no row names them).
-const NOT_HARNESSES: &[&str] = &["playwright-core"];
+const NOT_HARNESSES: &[&str] = &["playwright-core", "@modelcontextprotocol/conformance"];
 
 /// The rows of README's harness table: (the first column without its
 /// backticks, the last column).

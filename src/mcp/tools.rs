@@ -10,8 +10,11 @@ use std::sync::{Arc, LazyLock, Mutex};
 use base64::Engine as _;
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestMethod,
+    CompleteRequestParams, CompleteResult, ContentBlock, Implementation, ListPromptsRequestMethod,
+    ListPromptsResult, ListResourceTemplatesRequestMethod, ListResourceTemplatesResult,
+    ListResourcesRequestMethod, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -356,17 +359,16 @@ impl RunTools {
             .collect()
     }
 
-    /// Run one tool call for a run: the whole tool surface in one place.
-    pub(crate) async fn call(
+    /// Run one call of a tool that exists for a run: the whole tool
+    /// surface in one place. A host tool's every outcome is audited by the
+    /// grant, a local tool's refusals by the tool.
+    async fn call(
         access: &RunAccess,
-        name: &str,
+        spec: &ToolSpec,
         args: Option<rmcp::model::JsonObject>,
     ) -> CallToolResult {
         let args = Value::Object(args.unwrap_or_default());
-        let tool = TOOLS
-            .iter()
-            .find(|t| t.name == name)
-            .map_or("unknown", |t| t.name);
+        let tool = spec.name;
         let scope = &access.host.grant().scope;
         let span = tracing::info_span!(
             "mcp",
@@ -374,7 +376,7 @@ impl RunTools {
             conversation = scope.conversation_id.as_deref().unwrap_or(""),
             tool
         );
-        match dispatch(access, name, args).instrument(span).await {
+        match (spec.answer)(access, args).instrument(span).await {
             Ok(value) if tool == APPROVE_TOOL => {
                 // The permission prompt contract: one text block holding
                 // the decision's JSON, and nothing else (a client reads
@@ -403,31 +405,22 @@ pub fn check_arguments(name: &str, args: &rmcp::model::JsonObject) -> Result<(),
     (tool_spec(name)?.check)(Value::Object(args.clone()))
 }
 
+/// `spec`, if the run was offered it: a tool kept back for lack of a
+/// question or an approval to ask is one the run does not have.
+fn offered(spec: &'static ToolSpec, asking: Asking) -> Result<&'static ToolSpec, AgentAPIError> {
+    match spec.gate {
+        Gate::Questions | Gate::Approvals if !spec.gate.opens(|_| false, asking) => Err(
+            AgentAPIError::not_found(format!("no tool `{}` in this run", spec.name)),
+        ),
+        _ => Ok(spec),
+    }
+}
+
 fn tool_spec(name: &str) -> Result<&'static ToolSpec, AgentAPIError> {
     TOOLS
         .iter()
         .find(|t| t.name == name)
         .ok_or_else(|| AgentAPIError::not_found(format!("no tool `{name}`")))
-}
-
-/// One tool call. An unknown tool is refused (and audited) here; a host
-/// tool's every outcome is audited by the grant, a local tool's refusals
-/// by the tool.
-async fn dispatch(access: &RunAccess, name: &str, args: Value) -> Result<Value, AgentAPIError> {
-    let asking = access.interactions.asking(access.host.grant().run_id());
-    match tool_spec(name) {
-        // A tool the run was not offered for lack of a question or an
-        // approval to ask is one it does not have.
-        Ok(spec)
-            if matches!(spec.gate, Gate::Questions | Gate::Approvals)
-                && !spec.gate.opens(|_| false, asking) =>
-        {
-            let err = AgentAPIError::not_found(format!("no tool `{name}` in this run"));
-            Err(access.refuse("unknown", &format!("tool:{name}"), err).await)
-        }
-        Ok(spec) => (spec.answer)(access, args).await,
-        Err(err) => Err(access.refuse("unknown", &format!("tool:{name}"), err).await),
-    }
 }
 
 /// Most ids one `read_files` call takes.
@@ -572,12 +565,18 @@ impl ServerHandler for RunTools {
             .with_instructions("LangBot host facts for this conversation: history, events, artifacts, state and storage, scoped to the current run.")
     }
 
+    /// Every tool comes in one page, so there is no cursor to continue
+    /// from: one sent is not this server's, and the spec asks for -32602.
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let access = self.access(&context)?;
+        if let Some(cursor) = request.and_then(|r| r.cursor) {
+            let why = format!("invalid cursor `{cursor}`: every tool is listed in one page");
+            return Err(McpError::invalid_params(why, None));
+        }
         let asking = self.interactions.asking(access.host.grant().run_id());
         Ok(ListToolsResult::with_all_items(Self::list_for(
             &access.host,
@@ -585,15 +584,65 @@ impl ServerHandler for RunTools {
         )))
     }
 
+    /// A tool that does not exist is a protocol error (-32602, "Unknown
+    /// tool", as the spec's example has it), not a tool's own failure; it is
+    /// still audited as a refusal of the run, like every call.
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let access = self.access(&context)?;
-        Ok(Self::call(&access, &request.name, request.arguments)
-            .await
-            .into())
+        let asking = self.interactions.asking(access.host.grant().run_id());
+        let spec = match tool_spec(&request.name).and_then(|spec| offered(spec, asking)) {
+            Ok(spec) => spec,
+            Err(err) => {
+                let resource = format!("tool:{}", request.name);
+                let err = access.refuse("unknown", &resource, err).await;
+                crate::metrics::global().mcp_call("unknown", &err.code.to_string());
+                let why = format!("Unknown tool: {}", request.name);
+                return Err(McpError::invalid_params(why, None));
+            }
+        };
+        Ok(Self::call(&access, spec, request.arguments).await.into())
+    }
+
+    // The server declares tools only. rmcp answers these methods of other
+    // capabilities with empty lists by default; for a capability not
+    // declared the spec's answer is -32601 (method not found).
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Err(McpError::method_not_found::<ListResourcesRequestMethod>())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Err(McpError::method_not_found::<
+            ListResourceTemplatesRequestMethod,
+        >())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Err(McpError::method_not_found::<ListPromptsRequestMethod>())
+    }
+
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        Err(McpError::method_not_found::<CompleteRequestMethod>())
     }
 }
 
