@@ -108,6 +108,13 @@ impl Cluster {
 
     /// Start instance `name` with `limits` (bridge.yaml lines).
     async fn instance_with(&self, name: &str, limits: &str) -> ServeProcess {
+        self.try_instance(name, limits)
+            .await
+            .unwrap_or_else(|said| panic!("instance {name} did not start: {said:?}"))
+    }
+
+    /// Start instance `name` with `limits`, or what it said when it did not.
+    async fn try_instance(&self, name: &str, limits: &str) -> Result<ServeProcess, Vec<String>> {
         let data = Arc::new(tempfile::tempdir().unwrap());
         let config = format!(
             "store: {url}\ninstance_id: {name}\nlease_seconds: {lease}\nadapters: {adapters}\n\
@@ -122,7 +129,7 @@ impl Cluster {
             think = self.think,
         );
         let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
-        ServeProcess::spawn(data, &config, &env).await
+        ServeProcess::try_spawn(data, &config, &env).await
     }
 
     /// The harness's notes: (`S` or `E`, tag, folder for `S`), in order.
@@ -473,6 +480,77 @@ async fn three_instances_run_every_turn_once_in_order_per_conversation() {
         assert!(server.stop().await.success());
         common::assert_none_left_under(&server.workspaces()).await;
     }
+}
+
+/// Instances started at the same instant on an empty database all start
+/// and serve, whatever the timing: the first migrates, and the secrets
+/// they must share (the cursor secret, the generated API token) are the
+/// first one's for all of them. Twenty fresh databases, three instances
+/// each; every failed start is counted, then reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_started_together_on_an_empty_database_all_serve() {
+    const ROUNDS: usize = 20;
+    const LIMITS: &str = "max_concurrent_runs: 1\n";
+    let began = Instant::now();
+    let mut failed = Vec::new();
+    for round in 0..ROUNDS {
+        let cluster = Cluster::new("0", 10).await;
+        let starts = futures::future::join3(
+            cluster.try_instance("a", LIMITS),
+            cluster.try_instance("b", LIMITS),
+            cluster.try_instance("c", LIMITS),
+        )
+        .await;
+        let mut servers = Vec::new();
+        for (name, started) in [("a", starts.0), ("b", starts.1), ("c", starts.2)] {
+            match started {
+                Ok(server) => servers.push(server),
+                Err(said) => failed.push(format!(
+                    "round {round}, instance {name}: {}",
+                    said.iter()
+                        .rev()
+                        .find(|l| l.contains("error") || l.contains("cannot"))
+                        .cloned()
+                        .unwrap_or_default()
+                )),
+            }
+        }
+        if servers.len() < 3 {
+            continue;
+        }
+        // One token for all, and each answers with it.
+        assert!(servers[0].token.is_some(), "a generated token");
+        for server in &servers {
+            assert_eq!(server.token, servers[0].token, "round {round}");
+            let runners = server
+                .client
+                .get(format!("{}/v1/runners", server.url))
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(runners.status(), 200, "round {round}");
+        }
+        // And the cluster runs a turn: accepted by one, streamed by another.
+        let id = format!("together-{round}");
+        let posted = &servers[round % 3];
+        let streamed = &servers[(round + 1) % 3];
+        let response = accepted(posted, "together", "TURN:together.1", &id).await;
+        let seen = streamed.stream_of(&id).await;
+        let results = read_stream(response).await;
+        assert_eq!(
+            results.last().unwrap()["type"],
+            "run.completed",
+            "{results:?}"
+        );
+        assert_eq!(seen.last(), results.last(), "round {round}");
+    }
+    eprintln!(
+        "{} of {} instance starts failed, in {:?}",
+        failed.len(),
+        ROUNDS * 3,
+        began.elapsed()
+    );
+    assert!(failed.is_empty(), "{failed:#?}");
 }
 
 /// The bounds count every instance's turns: a conversation's waiting
