@@ -680,9 +680,9 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     let mut posted = Vec::new();
     for conv in 0..CONVERSATIONS {
         for turn in 1..=TURNS {
-            let stream = post(servers[(conv * TURNS + turn) % 3], conv, turn).await;
-            // Streams from the instances about to go die with them.
-            posted.push(stream);
+            let at = (conv * TURNS + turn) % 3;
+            let stream = post(servers[at], conv, turn).await;
+            posted.push((at, conv, turn, stream));
         }
     }
     // Mid-load: turns are running on every instance.
@@ -712,14 +712,29 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(before_pause["status"], "running", "{before_pause}");
+    // The long turn's client streams it from b, which runs it, and
+    // another client from c, by id.
+    let long = tokio::spawn(read_stream(long));
+    let long_from_c = tokio::spawn(common::server::stream_of(
+        c.client.clone(),
+        c.url.clone(),
+        "long-1".into(),
+    ));
     signal(&a, nix::sys::signal::Signal::SIGKILL);
     signal(&b, nix::sys::signal::Signal::SIGSTOP);
     let _ = a.child.wait().await;
     let stopped_at = Instant::now();
-    for stream in posted {
-        stream.abort();
+    // Streams from the killed instance die with it; those from b (paused,
+    // then resumed) and c are read to their end below.
+    let mut streams = vec![("long-1".to_string(), "b", long)];
+    streams.push(("long-1".to_string(), "c", long_from_c));
+    for (at, conv, turn, stream) in posted {
+        if at == 0 {
+            stream.abort();
+        } else {
+            streams.push((run_id(conv, turn), ["a", "b", "c"][at], stream));
+        }
     }
-    drop(long);
 
     // Every turn ends, as the instance left tells.
     let mut records = BTreeMap::new();
@@ -773,6 +788,36 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     );
     let history = c.get_json("/v1/conversations/long/history?limit=50").await;
     assert!(!history.to_string().contains("tick"), "{history}");
+    // What every client was told is what the shared record says, to the
+    // terminal result: the ones streaming from b, which lost its turns
+    // (its own made-up ends, `completed` or `cancelled`, were refused),
+    // and the ones streaming from c, by id or as the instance accepting.
+    let mut told_otherwise = Vec::new();
+    let total = streams.len();
+    for (id, from, stream) in streams {
+        let seen = tokio::time::timeout(Duration::from_secs(30), stream)
+            .await
+            .unwrap_or_else(|_| panic!("the stream of {id} from {from} ends"))
+            .expect("the stream's task");
+        let recorded = record(&c, &id).await;
+        let results = recorded["results"].as_array().expect("results");
+        if seen.last() != results.last() || seen.len() != results.len() {
+            told_otherwise.push(format!(
+                "{id} from {from}: told {:?}, recorded {} {:?}",
+                seen.last().map(|r| (&r["type"], &r["data"]["code"])),
+                recorded["status"],
+                results.last().map(|r| (&r["type"], &r["data"]["code"])),
+            ));
+        } else {
+            assert_eq!(&seen, results, "{id} from {from}");
+        }
+    }
+    assert!(
+        told_otherwise.is_empty(),
+        "{} of {total} clients were told other than the record:\n{}",
+        told_otherwise.len(),
+        told_otherwise.join("\n")
+    );
 
     let notes = cluster.notes();
     let by = turns_by_conversation(&notes, &roots);
