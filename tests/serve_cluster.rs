@@ -5,10 +5,13 @@
 //! paused mid-load lose only their running turns (`interrupted`), their
 //! queued turns move to the instance left, and the paused one's late
 //! writes are refused, and its harness, still running when it resumes,
-//! is killed by its self-fence at once; a cancel posted to one instance
-//! stops a turn running on another; any instance streams and answers for
-//! any run; a run id is taken once whichever instances see it, even at
-//! once; the queue bounds count every instance's turns (429).
+//! is killed by its self-fence at once, and every client, of the paused
+//! instance or another, is told what the shared record says; instances
+//! started at the same instant on an empty database all start; a cancel
+//! posted to one instance stops a turn running on another; any instance
+//! streams and answers for any run; a run id is taken once whichever
+//! instances see it, even at once; the queue bounds count every
+//! instance's turns (429).
 //!
 //! The harness is a script (the operator's spec adds it), as a harness it
 //! runs in its workspace; it notes in a log every turn it starts (`S`,
