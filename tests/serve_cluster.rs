@@ -5,10 +5,13 @@
 //! paused mid-load lose only their running turns (`interrupted`), their
 //! queued turns move to the instance left, and the paused one's late
 //! writes are refused, and its harness, still running when it resumes,
-//! is killed by its self-fence at once; a cancel posted to one instance
-//! stops a turn running on another; any instance streams and answers for
-//! any run; a run id is taken once whichever instances see it, even at
-//! once; the queue bounds count every instance's turns (429).
+//! is killed by its self-fence at once, and every client, of the paused
+//! instance or another, is told what the shared record says; instances
+//! started at the same instant on an empty database all start; a cancel
+//! posted to one instance stops a turn running on another; any instance
+//! streams and answers for any run; a run id is taken once whichever
+//! instances see it, even at once; the queue bounds count every
+//! instance's turns (429).
 //!
 //! The harness is a script (the operator's spec adds it), as a harness it
 //! runs in its workspace; it notes in a log every turn it starts (`S`,
@@ -108,6 +111,13 @@ impl Cluster {
 
     /// Start instance `name` with `limits` (bridge.yaml lines).
     async fn instance_with(&self, name: &str, limits: &str) -> ServeProcess {
+        self.try_instance(name, limits)
+            .await
+            .unwrap_or_else(|said| panic!("instance {name} did not start: {said:?}"))
+    }
+
+    /// Start instance `name` with `limits`, or what it said when it did not.
+    async fn try_instance(&self, name: &str, limits: &str) -> Result<ServeProcess, Vec<String>> {
         let data = Arc::new(tempfile::tempdir().unwrap());
         let config = format!(
             "store: {url}\ninstance_id: {name}\nlease_seconds: {lease}\nadapters: {adapters}\n\
@@ -122,7 +132,7 @@ impl Cluster {
             think = self.think,
         );
         let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
-        ServeProcess::spawn(data, &config, &env).await
+        ServeProcess::try_spawn(data, &config, &env).await
     }
 
     /// The harness's notes: (`S` or `E`, tag, folder for `S`), in order.
@@ -475,6 +485,77 @@ async fn three_instances_run_every_turn_once_in_order_per_conversation() {
     }
 }
 
+/// Instances started at the same instant on an empty database all start
+/// and serve, whatever the timing: the first migrates, and the secrets
+/// they must share (the cursor secret, the generated API token) are the
+/// first one's for all of them. Twenty fresh databases, three instances
+/// each; every failed start is counted, then reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_started_together_on_an_empty_database_all_serve() {
+    const ROUNDS: usize = 20;
+    const LIMITS: &str = "max_concurrent_runs: 1\n";
+    let began = Instant::now();
+    let mut failed = Vec::new();
+    for round in 0..ROUNDS {
+        let cluster = Cluster::new("0", 10).await;
+        let starts = futures::future::join3(
+            cluster.try_instance("a", LIMITS),
+            cluster.try_instance("b", LIMITS),
+            cluster.try_instance("c", LIMITS),
+        )
+        .await;
+        let mut servers = Vec::new();
+        for (name, started) in [("a", starts.0), ("b", starts.1), ("c", starts.2)] {
+            match started {
+                Ok(server) => servers.push(server),
+                Err(said) => failed.push(format!(
+                    "round {round}, instance {name}: {}",
+                    said.iter()
+                        .rev()
+                        .find(|l| l.contains("error") || l.contains("cannot"))
+                        .cloned()
+                        .unwrap_or_default()
+                )),
+            }
+        }
+        if servers.len() < 3 {
+            continue;
+        }
+        // One token for all, and each answers with it.
+        assert!(servers[0].token.is_some(), "a generated token");
+        for server in &servers {
+            assert_eq!(server.token, servers[0].token, "round {round}");
+            let runners = server
+                .client
+                .get(format!("{}/v1/runners", server.url))
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(runners.status(), 200, "round {round}");
+        }
+        // And the cluster runs a turn: accepted by one, streamed by another.
+        let id = format!("together-{round}");
+        let posted = &servers[round % 3];
+        let streamed = &servers[(round + 1) % 3];
+        let response = accepted(posted, "together", "TURN:together.1", &id).await;
+        let seen = streamed.stream_of(&id).await;
+        let results = read_stream(response).await;
+        assert_eq!(
+            results.last().unwrap()["type"],
+            "run.completed",
+            "{results:?}"
+        );
+        assert_eq!(seen.last(), results.last(), "round {round}");
+    }
+    eprintln!(
+        "{} of {} instance starts failed, in {:?}",
+        failed.len(),
+        ROUNDS * 3,
+        began.elapsed()
+    );
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
 /// The bounds count every instance's turns: a conversation's waiting
 /// turns, posted through two instances, fill its bound and the next is
 /// 429 at either; turns of other conversations fill the global bound the
@@ -602,9 +683,9 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     let mut posted = Vec::new();
     for conv in 0..CONVERSATIONS {
         for turn in 1..=TURNS {
-            let stream = post(servers[(conv * TURNS + turn) % 3], conv, turn).await;
-            // Streams from the instances about to go die with them.
-            posted.push(stream);
+            let at = (conv * TURNS + turn) % 3;
+            let stream = post(servers[at], conv, turn).await;
+            posted.push((at, conv, turn, stream));
         }
     }
     // Mid-load: turns are running on every instance.
@@ -634,14 +715,29 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(before_pause["status"], "running", "{before_pause}");
+    // The long turn's client streams it from b, which runs it, and
+    // another client from c, by id.
+    let long = tokio::spawn(read_stream(long));
+    let long_from_c = tokio::spawn(common::server::stream_of(
+        c.client.clone(),
+        c.url.clone(),
+        "long-1".into(),
+    ));
     signal(&a, nix::sys::signal::Signal::SIGKILL);
     signal(&b, nix::sys::signal::Signal::SIGSTOP);
     let _ = a.child.wait().await;
     let stopped_at = Instant::now();
-    for stream in posted {
-        stream.abort();
+    // Streams from the killed instance die with it; those from b (paused,
+    // then resumed) and c are read to their end below.
+    let mut streams = vec![("long-1".to_string(), "b", long)];
+    streams.push(("long-1".to_string(), "c", long_from_c));
+    for (at, conv, turn, stream) in posted {
+        if at == 0 {
+            stream.abort();
+        } else {
+            streams.push((run_id(conv, turn), ["a", "b", "c"][at], stream));
+        }
     }
-    drop(long);
 
     // Every turn ends, as the instance left tells.
     let mut records = BTreeMap::new();
@@ -695,6 +791,36 @@ async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     );
     let history = c.get_json("/v1/conversations/long/history?limit=50").await;
     assert!(!history.to_string().contains("tick"), "{history}");
+    // What every client was told is what the shared record says, to the
+    // terminal result: the ones streaming from b, which lost its turns
+    // (its own made-up ends, `completed` or `cancelled`, were refused),
+    // and the ones streaming from c, by id or as the instance accepting.
+    let mut told_otherwise = Vec::new();
+    let total = streams.len();
+    for (id, from, stream) in streams {
+        let seen = tokio::time::timeout(Duration::from_secs(30), stream)
+            .await
+            .unwrap_or_else(|_| panic!("the stream of {id} from {from} ends"))
+            .expect("the stream's task");
+        let recorded = record(&c, &id).await;
+        let results = recorded["results"].as_array().expect("results");
+        if seen.last() != results.last() || seen.len() != results.len() {
+            told_otherwise.push(format!(
+                "{id} from {from}: told {:?}, recorded {} {:?}",
+                seen.last().map(|r| (&r["type"], &r["data"]["code"])),
+                recorded["status"],
+                results.last().map(|r| (&r["type"], &r["data"]["code"])),
+            ));
+        } else {
+            assert_eq!(&seen, results, "{id} from {from}");
+        }
+    }
+    assert!(
+        told_otherwise.is_empty(),
+        "{} of {total} clients were told other than the record:\n{}",
+        told_otherwise.len(),
+        told_otherwise.join("\n")
+    );
 
     let notes = cluster.notes();
     let by = turns_by_conversation(&notes, &roots);

@@ -11,7 +11,7 @@ mod http;
 mod journal;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,6 +78,10 @@ pub struct RunEntry {
     /// This instance runs it (on a shared store, the entry may only
     /// mirror a run another instance runs).
     executing: AtomicBool,
+    /// The sequence of the last result handed to the run's record: on a
+    /// shared store a result reaches the entry only once written, so the
+    /// entry's last can be behind it.
+    sent: AtomicU64,
 }
 
 impl RunEntry {
@@ -96,6 +100,7 @@ impl RunEntry {
             steer,
             inbox: SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox))),
             executing: AtomicBool::new(false),
+            sent: AtomicU64::new(0),
         })
     }
 
@@ -170,10 +175,20 @@ enum Record<'a> {
 }
 
 impl Record<'_> {
-    fn result(&self, run_id: &str, seq: u64, body: String) {
+    /// Record one result and let the run's clients have it: at once on
+    /// the embedded store (this service is the only one, and its record
+    /// is its own); on a shared store once the store holds it (the sink
+    /// hands it to the entry), since another instance may have taken the
+    /// run over and what the record says is what every client is told.
+    fn result(&self, run_id: &str, run: &RunEntry, result: AgentRunResult, body: String) {
+        let seq = result.sequence.unwrap_or_default();
+        run.sent.fetch_max(seq, Ordering::AcqRel);
         match self {
-            Record::Journal(journal) => journal.result(run_id, seq, body),
-            Record::Shared(sink) => sink.send(seq, body),
+            Record::Journal(journal) => {
+                journal.result(run_id, seq, body);
+                run.push(result);
+            }
+            Record::Shared(sink) => sink.send(result, body),
         }
     }
 }
@@ -668,28 +683,84 @@ impl Service {
         ));
         if let Err(e) = turn.await {
             tracing::error!(run_id = %claim.run_id, "the run's task failed: {e}");
-            let sink = cluster.sink(&claim, CancellationToken::new());
-            if !run.ended() {
-                let failed = internal_failure(&claim.run_id, run.last_sequence() + 1);
-                if let Ok(body) = serde_json::to_string(&failed) {
-                    sink.send(failed.sequence.unwrap_or_default(), body);
-                }
-                run.push(failed);
-                sink.flush().await;
-                let _ = cluster
-                    .end(&claim, RunStatus::Failed, Some("internal_error"))
+            // Unless it was ended (or handed to its record) before the
+            // task failed.
+            if !run.ended() && run.executing.load(Ordering::Acquire) {
+                let sink = cluster.sink(&claim, CancellationToken::new(), run.clone());
+                let last = run.sent.load(Ordering::Acquire).max(run.last_sequence());
+                let failed = internal_failure(&claim.run_id, last + 1);
+                self.fail_claimed(&cluster, &claim, &run, &sink, failed, "internal_error")
                     .await;
-                run.set_status(RunStatus::Failed);
             }
             if run.counted.swap(false, Ordering::AcqRel) {
                 crate::metrics::global().run_ended(&run.harness, Some("internal_error"), 0.0);
             }
-            self.runs().remove(&claim.run_id);
         }
     }
 
+    /// End a claimed run with `failed` (failure `code`), a terminal result
+    /// the bridge made itself: the turn never ran, or its task failed.
+    async fn fail_claimed(
+        self: &Arc<Self>,
+        cluster: &Arc<Cluster>,
+        claim: &Claim,
+        run: &Arc<RunEntry>,
+        sink: &cluster::ResultSink,
+        failed: AgentRunResult,
+        code: &str,
+    ) {
+        if let Ok(body) = serde_json::to_string(&failed) {
+            sink.send(failed, body);
+        }
+        self.finish_claimed(cluster, claim, run, sink, RunStatus::Failed, Some(code))
+            .await;
+    }
+
+    /// End a claimed run in the shared record, and its entry here with
+    /// what the record says. When every result was written and the end
+    /// recorded, that is what this instance made; when not (the run was
+    /// lost: the instance was declared dead, its writes refused, and
+    /// another instance ended the run `interrupted`), the entry stops
+    /// being fed from here and follows the record like any other
+    /// instance's mirror: its clients get the record's own terminal
+    /// result, never the one this instance made and could not write.
+    async fn finish_claimed(
+        self: &Arc<Self>,
+        cluster: &Arc<Cluster>,
+        claim: &Claim,
+        run: &Arc<RunEntry>,
+        sink: &cluster::ResultSink,
+        status: RunStatus,
+        code: Option<&str>,
+    ) {
+        // Every result is in before the end is: a follower that sees the
+        // end has them all.
+        let written = sink.flush().await;
+        let recorded = cluster.end(claim, status, code).await;
+        match &recorded {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                run_id = %claim.run_id,
+                "the run ended after this instance lost its lease; its end was not recorded \
+                 (another instance marked it interrupted); its clients are told what the \
+                 record says"
+            ),
+            Err(e) => tracing::error!(run_id = %claim.run_id, "cannot record the run's end: {e}"),
+        }
+        if written && matches!(recorded, Ok(true)) {
+            run.set_status(status);
+            self.runs().remove(&claim.run_id);
+            return;
+        }
+        run.executing.store(false, Ordering::Release);
+        tokio::spawn(
+            self.clone()
+                .follow(cluster.clone(), claim.run_id.clone(), run.clone()),
+        );
+    }
+
     async fn run_claimed(self: Arc<Self>, cluster: Arc<Cluster>, claim: Claim, run: Arc<RunEntry>) {
-        let sink = cluster.sink(&claim, run.cancel.clone());
+        let sink = cluster.sink(&claim, run.cancel.clone(), run.clone());
         let ctx: AgentRunContext = match serde_json::from_str(&claim.context) {
             Ok(ctx) => ctx,
             Err(e) => {
@@ -706,16 +777,8 @@ impl Service {
                     }),
                 );
                 failed.sequence = Some(1);
-                if let Ok(body) = serde_json::to_string(&failed) {
-                    sink.send(1, body);
-                }
-                run.push(failed);
-                sink.flush().await;
-                let _ = cluster
-                    .end(&claim, RunStatus::Failed, Some("invalid_argument"))
+                self.fail_claimed(&cluster, &claim, &run, &sink, failed, "invalid_argument")
                     .await;
-                run.set_status(RunStatus::Failed);
-                self.runs().remove(&claim.run_id);
                 return;
             }
         };
@@ -751,20 +814,8 @@ impl Service {
         let (status, code) = self
             .run_turn(&ctx, &run, &options, &Record::Shared(&sink))
             .await;
-        // Every result is in before the end is: a follower that sees the
-        // end has them all.
-        sink.flush().await;
-        match cluster.end(&claim, status, code.as_deref()).await {
-            Ok(true) => {}
-            Ok(false) => tracing::warn!(
-                run_id = %claim.run_id,
-                "the run ended after this instance lost its lease; its end was not recorded \
-                 (another instance marked it interrupted)"
-            ),
-            Err(e) => tracing::error!(run_id = %claim.run_id, "cannot record the run's end: {e}"),
-        }
-        run.set_status(status);
-        self.runs().remove(&claim.run_id);
+        self.finish_claimed(&cluster, &claim, &run, &sink, status, code.as_deref())
+            .await;
     }
 
     /// One run, from its place in the queue to its record in the journal.
@@ -916,8 +967,7 @@ impl Service {
             run.cancel();
             return;
         }
-        record.result(run_id, result.sequence.unwrap_or_default(), body);
-        run.push(result);
+        record.result(run_id, run, result, body);
     }
 
     /// Turns waiting across conversations (on a shared store: across every

@@ -29,6 +29,18 @@ impl ServeProcess {
         config: &str,
         env: &[(&str, String)],
     ) -> ServeProcess {
+        Self::try_spawn(data, config, env)
+            .await
+            .unwrap_or_else(|said| panic!("serve exited before listening: {said:?}"))
+    }
+
+    /// [`ServeProcess::spawn`], or what serve said when it exited before
+    /// listening (a start that fails is what some tests count).
+    pub async fn try_spawn(
+        data: Arc<tempfile::TempDir>,
+        config: &str,
+        env: &[(&str, String)],
+    ) -> Result<ServeProcess, Vec<String>> {
         let file = data.path().join("bridge.yaml");
         std::fs::write(&file, format!("listen: 127.0.0.1:0\n{config}")).unwrap();
         let mut child = tokio::process::Command::new(super::bridge_bin())
@@ -48,14 +60,18 @@ impl ServeProcess {
         let url = tokio::time::timeout(Duration::from_secs(20), async {
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(url) = line.strip_prefix("harness-bridge serving on ") {
-                    return url.to_string();
+                    return Some(url.to_string());
                 }
                 log.lock().unwrap().push(line);
             }
-            panic!("serve exited before listening: {:?}", log.lock().unwrap());
+            None
         })
         .await
         .expect("serve listens in time");
+        let Some(url) = url else {
+            let said = log.lock().unwrap().clone();
+            return Err(said);
+        };
         // Keep draining stderr so the server never blocks on it.
         let kept = log.clone();
         tokio::spawn(async move {
@@ -80,14 +96,14 @@ impl ServeProcess {
             .default_headers(headers)
             .build()
             .unwrap();
-        ServeProcess {
+        Ok(ServeProcess {
             child,
             url,
             data,
             client,
             token,
             log,
-        }
+        })
     }
 
     pub async fn get_text(&self, path: &str) -> String {

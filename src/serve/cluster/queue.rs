@@ -103,23 +103,34 @@ async fn append_failure(
 /// the run's end) the run ends as that says, with nothing appended (a
 /// stream has one terminal result); else `interrupted`, with a terminal
 /// result saying `why`. The run's row is updated already (`failed`,
-/// `interrupted`).
+/// `interrupted`), so no more results can land.
+///
+/// The last result is read here, in a statement of its own, not by the
+/// `UPDATE` that ended the run: that statement may have waited for a
+/// batch of results holding the run's row, and its snapshot, taken
+/// before the batch committed, would not see it; the terminal appended
+/// after a last seen too low would collide with the batch's and be
+/// dropped, the record left with no end or with the lost instance's.
 async fn settle(
     tx: &deadpool_postgres::Transaction<'_>,
     run_id: &str,
-    last: i64,
     why: &str,
 ) -> Result<(), String> {
     let db = |e: tokio_postgres::Error| describe(&e);
-    let said = sql::query_opt(
+    let newest = sql::query_opt(
         tx,
-        "SELECT body FROM run_results WHERE run_id = $1 AND seq = $2",
-        &[&run_id, &last],
+        "SELECT seq, body FROM run_results WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
+        &[&run_id],
     )
     .await
-    .map_err(db)?
-    .and_then(|row| row.try_get::<_, String>(0).ok())
-    .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok());
+    .map_err(db)?;
+    let last: i64 = match &newest {
+        Some(row) => row.try_get(0).map_err(db)?,
+        None => 0,
+    };
+    let said = newest
+        .and_then(|row| row.try_get::<_, String>(1).ok())
+        .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok());
     let ended = said
         .as_ref()
         .and_then(|result| match result["type"].as_str() {
@@ -580,8 +591,7 @@ impl Cluster {
                  WHERE status = 'running' AND conversation_id = ANY($1)
                    AND NOT EXISTS (SELECT 1 FROM instances i
                                    WHERE i.id = r.owner AND i.boot_id = r.owner_boot)
-                 RETURNING run_id, conversation_id,
-                     (SELECT coalesce(max(seq), 0) FROM run_results x WHERE x.run_id = r.run_id)",
+                 RETURNING run_id, conversation_id",
             &[&conversations],
         )
         .await
@@ -589,12 +599,10 @@ impl Cluster {
         let mut freed = Vec::new();
         for row in &rows {
             let run_id: String = row.try_get(0).map_err(db)?;
-            let last: i64 = row.try_get(2).map_err(db)?;
             freed.push(row.try_get::<_, String>(1).map_err(db)?);
             settle(
                 &tx,
                 &run_id,
-                last,
                 "the bridge instance running this turn went away before it finished; it is \
                  not run again",
             )
@@ -659,9 +667,7 @@ impl Cluster {
             "UPDATE runs SET status = 'failed', code = 'interrupted', ended_at = hb_now_ms(),
                      context = NULL
                  WHERE owner = $1 AND status = 'running'
-                 RETURNING run_id, pgid, workspace, marker, machine_boot,
-                     (SELECT coalesce(max(seq), 0) FROM run_results r
-                      WHERE r.run_id = runs.run_id)",
+                 RETURNING run_id, pgid, workspace, marker, machine_boot",
             &[&id],
         )
         .await
@@ -670,11 +676,9 @@ impl Cluster {
         let mut ended = Vec::new();
         for row in &rows {
             let run_id: String = row.try_get(0).map_err(db)?;
-            let last: i64 = row.try_get(5).map_err(db)?;
             settle(
                 &tx,
                 &run_id,
-                last,
                 "the bridge instance running this turn stopped (its lease lapsed) before it \
                  finished; it is not run again",
             )

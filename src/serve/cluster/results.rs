@@ -11,32 +11,40 @@ use tokio_util::sync::CancellationToken;
 use super::queue::parse_status;
 use super::{Claim, Cluster, RUN_GUARD, describe, sql};
 use crate::protocol::AgentRunResult;
-use crate::serve::{JournalRun, RunStatus};
+use crate::serve::{JournalRun, RunEntry, RunStatus};
 
 /// Most results one batch writes.
 const BATCH: usize = 256;
 
 enum Message {
-    Result(i64, String),
+    /// A result: its sequence, its JSON, and itself for the run's entry.
+    Result(i64, String, Box<AgentRunResult>),
     /// Answered once everything before it is written (`true`), or known
     /// lost (`false`).
     Flush(oneshot::Sender<bool>),
 }
 
 /// Where a claimed run's results go: into the shared store, in order,
-/// each batch only while the run holds its fence. A batch the fence
-/// refuses, or the store cannot take after retries, stops the run
-/// (`lost` is cancelled): it would be running with nowhere to say so.
+/// each batch only while the run holds its fence, and then, once written,
+/// into the run's entry for the clients streaming it here. A client is
+/// told a result only once the shared record holds it: a result this
+/// instance made but could not write (it lost the run) reaches no one, so
+/// what this instance's clients see is what every other instance's see.
+/// A batch the fence refuses, or the store cannot take after retries,
+/// stops the run (`lost` is cancelled): it would be running with nowhere
+/// to say so.
 pub struct ResultSink {
     messages: mpsc::UnboundedSender<Message>,
 }
 
 impl ResultSink {
-    /// Queue one result (its sequence and JSON).
-    pub fn send(&self, seq: u64, body: String) {
+    /// Queue one result (and its JSON).
+    pub fn send(&self, result: AgentRunResult, body: String) {
+        let seq = result.sequence.unwrap_or_default();
         let _ = self.messages.send(Message::Result(
             i64::try_from(seq).unwrap_or(i64::MAX),
             body,
+            Box::new(result),
         ));
     }
 
@@ -52,8 +60,14 @@ impl ResultSink {
 }
 
 impl Cluster {
-    /// The sink for a claimed run's results.
-    pub fn sink(self: &Arc<Self>, claim: &Claim, lost: CancellationToken) -> ResultSink {
+    /// The sink for a claimed run's results, which reach `run` as they
+    /// are written.
+    pub fn sink(
+        self: &Arc<Self>,
+        claim: &Claim,
+        lost: CancellationToken,
+        run: Arc<RunEntry>,
+    ) -> ResultSink {
         let (messages, mut inbox) = mpsc::unbounded_channel();
         let cluster = self.clone();
         let run_id = claim.run_id.clone();
@@ -66,7 +80,7 @@ impl Cluster {
                 let mut next = Some(first);
                 while let Some(message) = next.take() {
                     match message {
-                        Message::Result(seq, body) => batch.push((seq, body)),
+                        Message::Result(seq, body, result) => batch.push((seq, body, result)),
                         Message::Flush(done) => flushes.push(done),
                     }
                     if batch.len() < BATCH {
@@ -74,10 +88,17 @@ impl Cluster {
                     }
                 }
                 if !broken && !batch.is_empty() {
-                    if let Err(why) = cluster.append(&run_id, fence, &batch).await {
-                        tracing::error!(run_id = %run_id, "{why}; stopping the run");
-                        broken = true;
-                        lost.cancel();
+                    match cluster.append(&run_id, fence, &batch).await {
+                        Ok(()) => {
+                            for (_, _, result) in batch {
+                                run.push(*result);
+                            }
+                        }
+                        Err(why) => {
+                            tracing::error!(run_id = %run_id, "{why}; stopping the run");
+                            broken = true;
+                            lost.cancel();
+                        }
                     }
                 }
                 for done in flushes {
@@ -94,7 +115,7 @@ impl Cluster {
         &self,
         run_id: &str,
         fence: i64,
-        batch: &[(i64, String)],
+        batch: &[(i64, String, Box<AgentRunResult>)],
     ) -> Result<(), String> {
         let mut wait = Duration::from_millis(100);
         let mut tries = 0;
@@ -122,7 +143,7 @@ impl Cluster {
         &self,
         run_id: &str,
         fence: i64,
-        batch: &[(i64, String)],
+        batch: &[(i64, String, Box<AgentRunResult>)],
     ) -> Result<bool, String> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| describe(&e))?;
@@ -133,8 +154,8 @@ impl Cluster {
         if held.is_none() {
             return Ok(false);
         }
-        let seqs: Vec<i64> = batch.iter().map(|(seq, _)| *seq).collect();
-        let bodies: Vec<&str> = batch.iter().map(|(_, body)| body.as_str()).collect();
+        let seqs: Vec<i64> = batch.iter().map(|(seq, _, _)| *seq).collect();
+        let bodies: Vec<&str> = batch.iter().map(|(_, body, _)| body.as_str()).collect();
         sql::execute(
             &tx,
             "INSERT INTO run_results (run_id, seq, body)
