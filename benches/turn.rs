@@ -200,9 +200,8 @@ fn direct_same(claude: &Path, env: &Env, same: &SameConfig) -> Duration {
 
 fn bridged(claude: &Path, env: &Env, data: &Path, turn: usize) -> Duration {
     let conversation = format!("bench-{turn}");
-    let start = Instant::now();
-    let output = env
-        .apply(Command::new(env!("CARGO_BIN_EXE_harness-bridge")).args([
+    support::timed_bridge_run(
+        env.apply(Command::new(env!("CARGO_BIN_EXE_harness-bridge")).args([
             "--data-dir".as_ref(),
             data.as_os_str(),
             "run".as_ref(),
@@ -212,20 +211,8 @@ fn bridged(claude: &Path, env: &Env, data: &Path, turn: usize) -> Duration {
             conversation.as_ref(),
             "--text".as_ref(),
             PROMPT.as_ref(),
-        ]))
-        .output()
-        .expect("the bridge runs");
-    let elapsed = start.elapsed();
-    let last = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .last()
-        .unwrap_or("")
-        .to_string();
-    assert!(
-        output.status.success() && last.contains("run.completed"),
-        "bridged turn failed: {last}"
-    );
-    elapsed
+        ])),
+    )
 }
 
 /// Decode `stream` (a recorded stdout) in 64 KiB reads, as from a pipe,

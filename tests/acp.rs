@@ -587,6 +587,52 @@ async fn run_turns(agent: Agent) {
     .await;
 }
 
+/// `run` ends an ACP agent's process by closing its input once the turn
+/// is over: an agent that exits at the end of its input (where Kimi saves
+/// its session) ends within a fraction of a second and is never
+/// signalled. (A scripted agent: it notes when it answered, when its input
+/// ended, and any SIGTERM.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_closes_an_acp_agents_input_and_never_signals_it() {
+    let tools = tempfile::tempdir().unwrap();
+    let agent = common::scripted::install_acp(tools.path());
+    let adapters = tools.path().join("adapters");
+    let log = tools.path().join("agent.log");
+    let data = tempfile::tempdir().unwrap();
+    let args = [
+        "--adapters",
+        adapters.to_str().unwrap(),
+        "--harness",
+        "acpscript",
+        "--bin",
+        agent.to_str().unwrap(),
+        "--conversation",
+        "acp-eof",
+        "--text",
+        "Hello",
+    ];
+    let env = [("ACPSCRIPT_LOG", log.display().to_string())];
+    let turn = bridge_run(data.path(), &args, &env).await;
+    let end = turn.terminal();
+    assert_eq!(end["type"], "run.completed", "{}", turn.stderr);
+    assert_eq!(end["data"]["message"]["content"], "Done.", "{end}");
+
+    let log = std::fs::read_to_string(&log).unwrap();
+    let at = |what: &str| {
+        log.lines()
+            .find_map(|l| l.strip_prefix(what))
+            .and_then(|t| t.trim().parse::<f64>().ok())
+    };
+    assert!(!log.contains("term"), "the agent was signalled: {log}");
+    let answered = at("answered ").expect("the agent answered");
+    let eof = at("eof ").unwrap_or_else(|| panic!("the agent never saw end of input: {log}"));
+    assert!(
+        eof - answered < 1.0,
+        "end of input came {:.2} s after the turn: {log}",
+        eof - answered
+    );
+}
+
 fn args_of(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }

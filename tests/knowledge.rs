@@ -136,6 +136,37 @@ async fn folders_are_indexed_by_digest_and_searched_through_the_grant() {
     );
 }
 
+/// A hard link in a knowledge folder (a regular file, which no
+/// `O_NOFOLLOW` refuses) to a file outside it is skipped like a symlink:
+/// counted, and its words found by no search. A file once indexed that
+/// becomes a link leaves the index.
+#[tokio::test]
+async fn a_hard_link_in_a_knowledge_folder_is_not_indexed() {
+    let f = fixture();
+    let docs = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(docs.path().join("own.md"), "Our own runbook words.").unwrap();
+    std::fs::write(docs.path().join("later.md"), "Quarterly figures draft.").unwrap();
+    std::fs::write(outside.path().join("key.md"), "Zanzibar private passphrase").unwrap();
+    std::fs::hard_link(outside.path().join("key.md"), docs.path().join("key.md")).unwrap();
+    let bases = BTreeMap::from([("docs".to_string(), docs.path().to_path_buf())]);
+    let first = f.store.index_knowledge(bases.clone()).await.unwrap();
+    assert_eq!(first, [("docs".to_string(), report(2, 0, 0, 1))]);
+    // An indexed file that gains a second name is dropped.
+    std::fs::hard_link(docs.path().join("later.md"), outside.path().join("copy.md")).unwrap();
+    let again = f.store.index_knowledge(bases).await.unwrap();
+    assert_eq!(again, [("docs".to_string(), report(0, 1, 1, 2))]);
+
+    let run = f.open("run-kb-link", "c1", &GrantPolicy::default());
+    let host = f.grants.granted(run.grant.clone());
+    for words in ["zanzibar passphrase", "quarterly figures"] {
+        let found = host.call(&retrieve("docs", words)).await.unwrap();
+        assert!(found.is_empty(), "{words}: {found:?}");
+    }
+    let own = host.call(&retrieve("docs", "runbook")).await.unwrap();
+    assert_eq!(texts(&own), ["Our own runbook words."]);
+}
+
 /// A context may narrow a run to some of the host's bases, never add one.
 #[tokio::test]
 async fn a_context_narrows_the_hosts_bases_and_adds_none() {

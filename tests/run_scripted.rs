@@ -244,6 +244,65 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
     );
 }
 
+/// A hard link the harness puts in its outbox, to a file outside the
+/// workspace (a regular file: no `O_NOFOLLOW` refuses it), is named with a
+/// sentence saying why it is withheld; its bytes reach neither a result
+/// nor the artifact store, small or large. The outbox's own files go out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_link_in_the_outbox_is_named_and_withheld() {
+    const MARK: &str = "outside-the-workspace-4f2a";
+    let setup = Setup::new();
+    // Beside the data folder: the same file system, as a link needs.
+    let outside = tempfile::tempdir_in(setup.data.path().parent().unwrap()).unwrap();
+    let (small, big) = (
+        outside.path().join("key.txt"),
+        outside.path().join("dump.bin"),
+    );
+    std::fs::write(&small, MARK).unwrap();
+    std::fs::write(&big, MARK.repeat(100_000)).unwrap();
+    let (small, big) = (small.display().to_string(), big.display().to_string());
+    let turn = setup
+        .run_with(
+            "hardlink",
+            &[],
+            &[("FAKE_LINK", &small), ("FAKE_BIG_LINK", &big)],
+        )
+        .await;
+    turn.completed();
+    let artifact = |name: &str| {
+        turn.results
+            .iter()
+            .map(|(_, r)| r)
+            .find(|r| r["type"] == "artifact.created" && r["data"]["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not named: {:?}", turn.kinds()))
+            .clone()
+    };
+    for name in ["linked.txt", "linked.bin"] {
+        let data = &artifact(name)["data"];
+        let why = data["metadata"]["withheld"].as_str().unwrap_or_default();
+        assert!(why.contains("hard link"), "{data}");
+        assert!(data.get("content_base64").is_none(), "{data}");
+        assert!(data.get("artifact_id").is_none(), "{data}");
+    }
+    assert_eq!(artifact("note.txt")["data"]["content_base64"], "aGVsbG8=");
+    let sent: String = turn.results.iter().map(|(_, r)| r.to_string()).collect();
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(MARK);
+    assert!(!sent.contains(MARK) && !sent.contains(&encoded[..20]));
+    for stored in walkdir::WalkDir::new(setup.data.path().join("artifacts"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+    {
+        let bytes = std::fs::read(stored.path()).unwrap();
+        assert!(
+            !bytes.windows(MARK.len()).any(|w| w == MARK.as_bytes()),
+            "{} holds the linked file",
+            stored.path().display()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_is_harness_error_with_the_stderr_tail_redacted() {
     let setup = Setup::new();

@@ -1077,7 +1077,8 @@ async fn a_store_failure_is_a_500_whose_details_stay_in_the_log() {
 /// Without tokens (`no_auth`, for development), any web page the user
 /// opens could otherwise drive the API: a cross-site "simple" POST, a page
 /// of another origin, or a name rebound to 127.0.0.1. Only programs and
-/// the service's own page get through.
+/// the service's own page get through; every answer says it may not be
+/// framed or sniffed, and the page's policy admits only its own script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_of_other_sites_cannot_drive_the_api() {
     let server = Server::start("quiet", "no_auth: true\n").await;
@@ -1129,7 +1130,34 @@ async fn pages_of_other_sites_cannot_drive_the_api() {
         .body(body.clone());
     assert_eq!(status(own.send().await.unwrap()), 200);
     let page = bare.get(format!("{}/", server.url)).send().await.unwrap();
+    // The page runs only its own inline script (by digest) and cannot be
+    // framed; every other answer, a refusal too, allows nothing at all.
+    let policy = |r: &reqwest::Response| {
+        let h = |name: &str| {
+            r.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        assert_eq!(h("x-frame-options").as_deref(), Some("DENY"));
+        assert_eq!(h("x-content-type-options").as_deref(), Some("nosniff"));
+        assert_eq!(h("referrer-policy").as_deref(), Some("no-referrer"));
+        h("content-security-policy").unwrap_or_default()
+    };
+    let csp = policy(&page);
+    assert!(
+        csp.contains("script-src 'sha256-") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe"), "{csp}");
     assert_eq!(status(page), 200);
+    let refused = bare
+        .get(format!("{}/v1/runners", server.url))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert!(policy(&refused).starts_with("default-src 'none'"));
+    assert_eq!(status(refused), 403);
 }
 
 /// What the operator fixes, no request changes, in either form.

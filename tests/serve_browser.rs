@@ -142,6 +142,36 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         "{page}"
     );
     assert!(console_errors(&page).is_empty(), "{page}");
+    // All that ran under the page's policy (a violation is a console
+    // error): its own inline script and style by digest, nothing else, no
+    // framing.
+    let headers = &page["page_headers"];
+    let policy = headers["content-security-policy"].as_str().unwrap_or("");
+    for part in [
+        "default-src 'self'",
+        "script-src 'sha256-",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+    ] {
+        assert!(policy.contains(part), "{part} is not in {policy:?}");
+    }
+    assert!(!policy.contains("unsafe-inline"), "{policy}");
+    assert_eq!(headers["x-frame-options"], "DENY", "{headers}");
+    assert_eq!(headers["x-content-type-options"], "nosniff", "{headers}");
+    assert_eq!(headers["referrer-policy"], "no-referrer", "{headers}");
+    // The token the operator typed is kept for the tab only, never in
+    // localStorage (on disk, for any page of this origin).
+    let token = server.token.clone().expect("serve made a token");
+    let local = page["storage"]["local"]
+        .as_object()
+        .expect("localStorage read");
+    assert!(
+        local.values().all(|v| v.as_str() != Some(token.as_str())),
+        "{local:?}"
+    );
+    assert!(!local.contains_key("hb.token"), "{local:?}");
+    assert_eq!(page["storage"]["session"]["hb.token"], token.as_str());
     // Claude sent the second request with turn 1 in it: a resumed session.
     let requests = fake.requests.lock().unwrap().clone();
     let last = requests.last().expect("the model was asked");

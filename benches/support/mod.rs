@@ -273,3 +273,21 @@ pub async fn fake_messages_api() -> String {
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
 }
+
+/// Run `command` (a `harness-bridge run`) to its exit and say how long it
+/// took; a turn that did not end `run.completed` fails the bench.
+pub fn timed_bridge_run(command: &mut std::process::Command) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    let output = command.output().expect("the bridge runs");
+    let elapsed = start.elapsed();
+    let last = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        output.status.success() && last.contains("run.completed"),
+        "bridged turn failed: {last}"
+    );
+    elapsed
+}

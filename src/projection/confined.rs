@@ -594,7 +594,10 @@ impl ConfinedDir {
     }
 
     /// Read at most `max` bytes of the regular file `relative` below this
-    /// folder, following no link on the way.
+    /// folder, following no link on the way. A file with more than one
+    /// name is refused ([`HardLinked`]): its other name may be anywhere on
+    /// the same file system, and what a harness links in is not the
+    /// folder's own.
     pub fn read_head(&self, relative: &Path, max: u64) -> std::io::Result<HeadRead> {
         let mut dir = self.clone();
         let mut parts = relative.components().peekable();
@@ -610,6 +613,13 @@ impl ConfinedDir {
             }
             let (file, meta) = open_file_at(&dir.fd, name)
                 .map_err(|r| r.io_error(&dir.path.join(name), "regular file"))?;
+            if meta.nlink() > 1 {
+                return Err(std::io::Error::other(HardLinked {
+                    path: dir.path.join(name),
+                    links: meta.nlink(),
+                    size: meta.len(),
+                }));
+            }
             let mut bytes = Vec::with_capacity(meta.len().min(max).min(1 << 20) as usize);
             file.take(max).read_to_end(&mut bytes)?;
             return Ok(HeadRead {
@@ -618,6 +628,44 @@ impl ConfinedDir {
             });
         }
         Err(std::io::Error::other("empty path"))
+    }
+}
+
+/// Why [`ConfinedDir::read_head`] (and [`read_beneath`]) refused a file:
+/// it has other names (a hard link). Unlike a symlink, a hard link is a
+/// regular file that no `O_NOFOLLOW` refuses, and it may be a file from
+/// outside the folder (another workspace's, a key) that its maker could
+/// link but the person it would be sent to should never see. Carried
+/// inside the `std::io::Error`, so a caller can tell this refusal from a
+/// failure and say so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HardLinked {
+    /// The name it was asked for.
+    pub path: PathBuf,
+    /// How many names the file has.
+    pub links: u64,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+impl std::fmt::Display for HardLinked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is a hard link (one of {} names of the same file, the others possibly \
+             outside the workspace), so it is not read",
+            self.path.display(),
+            self.links
+        )
+    }
+}
+
+impl std::error::Error for HardLinked {}
+
+impl HardLinked {
+    /// The refusal inside `error`, when that is what it is.
+    pub fn of(error: &std::io::Error) -> Option<&HardLinked> {
+        error.get_ref().and_then(|e| e.downcast_ref::<HardLinked>())
     }
 }
 
@@ -678,6 +726,9 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), root.join("dirlink")).unwrap();
         std::os::unix::fs::symlink("/dev/zero", root.join("in/zero")).unwrap();
         nix::unistd::mkfifo(&root.join("in/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        fs::hard_link(outside.path().join("secret"), root.join("in/hard")).unwrap();
+        let hard = read_beneath(root, Path::new("in/hard"), 10).unwrap_err();
+        assert_eq!(HardLinked::of(&hard).map(|h| h.links), Some(2), "{hard}");
         for relative in [
             "in/link",
             "dirlink/secret",

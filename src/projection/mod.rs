@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 pub use binding::{Approvals, Binding, Questions, SkillSpec};
-pub use confined::{ConfinedDir, Entry, HeadRead, WriteOutcome, read_beneath};
+pub use confined::{ConfinedDir, Entry, HardLinked, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{

@@ -114,7 +114,11 @@ const EXIT_ON_EOF: Duration = Duration::from_secs(3);
 /// A harness process that serves turns, with its stdio and its driver.
 pub struct LiveProcess {
     process: HarnessProcess,
-    stdin: ChildStdin,
+    /// The write end of its input; `None` once closed. Only dropping it
+    /// closes the pipe: tokio's `shutdown` of a child's stdin flushes and
+    /// leaves the descriptor open, so the harness would never see end of
+    /// input.
+    stdin: Option<ChildStdin>,
     stdout: ChildStdout,
     lines: LineBuffer,
     driver: Box<dyn LiveDriver>,
@@ -141,7 +145,7 @@ impl LiveProcess {
         let opening = driver.open(resume, setup);
         let mut live = LiveProcess {
             process,
-            stdin,
+            stdin: Some(stdin),
             stdout,
             lines: LineBuffer::default(),
             driver,
@@ -170,11 +174,15 @@ impl LiveProcess {
     }
 
     async fn write(&mut self, lines: &[String]) -> std::io::Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
         for line in lines {
-            self.stdin.write_all(line.as_bytes()).await?;
-            self.stdin.write_all(b"\n").await?;
+            stdin.write_all(line.as_bytes()).await?;
+            stdin.write_all(b"\n").await?;
         }
-        self.stdin.flush().await
+        stdin.flush().await
     }
 
     /// Stop it: end of input, a moment to exit on its own (a harness saves
@@ -182,7 +190,9 @@ impl LiveProcess {
     /// it just answered), then the group's SIGTERM and SIGKILL after
     /// `grace`, then whatever it left.
     pub async fn stop(mut self, grace: Duration) {
-        let _ = self.stdin.shutdown().await;
+        // Dropped, not shut down: the pipe closes only with its last
+        // descriptor, and the harness reads end of input only then.
+        drop(self.stdin.take());
         let own = tokio::time::timeout(grace.min(EXIT_ON_EOF), self.process.wait()).await;
         if !matches!(own, Ok(Ok(_))) {
             let _ = self.process.terminate(grace).await;

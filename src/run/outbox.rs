@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::host::{HostApi, NewArtifact, RunScope};
-use crate::projection::{ConfinedDir, ProjectionError};
+use crate::projection::{ConfinedDir, HardLinked, ProjectionError};
 use crate::protocol::{ArtifactCreated, INLINE_ARTIFACT_MAX_BYTES};
 
 /// The outbox folder's name in the workspace.
@@ -296,8 +296,24 @@ pub async fn artifact(
     let read =
         tokio::task::spawn_blocking(move || dir.read_head(&relative, MAX_ARTIFACT_BYTES + 1))
             .await
-            .map_err(|e| cannot(e.to_string()))?
             .map_err(|e| cannot(e.to_string()))?;
+    let read = match read {
+        Ok(read) => read,
+        // A file of the outbox in name only: reported, never sent.
+        Err(e) => match HardLinked::of(&e) {
+            Some(linked) => {
+                let size = linked.size;
+                let reason = format!(
+                    "outbox file {name} is not sent: it is a hard link (one of {} names of the \
+                     same file), which may be a file from outside the workspace; a file copied \
+                     or written into outbox/ is sent",
+                    linked.links
+                );
+                return Ok(withheld(name, size, reason));
+            }
+            None => return Err(cannot(e.to_string())),
+        },
+    };
     let size = read.size.max(read.bytes.len() as u64);
     if size > MAX_ARTIFACT_BYTES {
         let reason = format!(

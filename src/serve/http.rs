@@ -2,7 +2,10 @@
 //! when the client asks for `text/event-stream`), run status and cancel,
 //! the runner manifest, conversation history, health, metrics, and the
 //! debug chat page. Every route but `/` and `/healthz` needs a bearer token
-//! when tokens are configured.
+//! when tokens are configured. Every response carries a
+//! Content-Security-Policy (the page's admits only its own inline script
+//! and style, by digest), `X-Frame-Options: DENY`, `nosniff` and
+//! `Referrer-Policy: no-referrer`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -157,6 +160,7 @@ pub fn router(service: Arc<Service>) -> Router {
         )
         .layer(middleware::from_fn_with_state(service.clone(), auth))
         .layer(middleware::from_fn_with_state(service.clone(), same_origin))
+        .layer(middleware::from_fn(security_headers))
         .with_state(service)
 }
 
@@ -478,8 +482,84 @@ async fn get_run(
 }
 
 /// The debug chat page: one static file, no build step.
+const CHAT_PAGE: &str = include_str!("chat.html");
+
+/// `'sha256-…'` of the text of each `<tag>…</tag>` in `html`: what a
+/// Content-Security-Policy names to let exactly those inline blocks run.
+fn inline_hashes(html: &str, tag: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut hashes = Vec::new();
+    let mut rest = html;
+    while let Some(start) = rest.find(&open) {
+        let body = &rest[start + open.len()..];
+        let Some(end) = body.find(&close) else {
+            break;
+        };
+        let digest = Sha256::digest(&body.as_bytes()[..end]);
+        hashes.push(format!(
+            "'sha256-{}'",
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        ));
+        rest = &body[end + close.len()..];
+    }
+    hashes
+}
+
+/// The page's policy: its own inline script and style only, by their
+/// digests (computed from the page served, so they cannot drift from
+/// it), so a script that ever got into the page would not run; the API
+/// of its own origin only; no framing (clickjacking the approval
+/// buttons), no `<base>`, no form posted elsewhere.
+fn chat_page_policy() -> &'static str {
+    static POLICY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    POLICY.get_or_init(|| {
+        format!(
+            "default-src 'self'; script-src {}; style-src {}; img-src 'self' data:; \
+             object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+            inline_hashes(CHAT_PAGE, "script").join(" "),
+            inline_hashes(CHAT_PAGE, "style").join(" "),
+        )
+    })
+}
+
 async fn chat_page() -> Response {
-    axum::response::Html(include_str!("chat.html")).into_response()
+    (
+        [(header::CONTENT_SECURITY_POLICY, chat_page_policy())],
+        axum::response::Html(CHAT_PAGE),
+    )
+        .into_response()
+}
+
+/// What every response carries, refusals included: the page's own policy
+/// or, for everything else (JSON, streams, metrics: nothing a browser
+/// should render), one that allows nothing; no framing; no content-type
+/// sniffing (a JSON answer that echoes a request is never read as HTML);
+/// no `Referer` leaving the page.
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            header::HeaderValue::from_static(
+                "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            ),
+        );
+    }
+    headers.insert(
+        header::X_FRAME_OPTIONS,
+        header::HeaderValue::from_static("DENY"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        header::HeaderValue::from_static("no-referrer"),
+    );
+    response
 }
 
 async fn metrics(State(service): State<Arc<Service>>) -> Response {

@@ -1,7 +1,9 @@
 // What every browser script starts with: headless Chromium on the debug
 // chat page of a running `harness-bridge serve`, the API token entered and
 // the harness, conversation and actor picked, as an operator would.
-// Console errors are collected in `out.console_errors`.
+// Console errors are collected in `out.console_errors`, the page's
+// response headers in `out.page_headers`, and what the page left in
+// localStorage and sessionStorage at the end in `out.storage`.
 //
 // Environment: PLAYWRIGHT_CORE (path of the playwright-core package),
 // CHROMIUM (the browser), URL (the page), TOKEN (the API token),
@@ -22,7 +24,8 @@ async function openPage(out) {
   const page = await browser.newPage();
   page.on("console", (m) => { if (m.type() === "error") out.console_errors.push(m.text()); });
   page.on("pageerror", (e) => out.console_errors.push(String(e)));
-  await page.goto(process.env.URL);
+  const response = await page.goto(process.env.URL);
+  out.page_headers = response.headers();
   // The page asks for the API token (serve keeps it in STORE/api-token).
   await page.fill("#token", process.env.TOKEN);
   await page.dispatchEvent("#token", "change");
@@ -40,6 +43,8 @@ async function session(drive) {
   const { browser, page } = await openPage(out);
   try {
     await drive(page, out);
+    // What the page left in the browser's storage.
+    out.storage = await page.evaluate(() => ({ local: { ...localStorage }, session: { ...sessionStorage } }));
   } finally {
     await browser.close();
   }

@@ -50,6 +50,12 @@ case "$FAKE_MODE" in
     setsid sleep "300.$FAKE_TAG" >/dev/null 2>&1 &
     sleep "300.$FAKE_TAG"
     exit 0 ;;
+  hardlink)
+    # Hard links to files outside the workspace (the test's), then the
+    # usual outbox and answer.
+    mkdir -p outbox
+    ln "$FAKE_LINK" outbox/linked.txt
+    ln "$FAKE_BIG_LINK" outbox/linked.bin ;;
   shout)
     # One stderr line of 256 MiB, no newline; then it waits to be told.
     head -c 268435456 /dev/zero | tr '\000' x >&2
@@ -139,4 +145,56 @@ live:
         dir.join("adapters").display(),
         path.display()
     )
+}
+
+/// A scripted agent of the Agent Client Protocol: it opens a session,
+/// answers each prompt (after `$ACPSCRIPT_DELAY` seconds, "model time",
+/// when set) and exits at the end of its input, as an agent that saves its
+/// session then does. Into `$ACPSCRIPT_LOG` it writes `answered T` when it
+/// answered a turn, `eof T` when its input ended and `term T` on SIGTERM
+/// (T in seconds since the epoch), so a test sees how it was stopped.
+pub const ACP_SCRIPT: &str = r#"#!/bin/sh
+log="${ACPSCRIPT_LOG:-/dev/null}"
+trap 'echo "term $(date +%s.%N)" >> "$log"; exit 143' TERM
+while IFS= read -r line; do
+  id=$(printf '%s\n' "$line" | sed -n 's/^{"jsonrpc":"2.0","id":\([0-9]*\),"method".*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*)
+      echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":1,\"agentCapabilities\":{}}}" ;;
+    *'"method":"session/new"'*)
+      echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"sessionId\":\"acpscript-1\"}}" ;;
+    *'"method":"session/prompt"'*)
+      [ -n "$ACPSCRIPT_DELAY" ] && sleep "$ACPSCRIPT_DELAY"
+      echo '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"acpscript-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Done."}}}}'
+      echo "answered $(date +%s.%N)" >> "$log"
+      echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"stopReason\":\"end_turn\"}}" ;;
+  esac
+done
+echo "eof $(date +%s.%N)" >> "$log"
+"#;
+
+/// Install [`ACP_SCRIPT`] as the ACP agent `acpscript` under `dir`: its
+/// spec in `DIR/adapters/`, the script beside it. Returns the script's
+/// path (what `--bin` or `harness_binaries` names).
+pub fn install_acp(dir: &Path) -> std::path::PathBuf {
+    let spec = r#"name: acpscript
+label: Scripted ACP agent
+description: A shell script that plays an agent of the Agent Client Protocol.
+binary: acpscript
+family: acp
+live:
+  argv: []
+acp:
+  permissions: deny
+env:
+  pass: [PATH, "ACPSCRIPT_*"]
+skills_dir: .agents/skills
+install_hint: "the test writes it"
+"#;
+    std::fs::create_dir_all(dir.join("adapters")).expect("adapters dir");
+    std::fs::write(dir.join("adapters/acpscript.yaml"), spec).expect("spec");
+    let path = dir.join("acpscript");
+    std::fs::write(&path, ACP_SCRIPT).expect("write script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
 }

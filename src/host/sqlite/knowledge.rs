@@ -3,13 +3,14 @@
 //!
 //! Indexing is incremental: a file whose SHA-256 is the one indexed is not
 //! read into the index again, a changed one replaces its chunks, a removed
-//! one loses them. Only regular UTF-8 text files are indexed; links, hidden
-//! names (`.git`) and files over [`MAX_FILE_BYTES`] are skipped, so nothing
+//! one loses them. Only regular UTF-8 text files are indexed; links
+//! (symbolic, and hard: a file with more than one name), hidden names
+//! (`.git`) and files over [`MAX_FILE_BYTES`] are skipped, so nothing
 //! outside the folder is read through it. Search is the transcript's: CJK
 //! characters one token each, every word first, then some; best first by
 //! FTS5's bm25 within one base's rowid range.
 
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt};
 use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
@@ -42,7 +43,8 @@ pub struct KnowledgeReport {
     pub unchanged: usize,
     /// Files gone from the folder, dropped from the index.
     pub removed: usize,
-    /// Files not indexed: links, binary, or over the size limit.
+    /// Files not indexed: links (symbolic or hard), binary, or over the
+    /// size limit.
     pub skipped: usize,
 }
 
@@ -185,19 +187,36 @@ pub(super) fn index(
         let path = relative.to_string_lossy().into_owned();
         // Read through a handle that does not follow a link put in the
         // file's place since the walk saw it, nor waits on a FIFO.
-        let bytes = std::fs::OpenOptions::new()
+        let opened = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(no_follow_no_wait())
-            .open(entry.path())
-            .and_then(|mut f| {
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(
-                    &mut std::io::Read::take(&mut f, MAX_FILE_BYTES),
-                    &mut bytes,
-                )
-                .map(|_| bytes)
-            });
-        let Some(text) = bytes.ok().and_then(text_of) else {
+            .open(entry.path());
+        let Ok(mut file) = opened else {
+            report.skipped += 1;
+            continue;
+        };
+        // A hard link is a regular file no `O_NOFOLLOW` refuses, and its
+        // other name may be outside the folder (a key the operator never
+        // meant to publish): a file with more than one name is skipped,
+        // as a symlink is, and said in the log.
+        let links = file.metadata().map_or(0, |m| m.nlink());
+        if links != 1 {
+            tracing::warn!(
+                kb = kb_id,
+                file = %path,
+                links,
+                "a knowledge file with more than one name (a hard link) is not indexed: its \
+                 other names may be outside the folder"
+            );
+            report.skipped += 1;
+            continue;
+        }
+        let mut bytes = Vec::new();
+        let read = std::io::Read::read_to_end(
+            &mut std::io::Read::take(&mut file, MAX_FILE_BYTES),
+            &mut bytes,
+        );
+        let Some(text) = read.ok().and_then(|_| text_of(bytes)) else {
             report.skipped += 1;
             continue;
         };
