@@ -73,22 +73,45 @@ fn bench(c: &mut Criterion) {
     // round trip, without an rmcp client's message decoding.
     let http = reqwest::Client::new();
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "history_page", "arguments": {"limit": 50}}}).to_string();
-    group.bench_function("http_plain_client", |b| {
-        b.to_async(&rt).iter(|| async {
+    let plain = |token: String| {
+        let (http, url, body) = (http.clone(), url.clone(), body.clone());
+        async move {
             let response = http
                 .post(&url)
-                .header("authorization", format!("Bearer {}", run.token.expose()))
+                .header("authorization", format!("Bearer {token}"))
                 .header("content-type", "application/json")
                 .header("accept", "application/json, text/event-stream")
                 .header("mcp-protocol-version", "2025-06-18")
-                .body(body.clone())
+                .body(body)
                 .send()
                 .await
                 .expect("post");
             assert!(response.status().is_success(), "{}", response.status());
             let bytes = response.bytes().await.expect("body");
             assert!(bytes.len() > 1000);
-        })
+        }
+    };
+    group.bench_function("http_plain_client", |b| {
+        b.to_async(&rt)
+            .iter(|| plain(run.token.expose().to_string()))
+    });
+    // The same with the token bound to its holder (here this process), as
+    // every harness's is: each call asks the kernel who holds the socket.
+    let bound = grants
+        .open_run(
+            &support::context("bench-bound", "conv-44"),
+            RUNNER,
+            &permissions,
+            &support::unlimited(),
+        )
+        .expect("open");
+    grants.bind(
+        &bound.token,
+        harness_bridge::harness::cage::process_holder(std::process::id() as i32),
+    );
+    group.bench_function("http_plain_client_holder_checked", |b| {
+        b.to_async(&rt)
+            .iter(|| plain(bound.token.expose().to_string()))
     });
     // The transport's floor: a tool that touches no store.
     group.bench_function("http_trivial_tool", |b| {

@@ -64,7 +64,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: Can
             accepted = listener.accept() => accepted,
             () = stop.cancelled() => break,
         };
-        let (tcp, _) = match accepted {
+        let (tcp, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors, most likely: wait a moment instead of
@@ -90,8 +90,13 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: Can
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
+        // Each request knows the connection's client address (axum's
+        // `ConnectInfo`): the MCP server checks who holds that socket.
+        let service = app
+            .clone()
+            .layer(axum::Extension(axum::extract::ConnectInfo(peer)));
         let connection =
-            builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
+            builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = connection.await {

@@ -565,6 +565,74 @@ async fn what_a_live_turn_detaches_ends_with_the_turn() {
     common::assert_none_left_under(&root).await;
 }
 
+/// A live harness's token opens nothing for anyone else: read from the
+/// kept Claude Code process's environment (as another conversation's
+/// agent could, from `/proc/<pid>/environ`) and presented from another
+/// process while that conversation's turn runs, it is refused (403) and
+/// the attempt is in that run's audit; the process's own calls go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_harnesss_token_opens_nothing_from_another_process() {
+    use common::anthropic::{ASK, CONVERSATION};
+    let (model_url, fake) = fake_model_hanging_on("HANG").await;
+    let (mut server, _home) = serve_claude(model_url, "").await;
+    // Its own history call works: the transcript reaches the model.
+    let first = server
+        .results(json!({"conversation": CONVERSATION, "text": ASK, "run_id": "steal-1"}))
+        .await;
+    common::assert_history_reached_model(&fake.requests.lock().unwrap(), format!("{first:?}"));
+    let pid = pid_of(&first);
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let var = |name: &str| {
+        environ
+            .split(|b| *b == 0)
+            .find_map(|e| e.strip_prefix(format!("{name}=").as_bytes()))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_else(|| panic!("{name} in the harness's environment"))
+    };
+    let (token, endpoint) = (var("LANGBOT_MCP_TOKEN"), var("LANGBOT_MCP_URL"));
+
+    // While its next turn runs (the token names an open run).
+    let running = server.spawn_results(
+        json!({"conversation": CONVERSATION, "text": "please HANG", "run_id": "steal-2"}),
+    );
+    for _ in 0..300 {
+        if fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    let stolen = reqwest::Client::new()
+        .post(&endpoint)
+        .bearer_auth(&token)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "history_page", "arguments": {}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stolen.status(), 403);
+    let said = stolen.text().await.unwrap();
+    assert!(said.contains("another process"), "{said}");
+    assert!(!said.contains(common::DECISION), "{said}");
+    let rows = audit_rows(&server, "unknown", 1).await;
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("unauthorized request") && r.contains("another process")),
+        "{rows:?}"
+    );
+    let cancelled = server.cancel_and_wait("steal-2", running).await;
+    assert_eq!(
+        terminal(&cancelled)["data"]["code"],
+        "cancelled",
+        "{cancelled:?}"
+    );
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
 /// An approval left open past its expiry is denied: the card's late
 /// answer runs nothing, and the next message ends the paused process (the
 /// call it waited on never runs) and is a turn of its own in a new one.

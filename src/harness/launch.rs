@@ -237,6 +237,11 @@ impl HarnessProcess {
         left
     }
 
+    /// Who may present the run's token: this harness and what it started.
+    pub fn holder(&self) -> Option<std::sync::Arc<dyn crate::host::Holder>> {
+        self.cage.holder()
+    }
+
     /// While the harness lives on between turns: kill what the turn
     /// detached from it (see [`TurnCage::clear_detached`]). Returns how
     /// many processes that was (logged when any).

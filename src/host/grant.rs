@@ -7,6 +7,7 @@
 //! random, kept only as a hash, and dies the moment the run closes.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -513,8 +514,18 @@ pub struct OpenRun {
 /// reported (and audited) as "run closed" rather than "unknown token".
 const CLOSED_MEMORY: Duration = Duration::from_secs(3600);
 
-/// A grant and, once closed, when it closed.
-type Slot = (Arc<RunGrant>, Option<Instant>);
+/// A grant, once closed when it closed, and who may present its token.
+type Slot = (Arc<RunGrant>, Option<Instant>, Option<Arc<dyn Holder>>);
+
+/// Who may present a token: the harness process it was made for, and what
+/// that process started. A token read by anyone else — another
+/// conversation's agent reading `/proc/<pid>/environ`, say — opens
+/// nothing, whichever run it names at that moment.
+pub trait Holder: Send + Sync + 'static {
+    /// Whether the TCP connection from `client` to `server` (on this
+    /// machine) is held by the holder.
+    fn holds(&self, client: SocketAddr, server: SocketAddr) -> bool;
+}
 
 /// The registry of run grants, keyed by token hash.
 pub struct Grants {
@@ -567,10 +578,10 @@ impl Grants {
             return Err(AgentAPIError::invalid_argument("run_id must not be empty"));
         }
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-        runs.retain(|_, (_, closed)| closed.is_none_or(|at| at.elapsed() < CLOSED_MEMORY));
+        runs.retain(|_, (_, closed, _)| closed.is_none_or(|at| at.elapsed() < CLOSED_MEMORY));
         if runs
             .values()
-            .any(|(g, _)| g.run_id() == ctx.run_id && !g.is_closed())
+            .any(|(g, _, _)| g.run_id() == ctx.run_id && !g.is_closed())
         {
             return Err(AgentAPIError::invalid_argument(format!(
                 "run {} is already open",
@@ -641,7 +652,7 @@ impl Grants {
             visible: Mutex::new(HashSet::new()),
             closed_refusals: Mutex::new(RefusalThrottle::default()),
         });
-        runs.insert(token_key(&token), (grant.clone(), None));
+        runs.insert(token_key(&token), (grant.clone(), None, None));
         tracing::info!(run_id = %ctx.run_id, apis = ?grant.apis, "run opened");
         Ok(OpenRun {
             token: RunToken(token),
@@ -656,14 +667,32 @@ impl Grants {
     /// turns the token names a closed run and every call is refused.
     pub fn lend(&self, token: &RunToken, grant: Arc<RunGrant>) {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-        runs.insert(token_key(token.expose()), (grant, None));
+        let key = token_key(token.expose());
+        let holder = runs.get(&key).and_then(|(_, _, h)| h.clone());
+        runs.insert(key, (grant, None, holder));
+    }
+
+    /// From now on only `holder` may present `token` (the harness process
+    /// it went to, once that has started): a call from anywhere else is
+    /// refused whatever run the token names.
+    pub fn bind(&self, token: &RunToken, holder: Arc<dyn Holder>) {
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = runs.get_mut(&token_key(token.expose())) {
+            slot.2 = Some(holder);
+        }
+    }
+
+    /// Who may present `token`, if it is bound to a holder.
+    pub fn holder(&self, token: &str) -> Option<Arc<dyn Holder>> {
+        let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        runs.get(&token_key(token)).and_then(|(_, _, h)| h.clone())
     }
 
     /// Close a run: its token stops working at once. Returns whether it was open.
     pub fn close_run(&self, run_id: &str) -> bool {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         let mut closed = false;
-        for (grant, closed_at) in runs.values_mut() {
+        for (grant, closed_at, _) in runs.values_mut() {
             if grant.run_id() == run_id && closed_at.is_none() {
                 grant.closed.store(true, Ordering::Release);
                 *closed_at = Some(Instant::now());
@@ -681,7 +710,7 @@ impl Grants {
     pub async fn authorize(&self, token: &str) -> HostResult<GrantedHost> {
         let found = {
             let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-            runs.get(&token_key(token)).map(|(g, _)| g.clone())
+            runs.get(&token_key(token)).map(|(g, _, _)| g.clone())
         };
         match found {
             Some(grant) if !grant.is_closed() => Ok(self.granted(grant)),

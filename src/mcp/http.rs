@@ -278,8 +278,36 @@ fn foreign_origin(request: &Request, port: u16) -> Option<String> {
 #[derive(Clone)]
 struct Guard {
     grants: Arc<Grants>,
-    /// The port the server listens on: its own origins are on it.
-    port: u16,
+    /// The address the server listens on: its own origins are on its
+    /// port, and a client's connection is to it.
+    addr: SocketAddr,
+}
+
+/// A token bound to its harness process (`Grants::bind`) presented on a
+/// connection that process (and what it started) does not hold: 403, and
+/// an audit row of the run the token names, so a token read from another
+/// process's environment opens nothing and its owner's audit shows the
+/// attempt. `None`: go on.
+async fn held_elsewhere(
+    guard: &Guard,
+    token: &str,
+    client: Option<SocketAddr>,
+    host: &GrantedHost,
+) -> Option<Response> {
+    let holder = guard.grants.holder(token)?;
+    let server = guard.addr;
+    let held = match client {
+        Some(client) => tokio::task::spawn_blocking(move || holder.holds(client, server))
+            .await
+            .unwrap_or(false),
+        None => false,
+    };
+    if held {
+        return None;
+    }
+    let said = "Forbidden: this token belongs to another process (the harness it was made for)";
+    audit(host, AgentAPIError::new(ErrorCode::Unauthorized, said)).await;
+    Some((StatusCode::FORBIDDEN, said).into_response())
 }
 
 /// The one gate in front of rmcp, in the order a client is answered: the
@@ -306,7 +334,14 @@ async fn authenticate(State(guard): State<Guard>, mut request: Request, next: Ne
                 .into_response();
         }
     };
-    if let Some(origin) = foreign_origin(&request, guard.port) {
+    let client = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|info| info.0);
+    if let Some(refused) = held_elsewhere(&guard, &token, client, &host).await {
+        return refused;
+    }
+    if let Some(origin) = foreign_origin(&request, guard.addr.port()) {
         let said = format!("Forbidden: the Origin `{origin}` is not this server's own");
         audit(
             &host,
@@ -370,10 +405,7 @@ impl McpHttpServer {
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        let guard = Guard {
-            grants,
-            port: addr.port(),
-        };
+        let guard = Guard { grants, addr };
         let app = Router::new()
             .nest_service("/mcp", service)
             .layer(middleware::from_fn_with_state(guard, authenticate));

@@ -43,6 +43,9 @@ pub struct Live<'a> {
     pub grace: Duration,
     /// Told each harness that starts.
     pub on_spawn: Option<&'a super::SpawnHook>,
+    /// Binds the run's token to each harness that starts (its only
+    /// holder from then on).
+    pub bind: &'a (dyn Fn(&HarnessProcess) + Send + Sync),
     /// Follow-ups for the running turn (a live harness that takes them).
     pub steer: Option<&'a mut tokio::sync::mpsc::Receiver<super::Steer>>,
 }
@@ -132,6 +135,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
         }
     };
     tracing::info!(harness = %spec.name, pgid = ?process.pgid(), "harness started");
+    (live.bind)(&process);
     if let (Some(hook), Some(pgid)) = (live.on_spawn, process.pgid()) {
         (hook.0)(&super::Spawned {
             pgid,

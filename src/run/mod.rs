@@ -655,6 +655,12 @@ impl Bridge {
             Some(inbox) => Some(inbox.0.lock().await),
             None => None,
         };
+        let token = &open.token;
+        let bind = |process: &crate::harness::HarnessProcess| {
+            if let Some(holder) = process.holder() {
+                self.grants.bind(token, holder);
+            }
+        };
         let mut live = attempt::Live {
             emit,
             outbox: &mut outbox,
@@ -664,6 +670,7 @@ impl Bridge {
             cancel,
             grace: self.settings.kill_grace,
             on_spawn: options.on_spawn.as_ref(),
+            bind: &bind,
             steer: inbox.as_deref_mut(),
         };
         // A live-only harness (an ACP agent) where no processes are kept
@@ -1134,6 +1141,7 @@ impl Bridge {
                 fail("harness_error", format!("cannot start {}: {e}", spec.label))
             })?;
         tracing::info!(harness = %spec.name, pid = ?process.pid(), "live harness started");
+        (live.bind)(process.process());
         if let (Some(hook), Some(pgid)) = (live.on_spawn, process.process().pgid()) {
             (hook.0)(&Spawned {
                 pgid,

@@ -23,7 +23,9 @@ mod subreaper;
 
 use std::collections::BTreeSet;
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,6 +33,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+use crate::host::Holder;
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};
 
@@ -344,6 +347,51 @@ impl TurnCage {
         tokio::task::spawn_blocking(move || span.in_scope(work))
             .await
             .unwrap_or(0)
+    }
+}
+
+/// The harness process a run's token went to, with all it started (its
+/// cgroup, or its process tree): the only [`Holder`] of that token. Read
+/// from the kernel on each check (which process holds the connection's
+/// socket), so nothing a process says about itself counts.
+#[derive(Debug)]
+struct CageHolder {
+    leader: i32,
+    cgroup: Option<PathBuf>,
+}
+
+impl Holder for CageHolder {
+    fn holds(&self, client: SocketAddr, server: SocketAddr) -> bool {
+        let Some(inode) = procs::tcp_socket_inode(client, server) else {
+            return false;
+        };
+        let members = match &self.cgroup {
+            Some(dir) => cgroup::all_procs(dir),
+            None => procs::tree(self.leader),
+        };
+        procs::any_holds_socket(&members, inode)
+    }
+}
+
+/// The holder that is process `pid` and what it starts (its process
+/// tree), for a token given to a process the bridge did not cage (and
+/// for measuring the check).
+pub fn process_holder(pid: i32) -> Arc<dyn Holder> {
+    Arc::new(CageHolder {
+        leader: pid,
+        cgroup: None,
+    })
+}
+
+impl TurnCage {
+    /// Who may present the token of the run this cage's harness serves:
+    /// the harness and what it started (`None` before the spawn).
+    pub fn holder(&self) -> Option<Arc<dyn Holder>> {
+        let leader = self.leader?;
+        Some(Arc::new(CageHolder {
+            leader,
+            cgroup: self.group.as_ref().map(|g| g.dir().to_path_buf()),
+        }))
     }
 }
 

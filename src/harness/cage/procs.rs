@@ -1,8 +1,10 @@
 //! The few facts containment reads about other processes from `/proc`:
-//! who their parent is, when they started, whether they are zombies, and
-//! one variable of the environment they were started with.
+//! who their parent is, when they started, whether they are zombies, one
+//! variable of the environment they were started with, and which of them
+//! holds a TCP connection.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 /// One line of `/proc/PID/stat`, the fields containment uses.
@@ -156,5 +158,151 @@ mod tests {
         let path = std::env::var("PATH").ok();
         assert_eq!(env_var(me, "PATH"), path);
         assert_eq!(env_var(me, "HARNESS_BRIDGE_NO_SUCH_VARIABLE"), None);
+    }
+}
+
+/// The inode of the TCP socket whose local end is `local` and remote end
+/// `remote`, from the kernel's table (`/proc/net/tcp`, `tcp6`): on one
+/// machine a loopback connection's client side is the line whose local
+/// address is the client's. `None` when no such socket is open.
+pub fn tcp_socket_inode(local: SocketAddr, remote: SocketAddr) -> Option<u64> {
+    let table = match local {
+        SocketAddr::V4(_) => "/proc/net/tcp",
+        SocketAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let text = std::fs::read_to_string(table).ok()?;
+    let (local, remote) = (proc_net_addr(local), proc_net_addr(remote));
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let same =
+            |i: usize, want: &str| fields.get(i).is_some_and(|f| f.eq_ignore_ascii_case(want));
+        (same(1, &local) && same(2, &remote))
+            .then(|| fields.get(9)?.parse().ok())
+            .flatten()
+    })
+}
+
+/// An address as `/proc/net/tcp` prints it: the address's 32-bit words
+/// each in the machine's byte order, in hex, then `:` and the port in hex.
+fn proc_net_addr(addr: SocketAddr) -> String {
+    let words: Vec<[u8; 4]> = match addr.ip() {
+        IpAddr::V4(ip) => vec![ip.octets()],
+        IpAddr::V6(ip) => ip
+            .octets()
+            .chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect(),
+    };
+    let mut text: String = words
+        .iter()
+        .map(|w| format!("{:08X}", u32::from_ne_bytes(*w)))
+        .collect();
+    text.push_str(&format!(":{:04X}", addr.port()));
+    text
+}
+
+/// `root` and its descendants, read from each process's `children`
+/// lists (only the tree is read, not every process on the machine); the
+/// whole table is walked where the kernel does not keep those lists.
+pub fn tree(root: i32) -> Vec<i32> {
+    let children = |pid: i32| -> Option<Vec<i32>> {
+        let mut found = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+        {
+            let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+            found.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+        Some(found)
+    };
+    let mut found = vec![root];
+    let mut next = 0;
+    while next < found.len() {
+        match children(found[next]) {
+            Some(kids) => found.extend(kids),
+            None if next == 0 && stat(root).is_some() => {
+                let mut all = descendants(&table(), root);
+                all.insert(0, root);
+                return all;
+            }
+            None => {}
+        }
+        next += 1;
+    }
+    found
+}
+
+/// Whether one of `pids` has the socket `inode` open.
+pub fn any_holds_socket(pids: &[i32], inode: u64) -> bool {
+    let wanted = format!("socket:[{inode}]");
+    pids.iter().any(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|link| link.as_os_str() == wanted.as_str())
+            })
+    })
+}
+
+#[cfg(test)]
+mod socket_tests {
+    use super::*;
+
+    /// This process's own connection is found in the kernel's table, and
+    /// this process holds it; no other process does.
+    #[test]
+    fn a_loopback_connection_is_found_and_its_holder_known() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(server).unwrap();
+        let _accepted = listener.accept().unwrap();
+        let inode = tcp_socket_inode(client.local_addr().unwrap(), server).expect("in the table");
+        let me = std::process::id() as i32;
+        assert!(any_holds_socket(&[me], inode));
+        assert!(!any_holds_socket(&[1], inode) || me == 1);
+        assert_eq!(
+            proc_net_addr("127.0.0.1:80".parse().unwrap()),
+            if cfg!(target_endian = "little") {
+                "0100007F:0050"
+            } else {
+                "7F000001:0050"
+            }
+        );
+    }
+
+    /// A process's tree holds its children and their children, and is the
+    /// same the whole table would give.
+    #[test]
+    fn a_tree_is_read_from_the_children_lists() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut found = Vec::new();
+        for _ in 0..200 {
+            found = tree(pid);
+            if found.len() == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut whole = descendants(&table(), pid);
+        whole.insert(0, pid);
+        for pid in found.iter().rev() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.wait();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found, whole);
     }
 }
