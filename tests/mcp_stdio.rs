@@ -61,6 +61,19 @@ async fn shim_relays_and_exits_when_the_run_ends() {
     );
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "history_page"));
+    // It declares tools only, as the server it relays to: other
+    // capabilities' methods are not found, and no cursor is its own.
+    let code = |answer: Result<_, rmcp::ServiceError>| match answer {
+        Err(rmcp::ServiceError::McpError(e)) => e.code.0,
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    };
+    assert_eq!(code(client.list_resources(None).await.map(drop)), -32601);
+    assert_eq!(code(client.list_prompts(None).await.map(drop)), -32601);
+    let cursor = rmcp::model::PaginatedRequestParams::default().with_cursor(Some("x".into()));
+    assert_eq!(
+        code(client.list_tools(Some(cursor)).await.map(drop)),
+        -32602
+    );
     let page = client
         .call_tool(CallToolRequestParams::new("history_page"))
         .await

@@ -97,11 +97,18 @@ impl ServerHandler for Relay {
             .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
     }
 
+    tools_only!();
+
+    /// Every tool comes in one page: a cursor is not one this server gave.
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        if let Some(cursor) = request.and_then(|r| r.cursor) {
+            let why = format!("invalid cursor `{cursor}`: every tool is listed in one page");
+            return Err(McpError::invalid_params(why, None));
+        }
         let tools = self
             .upstream
             .list_all_tools()

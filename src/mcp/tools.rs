@@ -10,11 +10,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 use base64::Engine as _;
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestMethod,
-    CompleteRequestParams, CompleteResult, ContentBlock, Implementation, ListPromptsRequestMethod,
-    ListPromptsResult, ListResourceTemplatesRequestMethod, ListResourceTemplatesResult,
-    ListResourcesRequestMethod, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -607,43 +604,7 @@ impl ServerHandler for RunTools {
         Ok(Self::call(&access, spec, request.arguments).await.into())
     }
 
-    // The server declares tools only. rmcp answers these methods of other
-    // capabilities with empty lists by default; for a capability not
-    // declared the spec's answer is -32601 (method not found).
-
-    async fn list_resources(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
-        Err(McpError::method_not_found::<ListResourcesRequestMethod>())
-    }
-
-    async fn list_resource_templates(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, McpError> {
-        Err(McpError::method_not_found::<
-            ListResourceTemplatesRequestMethod,
-        >())
-    }
-
-    async fn list_prompts(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, McpError> {
-        Err(McpError::method_not_found::<ListPromptsRequestMethod>())
-    }
-
-    async fn complete(
-        &self,
-        _request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, McpError> {
-        Err(McpError::method_not_found::<CompleteRequestMethod>())
-    }
+    tools_only!();
 }
 
 #[cfg(test)]
