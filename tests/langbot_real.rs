@@ -277,6 +277,14 @@ fn exchange(langbot: &mut LangBot, command: Value) -> Exchange {
 }
 
 impl Exchange {
+    /// This approved turn said the model's words after the command, in the
+    /// session of the turn that `asked`.
+    fn went_on_from(&self, asked: &Exchange) {
+        assert_eq!(self.sent, [BASH_DONE], "{:?}", self.actions);
+        assert_eq!(self.session()["resumed"], true, "{:?}", self.runs);
+        assert_eq!(self.session()["session_id"], asked.session()["session_id"]);
+    }
+
     fn run(&self) -> &Value {
         assert_eq!(self.runs.len(), 1, "one run per message: {:?}", self.runs);
         &self.runs[0]
@@ -668,12 +676,7 @@ async fn approval_conversation(target_type: &str, user: u64) {
         "the approved command did not run: {:?}",
         approved.runs
     );
-    assert_eq!(approved.sent, [BASH_DONE], "{:?}", approved.actions);
-    assert_eq!(approved.session()["resumed"], true, "{:?}", approved.runs);
-    assert_eq!(
-        approved.session()["session_id"],
-        asked.session()["session_id"]
-    );
+    approved.went_on_from(&asked);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -793,12 +796,7 @@ fn group_approval(
         "the approved command did not run once: {:?}",
         approved.runs
     );
-    assert_eq!(approved.sent, [BASH_DONE], "{:?}", approved.actions);
-    assert_eq!(approved.session()["resumed"], true, "{:?}", approved.runs);
-    assert_eq!(
-        approved.session()["session_id"],
-        asked.session()["session_id"]
-    );
+    approved.went_on_from(&asked);
 }
 
 /// A group chat on an Agent binding (the conversation is the group, the
