@@ -498,7 +498,21 @@ fn answer_card(pending: &Pending, submission: &InteractionSubmission) -> Reply {
     }
 }
 
+/// The answer without the mentions it starts with: in a group a person
+/// often addresses the bot ("@bot approve"), and a host may hand the
+/// mention on as text (LangBot's Agent bindings do: `@<bot id> approve`).
+/// Text that is nothing but mentions stays as written.
+fn without_mentions(text: &str) -> &str {
+    let mut rest = text.trim_start();
+    while let Some(mention) = rest.strip_prefix('@') {
+        let end = mention.find(char::is_whitespace).unwrap_or(mention.len());
+        rest = mention[end..].trim_start();
+    }
+    if rest.is_empty() { text } else { rest }
+}
+
 fn answer_text(pending: &Pending, text: &str) -> Reply {
+    let text = without_mentions(text);
     match &pending.ask {
         Ask::Question { question, choices } => answered(question, &chosen(choices, text)),
         Ask::Approval {
@@ -1088,6 +1102,59 @@ mod tests {
                     }
                 ),
                 "{word}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_mention_of_the_bot_before_the_answer_is_not_part_of_it() {
+        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        for said in ["@20001 approve", " @bot  @20001 yes", "@Claude\tYes."] {
+            let got = reply(Some(&pending), None, said, ASKER, NOW);
+            assert!(
+                matches!(
+                    got,
+                    Reply::Answer {
+                        approved: Some(_),
+                        ..
+                    }
+                ),
+                "{said}: {got:?}"
+            );
+        }
+        let Reply::Answer { prompt, approved } =
+            reply(Some(&pending), None, "@20001 use dir instead", ASKER, NOW)
+        else {
+            panic!("not an answer")
+        };
+        assert_eq!(approved, None);
+        assert!(prompt.ends_with("wrote:\n\nuse dir instead"), "{prompt}");
+        // A mention later in the words, or words that are only a mention,
+        // stay as written.
+        let got = reply(Some(&pending), None, "yes @20001", ASKER, NOW);
+        assert!(
+            matches!(got, Reply::Answer { approved: None, .. }),
+            "{got:?}"
+        );
+
+        let question = Pending::question(
+            "r2",
+            "Which colour?".into(),
+            vec!["red".into(), "blue".into()],
+            NOW,
+        );
+        for (said, answer) in [
+            ("@20001 2", "blue"),
+            ("@20001 green", "green"),
+            ("@types/node", "@types/node"),
+        ] {
+            let Reply::Answer { prompt, .. } = reply(Some(&question), None, said, ASKER, NOW)
+            else {
+                panic!("not an answer")
+            };
+            assert!(
+                prompt.contains(&format!("Their answer: {answer}\n")),
+                "{said}: {prompt}"
             );
         }
     }

@@ -3,9 +3,10 @@
 It plays the part of a OneBot implementation (the program that would
 connect a QQ account): it connects to the bot's endpoint on LangBot with the
 bot's access token, announces itself with a lifecycle meta event, sends
-private messages as a person would, and answers every action LangBot calls
-(`send_msg`, `send_private_msg`, ...) as an implementation does, recording
-each one. Standard library and `websockets` (which LangBot ships) only.
+private messages and group members' messages as they would arrive, and
+answers every action LangBot calls (`send_msg`, `send_group_msg`,
+`get_group_info`, ...) as an implementation does, recording each one.
+Standard library and `websockets` (which LangBot ships) only.
 """
 
 from __future__ import annotations
@@ -89,6 +90,50 @@ class FakeOneBot:
         })
         return message_id
 
+    async def send_group(self, group_id: int, user_id: int, text: str, card: str = "",
+                         mention: bool = True) -> int:
+        """A member's message in group `group_id`, as a OneBot v11
+        implementation posts it (go-cqhttp, NapCat): `sender` with the
+        member's nickname, group card and role; with `mention`, it starts by
+        mentioning the bot (an `at` segment for `self_id`, as a person's
+        "@bot" arrives). Returns its message id."""
+        message_id = next(self._ids)
+        segments = [{"type": "text", "data": {"text": text}}]
+        raw = text
+        if mention:
+            segments.insert(0, {"type": "at", "data": {"qq": self.self_id}})
+            segments[1]["data"]["text"] = f" {text}"
+            raw = f"[CQ:at,qq={self.self_id}] {text}"
+        await self._post({
+            "post_type": "message",
+            "message_type": "group",
+            "sub_type": "normal",
+            "message_id": message_id,
+            "group_id": group_id,
+            "user_id": user_id,
+            "anonymous": None,
+            "message": segments,
+            "raw_message": raw,
+            "font": 0,
+            "sender": {
+                "user_id": user_id, "nickname": f"qq{user_id}", "card": card, "sex": "unknown",
+                "age": 0, "area": "", "level": "1", "role": "member", "title": "",
+            },
+        })
+        return message_id
+
+    def _data(self, action: str, params: dict[str, Any]) -> dict[str, Any]:
+        """What an implementation answers `action` with."""
+        if action == "get_group_info":
+            group_id = params.get("group_id")
+            return {"group_id": group_id, "group_name": f"team {group_id}", "member_count": 3,
+                    "max_member_count": 200}
+        if action == "get_group_member_info":
+            user_id = params.get("user_id")
+            return {"group_id": params.get("group_id"), "user_id": user_id, "nickname": f"qq{user_id}",
+                    "card": "", "role": "member", "title": ""}
+        return {"message_id": next(self._ids)}
+
     async def _serve(self) -> None:
         """Answer every action frame as a OneBot implementation does."""
         async for raw in self._socket:
@@ -104,7 +149,7 @@ class FakeOneBot:
                 record["text"] = message_text(params.get("message"))
             self.actions.append(record)
             self.changed.set()
-            reply = {"status": "ok", "retcode": 0, "data": {"message_id": next(self._ids)}, "echo": frame.get("echo")}
+            reply = {"status": "ok", "retcode": 0, "data": self._data(action, params), "echo": frame.get("echo")}
             await self._socket.send(json.dumps(reply))
 
     def sends(self, since: int = 0) -> list[dict[str, Any]]:

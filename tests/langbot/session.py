@@ -23,13 +23,20 @@ Commands:
         IM client (`fake_onebot.py`) connected to it; `http`: an HTTP bot
         (LangBot's streaming webhook adapter) and a fake backend
         (`fake_http_backend.py`)
-  {"cmd": "message", "bot", "user_id", "text"} -> {"sends", "actions", "runs"}
+  {"cmd": "message", "bot", "user_id", "text", "group_id"?, "card"?, "mention"?}
+        -> {"sends", "actions", "runs"}
         a person's private message through the bot's client; waits until the
         bot's agent run for it has ended and the chat has been quiet for
         `quiet` seconds (default 3; up to 30 s after the run's end for a
         first message), then returns the messages LangBot put in the chat
         (`sends`, each with its `text`), every action or callback it made,
-        and the bot's runs since the message with their results
+        and the bot's runs since the message with their results.
+        With `group_id`: a message from member `user_id` in that group
+        (`card`: their group card, the name LangBot gives them; `mention`,
+        default true: it starts by mentioning the bot, as "@bot ...")
+  {"cmd": "send", "bot", "user_id", "text", "group_id"?, "card"?, "mention"?}
+        -> {"before", "seen"}  the message sent, not waited for (`message`'s
+        `since` takes this answer)
   {"cmd": "debug", "agent", "text", "conversation_id"} -> {"items"}
         one turn in the Agent's debug chat (the streamed frames)
   {"cmd": "restart"}                          -> {"seconds", "left"}
@@ -41,6 +48,8 @@ Commands:
         no embedding model, a `weather` tool) and a knowledge base of
         `passages` (one per line) on its engine
   {"cmd": "agent_with", "model_url", "config"} -> {"uuid"}  `agent` with more runner settings
+        (e.g. {"approvals": "chat", "approvers": "10023,10024"}: the form's
+        Approvals and Approvers)
   {"cmd": "pipeline_with", "model_url", "config"} -> {"uuid"}  `pipeline` with more runner settings
 """
 
@@ -144,12 +153,24 @@ class Session:
         create = self.lb.create_agent if target_type == "agent" else self.lb.create_pipeline
         return {"uuid": await asyncio.to_thread(create, config, "codex")}
 
-    async def cmd_send(self, bot: str, user_id: int, text: str) -> dict:
+    async def cmd_send(self, bot: str, user_id: int, text: str, group_id: int | None = None,
+                       card: str = "", mention: bool = True) -> dict:
         client = self.clients[bot]
         before = await asyncio.to_thread(last_run_id, self.home)
         seen = len(client.actions)
-        await client.send_private(user_id, text)
+        await self._post(client, user_id, text, group_id, card, mention)
         return {"before": before, "seen": seen}
+
+    @staticmethod
+    async def _post(client: FakeOneBot | FakeHttpBackend, user_id: int, text: str, group_id: int | None,
+                    card: str, mention: bool) -> None:
+        """A person's message: private, or a member's in group `group_id`."""
+        if group_id is None:
+            await client.send_private(user_id, text)
+        elif isinstance(client, FakeOneBot):
+            await client.send_group(group_id, user_id, text, card=card, mention=mention)
+        else:
+            raise Failure("group messages are sent through a OneBot bot")
 
     async def cmd_bot(self, target_type: str, target_uuid: str, adapter: str = "onebot") -> dict:
         token = secrets.token_urlsafe(16)
@@ -169,13 +190,14 @@ class Session:
         return {"uuid": bot}
 
     async def cmd_message(self, bot: str, user_id: int, text: str, quiet: float = 3, timeout: float = 300,
-                          since: dict | None = None) -> dict:
+                          since: dict | None = None, group_id: int | None = None, card: str = "",
+                          mention: bool = True) -> dict:
         client = self.clients[bot]
         before = await asyncio.to_thread(last_run_id, self.home)
         seen = len(client.actions)
         if since is not None:
             before, seen = since["before"], since["seen"]
-        await client.send_private(user_id, text)
+        await self._post(client, user_id, text, group_id, card, mention)
         deadline = time.monotonic() + timeout
         ended_at = None
         while True:
