@@ -91,10 +91,13 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: Can
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
         // Each request knows the connection's client address (axum's
-        // `ConnectInfo`): the MCP server checks who holds that socket.
+        // `ConnectInfo`) and what was learned of the connection before
+        // (`ConnectionMemo`): the MCP server checks who holds that socket
+        // once a connection, not once a call.
         let service = app
             .clone()
-            .layer(axum::Extension(axum::extract::ConnectInfo(peer)));
+            .layer(axum::Extension(axum::extract::ConnectInfo(peer)))
+            .layer(axum::Extension(ConnectionMemo::default()));
         let connection =
             builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
@@ -111,6 +114,31 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: Can
         .is_err()
     {
         tracing::warn!("connections still open after the drain; closing them");
+    }
+}
+
+/// What a handler learned about one connection, kept for its later
+/// requests (a kept-alive client makes many): yes-or-no facts by key.
+/// Dropped with the connection.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionMemo(Arc<std::sync::Mutex<std::collections::HashMap<String, bool>>>);
+
+impl ConnectionMemo {
+    /// The fact kept under `key`, if any.
+    pub fn get(&self, key: &str) -> Option<bool> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+    }
+
+    /// Keep `fact` under `key` for the connection's later requests.
+    pub fn put(&self, key: String, fact: bool) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, fact);
     }
 }
 

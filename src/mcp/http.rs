@@ -27,7 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::RunTools;
 use crate::host::{GrantedHost, Grants};
+use crate::listen::ConnectionMemo;
 use crate::protocol::{AgentAPIError, ErrorCode};
+use sha2::Digest as _;
 
 /// How a harness must authenticate, for error messages and docs.
 pub const TOKEN_HEADER_HINT: &str = "Authorization: Bearer <run token>";
@@ -292,15 +294,27 @@ async fn held_elsewhere(
     guard: &Guard,
     token: &str,
     client: Option<SocketAddr>,
+    memo: Option<ConnectionMemo>,
     host: &GrantedHost,
 ) -> Option<Response> {
     let holder = guard.grants.holder(token)?;
     let server = guard.addr;
-    let held = match client {
-        Some(client) => tokio::task::spawn_blocking(move || holder.holds(client, server))
-            .await
-            .unwrap_or(false),
-        None => false,
+    // Who holds a connection does not change while it is open: the kernel
+    // is asked once a connection and token (the token kept as a digest).
+    let key = format!("holder:{:x}", sha2::Sha256::digest(token.as_bytes()));
+    let known = memo.as_ref().and_then(|m| m.get(&key));
+    let held = match (known, client) {
+        (Some(held), _) => held,
+        (None, Some(client)) => {
+            let held = tokio::task::spawn_blocking(move || holder.holds(client, server))
+                .await
+                .unwrap_or(false);
+            if let Some(memo) = &memo {
+                memo.put(key, held);
+            }
+            held
+        }
+        (None, None) => false,
     };
     if held {
         return None;
@@ -338,7 +352,8 @@ async fn authenticate(State(guard): State<Guard>, mut request: Request, next: Ne
         .extensions()
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
         .map(|info| info.0);
-    if let Some(refused) = held_elsewhere(&guard, &token, client, &host).await {
+    let memo = request.extensions().get::<ConnectionMemo>().cloned();
+    if let Some(refused) = held_elsewhere(&guard, &token, client, memo, &host).await {
         return refused;
     }
     if let Some(origin) = foreign_origin(&request, guard.addr.port()) {
