@@ -349,10 +349,7 @@ pub fn action_text(tool: &str, input: &Value) -> String {
 }
 
 fn hex_digest(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Why an action cannot be put to the person, if it cannot: one the

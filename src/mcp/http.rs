@@ -301,7 +301,10 @@ async fn held_elsewhere(
     let server = guard.addr;
     // Who holds a connection does not change while it is open: the kernel
     // is asked once a connection and token (the token kept as a digest).
-    let key = format!("holder:{:x}", sha2::Sha256::digest(token.as_bytes()));
+    let key = format!(
+        "holder:{}",
+        hex::encode(sha2::Sha256::digest(token.as_bytes()))
+    );
     let known = memo.as_ref().and_then(|m| m.get(&key));
     let held = match (known, client) {
         (Some(held), _) => held,

@@ -47,12 +47,7 @@ pub fn attachment(pending: &Pending) -> Option<ArtifactCreated> {
         mime_type: Some("text/plain; charset=utf-8".into()),
         name: Some(name),
         size_bytes: Some(bytes.len() as u64),
-        sha256: Some(
-            Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
-        ),
+        sha256: Some(hex::encode(Sha256::digest(&bytes))),
         metadata: Some(metadata),
         content_base64: Some(base64::engine::general_purpose::STANDARD.encode(&bytes)),
     })
