@@ -80,5 +80,6 @@ async fn a_restarted_serve_ends_the_idle_live_harness_a_killed_one_left() {
     for pid in &pids {
         wait_until_gone(*pid).await;
     }
-    assert!(again.stop().await.success());
+    let status = again.stop().await;
+    assert!(status.success(), "{status:?}: {}", again.log.lock().unwrap().join("\n"));
 }

@@ -260,18 +260,28 @@ fn stop_and_hurry_on_signal() -> (
         tokio_util::sync::CancellationToken::new(),
     );
     let (on_stop, on_hurry) = (stop.clone(), hurry.clone());
+    // Registered here, before the caller says it is ready: a signal that
+    // comes at once is a stop, not the default death by signal.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
     tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let mut signal = async || match term.as_mut() {
-            Some(term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let mut signal = async || {
+            let term = async {
+                match term.as_mut() {
+                    Some(term) => term.recv().await,
+                    None => std::future::pending().await,
                 }
-            }
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
+            };
+            let interrupt = async {
+                match interrupt.as_mut() {
+                    Some(interrupt) => interrupt.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = term => {}
+                _ = interrupt => {}
             }
         };
         signal().await;

@@ -142,8 +142,8 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        eprintln!("harness-bridge serving on http://{addr}");
         let (stop, hurry) = super::stop_and_hurry_on_signal();
+        eprintln!("harness-bridge serving on http://{addr}");
         let service = match backlog {
             Backlog::Local(journal) => Service::new(bridge, journal, config),
             Backlog::Shared {
