@@ -12,6 +12,7 @@ macro_rules! out {
 }
 
 mod adapters;
+mod cage;
 mod context;
 mod host;
 mod input;

@@ -55,6 +55,8 @@ pub struct RelayArgs {
     /// Seconds an idle live harness process is kept.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     idle_timeout_seconds: u64,
+    #[command(flatten)]
+    cage: super::cage::CageArgs,
 }
 
 /// Serve one relay session on stdio until the plugin goes away.
@@ -75,6 +77,8 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
     let mut settings = Settings::new(root);
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);
+    settings.cage = args.cage.policy();
+    super::cage::announce(&settings.cage);
     settings.live = (args.max_live_sessions > 0).then(|| crate::run::LiveLimits {
         max_sessions: args.max_live_sessions,
         idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),

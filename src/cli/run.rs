@@ -95,6 +95,8 @@ pub struct RunArgs {
     /// --context picks among them by name in `config.mcp_servers`.
     #[arg(long, value_parser = super::absolute_path, value_name = "FILE")]
     mcp_servers: Option<PathBuf>,
+    #[command(flatten)]
+    cage: super::cage::CageArgs,
 }
 
 /// Write one line; a closed stdout (piped into `head`) is not an error.
@@ -208,6 +210,8 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);
     settings.mcp_servers = servers;
+    settings.cage = args.cage.policy();
+    super::cage::announce(&settings.cage);
     if let Some(bin) = args.bin {
         settings.binaries.insert(args.harness.clone(), bin);
     }

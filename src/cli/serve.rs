@@ -112,6 +112,8 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
     settings.turn_timeout = Duration::from_secs(config.turn_timeout_seconds.max(1));
     settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
     settings.live = config.live();
+    settings.cage = config.cage.clone();
+    super::cage::announce(&settings.cage);
 
     // The store, the record of runs and how turns wait: the embedded
     // store with its journal, or a PostgreSQL store shared with other

@@ -17,7 +17,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tracing::Instrument;
 
 use super::EnvSpec;
-use super::cage::{Mechanism, TurnCage};
+use super::cage::{Mechanism, Plan, TurnCage};
 use super::stderr::StderrTail;
 
 /// What to run, where, with what.
@@ -33,6 +33,8 @@ pub struct Launch<'a> {
     pub env: &'a BTreeMap<String, String>,
     /// Text written to stdin before it is closed; `None` closes it at once.
     pub stdin: Option<&'a str>,
+    /// What the harness may reach (see `cage`); `None`: uncaged.
+    pub wall: Option<&'a Plan>,
 }
 
 /// The environment a harness gets: the spec's whitelist (names, or
@@ -140,7 +142,7 @@ impl HarnessProcess {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
             });
         }
-        let mut child = cage.spawn(&mut command)?;
+        let mut child = cage.spawn(&mut command, launch.wall)?;
         let pgid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())

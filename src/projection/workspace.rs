@@ -28,6 +28,9 @@ pub mod paths {
     pub const USAGE: [&str; 2] = [DIR, "usage.json"];
     /// The conversation's own home for a harness that needs one.
     pub const HOME: [&str; 2] = [DIR, "home"];
+    /// The caged harness's temp folder (`TMPDIR`): the system's `/tmp` is
+    /// shared by every conversation, so a caged harness gets its own.
+    pub const TMP: [&str; 2] = [DIR, "tmp"];
     /// Copies of earlier runs' files.
     pub const RUNS: [&str; 2] = [DIR, "runs"];
     /// Files copied into `runs/<run>/` before the next run replaces them.

@@ -90,6 +90,8 @@ pub struct Settings {
     /// Keep one harness process per conversation between turns, where the
     /// harness's spec has a live driver; `None`: one process per turn.
     pub live: Option<LiveLimits>,
+    /// How harnesses are caged (by default: each to its conversation).
+    pub cage: crate::harness::cage::CagePolicy,
 }
 
 /// Per-run choices of the trusted front end (the operator's relay plugin
@@ -190,6 +192,7 @@ impl Settings {
             record_turns: true,
             mcp_servers: McpCatalog::new(),
             live: None,
+            cage: Default::default(),
         }
     }
 }
@@ -260,6 +263,8 @@ struct LiveTurn<'a> {
     answer: &'a Reply,
     /// `{permission_prompt_tool}` in the live mode (`approvals: chat`).
     prompt_tool: Option<&'a str>,
+    /// The wall the harness runs behind (`None`: uncaged).
+    wall: Option<&'a crate::harness::cage::Plan>,
     /// The MCP servers for a driver that names them in its protocol.
     mcp_session: Option<&'a serde_json::Value>,
 }
@@ -633,6 +638,29 @@ impl Bridge {
             () = cancel.cancelled() => return Err(fail("cancelled", "the run was cancelled before the harness started")),
         };
         let plan = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
+        // A caged harness cannot write the shared `/tmp`: its own instead.
+        if self.settings.cage.enabled {
+            projection.dir.ensure_dir(&paths::TMP).map_err(|e| {
+                let root = &self.settings.workspace_root;
+                fail(
+                    "workspace_error",
+                    format!("temp folder: {}", e.within(root)),
+                )
+            })?;
+            env.insert(
+                "TMPDIR".into(),
+                workspace
+                    .join(paths::TMP.join("/"))
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+        let wall = self.settings.cage.plan(&crate::harness::cage::Subject {
+            workspace: &workspace,
+            program: &program,
+            env: &env,
+            carried: &[],
+        });
         let mut notice = plan.notice;
         // Which live process served the turn, for the operator's eyes.
         let mut process_facts = serde_json::Value::Null;
@@ -717,6 +745,7 @@ impl Bridge {
                         answer: &answer,
                         prompt_tool: live_spec.permission_prompt_tool.as_deref(),
                         mcp_session: projection.mcp.session.as_ref(),
+                        wall: wall.as_ref(),
                     };
                     let (end, warm, facts) =
                         self.live_attempt(spec, &turn, &values, &mut live).await?;
@@ -743,6 +772,7 @@ impl Bridge {
                         env: &env,
                         stdin: (spec.stdin == Stdin::Prompt)
                             .then_some(projection.turn_prompt.as_str()),
+                        wall: wall.as_ref(),
                     };
                     let mut end = attempt::attempt(spec, &launch, &mut live).await;
                     if let Some((file, before)) = counted {
@@ -991,6 +1021,7 @@ impl Bridge {
             cwd: turn.workspace,
             env: turn.env,
             stdin: None,
+            wall: turn.wall,
         };
         let asks = values.permission_prompt_tool.is_some();
         let key = live::LiveKey::new(spec, &key_launch, turn.tools, asks, TOKEN_ENV);
@@ -1106,6 +1137,7 @@ impl Bridge {
             cwd: turn.workspace,
             env: turn.env,
             stdin: None,
+            wall: turn.wall,
         };
         let mut driver = crate::harness::live::driver_for(spec).ok_or_else(|| {
             fail(

@@ -90,6 +90,10 @@ pub struct ServeConfig {
     /// heartbeat (one each sixth of it); past it, the others end its
     /// running turns (`interrupted`) and take its conversations.
     pub lease_seconds: u64,
+    /// How harnesses are caged: `enabled` (default true), `network`
+    /// (`ports`, the default, or `open`), `ports`, `read_only`,
+    /// `read_write`.
+    pub cage: crate::harness::cage::CagePolicy,
 }
 
 impl Default for ServeConfig {
@@ -124,6 +128,7 @@ impl Default for ServeConfig {
             idle_timeout_seconds: 600,
             instance_id: None,
             lease_seconds: 30,
+            cage: Default::default(),
         }
     }
 }

@@ -18,8 +18,10 @@
 
 mod cgroup;
 mod marker;
+mod policy;
 mod procs;
 mod subreaper;
+mod wall;
 
 use std::collections::BTreeSet;
 use std::io;
@@ -36,6 +38,11 @@ use tokio::process::{Child, Command};
 use crate::host::Holder;
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};
+pub use policy::{CagePolicy, Network, Subject};
+pub use wall::{
+    INSIDE_UID, NEEDED_ABI, Plan, SYSTEM_READ_ONLY, SYSTEM_READ_WRITE, installation, kernel_abi,
+    unavailable, url_ports,
+};
 
 /// The variable that chooses the mechanism: `cgroup`, `subreaper`, or
 /// `auto` (the default: cgroup where it works).
@@ -267,14 +274,24 @@ impl TurnCage {
     }
 
     /// Spawn `command` inside the cage: with the marker in its
-    /// environment, and (cgroup) in its cgroup before it runs anything.
-    pub fn spawn(&mut self, command: &mut Command) -> io::Result<Child> {
+    /// environment, (cgroup) in its cgroup, and behind the wall `plan`
+    /// describes (none: uncaged, the operator's choice) before it runs
+    /// anything.
+    pub fn spawn(&mut self, command: &mut Command, plan: Option<&Plan>) -> io::Result<Child> {
+        let wall = plan.map(wall::Wall::build).transpose()?;
         command.env(TURN_ENV, &self.marker);
         if let Some(group) = &self.group {
             // SAFETY: the hook makes one async-signal-safe system call on
             // a descriptor `self.group` keeps open across the spawn.
             unsafe {
                 command.pre_exec(group.enter_hook());
+            }
+        }
+        if let Some(wall) = wall {
+            // SAFETY: the hook makes only system calls, on descriptors and
+            // strings the wall made before the fork and keeps open.
+            unsafe {
+                command.pre_exec(wall.enter_hook());
             }
         }
         let child = match self.mechanism {

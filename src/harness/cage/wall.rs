@@ -1,0 +1,356 @@
+//! The wall: what the kernel lets a harness process, and everything it
+//! starts, reach. Built by the bridge before the spawn and entered by the
+//! child between fork and exec, irrevocably:
+//!
+//! - **Landlock** (Linux 6.7+, ABI 6): files and folders read-write only
+//!   where the plan says (the conversation's workspace, with its home and
+//!   temp folder), read-only the system, the harness's installation and
+//!   what the operator lists, nothing else; TCP `connect` only to the
+//!   plan's ports (or any, when the network is open) and no `bind`;
+//!   signals and abstract UNIX sockets scoped to the harness's own
+//!   domain. A process in another domain (another conversation's harness,
+//!   the bridge) cannot be signalled, traced or have its `/proc/PID`
+//!   secrets (environ, memory, fds) read.
+//! - **Not root**: a bridge running as root starts the harness in a user
+//!   namespace of its own as uid [`INSIDE_UID`] with no capabilities
+//!   (root outside, owner of nothing more than before): CLIs that refuse
+//!   their most permissive mode as root run, and nothing a capability
+//!   would allow (reading any process's environ) is left.
+//!
+//! Landlock needs no privilege and nothing prepared by root; it was
+//! chosen over bubblewrap for that and for its cost (measured in
+//! BENCHMARKS.md): see ARCHITECTURE.md, "The cage".
+
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+};
+
+/// The Landlock ABI the wall needs: files (with truncate and device
+/// ioctls), TCP ports and scopes. Older kernels get no harness at all.
+pub const NEEDED_ABI: i32 = 6;
+
+/// The uid a harness started by a root bridge has inside its user
+/// namespace (root outside, without capabilities).
+pub const INSIDE_UID: u32 = 1000;
+
+/// What one harness process may reach.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Read, write, create, remove below these (the workspace first).
+    pub read_write: Vec<PathBuf>,
+    /// Read and execute below these.
+    pub read_only: Vec<PathBuf>,
+    /// TCP ports `connect` may reach; `None`: any (the network is open).
+    pub connect: Option<BTreeSet<u16>>,
+}
+
+/// The system a program needs to run: its libraries, the system's
+/// programs and settings, `/proc` (runtimes read their own entries; a
+/// domain cannot read another domain's secrets there), randomness.
+/// Missing ones are skipped.
+pub const SYSTEM_READ_ONLY: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+    "/dev/urandom",
+    "/dev/random",
+    "/dev/zero",
+];
+
+/// Devices every program may also write: the null device, a terminal for
+/// the tools that open one (Codex runs commands under a pseudo-terminal).
+pub const SYSTEM_READ_WRITE: &[&str] = &[
+    "/dev/null",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// Which Landlock ABI this kernel offers (0: none).
+pub fn kernel_abi() -> i32 {
+    // SAFETY: the version query takes no pointer (NULL, size 0) and
+    // returns an integer.
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    i32::try_from(version).unwrap_or(0).max(0)
+}
+
+/// Why the wall cannot be built on this system, if it cannot.
+pub fn unavailable() -> Option<String> {
+    let abi = kernel_abi();
+    if abi < NEEDED_ABI {
+        return Some(if abi == 0 {
+            "the kernel offers no Landlock (Linux 6.7 or later with Landlock enabled is needed)"
+                .to_string()
+        } else {
+            format!(
+                "the kernel's Landlock is ABI {abi}; the cage needs ABI {NEEDED_ABI} (Linux 6.7 or later)"
+            )
+        });
+    }
+    None
+}
+
+/// A wall ready to be entered by one child.
+#[derive(Debug)]
+pub struct Wall {
+    ruleset: OwnedFd,
+    user: Option<UserSwitch>,
+}
+
+impl Wall {
+    /// Build the rules of `plan` (opening each path now, in the bridge).
+    /// A path the plan names that does not exist is skipped, except the
+    /// first read-write one (the workspace), which must.
+    pub fn build(plan: &Plan) -> io::Result<Wall> {
+        if let Some(why) = unavailable() {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, why));
+        }
+        let abi = ABI::V6;
+        let fail = |e: &dyn std::fmt::Display| io::Error::other(format!("Landlock: {e}"));
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(abi))
+            .map_err(|e| fail(&e))?;
+        if plan.connect.is_some() {
+            ruleset = ruleset
+                .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+                .map_err(|e| fail(&e))?;
+        }
+        let mut created = ruleset
+            .scope(Scope::from_all(abi))
+            .map_err(|e| fail(&e))?
+            .create()
+            .map_err(|e| fail(&e))?;
+        let rules = [
+            (&plan.read_write, AccessFs::from_all(abi)),
+            (&plan.read_only, AccessFs::from_read(abi)),
+        ];
+        for (index, (paths, access)) in rules.into_iter().enumerate() {
+            for (n, path) in paths.iter().enumerate() {
+                let fd = match PathFd::new(path) {
+                    Ok(fd) => fd,
+                    Err(_) if !(index == 0 && n == 0) => continue,
+                    Err(e) => {
+                        return Err(io::Error::other(format!(
+                            "cannot open {} for the cage: {e}",
+                            path.display()
+                        )));
+                    }
+                };
+                // A rule on a file takes only what applies to files.
+                let access = if path.is_dir() {
+                    access
+                } else {
+                    access & AccessFs::from_file(abi)
+                };
+                created = created
+                    .add_rule(PathBeneath::new(fd, access))
+                    .map_err(|e| fail(&e))?;
+            }
+        }
+        for port in plan.connect.iter().flatten() {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(|e| fail(&e))?;
+        }
+        let ruleset: Option<OwnedFd> = created.into();
+        let ruleset =
+            ruleset.ok_or_else(|| io::Error::other("Landlock gave no ruleset to enforce"))?;
+        let user = nix::unistd::geteuid()
+            .is_root()
+            .then(UserSwitch::new)
+            .transpose()?;
+        Ok(Wall { ruleset, user })
+    }
+
+    /// What the child does between fork and exec: leave root (a root
+    /// bridge), keep the parent-death signal the credential change
+    /// cleared, then restrict itself for good. Only system calls on what
+    /// was prepared here: nothing allocates after the fork.
+    pub fn enter_hook(self) -> impl FnMut() -> io::Result<()> + Send + Sync + 'static {
+        move || {
+            if let Some(user) = &self.user {
+                user.enter()?;
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)?;
+            }
+            nix::sys::prctl::set_no_new_privs()?;
+            // SAFETY: the ruleset descriptor is open (owned by `self`,
+            // copied by the fork); the call takes it and a flags word.
+            let done = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_restrict_self,
+                    self.ruleset.as_raw_fd(),
+                    0u32,
+                )
+            };
+            if done != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A root bridge's harness leaves root: a user namespace of its own in
+/// which it is [`INSIDE_UID`], mapped to the bridge's uid outside. The
+/// strings are made before the fork.
+#[derive(Debug)]
+struct UserSwitch {
+    uid_map: CString,
+    gid_map: CString,
+    setgroups: CString,
+    uid_line: Vec<u8>,
+    gid_line: Vec<u8>,
+}
+
+impl UserSwitch {
+    fn new() -> io::Result<UserSwitch> {
+        let path = |p: &str| CString::new(p).map_err(io::Error::other);
+        let uid = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        Ok(UserSwitch {
+            uid_map: path("/proc/self/uid_map")?,
+            gid_map: path("/proc/self/gid_map")?,
+            setgroups: path("/proc/self/setgroups")?,
+            uid_line: format!("{INSIDE_UID} {uid} 1\n").into_bytes(),
+            gid_line: format!("{INSIDE_UID} {gid} 1\n").into_bytes(),
+        })
+    }
+
+    fn enter(&self) -> io::Result<()> {
+        use nix::fcntl::{OFlag, open};
+        use nix::sys::stat::Mode;
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)?;
+        let write = |path: &CString, bytes: &[u8]| -> io::Result<()> {
+            let fd = open(
+                path.as_c_str(),
+                OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )?;
+            nix::unistd::write(&fd, bytes)?;
+            Ok(())
+        };
+        write(&self.setgroups, b"deny")?;
+        write(&self.uid_map, &self.uid_line)?;
+        write(&self.gid_map, &self.gid_line)?;
+        let gid = nix::unistd::Gid::from_raw(INSIDE_UID);
+        let uid = nix::unistd::Uid::from_raw(INSIDE_UID);
+        nix::unistd::setresgid(gid, gid, gid)?;
+        nix::unistd::setresuid(uid, uid, uid)?;
+        Ok(())
+    }
+}
+
+/// The folder a harness program is installed in, to be readable: the
+/// outermost `node_modules` above its real path (a CLI from a package
+/// reads its whole dependency tree), else the folder that holds it.
+pub fn installation(program: &Path) -> PathBuf {
+    let real = program
+        .canonicalize()
+        .unwrap_or_else(|_| program.to_path_buf());
+    let outermost = real
+        .ancestors()
+        .filter(|dir| dir.file_name().is_some_and(|n| n == "node_modules"))
+        .last();
+    match outermost {
+        Some(dir) => dir.to_path_buf(),
+        None => real.parent().map_or(real.clone(), Path::to_path_buf),
+    }
+}
+
+/// The TCP ports of the `http://` and `https://` URLs among `values`
+/// (the port a URL names, else 80 or 443): where a harness's model
+/// endpoints are, by its own settings.
+pub fn url_ports<'a>(values: impl IntoIterator<Item = &'a str>) -> BTreeSet<u16> {
+    let mut ports = BTreeSet::new();
+    for value in values {
+        let mut rest = value;
+        while let Some(at) = rest.find("http") {
+            rest = &rest[at..];
+            let (scheme_default, tail) = if let Some(tail) = rest.strip_prefix("https://") {
+                (443, tail)
+            } else if let Some(tail) = rest.strip_prefix("http://") {
+                (80, tail)
+            } else {
+                rest = &rest[4..];
+                continue;
+            };
+            let authority: &str = tail
+                .split(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'' | ' ' | '\n'))
+                .next()
+                .unwrap_or("");
+            let host_port = authority.rsplit('@').next().unwrap_or("");
+            // `[::1]:8080`, `host:8080`, `host`.
+            let port = match host_port.rsplit_once(':') {
+                Some((host, port)) if !host.ends_with(':') || host.starts_with('[') => {
+                    port.parse::<u16>().ok()
+                }
+                _ => None,
+            };
+            let bracketed_without_port = host_port.starts_with('[') && host_port.ends_with(']');
+            ports.insert(match port {
+                Some(port) if !bracketed_without_port => port,
+                _ => scheme_default,
+            });
+            rest = tail;
+        }
+    }
+    ports
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_come_from_the_urls_a_harness_is_given() {
+        let ports = url_ports([
+            "http://127.0.0.1:18010",
+            "https://api.example.test/v1",
+            "not a url",
+            "base_url = \"http://localhost:9000/v1\"\nother = \"http://[::1]:7000/x\"",
+            "http://user:pw@host:8443/",
+            "http://[::1]/",
+        ]);
+        assert_eq!(
+            ports.into_iter().collect::<Vec<_>>(),
+            vec![80, 443, 7000, 8443, 9000, 18010]
+        );
+    }
+
+    #[test]
+    fn an_installation_is_its_outermost_node_modules() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir
+            .path()
+            .join("node_modules/@scope/cli/node_modules/dep/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("run"), "").unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        assert_eq!(installation(&bin.join("run")), root.join("node_modules"));
+        std::fs::write(dir.path().join("tool"), "").unwrap();
+        assert_eq!(installation(&dir.path().join("tool")), root);
+    }
+}
