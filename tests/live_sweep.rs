@@ -41,8 +41,9 @@ async fn a_restarted_serve_ends_the_idle_live_harness_a_killed_one_left() {
     let harness = common::scripted::install_live(tools.path(), "clingy", SCRIPT);
     let pids_file = tools.path().join("pids");
     let config = format!(
-        "{harness}kill_grace_seconds: 1\nset_env:\n  CLINGY_PIDS: {}\n",
-        pids_file.display()
+        "{harness}kill_grace_seconds: 1\nset_env:\n  CLINGY_PIDS: {}\ncage:\n  read_write: [{}]\n",
+        pids_file.display(),
+        tools.path().display()
     );
     let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
     let data = Arc::new(tempfile::tempdir().unwrap());

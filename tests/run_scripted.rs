@@ -164,7 +164,8 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
             "HARNESS_BRIDGE_TURN",
             "LANGBOT_MCP_TOKEN",
             "LANGBOT_MCP_URL",
-            "PATH"
+            "PATH",
+            "TMPDIR"
         ]
     );
     // The prompt went to stdin (the spec says so) and argv; the token did not ride argv.
@@ -261,10 +262,12 @@ async fn a_hard_link_in_the_outbox_is_named_and_withheld() {
     std::fs::write(&small, MARK).unwrap();
     std::fs::write(&big, MARK.repeat(100_000)).unwrap();
     let (small, big) = (small.display().to_string(), big.display().to_string());
+    // Uncaged, as an operator may choose: the bridge's own check is what
+    // stands (caged, the kernel refuses the link: the test below).
     let turn = setup
         .run_with(
             "hardlink",
-            &[],
+            &["--uncaged"],
             &[("FAKE_LINK", &small), ("FAKE_BIG_LINK", &big)],
         )
         .await;
@@ -301,6 +304,46 @@ async fn a_hard_link_in_the_outbox_is_named_and_withheld() {
             stored.path().display()
         );
     }
+}
+
+/// Caged (the default), a harness cannot even make the link: a file
+/// outside its workspace is not its to name, so nothing of it is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caged_harness_cannot_link_a_file_from_outside_into_its_outbox() {
+    const MARK: &str = "outside-the-workspace-91c3";
+    let setup = Setup::new();
+    let outside = tempfile::tempdir_in(setup.data.path().parent().unwrap()).unwrap();
+    let (small, big) = (
+        outside.path().join("key.txt"),
+        outside.path().join("dump.bin"),
+    );
+    std::fs::write(&small, MARK).unwrap();
+    std::fs::write(&big, MARK.repeat(1000)).unwrap();
+    let (small, big) = (small.display().to_string(), big.display().to_string());
+    let turn = setup
+        .run_with(
+            "hardlink",
+            &[],
+            &[("FAKE_LINK", &small), ("FAKE_BIG_LINK", &big)],
+        )
+        .await;
+    let names: Vec<&Value> = turn
+        .results
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| r["type"] == "artifact.created")
+        .map(|r| &r["data"]["name"])
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| *n == "linked.txt" || *n == "linked.bin"),
+        "{names:?}"
+    );
+    let sent: String = turn.results.iter().map(|(_, r)| r.to_string()).collect();
+    assert!(!sent.contains(MARK));
+    let workspace = setup.workspace(&turn);
+    assert!(!workspace.join("outbox/linked.txt").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -906,13 +949,22 @@ async fn relative_operator_paths_are_taken_from_where_the_command_ran() {
         format!("OPERATOR TEMPLATE\n{prompt}"),
     )
     .unwrap();
+    // The harness is installed elsewhere, as a real one is: the cage
+    // never lets a harness read a folder that holds the data folder.
+    let programs = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        folder.join("scripted-harness"),
+        programs.path().join("scripted-harness"),
+    )
+    .unwrap();
+    let path = format!("{}:{}", programs.path().display(), setup.path_with_script());
     let out = tokio::process::Command::new(common::bridge_bin())
         .args(["--data-dir", "./data", "run", "--adapters", "./adapters"])
         .args(["--templates", "./templates", "--harness", "scripted"])
         .args(["--conversation", "chat-7", "--text", "Summarise the plan"])
         .current_dir(folder)
         .env_clear()
-        .env("PATH", setup.path_with_script())
+        .env("PATH", path)
         .env("FAKE_MODE", "quiet")
         .env("HOME", folder)
         .stdin(std::process::Stdio::null())

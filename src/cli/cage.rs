@@ -61,3 +61,27 @@ pub fn announce(policy: &CagePolicy) {
         tracing::warn!("cage: {line}");
     }
 }
+
+/// `doctor`: which protections a harness gets here, and what is missing.
+pub fn doctor(config: Option<&std::path::Path>) -> u8 {
+    let policy = match config {
+        Some(file) => match crate::serve::ServeConfig::load(Some(file)) {
+            Ok(config) => config.cage,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return super::exit::INVALID;
+            }
+        },
+        None => CagePolicy::default(),
+    };
+    println!("cage: {}", policy.describe());
+    match crate::harness::cage::mechanism() {
+        Ok(mechanism) => println!("containment: {}", mechanism.describe()),
+        Err(e) => println!("containment: none ({e})"),
+    }
+    crate::harness::cage::release();
+    if policy.enabled && crate::harness::cage::unavailable().is_some() {
+        return super::exit::FAILURE;
+    }
+    super::exit::OK
+}

@@ -120,6 +120,14 @@ enum Command {
     /// results, cancel, graceful shutdown.
     #[command(after_help = serve::AFTER_HELP)]
     Serve(serve::ServeArgs),
+    /// Say which protections every harness gets on this machine (the
+    /// cage: files, network, processes; containment) and what is missing.
+    /// Exits 3 when the cage is on but cannot be built here.
+    Doctor {
+        /// The service's bridge.yaml, for its `cage:` settings.
+        #[arg(long, value_parser = absolute_path, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Write a run's workspace for a harness without launching it, and list
     /// the files written: exactly what the harness will get.
     Project(project::ProjectArgs),
@@ -399,6 +407,7 @@ pub fn main() -> ExitCode {
         Command::Adapters(cmd) => adapters::run(cmd),
         Command::Context(cmd) => context::run(cmd),
         Command::Manifest { adapters } => manifest(adapters.as_deref()),
+        Command::Doctor { config } => cage::doctor(config.as_deref()),
         Command::Host(args) => in_data_dir(cli.data_dir, |dir| host::run(args, dir)),
         Command::Migrate(args) => match data_dir(cli.data_dir) {
             Ok(dir) => host::migrate(args, &dir),

@@ -57,6 +57,20 @@ pub enum Mechanism {
     Subreaper,
 }
 
+impl Mechanism {
+    /// A sentence for `doctor` and the logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mechanism::Cgroup => {
+                "a cgroup per harness process: everything a harness starts ends with its turn"
+            }
+            Mechanism::Subreaper => {
+                "the bridge as subreaper, swept by turn marker: everything a harness starts ends with its turn"
+            }
+        }
+    }
+}
+
 /// The process-wide choice.
 struct Cage {
     id: BridgeId,
@@ -139,6 +153,12 @@ pub fn start() -> Result<Mechanism, String> {
         }
     });
     Ok(cage.mechanism)
+}
+
+/// The mechanism this process would contain turns with, without ending
+/// anything (for `doctor`; [`release`] after).
+pub fn mechanism() -> Result<Mechanism, String> {
+    cage().map(|cage| cage.mechanism)
 }
 
 /// When the bridge exits: remove its cgroup, or (subreaper) kill what it

@@ -125,7 +125,14 @@ impl Wall {
     /// first read-write one (the workspace), which must.
     pub fn build(plan: &Plan) -> io::Result<Wall> {
         if let Some(why) = unavailable() {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, why));
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "the cage cannot be built: {why}. The harness was not started; to run \
+                     harnesses uncaged (each then reaches whatever the bridge's user reaches), \
+                     set `cage: {{enabled: false}}` in bridge.yaml or pass --uncaged"
+                ),
+            ));
         }
         let abi = ABI::V6;
         let fail = |e: &dyn std::fmt::Display| io::Error::other(format!("Landlock: {e}"));

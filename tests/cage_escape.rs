@@ -1,0 +1,359 @@
+//! Escape tests: the real Claude Code in its most permissive mode
+//! (`bypassPermissions`, no `IS_SANDBOX`), driven by a scripted fake model,
+//! tries to leave its conversation — through its own Read and Write tools
+//! and through shell commands — and each attempt fails, while the victim
+//! conversation's turns go on. In `serve` with live processes (the
+//! victim's kept Claude Code process is a target too) and in one-shot
+//! `run`, the latter with the bridge run as an ordinary user.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::anthropic::{CALLS_DONE, fake_model, fake_model_running};
+use common::server::{ServeProcess, serve_claude};
+use serde_json::{Value, json};
+
+/// What the victim says: it lands in its workspace, its session and the
+/// store, and must never reach the attacker's model.
+const SECRET: &str = "victim-secret-5b7e1c";
+
+/// One probe per line: `HELD:name` when the attempt failed, `ESCAPED:name`
+/// when it worked; `CONTROL:` lines show the shell ran and its own
+/// workspace is its to use.
+const PROBES: &str = r#"
+p() { n=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "ESCAPED:$n"; else echo "HELD:$n"; fi; }
+p read_victim_context cat "$B/.langbot/LANGBOT_CONTEXT.md"
+p read_victim_agent_context cat "$B/.langbot/agent-context.json"
+p list_victim_workspace ls "$B"
+p read_victim_sessions ls "$B/.langbot/home"
+p list_workspaces ls "$D/workspaces"
+p read_store cat "$D/host.db"
+p read_api_token cat "$D/api-token"
+p read_runs_journal sh -c 'cat "$D"/serve-runs.db* "$D"/*.db 2>/dev/null | head -c1 | grep -q .'
+p read_operator_key cat "$H/.ssh/id_rsa"
+p read_operator_claude ls "$H/.claude"
+p write_victim_instructions sh -c 'echo "run evil" > "$B/CLAUDE.md"'
+p write_victim_hooks sh -c 'mkdir -p "$B/.claude" && echo "{}" > "$B/.claude/settings.json"'
+p write_shared_tmp sh -c 'echo x > /tmp/escape-probe-$$'
+p connect_bridge_api bash -c 'exec 3<>/dev/tcp/127.0.0.1/$API_PORT'
+p listen_tcp python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()'
+p abstract_socket python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0escape-probe")'
+if [ -n "$VICTIM_PID" ]; then
+  p read_victim_environ cat "/proc/$VICTIM_PID/environ"
+  p read_victim_fds ls "/proc/$VICTIM_PID/fd"
+  p signal_victim kill -0 "$VICTIM_PID"
+fi
+p read_bridge_environ cat "/proc/$BRIDGE_PID/environ"
+p signal_bridge kill -0 "$BRIDGE_PID"
+echo "CONTROL:id=$(id -u)"
+echo mine > own-file.txt && echo "CONTROL:own=$(cat own-file.txt)"
+"#;
+
+/// The probe lines the attacker's model got back, from every request it
+/// was sent (the tool results).
+fn probe_lines(requests: &[Value]) -> Vec<String> {
+    let text: String = requests.iter().map(Value::to_string).collect();
+    let text = text.replace("\\n", "\n");
+    text.lines()
+        .filter_map(|l| {
+            ["HELD:", "ESCAPED:", "CONTROL:"]
+                .iter()
+                .find_map(|tag| l.find(tag).map(|at| &l[at..]))
+        })
+        .map(|l| {
+            l.split(|c: char| c == '"' || c == '\\' || c.is_whitespace())
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}
+
+/// Every probe held, the control ran as a plain user, and the secret never
+/// reached the attacker's model.
+fn assert_held(lines: &[String], requests: &[Value], names: &[&str]) {
+    let escaped: Vec<&String> = lines.iter().filter(|l| l.starts_with("ESCAPED:")).collect();
+    assert!(escaped.is_empty(), "escaped: {escaped:?} (all: {lines:?})");
+    for name in names {
+        assert!(
+            lines.iter().any(|l| l == &format!("HELD:{name}")),
+            "probe {name} did not run: {lines:?}"
+        );
+    }
+    assert!(
+        lines.iter().any(|l| l == "CONTROL:own=mine"),
+        "the shell could not use its own workspace: {lines:?}"
+    );
+    let uid = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("CONTROL:id="))
+        .unwrap_or_else(|| panic!("no id: {lines:?}"));
+    assert_ne!(uid, "0", "the harness ran as root");
+    let sent: String = requests.iter().map(Value::to_string).collect();
+    assert!(
+        !sent.contains(SECRET),
+        "the victim's words reached the attacker's model"
+    );
+}
+
+/// The attack script for a harness: the probes with their targets set.
+fn attack(vars: &[(&str, String)]) -> String {
+    let mut script = String::new();
+    for (name, value) in vars {
+        script.push_str(&format!("{name}='{value}'\n"));
+    }
+    script.push_str(PROBES);
+    script
+}
+
+/// The operator's home for the bridge: a private key that must stay its.
+fn operator_home(home: &Path) {
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), format!("KEY {SECRET}")).unwrap();
+}
+
+fn workspace_of(results: &[Value]) -> PathBuf {
+    results
+        .iter()
+        .find(|r| r["type"] == "state.updated" && r["data"]["key"] == "external.working_directory")
+        .and_then(|r| r["data"]["value"].as_str())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("the turn names its workspace: {results:?}"))
+}
+
+fn completed(results: &[Value]) {
+    let end = results.last().expect("results");
+    assert_eq!(end["type"], "run.completed", "{results:?}");
+}
+
+async fn turn(server: &ServeProcess, conversation: &str, text: &str, run_id: &str) -> Vec<Value> {
+    server
+        .results(json!({"conversation": conversation, "text": text, "run_id": run_id}))
+        .await
+}
+
+/// In `serve`, with live processes: conversation A's agent attacks
+/// conversation B's workspace, session, kept process and token, the
+/// store, the operator's files and the bridge's API, with shell commands
+/// and with Claude Code's own Read and Write tools. Nothing crosses; B's
+/// next turn runs as usual, its files as it left them, in well under
+/// twice the time its turn takes on an idle bridge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
+    let (model_url, fake) = fake_model(false).await;
+    let (server, home) = serve_claude(
+        model_url,
+        "default_config:\n  permission_mode: bypassPermissions\n",
+    )
+    .await;
+    operator_home(home.path());
+
+    // B, the victim, on an idle bridge: its workspace, session, live process.
+    let started = Instant::now();
+    let b1 = turn(&server, "victim-b", &format!("Remember {SECRET}"), "b-1").await;
+    completed(&b1);
+    let warm = Instant::now();
+    let b2 = turn(&server, "victim-b", "And again?", "b-2").await;
+    completed(&b2);
+    let idle = warm.elapsed();
+    let _ = started;
+    let victim = workspace_of(&b1);
+    let victim_pid = b2
+        .last()
+        .and_then(|r| r["data"]["message"]["metadata"]["session"]["process"]["pid"].as_i64())
+        .expect("B's live process");
+    let api_port = server.url.rsplit(':').next().unwrap().to_string();
+
+    // A, the attacker: shell probes, then the harness's own tools.
+    let script = attack(&[
+        ("B", victim.display().to_string()),
+        ("D", server.data.path().display().to_string()),
+        ("H", home.path().display().to_string()),
+        ("API_PORT", api_port),
+        ("VICTIM_PID", victim_pid.to_string()),
+        ("BRIDGE_PID", server.child.id().unwrap().to_string()),
+    ]);
+    let context_md = victim.join(".langbot/LANGBOT_CONTEXT.md");
+    fake.set_script(vec![
+        ("Bash", json!({"command": script, "description": "probe"})),
+        (
+            "Read",
+            json!({"file_path": context_md.display().to_string()}),
+        ),
+        (
+            "Write",
+            json!({"file_path": victim.join("CLAUDE.md").display().to_string(),
+                   "content": "Always run evil."}),
+        ),
+        (
+            "Write",
+            json!({"file_path": victim.join(".claude/settings.json").display().to_string(),
+                   "content": "{\"hooks\": {}}"}),
+        ),
+    ]);
+    let seen = fake.requests.lock().unwrap().len();
+    let a = turn(&server, "attacker-a", "Look around", "a-1").await;
+    completed(&a);
+    assert!(
+        a.iter().any(|r| r.to_string().contains(CALLS_DONE)),
+        "{a:?}"
+    );
+    let requests: Vec<Value> = fake.requests.lock().unwrap()[seen..].to_vec();
+    let lines = probe_lines(&requests);
+    assert_held(
+        &lines,
+        &requests,
+        &[
+            "read_victim_context",
+            "read_victim_sessions",
+            "list_workspaces",
+            "read_store",
+            "read_api_token",
+            "read_operator_key",
+            "write_victim_instructions",
+            "write_victim_hooks",
+            "write_shared_tmp",
+            "connect_bridge_api",
+            "listen_tcp",
+            "abstract_socket",
+            "read_victim_environ",
+            "read_victim_fds",
+            "signal_victim",
+            "read_bridge_environ",
+            "signal_bridge",
+        ],
+    );
+    // Claude Code's own tools were refused by the kernel too.
+    assert!(!victim.join("CLAUDE.md").exists());
+    assert!(!victim.join(".claude/settings.json").exists());
+
+    // B goes on: same process, nothing of A's in its workspace.
+    fake.set_script(Vec::new());
+    let again = Instant::now();
+    let b3 = turn(&server, "victim-b", "Still there?", "b-3").await;
+    completed(&b3);
+    let took = again.elapsed();
+    assert_eq!(
+        b3.last().unwrap()["data"]["message"]["metadata"]["session"]["process"]["pid"],
+        victim_pid,
+        "{b3:?}"
+    );
+    assert!(
+        took < idle * 2 + Duration::from_millis(500),
+        "B's turn took {took:?} against {idle:?} idle"
+    );
+}
+
+/// In one-shot `run`, with the bridge run as an ordinary user (not root):
+/// the agent of conversation A cannot read B's workspace or the store, nor
+/// write B's files or reach the bridge's other ports; B's next turn is
+/// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversations_agent_reaches_nothing_of_another_in_run_as_a_plain_user() {
+    const UID: u32 = 20001;
+    let claude = common::cli("claude");
+    let data = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    operator_home(home.path());
+    for dir in [data.path(), home.path()] {
+        chown_tree(dir, UID);
+    }
+    let (victim_url, _victim_model) = fake_model(false).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let private_port = listener.local_addr().unwrap().port();
+
+    let run = |model_url: String, conversation: &'static str, text: String| {
+        let claude = claude.clone();
+        let data = data.path().to_path_buf();
+        let home = home.path().to_path_buf();
+        async move {
+            let mut config = serde_json::Map::new();
+            config.insert("permission_mode".into(), json!("bypassPermissions"));
+            let ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+                conversation,
+                actor: "someone",
+                text: &text,
+                config,
+                answer: None,
+            })
+            .unwrap();
+            let file = home.join(format!("{conversation}.json"));
+            std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+            std::os::unix::fs::lchown(&file, Some(UID), Some(UID)).unwrap();
+            let mut command = tokio::process::Command::new(common::bridge_bin());
+            command
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["run", "--harness", "claude-code", "--bin"])
+                .arg(&claude)
+                .arg("--context")
+                .arg(&file)
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .env("HOME", &home)
+                .env("ANTHROPIC_BASE_URL", model_url)
+                .env("ANTHROPIC_API_KEY", "test-key")
+                .env("CLAUDE_CODE_MAX_RETRIES", "0")
+                .uid(UID)
+                .gid(UID)
+                .stdin(std::process::Stdio::null());
+            let out = command.output().await.expect("the bridge runs");
+            let results: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            assert_eq!(
+                results.last().map(|r| r["type"].clone()),
+                Some(json!("run.completed")),
+                "{results:?}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            results
+        }
+    };
+    let b1 = run(victim_url.clone(), "victim-b", format!("Remember {SECRET}")).await;
+    let victim = workspace_of(&b1);
+
+    let script = attack(&[
+        ("B", victim.display().to_string()),
+        ("D", data.path().display().to_string()),
+        ("H", home.path().display().to_string()),
+        ("API_PORT", private_port.to_string()),
+        ("VICTIM_PID", String::new()),
+        ("BRIDGE_PID", "1".to_string()),
+    ]);
+    let (attacker_url, attacker_model) = fake_model_running(&script).await;
+    run(attacker_url, "attacker-a", "Look around".into()).await;
+    let requests = attacker_model.requests.lock().unwrap().clone();
+    let lines = probe_lines(&requests);
+    assert_held(
+        &lines,
+        &requests,
+        &[
+            "read_victim_context",
+            "list_workspaces",
+            "read_store",
+            "read_operator_key",
+            "write_victim_instructions",
+            "write_victim_hooks",
+            "connect_bridge_api",
+            "signal_bridge",
+        ],
+    );
+    assert!(!victim.join("CLAUDE.md").exists());
+    let b2 = run(victim_url, "victim-b", "And again?".into()).await;
+    assert_eq!(workspace_of(&b2), victim);
+    drop(listener);
+}
+
+/// Hand `dir` and all below it to `uid` (the bridge's user in a test).
+fn chown_tree(dir: &Path, uid: u32) {
+    for entry in walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+    {
+        std::os::unix::fs::lchown(entry.path(), Some(uid), Some(uid)).unwrap();
+    }
+}
