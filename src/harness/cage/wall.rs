@@ -305,7 +305,7 @@ pub fn url_ports<'a>(values: impl IntoIterator<Item = &'a str>) -> BTreeSet<u16>
                 continue;
             };
             let authority: &str = tail
-                .split(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'' | ' ' | '\n'))
+                .split(['/', '?', '#', '"', '\'', ' ', '\n'])
                 .next()
                 .unwrap_or("");
             let host_port = authority.rsplit('@').next().unwrap_or("");
