@@ -81,5 +81,9 @@ async fn a_restarted_serve_ends_the_idle_live_harness_a_killed_one_left() {
         wait_until_gone(*pid).await;
     }
     let status = again.stop().await;
-    assert!(status.success(), "{status:?}: {}", again.log.lock().unwrap().join("\n"));
+    assert!(
+        status.success(),
+        "{status:?}: {}",
+        again.log.lock().unwrap().join("\n")
+    );
 }
