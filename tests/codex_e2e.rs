@@ -83,11 +83,18 @@ impl Machine {
         self.data.path().join("workspaces")
     }
 
+    /// Codex's thread files, in the conversations' own homes
+    /// (`.langbot/home/.codex/sessions`), links not followed.
     fn rollouts(&self) -> Vec<std::path::PathBuf> {
-        walkdir::WalkDir::new(self.home.path().join("sessions"))
+        walkdir::WalkDir::new(self.workspace_root())
             .into_iter()
             .filter_map(Result::ok)
             .filter(|e| e.file_type().is_file())
+            .filter(|e| {
+                e.path()
+                    .to_string_lossy()
+                    .contains("/.langbot/home/.codex/sessions/")
+            })
             .map(|e| e.into_path())
             .collect()
     }
