@@ -52,6 +52,8 @@ fn context(run_id: &str, text: &str, artifacts: &[String]) -> AgentRunContext {
 
 /// No extra MCP servers: the bench projects the bridge's own server only.
 static NO_SERVERS: harness_bridge::projection::McpCatalog = std::collections::BTreeMap::new();
+/// The harness's environment: no operator files to carry into its home.
+static NO_ENV: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
 
 struct Fixed<'a> {
     target: &'a Target,
@@ -70,6 +72,7 @@ impl<'a> Fixed<'a> {
             mcp_url: "http://127.0.0.1:9/mcp",
             mcp_servers: &NO_SERVERS,
             host: Some(self.host),
+            env: &NO_ENV,
         }
     }
 }

@@ -154,6 +154,7 @@ async fn same_config() -> SameConfig {
             mcp_url: mcp.url(),
             mcp_servers: &Default::default(),
             host: None,
+            env: &Default::default(),
         },
         &Templates::load(None).expect("templates"),
     )

@@ -281,6 +281,18 @@ async fn live_conversation(agent: Agent) {
         .expect("the instructions file in the workspace");
     assert!(!instructions.trim().is_empty());
 
+    if agent == Agent::ClaudeAcp {
+        // The agent's sessions stay in the conversation's own home; the
+        // operator's global config, which Claude rewrites every start, is
+        // not carried in (it would write through a link) and stays as the
+        // operator left it.
+        assert!(workspace.join(".langbot/home/.claude/projects").is_dir());
+        assert!(!machine.home.path().join(".claude/projects").exists());
+        let operator = machine.home.path().join(".claude/.claude.json");
+        let text = std::fs::read_to_string(operator).unwrap_or_default();
+        assert!(!text.contains("firstStartTime"), "{text}");
+    }
+
     let asked = fake.requests.lock().unwrap().len();
     let second = server.results(machine.turn(FOLLOW_UP, "acp-2")).await;
     let two = session(&second).clone();

@@ -45,7 +45,11 @@ impl Machine {
     }
 
     async fn turn(&self, text: &str, extra: &[&str]) -> BridgeTurn {
-        let mut args = vec!["--conversation", CONVERSATION, "--text", text];
+        self.turn_in(CONVERSATION, text, extra).await
+    }
+
+    async fn turn_in(&self, conversation: &str, text: &str, extra: &[&str]) -> BridgeTurn {
+        let mut args = vec!["--conversation", conversation, "--text", text];
         args.extend_from_slice(extra);
         let args = self.args(&args);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -113,14 +117,37 @@ impl Machine {
         self.data.path().join("workspaces")
     }
 
-    /// Claude's session files for the conversation's workspace.
+    /// Claude's session files, in the conversations' own homes (links
+    /// not followed).
     fn session_files(&self) -> Vec<std::path::PathBuf> {
-        walkdir::WalkDir::new(self.claude_config().join("projects"))
-            .into_iter()
-            .filter_map(Result::ok)
-            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
-            .map(|e| e.into_path())
-            .collect()
+        session_files(&self.workspace_root())
+    }
+}
+
+/// Claude's session files under `dir`, in a conversation's own home
+/// (`.langbot/home/.claude/projects`), links not followed.
+fn session_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .filter(|e| {
+            e.path()
+                .to_string_lossy()
+                .contains("/.langbot/home/.claude/projects/")
+        })
+        .map(|e| e.into_path())
+        .collect()
+}
+
+impl Machine {
+    /// The operator's settings, which the conversations' homes link to.
+    fn operator_settings(&self) -> std::path::PathBuf {
+        let settings = self.claude_config().join("settings.json");
+        std::fs::create_dir_all(self.claude_config()).unwrap();
+        std::fs::write(&settings, r#"{"cleanupPeriodDays": 30}"#).unwrap();
+        settings
     }
 }
 
@@ -277,6 +304,72 @@ async fn a_deleted_claude_session_falls_back_to_a_fresh_one() {
         },
     )
     .await;
+}
+
+/// Two conversations, two homes: each keeps its Claude Code session in
+/// its own workspace's `.langbot/home/.claude/projects`, none in the
+/// operator's config folder, whose settings each home links to (read,
+/// not copied, not changed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_conversation_keeps_its_claude_sessions_in_its_own_home() {
+    let (model_url, _fake) = fake_model(false).await;
+    let machine = Machine::new(model_url).await;
+    let settings = machine.operator_settings();
+    let before = std::fs::read(&settings).unwrap();
+    let one = machine.turn_in(CONVERSATION, "Hello there", &[]).await;
+    one.completed();
+    let two = machine.turn_in("group-2", "Hello there", &[]).await;
+    two.completed();
+    let (ws_one, ws_two) = (common::turn_workspace(&one), common::turn_workspace(&two));
+    assert_ne!(ws_one, ws_two);
+    for (turn, ws) in [(&one, &ws_one), (&two, &ws_two)] {
+        let id = turn
+            .state("external.session_id")
+            .and_then(Value::as_str)
+            .expect("a session")
+            .to_string();
+        let files = session_files(ws);
+        assert!(
+            files.iter().any(|f| f.ends_with(format!("{id}.jsonl"))),
+            "{id} not in {}: {files:?}",
+            ws.display()
+        );
+        let link = ws.join(".langbot/home/.claude/settings.json");
+        assert_eq!(std::fs::read_link(&link).unwrap(), settings);
+    }
+    assert!(!machine.claude_config().join("projects").exists());
+    assert_eq!(std::fs::read(&settings).unwrap(), before);
+}
+
+/// A session kept in the operator's shared home (where sessions were
+/// before each conversation had a home) is not found from the
+/// conversation's own: the turn starts a fresh session and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_from_the_shared_home_starts_fresh_with_a_notice() {
+    let (model_url, _fake) = fake_model(false).await;
+    let machine = Machine::new(model_url).await;
+    let first = machine.turn("Hello there", &[]).await;
+    first.completed();
+    let old = first
+        .state("external.session_id")
+        .cloned()
+        .expect("session");
+    // Put the session where the bridge kept it before: the operator's
+    // config folder, under the same project folder.
+    let home_config = common::turn_workspace(&first).join(".langbot/home/.claude");
+    for file in machine.session_files() {
+        let relative = file.strip_prefix(&home_config).unwrap();
+        let shared = machine.claude_config().join(relative);
+        std::fs::create_dir_all(shared.parent().unwrap()).unwrap();
+        std::fs::rename(&file, &shared).unwrap();
+    }
+    let second = machine.turn("Hello again", &[]).await;
+    second.completed();
+    let meta = second.session();
+    assert_eq!(meta["resumed"], false, "{meta}");
+    let notice = meta["notice"].as_str().unwrap_or("");
+    assert!(notice.contains("no longer exists"), "{meta}");
+    assert_ne!(second.state("external.session_id"), Some(&old));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

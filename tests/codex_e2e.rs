@@ -83,11 +83,18 @@ impl Machine {
         self.data.path().join("workspaces")
     }
 
+    /// Codex's thread files, in the conversations' own homes
+    /// (`.langbot/home/.codex/sessions`), links not followed.
     fn rollouts(&self) -> Vec<std::path::PathBuf> {
-        walkdir::WalkDir::new(self.home.path().join("sessions"))
+        walkdir::WalkDir::new(self.workspace_root())
             .into_iter()
             .filter_map(Result::ok)
             .filter(|e| e.file_type().is_file())
+            .filter(|e| {
+                e.path()
+                    .to_string_lossy()
+                    .contains("/.langbot/home/.codex/sessions/")
+            })
             .map(|e| e.into_path())
             .collect()
     }
@@ -97,6 +104,8 @@ impl Machine {
 async fn two_turns_resume_one_codex_thread_and_read_the_real_history() {
     let (model_url, fake) = fake_model(false).await;
     let machine = Machine::new(&model_url).await;
+    let config = machine.home.path().join("config.toml");
+    let operator_config = std::fs::read(&config).unwrap();
 
     let first = machine.turn(ASK, &[]).await;
     first.assert_well_formed();
@@ -199,6 +208,11 @@ async fn two_turns_resume_one_codex_thread_and_read_the_real_history() {
     );
     assert!(audit.iter().all(|r| r.entry.outcome == "ok"), "{audit:?}");
     assert!(processes_under(&machine.workspace_root()).is_empty());
+    // The operator's config reached Codex through a link in the
+    // conversation's home, and Codex left it as it was.
+    let link = common::turn_workspace(&first).join(".langbot/home/.codex/config.toml");
+    assert_eq!(std::fs::read_link(link).unwrap(), config);
+    assert_eq!(std::fs::read(&config).unwrap(), operator_config);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

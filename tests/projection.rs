@@ -48,6 +48,7 @@ async fn run(
         mcp_url: "http://127.0.0.1:9/mcp",
         mcp_servers: &operator_servers(),
         host: None,
+        env: &Default::default(),
     };
     project(&request, &templates).await
 }
@@ -524,6 +525,110 @@ async fn workspace_files_and_folders_are_the_owners_only() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// Every harness gets a home of the conversation's own, with the
+/// operator's files linked in (never copied) from where the CLI would
+/// find them; each conversation its own; a file the operator no longer
+/// has is unlinked; a link the harness planted on the way is refused.
+#[tokio::test]
+async fn each_conversation_has_its_own_home_with_the_operators_files_linked_in() {
+    const SECRET: &str = "sk-operator-secret-in-auth-json";
+    let root = tempfile::tempdir().unwrap();
+    let operator = tempfile::tempdir().unwrap();
+    let codex_home = operator.path().join("codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), "model = \"m\"\n").unwrap();
+    std::fs::write(
+        codex_home.join("auth.json"),
+        format!("{{\"key\": \"{SECRET}\"}}"),
+    )
+    .unwrap();
+    let env: BTreeMap<String, String> = [
+        ("HOME", operator.path().to_path_buf()),
+        ("CODEX_HOME", codex_home.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.display().to_string()))
+    .collect();
+    let templates = Templates::load(None).unwrap();
+    let t = target("codex");
+    let project_for = |conversation: &'static str, run_id: &'static str| {
+        let mut c = ctx(run_id, "x", json!({}));
+        if let Some(conv) = c.conversation.as_mut() {
+            conv.conversation_id = Some(conversation.into());
+        }
+        c.context.conversation_id = Some(conversation.into());
+        let (root, env, t, templates) = (root.path(), &env, &t, &templates);
+        async move {
+            let request = ProjectRequest {
+                ctx: &c,
+                target: t,
+                runner: "codex",
+                root,
+                tools: &[],
+                mcp_url: "http://127.0.0.1:9/mcp",
+                mcp_servers: &Default::default(),
+                host: None,
+                env,
+            };
+            project(&request, templates).await
+        }
+    };
+    let one = project_for("conv-a", "run-1").await.unwrap();
+    let two = project_for("conv-b", "run-2").await.unwrap();
+    let (home_one, home_two) = (one.home.clone().unwrap(), two.home.clone().unwrap());
+    assert_ne!(home_one.path, home_two.path);
+    for (p, home) in [(&one, &home_one), (&two, &home_two)] {
+        assert_eq!(home.path, p.workspace.join(".langbot/home"));
+        assert_eq!(
+            home.vars,
+            [
+                ("HOME".to_string(), home.path.clone()),
+                ("CODEX_HOME".to_string(), home.path.join(".codex")),
+            ]
+        );
+        assert!(home.path.join(".codex").is_dir());
+        assert_eq!(
+            home.carried,
+            [codex_home.join("config.toml"), codex_home.join("auth.json")]
+        );
+        for file in ["config.toml", "auth.json"] {
+            let link = home.path.join(".codex").join(file);
+            assert_eq!(std::fs::read_link(&link).unwrap(), codex_home.join(file));
+        }
+        // The secret is behind a link, in no file the bridge wrote.
+        for entry in walkdir::WalkDir::new(&p.workspace) {
+            let entry = entry.unwrap();
+            if entry.file_type().is_file() {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                assert!(!text.contains(SECRET), "{}", entry.path().display());
+            }
+        }
+    }
+
+    // The operator signs out: the next turn's home has no link to it.
+    std::fs::remove_file(codex_home.join("auth.json")).unwrap();
+    let again = project_for("conv-a", "run-3").await.unwrap();
+    let home = again.home.unwrap();
+    assert_eq!(home.carried, [codex_home.join("config.toml")]);
+    assert!(std::fs::symlink_metadata(home.path.join(".codex/auth.json")).is_err());
+    assert!(
+        again
+            .report
+            .removed
+            .contains(&".langbot/home/.codex/auth.json".to_string()),
+        "{:?}",
+        again.report
+    );
+
+    // A harness that made its home's folder a link gets the projection
+    // refused, not its link followed.
+    std::fs::remove_dir_all(home.path.join(".codex")).unwrap();
+    symlink(operator.path(), home.path.join(".codex")).unwrap();
+    let err = project_for("conv-a", "run-4").await.unwrap_err();
+    assert!(matches!(err, ProjectionError::Symlink { .. }), "{err}");
+    assert!(!operator.path().join("config.toml").exists());
+}
+
 #[tokio::test]
 async fn planted_symlinks_are_refused() {
     let root = tempfile::tempdir().unwrap();
@@ -846,6 +951,7 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
         mcp_url: "http://127.0.0.1:9/mcp",
         mcp_servers: &Default::default(),
         host: Some(&host),
+        env: &Default::default(),
     };
     let p = project(&request, &templates).await.unwrap();
 
@@ -908,6 +1014,7 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
     let request = ProjectRequest {
         ctx: &c2,
         host: Some(&host),
+        env: &Default::default(),
         ..request
     };
     let again = project(&request, &templates).await.unwrap();
@@ -1047,6 +1154,7 @@ async fn operator_templates_override_the_built_ins() {
         mcp_url: "http://127.0.0.1:9/mcp",
         mcp_servers: &Default::default(),
         host: None,
+        env: &Default::default(),
     };
     let p = project(&request, &templates).await.unwrap();
     assert_eq!(p.turn_prompt, "Q: why? (codex)");

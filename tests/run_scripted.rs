@@ -150,23 +150,39 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
     let workspace = setup.workspace(&turn);
 
     // Environment: the spec's whitelist, its fixed values and the run's
-    // own variables (MCP token and endpoint, turn marker); nothing else
-    // from the bridge's environment.
+    // own variables (MCP token and endpoint, turn marker, the home of the
+    // conversation's own); nothing else from the bridge's environment.
     let mut names = env_of(&workspace);
     names.retain(|n| !n.is_empty() && n != "PWD" && n != "SHLVL" && n != "_");
     names.sort();
     assert_eq!(
         names,
         vec![
+            "CLAUDE_CONFIG_DIR",
             "FAKE_MODE",
             "FAKE_VISIBLE",
             "FIXED_BY_SPEC",
             "HARNESS_BRIDGE_TURN",
+            "HOME",
             "LANGBOT_MCP_TOKEN",
             "LANGBOT_MCP_URL",
             "PATH",
             "TMPDIR"
         ]
+    );
+    let received = std::fs::read_to_string(workspace.join("received-env")).unwrap();
+    let home = workspace.join(".langbot/home");
+    assert!(
+        received.contains(&format!("\nHOME={}\n", home.display()))
+            || received.starts_with(&format!("HOME={}\n", home.display())),
+        "{received}"
+    );
+    assert!(
+        received.contains(&format!(
+            "CLAUDE_CONFIG_DIR={}\n",
+            home.join(".claude").display()
+        )),
+        "{received}"
     );
     // The prompt went to stdin (the spec says so) and argv; the token did not ride argv.
     let stdin = std::fs::read_to_string(workspace.join("received-stdin")).unwrap();

@@ -144,6 +144,18 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
     };
     let tools = tool_names(&open.grant.apis, asking);
     let target = info.target();
+    // The operator's files the home carries are found where the harness
+    // would look: its whitelisted environment, as a run builds it.
+    let vars: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let env = harness::child_env(
+        &info.env,
+        &[],
+        &Default::default(),
+        &Default::default(),
+        &vars,
+    );
     let request = ProjectRequest {
         ctx: &ctx,
         target: &target,
@@ -153,6 +165,7 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
         mcp_url: &args.mcp_url,
         mcp_servers: &servers,
         host: Some(&granted),
+        env: &env,
     };
     let result = runtime.block_on(project(&request, &templates));
     grants.close_run(&ctx.run_id);

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::family::{self, Family};
 use super::{SessionIdFormat, SessionStore};
-use crate::projection::{Home, Target};
+use crate::projection::{Carry, Home, Target};
 
 /// One argv item: a plain argument, or a group that is kept only when
 /// every placeholder in it has a value (e.g. `["--model", "{model}"]`).
@@ -128,6 +128,33 @@ pub struct AcpSpec {
     pub mode: Option<String>,
 }
 
+/// What an agent adds to its family's home (an ACP agent's files differ
+/// from every other's): variables that point it into the conversation's
+/// home, and the operator's files it needs there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HomeAdditions {
+    /// Variable → the path in the home it names (empty: the home).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Files carried in from the operator's home.
+    #[serde(default)]
+    pub carry: Vec<CarryFiles>,
+}
+
+/// One folder's files carried into the home (see [`Carry`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CarryFiles {
+    /// The folder in the conversation's home (empty: the home).
+    #[serde(default)]
+    pub into: String,
+    /// `$VAR` or `$VAR/path`: the first whose variable is set.
+    pub from: Vec<String>,
+    /// The files, relative to both folders.
+    pub files: Vec<String>,
+}
+
 /// A spec file as written: the family, and what is the operator's to say.
 /// The decoder and the MCP format are the family's alone; the skills
 /// folder, instructions file, tool naming and session facts default to
@@ -164,6 +191,8 @@ struct SpecFile {
     live: Option<LiveSpec>,
     #[serde(default)]
     acp: Option<AcpSpec>,
+    #[serde(default)]
+    home: HomeAdditions,
 }
 
 /// One harness: its spec file over its family's facts.
@@ -213,6 +242,9 @@ pub struct AdapterSpec {
     pub live: Option<LiveSpec>,
     /// An ACP agent's options.
     pub acp: Option<AcpSpec>,
+    /// The conversation's own home: the family's, with what the spec
+    /// adds (a variable the spec names again takes the spec's path).
+    pub home: Home,
 }
 
 /// Values for one turn's placeholders.
@@ -282,6 +314,52 @@ const BUILT_IN: [(&str, &str); 7] = [
         include_str!("../../harness-adapters/qwen.yaml"),
     ),
 ];
+
+/// The family's home with a spec's additions.
+fn with_additions(mut home: Home, added: HomeAdditions) -> Home {
+    for (var, path) in added.env {
+        home.env.retain(|(v, _)| *v != var);
+        home.env.push((var, path));
+    }
+    home.carry.extend(added.carry.into_iter().map(|c| Carry {
+        into: c.into,
+        from: c.from,
+        files: c.files,
+    }));
+    home
+}
+
+/// Why a home is not one the projection can write, if it is not: every
+/// path plain and relative, every variable a name, every source `$VAR…`.
+fn check_home(home: &Home) -> Result<(), String> {
+    let plain =
+        |path: &str| path.is_empty() || crate::projection::relative_components(path).is_ok();
+    for (var, path) in &home.env {
+        if !crate::projection::is_var_name(var) {
+            return Err(format!("`{var}` is not a variable name (A-Z, 0-9, _)"));
+        }
+        if !plain(path) {
+            return Err(format!("{var}: `{path}` must be a plain relative path"));
+        }
+    }
+    for carry in &home.carry {
+        if !plain(&carry.into) {
+            return Err(format!("`{}` must be a plain relative path", carry.into));
+        }
+        if carry.from.is_empty() {
+            return Err("a carried folder needs `from`".into());
+        }
+        for from in &carry.from {
+            crate::projection::check_home_source(from)?;
+        }
+        for file in &carry.files {
+            if crate::projection::relative_components(file).is_err() {
+                return Err(format!("`{file}` must be a plain relative path"));
+            }
+        }
+    }
+    Ok(())
+}
 
 const PLACEHOLDERS: [&str; 9] = [
     "prompt",
@@ -380,6 +458,7 @@ impl AdapterSpec {
             install_hint: raw.install_hint,
             live,
             acp: raw.acp,
+            home: with_additions(family.home.home(), raw.home),
         };
         spec.check(file)?;
         Ok(spec)
@@ -426,6 +505,9 @@ impl AdapterSpec {
                     "instructions_file `{file}` must be a plain relative path"
                 ));
             }
+        }
+        if let Err(reason) = check_home(&self.home) {
+            return fail(format!("home: {reason}"));
         }
         if crate::projection::relative_components(&self.skills_dir).is_err() {
             return fail(format!(
@@ -522,14 +604,7 @@ impl AdapterSpec {
                 .as_ref()
                 .map(|f| f.split('/').map(str::to_string).collect()),
             tool_name: self.tool_name.clone(),
-            home: self.family.home.as_ref().map(|home| Home {
-                env: home.env.to_string(),
-                files: home
-                    .files
-                    .iter()
-                    .map(|(path, text)| (path.to_string(), text.to_string()))
-                    .collect(),
-            }),
+            home: Some(self.home.clone()),
         }
     }
 
@@ -941,6 +1016,55 @@ mod tests {
             .replace("{instructions|toml}", "{instructions|yaml}");
         let err = AdapterSpec::parse("codex.yaml", &text).unwrap_err();
         assert!(err.to_string().contains("unknown filter `|yaml`"), "{err}");
+    }
+
+    #[test]
+    fn a_spec_adds_to_its_familys_home_and_bad_homes_are_refused() {
+        let kimi = AdapterSpec::parse(
+            "kimi.yaml",
+            include_str!("../../harness-adapters/kimi.yaml"),
+        )
+        .unwrap();
+        let vars: Vec<&str> = kimi.home.env.iter().map(|(v, _)| v.as_str()).collect();
+        assert_eq!(
+            vars,
+            [
+                "HOME",
+                "XDG_CONFIG_HOME",
+                "XDG_DATA_HOME",
+                "XDG_CACHE_HOME",
+                "XDG_STATE_HOME",
+                "KIMI_CODE_HOME"
+            ]
+        );
+        assert_eq!(
+            kimi.home.carry[0].from,
+            ["$KIMI_CODE_HOME", "$HOME/.kimi-code"]
+        );
+        assert_eq!(kimi.target().home.as_ref(), Some(&kimi.home));
+        let good = include_str!("../../harness-adapters/opencode.yaml");
+        // A variable the family sets takes the spec's path.
+        let moved = good.replace("home:\n", "home:\n  env:\n    XDG_CACHE_HOME: cache\n");
+        let spec = AdapterSpec::parse("x.yaml", &moved).unwrap();
+        assert_eq!(
+            spec.home
+                .env
+                .iter()
+                .filter(|(v, _)| v == "XDG_CACHE_HOME")
+                .collect::<Vec<_>>(),
+            [&("XDG_CACHE_HOME".to_string(), "cache".to_string())]
+        );
+        for (from, to) in [
+            ("into: .config/opencode", "into: ../out"),
+            ("$XDG_DATA_HOME/opencode", "/etc/opencode"),
+            ("files: [auth.json]", "files: [../../auth.json]"),
+            ("home:\n", "home:\n  env:\n    lower: x\n"),
+            ("home:\n", "home:\n  env:\n    X: /abs\n"),
+        ] {
+            assert!(good.contains(from), "{from}");
+            let err = AdapterSpec::parse("x.yaml", &good.replace(from, to)).unwrap_err();
+            assert!(err.reason.starts_with("home: "), "{to}: {err}");
+        }
     }
 
     #[test]

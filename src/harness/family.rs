@@ -9,7 +9,9 @@
 //! one-shot stream, where and how the MCP config is written, how the
 //! harness names an MCP tool, where its sessions are kept and how it says
 //! one is gone, which file it reads instructions from, where it finds
-//! skills, its live driver and whether it needs a home of its own.
+//! skills, its live driver, and its home: the variables that point it
+//! into the conversation's own home and which of the operator's files it
+//! needs there.
 
 use super::{SessionIdFormat, SessionStore};
 use crate::projection::McpFormat;
@@ -43,9 +45,9 @@ pub struct Family {
     pub skills_dir: Option<&'static str>,
     /// The protocol of its live mode (see [`super::live::driver`]).
     pub live_driver: Option<&'static str>,
-    /// A home of the conversation's own: the variable and the files
-    /// written in it.
-    pub home: Option<HomeSpec>,
+    /// Its home of the conversation's own: the variables that point it
+    /// there, the files written in it and the operator's files carried in.
+    pub home: HomeSpec,
     /// Where its token counts are, when its stream has none: a file it
     /// writes (`{usage_file}`).
     pub usage_file: Option<UsageFile>,
@@ -72,13 +74,59 @@ impl UsageFile {
     }
 }
 
-/// A per-conversation home (see [`crate::projection::Home`]).
+/// A per-conversation home (see [`crate::projection::Home`]): every CLI
+/// keeps sessions, config and caches in its home, and a home shared by
+/// every conversation lets one conversation's agent read another's
+/// sessions (and is outside the folder a caged harness may write).
 #[derive(Debug, PartialEq)]
 pub struct HomeSpec {
-    /// The variable that points the harness at it.
-    pub env: &'static str,
+    /// The variables that point the harness into the home, each with the
+    /// path inside it that it names (empty: the home itself).
+    pub env: &'static [(&'static str, &'static str)],
     /// Files written in it, by relative path.
     pub files: &'static [(&'static str, &'static str)],
+    /// The operator's files carried in as links.
+    pub carry: &'static [CarrySpec],
+}
+
+/// Files of the operator's usual home that the harness needs in the
+/// conversation's (see [`crate::projection::Carry`]).
+#[derive(Debug, PartialEq)]
+pub struct CarrySpec {
+    /// The folder in the conversation's home they go to.
+    pub into: &'static str,
+    /// Where the operator's folder is, as the CLI finds it: the first
+    /// `$VAR` or `$VAR/path` whose variable is set.
+    pub from: &'static [&'static str],
+    /// The files, relative to both folders.
+    pub files: &'static [&'static str],
+}
+
+impl HomeSpec {
+    /// The home as the projection takes it.
+    pub fn home(&self) -> crate::projection::Home {
+        crate::projection::Home {
+            env: self
+                .env
+                .iter()
+                .map(|(var, path)| (var.to_string(), path.to_string()))
+                .collect(),
+            files: self
+                .files
+                .iter()
+                .map(|(path, text)| (path.to_string(), text.to_string()))
+                .collect(),
+            carry: self
+                .carry
+                .iter()
+                .map(|c| crate::projection::Carry {
+                    into: c.into.to_string(),
+                    from: c.from.iter().map(|f| f.to_string()).collect(),
+                    files: c.files.iter().map(|f| f.to_string()).collect(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Every family the bridge knows.
@@ -95,7 +143,17 @@ pub const FAMILIES: &[Family] = &[
         instructions_file: None,
         skills_dir: Some(".claude/skills"),
         live_driver: Some("claude-stream-json"),
-        home: None,
+        // Sessions under $CLAUDE_CONFIG_DIR/projects; the key and the
+        // operator's settings carried in.
+        home: HomeSpec {
+            env: &[("HOME", ""), ("CLAUDE_CONFIG_DIR", ".claude")],
+            files: &[],
+            carry: &[CarrySpec {
+                into: ".claude",
+                from: &["$CLAUDE_CONFIG_DIR", "$HOME/.claude"],
+                files: &[".credentials.json", "settings.json"],
+            }],
+        },
         usage_file: None,
     },
     Family {
@@ -110,7 +168,17 @@ pub const FAMILIES: &[Family] = &[
         instructions_file: None,
         skills_dir: Some(".agents/skills"),
         live_driver: Some("codex-app-server"),
-        home: None,
+        // Threads under $CODEX_HOME/sessions; the model's provider
+        // (config.toml) and the login carried in.
+        home: HomeSpec {
+            env: &[("HOME", ""), ("CODEX_HOME", ".codex")],
+            files: &[],
+            carry: &[CarrySpec {
+                into: ".codex",
+                from: &["$CODEX_HOME", "$HOME/.codex"],
+                files: &["config.toml", "auth.json"],
+            }],
+        },
         usage_file: None,
     },
     Family {
@@ -125,7 +193,16 @@ pub const FAMILIES: &[Family] = &[
         instructions_file: Some("AGENTS.md"),
         skills_dir: Some(".github/skills"),
         live_driver: None,
-        home: None,
+        // Sessions and its login under $COPILOT_HOME.
+        home: HomeSpec {
+            env: &[("HOME", ""), ("COPILOT_HOME", ".copilot")],
+            files: &[],
+            carry: &[CarrySpec {
+                into: ".copilot",
+                from: &["$COPILOT_HOME", "$HOME/.copilot"],
+                files: &["config.json"],
+            }],
+        },
         usage_file: Some(UsageFile::CopilotSession),
     },
     Family {
@@ -143,13 +220,18 @@ pub const FAMILIES: &[Family] = &[
         // Gemini keys sessions by the working folder's last name, the same
         // in every conversation; with only a key in the environment it
         // picks an auth type it refuses headless.
-        home: Some(HomeSpec {
-            env: "GEMINI_CLI_HOME",
+        home: HomeSpec {
+            env: &[("GEMINI_CLI_HOME", ""), ("HOME", "")],
             files: &[(
                 ".gemini/settings.json",
                 "{\"security\": {\"auth\": {\"selectedType\": \"gemini-api-key\"}}}\n",
             )],
-        }),
+            carry: &[CarrySpec {
+                into: ".gemini",
+                from: &["$GEMINI_CLI_HOME/.gemini", "$HOME/.gemini"],
+                files: &["oauth_creds.json", "google_accounts.json", ".env"],
+            }],
+        },
         usage_file: None,
     },
     Family {
@@ -164,7 +246,16 @@ pub const FAMILIES: &[Family] = &[
         instructions_file: Some("QWEN.md"),
         skills_dir: Some(".qwen/skills"),
         live_driver: None,
-        home: None,
+        // Sessions, settings and its login under $QWEN_HOME.
+        home: HomeSpec {
+            env: &[("HOME", ""), ("QWEN_HOME", ".qwen")],
+            files: &[],
+            carry: &[CarrySpec {
+                into: ".qwen",
+                from: &["$QWEN_HOME", "$HOME/.qwen"],
+                files: &["settings.json", "oauth_creds.json", ".env"],
+            }],
+        },
         usage_file: None,
     },
     Family {
@@ -179,7 +270,19 @@ pub const FAMILIES: &[Family] = &[
         instructions_file: None,
         skills_dir: None,
         live_driver: Some("acp"),
-        home: None,
+        // What each agent keeps where differs: its spec adds variables
+        // and carried files (`home:`); the XDG folders most follow.
+        home: HomeSpec {
+            env: &[
+                ("HOME", ""),
+                ("XDG_CONFIG_HOME", ".config"),
+                ("XDG_DATA_HOME", ".local/share"),
+                ("XDG_CACHE_HOME", ".cache"),
+                ("XDG_STATE_HOME", ".local/state"),
+            ],
+            files: &[],
+            carry: &[],
+        },
         usage_file: None,
     },
 ];
@@ -223,6 +326,33 @@ mod tests {
                 f.name
             );
             assert_eq!(family(f.name).map(|x| x.name), Some(f.name));
+        }
+    }
+
+    #[test]
+    fn every_family_has_a_home_that_names_its_variables_and_sources() {
+        for f in FAMILIES {
+            let home = f.home.home();
+            assert!(home.env.iter().any(|(var, _)| var == "HOME"), "{}", f.name);
+            for (var, path) in &home.env {
+                assert!(crate::projection::is_var_name(var), "{}: {var}", f.name);
+                assert!(
+                    path.is_empty() || crate::projection::relative_components(path).is_ok(),
+                    "{}: {path}",
+                    f.name
+                );
+            }
+            for carry in &home.carry {
+                for from in &carry.from {
+                    crate::projection::check_home_source(from).unwrap();
+                }
+                for file in &carry.files {
+                    let path = format!("{}/{file}", carry.into);
+                    assert!(crate::projection::relative_components(&path).is_ok());
+                    // A written file is the bridge's; a carried one the operator's.
+                    assert!(!home.files.contains_key(&path), "{}: {path}", f.name);
+                }
+            }
         }
     }
 }

@@ -28,9 +28,9 @@ use std::time::{Duration, SystemTime};
 
 use nix::dir::Dir;
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, open, openat, renameat};
+use nix::fcntl::{AtFlags, OFlag, open, openat, readlinkat, renameat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstatat, mkdirat};
-use nix::unistd::{UnlinkatFlags, unlinkat};
+use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use super::ProjectionError;
 
@@ -315,6 +315,107 @@ impl ConfinedDir {
         written.map(|()| WriteOutcome::Written)
     }
 
+    /// Make `parts` (folders first, the link last) a symbolic link to the
+    /// absolute path `target`, unless it already is one: how a file from
+    /// outside the workspace (an operator's credentials) is offered to a
+    /// harness without its bytes ever being copied. The link is made under
+    /// a fresh name in its folder's handle and renamed over what is there
+    /// (a file, another link; a folder is refused), so a reader sees the
+    /// old entry or the new link, never neither. Folders on the way are
+    /// created and never followed through a link.
+    pub fn symlink(&self, parts: &[&str], target: &Path) -> Result<WriteOutcome, ProjectionError> {
+        let Some((name, folders)) = parts.split_last() else {
+            return Err(ProjectionError::UnsafePath {
+                path: String::new(),
+                reason: "empty path",
+            });
+        };
+        check_parts(parts)?;
+        if !target.is_absolute() {
+            return Err(ProjectionError::UnsafePath {
+                path: target.to_string_lossy().escape_debug().take(200).collect(),
+                reason: "a link's target must be an absolute path",
+            });
+        }
+        self.ensure_dir(folders)?.link_file(name, target)
+    }
+
+    fn link_file(&self, name: &str, target: &Path) -> Result<WriteOutcome, ProjectionError> {
+        let path = self.path.join(name);
+        // `readlinkat` reads the link itself: a link is never followed here.
+        if readlinkat(&*self.fd, name).is_ok_and(|current| Path::new(&current) == target) {
+            return Ok(WriteOutcome::Unchanged);
+        }
+        let temp = self.temp_link(target)?;
+        let linked = renameat(&*self.fd, temp.as_str(), &*self.fd, name).map_err(|e| match e {
+            Errno::EISDIR | Errno::ENOTEMPTY | Errno::EEXIST => ProjectionError::InTheWay {
+                path: path.clone(),
+                expected: "link",
+            },
+            e => ProjectionError::io("replace", &path)(e.into()),
+        });
+        if linked.is_err() {
+            let _ = unlinkat(&*self.fd, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        linked.map(|()| WriteOutcome::Written)
+    }
+
+    /// A new link to `target` with a random name in this folder
+    /// (`symlinkat` never replaces an existing name).
+    fn temp_link(&self, target: &Path) -> Result<String, ProjectionError> {
+        let mut last = Errno::EEXIST;
+        for _ in 0..8 {
+            let name = Self::temp_name(&self.path)?;
+            match symlinkat(target, &*self.fd, name.as_str()) {
+                Ok(()) => return Ok(name),
+                Err(Errno::EEXIST) => last = Errno::EEXIST,
+                Err(errno) => {
+                    last = errno;
+                    break;
+                }
+            }
+        }
+        Err(ProjectionError::io("create link in", &self.path)(
+            last.into(),
+        ))
+    }
+
+    /// Remove the entry at `parts` if it is a symbolic link (never what it
+    /// points at, never a file or folder a harness made there): a link
+    /// whose target went away is taken out. Whether one was removed.
+    pub fn remove_link(&self, parts: &[&str]) -> Result<bool, ProjectionError> {
+        let Some((name, folders)) = parts.split_last() else {
+            return Ok(false);
+        };
+        check_parts(parts)?;
+        let Some(dir) = self.open_dir(folders)? else {
+            return Ok(false);
+        };
+        match fstatat(&*dir.fd, *name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) if kind(&stat) == SFlag::S_IFLNK => {}
+            Ok(_) | Err(Errno::ENOENT) => return Ok(false),
+            Err(e) => {
+                return Err(ProjectionError::io("inspect", dir.path.join(name))(
+                    e.into(),
+                ));
+            }
+        }
+        match unlinkat(&*dir.fd, *name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(ProjectionError::io("remove", dir.path.join(name))(e.into())),
+        }
+    }
+
+    /// A random name for a temp entry in the folder at `path`.
+    fn temp_name(path: &Path) -> Result<String, ProjectionError> {
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random).map_err(|e| {
+            ProjectionError::io("create temp file in", path)(std::io::Error::other(e.to_string()))
+        })?;
+        Ok(format!(".hb-tmp-{}", hex::encode(random)))
+    }
+
     /// A new file with a random name in this folder, created exclusively
     /// (never an existing file or a link) and 0600.
     fn temp_file(&self) -> Result<(String, fs::File), ProjectionError> {
@@ -322,13 +423,7 @@ impl ConfinedDir {
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let mut last = Errno::EEXIST;
         for _ in 0..8 {
-            let mut random = [0u8; 8];
-            getrandom::fill(&mut random).map_err(|e| {
-                ProjectionError::io("create temp file in", &self.path)(std::io::Error::other(
-                    e.to_string(),
-                ))
-            })?;
-            let name = format!(".hb-tmp-{}", hex::encode(random));
+            let name = Self::temp_name(&self.path)?;
             match openat(
                 &*self.fd,
                 name.as_str(),
@@ -740,5 +835,109 @@ mod tests {
             let read = read_beneath(root, Path::new(relative), 10);
             assert!(read.is_err(), "{relative} was read: {read:?}");
         }
+    }
+
+    fn link_of(path: &Path) -> PathBuf {
+        fs::read_link(path).unwrap()
+    }
+
+    #[test]
+    fn symlink_creates_a_link_and_keeps_it_when_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("auth.json");
+        fs::write(&secret, b"key").unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        let parts = ["home", ".codex", "auth.json"];
+        assert_eq!(ws.symlink(&parts, &secret).unwrap(), WriteOutcome::Written);
+        let link = dir.path().join("ws/home/.codex/auth.json");
+        assert_eq!(link_of(&link), secret);
+        assert_eq!(fs::read(&link).unwrap(), b"key");
+        assert_eq!(
+            ws.symlink(&parts, &secret).unwrap(),
+            WriteOutcome::Unchanged
+        );
+        // Nothing left behind under a temp name.
+        let names: Vec<String> = ws
+            .list(&parts[..2])
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, ["auth.json"]);
+        // A relative target is refused: a link must not depend on where it is.
+        assert!(ws.symlink(&parts, Path::new("auth.json")).is_err());
+    }
+
+    #[test]
+    fn symlink_replaces_a_file_or_another_link_but_not_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let (a, b) = (outside.path().join("a"), outside.path().join("b"));
+        fs::write(&a, b"a").unwrap();
+        fs::write(&b, b"b").unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        ws.write(&["home", "config.toml"], b"made by the harness")
+            .unwrap();
+        assert_eq!(
+            ws.symlink(&["home", "config.toml"], &a).unwrap(),
+            WriteOutcome::Written
+        );
+        let link = dir.path().join("ws/home/config.toml");
+        assert_eq!(link_of(&link), a);
+        assert_eq!(
+            ws.symlink(&["home", "config.toml"], &b).unwrap(),
+            WriteOutcome::Written
+        );
+        assert_eq!(link_of(&link), b);
+        // The replaced link's target is untouched.
+        assert_eq!(fs::read(&a).unwrap(), b"a");
+        ws.ensure_dir(&["home", "folder"]).unwrap();
+        let err = ws.symlink(&["home", "folder"], &a).unwrap_err();
+        assert!(matches!(err, ProjectionError::InTheWay { .. }), "{err}");
+        assert!(dir.path().join("ws/home/folder").is_dir());
+    }
+
+    #[test]
+    fn symlink_never_follows_a_link_on_the_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("auth.json");
+        fs::write(&secret, b"key").unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("ws/home")).unwrap();
+        let err = ws.symlink(&["home", "auth.json"], &secret).unwrap_err();
+        assert!(matches!(err, ProjectionError::Symlink { .. }), "{err}");
+        let err = ws.remove_link(&["home", "auth.json"]).unwrap_err();
+        assert!(matches!(err, ProjectionError::Symlink { .. }), "{err}");
+        // Nothing was made or removed in the folder the link points at.
+        let names: Vec<_> = fs::read_dir(outside.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        assert!(secret.exists());
+        assert!(ws.symlink(&["..", "x"], &secret).is_err());
+    }
+
+    #[test]
+    fn remove_link_removes_links_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let gone = outside.path().join("gone.json");
+        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        // A stale link (its target missing) is removed, not followed.
+        ws.symlink(&["home", "stale.json"], &gone).unwrap();
+        assert!(ws.remove_link(&["home", "stale.json"]).unwrap());
+        assert!(fs::symlink_metadata(dir.path().join("ws/home/stale.json")).is_err());
+        // A live link's target stays.
+        let kept = outside.path().join("kept.json");
+        fs::write(&kept, b"k").unwrap();
+        ws.symlink(&["home", "kept.json"], &kept).unwrap();
+        assert!(ws.remove_link(&["home", "kept.json"]).unwrap());
+        assert_eq!(fs::read(&kept).unwrap(), b"k");
+        // A file the harness made there, and what is missing, stay as they are.
+        ws.write(&["home", "own.json"], b"mine").unwrap();
+        assert!(!ws.remove_link(&["home", "own.json"]).unwrap());
+        assert_eq!(ws.read(&["home", "own.json"]).unwrap().unwrap(), b"mine");
+        assert!(!ws.remove_link(&["home", "missing"]).unwrap());
+        assert!(!ws.remove_link(&["nowhere", "missing"]).unwrap());
     }
 }

@@ -10,6 +10,7 @@
 mod binding;
 mod confined;
 mod error;
+mod home;
 mod inputs;
 mod mcp_config;
 mod names;
@@ -26,6 +27,7 @@ use serde_json::{Value, json};
 pub use binding::{Approvals, Binding, Questions, SkillSpec};
 pub use confined::{ConfinedDir, Entry, HardLinked, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
+pub use home::{Carry, Home, ProjectedHome, check_source as check_home_source, is_var_name};
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{
     BRIDGE_SERVER, ExtraServer, McpCatalog, McpFile, McpFormat, McpServer, RenderedMcp, TOKEN_ENV,
@@ -60,38 +62,9 @@ pub struct Target {
     /// A file the stable instructions are also written to, for a harness
     /// that reads them from its working folder (e.g. `["AGENTS.md"]`).
     pub instructions_file: Option<Vec<String>>,
-    /// A home folder of the conversation's own, for a harness whose
-    /// sessions would otherwise collide across conversations.
+    /// A home folder of the conversation's own (see [`Home`]): its
+    /// sessions, config and caches stay in the workspace.
     pub home: Option<Home>,
-}
-
-/// A harness home per conversation, at `.langbot/home`: Gemini CLI keys
-/// its sessions by the working folder's last name, which is the same in
-/// every conversation (the thread, usually `_`), so each conversation
-/// gets its own `GEMINI_CLI_HOME`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Home {
-    /// The variable that points the harness at it.
-    pub env: String,
-    /// Files written in it every turn, by relative path (settings the
-    /// harness needs to start headless, never secrets).
-    pub files: BTreeMap<String, String>,
-}
-
-fn project_home(
-    ws: &ConfinedDir,
-    home: &Home,
-    report: &mut Report,
-) -> Result<(String, PathBuf), ProjectionError> {
-    ws.ensure_dir(&paths::HOME)?;
-    for (path, text) in &home.files {
-        let mut parts: Vec<&str> = paths::HOME.to_vec();
-        parts.extend(path.split('/'));
-        ws.ensure_dir(&parts[..parts.len() - 1])?;
-        let outcome = ws.write(&parts, text.as_bytes())?;
-        report.file(parts.join("/"), outcome);
-    }
-    Ok((home.env.clone(), ws.path().join(paths::HOME.join("/"))))
 }
 
 /// What to project, and for whom.
@@ -114,6 +87,10 @@ pub struct ProjectRequest<'a> {
     /// The host through the run's grant, to copy input artifacts; `None`
     /// leaves artifact-backed inputs listed only.
     pub host: Option<&'a GrantedHost>,
+    /// The environment the harness would have without a home of its own
+    /// (the operator's `HOME`, `CODEX_HOME`…): where the operator's files
+    /// carried into the home are found.
+    pub env: &'a BTreeMap<String, String>,
 }
 
 /// Files written, kept and removed, and warnings, as the projection goes.
@@ -156,8 +133,9 @@ pub struct Projection {
     pub turn_prompt: String,
     /// MCP configuration in the harness's format.
     pub mcp: RenderedMcp,
-    /// The conversation's own harness home: its variable and path.
-    pub home: Option<(String, PathBuf)>,
+    /// The conversation's own harness home: the variables that point the
+    /// harness there and the operator's files linked in.
+    pub home: Option<ProjectedHome>,
     /// The input files as described to the harness.
     pub input_files: Vec<InputFile>,
     /// The turn's event as the harness may see it (scoped, redacted): what
@@ -273,7 +251,7 @@ pub async fn project(
         report.file(file.path.join("/"), outcome);
     }
     let home = match &target.home {
-        Some(home) => Some(project_home(&ws, home, &mut report)?),
+        Some(home) => Some(home::project_home(&ws, home, request.env, &mut report)?),
         None => None,
     };
 

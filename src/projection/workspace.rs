@@ -26,7 +26,7 @@ pub mod paths {
     pub const MCP_CONFIG: [&str; 2] = [DIR, "mcp.json"];
     /// Where a harness writes its token counts (`{usage_file}`).
     pub const USAGE: [&str; 2] = [DIR, "usage.json"];
-    /// The conversation's own home for a harness that needs one.
+    /// The conversation's own home for its harness (sessions, config).
     pub const HOME: [&str; 2] = [DIR, "home"];
     /// The caged harness's temp folder (`TMPDIR`): the system's `/tmp` is
     /// shared by every conversation, so a caged harness gets its own.

@@ -563,6 +563,7 @@ impl Bridge {
                 mcp_url: self.mcp.url(),
                 mcp_servers: &servers,
                 host: Some(&granted),
+                env: &env,
             },
             &self.templates,
         )
@@ -585,6 +586,15 @@ impl Bridge {
                 .map_err(|e| fail("runtime_error", format!("cannot record the turn: {e}")))?;
         }
 
+        // The conversation's own home replaces the operator's (`HOME`,
+        // `CODEX_HOME`…): before anything reads `env` for the harness's
+        // files (the session check), and before the extra servers' check,
+        // which then refuses a server variable that would move the home.
+        if let Some(home) = &projection.home {
+            for (var, path) in &home.vars {
+                env.insert(var.clone(), path.to_string_lossy().into_owned());
+            }
+        }
         // Extra servers' secrets ride the child's environment (Codex reads
         // them by name); they must never change a variable the harness
         // itself reads (`CODEX_HOME`, a key, `PATH`).
@@ -610,9 +620,6 @@ impl Bridge {
         env.extend(projection.mcp.child_env.clone());
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
         env.insert(URL_ENV.into(), self.mcp.url().to_string());
-        if let Some((var, home)) = &projection.home {
-            env.insert(var.clone(), home.to_string_lossy().into_owned());
-        }
         // A harness that cannot expand `${VAR}` in its MCP file reads the
         // token from the file itself, for this turn only.
         let _filled = match &projection.mcp.file {

@@ -244,6 +244,7 @@ impl E2e {
             mcp_url: http.url(),
             mcp_servers: &Default::default(),
             host: None,
+            env: &Default::default(),
         };
         let projection = project(&request, &Templates::load(None).expect("templates"))
             .await
