@@ -42,7 +42,9 @@ p listen_tcp python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 
 p abstract_socket python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0escape-probe")'
 if [ -n "$VICTIM_PID" ]; then
   p read_victim_environ cat "/proc/$VICTIM_PID/environ"
-  p read_victim_fds ls "/proc/$VICTIM_PID/fd"
+  p read_victim_fd_target readlink "/proc/$VICTIM_PID/fd/1"
+  p read_victim_cwd ls "/proc/$VICTIM_PID/cwd/"
+  p read_victim_memory head -c1 "/proc/$VICTIM_PID/mem"
   p signal_victim kill -0 "$VICTIM_PID"
 fi
 p read_bridge_environ cat "/proc/$BRIDGE_PID/environ"
@@ -219,7 +221,8 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
             "listen_tcp",
             "abstract_socket",
             "read_victim_environ",
-            "read_victim_fds",
+            "read_victim_fd_target",
+            "read_victim_cwd",
             "signal_victim",
             "read_bridge_environ",
             "signal_bridge",

@@ -666,7 +666,10 @@ impl Bridge {
             workspace: &workspace,
             program: &program,
             env: &env,
-            carried: &[],
+            carried: projection
+                .home
+                .as_ref()
+                .map_or(&[][..], |home| home.carried.as_slice()),
         });
         let mut notice = plan.notice;
         // Which live process served the turn, for the operator's eyes.
