@@ -508,7 +508,8 @@ async fn run_turns(agent: Agent) {
     assert_eq!(
         first.terminal()["type"],
         "run.completed",
-        "{}",
+        "{}\n{}",
+        first.terminal(),
         first.stderr
     );
     let root = data.path().join("workspaces");

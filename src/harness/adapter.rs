@@ -270,6 +270,10 @@ pub struct TurnValues<'a> {
     /// `{usage_file}`: where the harness writes its token counts, for a
     /// family that reads them from a file.
     pub usage_file: Option<&'a Path>,
+    /// `{own_port}`: a loopback TCP port the harness may listen on and
+    /// connect to, for a CLI that serves itself over HTTP (opencode):
+    /// the cage opens this one port to it, no other.
+    pub own_port: Option<u16>,
 }
 
 /// A spec that failed to load: where and why.
@@ -361,7 +365,7 @@ fn check_home(home: &Home) -> Result<(), String> {
     Ok(())
 }
 
-const PLACEHOLDERS: [&str; 9] = [
+const PLACEHOLDERS: [&str; 10] = [
     "prompt",
     "instructions",
     "mcp_config",
@@ -371,6 +375,7 @@ const PLACEHOLDERS: [&str; 9] = [
     "permission_prompt_tool",
     "config_overrides",
     "usage_file",
+    "own_port",
 ];
 
 impl AdapterSpec {
@@ -587,6 +592,22 @@ impl AdapterSpec {
         Ok(())
     }
 
+    /// Whether any argv of the spec names `{placeholder}` (e.g. whether
+    /// a launch needs a port of its own).
+    pub fn mentions(&self, placeholder: &str) -> bool {
+        let needle = format!("{{{placeholder}");
+        let items = |list: &[ArgItem]| {
+            list.iter().any(|item| match item {
+                ArgItem::One(text) => text.contains(&needle),
+                ArgItem::Group(texts) => texts.iter().any(|t| t.contains(&needle)),
+            })
+        };
+        let live = self.live.as_ref().is_some_and(|live| {
+            items(&live.args) || live.argv.as_deref().is_some_and(items)
+        });
+        live || items(&self.argv.new) || items(&self.argv.resume)
+    }
+
     /// Whether the harness runs only live: an ACP agent, whose protocol
     /// is the only way in (`run` then drives one live turn and stops it).
     pub fn live_only(&self) -> bool {
@@ -671,6 +692,7 @@ impl AdapterSpec {
                     .map(str::to_string),
                 "permission_prompt_tool" => values.permission_prompt_tool.map(str::to_string),
                 "usage_file" => usage_file.clone(),
+                "own_port" => values.own_port.map(|port| port.to_string()),
                 _ => None,
             }
         };

@@ -662,6 +662,17 @@ impl Bridge {
                     .into_owned(),
             );
         }
+        // A harness that serves itself gets one port for it.
+        let own_port = if spec.mentions("own_port") {
+            Some(crate::harness::cage::free_loopback_port().map_err(|e| {
+                fail(
+                    "runtime_error",
+                    format!("no free loopback port for {}: {e}", spec.label),
+                )
+            })?)
+        } else {
+            None
+        };
         let wall = self.settings.cage.plan(&crate::harness::cage::Subject {
             workspace: &workspace,
             program: &program,
@@ -670,6 +681,7 @@ impl Bridge {
                 .home
                 .as_ref()
                 .map_or(&[][..], |home| home.carried.as_slice()),
+            own_port,
         });
         let mut notice = plan.notice;
         // Which live process served the turn, for the operator's eyes.
@@ -732,6 +744,7 @@ impl Bridge {
                 permission_mode: binding.permission_mode.as_deref(),
                 permission_prompt_tool: approvals.then_some(PROMPT_TOOL),
                 config_overrides: &projection.mcp.overrides,
+                own_port,
                 usage_file: spec
                     .family
                     .usage_file
@@ -1016,9 +1029,11 @@ impl Bridge {
                 .map(|tool| turn.prompt_tool.unwrap_or(tool)),
             ..values.clone()
         };
-        // A process is known by how a fresh one would start.
+        // A process is known by how a fresh one would start (on whatever
+        // port of its own).
         let fresh = TurnValues {
             session_id: None,
+            own_port: None,
             ..values.clone()
         };
         let fresh_args = spec

@@ -40,7 +40,8 @@ pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};
 pub use policy::{CagePolicy, Network, Subject};
 pub use wall::{
-    INSIDE_UID, NEEDED_ABI, Plan, SYSTEM_READ_ONLY, SYSTEM_READ_WRITE, installation, kernel_abi,
+    INSIDE_UID, NEEDED_ABI, Plan, SYSTEM_READ_ONLY, SYSTEM_READ_WRITE, free_loopback_port,
+    installation, kernel_abi,
     unavailable, url_ports,
 };
 

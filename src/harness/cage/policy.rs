@@ -64,6 +64,8 @@ pub struct Subject<'a> {
     /// Files of the operator's that the harness is given to read (its
     /// carried settings and credentials); the URLs in them count too.
     pub carried: &'a [PathBuf],
+    /// The port it is told to serve itself on (`{own_port}`), if any.
+    pub own_port: Option<u16>,
 }
 
 impl CagePolicy {
@@ -118,6 +120,7 @@ impl CagePolicy {
             read_write,
             read_only,
             connect,
+            bind: subject.own_port.into_iter().collect(),
         })
     }
 
@@ -145,6 +148,7 @@ impl CagePolicy {
         );
         ports.insert(443);
         ports.extend(&self.ports);
+        ports.extend(subject.own_port);
         ports
     }
 
@@ -200,6 +204,7 @@ mod tests {
                 program: Path::new("/usr/bin/true"),
                 env: &env,
                 carried: &[],
+                own_port: None,
             })
             .expect("caged");
         assert_eq!(plan.read_write[0], Path::new("/data/ws/a"));
@@ -219,6 +224,7 @@ mod tests {
             program: Path::new("/usr/bin/true"),
             env: &env,
             carried: &[],
+            own_port: None,
         };
         assert!(off.plan(&subject).is_none());
         let open: CagePolicy = serde_yaml::from_str("network: open").unwrap();

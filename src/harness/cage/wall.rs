@@ -49,6 +49,9 @@ pub struct Plan {
     pub read_only: Vec<PathBuf>,
     /// TCP ports `connect` may reach; `None`: any (the network is open).
     pub connect: Option<BTreeSet<u16>>,
+    /// TCP ports it may listen on besides one the kernel picks (with the
+    /// network limited).
+    pub bind: BTreeSet<u16>,
 }
 
 /// The system a program needs to run: its libraries, the system's
@@ -177,6 +180,16 @@ impl Wall {
                     .map_err(|e| fail(&e))?;
             }
         }
+        if plan.connect.is_some() {
+            // Port 0: a port the kernel picks (a CLI's own loopback server);
+            // nothing outside the cage may connect to it (connect is held
+            // to the plan's ports everywhere else).
+            for port in std::iter::once(0).chain(plan.bind.iter().copied()) {
+                created = created
+                    .add_rule(NetPort::new(port, AccessNet::BindTcp))
+                    .map_err(|e| fail(&e))?;
+            }
+        }
         for port in plan.connect.iter().flatten() {
             created = created
                 .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
@@ -268,6 +281,13 @@ impl UserSwitch {
         nix::unistd::setresuid(uid, uid, uid)?;
         Ok(())
     }
+}
+
+/// A loopback TCP port free right now, for a harness that serves itself
+/// (`{own_port}`): the cage lets it listen there and connect there.
+pub fn free_loopback_port() -> io::Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
 }
 
 /// The folder a harness program is installed in, to be readable: the
