@@ -55,6 +55,13 @@ pub struct Metrics {
     live_process_rss: Family<ProcessLabels, Gauge>,
     live_turns: Family<Why, Counter>,
     live_stopped: Family<Why, Counter>,
+    limits: Family<Limit, Gauge>,
+}
+
+/// One kind of per-conversation limit.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Limit {
+    limit: String,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -131,8 +138,15 @@ impl Metrics {
             "Idle live harness processes stopped, by why: idle (idle_timeout_seconds), max_sessions, or changed (the conversation's binding changed)",
             live_stopped.clone(),
         );
+        let limits = Family::<Limit, Gauge>::default();
+        registry.register(
+            "limits_enforced",
+            "Whether each per-conversation limit (memory, processes, cpu) is in force: 1 set and enforced, 0 not set or not enforceable here (the start-up log says why)",
+            limits.clone(),
+        );
         Metrics {
             registry,
+            limits,
             runs,
             run_seconds,
             running,
@@ -218,6 +232,15 @@ impl Metrics {
         self.live_stopped
             .get_or_create(&Why { why: why.into() })
             .inc();
+    }
+
+    /// Whether the per-conversation `limit` is in force.
+    pub fn set_limit_enforced(&self, limit: &str, enforced: bool) {
+        self.limits
+            .get_or_create(&Limit {
+                limit: limit.into(),
+            })
+            .set(i64::from(enforced));
     }
 
     /// Everything, in Prometheus text exposition format.

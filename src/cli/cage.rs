@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::harness::cage::{CagePolicy, Network};
+use crate::harness::cage::{CagePolicy, Limits, Network, Resource};
 
 /// How harnesses are caged (see README, "Security").
 #[derive(Debug, Args, Default)]
@@ -29,6 +29,19 @@ pub struct CageArgs {
     /// shares. Repeatable.
     #[arg(long = "read-write", value_parser = super::absolute_path, value_name = "PATH")]
     read_write: Vec<PathBuf>,
+    /// Memory of each conversation's processes together, in MiB (0: no
+    /// limit). Past it the kernel kills one and the turn fails
+    /// `resource_limit`.
+    #[arg(long = "memory-mb", value_name = "MIB", default_value_t = Limits::default().memory_mb)]
+    memory_mb: u64,
+    /// Processes and threads of each conversation together (0: no limit).
+    /// Past it a fork is refused and the turn fails `resource_limit`.
+    #[arg(long = "max-processes", value_name = "N", default_value_t = Limits::default().processes)]
+    max_processes: u64,
+    /// CPU of each conversation, in percent of one core (100: one core;
+    /// 0: no limit).
+    #[arg(long = "cpu-percent", value_name = "PERCENT", default_value_t = Limits::default().cpu_percent)]
+    cpu_percent: u64,
 }
 
 fn parse_network(text: &str) -> Result<Network, String> {
@@ -48,6 +61,11 @@ impl CageArgs {
             ports: self.allow_port.clone(),
             read_only: self.read_only.clone(),
             read_write: self.read_write.clone(),
+            limits: Limits {
+                memory_mb: self.memory_mb,
+                processes: self.max_processes,
+                cpu_percent: self.cpu_percent,
+            },
         }
     }
 }
@@ -59,6 +77,18 @@ pub fn announce(policy: &CagePolicy) {
         tracing::info!("cage: {line}");
     } else {
         tracing::warn!("cage: {line}");
+    }
+    match crate::harness::cage::limits_status(&policy.limits) {
+        Ok((true, line)) => tracing::info!("limits: {line}"),
+        Ok((false, line)) => tracing::warn!("limits: {line}"),
+        // Containment failing stops the command with its own message.
+        Err(_) => {}
+    }
+    for resource in Resource::ALL {
+        crate::metrics::global().set_limit_enforced(
+            resource.name(),
+            policy.limits.of(resource) > 0 && crate::harness::cage::can_limit(resource),
+        );
     }
 }
 
@@ -78,6 +108,9 @@ pub fn doctor(config: Option<&std::path::Path>) -> u8 {
     match crate::harness::cage::mechanism() {
         Ok(mechanism) => println!("containment: {}", mechanism.describe()),
         Err(e) => println!("containment: none ({e})"),
+    }
+    if let Ok((_, line)) = crate::harness::cage::limits_status(&policy.limits) {
+        println!("limits: {line}");
     }
     crate::harness::cage::release();
     if policy.enabled && crate::harness::cage::unavailable().is_some() {

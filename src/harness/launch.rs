@@ -17,7 +17,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tracing::Instrument;
 
 use super::EnvSpec;
-use super::cage::{Mechanism, Plan, TurnCage};
+use super::cage::{Mechanism, Plan, Quota, TurnCage};
 use super::stderr::StderrTail;
 
 /// What to run, where, with what.
@@ -35,6 +35,8 @@ pub struct Launch<'a> {
     pub stdin: Option<&'a str>,
     /// What the harness may reach (see `cage`); `None`: uncaged.
     pub wall: Option<&'a Plan>,
+    /// The conversation's resource limits the harness joins; `None`: none.
+    pub quota: Option<&'a Quota>,
 }
 
 /// The environment a harness gets: the spec's whitelist (names, or
@@ -115,7 +117,7 @@ impl HarnessProcess {
         launch: &Launch<'_>,
         live: bool,
     ) -> std::io::Result<(Self, ChildStdout, Option<ChildStdin>)> {
-        let mut cage = TurnCage::new()?;
+        let mut cage = TurnCage::new(launch.quota)?;
         let mut command = Command::new(launch.program);
         command
             .args(launch.args)
@@ -142,7 +144,7 @@ impl HarnessProcess {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
             });
         }
-        let mut child = cage.spawn(&mut command, launch.wall)?;
+        let mut child = cage.spawn(&mut command, launch.wall, launch.quota)?;
         let pgid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())

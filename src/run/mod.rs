@@ -265,6 +265,8 @@ struct LiveTurn<'a> {
     prompt_tool: Option<&'a str>,
     /// The wall the harness runs behind (`None`: uncaged).
     wall: Option<&'a crate::harness::cage::Plan>,
+    /// The conversation's resource limits (`None`: none).
+    quota: Option<&'a crate::harness::cage::Quota>,
     /// The MCP servers for a driver that names them in its protocol.
     mcp_session: Option<&'a serde_json::Value>,
 }
@@ -683,6 +685,17 @@ impl Bridge {
                 .map_or(&[][..], |home| home.carried.as_slice()),
             own_port,
         });
+        // Every process of the conversation, in its limits; a turn that
+        // hits one fails `resource_limit`, named by the group's counters.
+        let quota = crate::harness::cage::quota(&workspace, &self.settings.cage.limits)
+            .map_err(|e| {
+                tracing::error!(workspace = %workspace.display(), error = %e, "cannot apply the conversation's limits");
+                fail(
+                    "harness_error",
+                    "cannot apply the conversation's resource limits (see the bridge's log)",
+                )
+            })?;
+        let counted = quota.as_ref().map(crate::harness::cage::Quota::counters);
         let mut notice = plan.notice;
         // Which live process served the turn, for the operator's eyes.
         let mut process_facts = serde_json::Value::Null;
@@ -769,6 +782,7 @@ impl Bridge {
                         prompt_tool: live_spec.permission_prompt_tool.as_deref(),
                         mcp_session: projection.mcp.session.as_ref(),
                         wall: wall.as_ref(),
+                        quota: quota.as_ref(),
                     };
                     let (end, warm, facts) =
                         self.live_attempt(spec, &turn, &values, &mut live).await?;
@@ -796,6 +810,7 @@ impl Bridge {
                         stdin: (spec.stdin == Stdin::Prompt)
                             .then_some(projection.turn_prompt.as_str()),
                         wall: wall.as_ref(),
+                        quota: quota.as_ref(),
                     };
                     let mut end = attempt::attempt(spec, &launch, &mut live).await;
                     if let Some((file, before)) = counted {
@@ -825,6 +840,18 @@ impl Bridge {
 
         if let Some(once) = once {
             once.shutdown().await;
+        }
+        let mut end = end;
+        if let (Some(quota), Some(before)) = (&quota, &counted) {
+            // Read after the harness (one-shot) and all it left are gone,
+            // or after the live turn: the counts are this turn's.
+            if let Some(hit) = quota.hit_since(before) {
+                tracing::warn!("{hit}");
+                if !cancel.is_cancelled() {
+                    end.terminal =
+                        ResultPayload::RunFailed(fail(crate::harness::cage::RESOURCE_LIMIT, hit));
+                }
+            }
         }
         for name in live.outbox.sweep() {
             attempt::push_artifact(&mut live, name).await;
@@ -1047,6 +1074,7 @@ impl Bridge {
             env: turn.env,
             stdin: None,
             wall: turn.wall,
+            quota: turn.quota,
         };
         let asks = values.permission_prompt_tool.is_some();
         let key = live::LiveKey::new(spec, &key_launch, turn.tools, asks, TOKEN_ENV);
@@ -1163,6 +1191,7 @@ impl Bridge {
             env: turn.env,
             stdin: None,
             wall: turn.wall,
+            quota: turn.quota,
         };
         let mut driver = crate::harness::live::driver_for(spec).ok_or_else(|| {
             fail(

@@ -163,7 +163,13 @@ impl Tree {
 
     /// A new cgroup `name` for one harness process.
     pub fn group(&self, name: &str) -> io::Result<Group> {
-        let dir = self.dir.join(name);
+        self.group_in(&self.dir, name)
+    }
+
+    /// A new cgroup `name` for one harness process, in `parent` (a
+    /// conversation's cgroup below ours, which holds its limits).
+    pub fn group_in(&self, parent: &Path, name: &str) -> io::Result<Group> {
+        let dir = parent.join(name);
         fs::create_dir(&dir)?;
         let procs = fs::OpenOptions::new()
             .write(true)

@@ -17,6 +17,7 @@
 //! bridge that is gone.
 
 mod cgroup;
+mod limits;
 mod marker;
 mod policy;
 mod procs;
@@ -36,6 +37,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use crate::host::Holder;
+pub use limits::{Counters, Limits, Quota, RESOURCE_LIMIT, Resource};
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};
 pub use policy::{CagePolicy, Network, Subject};
@@ -78,6 +80,8 @@ struct Cage {
     mechanism: Mechanism,
     /// The bridge's own cgroup, with the cgroup mechanism.
     tree: Option<cgroup::Tree>,
+    /// Where per-conversation limits are set, if anywhere.
+    limits: limits::Backend,
     next: AtomicU64,
 }
 
@@ -109,10 +113,12 @@ fn choose(wanted: Option<&str>) -> Result<Cage, String> {
                     cgroup = %tree.dir().display(),
                     "containment: a cgroup per harness process"
                 );
+                let limits = limits::Backend::choose(Some(tree.dir()), &id);
                 return Ok(Cage {
                     id,
                     mechanism: Mechanism::Cgroup,
                     tree: Some(tree),
+                    limits,
                     next: AtomicU64::new(1),
                 });
             }
@@ -126,10 +132,12 @@ fn choose(wanted: Option<&str>) -> Result<Cage, String> {
     tracing::info!(
         "containment: the bridge is the subreaper of its harnesses, swept by turn marker (not a cgroup: {why_not})"
     );
+    let limits = limits::Backend::choose(None, &id);
     Ok(Cage {
         id,
         mechanism: Mechanism::Subreaper,
         tree: None,
+        limits,
         next: AtomicU64::new(1),
     })
 }
@@ -146,6 +154,7 @@ pub fn start() -> Result<Mechanism, String> {
         if let Some(tree) = &cage.tree {
             killed += cgroup::sweep_gone(tree.parent(), &cage.id);
         }
+        killed += limits::sweep_gone(&cage.limits, &cage.id);
         if killed > 0 {
             tracing::warn!(
                 killed,
@@ -173,9 +182,30 @@ pub fn release() {
         Some(tree) => tree.remove(),
         None => subreaper::kill_descendants(),
     };
+    cage.limits.release();
     if killed > 0 {
         tracing::warn!(killed, "killed processes still running as the bridge exits");
     }
+}
+
+/// Whether `limits` hold here, and the line that says by what (or why
+/// not), for the start-up log, `doctor` and `/metrics`. An error when
+/// turns cannot be contained at all.
+pub fn limits_status(limits: &Limits) -> Result<(bool, String), String> {
+    cage().map(|cage| cage.limits.describe(limits))
+}
+
+/// Whether `resource` can be limited here (for `/metrics`).
+pub fn can_limit(resource: Resource) -> bool {
+    cage().is_ok_and(|cage| cage.limits.missing(resource).is_none())
+}
+
+/// The group of the conversation working in `workspace`, which every
+/// harness process it runs joins; `None` when no limit is asked or none
+/// can be enforced here (which the bridge said at start).
+pub fn quota(workspace: &Path, limits: &Limits) -> io::Result<Option<Quota>> {
+    let cage = cage().map_err(io::Error::other)?;
+    Quota::open(&cage.limits, workspace, limits)
 }
 
 /// What a bridge that died left of one turn, by the marker its journal
@@ -261,14 +291,21 @@ impl Clearing {
 
 impl TurnCage {
     /// Prepare the containment of one harness process (with the cgroup
-    /// mechanism, its cgroup).
-    pub fn new() -> io::Result<TurnCage> {
+    /// mechanism, its cgroup: below the conversation's limits on cgroup v2).
+    pub fn new(quota: Option<&Quota>) -> io::Result<TurnCage> {
         let cage = cage().map_err(io::Error::other)?;
         let seq = cage.next.fetch_add(1, Ordering::Relaxed);
+        let name = cgroup::turn_name(seq);
         let group = match &cage.tree {
-            Some(tree) => Some(tree.group(&cgroup::turn_name(seq)).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot make the harness's cgroup: {e}"))
-            })?),
+            Some(tree) => Some(
+                match quota.and_then(Quota::v2_dir) {
+                    Some(dir) => tree.group_in(dir, &name),
+                    None => tree.group(&name),
+                }
+                .map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot make the harness's cgroup: {e}"))
+                })?,
+            ),
             None => None,
         };
         Ok(TurnCage {
@@ -295,12 +332,26 @@ impl TurnCage {
     }
 
     /// Spawn `command` inside the cage: with the marker in its
-    /// environment, (cgroup) in its cgroup, and behind the wall `plan`
-    /// describes (none: uncaged, the operator's choice) before it runs
-    /// anything.
-    pub fn spawn(&mut self, command: &mut Command, plan: Option<&Plan>) -> io::Result<Child> {
+    /// environment, in its conversation's limits (`quota`), (cgroup) in
+    /// its cgroup, and behind the wall `plan` describes (none: uncaged,
+    /// the operator's choice) before it runs anything. `quota` must be
+    /// the one given to [`TurnCage::new`].
+    pub fn spawn(
+        &mut self,
+        command: &mut Command,
+        plan: Option<&Plan>,
+        quota: Option<&Quota>,
+    ) -> io::Result<Child> {
         let wall = plan.map(wall::Wall::build).transpose()?;
         command.env(TURN_ENV, &self.marker);
+        if let Some(quota) = quota {
+            // SAFETY: the hook makes one write per descriptor, which
+            // `quota` keeps open across the spawn. First, so that on
+            // cgroup v2 the turn's own cgroup (below) is where it ends.
+            unsafe {
+                command.pre_exec(quota.enter_hook());
+            }
+        }
         if let Some(group) = &self.group {
             // SAFETY: the hook makes one async-signal-safe system call on
             // a descriptor `self.group` keeps open across the spawn.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::Limits;
 use super::wall::{self, Plan};
 
 /// Whether a harness may connect anywhere or only to listed ports.
@@ -38,6 +39,9 @@ pub struct CagePolicy {
     /// Folders a harness may also write: shared between conversations,
     /// so only for what the operator means every conversation to share.
     pub read_write: Vec<PathBuf>,
+    /// Memory, processes and CPU of each conversation's processes
+    /// together (`harness::cage::limits`); apply caged or not.
+    pub limits: Limits,
 }
 
 impl Default for CagePolicy {
@@ -48,6 +52,7 @@ impl Default for CagePolicy {
             ports: Vec::new(),
             read_only: Vec::new(),
             read_write: Vec::new(),
+            limits: Limits::default(),
         }
     }
 }

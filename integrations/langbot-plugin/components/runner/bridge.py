@@ -93,6 +93,29 @@ def bridge_binary(configured: str | None) -> Path:
     return target
 
 
+# The plugin's settings for each conversation's resource limits, and the
+# relay flags they become (empty: the bridge's default; 0: no limit).
+LIMIT_FLAGS = {"memory_mb": "--memory-mb", "max_processes": "--max-processes", "cpu_percent": "--cpu-percent"}
+
+
+def limit_flags(config: dict[str, Any]) -> list[str]:
+    """The relay's limit flags from the plugin's settings: a conversation's
+    agent cannot take the memory, processes or CPU of the others."""
+    flags: list[str] = []
+    for key, flag in LIMIT_FLAGS.items():
+        value = config.get(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise BridgeError(f"{key} must be a whole number, got {value!r}") from None
+        if number < 0:
+            raise BridgeError(f"{key} must be 0 (no limit) or more, got {number}")
+        flags += [flag, str(number)]
+    return flags
+
+
 def parse_env(text: Any) -> dict[str, str]:
     """`KEY=VALUE` lines (or a mapping) from the config form."""
     if isinstance(text, dict):
@@ -217,18 +240,18 @@ class Relay:
         self._steers: dict[int, asyncio.Future] = {}
         self._next_steer = 0
 
-    async def _ensure(self, binary: Path, data_dir: Path) -> asyncio.subprocess.Process:
+    async def _ensure(self, binary: Path, data_dir: Path, limits: list[str]) -> asyncio.subprocess.Process:
         async with self._lock:
-            key = (str(binary), str(data_dir))
+            key = (str(binary), str(data_dir), tuple(limits))
             if self._proc is not None and self._proc.returncode is None and self._key == key:
                 return self._proc
             if self._proc is not None and self._proc.returncode is None:
-                # The operator changed the bridge or folder: the old bridge
+                # The operator changed the bridge, folder or limits: the old bridge
                 # ends (and with it the runs still on it).
                 self._proc.stdin.close()
             specs = ["--adapters", str(ADAPTERS)] if any(ADAPTERS.glob("*.y*ml")) else []
             proc = await asyncio.create_subprocess_exec(
-                str(binary), "--data-dir", str(data_dir), "relay", *specs,
+                str(binary), "--data-dir", str(data_dir), "relay", *specs, *limits,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
                 env={"PATH": DEFAULT_PATH}, limit=LINE_LIMIT,
             )
@@ -343,6 +366,7 @@ class Relay:
         harness_binary: str | None,
         api: Any,
         mcp_servers: dict[str, Any] | None = None,
+        limits: list[str] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Start a run; yield its results (dicts) until the terminal one.
         Closing the iterator early cancels the run on the bridge."""
@@ -352,7 +376,7 @@ class Relay:
                 "data": {"code": "invalid_argument", "error": f"run {run_id} is already running", "retryable": False},
             }
             return
-        proc = await self._ensure(binary, data_dir)
+        proc = await self._ensure(binary, data_dir, limits or [])
         queue: asyncio.Queue = asyncio.Queue()
         self._runs[run_id] = (proc, queue)
         if proc.returncode is not None or self._proc is not proc:

@@ -18,6 +18,7 @@ from components.runner.bridge import (
     RELAY,
     BridgeError,
     bridge_binary,
+    limit_flags,
     log,
     parse_env,
     writable_dir,
@@ -127,6 +128,11 @@ class HarnessRunner(Runner):
         except (BridgeError, OSError) as exc:
             yield _failed(ctx.run_id, str(exc), "harness_not_found")
             return
+        try:
+            limits = limit_flags(plugin_config)
+        except BridgeError as exc:
+            yield _failed(ctx.run_id, str(exc), "invalid_argument")
+            return
         root = str(plugin_config.get("workspace_root") or "").strip()
         if root and not Path(root).is_absolute():
             # Relative to the plugin runtime's working folder, which the
@@ -145,7 +151,7 @@ class HarnessRunner(Runner):
             context["config"]["mcp_servers"] = sorted(servers)
 
         try:
-            relayed = self._relay(ctx, binary, data_dir, context, env, harness_path, servers)
+            relayed = self._relay(ctx, (binary, limits), data_dir, context, env, harness_path, servers)
             async with aclosing(relayed) as results:
                 async for result in results:
                     yield result
@@ -218,10 +224,12 @@ class HarnessRunner(Runner):
                     continue
                 waiting.append(item)
 
-    async def _turn(self, ctx, binary, data_dir, context, env, harness_path, servers, steering, waiting):
+    async def _turn(self, ctx, bridge, data_dir, context, env, harness_path, servers, steering, waiting):
         streamed = ""
+        binary, limits = bridge
         relayed = RELAY.run(
             binary=binary,
+            limits=limits,
             data_dir=data_dir,
             run_id=context["run_id"],
             harness=self.harness,
