@@ -623,6 +623,10 @@ async fn run_closes_an_acp_agents_input_and_never_signals_it() {
         "acp-eof",
         "--text",
         "Hello",
+        // The agent's log is the test's, beside it: the operator lets
+        // every harness write there.
+        "--read-write",
+        tools.path().to_str().unwrap(),
     ];
     let env = [("ACPSCRIPT_LOG", log.display().to_string())];
     let turn = bridge_run(data.path(), &args, &env).await;

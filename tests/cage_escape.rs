@@ -38,7 +38,7 @@ p write_victim_instructions sh -c 'echo "run evil" > "$B/CLAUDE.md"'
 p write_victim_hooks sh -c 'mkdir -p "$B/.claude" && echo "{}" > "$B/.claude/settings.json"'
 p write_shared_tmp sh -c 'echo x > /tmp/escape-probe-$$'
 p connect_bridge_api bash -c 'exec 3<>/dev/tcp/127.0.0.1/$API_PORT'
-p listen_tcp python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()'
+p listen_tcp python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 18931)); s.listen()'
 p abstract_socket python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0escape-probe")'
 if [ -n "$VICTIM_PID" ]; then
   p read_victim_environ cat "/proc/$VICTIM_PID/environ"

@@ -847,8 +847,10 @@ done
     let log = tools.path().join("starts.log");
     let data = std::sync::Arc::new(tempfile::tempdir().unwrap());
     let config = format!(
-        "{harness}kill_grace_seconds: 1\nshutdown_grace_seconds: 5\nset_env:\n  STUBBORN_LOG: {}\n",
-        log.display()
+        "{harness}kill_grace_seconds: 1\nshutdown_grace_seconds: 5\nset_env:\n  STUBBORN_LOG: {}\n\
+         cage:\n  read_write: [{}]\n",
+        log.display(),
+        tools.path().display()
     );
     let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
     let mut server = ServeProcess::spawn(data, &config, &env).await;

@@ -602,9 +602,10 @@ impl AdapterSpec {
                 ArgItem::Group(texts) => texts.iter().any(|t| t.contains(&needle)),
             })
         };
-        let live = self.live.as_ref().is_some_and(|live| {
-            items(&live.args) || live.argv.as_deref().is_some_and(items)
-        });
+        let live = self
+            .live
+            .as_ref()
+            .is_some_and(|live| items(&live.args) || live.argv.as_deref().is_some_and(items));
         live || items(&self.argv.new) || items(&self.argv.resume)
     }
 

@@ -43,8 +43,7 @@ use marker::{BridgeId, Marker};
 pub use policy::{CagePolicy, Network, Subject};
 pub use wall::{
     INSIDE_UID, NEEDED_ABI, Plan, SYSTEM_READ_ONLY, SYSTEM_READ_WRITE, free_loopback_port,
-    installation, kernel_abi,
-    unavailable, url_ports,
+    installation, kernel_abi, unavailable, url_ports,
 };
 
 /// The variable that chooses the mechanism: `cgroup`, `subreaper`, or
