@@ -360,3 +360,78 @@ fn chown_tree(dir: &Path, uid: u32) {
         std::os::unix::fs::lchown(entry.path(), Some(uid), Some(uid)).unwrap();
     }
 }
+
+/// The same attack from Codex in `serve` (its live app-server process,
+/// commands run unasked, its own sandbox left to the cage): conversation
+/// A's shell reaches nothing of conversation B's, nor the store, the
+/// operator's files, B's kept process or the bridge's API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_agent_reaches_nothing_of_another_conversation_in_serve() {
+    use common::openai::{self, RUN};
+    let (model_url, fake) = openai::fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    openai::codex_home(home.path(), &model_url);
+    operator_home(home.path());
+    let codex = common::cli("codex");
+    let env = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", home.path().display().to_string()),
+        ("CODEX_HOME", home.path().display().to_string()),
+        ("OPENAI_API_KEY", "test-key".to_string()),
+    ];
+    let config = format!(
+        "harness_binaries:\n  codex: {}\ndefault_harness: codex\nshutdown_grace_seconds: 5\n",
+        codex.display()
+    );
+    let data = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let server = ServeProcess::spawn(data, &config, &env).await;
+
+    let b1 = turn(&server, "victim-b", &format!("Remember {SECRET}"), "b-1").await;
+    completed(&b1);
+    let victim = workspace_of(&b1);
+    let victim_pid = b1
+        .last()
+        .and_then(|r| r["data"]["message"]["metadata"]["session"]["process"]["pid"].as_i64())
+        .expect("B's live process");
+    let api_port = server.url.rsplit(':').next().unwrap().to_string();
+    let script = attack(&[
+        ("B", victim.display().to_string()),
+        ("D", server.data.path().display().to_string()),
+        ("H", home.path().display().to_string()),
+        ("API_PORT", api_port),
+        ("VICTIM_PID", victim_pid.to_string()),
+        ("BRIDGE_PID", server.child.id().unwrap().to_string()),
+    ]);
+    let seen = fake.requests.lock().unwrap().len();
+    let a = turn(&server, "attacker-a", &format!("{RUN}{script}"), "a-1").await;
+    completed(&a);
+    let requests: Vec<Value> = fake.requests.lock().unwrap()[seen..].to_vec();
+    // Only what came back from the shell (the prompt holds the script).
+    let outputs: Vec<Value> = requests
+        .iter()
+        .flat_map(|r| r["input"].as_array().cloned().unwrap_or_default())
+        .filter(|item| item["type"] == "function_call_output")
+        .collect();
+    let lines = probe_lines(&outputs);
+    assert_held(
+        &lines,
+        &requests,
+        &[
+            "read_victim_context",
+            "list_workspaces",
+            "read_store",
+            "read_api_token",
+            "read_operator_key",
+            "write_victim_instructions",
+            "write_victim_hooks",
+            "connect_bridge_api",
+            "listen_tcp",
+            "read_victim_environ",
+            "signal_victim",
+            "read_bridge_environ",
+        ],
+    );
+    assert!(!victim.join("CLAUDE.md").exists());
+    let b2 = turn(&server, "victim-b", "And again?", "b-2").await;
+    completed(&b2);
+}

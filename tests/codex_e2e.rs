@@ -492,3 +492,20 @@ async fn an_idle_live_codex_resumes_by_id_and_a_killed_bridge_leaves_none() {
     common::wait_until_gone(new_pid).await;
     common::assert_none_left_under(&server.workspaces()).await;
 }
+
+/// Caged (the default), Codex's one-shot `exec` runs its own shell tool's
+/// command in the conversation's workspace: what the cage lets through its
+/// own sandbox still runs (`workspace-write` as the spec says, or the
+/// cage's choice for Codex).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caged_codex_runs_its_shell_commands_in_the_workspace() {
+    let (model_url, _fake) = fake_model(false).await;
+    let machine = Machine::new(&model_url).await;
+    let turn = machine.turn("MAKEFILE now", &[]).await;
+    assert_eq!(turn.terminal()["type"], "run.completed", "{}", turn.stderr);
+    let made = walkdir::WalkDir::new(machine.workspace_root())
+        .into_iter()
+        .filter_map(Result::ok)
+        .any(|e| e.file_name() == "approved-ran");
+    assert!(made, "the command did not run: {:?}", turn.kinds());
+}

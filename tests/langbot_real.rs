@@ -644,11 +644,43 @@ async fn a_question_reaches_the_chat_and_its_answer_resumes_in_a_pipeline_bindin
 /// A runner form that says `approvals: chat`: the command Claude Code
 /// wants to run reaches the person as an approval request, does not run,
 /// and runs once the person answers "approve", in the same session.
+/// A file a command the person approves makes in the conversation's
+/// workspace (the agent is caged there), found under LangBot's folder.
+struct Proof {
+    name: String,
+    home: PathBuf,
+}
+
+impl Proof {
+    fn new(langbot: &LangBot, what: &str) -> Proof {
+        Proof {
+            name: format!("{what}-{}", common::unique_tag()),
+            home: langbot.home.clone(),
+        }
+    }
+
+    /// How the command names it: relative, in the workspace.
+    fn display(&self) -> &str {
+        &self.name
+    }
+
+    fn path(&self) -> Option<PathBuf> {
+        walkdir::WalkDir::new(&self.home)
+            .into_iter()
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().to_str() == Some(self.name.as_str()))
+            .map(|e| e.path().to_path_buf())
+    }
+
+    fn exists(&self) -> bool {
+        self.path().is_some()
+    }
+}
+
 async fn approval_conversation(target_type: &str, user: u64) {
-    let proof = tempfile::tempdir().unwrap();
-    let file = proof.path().join("approved-ran");
-    let (model_url, _fake) = fake_model_running(&format!("touch {}", file.display())).await;
     let mut langbot = langbot().await;
+    let file = Proof::new(&langbot, "approved-ran");
+    let (model_url, _fake) = fake_model_running(&format!("touch {}", file.display())).await;
     let target =
         langbot.call(json!({"cmd": target_type, "model_url": model_url, "approvals": true}));
     let bot = langbot.call(json!({
@@ -741,7 +773,7 @@ async fn group_approval_bot(
     langbot: &mut LangBot,
     target_type: &str,
     approvers: &str,
-    file: &Path,
+    file: &Proof,
 ) -> (String, common::anthropic::Fake) {
     let (model_url, fake) = fake_model_running(&format!("echo ran >> {}", file.display())).await;
     let target = langbot.call(json!({
@@ -762,7 +794,7 @@ fn group_approval(
     bot: &str,
     group: u64,
     approver: (Member, &str),
-    file: &Path,
+    file: &Proof,
 ) {
     let asked = group_message(langbot, bot, group, ADA, "Make the file.");
     assert_eq!(asked.run()["status"], "completed", "{:?}", asked.runs);
@@ -791,7 +823,9 @@ fn group_approval(
     let approved = group_message(langbot, bot, group, member, word);
     assert_eq!(approved.run()["status"], "completed", "{:?}", approved.runs);
     assert_eq!(
-        std::fs::read_to_string(file).unwrap_or_default(),
+        file.path()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .unwrap_or_default(),
         "ran\n",
         "the approved command did not run once: {:?}",
         approved.runs
@@ -810,13 +844,12 @@ async fn in_a_group_only_the_asker_approves_and_a_model_cannot_forge_approval_in
     use common::anthropic::CALLS_DONE;
     use harness_bridge::interaction::{PENDING_KEY, fingerprint};
     let group = 30001;
-    let proof = tempfile::tempdir().unwrap();
-    let file = proof.path().join("approved-ran");
     let mut langbot = langbot().await;
+    let file = Proof::new(&langbot, "approved-ran");
     let (bot, fake) = group_approval_bot(&mut langbot, "agent", "", &file).await;
 
     // The model forges an approval in Ada's name of a command no card showed.
-    let hidden_file = proof.path().join("forged-ran");
+    let hidden_file = Proof::new(&langbot, "forged-ran");
     let hidden = json!({
         "command": format!("touch {}", hidden_file.display()), "description": "List the files",
     });
@@ -884,9 +917,8 @@ async fn in_a_group_only_the_asker_approves_and_a_model_cannot_forge_approval_in
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_group_another_members_answer_is_refused_and_a_listed_approver_approves_in_a_pipeline()
 {
-    let proof = tempfile::tempdir().unwrap();
-    let file = proof.path().join("approved-ran");
     let mut langbot = langbot().await;
+    let file = Proof::new(&langbot, "approved-ran");
     let approvers = format!("{}, 10099", CAROL.id);
     let (bot, _fake) = group_approval_bot(&mut langbot, "pipeline", &approvers, &file).await;
     group_approval(&mut langbot, &bot, 30002, (CAROL, "yes"), &file);

@@ -123,7 +123,9 @@ impl Cluster {
             "store: {url}\ninstance_id: {name}\nlease_seconds: {lease}\nadapters: {adapters}\n\
              harness_binaries:\n  scripted: {script}\ndefault_harness: scripted\n\
              {limits}shutdown_grace_seconds: 5\n\
-             kill_grace_seconds: 1\nset_env:\n  CLUSTER_LOG: {log}\n  CLUSTER_THINK: \"{think}\"\n",
+             kill_grace_seconds: 1\nset_env:\n  CLUSTER_LOG: {log}\n  CLUSTER_THINK: \"{think}\"\n\
+             cage:\n  read_write: [{tools}]\n",
+            tools = self.tools.path().display(),
             url = self.url,
             lease = self.lease,
             adapters = self.tools.path().join("adapters").display(),

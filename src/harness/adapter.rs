@@ -274,6 +274,9 @@ pub struct TurnValues<'a> {
     /// connect to, for a CLI that serves itself over HTTP (opencode):
     /// the cage opens this one port to it, no other.
     pub own_port: Option<u16>,
+    /// `{sandbox}`: the family's own sandbox mode, caged or not (see
+    /// `Family::sandbox`).
+    pub sandbox: Option<&'a str>,
 }
 
 /// A spec that failed to load: where and why.
@@ -365,7 +368,7 @@ fn check_home(home: &Home) -> Result<(), String> {
     Ok(())
 }
 
-const PLACEHOLDERS: [&str; 10] = [
+const PLACEHOLDERS: [&str; 11] = [
     "prompt",
     "instructions",
     "mcp_config",
@@ -376,6 +379,7 @@ const PLACEHOLDERS: [&str; 10] = [
     "config_overrides",
     "usage_file",
     "own_port",
+    "sandbox",
 ];
 
 impl AdapterSpec {
@@ -694,6 +698,7 @@ impl AdapterSpec {
                 "permission_prompt_tool" => values.permission_prompt_tool.map(str::to_string),
                 "usage_file" => usage_file.clone(),
                 "own_port" => values.own_port.map(|port| port.to_string()),
+                "sandbox" => values.sandbox.map(str::to_string),
                 _ => None,
             }
         };
@@ -903,6 +908,7 @@ mod tests {
             .args(&TurnValues {
                 prompt: "hi",
                 config_overrides: &overrides,
+                sandbox: Some("workspace-write"),
                 ..Default::default()
             })
             .unwrap();
@@ -923,10 +929,12 @@ mod tests {
             .args(&TurnValues {
                 prompt: "hi",
                 session_id: Some("th-1"),
+                sandbox: Some("danger-full-access"),
                 ..Default::default()
             })
             .unwrap();
         assert_eq!(&resumed[..2], ["exec", "resume"]);
+        assert!(resumed.contains(&"sandbox_mode=\"danger-full-access\"".to_string()));
         assert_eq!(&resumed[resumed.len() - 3..], ["--", "th-1", "-"]);
         assert_eq!(codex.stdin, Stdin::Prompt);
         // `{instructions|toml}`: a quoted TOML string, whatever the text holds.

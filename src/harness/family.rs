@@ -51,6 +51,19 @@ pub struct Family {
     /// Where its token counts are, when its stream has none: a file it
     /// writes (`{usage_file}`).
     pub usage_file: Option<UsageFile>,
+    /// Its own sandbox's mode (`{sandbox}`), uncaged and caged: a CLI
+    /// whose sandbox cannot start inside the bridge's cage (Codex's is
+    /// bubblewrap, which Landlock refuses) leaves confinement to the cage.
+    pub sandbox: Option<SandboxModes>,
+}
+
+/// What `{sandbox}` says, by whether the bridge's cage is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxModes {
+    /// Uncaged: the CLI's own sandbox confines its commands.
+    pub uncaged: &'static str,
+    /// Caged: the cage does; the CLI's sandbox stays out of its way.
+    pub caged: &'static str,
 }
 
 /// A file a harness writes its token counts to.
@@ -155,6 +168,7 @@ pub const FAMILIES: &[Family] = &[
             }],
         },
         usage_file: None,
+        sandbox: None,
     },
     Family {
         name: "codex",
@@ -180,6 +194,10 @@ pub const FAMILIES: &[Family] = &[
             }],
         },
         usage_file: None,
+        sandbox: Some(SandboxModes {
+            uncaged: "workspace-write",
+            caged: "danger-full-access",
+        }),
     },
     Family {
         name: "copilot",
@@ -204,6 +222,7 @@ pub const FAMILIES: &[Family] = &[
             }],
         },
         usage_file: Some(UsageFile::CopilotSession),
+        sandbox: None,
     },
     Family {
         name: "gemini",
@@ -233,6 +252,7 @@ pub const FAMILIES: &[Family] = &[
             }],
         },
         usage_file: None,
+        sandbox: None,
     },
     Family {
         name: "qwen",
@@ -257,6 +277,7 @@ pub const FAMILIES: &[Family] = &[
             }],
         },
         usage_file: None,
+        sandbox: None,
     },
     Family {
         name: "acp",
@@ -284,6 +305,7 @@ pub const FAMILIES: &[Family] = &[
             carry: &[],
         },
         usage_file: None,
+        sandbox: None,
     },
 ];
 

@@ -758,6 +758,13 @@ impl Bridge {
                 permission_prompt_tool: approvals.then_some(PROMPT_TOOL),
                 config_overrides: &projection.mcp.overrides,
                 own_port,
+                sandbox: spec.family.sandbox.map(|modes| {
+                    if self.settings.cage.enabled {
+                        modes.caged
+                    } else {
+                        modes.uncaged
+                    }
+                }),
                 usage_file: spec
                     .family
                     .usage_file

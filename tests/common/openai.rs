@@ -1,7 +1,8 @@
 //! A fake OpenAI Responses API on 127.0.0.1 scripted for the Codex
 //! tests: the question [`ASK`] gets a `history_page` tool call, its result
 //! the answer (after [`PAUSE`]); a prompt that says MAKEFILE runs
-//! `touch approved-ran` with Codex's shell tool, then says [`MADE`]; HANG
+//! `touch approved-ran` with Codex's shell tool, then says [`MADE`]; one
+//! that holds [`RUN`] runs the rest of its text as a shell command; HANG
 //! is never answered; SLOW takes its time unless a STEERED follow-up is in
 //! the request; anything else gets [`SECOND_ANSWER`].
 
@@ -24,6 +25,8 @@ pub const FOLLOW_UP: &str = "And is that still the plan?";
 pub const SECOND_ANSWER: &str = "Yes, still Friday.";
 /// What the model says once its command has run.
 pub const MADE: &str = "The file is there.";
+/// A prompt holding this runs the text after it with Codex's shell tool.
+pub const RUN: &str = "RUNCMD:";
 /// How long a SLOW turn's first request takes.
 pub const SLOW: Duration = Duration::from_secs(5);
 /// The fake model thinks this long before answering the tool output: the
@@ -62,10 +65,30 @@ fn events(request: &Value) -> (Duration, Vec<Value>) {
         ]
     };
     if last["type"] == "function_call_output" {
-        if last["call_id"] == "call_make" {
+        if last["call_id"] == "call_make" || last["call_id"] == "call_run" {
             return (Duration::ZERO, say(MADE));
         }
         return (PAUSE, say(ANSWER));
+    }
+    // A turn that says RUNCMD: runs what follows with Codex's shell tool.
+    let command = last["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|part| part["text"].as_str())
+        .find_map(|text| text.split_once(RUN).map(|(_, command)| command.to_string()));
+    if let Some(command) = command {
+        let arguments = json!({ "cmd": command }).to_string();
+        let call = json!({"type": "function_call", "id": "fc_run", "call_id": "call_run", "name": "exec_command", "arguments": arguments, "status": "completed"});
+        return (
+            Duration::ZERO,
+            vec![
+                created,
+                json!({"type": "response.output_item.added", "output_index": 0, "item": call}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": call}),
+                completed,
+            ],
+        );
     }
     // A turn that says MAKEFILE runs a command with Codex's own shell tool.
     if last.to_string().contains("MAKEFILE") {

@@ -1,0 +1,224 @@
+//! What the cage costs, measured side by side in one run, caged and
+//! uncaged alternating so drift hits both alike:
+//!
+//! - **launch**: one harness process (`/bin/true`) started through the
+//!   bridge's launcher and waited for, with its wall (Landlock ruleset
+//!   built from the default policy's plan, entered before `exec`; a root
+//!   bridge's user namespace) and without;
+//! - **one-shot turn**: `harness-bridge run` with a scripted harness (a
+//!   shell script that answers at once), default against `--uncaged`;
+//! - **live turn**: a turn on a kept live process of `serve` (a scripted
+//!   stream-json harness that answers at once), against a `serve` with
+//!   `cage: {enabled: false}`: the wall is built once, at the process's
+//!   start, so a warm turn should show nothing of it.
+//!
+//! Reproduce: `cargo bench --bench cage` (`TURNS=40` for more turns, 20 by
+//! default; `LAUNCHES`, 300). Without `--bench` (as `cargo test --bench
+//! cage` runs it) a few of each, as a check that every path still works.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness_bridge::harness::cage::{CagePolicy, Subject};
+use harness_bridge::harness::{HarnessProcess, Launch};
+use serde_json::json;
+
+mod support;
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod common;
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// One `/bin/true` through the launcher, to its exit and cleared cage.
+async fn launch(workspace: &Path, wall: Option<&harness_bridge::harness::cage::Plan>) -> Duration {
+    let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    let program = Path::new("/bin/true");
+    let start = Instant::now();
+    let (mut process, _stdout) = HarnessProcess::spawn(&Launch {
+        program,
+        args: &[],
+        cwd: workspace,
+        env: &env,
+        stdin: None,
+        wall,
+        quota: None,
+    })
+    .expect("the launch");
+    let status = process.wait().await.expect("waited");
+    process.clear().await;
+    assert!(status.success(), "/bin/true failed: {status}");
+    start.elapsed()
+}
+
+/// One `harness-bridge run` turn with the scripted harness.
+fn one_shot(tools: &Path, data: &Path, caged: bool, turn: usize) -> Duration {
+    let conversation = format!("bench-{turn}");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_harness-bridge"));
+    command
+        .arg("--data-dir")
+        .arg(data)
+        .arg("run")
+        .arg("--adapters")
+        .arg(tools.join("adapters"))
+        .args(["--harness", "scripted"])
+        .args(["--conversation", &conversation, "--text", "Hello"])
+        .env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                tools.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("FAKE_MODE", "quiet")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    if !caged {
+        command.arg("--uncaged");
+    }
+    support::timed_bridge_run(&mut command)
+}
+
+/// A live harness that answers every turn at once.
+const LIVE: &str = r#"#!/bin/sh
+while IFS= read -r line; do
+  case "$line" in
+    *'"type":"user"'*)
+      echo '{"type":"system","subtype":"init","session_id":"bench-1","mcp_servers":[]}'
+      echo '{"type":"assistant","message":{"content":[{"type":"text","text":"ok"}]},"session_id":"bench-1"}'
+      echo '{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"bench-1"}' ;;
+  esac
+done
+"#;
+
+/// One warm turn on `server`'s kept process, to its last result.
+async fn live_turn(server: &common::server::ServeProcess, turn: usize) -> Duration {
+    let start = Instant::now();
+    let results = server
+        .results(json!({"conversation": "bench-live", "text": "Hello", "run_id": format!("bench-{turn}")}))
+        .await;
+    let took = start.elapsed();
+    let end = results.last().expect("results");
+    assert_eq!(end["type"], "run.completed", "{results:?}");
+    took
+}
+
+fn main() {
+    let quick = support::quick();
+    let turns = support::turns(2, 20);
+    let launches = if quick {
+        3
+    } else {
+        std::env::var("LAUNCHES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(300)
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    harness_bridge::harness::cage::start().expect("containment");
+
+    // Launch: the wall against none.
+    let workspace = tempfile::tempdir().expect("workspace");
+    let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    let plan = CagePolicy::default()
+        .plan(&Subject {
+            workspace: workspace.path(),
+            program: Path::new("/bin/true"),
+            env: &env,
+            carried: &[],
+            own_port: None,
+        })
+        .expect("caged by default");
+    let (mut bare, mut walled) = (Vec::new(), Vec::new());
+    runtime.block_on(async {
+        launch(workspace.path(), Some(&plan)).await;
+        launch(workspace.path(), None).await;
+        for _ in 0..launches {
+            bare.push(launch(workspace.path(), None).await);
+            walled.push(launch(workspace.path(), Some(&plan)).await);
+        }
+    });
+    let (bare, walled) = (median(&mut bare), median(&mut walled));
+
+    // One-shot turn: `run` caged against `run --uncaged`.
+    let tools = tempfile::tempdir().expect("tools");
+    common::scripted::install(tools.path());
+    let data = tempfile::tempdir().expect("data");
+    one_shot(tools.path(), data.path(), true, 0);
+    one_shot(tools.path(), data.path(), false, 0);
+    let (mut open_runs, mut caged_runs) = (Vec::new(), Vec::new());
+    for turn in 1..=turns {
+        open_runs.push(one_shot(tools.path(), data.path(), false, turn));
+        caged_runs.push(one_shot(tools.path(), data.path(), true, turn));
+    }
+    let (open_run, caged_run) = (median(&mut open_runs), median(&mut caged_runs));
+
+    // Live turn: two `serve`s, each with a kept process.
+    let (open_live, caged_live) = runtime.block_on(async {
+        let live_tools = tempfile::tempdir().expect("tools");
+        let harness = common::scripted::install_live(live_tools.path(), "benchlive", LIVE);
+        let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
+        let open_data = Arc::new(tempfile::tempdir().expect("data"));
+        let caged_data = Arc::new(tempfile::tempdir().expect("data"));
+        let open = common::server::ServeProcess::spawn(
+            open_data,
+            &format!("{harness}cage:\n  enabled: false\n"),
+            &env,
+        )
+        .await;
+        let caged = common::server::ServeProcess::spawn(caged_data, &harness, &env).await;
+        live_turn(&open, 0).await;
+        live_turn(&caged, 0).await;
+        let (mut open_turns, mut caged_turns) = (Vec::new(), Vec::new());
+        for turn in 1..=turns {
+            open_turns.push(live_turn(&open, turn).await);
+            caged_turns.push(live_turn(&caged, turn).await);
+        }
+        (median(&mut open_turns), median(&mut caged_turns))
+    });
+    harness_bridge::harness::cage::release();
+
+    if quick {
+        println!(
+            "cage: launch {:.2}/{:.2} ms, run {:.0}/{:.0} ms, live turn {:.1}/{:.1} ms (uncaged/caged)",
+            ms(bare),
+            ms(walled),
+            ms(open_run),
+            ms(caged_run),
+            ms(open_live),
+            ms(caged_live)
+        );
+        return;
+    }
+    println!("cage cost, medians ({launches} launches, {turns} turns each way):");
+    println!("                         uncaged     caged     added");
+    for (what, open, caged) in [
+        ("launch (/bin/true)", bare, walled),
+        ("one-shot run turn", open_run, caged_run),
+        ("live turn (warm)", open_live, caged_live),
+    ] {
+        println!(
+            "  {what:<20} {:>8.2} ms {:>8.2} ms {:>+8.2} ms",
+            ms(open),
+            ms(caged),
+            ms(caged) - ms(open)
+        );
+    }
+}
