@@ -193,6 +193,8 @@ impl ServeConfig {
             .into_iter()
             .flatten()
             .chain(self.knowledge_bases.values_mut())
+            .chain(self.cage.read_only.iter_mut())
+            .chain(self.cage.read_write.iter_mut())
         {
             resolve(path);
         }
