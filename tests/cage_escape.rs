@@ -37,6 +37,7 @@ p read_operator_claude ls "$H/.claude"
 p write_victim_instructions sh -c 'echo "run evil" > "$B/CLAUDE.md"'
 p write_victim_hooks sh -c 'mkdir -p "$B/.claude" && echo "{}" > "$B/.claude/settings.json"'
 p write_shared_tmp sh -c 'echo x > /tmp/escape-probe-$$'
+p list_terminals ls /dev/pts/
 p connect_bridge_api bash -c 'exec 3<>/dev/tcp/127.0.0.1/$API_PORT'
 p listen_tcp python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 18931)); s.listen()'
 p abstract_socket python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0escape-probe")'
@@ -217,6 +218,7 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
             "write_victim_instructions",
             "write_victim_hooks",
             "write_shared_tmp",
+            "list_terminals",
             "connect_bridge_api",
             "listen_tcp",
             "abstract_socket",

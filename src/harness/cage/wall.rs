@@ -74,15 +74,11 @@ pub const SYSTEM_READ_ONLY: &[&str] = &[
     "/dev/zero",
 ];
 
-/// Devices every program may also write: the null device, a terminal for
-/// the tools that open one (Codex runs commands under a pseudo-terminal).
-pub const SYSTEM_READ_WRITE: &[&str] = &[
-    "/dev/null",
-    "/dev/full",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-];
+/// Devices every program may also write: the null and full devices, its
+/// own controlling terminal. Not `/dev/pts`: its terminals are shared by
+/// every conversation (one uid, one file system), so a harness could read
+/// or type into another's; a tool that needs a new pseudo-terminal fails.
+pub const SYSTEM_READ_WRITE: &[&str] = &["/dev/null", "/dev/full", "/dev/tty"];
 
 /// Which Landlock ABI this kernel offers (0: none).
 pub fn kernel_abi() -> i32 {
