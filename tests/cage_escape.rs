@@ -437,3 +437,67 @@ async fn a_codex_agent_reaches_nothing_of_another_conversation_in_serve() {
     let b2 = turn(&server, "victim-b", "And again?", "b-2").await;
     completed(&b2);
 }
+
+/// A binding chooses its harness's network over the bridge's: by default
+/// a local port is out of reach; `network_ports` opens that one port,
+/// `network: open` any. (Claude Code's Bash tool, in `run`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_chooses_its_harnesss_network() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let command = format!(
+        "if bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'; then echo NET:reached; else echo NET:refused; fi"
+    );
+    let claude = common::cli("claude");
+    let data = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut said = Vec::new();
+    for (conversation, config) in [
+        ("net-default", json!({})),
+        ("net-port", json!({"network_ports": port.to_string()})),
+        ("net-open", json!({"network": "open"})),
+    ] {
+        let (model_url, fake) = fake_model_running(&command).await;
+        let mut binding = config.as_object().cloned().unwrap();
+        binding.insert("permission_mode".into(), json!("bypassPermissions"));
+        let ctx = harness_bridge::run::quick_context(&harness_bridge::run::QuickTurn {
+            conversation,
+            actor: "someone",
+            text: "Try the network",
+            config: binding,
+            answer: None,
+        })
+        .unwrap();
+        let file = home.path().join(format!("{conversation}.json"));
+        std::fs::write(&file, serde_json::to_vec(&ctx).unwrap()).unwrap();
+        let file = file.display().to_string();
+        let claude = claude.display().to_string();
+        let turn = common::bridge_run(
+            data.path(),
+            &["--harness", "claude-code", "--bin", &claude, "--context", &file],
+            &[
+                ("HOME", home.path().display().to_string()),
+                ("ANTHROPIC_BASE_URL", model_url),
+                ("ANTHROPIC_API_KEY", "test-key".to_string()),
+                ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+            ],
+        )
+        .await;
+        assert_eq!(turn.terminal()["type"], "run.completed", "{}", turn.stderr);
+        let sent: String = fake
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(Value::to_string)
+            .collect();
+        said.push(
+            ["NET:reached", "NET:refused"]
+                .into_iter()
+                .find(|word| sent.contains(&format!("{word}\\n")) || sent.contains(&format!("{word}\"")))
+                .unwrap_or("nothing"),
+        );
+    }
+    assert_eq!(said, ["NET:refused", "NET:reached", "NET:reached"]);
+    drop(listener);
+}

@@ -137,6 +137,68 @@ pub struct Binding<'a> {
     /// in a group chat no one else's answer counts.
     #[serde(default, deserialize_with = "approver_ids")]
     pub approvers: Vec<String>,
+    /// Where this binding's harness may connect, over the bridge's own
+    /// `cage.network`: `ports` or `open`.
+    #[serde(default)]
+    pub network: Option<NetworkChoice>,
+    /// More TCP ports this binding's harness may connect to (numbers, or
+    /// one text of numbers separated by commas).
+    #[serde(default, deserialize_with = "port_numbers")]
+    pub network_ports: Vec<u16>,
+}
+
+/// A binding's choice of network for its harness (the cage's `network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkChoice {
+    /// Only the harness's endpoints' ports, the MCP endpoint and the
+    /// listed ports.
+    Ports,
+    /// Any TCP port.
+    Open,
+}
+
+fn port_numbers<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<u16>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Port {
+        Number(u16),
+        Text(String),
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        List(Vec<Port>),
+        One(Port),
+    }
+    let parse = |port: Port| -> Result<Vec<u16>, D::Error> {
+        match port {
+            Port::Number(n) => Ok(vec![n]),
+            Port::Text(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| {
+                    t.parse::<u16>().map_err(|_| {
+                        serde::de::Error::custom(format!(
+                            "`{t}` is not a TCP port (a number from 1 to 65535)"
+                        ))
+                    })
+                })
+                .collect(),
+        }
+    };
+    match Option::<Form>::deserialize(de)? {
+        None => Ok(Vec::new()),
+        Some(Form::One(port)) => parse(port),
+        Some(Form::List(ports)) => {
+            let mut all = Vec::new();
+            for port in ports {
+                all.extend(parse(port)?);
+            }
+            Ok(all)
+        }
+    }
 }
 
 fn approver_ids<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-pub use binding::{Approvals, Binding, Questions, SkillSpec};
+pub use binding::{Approvals, Binding, NetworkChoice, Questions, SkillSpec};
 pub use confined::{ConfinedDir, Entry, HardLinked, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
 pub use home::{Carry, Home, ProjectedHome, check_source as check_home_source, is_var_name};

@@ -675,7 +675,16 @@ impl Bridge {
         } else {
             None
         };
-        let wall = self.settings.cage.plan(&crate::harness::cage::Subject {
+        // The binding may choose the network of its own harness.
+        let mut cage = self.settings.cage.clone();
+        if let Some(choice) = binding.network {
+            cage.network = match choice {
+                crate::projection::NetworkChoice::Ports => crate::harness::cage::Network::Ports,
+                crate::projection::NetworkChoice::Open => crate::harness::cage::Network::Open,
+            };
+        }
+        cage.ports.extend(&binding.network_ports);
+        let wall = cage.plan(&crate::harness::cage::Subject {
             workspace: &workspace,
             program: &program,
             env: &env,
