@@ -16,6 +16,10 @@
 //! default; `LAUNCHES`, 300). Without `--bench` (as `cargo test --bench
 //! cage` runs it) a few of each, as a check that every path still works.
 
+// The tests' helpers (their serve and scripted harnesses) share the
+// PostgreSQL helper with `support`: loaded twice, used from neither.
+#![allow(clippy::duplicate_mod)]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -29,7 +33,6 @@ use serde_json::json;
 mod support;
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
 mod common;
 
 fn median(samples: &mut [Duration]) -> Duration {

@@ -474,7 +474,14 @@ async fn a_binding_chooses_its_harnesss_network() {
         let claude = claude.display().to_string();
         let turn = common::bridge_run(
             data.path(),
-            &["--harness", "claude-code", "--bin", &claude, "--context", &file],
+            &[
+                "--harness",
+                "claude-code",
+                "--bin",
+                &claude,
+                "--context",
+                &file,
+            ],
             &[
                 ("HOME", home.path().display().to_string()),
                 ("ANTHROPIC_BASE_URL", model_url),
@@ -494,7 +501,9 @@ async fn a_binding_chooses_its_harnesss_network() {
         said.push(
             ["NET:reached", "NET:refused"]
                 .into_iter()
-                .find(|word| sent.contains(&format!("{word}\\n")) || sent.contains(&format!("{word}\"")))
+                .find(|word| {
+                    sent.contains(&format!("{word}\\n")) || sent.contains(&format!("{word}\""))
+                })
                 .unwrap_or("nothing"),
         );
     }

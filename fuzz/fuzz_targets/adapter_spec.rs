@@ -37,6 +37,8 @@ fn values<'a>(v: &'a [String; 8], resume: bool, all: bool) -> TurnValues<'a> {
         permission_prompt_tool: None,
         config_overrides: std::slice::from_ref(&v[6]),
         usage_file: all.then_some(Path::new(&v[7])),
+        own_port: all.then_some(4242),
+        sandbox: all.then_some("danger-full-access"),
     }
 }
 
