@@ -247,8 +247,10 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
         victim_pid,
         "{b3:?}"
     );
+    // Twice the idle turn, and slack for the other tests of this binary
+    // running beside it on two cores.
     assert!(
-        took < idle * 2 + Duration::from_millis(500),
+        took < idle * 2 + Duration::from_millis(1500),
         "B's turn took {took:?} against {idle:?} idle"
     );
 }

@@ -51,6 +51,9 @@ else $XDG_DATA_HOME/harness-bridge, else ~/.local/share/harness-bridge.
 Everything a harness starts ends with its turn: a cgroup per harness where
 the system allows it, else a sweep by turn marker; HARNESS_BRIDGE_CONTAIN=
 cgroup|subreaper|auto chooses (default auto).
+Every harness runs caged to its conversation (Landlock: files, network,
+processes; per-conversation limits): `harness-bridge doctor` says what
+holds here, `--uncaged` (run, relay) or `cage:` (bridge.yaml) chooses.
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.";
 
 /// Plug code-agent CLIs (Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen
