@@ -292,8 +292,8 @@ pub fn turn_name(seq: u64) -> String {
     format!("turn-{seq}")
 }
 
-/// `dir` and every cgroup below it, parents first.
-fn subtree(dir: &Path) -> Vec<PathBuf> {
+/// `dir` and every cgroup below it, parents first (v1 folders too).
+pub(super) fn subtree(dir: &Path) -> Vec<PathBuf> {
     let mut found = vec![dir.to_path_buf()];
     let mut next = 0;
     while next < found.len() {

@@ -566,19 +566,7 @@ fn group_name(workspace: &Path) -> String {
 /// Kill what is left in v1 folder `dir` and below, and remove them,
 /// children first. Returns how many processes were there.
 fn clear_v1(dir: &Path) -> usize {
-    let mut found = vec![dir.to_path_buf()];
-    let mut next = 0;
-    while next < found.len() {
-        if let Ok(entries) = fs::read_dir(&found[next]) {
-            found.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-        next += 1;
-    }
+    let found = super::cgroup::subtree(dir);
     let mut killed = 0;
     for sub in &found {
         for pid in fs::read_to_string(sub.join("cgroup.procs"))
