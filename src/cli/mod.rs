@@ -111,6 +111,10 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         adapters: Option<std::path::PathBuf>,
     },
+    /// Print the codes a `run.failed` may carry, as a JSON array: the one
+    /// list the LangBot plugin's own copy is generated from
+    /// (`scripts/langbot-runners`).
+    FailureCodes,
     /// Run one turn through a harness on the embedded host: results stream
     /// to stdout, and the next turn resumes the same session.
     #[command(after_help = run::AFTER_HELP)]
@@ -189,8 +193,16 @@ fn contained(command: impl FnOnce() -> u8) -> u8 {
     code
 }
 
-/// The adapter specs in force: built-in, plus an operator folder; a bad
-/// spec is reported (file, line, reason) and gives the exit code.
+/// `failure-codes`: every failure code this build produces.
+fn failure_codes() -> u8 {
+    let codes: Vec<&str> = crate::protocol::FailureCode::ALL
+        .iter()
+        .map(crate::protocol::FailureCode::as_str)
+        .collect();
+    println!("{}", serde_json::Value::from(codes));
+    exit::OK
+}
+
 /// `manifest`: the discovery JSON for the specs in force.
 fn manifest(adapters: Option<&std::path::Path>) -> u8 {
     let adapters = match load_adapters(adapters) {
@@ -209,6 +221,8 @@ fn manifest(adapters: Option<&std::path::Path>) -> u8 {
     }
 }
 
+/// The adapter specs in force: built-in, plus an operator folder; a bad
+/// spec is reported (file, line, reason) and gives the exit code.
 fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapters, u8> {
     match dir {
         Some(dir) => crate::harness::Adapters::load(dir).map_err(|e| {
@@ -410,6 +424,7 @@ pub fn main() -> ExitCode {
         Command::Adapters(cmd) => adapters::run(cmd),
         Command::Context(cmd) => context::run(cmd),
         Command::Manifest { adapters } => manifest(adapters.as_deref()),
+        Command::FailureCodes => failure_codes(),
         Command::Doctor { config } => cage::doctor(config.as_deref()),
         Command::Host(args) => in_data_dir(cli.data_dir, |dir| host::run(args, dir)),
         Command::Migrate(args) => match data_dir(cli.data_dir) {

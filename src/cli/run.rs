@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::exit;
 use super::input::read_text;
 use crate::harness::decode::ResultStream;
+use crate::protocol::FailureCode;
 use crate::protocol::{
     AgentRunResult, JsonMap, ResultPayload, ResultType, RunFailed, checked_context,
 };
@@ -109,7 +110,7 @@ fn line(text: &str) {
 /// An invalid context still gets a result stream: one `run.failed`.
 fn invalid(run_id: &str, error: String, format: Format) -> u8 {
     let results = ResultStream::new(run_id).stamp(vec![ResultPayload::RunFailed(RunFailed {
-        code: "invalid_argument".into(),
+        code: FailureCode::InvalidArgument,
         error,
         retryable: false,
     })]);
@@ -251,10 +252,10 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
             .await;
         let _ = printer.await;
         bridge.shutdown().await;
-        match (&summary.outcome, summary.failure_code.as_deref()) {
+        match (&summary.outcome, &summary.failure_code) {
             (ResultType::RunCompleted, _) => exit::OK,
-            (_, Some("cancelled")) => CANCELLED,
-            (_, Some("invalid_argument")) => exit::INVALID,
+            (_, Some(FailureCode::Cancelled)) => CANCELLED,
+            (_, Some(FailureCode::InvalidArgument)) => exit::INVALID,
             _ => exit::FAILURE,
         }
     })

@@ -322,7 +322,7 @@ fn end_leftovers(interrupted: &[crate::serve::Interrupted]) {
         tracing::warn!(
             run_id = %run.run_id,
             "run was in flight when the bridge last stopped; marked failed ({})",
-            crate::serve::INTERRUPTED
+            crate::protocol::FailureCode::Interrupted
         );
         if let (Some(pgid), Some(workspace)) = (run.pgid, &run.workspace) {
             cage::kill_leftover_group(pgid, workspace);

@@ -30,6 +30,9 @@ macro_rules! open_enum {
         }
 
         impl $name {
+            /// Every name this build knows, in declaration order.
+            pub const ALL: &'static [$name] = &[$(Self::$variant,)+];
+
             /// The wire name.
             pub fn as_str(&self) -> &str {
                 match self {
@@ -54,6 +57,12 @@ macro_rules! open_enum {
             }
         }
 
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
@@ -67,6 +76,7 @@ macro_rules! open_enum {
 // documented here, so the missing-docs lint stops at the type.
 #[allow(missing_docs)]
 mod context;
+mod failure;
 #[allow(missing_docs)]
 mod interaction;
 #[allow(missing_docs)]
@@ -80,6 +90,7 @@ mod result;
 mod validate;
 
 pub use context::*;
+pub use failure::FailureCode;
 pub use interaction::*;
 pub use manifest::*;
 pub use message::*;

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{JsonMap, Message, MessageChunk, TokenUsage};
+use super::{FailureCode, JsonMap, Message, MessageChunk, TokenUsage};
 
 /// Largest inline artifact a host accepts in `artifact.created` (§7.2).
 pub const INLINE_ARTIFACT_MAX_BYTES: usize = 1024 * 1024;
@@ -225,7 +225,7 @@ pub struct RunCompleted {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunFailed {
-    pub code: String,
+    pub code: FailureCode,
     pub error: String,
     #[serde(default)]
     pub retryable: bool,

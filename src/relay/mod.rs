@@ -27,6 +27,7 @@ pub use reader::{Frames, Incoming, MAX_FRAME_BYTES, field_in_head};
 use crate::harness::Adapters;
 use crate::host::Api;
 use crate::projection::Templates;
+use crate::protocol::FailureCode;
 use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
 use crate::run::{Bridge, QueueFull, RunOptions, Scheduler, Settings, Steer, SteerInbox};
 
@@ -111,9 +112,15 @@ async fn write_frames<W: AsyncWrite + Unpin>(
 
 /// A run the relay cannot start (or could not finish): one `run.failed`,
 /// numbered after the `sent` results the plugin already has.
-fn failed_frame(run_id: &str, sent: u64, code: &str, error: String, retryable: bool) -> Outbound {
+fn failed_frame(
+    run_id: &str,
+    sent: u64,
+    code: FailureCode,
+    error: String,
+    retryable: bool,
+) -> Outbound {
     let failed = ResultPayload::RunFailed(RunFailed {
-        code: code.into(),
+        code,
         error,
         retryable,
     });
@@ -159,7 +166,7 @@ fn answer_too_long(
                 );
                 send_later(
                     out,
-                    failed_frame(&run_id, 0, "invalid_argument", why, false),
+                    failed_frame(&run_id, 0, FailureCode::InvalidArgument, why, false),
                 );
                 return;
             }
@@ -330,7 +337,7 @@ where
                     {
                         send_later(
                             &out,
-                            failed_frame(run_id, 0, "invalid_argument", why, false),
+                            failed_frame(run_id, 0, FailureCode::InvalidArgument, why, false),
                         );
                     }
                     (Some("host_reply"), _, id) if id.is_u64() => {
@@ -417,7 +424,7 @@ where
                     Err(why) => {
                         send_later(
                             &out,
-                            failed_frame(&run_id, 0, "invalid_argument", why, false),
+                            failed_frame(&run_id, 0, FailureCode::InvalidArgument, why, false),
                         );
                         continue;
                     }
@@ -436,7 +443,10 @@ where
                                 "the bridge already has {n} turns waiting; send it again shortly"
                             ),
                         };
-                        send_later(&out, failed_frame(&run_id, 0, "rate_limited", why, true));
+                        send_later(
+                            &out,
+                            failed_frame(&run_id, 0, FailureCode::RateLimited, why, true),
+                        );
                         continue;
                     }
                 };
@@ -486,7 +496,7 @@ where
                                 .send(failed_frame(
                                     &run_id,
                                     sent,
-                                    "internal_error",
+                                    FailureCode::InternalError,
                                     why.into(),
                                     true,
                                 ))

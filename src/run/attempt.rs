@@ -18,6 +18,7 @@ use super::outbox::{self, Outbox};
 use crate::harness::decode::{Exit, LineBuffer, decoder};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::host::{HostApi, RunScope};
+use crate::protocol::FailureCode;
 use crate::protocol::{ResultPayload, ResultType, RunFailed, TokenUsage};
 
 /// How long stdout may stay open after the harness exited.
@@ -67,9 +68,9 @@ enum Stop {
     Cancelled,
 }
 
-pub(super) fn failed(code: &str, error: String, retryable: bool) -> ResultPayload {
+pub(super) fn failed(code: FailureCode, error: String, retryable: bool) -> ResultPayload {
     ResultPayload::RunFailed(RunFailed {
-        code: code.into(),
+        code,
         error,
         retryable,
     })
@@ -93,7 +94,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
         None => {
             return AttemptEnd {
                 terminal: failed(
-                    "harness_error",
+                    FailureCode::HarnessError,
                     format!(
                         "adapter `{}` names unknown decoder `{}`",
                         spec.name, spec.decoder
@@ -109,7 +110,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     if live.cancel.is_cancelled() {
         return AttemptEnd {
             terminal: failed(
-                "cancelled",
+                FailureCode::Cancelled,
                 "the run was cancelled before the harness started".into(),
                 false,
             ),
@@ -124,7 +125,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             tracing::error!(program = %launch.program.display(), error = %e, "cannot start the harness");
             return AttemptEnd {
                 terminal: failed(
-                    "harness_error",
+                    FailureCode::HarnessError,
                     format!("cannot start {}: {e}", spec.label),
                     false,
                 ),
@@ -228,7 +229,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     let seconds = |d: Duration| d.as_secs_f64();
     let terminal = match stop {
         Some(Stop::Deadline) => failed(
-            "deadline_exceeded",
+            FailureCode::DeadlineExceeded,
             format!(
                 "{} was still running at the run's deadline and was stopped (grace {:.0}s before SIGKILL)",
                 spec.label,
@@ -237,7 +238,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             true,
         ),
         Some(Stop::Cancelled) => failed(
-            "cancelled",
+            FailureCode::Cancelled,
             format!("the run was cancelled; {} was stopped", spec.label),
             false,
         ),
@@ -260,7 +261,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
                 }
                 Some(other) => other,
                 None => failed(
-                    "harness_error",
+                    FailureCode::HarnessError,
                     format!("{} ended without a result", spec.label),
                     false,
                 ),

@@ -34,6 +34,7 @@ pub use crate::harness::live::{Prompt, PromptFile};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::host::RunToken;
 use crate::interaction::Decision;
+use crate::protocol::FailureCode;
 use crate::protocol::{ResultPayload, RunCompleted, RunFailed};
 
 /// How many live processes a bridge keeps, and for how long.
@@ -453,7 +454,7 @@ pub async fn turn(
         }
         (Over::Ended(_), Some(Stop::Cancelled)) => (
             attempt::failed(
-                "cancelled",
+                FailureCode::Cancelled,
                 format!(
                     "the run was cancelled; {} stopped the turn and keeps the session",
                     spec.label
@@ -464,7 +465,7 @@ pub async fn turn(
         ),
         (Over::Ended(_), Some(Stop::Deadline)) => (
             attempt::failed(
-                "deadline_exceeded",
+                FailureCode::DeadlineExceeded,
                 format!(
                     "{} was still working at the run's deadline; the turn was interrupted",
                     spec.label
@@ -477,19 +478,22 @@ pub async fn turn(
             let _ = process.process.terminate(live.grace).await;
             process.process.clear().await;
             let (code, why) = match stop {
-                Some(Stop::Deadline) => ("deadline_exceeded", "at the run's deadline"),
-                _ => ("cancelled", "when the run was cancelled"),
+                Some(Stop::Deadline) => (FailureCode::DeadlineExceeded, "at the run's deadline"),
+                _ => (FailureCode::Cancelled, "when the run was cancelled"),
             };
             (
-                attempt::failed(
-                    code,
-                    format!(
-                        "{} did not stop its turn {why} and was stopped (grace {:.0}s before SIGKILL)",
-                        spec.label,
-                        live.grace.as_secs_f64()
-                    ),
-                    code == "deadline_exceeded",
-                ),
+                {
+                    let retryable = code == FailureCode::DeadlineExceeded;
+                    attempt::failed(
+                        code,
+                        format!(
+                            "{} did not stop its turn {why} and was stopped (grace {:.0}s before SIGKILL)",
+                            spec.label,
+                            live.grace.as_secs_f64()
+                        ),
+                        retryable,
+                    )
+                },
                 false,
             )
         }
@@ -508,12 +512,12 @@ pub async fn turn(
             not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
             let terminal = match stop {
                 Some(Stop::Cancelled) => attempt::failed(
-                    "cancelled",
+                    FailureCode::Cancelled,
                     format!("the run was cancelled; {} was stopped", spec.label),
                     false,
                 ),
                 Some(Stop::Deadline) => attempt::failed(
-                    "deadline_exceeded",
+                    FailureCode::DeadlineExceeded,
                     format!(
                         "{} was still working at the run's deadline and ended when interrupted",
                         spec.label
@@ -522,7 +526,7 @@ pub async fn turn(
                 ),
                 _ => {
                     let mut failed = RunFailed {
-                        code: "harness_error".into(),
+                        code: FailureCode::HarnessError,
                         error: format!("{} {how} in the middle of the turn", spec.label),
                         retryable: true,
                     };

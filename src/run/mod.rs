@@ -43,6 +43,7 @@ use crate::projection::{
     Approvals, Binding, McpCatalog, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
     Templates, URL_ENV, paths, project,
 };
+use crate::protocol::FailureCode;
 use crate::protocol::{
     ActionRequested, AgentRunContext, AgentRunResult, INTERACTION_REQUESTED, InteractionSubmission,
     Message, ResultPayload, ResultType, RunCompleted, RunFailed, StateScope, StateUpdated,
@@ -203,7 +204,7 @@ pub struct RunSummary {
     /// `run.completed` or `run.failed`.
     pub outcome: ResultType,
     /// The failure code, when it failed.
-    pub failure_code: Option<String>,
+    pub failure_code: Option<FailureCode>,
     /// The external session this turn ran in.
     pub session_id: Option<String>,
     /// Whether it continued an earlier session.
@@ -223,9 +224,9 @@ pub struct Bridge {
     live: Option<Arc<LiveSessions>>,
 }
 
-fn fail(code: &str, error: impl Into<String>) -> RunFailed {
+fn fail(code: FailureCode, error: impl Into<String>) -> RunFailed {
     RunFailed {
-        code: code.into(),
+        code,
         error: error.into(),
         retryable: false,
     }
@@ -416,14 +417,17 @@ impl Bridge {
         // Cancelled before it began (while queued): nothing is written,
         // recorded or started.
         if cancel.is_cancelled() {
-            return Err(fail("cancelled", "the run was cancelled before it started"));
+            return Err(fail(
+                FailureCode::Cancelled,
+                "the run was cancelled before it started",
+            ));
         }
         let spec = self
             .adapters
             .require(harness)
-            .map_err(|why| fail("invalid_argument", why))?;
+            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
         let binding = Binding::from_config(&ctx.config)
-            .map_err(|e| fail("invalid_argument", e.to_string()))?;
+            .map_err(|e| fail(FailureCode::InvalidArgument, e.to_string()))?;
         let approvals = binding.approvals == Approvals::Chat;
         // A live harness may ask in its own protocol (Codex's app-server).
         let asks_live = (self.live.is_some() || spec.live_only())
@@ -434,7 +438,7 @@ impl Bridge {
                 .is_some_and(|driver| driver.asks());
         if approvals && !spec.takes(PROMPT_TOOL_PLACEHOLDER) && !asks_live {
             return Err(fail(
-                "invalid_argument",
+                FailureCode::InvalidArgument,
                 format!(
                     "`approvals: chat` needs a harness that hands its permission prompts to \
                      the bridge, and {} does not here; choose what it may do with \
@@ -467,7 +471,7 @@ impl Bridge {
                 &self.settings.policy,
                 options.host.clone(),
             )
-            .map_err(|e| fail("invalid_argument", e.message))?;
+            .map_err(|e| fail(FailureCode::InvalidArgument, e.message))?;
         let _guard = RunGuard {
             bridge: self,
             run_id: ctx.run_id.clone(),
@@ -476,7 +480,7 @@ impl Bridge {
         // in ours) starts nothing: its answer would come too late anyway.
         if open.grant.remaining().is_zero() {
             return Err(RunFailed {
-                code: "deadline_exceeded".into(),
+                code: FailureCode::DeadlineExceeded,
                 error: "the run's deadline (runtime.deadline_at) had passed before it began; \
                         nothing was started"
                     .into(),
@@ -495,7 +499,7 @@ impl Bridge {
                     None
                 })
             }
-            () = cancel.cancelled() => return Err(fail("cancelled", "the run was cancelled before the harness started")),
+            () = cancel.cancelled() => return Err(fail(FailureCode::Cancelled, "the run was cancelled before the harness started")),
         };
         let submission = InteractionSubmission::from_input(&ctx.input.extra);
         let actor = ctx.actor.as_ref().and_then(|a| a.actor_id.as_deref());
@@ -571,11 +575,11 @@ impl Bridge {
         )
         .await
         .map_err(|e| match e {
-            ProjectionError::Binding(_) => fail("invalid_argument", e.to_string()),
+            ProjectionError::Binding(_) => fail(FailureCode::InvalidArgument, e.to_string()),
             _ => {
                 tracing::error!(error = %e, "cannot write the workspace");
                 let root = &self.settings.workspace_root;
-                fail("workspace_error", e.within(root).to_string())
+                fail(FailureCode::WorkspaceError, e.within(root).to_string())
             }
         })?;
         let workspace = projection.workspace.clone();
@@ -583,9 +587,12 @@ impl Bridge {
         self.tools.set_facts(&ctx.run_id, facts(&projection));
 
         if self.settings.record_turns {
-            record::inbound(host, ctx)
-                .await
-                .map_err(|e| fail("runtime_error", format!("cannot record the turn: {e}")))?;
+            record::inbound(host, ctx).await.map_err(|e| {
+                fail(
+                    FailureCode::RuntimeError,
+                    format!("cannot record the turn: {e}"),
+                )
+            })?;
         }
 
         // The conversation's own home replaces the operator's (`HOME`,
@@ -611,7 +618,7 @@ impl Bridge {
                     .any(|pattern| env_pattern_matches(pattern, name))
         }) {
             return Err(fail(
-                "invalid_argument",
+                FailureCode::InvalidArgument,
                 format!(
                     "an extra MCP server's environment sets `{name}`, which {} reads itself; \
                      the operator must give that server's variable another name",
@@ -628,7 +635,7 @@ impl Bridge {
             Some(file) if file.fill_env => Some(
                 FilledMcpFile::write(&projection.dir, file, &env).map_err(|e| {
                     let root = &self.settings.workspace_root;
-                    fail("workspace_error", e.within(root).to_string())
+                    fail(FailureCode::WorkspaceError, e.within(root).to_string())
                 })?,
             ),
             _ => None,
@@ -644,7 +651,7 @@ impl Bridge {
                     None
                 })
             }
-            () = cancel.cancelled() => return Err(fail("cancelled", "the run was cancelled before the harness started")),
+            () = cancel.cancelled() => return Err(fail(FailureCode::Cancelled, "the run was cancelled before the harness started")),
         };
         let plan = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
         // A caged harness cannot write the shared `/tmp`: its own instead.
@@ -652,7 +659,7 @@ impl Bridge {
             projection.dir.ensure_dir(&paths::TMP).map_err(|e| {
                 let root = &self.settings.workspace_root;
                 fail(
-                    "workspace_error",
+                    FailureCode::WorkspaceError,
                     format!("temp folder: {}", e.within(root)),
                 )
             })?;
@@ -668,7 +675,7 @@ impl Bridge {
         let own_port = if spec.mentions("own_port") {
             Some(crate::harness::cage::free_loopback_port().map_err(|e| {
                 fail(
-                    "runtime_error",
+                    FailureCode::RuntimeError,
                     format!("no free loopback port for {}: {e}", spec.label),
                 )
             })?)
@@ -700,7 +707,7 @@ impl Bridge {
             .map_err(|e| {
                 tracing::error!(workspace = %workspace.display(), error = %e, "cannot apply the conversation's limits");
                 fail(
-                    "harness_error",
+                    FailureCode::HarnessError,
                     "cannot apply the conversation's resource limits (see the bridge's log)",
                 )
             })?;
@@ -712,7 +719,7 @@ impl Bridge {
         let mut outbox = outbox::Outbox::watch(&projection.dir).map_err(|e| {
             tracing::error!(workspace = %workspace.display(), error = %e, "cannot watch the outbox");
             let root = &self.settings.workspace_root;
-            fail("workspace_error", format!("outbox: {}", e.within(root)))
+            fail(FailureCode::WorkspaceError, format!("outbox: {}", e.within(root)))
         })?;
         let mcp_config = workspace.join(
             projection
@@ -813,7 +820,7 @@ impl Bridge {
                 _ => {
                     let args = spec
                         .args(&values)
-                        .map_err(|why| fail("invalid_argument", why))?;
+                        .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
                     let counted = spec
                         .family
                         .usage_file
@@ -864,8 +871,7 @@ impl Bridge {
             if let Some(hit) = quota.hit_since(before) {
                 tracing::warn!("{hit}");
                 if !cancel.is_cancelled() {
-                    end.terminal =
-                        ResultPayload::RunFailed(fail(crate::harness::cage::RESOURCE_LIMIT, hit));
+                    end.terminal = ResultPayload::RunFailed(fail(FailureCode::ResourceLimit, hit));
                 }
             }
         }
@@ -1047,7 +1053,7 @@ impl Bridge {
                 None => format!("`{wanted}`) was not found on PATH"),
             };
             fail(
-                "harness_not_found",
+                FailureCode::HarnessNotFound,
                 format!("{} ({place}: {}", spec.label, spec.install_hint),
             )
         })
@@ -1082,7 +1088,7 @@ impl Bridge {
         let fresh_args = spec
             .live_args(&fresh)
             .unwrap_or_else(|| Ok(Vec::new()))
-            .map_err(|why| fail("invalid_argument", why))?;
+            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
         let key_launch = Launch {
             program: turn.program,
             args: &fresh_args,
@@ -1199,7 +1205,7 @@ impl Bridge {
         let args = spec
             .live_args(values)
             .unwrap_or_else(|| Ok(Vec::new()))
-            .map_err(|why| fail("invalid_argument", why))?;
+            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
         let launch = Launch {
             program: turn.program,
             args: &args,
@@ -1211,7 +1217,7 @@ impl Bridge {
         };
         let mut driver = crate::harness::live::driver_for(spec).ok_or_else(|| {
             fail(
-                "harness_error",
+                FailureCode::HarnessError,
                 format!("unknown live driver `{}`", turn.driver),
             )
         })?;
@@ -1240,7 +1246,7 @@ impl Bridge {
             .await
             .map_err(|e| {
                 tracing::error!(program = %turn.program.display(), error = %e, "cannot start the harness");
-                fail("harness_error", format!("cannot start {}: {e}", spec.label))
+                fail(FailureCode::HarnessError, format!("cannot start {}: {e}", spec.label))
             })?;
         tracing::info!(harness = %spec.name, pid = ?process.pid(), "live harness started");
         (live.bind)(process.process());

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 use super::{QueueFull, Refused, RunEntry, Service};
+use crate::protocol::FailureCode;
 use crate::protocol::{ErrorCode, InteractionSubmission, JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
 use crate::throttle::SharedThrottle;
@@ -470,8 +471,8 @@ async fn get_run(
                 "status": past.status,
                 "results": past.results,
             });
-            if past.code.as_deref() == Some(super::INTERRUPTED) {
-                body["code"] = json!(super::INTERRUPTED);
+            if past.code == Some(FailureCode::Interrupted) {
+                body["code"] = json!(FailureCode::Interrupted);
                 body["error"] =
                     json!("the bridge stopped while this run was in flight; it did not finish");
             }

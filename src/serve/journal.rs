@@ -27,14 +27,12 @@ use tokio::sync::oneshot;
 
 use super::RunStatus;
 use crate::protocol::AgentRunResult;
+use crate::protocol::FailureCode;
 use crate::run::Spawned;
 
 const FILE: &str = "serve-runs.db";
 /// Held (`flock`) by the one service that owns the journal.
 const LOCK_FILE: &str = "serve.lock";
-
-/// The failure code of a run found in flight at start.
-pub const INTERRUPTED: &str = "interrupted";
 
 /// A run as the journal has it.
 #[derive(Debug, Clone)]
@@ -46,7 +44,7 @@ pub struct JournalRun {
     /// Where it got to.
     pub status: RunStatus,
     /// The failure code, when it failed.
-    pub code: Option<String>,
+    pub code: Option<FailureCode>,
     /// Its results, in order (what was produced before an interruption).
     pub results: Vec<AgentRunResult>,
 }
@@ -100,7 +98,7 @@ enum Write {
     Ended {
         run_id: String,
         status: RunStatus,
-        code: Option<String>,
+        code: Option<FailureCode>,
         done: Option<Ack>,
     },
     Prune {
@@ -335,13 +333,13 @@ impl Journal {
         &self,
         run_id: &str,
         status: RunStatus,
-        code: Option<&str>,
+        code: Option<FailureCode>,
     ) -> Result<(), String> {
         let (done, written) = oneshot::channel();
         self.send(Write::Ended {
             run_id: run_id.into(),
             status,
-            code: code.map(str::to_string),
+            code,
             done: Some(done),
         });
         written
@@ -350,11 +348,11 @@ impl Journal {
     }
 
     /// A run ended, without waiting to hear it was written.
-    pub fn ended_later(&self, run_id: &str, status: RunStatus, code: Option<&str>) {
+    pub fn ended_later(&self, run_id: &str, status: RunStatus, code: Option<FailureCode>) {
         self.send(Write::Ended {
             run_id: run_id.into(),
             status,
-            code: code.map(str::to_string),
+            code,
             done: None,
         });
     }
@@ -419,7 +417,7 @@ impl Journal {
             conversation_id,
             harness,
             status: status_of(&status),
-            code,
+            code: code.map(FailureCode::from),
             results,
         })
     }
@@ -454,7 +452,7 @@ fn recover(conn: &Connection) -> rusqlite::Result<Vec<Interrupted>> {
     conn.execute(
         "UPDATE runs SET status = 'failed', code = ?1, ended_at_ms = ?2
          WHERE status IN ('queued', 'running')",
-        params![INTERRUPTED, now_ms()],
+        params![FailureCode::Interrupted.as_str(), now_ms()],
     )?;
     Ok(runs)
 }
@@ -529,7 +527,12 @@ fn apply(
                 .prepare_cached(
                     "UPDATE runs SET status = ?2, code = ?3, ended_at_ms = ?4 WHERE run_id = ?1",
                 )
-                .and_then(|mut s| s.execute(params![run_id, status.as_str(), code, now_ms()]));
+                .and_then(|mut s| s.execute(params![
+                    run_id,
+                    status.as_str(),
+                    code.as_ref().map(FailureCode::as_str),
+                    now_ms()
+                ]));
             if let Some(done) = done {
                 acks.push((done, written.as_ref().map(|_| ()).or_else(fail)));
             }
@@ -645,7 +648,7 @@ mod tests {
         );
         let r1 = journal.get("r1").unwrap();
         assert_eq!(r1.status, RunStatus::Failed);
-        assert_eq!(r1.code.as_deref(), Some(INTERRUPTED));
+        assert_eq!(r1.code, Some(FailureCode::Interrupted));
         assert_eq!(
             r1.results.len(),
             1,

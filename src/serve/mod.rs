@@ -21,8 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::run::{QueueFull, Scheduler, Ticket};
 pub use config::ServeConfig;
-pub use journal::{INTERRUPTED, Interrupted, Journal, JournalRun, own_store};
+pub use journal::{Interrupted, Journal, JournalRun, own_store};
 
+use crate::protocol::FailureCode;
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
 use crate::run::{Bridge, RunOptions, SpawnHook, Spawned, Steer, SteerInbox};
 use cluster::{CancelOutcome, Claim, Cluster, ClusterEvent};
@@ -689,11 +690,22 @@ impl Service {
                 let sink = cluster.sink(&claim, CancellationToken::new(), run.clone());
                 let last = run.sent.load(Ordering::Acquire).max(run.last_sequence());
                 let failed = internal_failure(&claim.run_id, last + 1);
-                self.fail_claimed(&cluster, &claim, &run, &sink, failed, "internal_error")
-                    .await;
+                self.fail_claimed(
+                    &cluster,
+                    &claim,
+                    &run,
+                    &sink,
+                    failed,
+                    FailureCode::InternalError,
+                )
+                .await;
             }
             if run.counted.swap(false, Ordering::AcqRel) {
-                crate::metrics::global().run_ended(&run.harness, Some("internal_error"), 0.0);
+                crate::metrics::global().run_ended(
+                    &run.harness,
+                    Some(FailureCode::InternalError.as_str()),
+                    0.0,
+                );
             }
         }
     }
@@ -707,7 +719,7 @@ impl Service {
         run: &Arc<RunEntry>,
         sink: &cluster::ResultSink,
         failed: AgentRunResult,
-        code: &str,
+        code: FailureCode,
     ) {
         if let Ok(body) = serde_json::to_string(&failed) {
             sink.send(failed, body);
@@ -731,12 +743,12 @@ impl Service {
         run: &Arc<RunEntry>,
         sink: &cluster::ResultSink,
         status: RunStatus,
-        code: Option<&str>,
+        code: Option<FailureCode>,
     ) {
         // Every result is in before the end is: a follower that sees the
         // end has them all.
         let written = sink.flush().await;
-        let recorded = cluster.end(claim, status, code).await;
+        let recorded = cluster.end(claim, status, code.as_ref()).await;
         match &recorded {
             Ok(true) => {}
             Ok(false) => tracing::warn!(
@@ -769,7 +781,7 @@ impl Service {
                 let mut failed = AgentRunResult::new(
                     &claim.run_id,
                     ResultPayload::RunFailed(RunFailed {
-                        code: "invalid_argument".into(),
+                        code: FailureCode::InvalidArgument,
                         error: format!(
                             "the turn's context, as the store kept it, does not read: {e}"
                         ),
@@ -777,8 +789,15 @@ impl Service {
                     }),
                 );
                 failed.sequence = Some(1);
-                self.fail_claimed(&cluster, &claim, &run, &sink, failed, "invalid_argument")
-                    .await;
+                self.fail_claimed(
+                    &cluster,
+                    &claim,
+                    &run,
+                    &sink,
+                    failed,
+                    FailureCode::InvalidArgument,
+                )
+                .await;
                 return;
             }
         };
@@ -814,7 +833,7 @@ impl Service {
         let (status, code) = self
             .run_turn(&ctx, &run, &options, &Record::Shared(&sink))
             .await;
-        self.finish_claimed(&cluster, &claim, &run, &sink, status, code.as_deref())
+        self.finish_claimed(&cluster, &claim, &run, &sink, status, code)
             .await;
     }
 
@@ -854,7 +873,7 @@ impl Service {
         drop(turn);
         // Journal first, then out of memory: a lookup always finds it. Its
         // results are journaled already, one by one as they came.
-        let journaled = journal.ended(&ctx.run_id, status, code.as_deref()).await;
+        let journaled = journal.ended(&ctx.run_id, status, code).await;
         run.set_status(status);
         match journaled {
             Ok(()) => {
@@ -875,7 +894,7 @@ impl Service {
         run: &Arc<RunEntry>,
         options: &RunOptions,
         record: &Record<'_>,
-    ) -> (RunStatus, Option<String>) {
+    ) -> (RunStatus, Option<FailureCode>) {
         let metrics = crate::metrics::global();
         metrics.run_started();
         run.counted.store(true, Ordering::Release);
@@ -899,15 +918,15 @@ impl Service {
             let over = run
                 .over_cap
                 .load(Ordering::Acquire)
-                .then_some(OUTPUT_TOO_LARGE);
+                .then_some(FailureCode::OutputTooLarge.as_str());
             metrics.run_ended(
                 &run.harness,
-                over.or(summary.failure_code.as_deref()),
+                over.or(summary.failure_code.as_ref().map(FailureCode::as_str)),
                 started.elapsed().as_secs_f64(),
             );
         }
         let code = if run.over_cap.load(Ordering::Acquire) {
-            Some(OUTPUT_TOO_LARGE.to_string())
+            Some(FailureCode::OutputTooLarge)
         } else {
             summary.failure_code.clone()
         };
@@ -932,11 +951,15 @@ impl Service {
                 journal.result(run_id, failed.sequence.unwrap_or_default(), body);
             }
             run.push(failed);
-            journal.ended_later(run_id, RunStatus::Failed, Some("internal_error"));
+            journal.ended_later(run_id, RunStatus::Failed, Some(FailureCode::InternalError));
             run.set_status(RunStatus::Failed);
         }
         if run.counted.swap(false, Ordering::AcqRel) {
-            crate::metrics::global().run_ended(&run.harness, Some("internal_error"), 0.0);
+            crate::metrics::global().run_ended(
+                &run.harness,
+                Some(FailureCode::InternalError.as_str()),
+                0.0,
+            );
         }
         self.runs().remove(run_id);
     }
@@ -944,7 +967,7 @@ impl Service {
     /// Keep one result of a run: in memory for its streams, in its record
     /// for good. Past `max_run_output_bytes` the run is stopped and nothing
     /// more is kept but its end, which then says why
-    /// ([`OUTPUT_TOO_LARGE`]): memory stays bounded whatever a harness
+    /// (`output_too_large`): memory stays bounded whatever a harness
     /// prints, and the run's status does not pretend it completed.
     fn keep(&self, run_id: &str, run: &RunEntry, mut result: AgentRunResult, record: &Record<'_>) {
         if run.over_cap.load(Ordering::Acquire) {
@@ -1039,7 +1062,7 @@ fn internal_failure(run_id: &str, sequence: u64) -> AgentRunResult {
     let mut failed = AgentRunResult::new(
         run_id,
         ResultPayload::RunFailed(RunFailed {
-            code: "internal_error".into(),
+            code: FailureCode::InternalError,
             error: "the bridge failed while running this turn; see its log".into(),
             retryable: true,
         }),
@@ -1052,17 +1075,13 @@ fn internal_failure(run_id: &str, sequence: u64) -> AgentRunResult {
     failed
 }
 
-/// The failure code of a run stopped because its results passed the
-/// service's `max_run_output_bytes`.
-pub const OUTPUT_TOO_LARGE: &str = "output_too_large";
-
 /// A run's terminal result, once its output passed the cap: the run
 /// failed, and says why, whatever the harness's own end was.
 fn output_too_large(terminal: AgentRunResult, cap: usize) -> AgentRunResult {
     let mut failed = AgentRunResult::new(
         &terminal.run_id,
         ResultPayload::RunFailed(RunFailed {
-            code: OUTPUT_TOO_LARGE.into(),
+            code: FailureCode::OutputTooLarge,
             error: format!(
                 "the run's results passed {} MiB (max_run_output_bytes); the harness was stopped \
                  and the rest of its output was not kept",

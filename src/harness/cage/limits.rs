@@ -21,7 +21,7 @@
 //! group between fork and exec (descriptors opened before the fork, one
 //! write each). A turn's limit hits are read from the group's counters
 //! (`oom_kill`, `pids.events` `max`) before and after it, and the turn
-//! then fails [`RESOURCE_LIMIT`].
+//! then fails `resource_limit` (`FailureCode::ResourceLimit`).
 
 use std::fs;
 use std::io;
@@ -34,9 +34,6 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::marker::BridgeId;
-
-/// The failure code of a turn whose conversation hit one of its limits.
-pub const RESOURCE_LIMIT: &str = "resource_limit";
 
 /// What the bridge's folder is called in each hierarchy, before its id.
 const PREFIX: &str = "harness-bridge-";

@@ -37,7 +37,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use crate::host::Holder;
-pub use limits::{Counters, Limits, Quota, RESOURCE_LIMIT, Resource};
+pub use limits::{Counters, Limits, Quota, Resource};
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};
 pub use policy::{CagePolicy, Network, Subject};

@@ -14,6 +14,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::{Decoder, Exit, json_line, token_usage};
+use crate::protocol::FailureCode;
 use crate::protocol::{
     JsonMap, Message, MessageChunk, ProcessorLog, ResultPayload, RunCompleted, RunFailed,
     TokenUsage, ToolCallCompleted, ToolCallStarted,
@@ -288,12 +289,12 @@ impl Decoder for ClaudeStreamJson {
             ),
         };
         let code = match result.as_ref().and_then(|r| r["subtype"].as_str()) {
-            Some("error_max_turns") => "max_turns",
-            Some(_) | None if exit.code.is_none() => "harness_killed",
-            _ => "harness_error",
+            Some("error_max_turns") => FailureCode::MaxTurns,
+            Some(_) | None if exit.code.is_none() => FailureCode::HarnessKilled,
+            _ => FailureCode::HarnessError,
         };
         vec![ResultPayload::RunFailed(RunFailed {
-            code: code.into(),
+            code,
             error,
             retryable: false,
         })]

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::{Decoder, Exit, json_line, token_usage};
+use crate::protocol::FailureCode;
 use crate::protocol::{
     JsonMap, Message, MessageCompleted, ResultPayload, RunCompleted, RunFailed, TokenUsage,
     ToolCallCompleted, ToolCallStarted,
@@ -179,12 +180,12 @@ impl Decoder for CodexJsonl {
             None => format!("Codex {how} without completing the turn"),
         };
         let code = if exit.code.is_none() {
-            "harness_killed"
+            FailureCode::HarnessKilled
         } else {
-            "harness_error"
+            FailureCode::HarnessError
         };
         vec![ResultPayload::RunFailed(RunFailed {
-            code: code.into(),
+            code,
             error,
             retryable: false,
         })]

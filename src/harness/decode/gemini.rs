@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{Decoder, Exit, json_line, object, token_usage};
+use crate::protocol::FailureCode;
 use crate::protocol::{
     Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
     TokenUsage, ToolCallCompleted, ToolCallStarted,
@@ -153,11 +154,10 @@ impl Decoder for GeminiStreamJson {
         };
         vec![ResultPayload::RunFailed(RunFailed {
             code: if exit.code.is_none() {
-                "harness_killed"
+                FailureCode::HarnessKilled
             } else {
-                "harness_error"
-            }
-            .into(),
+                FailureCode::HarnessError
+            },
             error,
             retryable: false,
         })]

@@ -24,6 +24,7 @@ use super::{LiveDriver, PermissionRequest, Prompt, PromptFile, Setup, Step};
 use crate::harness::adapter::{AcpPolicy, AcpResume, AcpSpec};
 use crate::harness::decode::{object, token_usage};
 use crate::interaction::Decision;
+use crate::protocol::FailureCode;
 use crate::protocol::{
     Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
     TokenUsage, ToolCallCompleted, ToolCallStarted,
@@ -93,7 +94,7 @@ impl Acp {
 
     fn failed(error: String) -> Option<ResultPayload> {
         Some(ResultPayload::RunFailed(RunFailed {
-            code: "harness_error".into(),
+            code: FailureCode::HarnessError,
             error,
             retryable: false,
         }))

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use super::{LiveDriver, PermissionRequest, Setup, Step};
 use crate::harness::decode::{item_results, token_usage};
 use crate::interaction::Decision;
+use crate::protocol::FailureCode;
 use crate::protocol::{
     Message, MessageChunk, MessageDelta, ResultPayload, RunCompleted, RunFailed, TokenUsage,
 };
@@ -80,7 +81,7 @@ impl CodexAppServer {
 
     fn failed(error: String) -> Option<ResultPayload> {
         Some(ResultPayload::RunFailed(RunFailed {
-            code: "harness_error".into(),
+            code: FailureCode::HarnessError,
             error,
             retryable: false,
         }))

@@ -6,6 +6,7 @@
 //! runs' rows, wherever both are, so no two of these wait on each other.
 
 use super::{Cluster, Interrupted, describe, sql};
+use crate::protocol::FailureCode;
 use crate::protocol::{AgentRunResult, ResultPayload, RunFailed};
 use crate::serve::{QueueFull, RunStatus};
 
@@ -59,13 +60,13 @@ pub enum Enqueued {
 
 /// A terminal `run.failed` the queue itself writes (the run never ran,
 /// or its instance died), numbered `sequence`.
-fn failure(run_id: &str, sequence: i64, code: &str, error: &str) -> String {
+fn failure(run_id: &str, sequence: i64, code: FailureCode, error: &str) -> String {
     let mut failed = AgentRunResult::new(
         run_id,
         ResultPayload::RunFailed(RunFailed {
-            code: code.into(),
+            retryable: code == FailureCode::Interrupted,
+            code,
             error: error.into(),
-            retryable: code == crate::serve::INTERRUPTED,
         }),
     );
     failed.sequence = u64::try_from(sequence).ok();
@@ -79,7 +80,7 @@ async fn append_failure(
     tx: &deadpool_postgres::Transaction<'_>,
     run_id: &str,
     last: i64,
-    code: &str,
+    code: FailureCode,
     error: &str,
 ) -> Result<(), String> {
     let db = |e: tokio_postgres::Error| describe(&e);
@@ -152,7 +153,7 @@ async fn settle(
             .map_err(db)?;
             Ok(())
         }
-        None => append_failure(tx, run_id, last, crate::serve::INTERRUPTED, why).await,
+        None => append_failure(tx, run_id, last, FailureCode::Interrupted, why).await,
     }
 }
 
@@ -383,8 +384,9 @@ impl Cluster {
         &self,
         claim: &Claim,
         status: RunStatus,
-        code: Option<&str>,
+        code: Option<&FailureCode>,
     ) -> Result<bool, String> {
+        let code = code.map(FailureCode::as_str);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| describe(&e))?;
         let db = |e: tokio_postgres::Error| describe(&e);
@@ -523,7 +525,7 @@ impl Cluster {
                     &tx,
                     run_id,
                     0,
-                    "cancelled",
+                    FailureCode::Cancelled,
                     "cancelled before it started; nothing ran",
                 )
                 .await?;

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::queue::parse_status;
 use super::{Claim, Cluster, RUN_GUARD, describe, sql};
 use crate::protocol::AgentRunResult;
+use crate::protocol::FailureCode;
 use crate::serve::{JournalRun, RunEntry, RunStatus};
 
 /// Most results one batch writes.
@@ -182,7 +183,7 @@ impl Cluster {
             conversation_id,
             harness,
             status,
-            code,
+            code: code.map(FailureCode::from),
             results,
         }))
     }
