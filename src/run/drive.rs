@@ -1,0 +1,448 @@
+//! The turn's second phase: the harness runs. One attempt on a one-shot
+//! process or on the conversation's live one; when the stored session
+//! turns out to be gone, one more attempt as a fresh session. Results
+//! stream as they come; the terminal one is returned for `settle`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::{self, AttemptEnd};
+use super::live::{self, LiveSessions};
+use super::outbox::Outbox;
+use super::prepare::Prepared;
+use super::usage::UsageCount;
+use super::{Bridge, Emitter, PROMPT_TOOL, RunOptions, Spawned, fail};
+use crate::harness::{AdapterSpec, Launch, Stdin, TurnValues};
+use crate::interaction::{self, Decision, Reply};
+use crate::projection::{TOKEN_ENV, paths};
+use crate::protocol::{AgentRunContext, FailureCode, ResultPayload, RunFailed};
+
+/// How the harness phase ended.
+pub(super) struct Driven {
+    /// The last attempt's end, its terminal result not yet sent.
+    pub end: AttemptEnd,
+    /// Whether the turn continued an earlier session.
+    pub resumed: bool,
+    /// What to tell the person about the session (a fresh one, and why).
+    pub notice: Option<String>,
+    /// Which live process served the turn, for the operator's eyes.
+    pub process: serde_json::Value,
+}
+
+/// What a live attempt needs of its turn.
+struct LiveTurn<'a> {
+    sessions: &'a LiveSessions,
+    driver: &'a str,
+    program: &'a Path,
+    workspace: &'a Path,
+    env: &'a std::collections::BTreeMap<String, String>,
+    tools: &'a [&'a str],
+    token: &'a crate::host::RunToken,
+    grant: &'a Arc<crate::host::RunGrant>,
+    prompt: &'a str,
+    /// The files sent with the turn, for a protocol that takes them.
+    files: &'a [live::PromptFile],
+    run_id: &'a str,
+    /// How this turn's input answers the conversation's open request.
+    answer: &'a Reply,
+    /// `{permission_prompt_tool}` in the live mode (`approvals: chat`).
+    prompt_tool: Option<&'a str>,
+    /// The wall the harness runs behind (`None`: uncaged).
+    wall: Option<&'a crate::harness::cage::Plan>,
+    /// The conversation's resource limits (`None`: none).
+    quota: Option<&'a crate::harness::cage::Quota>,
+    /// The MCP servers for a driver that names them in its protocol.
+    mcp_session: Option<&'a serde_json::Value>,
+}
+
+impl Bridge {
+    /// Run the harness for the prepared turn, retrying once as a fresh
+    /// session when the one to resume is gone.
+    pub(super) async fn drive(
+        &self,
+        ctx: &AgentRunContext,
+        options: &RunOptions,
+        turn: &Prepared<'_>,
+        outbox: &mut Outbox,
+        emit: &mut Emitter,
+        cancel: &CancellationToken,
+    ) -> Result<Driven, RunFailed> {
+        let mut inbox = match &options.steer {
+            Some(inbox) => Some(inbox.0.lock().await),
+            None => None,
+        };
+        let token = &turn.open.token;
+        let bind = |process: &crate::harness::HarnessProcess| {
+            if let Some(holder) = process.holder() {
+                self.grants.bind(token, holder);
+            }
+        };
+        let mut io = attempt::Live {
+            emit,
+            outbox,
+            host: turn.host,
+            scope: &turn.open.grant.scope,
+            deadline: turn.deadline,
+            cancel,
+            grace: self.settings.kill_grace,
+            on_spawn: options.on_spawn.as_ref(),
+            bind: &bind,
+            steer: inbox.as_deref_mut(),
+        };
+        let spec = turn.spec;
+        // A live-only harness (an ACP agent) where no processes are kept
+        // (`harness-bridge run`): one process for this turn, stopped after.
+        let prompt_files = live::prompt_files(&turn.projection);
+        let usage_path = turn.workspace.join(paths::USAGE.join("/"));
+        let once = (self.live.is_none() && spec.live_only())
+            .then(|| LiveSessions::new(live::LiveLimits::default(), self.settings.kill_grace));
+        let sessions = self.live.as_ref().or(once.as_ref());
+        let mut resume = turn.session.resume.clone();
+        let mut notice = turn.session.notice.clone();
+        let mut process = serde_json::Value::Null;
+        let (end, resumed) = loop {
+            let values = self.values(turn, resume.as_deref(), &usage_path);
+            let end = match (sessions, spec.live.as_ref()) {
+                (Some(sessions), Some(live_spec)) => {
+                    let live_turn = LiveTurn {
+                        sessions,
+                        driver: &live_spec.driver,
+                        program: &turn.program,
+                        workspace: &turn.workspace,
+                        env: &turn.env,
+                        tools: &turn.tools,
+                        token: &turn.open.token,
+                        grant: &turn.open.grant,
+                        prompt: &turn.projection.turn_prompt,
+                        files: &prompt_files,
+                        run_id: &ctx.run_id,
+                        answer: &turn.answer,
+                        prompt_tool: live_spec.permission_prompt_tool.as_deref(),
+                        mcp_session: turn.projection.mcp.session.as_ref(),
+                        wall: turn.wall.as_ref(),
+                        quota: turn.quota.as_ref(),
+                    };
+                    let (end, warm, facts) = self
+                        .live_attempt(spec, &live_turn, &values, &mut io)
+                        .await?;
+                    process = facts;
+                    if warm {
+                        // The process goes on from the last turn: the
+                        // session continued whatever the pointer said.
+                        resume = resume.or_else(|| end.session_id.clone());
+                    }
+                    end
+                }
+                _ => Self::one_shot(turn, &values, &mut io).await?,
+            };
+            let missing = matches!(end.terminal, ResultPayload::RunFailed(_))
+                && end.session_not_found
+                && !cancel.is_cancelled()
+                && Instant::now() < turn.deadline;
+            match resume.take() {
+                Some(old) if missing => {
+                    notice = Some(format!(
+                        "The previous {} session ({old}) could not be resumed; this turn started a fresh session.",
+                        spec.label
+                    ));
+                    tracing::info!("session {old} not found; retrying as a fresh session");
+                }
+                other => break (end, other.is_some()),
+            }
+        };
+        if let Some(once) = once {
+            once.shutdown().await;
+        }
+        let mut end = end;
+        if let (Some(quota), Some(before)) = (&turn.quota, &turn.counted) {
+            // Read after the harness (one-shot) and all it left are gone,
+            // or after the live turn: the counts are this turn's.
+            if let Some(hit) = quota.hit_since(before) {
+                tracing::warn!("{hit}");
+                if !cancel.is_cancelled() {
+                    end.terminal = ResultPayload::RunFailed(fail(FailureCode::ResourceLimit, hit));
+                }
+            }
+        }
+        for name in io.outbox.sweep() {
+            attempt::push_artifact(&mut io, name).await;
+        }
+        Ok(Driven {
+            end,
+            resumed,
+            notice,
+            process,
+        })
+    }
+
+    /// What the spec's argv templates are filled with for this attempt.
+    fn values<'t>(
+        &self,
+        turn: &'t Prepared<'_>,
+        resume: Option<&'t str>,
+        usage_path: &'t Path,
+    ) -> TurnValues<'t> {
+        let spec = turn.spec;
+        TurnValues {
+            prompt: &turn.projection.turn_prompt,
+            instructions: Some(&turn.projection.instructions),
+            mcp_config: turn
+                .projection
+                .mcp
+                .file
+                .is_some()
+                .then_some(turn.mcp_config.as_path()),
+            session_id: resume,
+            model: turn.binding.model.as_deref(),
+            permission_mode: turn.binding.permission_mode.as_deref(),
+            permission_prompt_tool: turn.approvals.then_some(PROMPT_TOOL),
+            config_overrides: &turn.projection.mcp.overrides,
+            own_port: turn.own_port,
+            sandbox: spec.family.sandbox.map(|modes| {
+                if self.settings.cage.enabled {
+                    modes.caged
+                } else {
+                    modes.uncaged
+                }
+            }),
+            usage_file: spec.family.usage_file.is_some().then_some(usage_path),
+        }
+    }
+
+    /// One attempt on a process of its own, started for this turn alone.
+    async fn one_shot(
+        turn: &Prepared<'_>,
+        values: &TurnValues<'_>,
+        io: &mut attempt::Live<'_>,
+    ) -> Result<AttemptEnd, RunFailed> {
+        let spec = turn.spec;
+        let args = spec
+            .args(values)
+            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
+        let dir = &turn.projection.dir;
+        let counted = spec
+            .family
+            .usage_file
+            .map(|file| (file, UsageCount::before(dir)));
+        let launch = Launch {
+            program: &turn.program,
+            args: &args,
+            cwd: &turn.workspace,
+            env: &turn.env,
+            stdin: (spec.stdin == Stdin::Prompt).then_some(turn.projection.turn_prompt.as_str()),
+            wall: turn.wall.as_ref(),
+            quota: turn.quota.as_ref(),
+        };
+        let mut end = attempt::attempt(spec, &launch, io).await;
+        if let Some((file, before)) = counted {
+            end.usage = end.usage.or_else(|| before.after(file, dir));
+        }
+        Ok(end)
+    }
+
+    /// One attempt on a live process: the conversation's kept one when it
+    /// would have been started the same way, else a new one (resuming the
+    /// stored session) that is kept afterwards if it stays healthy.
+    /// Returns whether the process was a kept (warm) one, and what to show
+    /// of it.
+    async fn live_attempt(
+        &self,
+        spec: &AdapterSpec,
+        turn: &LiveTurn<'_>,
+        values: &TurnValues<'_>,
+        live: &mut attempt::Live<'_>,
+    ) -> Result<(AttemptEnd, bool, serde_json::Value), RunFailed> {
+        // A live harness asks its permissions its own way, where it can.
+        let values = &TurnValues {
+            permission_prompt_tool: values
+                .permission_prompt_tool
+                .map(|tool| turn.prompt_tool.unwrap_or(tool)),
+            ..values.clone()
+        };
+        // A process is known by how a fresh one would start (on whatever
+        // port of its own).
+        let fresh = TurnValues {
+            session_id: None,
+            own_port: None,
+            ..values.clone()
+        };
+        let fresh_args = spec
+            .live_args(&fresh)
+            .unwrap_or_else(|| Ok(Vec::new()))
+            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
+        let key_launch = Launch {
+            program: turn.program,
+            args: &fresh_args,
+            cwd: turn.workspace,
+            env: turn.env,
+            stdin: None,
+            wall: turn.wall,
+            quota: turn.quota,
+        };
+        let asks = values.permission_prompt_tool.is_some();
+        let key = live::LiveKey::new(spec, &key_launch, turn.tools, asks, TOKEN_ENV);
+        let mut kept = turn.sessions.take(&key).await;
+        // A process paused on a permission takes only the answer to it;
+        // anything else (the request lapsed, another message) starts over
+        // in a new process, resuming the session without the paused call.
+        let permit = kept
+            .as_ref()
+            .and_then(|p| p.paused.as_ref())
+            .map(|paused| self.permit(turn, paused));
+        if matches!(permit, Some(None)) {
+            if let Some(process) = kept.take() {
+                tracing::info!(
+                    "the paused request was not answered; the turn starts a new process"
+                );
+                process.stop(self.settings.kill_grace).await;
+            }
+        }
+        let mut permit = permit.flatten();
+        let mut warm = kept.is_some();
+        let interactions = self.tools.interactions();
+        let now = crate::host::now_ms() / 1000;
+        let decide = |tool: &str, input: &serde_json::Value| {
+            interactions.decide_live(turn.run_id, tool, input, now)
+        };
+        loop {
+            let mut process = match kept.take() {
+                Some(process) => {
+                    self.grants.lend(&process.token, turn.grant.clone());
+                    crate::metrics::global().live_turn("warm");
+                    process
+                }
+                None => self.spawn_live(spec, turn, values, live).await?,
+            };
+            let opening = match permit.take() {
+                Some(decision) => live::Opening::Permit(decision),
+                None => live::Opening::Prompt(live::Prompt {
+                    text: turn.prompt,
+                    files: turn.files,
+                }),
+            };
+            let serving = turn.sessions.serving(&spec.name, &process);
+            let ended = live::turn(spec, &mut process, opening, &decide, live).await;
+            drop(serving);
+            if warm && ended.untouched {
+                // It died while idle and is found only now: the turn goes
+                // to a new process, resuming the session, as if it had
+                // been found dead.
+                tracing::info!(
+                    "the live harness process had ended; the turn resumes its session in a new one"
+                );
+                warm = false;
+                continue;
+            }
+            let facts = json!({
+                "pid": process.pid(),
+                "turn": process.turns,
+                "warm": warm,
+                "kept": ended.healthy,
+            });
+            if ended.healthy {
+                // The process stays for the next turn; what this turn
+                // detached from it does not.
+                process.process().clear_detached().await;
+                turn.sessions.put(key, process).await;
+            }
+            return Ok((ended.end, warm, facts));
+        }
+    }
+
+    /// The answer a paused live process gets from this turn: the approved
+    /// call goes on (once), anything the person said otherwise refuses it
+    /// with their words; `None` when the turn does not answer it.
+    fn permit(
+        &self,
+        turn: &LiveTurn<'_>,
+        paused: &crate::harness::live::PermissionRequest,
+    ) -> Option<Decision> {
+        let Reply::Answer { prompt, approved } = turn.answer else {
+            return None;
+        };
+        let fingerprint = interaction::fingerprint(&paused.tool, &paused.input);
+        if approved.is_some()
+            && self
+                .tools
+                .interactions()
+                .take_approved(turn.run_id, &fingerprint)
+        {
+            return Some(Decision::Allow(paused.input.clone()));
+        }
+        Some(Decision::Deny {
+            message: prompt.clone(),
+            interrupt: false,
+        })
+    }
+
+    /// A new live process for `turn`, resuming `values.session_id`.
+    async fn spawn_live(
+        &self,
+        spec: &AdapterSpec,
+        turn: &LiveTurn<'_>,
+        values: &TurnValues<'_>,
+        live: &attempt::Live<'_>,
+    ) -> Result<live::LiveProcess, RunFailed> {
+        let args = spec
+            .live_args(values)
+            .unwrap_or_else(|| Ok(Vec::new()))
+            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
+        let launch = Launch {
+            program: turn.program,
+            args: &args,
+            cwd: turn.workspace,
+            env: turn.env,
+            stdin: None,
+            wall: turn.wall,
+            quota: turn.quota,
+        };
+        let mut driver = crate::harness::live::driver_for(spec).ok_or_else(|| {
+            fail(
+                FailureCode::HarnessError,
+                format!("unknown live driver `{}`", turn.driver),
+            )
+        })?;
+        if values.permission_prompt_tool.is_some() {
+            driver.ask_permissions();
+        }
+        let pattern = spec.target().tool_name;
+        let setup = crate::harness::live::Setup {
+            own_tools: turn
+                .tools
+                .iter()
+                .map(|tool| {
+                    pattern
+                        .replace("{server}", crate::projection::BRIDGE_SERVER)
+                        .replace("{tool}", tool)
+                })
+                .collect(),
+            cwd: turn.workspace.to_path_buf(),
+            mcp_servers: turn
+                .mcp_session
+                .map_or(serde_json::Value::Array(Vec::new()), |servers| {
+                    crate::projection::fill_mcp_env(servers, turn.env)
+                }),
+        };
+        let process = live::LiveProcess::spawn(&launch, driver, turn.token.clone(), values.session_id, &setup)
+            .await
+            .map_err(|e| {
+                tracing::error!(program = %turn.program.display(), error = %e, "cannot start the harness");
+                fail(FailureCode::HarnessError, format!("cannot start {}: {e}", spec.label))
+            })?;
+        tracing::info!(harness = %spec.name, pid = ?process.pid(), "live harness started");
+        (live.bind)(process.process());
+        if let (Some(hook), Some(pgid)) = (live.on_spawn, process.process().pgid()) {
+            (hook.0)(&Spawned {
+                pgid,
+                workspace: turn.workspace,
+                marker: process.process().marker(),
+            });
+        }
+        crate::metrics::global().live_turn("cold");
+        Ok(process)
+    }
+}

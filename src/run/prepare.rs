@@ -1,0 +1,647 @@
+//! The turn's first phase: everything decided before a harness runs.
+//!
+//! In order: the spec and the binding (parsed once, here), the program,
+//! the grant, the answer this input gives an open request, the workspace,
+//! the harness's environment, the session to resume and the cage. Each
+//! step either adds to the turn or refuses it with one `run.failed`;
+//! nothing is started, so a refusal leaves no process behind.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::mcp_file::FilledMcpFile;
+use super::outbox::Outbox;
+use super::{
+    Bridge, Emitter, HOST_CALL_TIMEOUT, PROMPT_TOOL_PLACEHOLDER, RunGuard, RunOptions, RunSummary,
+    SessionPlan, answers, facts, fail, record,
+};
+use crate::harness::cage::{Counters, Network, Plan, Quota, Subject};
+use crate::harness::{
+    AdapterSpec, ResumePointer, child_env, env_pattern_matches, find_program,
+    requested_permissions, runner_id,
+};
+use crate::host::{HostApi, OpenRun};
+use crate::interaction::{self, Reply};
+use crate::mcp::tool_names;
+use crate::projection::{
+    Approvals, Binding, NetworkChoice, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
+    URL_ENV, paths, project,
+};
+use crate::protocol::{
+    AgentRunContext, FailureCode, InteractionSubmission, Message, ResultPayload, RunCompleted,
+    RunFailed,
+};
+
+/// What `prepare` hands the harness phases: the turn, decided. (The
+/// outbox's watch comes beside it: `drive` reads it while it reads this.)
+pub(super) struct Prepared<'a> {
+    pub spec: &'a AdapterSpec,
+    pub binding: Binding<'a>,
+    /// `approvals: chat`: permission prompts go to the person.
+    pub approvals: bool,
+    /// The harness's whole environment (token and MCP URL included).
+    pub env: BTreeMap<String, String>,
+    pub program: PathBuf,
+    pub open: OpenRun,
+    /// The host the turn's own reads and writes go to.
+    pub host: &'a dyn HostApi,
+    /// How this input answers the conversation's open request.
+    pub answer: Reply,
+    /// The MCP tools the run offers.
+    pub tools: Vec<&'static str>,
+    /// When the turn must be over.
+    pub deadline: Instant,
+    pub projection: Projection,
+    pub workspace: PathBuf,
+    /// The session to resume, and what to tell the person about it.
+    pub session: SessionPlan,
+    /// The harness's own loopback port, where it serves itself.
+    pub own_port: Option<u16>,
+    /// The wall the harness runs behind (`None`: uncaged).
+    pub wall: Option<Plan>,
+    /// The conversation's resource limits, and their counts before the turn.
+    pub quota: Option<Quota>,
+    pub counted: Option<Counters>,
+    /// The MCP configuration file the harness reads.
+    pub mcp_config: PathBuf,
+    /// The token-filled MCP file, removed when the turn ends.
+    _filled: Option<FilledMcpFile>,
+    /// Closes the grant however the turn ends.
+    _guard: RunGuard<'a>,
+}
+
+/// What the request and the operator's settings decide before any host
+/// call: which harness, how bound, with what program.
+struct Admitted<'a> {
+    spec: &'a AdapterSpec,
+    binding: Binding<'a>,
+    approvals: bool,
+    env: BTreeMap<String, String>,
+    program: PathBuf,
+}
+
+/// What the cage phase decides for one turn.
+struct Caged {
+    own_port: Option<u16>,
+    wall: Option<Plan>,
+    quota: Option<Quota>,
+}
+
+impl Bridge {
+    /// Decide the whole turn, or refuse it. `Ok(None)`: the input was an
+    /// answer that is not this person's to give, or came too late; the
+    /// person has been told and nothing runs.
+    pub(super) async fn prepare<'a>(
+        &'a self,
+        ctx: &'a AgentRunContext,
+        harness: &str,
+        options: &'a RunOptions,
+        emit: &mut Emitter,
+        cancel: &CancellationToken,
+        summary: &mut RunSummary,
+    ) -> Result<Option<(Prepared<'a>, Outbox)>, RunFailed> {
+        // Cancelled before it began (while queued): nothing is written,
+        // recorded or started.
+        if cancel.is_cancelled() {
+            return Err(fail(
+                FailureCode::Cancelled,
+                "the run was cancelled before it started",
+            ));
+        }
+        let Admitted {
+            spec,
+            binding,
+            approvals,
+            mut env,
+            program,
+        } = self.admit(ctx, harness, options)?;
+        let (open, guard) = self.open_grant(ctx, spec, options)?;
+        let host = options
+            .host
+            .as_deref()
+            .unwrap_or_else(|| self.grants.host().as_ref());
+        let Some((answer, answered)) = self
+            .answer(ctx, &binding, &open, host, emit, cancel)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let asking = binding.asking(open.grant.scope.conversation_id.is_some());
+        let timeout = binding
+            .timeout_seconds
+            .filter(|s| *s > 0)
+            .map_or(self.settings.turn_timeout, std::time::Duration::from_secs);
+        let deadline = Instant::now() + timeout.min(open.grant.remaining());
+
+        let tools = tool_names(&open.grant.apis, asking);
+        let turn_ctx = answered.as_ref().unwrap_or(ctx);
+        let projection = self
+            .project_turn(turn_ctx, spec, &open, &tools, options, &env)
+            .await?;
+        let workspace = projection.workspace.clone();
+        summary.workspace = Some(workspace.clone());
+        self.tools.set_facts(&ctx.run_id, facts(&projection));
+        if self.settings.record_turns {
+            record::inbound(host, ctx).await.map_err(|e| {
+                fail(
+                    FailureCode::RuntimeError,
+                    format!("cannot record the turn: {e}"),
+                )
+            })?;
+        }
+        let filled = self.harness_env(spec, &mut env, &projection, &open)?;
+
+        // The bridge's own host calls are bounded too: a host that does not
+        // answer must not hold the turn past its deadline.
+        let host_wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline);
+        let scope = &open.grant.scope;
+        let pointer = tokio::select! {
+            found = tokio::time::timeout_at(host_wait, record::pointer(host, scope, ctx)) => {
+                found.unwrap_or_else(|_| {
+                    tracing::warn!("the host did not answer the resume pointer lookup; starting fresh");
+                    None
+                })
+            }
+            () = cancel.cancelled() => return Err(fail(FailureCode::Cancelled, "the run was cancelled before the harness started")),
+        };
+        let session = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
+        let Caged {
+            own_port,
+            wall,
+            quota,
+        } = self.cage_turn(spec, &binding, &mut env, &projection, &program)?;
+        let counted = quota.as_ref().map(Quota::counters);
+        let outbox = Outbox::watch(&projection.dir).map_err(|e| {
+            tracing::error!(workspace = %workspace.display(), error = %e, "cannot watch the outbox");
+            let root = &self.settings.workspace_root;
+            fail(FailureCode::WorkspaceError, format!("outbox: {}", e.within(root)))
+        })?;
+        let mcp_config = workspace.join(
+            projection
+                .mcp
+                .file
+                .as_ref()
+                .map_or(paths::MCP_CONFIG, |f| f.path)
+                .join("/"),
+        );
+        let prepared = Prepared {
+            spec,
+            binding,
+            approvals,
+            env,
+            program,
+            open,
+            host,
+            answer,
+            tools,
+            deadline,
+            projection,
+            workspace,
+            session,
+            own_port,
+            wall,
+            quota,
+            counted,
+            mcp_config,
+            _filled: filled,
+            _guard: guard,
+        };
+        Ok(Some((prepared, outbox)))
+    }
+
+    /// The harness, the binding and the program, before any host call: a
+    /// request the bridge cannot run is refused here.
+    fn admit<'a>(
+        &'a self,
+        ctx: &'a AgentRunContext,
+        harness: &str,
+        options: &RunOptions,
+    ) -> Result<Admitted<'a>, RunFailed> {
+        let spec = self
+            .adapters
+            .require(harness)
+            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
+        let binding = Binding::from_config(&ctx.config)
+            .map_err(|e| fail(FailureCode::InvalidArgument, e.to_string()))?;
+        let approvals = binding.approvals == Approvals::Chat;
+        // A live harness may ask in its own protocol (Codex's app-server).
+        let asks_live = (self.live.is_some() || spec.live_only())
+            && spec
+                .live
+                .as_ref()
+                .and_then(|live| crate::harness::live::driver(&live.driver))
+                .is_some_and(|driver| driver.asks());
+        if approvals && !spec.takes(PROMPT_TOOL_PLACEHOLDER) && !asks_live {
+            return Err(fail(
+                FailureCode::InvalidArgument,
+                format!(
+                    "`approvals: chat` needs a harness that hands its permission prompts to \
+                     the bridge, and {} does not here; choose what it may do with \
+                     `permission_mode` instead",
+                    spec.label
+                ),
+            ));
+        }
+        // `vars()` would panic on a variable that is not UTF-8; such a
+        // variable is simply not passed on.
+        let vars: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        let env = child_env(
+            &spec.env,
+            &self.settings.pass_env,
+            &self.settings.set_env,
+            &options.env,
+            &vars,
+        );
+        let program = self.program(spec, options, &env)?;
+        Ok(Admitted {
+            spec,
+            binding,
+            approvals,
+            env,
+            program,
+        })
+    }
+
+    /// The run's grant (closed again however the turn ends); a turn whose
+    /// deadline passed while it waited (in a host's queue, in ours) starts
+    /// nothing: its answer would come too late anyway.
+    fn open_grant(
+        &self,
+        ctx: &AgentRunContext,
+        spec: &AdapterSpec,
+        options: &RunOptions,
+    ) -> Result<(OpenRun, RunGuard<'_>), RunFailed> {
+        let open = self
+            .grants
+            .open_run_on(
+                ctx,
+                &runner_id(&spec.name),
+                &requested_permissions(),
+                &self.settings.policy,
+                options.host.clone(),
+            )
+            .map_err(|e| fail(FailureCode::InvalidArgument, e.message))?;
+        let guard = RunGuard {
+            bridge: self,
+            run_id: ctx.run_id.clone(),
+        };
+        if open.grant.remaining().is_zero() {
+            return Err(RunFailed {
+                code: FailureCode::DeadlineExceeded,
+                error: "the run's deadline (runtime.deadline_at) had passed before it began; \
+                        nothing was started"
+                    .into(),
+                retryable: true,
+            });
+        }
+        Ok((open, guard))
+    }
+
+    /// How this turn's input answers the conversation's open request (the
+    /// bridge's own record of it), audited; with the context the harness
+    /// gets when it is an answer, and the approval it carries opened for
+    /// the run. `None`: the answer was not this person's to give, or came
+    /// too late; they have been told, and nothing runs.
+    async fn answer(
+        &self,
+        ctx: &AgentRunContext,
+        binding: &Binding<'_>,
+        open: &OpenRun,
+        host: &dyn HostApi,
+        emit: &mut Emitter,
+        cancel: &CancellationToken,
+    ) -> Result<Option<(Reply, Option<AgentRunContext>)>, RunFailed> {
+        let scope = &open.grant.scope;
+        let pending = tokio::select! {
+            found = tokio::time::timeout(HOST_CALL_TIMEOUT, record::pending(host, scope)) => {
+                found.unwrap_or_else(|_| {
+                    tracing::warn!("the host did not answer the open request lookup");
+                    None
+                })
+            }
+            () = cancel.cancelled() => return Err(fail(FailureCode::Cancelled, "the run was cancelled before the harness started")),
+        };
+        let submission = InteractionSubmission::from_input(&ctx.input.extra);
+        let actor = ctx.actor.as_ref().and_then(|a| a.actor_id.as_deref());
+        let answer = interaction::reply(
+            pending.as_ref(),
+            submission.as_ref(),
+            &ctx.input.to_text(),
+            interaction::Answerer {
+                id: actor,
+                approvers: &binding.approvers,
+            },
+            crate::host::now_ms() / 1000,
+        );
+        if let Some(pending) = &pending {
+            answers::audit(
+                &self.grants.granted(open.grant.clone()),
+                pending,
+                &answer,
+                actor,
+            )
+            .await;
+        }
+        let (answered, approved) = match &answer {
+            Reply::Stale(sentence) | Reply::NotYours(sentence) => {
+                // A card answered after its time, or someone else's
+                // request: the person is told, and nothing runs.
+                emit.send(vec![ResultPayload::RunCompleted(RunCompleted {
+                    finish_reason: "stop".into(),
+                    message: Some(Message::assistant(sentence.clone())),
+                })])
+                .await;
+                return Ok(None);
+            }
+            Reply::Answer { prompt, approved } => {
+                let mut with_answer = ctx.clone();
+                with_answer.input.text = Some(prompt.clone());
+                (Some(with_answer), approved.clone())
+            }
+            Reply::Unrelated { .. } => (None, None),
+        };
+        let asking = binding.asking(scope.conversation_id.is_some());
+        self.tools
+            .interactions()
+            .open(&ctx.run_id, approved, asking);
+        Ok(Some((answer, answered)))
+    }
+
+    /// Write the conversation's workspace for this turn.
+    async fn project_turn(
+        &self,
+        ctx: &AgentRunContext,
+        spec: &AdapterSpec,
+        open: &OpenRun,
+        tools: &[&str],
+        options: &RunOptions,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Projection, RunFailed> {
+        let granted = self.grants.granted(open.grant.clone());
+        let mut servers = self.settings.mcp_servers.clone();
+        servers.extend(options.mcp_servers.clone());
+        project(
+            &ProjectRequest {
+                ctx,
+                target: &spec.target(),
+                runner: &spec.name,
+                root: &self.settings.workspace_root,
+                tools,
+                mcp_url: self.mcp.url(),
+                mcp_servers: &servers,
+                host: Some(&granted),
+                env,
+            },
+            &self.templates,
+        )
+        .await
+        .map_err(|e| match e {
+            ProjectionError::Binding(_) => fail(FailureCode::InvalidArgument, e.to_string()),
+            _ => {
+                tracing::error!(error = %e, "cannot write the workspace");
+                let root = &self.settings.workspace_root;
+                fail(FailureCode::WorkspaceError, e.within(root).to_string())
+            }
+        })
+    }
+
+    /// The harness's environment once the workspace is written: the
+    /// conversation's home, the extra MCP servers' variables, the run's
+    /// token and URL; and the token-filled MCP file for a harness that
+    /// cannot expand variables.
+    fn harness_env(
+        &self,
+        spec: &AdapterSpec,
+        env: &mut BTreeMap<String, String>,
+        projection: &Projection,
+        open: &OpenRun,
+    ) -> Result<Option<FilledMcpFile>, RunFailed> {
+        // The conversation's own home replaces the operator's (`HOME`,
+        // `CODEX_HOME`…): before anything reads `env` for the harness's
+        // files (the session check), and before the extra servers' check,
+        // which then refuses a server variable that would move the home.
+        if let Some(home) = &projection.home {
+            for (var, path) in &home.vars {
+                env.insert(var.clone(), path.to_string_lossy().into_owned());
+            }
+        }
+        // Extra servers' secrets ride the child's environment (Codex reads
+        // them by name); they must never change a variable the harness
+        // itself reads (`CODEX_HOME`, a key, `PATH`).
+        if let Some(name) = projection.mcp.child_env.keys().find(|name| {
+            env.contains_key(*name)
+                || *name == TOKEN_ENV
+                || spec
+                    .env
+                    .pass
+                    .iter()
+                    .chain(&self.settings.pass_env)
+                    .any(|pattern| env_pattern_matches(pattern, name))
+        }) {
+            return Err(fail(
+                FailureCode::InvalidArgument,
+                format!(
+                    "an extra MCP server's environment sets `{name}`, which {} reads itself; \
+                     the operator must give that server's variable another name",
+                    spec.label
+                ),
+            ));
+        }
+        env.extend(projection.mcp.child_env.clone());
+        env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
+        env.insert(URL_ENV.into(), self.mcp.url().to_string());
+        // A harness that cannot expand `${VAR}` in its MCP file reads the
+        // token from the file itself, for this turn only.
+        match &projection.mcp.file {
+            Some(file) if file.fill_env => FilledMcpFile::write(&projection.dir, file, env)
+                .map(Some)
+                .map_err(|e| {
+                    let root = &self.settings.workspace_root;
+                    fail(FailureCode::WorkspaceError, e.within(root).to_string())
+                }),
+            _ => Ok(None),
+        }
+    }
+
+    /// The cage for this turn: its own temp folder, its own port where it
+    /// serves itself, the wall (with the binding's network choice) and the
+    /// conversation's resource limits.
+    fn cage_turn(
+        &self,
+        spec: &AdapterSpec,
+        binding: &Binding<'_>,
+        env: &mut BTreeMap<String, String>,
+        projection: &Projection,
+        program: &std::path::Path,
+    ) -> Result<Caged, RunFailed> {
+        let workspace = &projection.workspace;
+        // A caged harness cannot write the shared `/tmp`: its own instead.
+        if self.settings.cage.enabled {
+            projection.dir.ensure_dir(&paths::TMP).map_err(|e| {
+                let root = &self.settings.workspace_root;
+                fail(
+                    FailureCode::WorkspaceError,
+                    format!("temp folder: {}", e.within(root)),
+                )
+            })?;
+            env.insert(
+                "TMPDIR".into(),
+                workspace
+                    .join(paths::TMP.join("/"))
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+        // A harness that serves itself gets one port for it.
+        let own_port = if spec.mentions("own_port") {
+            Some(crate::harness::cage::free_loopback_port().map_err(|e| {
+                fail(
+                    FailureCode::RuntimeError,
+                    format!("no free loopback port for {}: {e}", spec.label),
+                )
+            })?)
+        } else {
+            None
+        };
+        // The binding may choose the network of its own harness.
+        let mut cage = self.settings.cage.clone();
+        if let Some(choice) = binding.network {
+            cage.network = match choice {
+                NetworkChoice::Ports => Network::Ports,
+                NetworkChoice::Open => Network::Open,
+            };
+        }
+        cage.ports.extend(&binding.network_ports);
+        let wall = cage.plan(&Subject {
+            workspace,
+            program,
+            env,
+            carried: projection
+                .home
+                .as_ref()
+                .map_or(&[][..], |home| home.carried.as_slice()),
+            own_port,
+        });
+        // Every process of the conversation, in its limits; a turn that
+        // hits one fails `resource_limit`, named by the group's counters.
+        let quota = crate::harness::cage::quota(workspace, &self.settings.cage.limits)
+            .map_err(|e| {
+                tracing::error!(workspace = %workspace.display(), error = %e, "cannot apply the conversation's limits");
+                fail(
+                    FailureCode::HarnessError,
+                    "cannot apply the conversation's resource limits (see the bridge's log)",
+                )
+            })?;
+        Ok(Caged {
+            own_port,
+            wall,
+            quota,
+        })
+    }
+
+    /// The harness program: the operator's path, else the spec's binary on
+    /// the child's PATH; missing → `harness_not_found` with the install hint.
+    fn program(
+        &self,
+        spec: &AdapterSpec,
+        options: &RunOptions,
+        env: &BTreeMap<String, String>,
+    ) -> Result<PathBuf, RunFailed> {
+        let wanted = options
+            .binary
+            .as_ref()
+            .or_else(|| self.settings.binaries.get(&spec.name))
+            .map_or_else(|| spec.binary.clone(), |p| p.to_string_lossy().into_owned());
+        find_program(&wanted, env.get("PATH").map(String::as_str)).ok_or_else(|| {
+            // A configured path is the operator's, named in the log; the
+            // client is told which program, not where it was looked for.
+            let place = match wanted.rsplit_once('/') {
+                Some((_, name)) => {
+                    tracing::warn!(program = %wanted, "the configured harness program is not there");
+                    format!("`{name}`) was not found where configured")
+                }
+                None => format!("`{wanted}`) was not found on PATH"),
+            };
+            fail(
+                FailureCode::HarnessNotFound,
+                format!("{} ({place}: {}", spec.label, spec.install_hint),
+            )
+        })
+    }
+
+    /// Which session the turn resumes: the stored pointer's, when it is
+    /// this harness's, in this workspace, well-formed and still on disk;
+    /// else a fresh one, with a sentence saying why.
+    fn plan_session(
+        &self,
+        spec: &AdapterSpec,
+        pointer: Option<&ResumePointer>,
+        env: &BTreeMap<String, String>,
+        workspace: &std::path::Path,
+    ) -> SessionPlan {
+        let Some(pointer) = pointer else {
+            return SessionPlan {
+                resume: None,
+                notice: None,
+            };
+        };
+        if !pointer.fits(&spec.name, workspace) {
+            // Another harness (or workspace) owned the conversation: a
+            // fresh session, and no error.
+            // Or the session was kept in another workspace: another bridge
+            // instance's, which ran the conversation until it went away.
+            let notice = if pointer.harness != spec.name {
+                format!(
+                    "This conversation switched to {}; it starts a fresh session.",
+                    spec.label
+                )
+            } else {
+                format!(
+                    "The previous {} session was kept in another workspace (another bridge \
+                     instance ran this conversation); this turn started a fresh session, and \
+                     the conversation's history is still there.",
+                    spec.label
+                )
+            };
+            return SessionPlan {
+                resume: None,
+                notice: Some(notice),
+            };
+        }
+        if !spec.session_id_format.accepts(&pointer.session_id) {
+            tracing::warn!(
+                "the stored session id is not {}; starting a fresh session",
+                spec.session_id_format.describe()
+            );
+            return SessionPlan {
+                resume: None,
+                notice: Some(format!(
+                    "The stored session id is not a {} session id ({}); this turn started a fresh session.",
+                    spec.label,
+                    spec.session_id_format.describe()
+                )),
+            };
+        }
+        if !spec
+            .session_store
+            .has_session(env, workspace, &pointer.session_id)
+        {
+            return SessionPlan {
+                resume: None,
+                notice: Some(format!(
+                    "The previous {} session ({}) no longer exists; this turn started a fresh session.",
+                    spec.label, pointer.session_id
+                )),
+            };
+        }
+        SessionPlan {
+            resume: Some(pointer.session_id.clone()),
+            notice: None,
+        }
+    }
+}

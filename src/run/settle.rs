@@ -1,0 +1,300 @@
+//! The turn's last phase: what the host keeps, then the one terminal
+//! result. The resume pointer (kept only in the form the spec's ids take),
+//! the card for a request the turn asked and the open request in the
+//! conversation's state, the reply in the history; then `run.completed`
+//! (with the session facts) or `run.failed`.
+//!
+//! Each host write is bounded by the deadline: a host that does not answer
+//! never holds the person's answer back.
+
+use serde_json::json;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::drive::Driven;
+use super::prepare::Prepared;
+use super::{AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, answers, record};
+use crate::harness::ResumePointer;
+use crate::interaction::{self, PENDING_KEY, Pending};
+use crate::protocol::{
+    ActionRequested, AgentRunContext, FailureCode, INTERACTION_REQUESTED, Message, ResultPayload,
+    RunCompleted, StateScope, StateUpdated,
+};
+
+impl Bridge {
+    /// Keep what the turn left (pointer, open request, reply) and send its
+    /// terminal result.
+    pub(super) async fn settle(
+        &self,
+        ctx: &AgentRunContext,
+        turn: &Prepared<'_>,
+        driven: Driven,
+        emit: &mut Emitter,
+        summary: &mut RunSummary,
+        cancel: &CancellationToken,
+    ) {
+        let Driven {
+            end,
+            resumed,
+            notice,
+            process,
+        } = driven;
+        summary.resumed = resumed;
+        emit.set_usage(end.usage.clone());
+        let spec = turn.spec;
+        // A session id the harness printed is kept only in the form the
+        // spec says its ids take: the pointer is passed back to it.
+        let session_id = end.session_id.clone().filter(|id| {
+            let fits = spec.session_id_format.accepts(id);
+            if !fits {
+                tracing::warn!(
+                    "{} named its session `{}`, which is not {}; it is not kept",
+                    spec.label,
+                    id.escape_debug().take(80).collect::<String>(),
+                    spec.session_id_format.describe()
+                );
+            }
+            fits
+        });
+        if let Some(session_id) = &session_id {
+            summary.session_id = Some(session_id.clone());
+            self.keep_pointer(turn, session_id, emit).await;
+        }
+        // What this turn asked the person goes out as a card and stays in
+        // the conversation's state until answered; an answered or lapsed
+        // request is cleared.
+        let asked = self.tools.interactions().close(&ctx.run_id).map(|mut p| {
+            p.asked_by = ctx.actor.as_ref().and_then(|a| {
+                Some(interaction::Asker {
+                    id: a.actor_id.clone()?,
+                    name: a.actor_name.clone(),
+                })
+            });
+            p
+        });
+        self.keep_request(turn, asked.as_ref(), emit).await;
+        if self.settings.record_turns {
+            if let Err(e) = record::reply(turn.host, ctx, &spec.name, &emit.reply()).await {
+                tracing::warn!("cannot record the reply: {e}");
+            }
+        }
+        let session = json!({"session": {
+            "harness": spec.name,
+            "session_id": session_id,
+            "resumed": resumed,
+            "process": process,
+            "notice": notice,
+        }});
+        let terminal = terminal(
+            end.terminal,
+            asked.is_some() && !cancel.is_cancelled(),
+            session,
+            notice.as_deref(),
+            || emit.reply(),
+        );
+        emit.send(vec![terminal]).await;
+    }
+
+    /// Send the resume pointer as `state.updated` results and store it.
+    async fn keep_pointer(&self, turn: &Prepared<'_>, session_id: &str, emit: &mut Emitter) {
+        let pointer = ResumePointer {
+            harness: turn.spec.name.clone(),
+            session_id: session_id.to_string(),
+            working_directory: turn.workspace.to_string_lossy().into_owned(),
+        };
+        let updates = pointer
+            .entries()
+            .into_iter()
+            .map(|(key, value)| {
+                ResultPayload::StateUpdated(StateUpdated {
+                    scope: StateScope::Conversation,
+                    key: key.into(),
+                    value,
+                })
+            })
+            .collect();
+        emit.send(updates).await;
+        // Bounded by the deadline too: a host that does not answer must
+        // not hold a stopped turn's answer back (the `state.updated`
+        // results above carry the pointer anyway).
+        let wait = (Instant::now() + HOST_CALL_TIMEOUT).min(turn.deadline + AFTER_DEADLINE);
+        let scope = &turn.open.grant.scope;
+        let stored =
+            tokio::time::timeout_at(wait, record::store_pointer(turn.host, scope, &pointer)).await;
+        match stored {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("cannot store the resume pointer: {e}"),
+            Err(_) => tracing::warn!("the host did not answer storing the resume pointer"),
+        }
+    }
+
+    /// Send the card for what the turn asked, and keep the open request in
+    /// the conversation's state (or clear one this turn answered).
+    async fn keep_request(&self, turn: &Prepared<'_>, asked: Option<&Pending>, emit: &mut Emitter) {
+        let kept = match asked {
+            Some(pending) => {
+                if let Some(whole) = answers::attachment(pending) {
+                    emit.send(vec![ResultPayload::ArtifactCreated(whole)]).await;
+                }
+                let request = pending.request(&turn.spec.label);
+                let payload = serde_json::to_value(&request)
+                    .ok()
+                    .and_then(|v| v.as_object().cloned());
+                emit.send(vec![ResultPayload::ActionRequested(ActionRequested {
+                    action: INTERACTION_REQUESTED.into(),
+                    target: None,
+                    payload,
+                })])
+                .await;
+                serde_json::to_value(pending).ok()
+            }
+            None => turn.answer.clears().then_some(serde_json::Value::Null),
+        };
+        let Some(value) = kept else {
+            return;
+        };
+        emit.send(vec![ResultPayload::StateUpdated(StateUpdated {
+            scope: StateScope::Conversation,
+            key: PENDING_KEY.into(),
+            value: value.clone(),
+        })])
+        .await;
+        let wait = (Instant::now() + HOST_CALL_TIMEOUT).min(turn.deadline + AFTER_DEADLINE);
+        let scope = &turn.open.grant.scope;
+        let stored =
+            tokio::time::timeout_at(wait, record::store_pending(turn.host, scope, value)).await;
+        if !matches!(stored, Ok(Ok(()))) {
+            tracing::warn!("cannot keep the open request in the conversation's state");
+        }
+    }
+}
+
+/// The turn's terminal result from the harness's: a turn that asked the
+/// person ends with the question (even when the harness was interrupted
+/// to stop it going on); a completed one carries the session facts and
+/// the reply (`reply`, when the harness gave no message); a failed one
+/// says why the session is fresh.
+fn terminal(
+    harness_end: ResultPayload,
+    asked: bool,
+    session: serde_json::Value,
+    notice: Option<&str>,
+    reply: impl FnOnce() -> String,
+) -> ResultPayload {
+    let end = match harness_end {
+        ResultPayload::RunFailed(failed) if asked && failed.code == FailureCode::HarnessError => {
+            tracing::info!(
+                "the harness stopped after asking the person: {}",
+                failed.error
+            );
+            ResultPayload::RunCompleted(RunCompleted {
+                finish_reason: "interaction_requested".into(),
+                message: None,
+            })
+        }
+        other => other,
+    };
+    match end {
+        ResultPayload::RunCompleted(mut done) => {
+            let mut message = done
+                .message
+                .take()
+                .unwrap_or_else(|| Message::assistant(reply()));
+            message.extra.insert("metadata".into(), session);
+            done.message = Some(message);
+            ResultPayload::RunCompleted(done)
+        }
+        ResultPayload::RunFailed(mut failed) => {
+            if let Some(notice) = notice {
+                failed.error = format!("{}\n({notice})", failed.error);
+            }
+            ResultPayload::RunFailed(failed)
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::RunFailed;
+
+    fn failed(code: FailureCode) -> ResultPayload {
+        ResultPayload::RunFailed(RunFailed {
+            code,
+            error: "it stopped".into(),
+            retryable: false,
+        })
+    }
+
+    #[test]
+    fn a_turn_that_asked_ends_with_the_question_not_the_interruption() {
+        let end = terminal(
+            failed(FailureCode::HarnessError),
+            true,
+            json!({}),
+            None,
+            String::new,
+        );
+        let ResultPayload::RunCompleted(done) = end else {
+            panic!("expected run.completed, got {end:?}");
+        };
+        assert_eq!(done.finish_reason, "interaction_requested");
+    }
+
+    #[test]
+    fn a_deadline_stays_a_failure_even_after_asking() {
+        let end = terminal(
+            failed(FailureCode::DeadlineExceeded),
+            true,
+            json!({}),
+            None,
+            String::new,
+        );
+        assert!(
+            matches!(end, ResultPayload::RunFailed(f) if f.code == FailureCode::DeadlineExceeded)
+        );
+    }
+
+    #[test]
+    fn a_completed_turn_carries_the_session_facts_and_the_streamed_reply() {
+        let done = ResultPayload::RunCompleted(RunCompleted {
+            finish_reason: "stop".into(),
+            message: None,
+        });
+        let end = terminal(
+            done,
+            false,
+            json!({"session": {"session_id": "s1"}}),
+            None,
+            || "hello".into(),
+        );
+        let ResultPayload::RunCompleted(done) = end else {
+            panic!("expected run.completed");
+        };
+        let message = done.message.expect("a message");
+        assert_eq!(
+            message.content.map(|c| c.to_text()).as_deref(),
+            Some("hello")
+        );
+        assert_eq!(message.extra["metadata"]["session"]["session_id"], "s1");
+    }
+
+    #[test]
+    fn a_failure_says_why_the_session_is_fresh() {
+        let end = terminal(
+            failed(FailureCode::HarnessError),
+            false,
+            json!({}),
+            Some("The previous session no longer exists."),
+            String::new,
+        );
+        let ResultPayload::RunFailed(failed) = end else {
+            panic!("expected run.failed");
+        };
+        assert_eq!(
+            failed.error,
+            "it stopped\n(The previous session no longer exists.)"
+        );
+    }
+}
