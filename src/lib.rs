@@ -1,8 +1,12 @@
-//! harness-bridge: plugs code-agent CLIs (Claude Code, Codex, ...) into IM
-//! bots through LangBot's AgentRunner Protocol v1.
+//! harness-bridge: plugs code-agent CLIs (Claude Code, Codex, Copilot,
+//! Gemini, Qwen Code, Kimi Code, opencode, any ACP agent) into IM bots
+//! through LangBot's AgentRunner Protocol v1.
 //!
-//! Data flows one way: [`protocol`] (wire types) → [`host`] (the host proxy
-//! API, run grants, the embedded store) → [`projection`] → [`harness`] → [`run`] → [`cli`]. See `ARCHITECTURE.md` for the map and the invariants.
+//! Data flows one way: [`protocol`] (wire types) → [`interaction`] →
+//! [`host`] (the host proxy API, run grants, the embedded store) →
+//! [`projection`] → [`harness`] → [`mcp`] → [`run`] → `relay` / [`serve`] →
+//! [`cli`]; `tests/layers.rs` keeps it so. See `ARCHITECTURE.md` for the map
+//! and the invariants.
 
 #![warn(missing_docs)]
 

@@ -126,3 +126,216 @@ fn imports_are_read_whole_and_grouped() {
     );
     assert!(named("let crate_name = 1;").is_empty());
 }
+
+/// The child modules of `src/<top>/`: its `.rs` files and folders.
+fn children(src: &Path, top: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(src.join(top)) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let name = name
+                .strip_suffix(".rs")
+                .map_or(name.clone(), str::to_string);
+            (name != "mod" && !name.contains('.')).then_some(name)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Which child of `src/<top>/` each name `src/<top>/mod.rs` re-exports
+/// comes from (`pub use child::{A, B};`), so `crate::top::A` counts as a
+/// use of that child.
+fn reexports(src: &Path, top: &str, children: &[String]) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(src.join(top).join("mod.rs")).unwrap_or_default();
+    let mut found = Vec::new();
+    for statement in text.split(';') {
+        let statement = statement.trim();
+        let Some(rest) = statement.strip_prefix("pub use ") else {
+            continue;
+        };
+        let Some((child, items)) = rest.split_once("::") else {
+            continue;
+        };
+        if !children.iter().any(|c| c == child) {
+            continue;
+        }
+        let items = items.trim_start_matches('{').trim_end_matches('}');
+        for item in items.split(',') {
+            let item = item.trim();
+            let name = item.rsplit(" as ").next().unwrap_or(item).trim();
+            if !name.is_empty() && name != "self" {
+                found.push((name.to_string(), child.to_string()));
+            }
+        }
+    }
+    found
+}
+
+/// The uses between the children of `src/<top>/` (each child's own files,
+/// tests left out): `crate::top::child…`, `super::child…` in a child's
+/// first file, and a name `top/mod.rs` re-exports from a child.
+fn sibling_uses(src: &Path, top: &str) -> Vec<(String, String)> {
+    let kids = children(src, top);
+    let exported = reexports(src, top, &kids);
+    let mut edges = Vec::new();
+    for entry in walkdir::WalkDir::new(src.join(top)) {
+        let entry = entry.expect("the source tree reads");
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let relative = path.strip_prefix(src.join(top)).expect("under its module");
+        let mut parts = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy());
+        let first = parts
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(".rs")
+            .to_string();
+        if first == "mod" {
+            continue;
+        }
+        // `super::x` names a sibling only in the child's own first file.
+        let direct = relative.components().count() == 1
+            || relative.file_name().is_some_and(|f| f == "mod.rs")
+                && relative.components().count() == 2;
+        let text = std::fs::read_to_string(path).expect("a source file reads");
+        let body = text.split("#[cfg(test)]").next().unwrap_or("");
+        let prefix = format!("crate::{top}::");
+        for line in body.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            let mut names = Vec::new();
+            for (at, _) in code.match_indices(&prefix) {
+                names.extend(leading_names(&code[at + prefix.len()..]));
+            }
+            if direct {
+                for (at, _) in code.match_indices("super::") {
+                    names.extend(leading_names(&code[at + "super::".len()..]));
+                }
+            }
+            for name in names {
+                let target = if kids.contains(&name) {
+                    Some(name)
+                } else {
+                    exported
+                        .iter()
+                        .find(|(item, _)| *item == name)
+                        .map(|(_, child)| child.clone())
+                };
+                if let Some(target) = target.filter(|t| *t != first) {
+                    edges.push((first.clone(), target));
+                }
+            }
+        }
+    }
+    edges.sort();
+    edges.dedup();
+    edges
+}
+
+/// The first name (or each name of a `{…}` group) at the start of `rest`.
+fn leading_names(rest: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    match rest.strip_prefix('{') {
+        Some(group) => group[..group.find('}').unwrap_or(group.len())]
+            .split(',')
+            .map(ident)
+            .filter(|n| !n.is_empty())
+            .collect(),
+        None => vec![ident(rest)]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect(),
+    }
+}
+
+/// A cycle in `edges`, as the path that closes it.
+fn cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &[(String, String)],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_string());
+            return Some(found);
+        }
+        if done.iter().any(|n| n == node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for (_, to) in edges.iter().filter(|(from, _)| from == node) {
+            if let Some(found) = visit(to, edges, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.push(node.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    edges
+        .iter()
+        .find_map(|(from, _)| visit(from, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_import_cycle_among_any_modules_children() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut cycles = Vec::new();
+    let mut modules = 0;
+    for (top, _) in LAYERS {
+        if !src.join(top).is_dir() {
+            continue;
+        }
+        modules += 1;
+        if let Some(found) = cycle(&sibling_uses(&src, top)) {
+            cycles.push(format!("src/{top}/: {}", found.join(" → ")));
+        }
+    }
+    assert!(
+        modules >= 6,
+        "the source tree was not found ({modules} modules)"
+    );
+    assert!(
+        cycles.is_empty(),
+        "import cycles between sub-modules:\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn a_cycle_is_found_and_a_chain_is_not() {
+    let edge = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        cycle(&[
+            edge("adapter", "live"),
+            edge("live", "acp"),
+            edge("acp", "adapter")
+        ]),
+        Some(vec![
+            "adapter".into(),
+            "live".into(),
+            "acp".into(),
+            "adapter".into()
+        ])
+    );
+    assert_eq!(
+        cycle(&[edge("a", "b"), edge("b", "c"), edge("a", "c")]),
+        None
+    );
+    assert_eq!(leading_names("{adapter::X, live}"), ["adapter", "live"]);
+}

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 use super::family::{self, Family};
+use super::live::AcpSpec;
 use super::{SessionIdFormat, SessionStore};
 use crate::projection::{Carry, Home, Target};
 
@@ -79,53 +80,6 @@ pub struct LiveSpec {
     /// paused tool call goes on once the person answers.
     #[serde(default)]
     pub permission_prompt_tool: Option<String>,
-}
-
-/// What an ACP agent may do when no person is asked (without `approvals:
-/// chat`): its permission requests are answered with an option of this
-/// kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AcpPolicy {
-    /// `allow_once` (else `allow_always`): the workspace is the agent's.
-    #[default]
-    Allow,
-    /// `reject_once` (else `reject_always`).
-    Deny,
-}
-
-/// How an ACP agent's stored session is continued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AcpResume {
-    /// `session/resume` where the agent offers it, else `session/load`.
-    #[default]
-    Auto,
-    /// `session/load` only (its replay ignored): for an agent whose
-    /// `session/resume` is unreliable.
-    Load,
-}
-
-/// Options of an agent driven over the Agent Client Protocol (`family:
-/// acp`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AcpSpec {
-    /// `authenticate`'s `methodId` before the session, when the agent
-    /// needs one (most take their key from the environment).
-    #[serde(default)]
-    pub auth_method: Option<String>,
-    /// The answer to a permission request when no person is asked.
-    #[serde(default)]
-    pub permissions: AcpPolicy,
-    /// How a stored session is continued.
-    #[serde(default)]
-    pub resume: AcpResume,
-    /// The session mode to set (`session/set_mode`) when the agent offers
-    /// it and starts in another: e.g. `default`, where an agent would
-    /// otherwise start in a mode whose checks cannot run here.
-    #[serde(default)]
-    pub mode: Option<String>,
 }
 
 /// What an agent adds to its family's home (an ACP agent's files differ
@@ -383,6 +337,18 @@ const PLACEHOLDERS: [&str; 11] = [
 ];
 
 impl AdapterSpec {
+    /// The driver its `live` section names, set up with the spec's own
+    /// options (an ACP agent's permission policy and auth method).
+    pub fn live_driver(&self) -> Option<Box<dyn super::live::LiveDriver>> {
+        let live = self.live.as_ref()?;
+        match live.driver.as_str() {
+            "acp" => Some(Box::new(super::live::Acp::new(
+                self.acp.clone().unwrap_or_default(),
+            ))),
+            name => super::live::driver(name),
+        }
+    }
+
     /// Parse one spec file's text; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<Self, SpecError> {
         let raw: SpecFile = serde_yaml::from_str(text).map_err(|e| SpecError {

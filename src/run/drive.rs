@@ -400,7 +400,7 @@ impl Bridge {
             wall: turn.wall,
             quota: turn.quota,
         };
-        let mut driver = crate::harness::live::driver_for(spec).ok_or_else(|| {
+        let mut driver = spec.live_driver().ok_or_else(|| {
             fail(
                 FailureCode::HarnessError,
                 format!("unknown live driver `{}`", turn.driver),

@@ -2,7 +2,7 @@
 //! starts, reach. Built by the bridge before the spawn and entered by the
 //! child between fork and exec, irrevocably:
 //!
-//! - **Landlock** (Linux 6.7+, ABI 6): files and folders read-write only
+//! - **Landlock** (Linux 6.12+, ABI 6): files and folders read-write only
 //!   where the plan says (the conversation's workspace, with its home and
 //!   temp folder), read-only the system, the harness's installation and
 //!   what the operator lists, nothing else; TCP `connect` only to the
@@ -19,7 +19,7 @@
 //!
 //! Landlock needs no privilege and nothing prepared by root; it was
 //! chosen over bubblewrap for that and for its cost (measured in
-//! BENCHMARKS.md): see ARCHITECTURE.md, "The cage".
+//! BENCHMARKS.md): see docs/decisions.md.
 
 use std::collections::BTreeSet;
 use std::ffi::CString;
@@ -100,11 +100,11 @@ pub fn unavailable() -> Option<String> {
     let abi = kernel_abi();
     if abi < NEEDED_ABI {
         return Some(if abi == 0 {
-            "the kernel offers no Landlock (Linux 6.7 or later with Landlock enabled is needed)"
+            "the kernel offers no Landlock (Linux 6.12 or later with Landlock enabled is needed)"
                 .to_string()
         } else {
             format!(
-                "the kernel's Landlock is ABI {abi}; the cage needs ABI {NEEDED_ABI} (Linux 6.7 or later)"
+                "the kernel's Landlock is ABI {abi}; the cage needs ABI {NEEDED_ABI} (Linux 6.12 or later)"
             )
         });
     }

@@ -20,8 +20,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 
+use serde::Deserialize;
+
 use super::{LiveDriver, PermissionRequest, Prompt, PromptFile, Setup, Step};
-use crate::harness::adapter::{AcpPolicy, AcpResume, AcpSpec};
 use crate::harness::decode::{object, token_usage};
 use crate::interaction::Decision;
 use crate::protocol::FailureCode;
@@ -29,6 +30,53 @@ use crate::protocol::{
     Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
     TokenUsage, ToolCallCompleted, ToolCallStarted,
 };
+
+/// What an ACP agent may do when no person is asked (without `approvals:
+/// chat`): its permission requests are answered with an option of this
+/// kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AcpPolicy {
+    /// `allow_once` (else `allow_always`): the workspace is the agent's.
+    #[default]
+    Allow,
+    /// `reject_once` (else `reject_always`).
+    Deny,
+}
+
+/// How an ACP agent's stored session is continued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AcpResume {
+    /// `session/resume` where the agent offers it, else `session/load`.
+    #[default]
+    Auto,
+    /// `session/load` only (its replay ignored): for an agent whose
+    /// `session/resume` is unreliable.
+    Load,
+}
+
+/// Options of an agent driven over the Agent Client Protocol (`family:
+/// acp`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcpSpec {
+    /// `authenticate`'s `methodId` before the session, when the agent
+    /// needs one (most take their key from the environment).
+    #[serde(default)]
+    pub auth_method: Option<String>,
+    /// The answer to a permission request when no person is asked.
+    #[serde(default)]
+    pub permissions: AcpPolicy,
+    /// How a stored session is continued.
+    #[serde(default)]
+    pub resume: AcpResume,
+    /// The session mode to set (`session/set_mode`) when the agent offers
+    /// it and starts in another: e.g. `default`, where an agent would
+    /// otherwise start in a mode whose checks cannot run here.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
 
 /// What a request of ours was, to read its response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

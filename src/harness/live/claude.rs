@@ -8,7 +8,7 @@
 //! permission is a `control_request` (`subtype: can_use_tool`, `tool_name`,
 //! `input`) that waits for its `control_response` (`behavior: allow` with
 //! `updatedInput`, or `deny` with a `message`) for as long as it takes
-//! (measured with the pinned CLI, see ARCHITECTURE.md).
+//! (measured with the pinned CLI, see docs/harnesses/claude-code.md).
 
 use serde_json::{Value, json};
 

@@ -16,7 +16,7 @@
 //! the person's follow-up to the running turn (its next model request
 //! carries it, one `turn/completed` for both). The server may also ask the client (approvals); a
 //! request this driver does not serve is declined, never left waiting
-//! (measured with the pinned CLI, see ARCHITECTURE.md).
+//! (measured with the pinned CLI, see docs/harnesses/codex.md).
 
 use std::collections::HashMap;
 

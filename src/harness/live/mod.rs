@@ -10,7 +10,7 @@ mod acp;
 mod claude;
 mod codex;
 
-pub use acp::Acp;
+pub use acp::{Acp, AcpPolicy, AcpResume, AcpSpec};
 pub use claude::ClaudeLive;
 pub use codex::CodexAppServer;
 
@@ -177,14 +177,4 @@ pub fn driver_names() -> String {
         .map(|(name, _)| *name)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The driver a spec's `live` section names, set up with the spec's own
-/// options (an ACP agent's permission policy and auth method).
-pub fn driver_for(spec: &crate::harness::AdapterSpec) -> Option<Box<dyn LiveDriver>> {
-    let live = spec.live.as_ref()?;
-    match live.driver.as_str() {
-        "acp" => Some(Box::new(Acp::new(spec.acp.clone().unwrap_or_default()))),
-        name => driver(name),
-    }
 }
