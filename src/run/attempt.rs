@@ -9,13 +9,16 @@
 
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
+use std::process::ExitStatus;
+
+use tokio::process::ChildStdout;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::emit::Emitter;
+use super::engine::{self, Engine, Event, Stop, Watch};
 use super::outbox::{self, Outbox};
-use crate::harness::decode::{Exit, LineBuffer, decoder};
+use crate::harness::decode::{Decoder, Exit, LineBuffer, decoder};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::host::{HostApi, RunScope};
 use crate::protocol::FailureCode;
@@ -63,11 +66,6 @@ pub struct AttemptEnd {
     pub usage: Option<TokenUsage>,
 }
 
-enum Stop {
-    Deadline,
-    Cancelled,
-}
-
 pub(super) fn failed(code: FailureCode, error: String, retryable: bool) -> ResultPayload {
     ResultPayload::RunFailed(RunFailed {
         code,
@@ -89,7 +87,7 @@ pub async fn push_artifact(live: &mut Live<'_>, name: String) {
 
 /// Run the harness once, streaming its results into `live.emit`.
 pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_>) -> AttemptEnd {
-    let mut decode = match decoder(&spec.decoder) {
+    let decode = match decoder(&spec.decoder) {
         Some(d) => d,
         None => {
             return AttemptEnd {
@@ -119,7 +117,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             usage: None,
         };
     }
-    let (mut process, mut stdout) = match HarnessProcess::spawn(launch) {
+    let (process, stdout) = match HarnessProcess::spawn(launch) {
         Ok(spawned) => spawned,
         Err(e) => {
             tracing::error!(program = %launch.program.display(), error = %e, "cannot start the harness");
@@ -144,135 +142,180 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             marker: process.marker(),
         });
     }
-    let mut lines = LineBuffer::default();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut not_found = false;
-    let mut spoke = false;
-    let mut stdout_open = true;
-    let mut exited = None;
-    let mut drain_until: Option<Instant> = None;
-    // The deadline and cancel are watched in every state, also while
-    // results wait for a consumer that stopped reading: back-pressure
-    // pauses reading the harness's output, never its stop.
-    let stop = loop {
+    let mut one = OneShot {
+        spec,
+        process,
+        stdout,
+        decode,
+        lines: LineBuffer::default(),
+        not_found: false,
+        spoke: false,
+        stdout_open: true,
+        exited: None,
+        drain_until: None,
+    };
+    let stop = engine::pump(&mut one, live).await;
+    one.finish(stop, live).await
+}
+
+/// A harness process started for one turn: its output decoded line by
+/// line, its end the turn's end.
+struct OneShot<'s> {
+    spec: &'s AdapterSpec,
+    process: HarnessProcess,
+    stdout: ChildStdout,
+    decode: Box<dyn Decoder>,
+    lines: LineBuffer,
+    /// The output said the session to resume does not exist.
+    not_found: bool,
+    /// The model (or a tool) has spoken: later text may quote anything.
+    spoke: bool,
+    stdout_open: bool,
+    exited: Option<std::io::Result<ExitStatus>>,
+    /// Past its exit, how long output still in the pipe is waited for.
+    drain_until: Option<Instant>,
+}
+
+impl Engine for OneShot<'_> {
+    /// Why the run stopped the harness; `None`: it ended on its own.
+    type Over = Option<Stop>;
+
+    fn until(&self, io: &Live<'_>) -> Instant {
         // Past its exit, the harness gets a short window for output still
         // in the pipe; a consumer that holds results back does not use it up.
-        let until = match drain_until {
-            Some(drain) if !live.emit.pending() => drain.min(live.deadline),
-            _ => live.deadline,
-        };
-        tokio::select! {
-            biased;
-            () = live.cancel.cancelled() => break Some(Stop::Cancelled),
-            () = tokio::time::sleep_until(until) => {
-                // Past the drain window the harness has ended on its own;
-                // only a harness still running has missed the deadline.
-                break if exited.is_some() { None } else { Some(Stop::Deadline) };
+        match self.drain_until {
+            Some(drain) if !io.emit.pending() => drain.min(io.deadline),
+            _ => io.deadline,
+        }
+    }
+
+    fn watch(&self) -> Watch {
+        Watch {
+            cancel: true,
+            steer: false,
+            output: self.stdout_open,
+            exit: self.exited.is_none(),
+        }
+    }
+
+    fn pipes(&mut self) -> (&mut ChildStdout, &mut HarnessProcess) {
+        (&mut self.stdout, &mut self.process)
+    }
+
+    async fn on(&mut self, event: Event<'_>, io: &mut Live<'_>) -> Option<Option<Stop>> {
+        match event {
+            Event::Cancelled => Some(Some(Stop::Cancelled)),
+            // Past the drain window the harness has ended on its own;
+            // only a harness still running has missed the deadline.
+            Event::Timer => Some(self.exited.is_none().then_some(Stop::Deadline)),
+            Event::Output([]) => {
+                self.stdout_open = false;
+                self.exited.is_some().then_some(None)
             }
-            () = live.emit.flush(), if live.emit.pending() => {}
-            read = stdout.read(&mut buf), if stdout_open && !live.emit.pending() => match read {
-                Ok(0) | Err(_) => {
-                    stdout_open = false;
-                    if exited.is_some() {
-                        break None;
-                    }
+            Event::Output(bytes) => {
+                if self.exited.is_some() {
+                    self.drain_until = Some(Instant::now() + STDOUT_DRAIN);
                 }
-                Ok(n) => {
-                    if exited.is_some() {
-                        drain_until = Some(Instant::now() + STDOUT_DRAIN);
+                for line in self.lines.push(bytes) {
+                    let payloads = self.decode.line(&line);
+                    // A harness that cannot resume says so before the
+                    // model speaks; after that, the text is the model's
+                    // or a tool's, and may quote anything.
+                    self.spoke = self.spoke || payloads.iter().any(|p| is_model_output(&p.kind()));
+                    if !self.spoke {
+                        self.not_found |= line.contains(&self.spec.session_not_found);
                     }
-                    for line in lines.push(&buf[..n]) {
-                        let payloads = decode.line(&line);
-                        // A harness that cannot resume says so before the
-                        // model speaks; after that, the text is the model's
-                        // or a tool's, and may quote anything.
-                        spoke = spoke || payloads.iter().any(|p| is_model_output(&p.kind()));
-                        if !spoke {
-                            not_found |= line.contains(&spec.session_not_found);
-                        }
-                        live.emit.push(payloads);
-                    }
+                    io.emit.push(payloads);
                 }
-            },
-            status = process.wait(), if exited.is_none() => {
+                None
+            }
+            Event::Exited(status) => {
                 // Whatever the harness left running ends with it.
-                process.clear().await;
-                exited = Some(status);
-                if !stdout_open {
-                    break None;
+                self.process.clear().await;
+                self.exited = Some(status);
+                if !self.stdout_open {
+                    return Some(None);
                 }
                 // Everything that could hold stdout open is gone, so it
                 // ends soon; what is still in the pipe is read first.
-                drain_until = Some(Instant::now() + STDOUT_DRAIN);
+                self.drain_until = Some(Instant::now() + STDOUT_DRAIN);
+                None
             }
-            Some(name) = live.outbox.next(), if !live.emit.pending() => push_artifact(live, name).await,
+            Event::Steer(_) => None,
         }
-    };
-    // A harness that already exited ended the turn on its own, whatever
-    // came after (what it left is gone; do not signal it again).
-    let (stop, status) = match exited {
-        Some(status) => (None, status),
-        None => {
-            let status = process.terminate(live.grace).await;
-            process.clear().await;
-            (stop, status)
-        }
-    };
-    if let Some(line) = lines.finish() {
-        not_found |= !spoke && line.contains(&spec.session_not_found);
-        let payloads = decode.line(&line);
-        live.emit.send(payloads).await;
     }
-    let stderr = process.stderr_tail().await;
-    not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
-    let session_id = decode.session_id().map(str::to_string);
-    let seconds = |d: Duration| d.as_secs_f64();
-    let terminal = match stop {
-        Some(Stop::Deadline) => failed(
-            FailureCode::DeadlineExceeded,
-            format!(
-                "{} was still running at the run's deadline and was stopped (grace {:.0}s before SIGKILL)",
-                spec.label,
-                seconds(live.grace)
-            ),
-            true,
-        ),
-        Some(Stop::Cancelled) => failed(
-            FailureCode::Cancelled,
-            format!("the run was cancelled; {} was stopped", spec.label),
-            false,
-        ),
-        None => {
-            let exit = Exit {
-                code: status.ok().and_then(|s| s.code()),
-            };
-            let mut payloads = decode.finish(exit);
-            let terminal = payloads
-                .iter()
-                .rposition(|p| p.kind().is_terminal())
-                .map(|i| payloads.remove(i));
-            live.emit.send(payloads).await;
-            match terminal {
-                Some(ResultPayload::RunFailed(mut f)) => {
-                    if !exit.success() {
-                        quote_stderr(&mut f, &stderr);
-                    }
-                    ResultPayload::RunFailed(f)
-                }
-                Some(other) => other,
-                None => failed(
-                    FailureCode::HarnessError,
-                    format!("{} ended without a result", spec.label),
-                    false,
-                ),
+}
+
+impl OneShot<'_> {
+    /// End the process if it still runs, read what is left, and say how
+    /// the attempt ended.
+    async fn finish(mut self, stop: Option<Stop>, live: &mut Live<'_>) -> AttemptEnd {
+        let spec = self.spec;
+        // A harness that already exited ended the turn on its own, whatever
+        // came after (what it left is gone; do not signal it again).
+        let (stop, status) = match self.exited.take() {
+            Some(status) => (None, status),
+            None => {
+                let status = self.process.terminate(live.grace).await;
+                self.process.clear().await;
+                (stop, status)
             }
+        };
+        if let Some(line) = self.lines.finish() {
+            self.not_found |= !self.spoke && line.contains(&spec.session_not_found);
+            let payloads = self.decode.line(&line);
+            live.emit.send(payloads).await;
         }
-    };
-    AttemptEnd {
-        terminal,
-        session_id,
-        session_not_found: not_found,
-        usage: decode.usage(),
+        let stderr = self.process.stderr_tail().await;
+        self.not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
+        let session_id = self.decode.session_id().map(str::to_string);
+        let terminal = match stop {
+            Some(Stop::Deadline) => failed(
+                FailureCode::DeadlineExceeded,
+                format!(
+                    "{} was still running at the run's deadline and was stopped (grace {:.0}s before SIGKILL)",
+                    spec.label,
+                    live.grace.as_secs_f64()
+                ),
+                true,
+            ),
+            Some(Stop::Cancelled) => failed(
+                FailureCode::Cancelled,
+                format!("the run was cancelled; {} was stopped", spec.label),
+                false,
+            ),
+            None => {
+                let exit = Exit {
+                    code: status.ok().and_then(|s| s.code()),
+                };
+                let mut payloads = self.decode.finish(exit);
+                let terminal = payloads
+                    .iter()
+                    .rposition(|p| p.kind().is_terminal())
+                    .map(|i| payloads.remove(i));
+                live.emit.send(payloads).await;
+                match terminal {
+                    Some(ResultPayload::RunFailed(mut f)) => {
+                        if !exit.success() {
+                            quote_stderr(&mut f, &stderr);
+                        }
+                        ResultPayload::RunFailed(f)
+                    }
+                    Some(other) => other,
+                    None => failed(
+                        FailureCode::HarnessError,
+                        format!("{} ended without a result", spec.label),
+                        false,
+                    ),
+                }
+            }
+        };
+        AttemptEnd {
+            terminal,
+            session_id,
+            session_not_found: self.not_found,
+            usage: self.decode.usage(),
+        }
     }
 }
 

@@ -23,11 +23,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
 use super::attempt::{self, AttemptEnd, Live};
+use super::engine::{self, Engine, Event, Stop, Watch};
 use crate::harness::decode::LineBuffer;
 use crate::harness::live::{LiveDriver, PermissionRequest, Setup};
 pub use crate::harness::live::{Prompt, PromptFile};
@@ -231,11 +232,6 @@ pub struct LiveEnd {
     pub untouched: bool,
 }
 
-enum Stop {
-    Deadline,
-    Cancelled,
-}
-
 enum Over {
     /// The driver saw the turn's end.
     Ended(Box<ResultPayload>),
@@ -322,124 +318,64 @@ pub async fn turn(
             None => Vec::new(),
         },
     };
-    let mut not_found = false;
-    let mut spoke = false;
-    let mut said = false;
-    let mut stop: Option<Stop> = None;
-    let mut interrupted_at: Option<Instant> = None;
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut inbox = live.steer.take();
-    // Follow-ups written to the harness, waiting for it to take them; any
-    // left when the turn ends are dropped unanswered: the next turn's.
-    let mut handed = std::collections::VecDeque::new();
-    let over = if process.write(&opening).await.is_err() {
-        Over::Exited
-    } else {
-        loop {
-            let until = match interrupted_at {
-                Some(at) => at + live.grace,
-                None => live.deadline,
-            };
-            tokio::select! {
-                biased;
-                () = live.cancel.cancelled(), if stop.is_none() => {
-                    stop = Some(Stop::Cancelled);
-                    interrupted_at = Some(Instant::now());
-                    let lines = process.driver.interrupt();
-                    if process.write(&lines).await.is_err() {
-                        break Over::Exited;
-                    }
-                }
-                () = tokio::time::sleep_until(until) => {
-                    if interrupted_at.is_some() {
-                        break Over::Unresponsive;
-                    }
-                    stop = Some(Stop::Deadline);
-                    interrupted_at = Some(Instant::now());
-                    let lines = process.driver.interrupt();
-                    if process.write(&lines).await.is_err() {
-                        break Over::Exited;
-                    }
-                }
-                Some(steer) = next_follow_up(&mut inbox), if stop.is_none() => {
-                    match process.driver.steer(&steer.text) {
-                        Some(lines) => {
-                            if process.write(&lines).await.is_err() {
-                                let _ = steer.taken.send(false);
-                                break Over::Exited;
-                            }
-                            // The turn's only once the harness says so.
-                            handed.push_back(steer);
-                        }
-                        None => {
-                            let _ = steer.taken.send(false);
-                        }
-                    }
-                }
-                () = live.emit.flush(), if live.emit.pending() => {}
-                read = process.stdout.read(&mut buf), if !live.emit.pending() => match read {
-                    Ok(0) | Err(_) => break Over::Exited,
-                    Ok(n) => {
-                        let mut ended = None;
-                        let mut paused = None;
-                        for line in process.lines.push(&buf[..n]) {
-                            let step = process.driver.line(&line);
-                            said = true;
-                            spoke = spoke || step.results.iter().any(|p| attempt::is_model_output(&p.kind()));
-                            if !spoke {
-                                not_found |= !spec.session_not_found.is_empty()
-                                    && line.contains(&spec.session_not_found);
-                            }
-                            not_found |= step.session_not_found;
-                            live.emit.push(step.results);
-                            if let Some(taken) = step.steered {
-                                if let Some(steer) = handed.pop_front() {
-                                    if taken {
-                                        live.emit.push(vec![steered(&steer.text)]);
-                                    }
-                                    let _ = steer.taken.send(taken);
-                                }
-                            }
-                            if !step.write.is_empty() && process.write(&step.write).await.is_err() {
-                                break;
-                            }
-                            if let Some(request) = step.permission {
-                                match decide(&request.tool, &request.input) {
-                                    Some(decision) => {
-                                        let answer = process.driver.permit(&request.id, &decision);
-                                        if process.write(&answer).await.is_err() {
-                                            break;
-                                        }
-                                    }
-                                    None => {
-                                        paused = Some(request);
-                                        break;
-                                    }
-                                }
-                            }
-                            if let Some(end) = step.ended {
-                                ended = Some(end);
-                                break;
-                            }
-                        }
-                        if let Some(request) = paused {
-                            break Over::Paused(request);
-                        }
-                        if let Some(end) = ended {
-                            break Over::Ended(Box::new(end));
-                        }
-                    }
-                },
-                _ = process.process.wait() => break Over::Exited,
-                Some(name) = live.outbox.next(), if !live.emit.pending() => attempt::push_artifact(live, name).await,
-            }
-        }
+    let writable = process.write(&opening).await.is_ok();
+    let mut engine = LiveTurn {
+        spec,
+        process,
+        decide,
+        not_found: false,
+        spoke: false,
+        said: false,
+        stop: None,
+        interrupted_at: None,
+        handed: std::collections::VecDeque::new(),
     };
-    live.steer = inbox;
+    let over = if writable {
+        engine::pump(&mut engine, live).await
+    } else {
+        Over::Exited
+    };
+    let LiveTurn {
+        process,
+        mut not_found,
+        said,
+        stop,
+        ..
+    } = engine;
     process.last_used = Instant::now();
     let untouched = matches!(over, Over::Exited) && stop.is_none() && !said;
     let session_id = process.session_id().map(str::to_string);
-    let (terminal, healthy) = match (over, stop) {
+    let (terminal, healthy) = conclude(spec, process, over, stop, &mut not_found, live.grace).await;
+    // A process whose session could not be opened serves no turn.
+    let healthy = healthy && !not_found;
+    if not_found && process.process.is_running() {
+        let _ = process.process.terminate(live.grace).await;
+        process.process.clear().await;
+    }
+    LiveEnd {
+        end: AttemptEnd {
+            terminal,
+            session_id,
+            session_not_found: not_found,
+            usage: process.driver.usage(),
+        },
+        healthy,
+        untouched,
+    }
+}
+
+/// The turn's terminal result from how its loop ended, and whether the
+/// process may serve the next turn. A process that did not stop, or
+/// ended, is ended for good here (stderr quoted where it failed).
+async fn conclude(
+    spec: &AdapterSpec,
+    process: &mut LiveProcess,
+    over: Over,
+    stop: Option<Stop>,
+    not_found: &mut bool,
+    grace: std::time::Duration,
+) -> (ResultPayload, bool) {
+    match (over, stop) {
         (Over::Ended(end), None) => (*end, true),
         (Over::Paused(request), _) => {
             // The card goes out with the run's end; the process waits.
@@ -475,7 +411,7 @@ pub async fn turn(
             true,
         ),
         (Over::Unresponsive, stop) => {
-            let _ = process.process.terminate(live.grace).await;
+            let _ = process.process.terminate(grace).await;
             process.process.clear().await;
             let (code, why) = match stop {
                 Some(Stop::Deadline) => (FailureCode::DeadlineExceeded, "at the run's deadline"),
@@ -489,7 +425,7 @@ pub async fn turn(
                         format!(
                             "{} did not stop its turn {why} and was stopped (grace {:.0}s before SIGKILL)",
                             spec.label,
-                            live.grace.as_secs_f64()
+                            grace.as_secs_f64()
                         ),
                         retryable,
                     )
@@ -498,7 +434,7 @@ pub async fn turn(
             )
         }
         (Over::Exited, stop) => {
-            let status = process.process.terminate(live.grace).await;
+            let status = process.process.terminate(grace).await;
             let how = match status
                 .ok()
                 .map(|s| (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)))
@@ -509,7 +445,7 @@ pub async fn turn(
             };
             process.process.clear().await;
             let stderr = process.process.stderr_tail().await;
-            not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
+            *not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
             let terminal = match stop {
                 Some(Stop::Cancelled) => attempt::failed(
                     FailureCode::Cancelled,
@@ -536,22 +472,134 @@ pub async fn turn(
             };
             (terminal, false)
         }
-    };
-    // A process whose session could not be opened serves no turn.
-    let healthy = healthy && !not_found;
-    if not_found && process.process.is_running() {
-        let _ = process.process.terminate(live.grace).await;
-        process.process.clear().await;
     }
-    LiveEnd {
-        end: AttemptEnd {
-            terminal,
-            session_id,
-            session_not_found: not_found,
-            usage: process.driver.usage(),
-        },
-        healthy,
-        untouched,
+}
+
+/// One turn on a live process, over the shared loop.
+struct LiveTurn<'p, 'd> {
+    spec: &'p AdapterSpec,
+    process: &'p mut LiveProcess,
+    decide: Decide<'d>,
+    /// The output said the session to resume does not exist.
+    not_found: bool,
+    /// The model (or a tool) has spoken: later text may quote anything.
+    spoke: bool,
+    /// The harness wrote anything this turn.
+    said: bool,
+    /// Why the run interrupted the turn, and when.
+    stop: Option<Stop>,
+    interrupted_at: Option<Instant>,
+    /// Follow-ups written to the harness, waiting for it to take them; any
+    /// left when the turn ends are dropped unanswered: the next turn's.
+    handed: std::collections::VecDeque<super::Steer>,
+}
+
+impl Engine for LiveTurn<'_, '_> {
+    type Over = Over;
+
+    fn until(&self, io: &Live<'_>) -> Instant {
+        match self.interrupted_at {
+            Some(at) => at + io.grace,
+            None => io.deadline,
+        }
+    }
+
+    fn watch(&self) -> Watch {
+        Watch {
+            cancel: self.stop.is_none(),
+            steer: self.stop.is_none(),
+            output: true,
+            exit: true,
+        }
+    }
+
+    fn pipes(&mut self) -> (&mut ChildStdout, &mut HarnessProcess) {
+        (&mut self.process.stdout, &mut self.process.process)
+    }
+
+    async fn on(&mut self, event: Event<'_>, io: &mut Live<'_>) -> Option<Over> {
+        match event {
+            Event::Cancelled => self.interrupt(Stop::Cancelled).await,
+            Event::Timer if self.interrupted_at.is_some() => Some(Over::Unresponsive),
+            Event::Timer => self.interrupt(Stop::Deadline).await,
+            Event::Steer(steer) => match self.process.driver.steer(&steer.text) {
+                Some(lines) => {
+                    if self.process.write(&lines).await.is_err() {
+                        let _ = steer.taken.send(false);
+                        return Some(Over::Exited);
+                    }
+                    // The turn's only once the harness says so.
+                    self.handed.push_back(steer);
+                    None
+                }
+                None => {
+                    let _ = steer.taken.send(false);
+                    None
+                }
+            },
+            Event::Output([]) | Event::Exited(_) => Some(Over::Exited),
+            Event::Output(bytes) => self.output(bytes, io).await,
+        }
+    }
+}
+
+impl LiveTurn<'_, '_> {
+    /// Interrupt the turn the harness's own way; it then has the grace to
+    /// end it.
+    async fn interrupt(&mut self, why: Stop) -> Option<Over> {
+        self.stop = Some(why);
+        self.interrupted_at = Some(Instant::now());
+        let lines = self.process.driver.interrupt();
+        self.process.write(&lines).await.err().map(|_| Over::Exited)
+    }
+
+    /// Lines from the harness: results out, answers in (follow-ups taken,
+    /// permissions decided), until the driver sees the turn's end or a
+    /// permission the person must give.
+    async fn output(&mut self, bytes: &[u8], io: &mut Live<'_>) -> Option<Over> {
+        let spec = self.spec;
+        let process = &mut *self.process;
+        for line in process.lines.push(bytes) {
+            let step = process.driver.line(&line);
+            self.said = true;
+            self.spoke = self.spoke
+                || step
+                    .results
+                    .iter()
+                    .any(|p| attempt::is_model_output(&p.kind()));
+            if !self.spoke {
+                self.not_found |=
+                    !spec.session_not_found.is_empty() && line.contains(&spec.session_not_found);
+            }
+            self.not_found |= step.session_not_found;
+            io.emit.push(step.results);
+            if let Some(taken) = step.steered {
+                if let Some(steer) = self.handed.pop_front() {
+                    if taken {
+                        io.emit.push(vec![steered(&steer.text)]);
+                    }
+                    let _ = steer.taken.send(taken);
+                }
+            }
+            if !step.write.is_empty() && process.write(&step.write).await.is_err() {
+                return None;
+            }
+            if let Some(request) = step.permission {
+                match (self.decide)(&request.tool, &request.input) {
+                    Some(decision) => {
+                        let answer = process.driver.permit(&request.id, &decision);
+                        if process.write(&answer).await.is_err() {
+                            return None;
+                        }
+                    }
+                    None => return Some(Over::Paused(request)),
+                }
+            }
+            if let Some(end) = step.ended {
+                return Some(Over::Ended(Box::new(end)));
+            }
+        }
+        None
     }
 }
 
@@ -569,16 +617,6 @@ fn steered(text: &str) -> ResultPayload {
         level: "info".into(),
         text: format!("a follow-up went into this turn: {quote}"),
     })
-}
-
-/// The next follow-up, when the turn has an inbox (else never).
-async fn next_follow_up(
-    inbox: &mut Option<&mut tokio::sync::mpsc::Receiver<super::Steer>>,
-) -> Option<super::Steer> {
-    match inbox {
-        Some(inbox) => inbox.recv().await,
-        None => std::future::pending().await,
-    }
 }
 
 /// The idle live processes of a bridge, and the pids of those serving a

@@ -8,6 +8,7 @@ mod answers;
 mod attempt;
 mod drive;
 mod emit;
+mod engine;
 mod live;
 mod mcp_file;
 mod outbox;

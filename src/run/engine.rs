@@ -1,0 +1,129 @@
+//! The one I/O loop every harness attempt runs in, one-shot or live.
+//!
+//! What is the same for both is here, once: the run's cancel and deadline
+//! are watched in every state (also while results wait for a consumer that
+//! stopped reading: back-pressure pauses reading the harness's output,
+//! never its stop), results are flushed as the consumer takes them, outbox
+//! files become artifacts as they are finished, and follow-ups are taken
+//! where the engine takes them. What differs — how output is read, what a
+//! cancel or the deadline does, when the attempt is over — is the
+//! [`Engine`]'s: [`OneShot`](super::attempt) ends its process, a live one
+//! interrupts its turn the harness's own way.
+
+use std::process::ExitStatus;
+
+use tokio::io::AsyncReadExt;
+use tokio::process::ChildStdout;
+use tokio::time::Instant;
+
+use super::Steer;
+use super::attempt::{Live, push_artifact};
+use crate::harness::HarnessProcess;
+
+/// Why the run stopped a harness (rather than the harness ending).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    Deadline,
+    Cancelled,
+}
+
+/// What woke the loop, for the engine to act on.
+pub(super) enum Event<'b> {
+    /// The run was cancelled.
+    Cancelled,
+    /// The engine's timer ([`Engine::until`]) passed.
+    Timer,
+    /// A follow-up for the running turn.
+    Steer(Steer),
+    /// Output read from the harness; empty when stdout closed.
+    Output(&'b [u8]),
+    /// The harness process exited.
+    Exited(std::io::Result<ExitStatus>),
+}
+
+/// Which of the loop's sources the engine wants watched now.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Watch {
+    pub cancel: bool,
+    pub steer: bool,
+    pub output: bool,
+    pub exit: bool,
+}
+
+/// One kind of attempt (one-shot, live) over the shared loop.
+pub(super) trait Engine {
+    /// How the attempt ended, for the engine to turn into its result.
+    type Over;
+
+    /// When the timer fires next: the deadline, a drain window, a grace.
+    fn until(&self, io: &Live<'_>) -> Instant;
+
+    /// Which sources to watch now.
+    fn watch(&self) -> Watch;
+
+    /// The harness's output pipe and process, watched by the loop.
+    fn pipes(&mut self) -> (&mut ChildStdout, &mut HarnessProcess);
+
+    /// Act on one event; `Some` ends the loop.
+    async fn on(&mut self, event: Event<'_>, io: &mut Live<'_>) -> Option<Self::Over>;
+}
+
+/// Run `engine` until it says the attempt is over.
+pub(super) async fn pump<E: Engine>(engine: &mut E, io: &mut Live<'_>) -> E::Over {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut inbox = io.steer.take();
+    let over = loop {
+        let until = engine.until(io);
+        let watch = engine.watch();
+        let (stdout, process) = engine.pipes();
+        // Which branch fired, with what it brought; `None` for what the
+        // loop handles itself (a flush, an outbox file).
+        let woke = tokio::select! {
+            biased;
+            () = io.cancel.cancelled(), if watch.cancel => Some(Woke::Cancelled),
+            () = tokio::time::sleep_until(until) => Some(Woke::Timer),
+            Some(steer) = next_follow_up(&mut inbox), if watch.steer => Some(Woke::Steer(steer)),
+            () = io.emit.flush(), if io.emit.pending() => None,
+            read = stdout.read(&mut buf), if watch.output && !io.emit.pending() => {
+                Some(Woke::Read(read.unwrap_or(0)))
+            }
+            status = process.wait(), if watch.exit => Some(Woke::Exited(status)),
+            Some(name) = io.outbox.next(), if !io.emit.pending() => {
+                push_artifact(io, name).await;
+                None
+            }
+        };
+        let event = match woke {
+            None => continue,
+            Some(Woke::Cancelled) => Event::Cancelled,
+            Some(Woke::Timer) => Event::Timer,
+            Some(Woke::Steer(steer)) => Event::Steer(steer),
+            Some(Woke::Read(n)) => Event::Output(&buf[..n]),
+            Some(Woke::Exited(status)) => Event::Exited(status),
+        };
+        if let Some(over) = engine.on(event, io).await {
+            break over;
+        }
+    };
+    io.steer = inbox;
+    over
+}
+
+/// A branch of the loop that fired, before its bytes are lent out.
+enum Woke {
+    Cancelled,
+    Timer,
+    Steer(Steer),
+    Read(usize),
+    Exited(std::io::Result<ExitStatus>),
+}
+
+/// The next follow-up, or never when the turn takes none.
+async fn next_follow_up(
+    inbox: &mut Option<&mut tokio::sync::mpsc::Receiver<Steer>>,
+) -> Option<Steer> {
+    match inbox {
+        Some(inbox) => inbox.recv().await,
+        None => std::future::pending().await,
+    }
+}
