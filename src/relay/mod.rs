@@ -29,7 +29,7 @@ use crate::host::Api;
 use crate::projection::Templates;
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
-use crate::run::{Bridge, QueueFull, RunOptions, Scheduler, Settings, Steer, SteerInbox};
+use crate::run::{Bridge, RunOptions, Scheduler, Settings, Steer, SteerInbox};
 
 /// How many turns the relay runs and holds: turns of one conversation run
 /// one at a time in arrival order (they share its workspace), different
@@ -215,7 +215,7 @@ async fn forward_results(
 pub async fn serve<R, W>(
     reader: R,
     writer: W,
-    mut settings: Settings,
+    settings: Settings,
     adapters: Adapters,
     templates: Templates,
     limits: Limits,
@@ -229,8 +229,38 @@ where
     let output_gone = CancellationToken::new();
     let writer = tokio::spawn(write_frames(writer, frames_out, output_gone.clone()));
     let mut frames = Frames::new(reader);
+    let answers = match handshake(&mut frames, &out, &adapters, &stop).await {
+        Ok(answers) => answers,
+        Err(e) => {
+            drop(out);
+            let _ = writer.await;
+            return Err(e);
+        }
+    };
+    let host = Arc::new(RelayHost::new(out.clone(), answers));
+    let mut session =
+        Session::start(out.clone(), host, settings, adapters, templates, limits).await?;
+    let ended = session.read(&mut frames, &stop, &output_gone).await;
+    session.end(ended).await;
+    drop(out);
+    if tokio::time::timeout(std::time::Duration::from_secs(5), writer)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the relay's output did not drain; closing");
+    }
+    Ok(())
+}
 
-    // Handshake: the plugin speaks first.
+/// The plugin speaks first: a hello in this bridge's protocol, naming the
+/// host APIs it answers; the bridge answers with its own. Returns the APIs
+/// the plugin answers.
+async fn handshake<R: AsyncRead + Unpin>(
+    frames: &mut Frames<R>,
+    out: &mpsc::Sender<Outbound>,
+    adapters: &Adapters,
+    stop: &CancellationToken,
+) -> Result<BTreeSet<Api>, RelayError> {
     let hello = tokio::select! {
         line = frames.next() => line?,
         () = stop.cancelled() => None,
@@ -239,7 +269,7 @@ where
         Incoming::Line(line) => line,
         Incoming::TooLong(head) => head,
     });
-    let client = match hello.as_deref().map(serde_json::from_str::<Inbound>) {
+    let (client, apis) = match hello.as_deref().map(serde_json::from_str::<Inbound>) {
         Some(Ok(Inbound::Hello {
             protocol,
             client,
@@ -260,20 +290,19 @@ where
                     message: why.clone(),
                 })
                 .await;
-            drop(out);
-            let _ = writer.await;
             return Err(RelayError::Handshake(why));
         }
     };
-    let (client, apis) = client;
     let answers: BTreeSet<Api> = match &apis {
         None => Api::ALL.into_iter().collect(),
         Some(names) => names.iter().filter_map(|name| Api::named(name)).collect(),
     };
-    if let Some(names) = &apis {
-        for unknown in names.iter().filter(|name| Api::named(name).is_none()) {
-            tracing::warn!(api = %unknown, "the plugin names a host API this bridge does not know; ignored");
-        }
+    for unknown in apis
+        .iter()
+        .flatten()
+        .filter(|name| Api::named(name).is_none())
+    {
+        tracing::warn!(api = %unknown, "the plugin names a host API this bridge does not know; ignored");
     }
     tracing::info!(%client, answers = ?answers, "relay connected");
     let _ = out
@@ -283,83 +312,91 @@ where
             harnesses: adapters.all().iter().map(|s| s.name.clone()).collect(),
         })
         .await;
+    Ok(answers)
+}
 
-    let host = Arc::new(RelayHost::new(out.clone(), answers));
-    settings.record_turns = false;
-    let bridge = Arc::new(Bridge::start(host.clone(), adapters, templates, settings).await?);
-    let mut runs: HashMap<String, Running> = HashMap::new();
-    let mut tasks: JoinSet<String> = JoinSet::new();
-    let scheduler = Scheduler::new(
-        limits.max_concurrent_runs.max(1),
-        limits.max_queue_per_conversation,
-        limits.max_queued_total,
-    );
+/// One connected plugin: its runs, their tasks and their queue.
+struct Session {
+    out: mpsc::Sender<Outbound>,
+    host: Arc<RelayHost>,
+    bridge: Arc<Bridge>,
+    runs: HashMap<String, Running>,
+    /// Each run's task; it returns the run's id even when the run panicked.
+    tasks: JoinSet<String>,
+    scheduler: Arc<Scheduler>,
+}
 
-    let ended = loop {
-        let line = tokio::select! {
-            line = frames.next() => line,
-            Some(done) = tasks.join_next() => {
-                // A run's task returns its id even when the run panicked.
-                if let Ok(run_id) = done {
-                    runs.remove(&run_id);
+impl Session {
+    /// The bridge for this plugin: host calls go to it, and it records no
+    /// turns itself (the host keeps its own history).
+    async fn start(
+        out: mpsc::Sender<Outbound>,
+        host: Arc<RelayHost>,
+        mut settings: Settings,
+        adapters: Adapters,
+        templates: Templates,
+        limits: Limits,
+    ) -> Result<Session, RelayError> {
+        settings.record_turns = false;
+        let bridge = Arc::new(Bridge::start(host.clone(), adapters, templates, settings).await?);
+        let scheduler = Scheduler::new(
+            limits.max_concurrent_runs.max(1),
+            limits.max_queue_per_conversation,
+            limits.max_queued_total,
+        );
+        Ok(Session {
+            out,
+            host,
+            bridge,
+            runs: HashMap::new(),
+            tasks: JoinSet::new(),
+            scheduler,
+        })
+    }
+
+    /// Read and act on frames until the plugin goes away or the bridge is
+    /// told to stop; says which.
+    async fn read<R: AsyncRead + Unpin>(
+        &mut self,
+        frames: &mut Frames<R>,
+        stop: &CancellationToken,
+        output_gone: &CancellationToken,
+    ) -> &'static str {
+        loop {
+            let line = tokio::select! {
+                line = frames.next() => line,
+                Some(done) = self.tasks.join_next() => {
+                    if let Ok(run_id) = done {
+                        self.runs.remove(&run_id);
+                    }
+                    continue;
                 }
-                continue;
+                () = stop.cancelled() => return "the bridge was told to stop",
+                () = output_gone.cancelled() => return "the plugin stopped reading",
+            };
+            match line {
+                Ok(Some(Incoming::Line(line))) => self.frame(&line),
+                Ok(Some(Incoming::TooLong(head))) => {
+                    answer_too_long(&head, &self.out, &self.host, &self.runs);
+                }
+                Ok(None) => return "the plugin closed the connection",
+                Err(e) => {
+                    tracing::warn!("relay input failed: {e}");
+                    return "the relay input failed";
+                }
             }
-            () = stop.cancelled() => break "the bridge was told to stop",
-            () = output_gone.cancelled() => break "the plugin stopped reading",
-        };
-        let line = match line {
-            Ok(Some(Incoming::Line(line))) => line,
-            Ok(Some(Incoming::TooLong(head))) => {
-                answer_too_long(&head, &out, &host, &runs);
-                continue;
-            }
-            Ok(None) => break "the plugin closed the connection",
-            Err(e) => {
-                tracing::warn!("relay input failed: {e}");
-                break "the relay input failed";
-            }
-        };
-        let frame = match serde_json::from_str::<Inbound>(&line) {
+        }
+    }
+
+    /// Act on one frame.
+    fn frame(&mut self, line: &str) {
+        let frame = match serde_json::from_str::<Inbound>(line) {
             Ok(frame) => frame,
-            Err(e) => {
-                // A run frame that is not well-formed still gets its one
-                // terminal result, and a host reply still ends its call,
-                // when the id can be read.
-                let value = serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default();
-                let why = format!(
-                    "not a valid {} frame: {e}",
-                    value["type"].as_str().unwrap_or("relay")
-                );
-                match (value["type"].as_str(), &value["run_id"], &value["id"]) {
-                    (Some("run"), serde_json::Value::String(run_id), _)
-                        if !runs.contains_key(run_id) =>
-                    {
-                        send_later(
-                            &out,
-                            failed_frame(run_id, 0, FailureCode::InvalidArgument, why, false),
-                        );
-                    }
-                    (Some("host_reply"), _, id) if id.is_u64() => {
-                        let id = id.as_u64().unwrap_or_default();
-                        host.answer(
-                            id,
-                            Err(AgentAPIError::runtime(format!("the plugin's reply: {why}"))),
-                        );
-                    }
-                    _ => {
-                        let _ = out.try_send(Outbound::Error {
-                            run_id: None,
-                            message: format!("{why}; ignored"),
-                        });
-                    }
-                }
-                continue;
-            }
+            Err(e) => return self.malformed(line, &e),
         };
         match frame {
             Inbound::Hello { .. } => {
-                let _ = out.try_send(Outbound::Error {
+                let _ = self.out.try_send(Outbound::Error {
                     run_id: None,
                     message: "hello was already received; ignored".into(),
                 });
@@ -369,29 +406,15 @@ where
                     Some(error) => Err(error),
                     None => Ok(data.unwrap_or(serde_json::Value::Null)),
                 };
-                if !host.answer(id, reply) {
+                if !self.host.answer(id, reply) {
                     tracing::debug!(id, "a host reply nobody waits for (late, or unknown id)");
                 }
             }
-            Inbound::Cancel { run_id } => match runs.get(&run_id) {
+            Inbound::Cancel { run_id } => match self.runs.get(&run_id) {
                 Some(run) => run.cancel.cancel(),
                 None => tracing::debug!(%run_id, "cancel for a run that is not running"),
             },
-            Inbound::Steer { run_id, id, text } => {
-                let inbox = runs
-                    .get(&run_id)
-                    .filter(|run| bridge.steers(&run.harness))
-                    .map(|run| run.steer.clone());
-                let out = out.clone();
-                tokio::spawn(async move {
-                    let taken = match inbox {
-                        Some(inbox) => steer(&inbox, text).await,
-                        None => false,
-                    };
-                    tracing::debug!(%run_id, id, taken, "a follow-up for a running turn");
-                    let _ = out.send(Outbound::Steered { run_id, id, taken }).await;
-                });
-            }
+            Inbound::Steer { run_id, id, text } => self.steer(run_id, id, text),
             Inbound::Run {
                 run_id,
                 harness,
@@ -400,145 +423,212 @@ where
                 env,
                 mcp_servers,
             } => {
-                if runs.contains_key(&run_id) {
-                    let _ = out.try_send(Outbound::Error {
-                        run_id: Some(run_id),
-                        message: "this run is already running; ignored".into(),
-                    });
-                    continue;
-                }
-                let checked = crate::projection::check_mcp_catalog(&mcp_servers)
-                    .and_then(|()| checked_context(&context))
-                    .and_then(|ctx| {
-                        if ctx.run_id == run_id {
-                            Ok(ctx)
-                        } else {
-                            Err(format!(
-                                "the frame's run_id `{run_id}` is not the context's `{}`",
-                                ctx.run_id
-                            ))
-                        }
-                    });
-                let ctx = match checked {
-                    Ok(ctx) => ctx,
-                    Err(why) => {
-                        send_later(
-                            &out,
-                            failed_frame(&run_id, 0, FailureCode::InvalidArgument, why, false),
-                        );
-                        continue;
-                    }
-                };
-                // Its place in the conversation's queue is taken now, in
-                // the order the frames arrived.
-                let conversation = ctx.conversation_id().unwrap_or("_").to_string();
-                let ticket = match scheduler.enqueue(&conversation) {
-                    Ok(ticket) => ticket,
-                    Err(full) => {
-                        let why = match full {
-                            QueueFull::Conversation(n) => format!(
-                                "this conversation already has {n} turns waiting; send it again when one has run"
-                            ),
-                            QueueFull::Total(n) => format!(
-                                "the bridge already has {n} turns waiting; send it again shortly"
-                            ),
-                        };
-                        send_later(
-                            &out,
-                            failed_frame(&run_id, 0, FailureCode::RateLimited, why, true),
-                        );
-                        continue;
-                    }
-                };
-                let token = CancellationToken::new();
-                let (steer, inbox) = mpsc::channel(16);
-                runs.insert(
-                    run_id.clone(),
-                    Running {
-                        cancel: token.clone(),
-                        steer,
-                        harness: harness.clone(),
-                    },
-                );
-                let bridge = bridge.clone();
-                let out = out.clone();
                 let options = RunOptions {
                     binary: binary.map(Into::into),
                     env,
                     mcp_servers,
-                    on_spawn: None,
-                    steer: Some(SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox)))),
-                    host: None,
+                    ..RunOptions::default()
                 };
-                tasks.spawn(async move {
-                    let (tx, rx) = mpsc::channel::<AgentRunResult>(256);
-                    let forward = tokio::spawn(forward_results(out.clone(), run_id.clone(), rx));
-                    // Its own task, so that a panic in the run is caught here
-                    // and the plugin still gets the run's terminal result.
-                    let turn = tokio::spawn(async move {
-                        // A run cancelled while it waits still goes through
-                        // the bridge, which ends it at once with its one
-                        // `run.failed` (`cancelled`), touching nothing.
-                        let turn = tokio::select! {
-                            turn = ticket.start() => Some(turn),
-                            () = token.cancelled() => None,
-                        };
-                        bridge.run(&ctx, &harness, &options, tx, token).await;
-                        drop(turn);
-                    })
-                    .await;
-                    let (sent, terminal) = forward.await.unwrap_or((0, false));
-                    if let Err(e) = turn {
-                        tracing::error!(%run_id, "the run's task failed: {e}");
-                        if !terminal {
-                            let why = "the bridge failed while running this turn; see its log";
-                            let _ = out
-                                .send(failed_frame(
-                                    &run_id,
-                                    sent,
-                                    FailureCode::InternalError,
-                                    why.into(),
-                                    true,
-                                ))
-                                .await;
-                        }
-                    }
-                    run_id
+                self.run(run_id, harness, &context, options);
+            }
+        }
+    }
+
+    /// A frame that is not well-formed: a run frame still gets its one
+    /// terminal result, and a host reply still ends its call, when the id
+    /// can be read.
+    fn malformed(&self, line: &str, e: &serde_json::Error) {
+        let value = serde_json::from_str::<serde_json::Value>(line).unwrap_or_default();
+        let why = format!(
+            "not a valid {} frame: {e}",
+            value["type"].as_str().unwrap_or("relay")
+        );
+        match (value["type"].as_str(), &value["run_id"], &value["id"]) {
+            (Some("run"), serde_json::Value::String(run_id), _)
+                if !self.runs.contains_key(run_id) =>
+            {
+                send_later(
+                    &self.out,
+                    failed_frame(run_id, 0, FailureCode::InvalidArgument, why, false),
+                );
+            }
+            (Some("host_reply"), _, id) if id.is_u64() => {
+                let id = id.as_u64().unwrap_or_default();
+                self.host.answer(
+                    id,
+                    Err(AgentAPIError::runtime(format!("the plugin's reply: {why}"))),
+                );
+            }
+            _ => {
+                let _ = self.out.try_send(Outbound::Error {
+                    run_id: None,
+                    message: format!("{why}; ignored"),
                 });
             }
         }
-    };
+    }
 
-    tracing::info!(runs = runs.len(), "relay ending: {ended}");
-    host.close();
-    for run in runs.values() {
-        run.cancel.cancel();
+    /// Offer a follow-up to a running turn; the plugin hears whether the
+    /// turn took it.
+    fn steer(&self, run_id: String, id: u64, text: String) {
+        let inbox = self
+            .runs
+            .get(&run_id)
+            .filter(|run| self.bridge.steers(&run.harness))
+            .map(|run| run.steer.clone());
+        let out = self.out.clone();
+        tokio::spawn(async move {
+            let taken = match inbox {
+                Some(inbox) => steer(&inbox, text).await,
+                None => false,
+            };
+            tracing::debug!(%run_id, id, taken, "a follow-up for a running turn");
+            let _ = out.send(Outbound::Steered { run_id, id, taken }).await;
+        });
     }
-    // Cancelled runs stop their harness within the kill grace. A run still
-    // here after that is stuck delivering to a plugin that stopped reading:
-    // dropping it kills whatever it still holds.
-    let patience = bridge.kill_grace() + std::time::Duration::from_secs(5);
-    if tokio::time::timeout(patience, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await
-    .is_err()
-    {
-        tracing::warn!("runs still delivering results after the grace; dropped");
-        tasks.shutdown().await;
+
+    /// Accept a run (checked, its place in its conversation's queue taken
+    /// now, in the order the frames arrived) and start its task; or refuse
+    /// it with its one `run.failed`.
+    fn run(
+        &mut self,
+        run_id: String,
+        harness: String,
+        context: &serde_json::Value,
+        mut options: RunOptions,
+    ) {
+        if self.runs.contains_key(&run_id) {
+            let _ = self.out.try_send(Outbound::Error {
+                run_id: Some(run_id),
+                message: "this run is already running; ignored".into(),
+            });
+            return;
+        }
+        let checked = crate::projection::check_mcp_catalog(&options.mcp_servers)
+            .and_then(|()| checked_context(context))
+            .and_then(|ctx| {
+                if ctx.run_id == run_id {
+                    Ok(ctx)
+                } else {
+                    Err(format!(
+                        "the frame's run_id `{run_id}` is not the context's `{}`",
+                        ctx.run_id
+                    ))
+                }
+            });
+        let refuse = |code, why, retryable| {
+            send_later(&self.out, failed_frame(&run_id, 0, code, why, retryable));
+        };
+        let ctx = match checked {
+            Ok(ctx) => ctx,
+            Err(why) => return refuse(FailureCode::InvalidArgument, why, false),
+        };
+        let conversation = ctx.conversation_id().unwrap_or("_").to_string();
+        let ticket = match self.scheduler.enqueue(&conversation) {
+            Ok(ticket) => ticket,
+            Err(full) => return refuse(FailureCode::RateLimited, full.to_string(), true),
+        };
+        let cancel = CancellationToken::new();
+        let (steer, inbox) = mpsc::channel(16);
+        options.steer = Some(SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox))));
+        let running = Running {
+            cancel: cancel.clone(),
+            steer,
+            harness: harness.clone(),
+        };
+        self.runs.insert(run_id.clone(), running);
+        let turn = RelayTurn {
+            bridge: self.bridge.clone(),
+            out: self.out.clone(),
+            ctx,
+            harness,
+            options,
+            ticket,
+            cancel,
+        };
+        self.tasks.spawn(turn.run());
     }
-    if let Ok(bridge) = Arc::try_unwrap(bridge) {
-        bridge.shutdown().await;
-    }
-    drop(host);
-    drop(out);
-    if tokio::time::timeout(std::time::Duration::from_secs(5), writer)
+
+    /// End the session: every run cancelled, its harness stopped, the
+    /// bridge shut down.
+    async fn end(mut self, ended: &str) {
+        tracing::info!(runs = self.runs.len(), "relay ending: {ended}");
+        self.host.close();
+        for run in self.runs.values() {
+            run.cancel.cancel();
+        }
+        // Cancelled runs stop their harness within the kill grace. A run
+        // still here after that is stuck delivering to a plugin that
+        // stopped reading: dropping it kills whatever it still holds.
+        let patience = self.bridge.kill_grace() + std::time::Duration::from_secs(5);
+        if tokio::time::timeout(patience, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
         .await
         .is_err()
-    {
-        tracing::warn!("the relay's output did not drain; closing");
+        {
+            tracing::warn!("runs still delivering results after the grace; dropped");
+            self.tasks.shutdown().await;
+        }
+        if let Ok(bridge) = Arc::try_unwrap(self.bridge) {
+            bridge.shutdown().await;
+        }
     }
-    Ok(())
+}
+
+/// One accepted run, as its task runs it.
+struct RelayTurn {
+    bridge: Arc<Bridge>,
+    out: mpsc::Sender<Outbound>,
+    ctx: crate::protocol::AgentRunContext,
+    harness: String,
+    options: RunOptions,
+    ticket: crate::run::Ticket,
+    cancel: CancellationToken,
+}
+
+impl RelayTurn {
+    /// Wait for its turn, run it, forward its results; a run whose task
+    /// panicked still ends with one terminal result. Returns its id.
+    async fn run(self) -> String {
+        let RelayTurn {
+            bridge,
+            out,
+            ctx,
+            harness,
+            options,
+            ticket,
+            cancel,
+        } = self;
+        let run_id = ctx.run_id.clone();
+        let (tx, rx) = mpsc::channel::<AgentRunResult>(256);
+        let forward = tokio::spawn(forward_results(out.clone(), run_id.clone(), rx));
+        // Its own task, so that a panic in the run is caught here and the
+        // plugin still gets the run's terminal result.
+        let turn = tokio::spawn(async move {
+            // A run cancelled while it waits still goes through the
+            // bridge, which ends it at once with its one `run.failed`
+            // (`cancelled`), touching nothing.
+            let turn = tokio::select! {
+                turn = ticket.start() => Some(turn),
+                () = cancel.cancelled() => None,
+            };
+            bridge.run(&ctx, &harness, &options, tx, cancel).await;
+            drop(turn);
+        })
+        .await;
+        let (sent, terminal) = forward.await.unwrap_or((0, false));
+        if let Err(e) = turn {
+            tracing::error!(%run_id, "the run's task failed: {e}");
+            if !terminal {
+                let why = "the bridge failed while running this turn; see its log";
+                let failed =
+                    failed_frame(&run_id, sent, FailureCode::InternalError, why.into(), true);
+                let _ = out.send(failed).await;
+            }
+        }
+        run_id
+    }
 }
 
 /// Start a relay session on the process's stdin and stdout; cancelling

@@ -9,11 +9,13 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 /// No room for another turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum QueueFull {
     /// The conversation has this many turns waiting already.
+    #[error("this conversation already has {0} turns waiting; try again when one has run")]
     Conversation(usize),
     /// This many turns wait across all conversations already.
+    #[error("the bridge already has {0} turns waiting (max_queued_total); try again shortly")]
     Total(usize),
 }
 

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
-use super::{QueueFull, Refused, RunEntry, Service};
+use super::{Refused, RunEntry, Service};
 use crate::protocol::FailureCode;
 use crate::protocol::{ErrorCode, InteractionSubmission, JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
@@ -335,18 +335,7 @@ async fn create_run(
             response
         }
         Ok(run) => stream(run, &headers),
-        Err(Refused::Busy(QueueFull::Conversation(waiting))) => error(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "this conversation already has {waiting} turns waiting; try again when one has run"
-            ),
-        ),
-        Err(Refused::Busy(QueueFull::Total(waiting))) => error(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "the bridge already has {waiting} turns waiting (max_queued_total); try again shortly"
-            ),
-        ),
+        Err(Refused::Busy(full)) => error(StatusCode::TOO_MANY_REQUESTS, full.to_string()),
         Err(Refused::Unavailable(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
         Err(Refused::UnknownHarness(why)) => error(StatusCode::UNPROCESSABLE_ENTITY, why),
         Err(Refused::Duplicate) => error(
