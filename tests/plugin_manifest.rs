@@ -9,7 +9,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use harness_bridge::protocol::{AgentRunnerCapabilities, AgentRunnerPermissions, ToolOperation};
 
@@ -153,6 +153,142 @@ fn every_runner_may_send_its_reply() {
         assert!(
             spec.permissions.tools.contains(&ToolOperation::Call),
             "{name}: permissions.tools lacks call"
+        );
+    }
+}
+
+/// `scripts/langbot-runners` in `mode` (`--check`, `--builtin`) on the
+/// plugin at `plugin`, against this build's catalog.
+fn generator(mode: &str, plugin: &Path) -> (bool, String) {
+    let out = std::process::Command::new(common::sdk_python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/langbot-runners"))
+        .arg(mode)
+        .arg(env!("CARGO_BIN_EXE_harness-bridge"))
+        .arg(plugin)
+        .output()
+        .expect("the runner generator runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+fn source_plugin() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/langbot-plugin")
+}
+
+/// The built-in runners' files (and the plugin manifest's list of
+/// harnesses) are what the generator writes from the catalog: a change to
+/// a spec, or a hand edit of a runner file, fails here until
+/// `scripts/langbot-runners --builtin` is run.
+#[test]
+fn the_plugins_runner_files_are_generated_from_the_catalog() {
+    let (ok, said) = generator("--check", &source_plugin());
+    assert!(
+        ok,
+        "the committed runner files differ from the catalog's:\n{said}"
+    );
+}
+
+/// The check fails on a hand-edited runner file and on one the catalog
+/// does not offer, naming each; `--builtin` writes them back.
+#[test]
+fn the_check_names_a_runner_file_that_differs() {
+    let work = tempfile::tempdir().unwrap();
+    let plugin = work.path();
+    let runners = plugin.join("components/runner");
+    std::fs::create_dir_all(&runners).unwrap();
+    let source = source_plugin();
+    std::fs::copy(source.join("manifest.yaml"), plugin.join("manifest.yaml")).unwrap();
+    for entry in std::fs::read_dir(source.join("components/runner")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, runners.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let gemini = runners.join("gemini.yaml");
+    let text = std::fs::read_to_string(&gemini).unwrap();
+    assert!(text.contains("Google's Gemini CLI"), "{text}");
+    std::fs::write(
+        &gemini,
+        text.replace("Google's Gemini CLI", "GitHub's Gemini CLI"),
+    )
+    .unwrap();
+    std::fs::write(runners.join("retired.yaml"), "metadata: {name: retired}\n").unwrap();
+
+    let (ok, said) = generator("--check", plugin);
+    assert!(!ok, "{said}");
+    assert!(said.contains("gemini.yaml: differs"), "{said}");
+    assert!(
+        said.contains("retired.yaml: a runner the catalog does not offer"),
+        "{said}"
+    );
+    assert!(!said.contains("codex.yaml"), "{said}");
+
+    let (ok, said) = generator("--builtin", plugin);
+    assert!(ok, "{said}");
+    assert_eq!(std::fs::read_to_string(&gemini).unwrap(), text);
+    assert!(!runners.join("retired.yaml").exists());
+    let (ok, said) = generator("--check", plugin);
+    assert!(ok, "{said}");
+}
+
+/// What the generator's table says of each built-in harness agrees with
+/// its spec: the program its path field names, and the settings its form
+/// offers (a model, Claude Code's permission modes, approvals in the chat)
+/// are the ones the harness takes.
+#[test]
+fn each_runner_form_offers_what_its_harness_takes() {
+    let dir = source_plugin().join("components/runner");
+    let mut forms = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let doc: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+        forms.insert(name, doc["spec"]["config"].clone());
+    }
+    for spec in harness_bridge::harness::Adapters::builtin().all() {
+        let name = &spec.name;
+        let config = forms
+            .get(name)
+            .unwrap_or_else(|| panic!("{name}: no runner"));
+        let field = |key: &str| {
+            config
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|f| f["name"].as_str() == Some(key))
+        };
+        let path_label = field("harness_path").expect("a harness path")["label"]["en_US"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            path_label,
+            format!("{} binary (absolute path)", spec.binary),
+            "{name}: harness path"
+        );
+        assert_eq!(
+            field("model").is_some(),
+            spec.takes("model"),
+            "{name}: model"
+        );
+        assert_eq!(
+            field("permission_mode").is_some(),
+            spec.takes("permission_mode"),
+            "{name}: permission_mode"
+        );
+        let asks_live = harness_bridge::harness::live::driver_for(spec).is_some_and(|d| d.asks());
+        assert_eq!(
+            field("approvals").is_some(),
+            spec.takes("permission_prompt_tool") || asks_live,
+            "{name}: approvals"
         );
     }
 }

@@ -1,5 +1,6 @@
-"""The harness-bridge plugin: its Runners relay each run to the
-harness-bridge binary, which runs Claude Code or Codex."""
+"""The harness-bridge plugin: one Runner per harness harness-bridge runs
+(components/runner/, written by scripts/langbot-runners from the bridge's
+catalog), each relaying its runs to the harness-bridge binary."""
 
 from __future__ import annotations
 

@@ -631,6 +631,10 @@ def check_package(path: str) -> None:
         if info.file_size > MAX_ENTRY:
             problems.append(f"{info.filename} is {info.file_size} bytes uncompressed; "
                             f"LangBot refuses package entries over {MAX_ENTRY} bytes")
+    # What only develops the plugin stays out of what LangBot installs.
+    development = [i.filename for i in infos if i.filename.startswith("tests/") or i.filename == "pyproject.toml"]
+    if development:
+        raise Failure(f"{path} ships the plugin's own tests and lint set-up: {', '.join(development)}")
     total = sum(i.file_size for i in infos)
     if total > MAX_TOTAL:
         problems.append(f"the package holds {total} bytes uncompressed; LangBot's limit is {MAX_TOTAL}")

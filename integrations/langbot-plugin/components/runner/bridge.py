@@ -19,8 +19,9 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 PROTOCOL = "harness-bridge.relay.v1"
 CLIENT = "langbot-plugin harness-bridge 0.1.0"
@@ -168,7 +169,8 @@ async def answer(api: Any, action: str, args: dict[str, Any]) -> Any:
         return dump(page)
     if action == "history_search":
         filters = {"conversation_id": args["conversation_id"]} if args.get("conversation_id") else None
-        return dump(await api.history_search(args.get("query") or "", filters=filters, top_k=int(args.get("top_k") or 10)))
+        found = await api.history_search(args.get("query") or "", filters=filters, top_k=int(args.get("top_k") or 10))
+        return dump(found)
     if action == "event_get":
         return dump(await api.event_get(args["event_id"]))
     if action == "event_page":
@@ -222,8 +224,27 @@ async def answer(api: Any, action: str, args: dict[str, Any]) -> Any:
     if action == "call_tool":
         return dump(await api.call_tool(args["tool_name"], args.get("parameters") or {}))
     if action == "retrieve_knowledge":
-        return dump(await api.retrieve_knowledge(args["kb_id"], args.get("query") or "", top_k=int(args.get("top_k") or 5)))
+        found = await api.retrieve_knowledge(args["kb_id"], args.get("query") or "", top_k=int(args.get("top_k") or 5))
+        return dump(found)
     raise LookupError(action)
+
+
+def run_frame(
+    run_id: str,
+    harness: str,
+    context: dict[str, Any],
+    env: dict[str, str],
+    harness_binary: str | None = None,
+    mcp_servers: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The relay's `run` frame: the harness's program and the operator's
+    MCP servers only when there are any (the bridge then uses its own)."""
+    frame = {"type": "run", "run_id": run_id, "harness": harness, "context": context, "env": env}
+    if harness_binary:
+        frame["binary"] = harness_binary
+    if mcp_servers:
+        frame["mcp_servers"] = mcp_servers
+    return frame
 
 
 class Relay:
@@ -384,12 +405,7 @@ class Relay:
         calls: set[asyncio.Task] = set()
         ended = False
         try:
-            frame = {"type": "run", "run_id": run_id, "harness": harness, "context": context, "env": env}
-            if harness_binary:
-                frame["binary"] = harness_binary
-            if mcp_servers:
-                frame["mcp_servers"] = mcp_servers
-            await self._write(proc, frame)
+            await self._write(proc, run_frame(run_id, harness, context, env, harness_binary, mcp_servers))
             while True:
                 frame = await queue.get()
                 if frame is not None and frame.get("type") == "host_call":
@@ -403,7 +419,11 @@ class Relay:
                     ended = True
                     yield {
                         "run_id": run_id, "type": "run.failed",
-                        "data": {"code": "harness_error", "error": "the harness-bridge process ended unexpectedly", "retryable": True},
+                        "data": {
+                            "code": "harness_error",
+                            "error": "the harness-bridge process ended unexpectedly",
+                            "retryable": True,
+                        },
                     }
                     return
                 ended = result.get("type") in ("run.completed", "run.failed")

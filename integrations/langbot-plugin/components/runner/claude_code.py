@@ -1,4 +1,7 @@
-"""Claude Code, through harness-bridge."""
+"""Claude Code, through harness-bridge.
+
+Written by scripts/langbot-runners from `harness-bridge manifest`.
+"""
 
 from components.runner.harness_runner import HarnessRunner
 

@@ -1,4 +1,7 @@
-"""Codex, through harness-bridge."""
+"""Codex, through harness-bridge.
+
+Written by scripts/langbot-runners from `harness-bridge manifest`.
+"""
 
 from components.runner.harness_runner import HarnessRunner
 
@@ -8,5 +11,5 @@ class Codex(HarnessRunner):
     label = "Codex"
     key_var = "OPENAI_API_KEY"
     url_var = "OPENAI_BASE_URL"
-    # The app-server takes a follow-up into the running turn (turn/steer).
+    # Its live harness takes a follow-up into the running turn.
     steering = True

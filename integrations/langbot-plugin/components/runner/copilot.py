@@ -1,4 +1,7 @@
-"""GitHub Copilot CLI, through harness-bridge."""
+"""Copilot CLI, through harness-bridge.
+
+Written by scripts/langbot-runners from `harness-bridge manifest`.
+"""
 
 from components.runner.harness_runner import HarnessRunner
 

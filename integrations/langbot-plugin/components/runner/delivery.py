@@ -18,8 +18,9 @@ in words; the bridge reads the next message as the answer.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any, AsyncIterator
+from typing import Any
 
 from langbot_plugin.api.entities.builtin.platform.message import File, Image, MessageChain
 from langbot_plugin.api.entities.builtin.runner.interaction import InteractionRequest

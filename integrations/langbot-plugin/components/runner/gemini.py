@@ -1,4 +1,7 @@
-"""Gemini CLI, through harness-bridge."""
+"""Gemini CLI, through harness-bridge.
+
+Written by scripts/langbot-runners from `harness-bridge manifest`.
+"""
 
 from components.runner.harness_runner import HarnessRunner
 

@@ -1,4 +1,7 @@
-"""Kimi Code, through harness-bridge (over the Agent Client Protocol)."""
+"""Kimi Code, through harness-bridge.
+
+Written by scripts/langbot-runners from `harness-bridge manifest`.
+"""
 
 from components.runner.harness_runner import HarnessRunner
 

@@ -1,4 +1,7 @@
-"""opencode, through harness-bridge (over the Agent Client Protocol)."""
+"""opencode, through harness-bridge.
+
+Written by scripts/langbot-runners from `harness-bridge manifest`.
+"""
 
 from components.runner.harness_runner import HarnessRunner
 
@@ -7,5 +10,4 @@ class Opencode(HarnessRunner):
     harness = "opencode"
     label = "opencode"
     key_var = "ANTHROPIC_API_KEY"
-    # No base URL field: the provider's endpoint is opencode's configuration.
     url_var = ""

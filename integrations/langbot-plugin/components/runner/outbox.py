@@ -99,7 +99,7 @@ class Outbox:
         self._count = 0
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "Outbox":
+    def from_config(cls, config: dict[str, Any]) -> Outbox:
         """The limits from the plugin's settings (`file_limit_kb`,
         `turn_file_limit_kb`; 0 sends no file, only names them)."""
         return cls(

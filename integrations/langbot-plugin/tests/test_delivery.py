@@ -1,0 +1,107 @@
+"""A run's results on their way to the chat: where LangBot delivers them
+(a Pipeline binding) and where the runner replies itself (an Agent one)."""
+
+import asyncio
+from types import SimpleNamespace
+
+from components.runner.delivery import REPLY_TOOL, Delivery
+from components.runner.outbox import Outbox
+
+
+class Ctx:
+    """The parts of a RunnerContext delivery reads, replies recorded."""
+
+    def __init__(self, automatic, limit=None, tool=True):
+        self.delivery = SimpleNamespace(automatic_reply=automatic, max_message_size=limit, interactions=None)
+        tools = [SimpleNamespace(tool_name=REPLY_TOOL, operations=["call"])] if tool else []
+        self.resources = SimpleNamespace(tools=tools)
+        self.context = SimpleNamespace(available_apis=SimpleNamespace(reply_stream=False))
+        self.replies = []
+
+    async def reply(self, message):
+        self.replies.append(message)
+
+
+def shape(ctx, results, outbox=None):
+    async def source():
+        for result in results:
+            yield result
+
+    async def collect():
+        return [r async for r in Delivery(ctx, "Codex", outbox).shape(source())]
+
+    return asyncio.run(collect())
+
+
+def message(text, **meta):
+    data = {"message": {"role": "assistant", "content": text, **({"metadata": meta} if meta else {})}}
+    return {"run_id": "r1", "type": "message.completed", "data": data}
+
+
+def completed(final=None):
+    data = {"message": final} if final is not None else {}
+    return {"run_id": "r1", "type": "run.completed", "data": data}
+
+
+def failed(error, retryable=False):
+    return {"run_id": "r1", "type": "run.failed", "data": {"error": error, "code": "harness_error",
+                                                           "retryable": retryable}}
+
+
+def test_where_langbot_delivers_the_final_message_carries_the_runs_metadata_once():
+    final = {"role": "assistant", "content": "done", "metadata": {"session": {"id": "s"}}}
+    out = shape(Ctx(automatic=True), [message("done"), completed(final)])
+    assert [r["type"] for r in out] == ["message.completed", "run.completed"]
+    assert out[0]["data"]["message"] == final
+    assert "message" not in out[1]["data"]
+
+
+def test_an_earlier_message_is_not_the_final_one():
+    out = shape(Ctx(automatic=True), [message("first"), message("second"), completed()])
+    assert [message["data"]["message"]["content"] for message in out[:2]] == ["first", "second"]
+    assert out[2]["type"] == "run.completed"
+
+
+def test_where_the_runner_replies_the_reply_is_sent_once_split_to_the_surface():
+    ctx = Ctx(automatic=False, limit=12)
+    out = shape(ctx, [message("one two three four"), completed()])
+    assert ctx.replies == ["one two", "three four"]
+    assert [r["type"] for r in out] == ["message.completed", "run.completed"]
+
+
+def test_a_failure_reaches_the_person_as_a_sentence():
+    ctx = Ctx(automatic=False)
+    out = shape(ctx, [failed("model overloaded\ntrace", retryable=True)])
+    assert ctx.replies == ["Codex could not answer: model overloaded Try again in a moment."]
+    assert out[-1]["type"] == "run.failed"
+
+
+def test_without_the_reply_tool_the_record_says_why_nothing_was_sent():
+    ctx = Ctx(automatic=False, tool=False)
+    out = shape(ctx, [message("hi"), completed()])
+    assert ctx.replies == []
+    warning = [r for r in out if r["type"] == "processor.log"]
+    assert len(warning) == 1
+    assert "does not reach the chat" in warning[0]["data"]["text"]
+
+
+def test_a_question_ends_the_delivered_message_as_text_where_no_card_is_drawn():
+    ask = {"run_id": "r1", "type": "action.requested",
+           "data": {"action": "interaction.requested", "payload": {"fallback_text": "Approve? Reply yes or no."}}}
+    out = shape(Ctx(automatic=True), [message("I need to run a command."), ask, completed()])
+    assert out[0]["data"]["message"]["content"] == "I need to run a command.\n\nApprove? Reply yes or no."
+    assert [r["type"] for r in out] == ["message.completed", "run.completed"]
+
+
+def test_an_outbox_image_rides_in_the_delivered_message():
+    import base64
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 8
+    outbox = Outbox(10_000, 10_000)
+    artifact = {"run_id": "r1", "type": "artifact.created",
+                "data": {"name": "chart.png", "content_base64": base64.b64encode(png).decode(), "size_bytes": len(png)}}
+    out = shape(Ctx(automatic=True), [artifact, message("Here it is."), completed()], outbox)
+    assert out[0]["type"] == "processor.log"  # the artifact itself is only recorded
+    parts = out[1]["data"]["message"]["content"]
+    assert parts[0] == {"type": "text", "text": "Here it is."}
+    assert parts[1]["image_base64"].startswith("data:image/png;base64,")
