@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from components.runner import failure_codes
+
 PROTOCOL = "harness-bridge.relay.v1"
 CLIENT = "langbot-plugin harness-bridge 0.1.0"
 # The host APIs `answer` below can serve; the bridge grants runs no other.
@@ -394,7 +396,11 @@ class Relay:
         if run_id in self._runs:
             yield {
                 "run_id": run_id, "type": "run.failed",
-                "data": {"code": "invalid_argument", "error": f"run {run_id} is already running", "retryable": False},
+                "data": {
+                    "code": failure_codes.INVALID_ARGUMENT,
+                    "error": f"run {run_id} is already running",
+                    "retryable": False,
+                },
             }
             return
         proc = await self._ensure(binary, data_dir, limits or [])
@@ -420,7 +426,7 @@ class Relay:
                     yield {
                         "run_id": run_id, "type": "run.failed",
                         "data": {
-                            "code": "harness_error",
+                            "code": failure_codes.HARNESS_ERROR,
                             "error": "the harness-bridge process ended unexpectedly",
                             "retryable": True,
                         },

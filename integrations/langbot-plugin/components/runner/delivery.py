@@ -25,6 +25,7 @@ from typing import Any
 from langbot_plugin.api.entities.builtin.platform.message import File, Image, MessageChain
 from langbot_plugin.api.entities.builtin.runner.interaction import InteractionRequest
 
+from components.runner import failure_codes
 from components.runner.outbox import Outbox
 
 #: Seconds between two snapshots of a streamed reply: every surface that
@@ -346,7 +347,7 @@ class Delivery:
             error = f"the reply could not be sent to the chat: {type(exc).__name__}: {exc}"
             yield _log(result.get("run_id"), error, "error")
             yield {"run_id": result.get("run_id"), "type": "run.failed",
-                   "data": {"error": error, "code": "delivery_failed", "retryable": True}}
+                   "data": {"error": error, "code": failure_codes.DELIVERY_FAILED, "retryable": True}}
             return
         async for out in self._send_files(result.get("run_id")):
             yield out

@@ -14,6 +14,7 @@ from typing import Any
 from langbot_plugin.api.definition.components.runner.runner import Runner
 from langbot_plugin.api.entities.builtin.runner import RunnerContext, RunnerResult
 
+from components.runner import failure_codes
 from components.runner.bridge import (
     DEFAULT_PATH,
     RELAY,
@@ -127,18 +128,19 @@ class HarnessRunner(Runner):
         try:
             binary = bridge_binary(str(plugin_config.get("bridge_path") or "").strip() or None)
         except (BridgeError, OSError) as exc:
-            yield _failed(ctx.run_id, str(exc), "harness_not_found")
+            yield _failed(ctx.run_id, str(exc), failure_codes.HARNESS_NOT_FOUND)
             return
         try:
             limits = limit_flags(plugin_config)
         except BridgeError as exc:
-            yield _failed(ctx.run_id, str(exc), "invalid_argument")
+            yield _failed(ctx.run_id, str(exc), failure_codes.INVALID_ARGUMENT)
             return
         root = str(plugin_config.get("workspace_root") or "").strip()
         if root and not Path(root).is_absolute():
             # Relative to the plugin runtime's working folder, which the
             # operator neither sees nor chooses: refused, as bridge_path is.
-            yield _failed(ctx.run_id, f"workspace_root must be an absolute path, got {root!r}", "workspace_error")
+            why = f"workspace_root must be an absolute path, got {root!r}"
+            yield _failed(ctx.run_id, why, failure_codes.WORKSPACE_ERROR)
             return
         data_dir = Path(root) if root else writable_dir("data") / "harness-bridge"
         context = ctx.model_dump(mode="json", exclude_none=True)
@@ -158,7 +160,8 @@ class HarnessRunner(Runner):
                     yield result
         except (BridgeError, OSError, ValueError, asyncio.TimeoutError) as exc:
             # The run still ends with one terminal result the host can show.
-            yield _failed(ctx.run_id, f"harness-bridge failed: {type(exc).__name__}: {exc}", "harness_error")
+            why = f"harness-bridge failed: {type(exc).__name__}: {exc}"
+            yield _failed(ctx.run_id, why, failure_codes.HARNESS_ERROR)
 
     async def _relay(self, ctx, binary, data_dir, context, env, harness_path, servers):
         """The run's turns on the bridge: its own, then each follow-up the
