@@ -284,7 +284,7 @@ fn each_runner_form_offers_what_its_harness_takes() {
             spec.takes("permission_mode"),
             "{name}: permission_mode"
         );
-        let asks_live = harness_bridge::harness::live::driver_for(spec).is_some_and(|d| d.asks());
+        let asks_live = spec.live_driver().is_some_and(|d| d.asks());
         assert_eq!(
             field("approvals").is_some(),
             spec.takes("permission_prompt_tool") || asks_live,

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use super::error::{CliError, Outcome};
 use super::exit;
 use crate::harness::{AdapterSpec, Adapters};
 
@@ -26,13 +27,10 @@ pub enum AdaptersCommand {
     },
 }
 
-fn load(dir: Option<&PathBuf>) -> Result<Adapters, u8> {
+fn load(dir: Option<&PathBuf>) -> Result<Adapters, CliError> {
     match dir {
         None => Ok(Adapters::builtin().clone()),
-        Some(dir) => Adapters::load(dir).map_err(|e| {
-            eprintln!("error: {e}");
-            exit::INVALID
-        }),
+        Some(dir) => Adapters::load(dir).map_err(CliError::invalid),
     }
 }
 
@@ -125,12 +123,10 @@ fn live(
     )
 }
 
-pub fn run(cmd: AdaptersCommand) -> u8 {
+pub fn run(cmd: AdaptersCommand) -> Outcome {
     match cmd {
         AdaptersCommand::List { adapters } => {
-            let Ok(loaded) = load(adapters.as_ref()) else {
-                return exit::INVALID;
-            };
+            let loaded = load(adapters.as_ref())?;
             for spec in loaded.all() {
                 let source = loaded
                     .sources
@@ -143,26 +139,17 @@ pub fn run(cmd: AdaptersCommand) -> u8 {
                     spec.family.name
                 );
             }
-            exit::OK
+            Ok(exit::OK)
         }
         AdaptersCommand::Show { name, adapters } => {
-            let Ok(loaded) = load(adapters.as_ref()) else {
-                return exit::INVALID;
-            };
-            match loaded.require(&name) {
-                Ok(spec) => {
-                    let source = loaded
-                        .sources
-                        .get(&spec.name)
-                        .map_or("built-in", String::as_str);
-                    out!("{}", show(spec, source));
-                    exit::OK
-                }
-                Err(why) => {
-                    eprintln!("error: {why}");
-                    exit::USAGE
-                }
-            }
+            let loaded = load(adapters.as_ref())?;
+            let spec = loaded.require(&name).map_err(CliError::usage)?;
+            let source = loaded
+                .sources
+                .get(&spec.name)
+                .map_or("built-in", String::as_str);
+            out!("{}", show(spec, source));
+            Ok(exit::OK)
         }
     }
 }

@@ -93,15 +93,13 @@ pub fn announce(policy: &CagePolicy) {
 }
 
 /// `doctor`: which protections a harness gets here, and what is missing.
-pub fn doctor(config: Option<&std::path::Path>) -> u8 {
+pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
     let policy = match config {
-        Some(file) => match crate::serve::ServeConfig::load(Some(file)) {
-            Ok(config) => config.cage,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return super::exit::INVALID;
-            }
-        },
+        Some(file) => {
+            crate::serve::ServeConfig::load(Some(file))
+                .map_err(super::error::CliError::invalid)?
+                .cage
+        }
         None => CagePolicy::default(),
     };
     println!("cage: {}", policy.describe());
@@ -114,7 +112,7 @@ pub fn doctor(config: Option<&std::path::Path>) -> u8 {
     }
     crate::harness::cage::release();
     if policy.enabled && crate::harness::cage::unavailable().is_some() {
-        return super::exit::FAILURE;
+        return Ok(super::exit::FAILURE);
     }
-    super::exit::OK
+    Ok(super::exit::OK)
 }

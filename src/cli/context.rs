@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use super::error::{CliError, Outcome};
 use super::exit;
 use super::input::{check, read_text};
 use crate::protocol::Severity;
@@ -23,16 +24,11 @@ pub enum ContextCommand {
     },
 }
 
-pub fn run(cmd: ContextCommand) -> u8 {
+pub fn run(cmd: ContextCommand) -> Outcome {
     let ContextCommand::Validate { file, json } = cmd;
     let name = file.display().to_string();
-    let text = match read_text(&file) {
-        Ok(text) => text,
-        Err(e) => {
-            eprintln!("error: cannot read {name}: {e}");
-            return exit::FAILURE;
-        }
-    };
+    let text =
+        read_text(&file).map_err(|e| CliError::failure(format!("cannot read {name}: {e}")))?;
     let (ctx, problems) = check(&text);
     let valid = ctx.is_some();
     if json {
@@ -54,5 +50,5 @@ pub fn run(cmd: ContextCommand) -> u8 {
             );
         }
     }
-    if valid { exit::OK } else { exit::INVALID }
+    Ok(if valid { exit::OK } else { exit::INVALID })
 }

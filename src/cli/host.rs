@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
+use super::error::{CliError, Outcome};
 use super::exit;
 use crate::harness::runner_id;
 use crate::host::owners::inspect_owner;
@@ -109,57 +110,33 @@ pub enum HostCommand {
     },
 }
 
-pub fn run(args: HostArgs, data_dir: &Path) -> u8 {
-    let at = match args.store.at(data_dir) {
-        Ok(at) => at,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::USAGE;
-        }
-    };
-    let runtime = match super::runtime() {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
-    let store = match runtime.block_on(Store::open(&at)) {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::FAILURE;
-        }
-    };
-    match runtime.block_on(execute(args.command, &store)) {
-        Ok(()) => exit::OK,
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILURE
-        }
-    }
+pub fn run(args: HostArgs, data_dir: &Path) -> Outcome {
+    let at = args.store.at(data_dir).map_err(CliError::usage)?;
+    let runtime = super::runtime()?;
+    let store = runtime
+        .block_on(Store::open(&at))
+        .map_err(CliError::failure)?;
+    runtime
+        .block_on(execute(args.command, &store))
+        .map_err(CliError::failure)?;
+    Ok(exit::OK)
 }
 
 /// Apply what a PostgreSQL store lacks of the schema (the host store's
 /// tables, then the run queue's), and say what was applied.
-pub fn migrate(args: MigrateArgs, data_dir: &Path) -> u8 {
-    let url = match args.store.at(data_dir) {
-        Ok(StoreAt::Postgres(url)) => url,
-        Ok(StoreAt::Folder(dir)) => {
-            eprintln!(
-                "error: {} is an embedded store, which every command migrates as it opens it; \
+pub fn migrate(args: MigrateArgs, data_dir: &Path) -> Outcome {
+    let url = match args.store.at(data_dir).map_err(CliError::usage)? {
+        StoreAt::Postgres(url) => url,
+        StoreAt::Folder(dir) => {
+            return Err(CliError::usage(format!(
+                "{} is an embedded store, which every command migrates as it opens it; \
                  migrate prepares a PostgreSQL store (--store postgres://…, or --config with a \
                  PostgreSQL `store`)",
                 dir.display()
-            );
-            return exit::USAGE;
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::USAGE;
+            )));
         }
     };
-    let runtime = match super::runtime() {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
+    let runtime = super::runtime()?;
     let applied = runtime.block_on(async {
         let host = crate::host::postgres::migrate(&url).await?;
         let store = crate::host::postgres::PgHost::connect(&url).await?;
@@ -172,32 +149,25 @@ pub fn migrate(args: MigrateArgs, data_dir: &Path) -> u8 {
         .await?;
         Ok::<_, crate::host::postgres::PgOpenError>((host, queue))
     });
-    match applied {
-        Ok((host, queue)) => {
-            let place = crate::host::postgres::describe_url(&url);
-            for (what, steps, all) in [
-                ("host store", host, crate::host::postgres::MIGRATIONS),
-                ("run queue", queue, crate::serve::cluster::MIGRATIONS),
-            ] {
-                let latest = all.last().map_or(0, |m| m.version);
-                if steps.is_empty() {
-                    out!("{place}: {what} schema up to date (version {latest})");
-                }
-                for step in steps {
-                    out!(
-                        "{place}: {what} migration {} applied ({})",
-                        step.version,
-                        step.name
-                    );
-                }
-            }
-            exit::OK
+    let (host, queue) = applied.map_err(CliError::failure)?;
+    let place = crate::host::postgres::describe_url(&url);
+    for (what, steps, all) in [
+        ("host store", host, crate::host::postgres::MIGRATIONS),
+        ("run queue", queue, crate::serve::cluster::MIGRATIONS),
+    ] {
+        let latest = all.last().map_or(0, |m| m.version);
+        if steps.is_empty() {
+            out!("{place}: {what} schema up to date (version {latest})");
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILURE
+        for step in steps {
+            out!(
+                "{place}: {what} migration {} applied ({})",
+                step.version,
+                step.name
+            );
         }
     }
+    Ok(exit::OK)
 }
 
 fn clip(text: &str, max: usize) -> String {

@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use super::exit;
+use super::error::CliError;
 use crate::protocol::{AgentRunContext, Problem, Severity, validate_context};
 
 /// Read a file, or standard input for `-`.
@@ -32,19 +32,26 @@ pub fn check(text: &str) -> (Option<AgentRunContext>, Vec<Problem>) {
     }
 }
 
-/// Read a valid context, or print why not and return the exit code.
-pub fn read_context(file: &Path) -> Result<AgentRunContext, u8> {
+/// Read a valid context, or say why not (every error, one a line).
+pub fn read_context(file: &Path) -> Result<AgentRunContext, CliError> {
     let name = file.display();
-    let text = read_text(file).map_err(|e| {
-        eprintln!("error: cannot read {name}: {e}");
-        exit::FAILURE
-    })?;
+    let text =
+        read_text(file).map_err(|e| CliError::failure(format!("cannot read {name}: {e}")))?;
     let (ctx, problems) = check(&text);
-    for problem in problems
+    let errors: Vec<String> = problems
         .iter()
         .filter(|p| ctx.is_none() || p.severity == Severity::Error)
-    {
-        eprintln!("{name}: {problem}");
+        .map(|problem| format!("{name}: {problem}"))
+        .collect();
+    match ctx {
+        Some(ctx) => {
+            // A valid context's errors are the recoverable kind: said, and
+            // the run goes on.
+            for line in &errors {
+                eprintln!("{line}");
+            }
+            Ok(ctx)
+        }
+        None => Err(CliError::invalid(errors.join("\n"))),
     }
-    ctx.ok_or(exit::INVALID)
 }

@@ -14,6 +14,7 @@ macro_rules! out {
 mod adapters;
 mod cage;
 mod context;
+mod error;
 mod host;
 mod input;
 mod logging;
@@ -26,6 +27,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+use error::{CliError, Outcome};
 
 /// Exit codes, as documented in `--help`.
 pub mod exit {
@@ -148,87 +151,66 @@ enum Command {
 
 /// The runtime a command drives its work on, or the exit code after
 /// saying why not.
-fn runtime() -> Result<tokio::runtime::Runtime, u8> {
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| {
-            eprintln!("error: cannot start the async runtime: {e}");
-            exit::FAILURE
-        })
+        .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))
 }
 
 /// The embedded store and a runtime to drive it, or the exit code after
 /// saying why not: what every store-backed command starts with.
 fn open_store(
     data_dir: &std::path::Path,
-) -> Result<(tokio::runtime::Runtime, crate::host::sqlite::SqliteHost), u8> {
+) -> Result<(tokio::runtime::Runtime, crate::host::sqlite::SqliteHost), CliError> {
     let runtime = runtime()?;
-    let store = crate::host::sqlite::SqliteHost::open(data_dir).map_err(|e| {
-        eprintln!("error: {e}");
-        exit::FAILURE
-    })?;
+    let store = crate::host::sqlite::SqliteHost::open(data_dir).map_err(CliError::failure)?;
     Ok((runtime, store))
 }
 
 /// Contain every turn this command runs (`harness::cage`): choose the
 /// mechanism and end what bridges killed outright left behind; or the exit
 /// code after saying why turns cannot be contained.
-fn contain() -> Result<(), u8> {
-    crate::harness::cage::start().map(drop).map_err(|e| {
-        eprintln!("error: {e}");
-        exit::FAILURE
-    })
+fn contain() -> Result<(), CliError> {
+    crate::harness::cage::start()
+        .map(drop)
+        .map_err(CliError::failure)
 }
 
 /// Run `command` (which runs turns) contained, and end whatever its turns
 /// left when it is done.
-fn contained(command: impl FnOnce() -> u8) -> u8 {
-    if let Err(code) = contain() {
-        return code;
-    }
-    let code = command();
+fn contained(command: impl FnOnce() -> Outcome) -> Outcome {
+    contain()?;
+    let outcome = command();
     crate::harness::cage::release();
-    code
+    outcome
 }
 
 /// `failure-codes`: every failure code this build produces.
-fn failure_codes() -> u8 {
+fn failure_codes() -> Outcome {
     let codes: Vec<&str> = crate::protocol::FailureCode::ALL
         .iter()
         .map(crate::protocol::FailureCode::as_str)
         .collect();
-    println!("{}", serde_json::Value::from(codes));
-    exit::OK
+    out!("{}", serde_json::Value::from(codes));
+    Ok(exit::OK)
 }
 
 /// `manifest`: the discovery JSON for the specs in force.
-fn manifest(adapters: Option<&std::path::Path>) -> u8 {
-    let adapters = match load_adapters(adapters) {
-        Ok(adapters) => adapters,
-        Err(code) => return code,
-    };
-    match serde_json::to_string_pretty(&crate::harness::discovery(&adapters)) {
-        Ok(json) => {
-            out!("{json}");
-            exit::OK
-        }
-        Err(e) => {
-            eprintln!("error: cannot render the manifest: {e}");
-            exit::FAILURE
-        }
-    }
+fn manifest(adapters: Option<&std::path::Path>) -> Outcome {
+    let adapters = load_adapters(adapters)?;
+    let json = serde_json::to_string_pretty(&crate::harness::discovery(&adapters))
+        .map_err(|e| CliError::failure(format!("cannot render the manifest: {e}")))?;
+    out!("{json}");
+    Ok(exit::OK)
 }
 
 /// The adapter specs in force: built-in, plus an operator folder; a bad
 /// spec is reported (file, line, reason) and gives the exit code.
-fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapters, u8> {
+fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapters, CliError> {
     match dir {
-        Some(dir) => crate::harness::Adapters::load(dir).map_err(|e| {
-            eprintln!("error: {e}");
-            exit::INVALID
-        }),
+        Some(dir) => crate::harness::Adapters::load(dir).map_err(CliError::invalid),
         None => Ok(crate::harness::Adapters::builtin().clone()),
     }
 }
@@ -236,36 +218,30 @@ fn load_adapters(dir: Option<&std::path::Path>) -> Result<crate::harness::Adapte
 /// The operator's extra MCP servers from a YAML (or JSON) file mapping a
 /// name to `{command, args, env}` or `{url, headers}`; none without a file.
 /// A bad file is reported (file, line, reason) and gives the exit code.
-fn load_mcp_servers(file: Option<&std::path::Path>) -> Result<crate::projection::McpCatalog, u8> {
+fn load_mcp_servers(
+    file: Option<&std::path::Path>,
+) -> Result<crate::projection::McpCatalog, CliError> {
     let Some(file) = file else {
         return Ok(Default::default());
     };
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        eprintln!("error: cannot read {}: {e}", file.display());
-        exit::FAILURE
-    })?;
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CliError::failure(format!("cannot read {}: {e}", file.display())))?;
     let catalog: crate::projection::McpCatalog = serde_yaml::from_str(&text).map_err(|e| {
         let at = e
             .location()
             .map(|l| format!(":{}", l.line()))
             .unwrap_or_default();
-        eprintln!("error: {}{at}: {e}", file.display());
-        exit::INVALID
+        CliError::invalid(format!("{}{at}: {e}", file.display()))
     })?;
-    crate::projection::check_mcp_catalog(&catalog).map_err(|e| {
-        eprintln!("error: {}: {e}", file.display());
-        exit::INVALID
-    })?;
+    crate::projection::check_mcp_catalog(&catalog)
+        .map_err(|e| CliError::invalid(format!("{}: {e}", file.display())))?;
     Ok(catalog)
 }
 
 /// The templates in force: built-in, or an operator folder's overrides; a
 /// broken one is reported and gives the exit code.
-fn load_templates(dir: Option<&std::path::Path>) -> Result<crate::projection::Templates, u8> {
-    crate::projection::Templates::load(dir).map_err(|e| {
-        eprintln!("error: {e}");
-        exit::INVALID
-    })
+fn load_templates(dir: Option<&std::path::Path>) -> Result<crate::projection::Templates, CliError> {
+    crate::projection::Templates::load(dir).map_err(CliError::invalid)
 }
 
 /// A token cancelled by SIGTERM or Ctrl-C: how long-running commands
@@ -330,14 +306,14 @@ fn absolute_path(text: &str) -> Result<PathBuf, String> {
 }
 
 /// Run a store-backed command in the data folder, or say why there is none.
-fn in_data_dir(flag: Option<PathBuf>, command: impl FnOnce(&std::path::Path) -> u8) -> u8 {
-    match data_dir(flag).and_then(|dir| private_folder(&dir).map(|()| dir)) {
-        Ok(dir) => command(&dir),
-        Err(msg) => {
-            eprintln!("error: {msg}");
-            exit::FAILURE
-        }
-    }
+fn in_data_dir(
+    flag: Option<PathBuf>,
+    command: impl FnOnce(&std::path::Path) -> Outcome,
+) -> Outcome {
+    let dir = data_dir(flag)
+        .and_then(|dir| private_folder(&dir).map(|()| dir))
+        .map_err(CliError::failure)?;
+    command(&dir)
 }
 
 /// Make sure a folder that holds transcripts, state, secrets or
@@ -420,55 +396,39 @@ pub fn main() -> ExitCode {
         "warn"
     };
     logging::init(cli.log_format, default_level);
-    let code = match cli.command {
+    let outcome = match cli.command {
         Command::Adapters(cmd) => adapters::run(cmd),
         Command::Context(cmd) => context::run(cmd),
         Command::Manifest { adapters } => manifest(adapters.as_deref()),
         Command::FailureCodes => failure_codes(),
         Command::Doctor { config } => cage::doctor(config.as_deref()),
         Command::Host(args) => in_data_dir(cli.data_dir, |dir| host::run(args, dir)),
-        Command::Migrate(args) => match data_dir(cli.data_dir) {
-            Ok(dir) => host::migrate(args, &dir),
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                exit::FAILURE
-            }
-        },
-        Command::McpStdio => {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::from(exit::FAILURE);
-                }
-            };
-            let code = match runtime.block_on(crate::mcp::run_stdio_shim()) {
-                Ok(()) => exit::OK,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    exit::FAILURE
-                }
-            };
-            // The stdin reader blocks a runtime thread until input arrives;
-            // do not wait for it, so the shim exits as soon as it is done.
-            runtime.shutdown_background();
-            code
-        }
+        Command::Migrate(args) => data_dir(cli.data_dir)
+            .map_err(CliError::failure)
+            .and_then(|dir| host::migrate(args, &dir)),
+        Command::McpStdio => mcp_stdio(),
         Command::Run(args) => in_data_dir(cli.data_dir, |dir| contained(|| run::run(args, dir))),
         Command::Relay(args) => {
             in_data_dir(cli.data_dir, |dir| contained(|| relay::run(args, dir)))
         }
         Command::Serve(args) => in_data_dir(cli.data_dir, |dir| serve::run(args, dir)),
-        Command::Project(args) => match data_dir(cli.data_dir) {
-            Ok(dir) => project::run(args, &dir),
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                exit::FAILURE
-            }
-        },
+        Command::Project(args) => data_dir(cli.data_dir)
+            .map_err(CliError::failure)
+            .and_then(|dir| project::run(args, &dir)),
     };
-    ExitCode::from(code)
+    ExitCode::from(outcome.unwrap_or_else(CliError::report))
+}
+
+/// `mcp-stdio`: the run's host tools on stdio, for a harness that prefers
+/// a stdio MCP server.
+fn mcp_stdio() -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))?;
+    let done = runtime.block_on(crate::mcp::run_stdio_shim());
+    // The stdin reader blocks a runtime thread until input arrives; do not
+    // wait for it, so the shim exits as soon as it is done.
+    runtime.shutdown_background();
+    done.map(|()| exit::OK).map_err(CliError::failure)
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::error::{CliError, Outcome};
 use super::exit;
 use super::input::read_context;
 use crate::harness;
@@ -91,57 +92,28 @@ fn print(projection: &Projection, json: bool) {
     }
 }
 
-pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
-    let adapters = match super::load_adapters(args.adapters.as_deref()) {
-        Ok(adapters) => adapters,
-        Err(code) => return code,
-    };
-    let info = match adapters.require(&args.harness) {
-        Ok(info) => info,
-        Err(why) => {
-            eprintln!("error: {why}");
-            return exit::USAGE;
-        }
-    };
-    let ctx = match read_context(&args.context) {
-        Ok(ctx) => ctx,
-        Err(code) => return code,
-    };
-    let templates = match super::load_templates(args.templates.as_deref()) {
-        Ok(templates) => templates,
-        Err(code) => return code,
-    };
-    let servers = match super::load_mcp_servers(args.mcp_servers.as_deref()) {
-        Ok(servers) => servers,
-        Err(code) => return code,
-    };
-    let (runtime, host) = match super::open_store(data_dir) {
-        Ok(opened) => opened,
-        Err(code) => return code,
-    };
+pub fn run(args: ProjectArgs, data_dir: &Path) -> Outcome {
+    let adapters = super::load_adapters(args.adapters.as_deref())?;
+    let info = adapters.require(&args.harness).map_err(CliError::usage)?;
+    let ctx = read_context(&args.context)?;
+    let templates = super::load_templates(args.templates.as_deref())?;
+    let servers = super::load_mcp_servers(args.mcp_servers.as_deref())?;
+    let (runtime, host) = super::open_store(data_dir)?;
     let root = args.root.unwrap_or_else(|| data_dir.join("workspaces"));
     let grants = Grants::new(Arc::new(host));
     let runner_id = harness::runner_id(&info.name);
-    let open = match grants.open_run(
-        &ctx,
-        &runner_id,
-        &harness::requested_permissions(),
-        &GrantPolicy::default(),
-    ) {
-        Ok(open) => open,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::INVALID;
-        }
-    };
+    let open = grants
+        .open_run(
+            &ctx,
+            &runner_id,
+            &harness::requested_permissions(),
+            &GrantPolicy::default(),
+        )
+        .map_err(CliError::invalid)?;
     let granted = grants.granted(open.grant.clone());
-    let asking = match Binding::from_config(&ctx.config) {
-        Ok(binding) => binding.asking(ctx.conversation_id().is_some()),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::INVALID;
-        }
-    };
+    let asking = Binding::from_config(&ctx.config)
+        .map_err(CliError::invalid)?
+        .asking(ctx.conversation_id().is_some());
     let tools = tool_names(&open.grant.apis, asking);
     let target = info.target();
     // The operator's files the home carries are found where the harness
@@ -169,14 +141,6 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> u8 {
     };
     let result = runtime.block_on(project(&request, &templates));
     grants.close_run(&ctx.run_id);
-    match result {
-        Ok(projection) => {
-            print(&projection, args.json);
-            exit::OK
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILURE
-        }
-    }
+    print(&result.map_err(CliError::failure)?, args.json);
+    Ok(exit::OK)
 }

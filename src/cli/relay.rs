@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::error::{CliError, Outcome};
 use super::exit;
 use crate::run::Settings;
 
@@ -60,20 +61,11 @@ pub struct RelayArgs {
 }
 
 /// Serve one relay session on stdio until the plugin goes away.
-pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
-    let adapters = match super::load_adapters(args.adapters.as_deref()) {
-        Ok(adapters) => adapters,
-        Err(code) => return code,
-    };
-    let templates = match super::load_templates(args.templates.as_deref()) {
-        Ok(templates) => templates,
-        Err(code) => return code,
-    };
+pub fn run(args: RelayArgs, data_dir: &Path) -> Outcome {
+    let adapters = super::load_adapters(args.adapters.as_deref())?;
+    let templates = super::load_templates(args.templates.as_deref())?;
     let root = args.root.unwrap_or_else(|| data_dir.join("workspaces"));
-    if let Err(e) = super::private_folder(&root) {
-        eprintln!("error: {e}");
-        return exit::FAILURE;
-    }
+    super::private_folder(&root).map_err(CliError::failure)?;
     let mut settings = Settings::new(root);
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);
@@ -83,17 +75,7 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
         max_sessions: args.max_live_sessions,
         idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
     });
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return exit::FAILURE;
-        }
-    };
+    let runtime = super::runtime()?;
     let result = runtime.block_on(async move {
         let stop = super::stop_on_signal();
         let limits = crate::relay::Limits {
@@ -105,11 +87,6 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> u8 {
     });
     // The stdin reader may still block a thread; do not wait for it.
     runtime.shutdown_background();
-    match result {
-        Ok(()) => exit::OK,
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILURE
-        }
-    }
+    result.map_err(CliError::failure)?;
+    Ok(exit::OK)
 }

@@ -11,12 +11,13 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::error::{CliError, Outcome};
 use super::exit;
 use super::input::read_text;
 use crate::harness::decode::ResultStream;
 use crate::protocol::FailureCode;
 use crate::protocol::{
-    AgentRunResult, JsonMap, ResultPayload, ResultType, RunFailed, checked_context,
+    AgentRunContext, AgentRunResult, JsonMap, ResultPayload, ResultType, RunFailed, checked_context,
 };
 use crate::run::{Bridge, QuickTurn, RunOptions, Settings, quick_context};
 
@@ -123,55 +124,45 @@ fn invalid(run_id: &str, error: String, format: Format) -> u8 {
     exit::INVALID
 }
 
-/// Run one turn; the exit code says how it ended.
-pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
-    let mut config = JsonMap::new();
-    let ctx = if let Some(file) = &args.context {
-        let text = match read_text(file) {
-            Ok(text) => text,
-            Err(e) => {
-                eprintln!("error: cannot read {}: {e}", file.display());
-                return exit::FAILURE;
-            }
-        };
-        let doc = match serde_json::from_str::<Value>(&text) {
-            Ok(doc) => doc,
-            Err(e) => return invalid("invalid", format!("not JSON: {e}"), args.format),
-        };
-        match checked_context(&doc) {
-            Ok(ctx) => ctx,
-            Err(why) => {
-                let run_id = doc["run_id"].as_str().unwrap_or("invalid");
-                return invalid(run_id, why, args.format);
-            }
-        }
-    } else {
+/// The turn's context: the file's, or one built from `--conversation` and
+/// `--text`. The inner `Err` is a context that is not valid (its run id,
+/// and why), which still gets its result stream.
+fn turn_context(args: &RunArgs) -> Result<Result<AgentRunContext, (String, String)>, CliError> {
+    let Some(file) = &args.context else {
         let (Some(conversation), Some(text)) = (&args.conversation, &args.text) else {
-            eprintln!("error: pass --context FILE, or --conversation ID --text TEXT");
-            return exit::USAGE;
+            return Err(CliError::usage(
+                "pass --context FILE, or --conversation ID --text TEXT",
+            ));
         };
-        match quick_context(&QuickTurn {
+        return Ok(quick_context(&QuickTurn {
             conversation,
             actor: args.actor.as_deref().unwrap_or("local-user"),
             text,
             config: JsonMap::new(),
             answer: None,
-        }) {
-            Ok(ctx) => ctx,
-            Err(e) => {
-                return invalid(
-                    "invalid",
-                    format!("cannot build the context: {e}"),
-                    args.format,
-                );
-            }
-        }
+        })
+        .map_err(|e| ("invalid".into(), format!("cannot build the context: {e}"))));
     };
-    let mut ctx = ctx;
-    let servers = match super::load_mcp_servers(args.mcp_servers.as_deref()) {
-        Ok(servers) => servers,
-        Err(code) => return code,
+    let text = read_text(file)
+        .map_err(|e| CliError::failure(format!("cannot read {}: {e}", file.display())))?;
+    let doc = match serde_json::from_str::<Value>(&text) {
+        Ok(doc) => doc,
+        Err(e) => return Ok(Err(("invalid".into(), format!("not JSON: {e}")))),
     };
+    Ok(checked_context(&doc).map_err(|why| {
+        let run_id = doc["run_id"].as_str().unwrap_or("invalid");
+        (run_id.to_string(), why)
+    }))
+}
+
+/// Run one turn; the exit code says how it ended.
+pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
+    let mut ctx = match turn_context(&args)? {
+        Ok(ctx) => ctx,
+        Err((run_id, why)) => return Ok(invalid(&run_id, why, args.format)),
+    };
+    let servers = super::load_mcp_servers(args.mcp_servers.as_deref())?;
+    let mut config = JsonMap::new();
     if args.context.is_none() && !servers.is_empty() {
         config.insert(
             "mcp_servers".into(),
@@ -186,27 +177,14 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
     }
     ctx.config.extend(config);
 
-    let adapters = match super::load_adapters(args.adapters.as_deref()) {
-        Ok(adapters) => adapters,
-        Err(code) => return code,
-    };
-    let templates = match super::load_templates(args.templates.as_deref()) {
-        Ok(templates) => templates,
-        Err(code) => return code,
-    };
-    let (runtime, store) = match super::open_store(data_dir) {
-        Ok(opened) => opened,
-        Err(code) => return code,
-    };
-    if let Err(e) = store.keep_audit_for(crate::host::sqlite::DEFAULT_AUDIT_RETENTION) {
-        eprintln!("error: {e}");
-        return exit::FAILURE;
-    }
+    let adapters = super::load_adapters(args.adapters.as_deref())?;
+    let templates = super::load_templates(args.templates.as_deref())?;
+    let (runtime, store) = super::open_store(data_dir)?;
+    store
+        .keep_audit_for(crate::host::sqlite::DEFAULT_AUDIT_RETENTION)
+        .map_err(CliError::failure)?;
     let root = args.root.unwrap_or_else(|| data_dir.join("workspaces"));
-    if let Err(e) = super::private_folder(&root) {
-        eprintln!("error: {e}");
-        return exit::FAILURE;
-    }
+    super::private_folder(&root).map_err(CliError::failure)?;
     let mut settings = Settings::new(root);
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);
@@ -219,13 +197,9 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
     let format = args.format;
     let harness = args.harness;
     runtime.block_on(async move {
-        let bridge = match Bridge::start(Arc::new(store), adapters, templates, settings).await {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("error: cannot start the MCP server: {e}");
-                return exit::FAILURE;
-            }
-        };
+        let bridge = Bridge::start(Arc::new(store), adapters, templates, settings)
+            .await
+            .map_err(|e| CliError::failure(format!("cannot start the MCP server: {e}")))?;
         let cancel = CancellationToken::new();
         let on_signal = cancel.clone();
         tokio::spawn(async move {
@@ -234,31 +208,34 @@ pub fn run(args: RunArgs, data_dir: &Path) -> u8 {
                 on_signal.cancel();
             }
         });
-        let (tx, mut rx) = mpsc::channel::<AgentRunResult>(256);
-        let printer = tokio::spawn(async move {
-            let mut pretty = Pretty::default();
-            while let Some(result) = rx.recv().await {
-                match format {
-                    Format::Ndjson => match serde_json::to_string(&result) {
-                        Ok(json) => line(&json),
-                        Err(e) => tracing::warn!("cannot render a result: {e}"),
-                    },
-                    Format::Pretty => pretty.show(&result),
-                }
-            }
-        });
+        let (tx, rx) = mpsc::channel::<AgentRunResult>(256);
+        let printer = tokio::spawn(print_results(rx, format));
         let summary = bridge
             .run(&ctx, &harness, &RunOptions::default(), tx, cancel.clone())
             .await;
         let _ = printer.await;
         bridge.shutdown().await;
-        match (&summary.outcome, &summary.failure_code) {
+        Ok(match (&summary.outcome, &summary.failure_code) {
             (ResultType::RunCompleted, _) => exit::OK,
             (_, Some(FailureCode::Cancelled)) => CANCELLED,
             (_, Some(FailureCode::InvalidArgument)) => exit::INVALID,
             _ => exit::FAILURE,
-        }
+        })
     })
+}
+
+/// Print each result as it comes, in the chosen format.
+async fn print_results(mut rx: mpsc::Receiver<AgentRunResult>, format: Format) {
+    let mut pretty = Pretty::default();
+    while let Some(result) = rx.recv().await {
+        match format {
+            Format::Ndjson => match serde_json::to_string(&result) {
+                Ok(json) => line(&json),
+                Err(e) => tracing::warn!("cannot render a result: {e}"),
+            },
+            Format::Pretty => pretty.show(&result),
+        }
+    }
 }
 
 /// Renders a result stream for a person: text as it streams, one line per

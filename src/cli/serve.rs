@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::error::{CliError, Outcome};
 use super::exit;
 use crate::harness::cage;
 use crate::host::postgres::PgHost;
 use crate::host::store::StoreAt;
 use crate::projection::Templates;
 use crate::run::{Bridge, Settings};
-use crate::serve::{ServeConfig, Service};
+use crate::serve::{ServeConfig, Service, tokens};
 
 /// What `serve --help` adds after the options: the API in brief.
 pub const AFTER_HELP: &str = "\
@@ -69,18 +70,9 @@ pub struct ServeArgs {
 }
 
 /// Serve until SIGTERM or Ctrl-C.
-pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
-    let mut config = match ServeConfig::load(args.config.as_deref()) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::INVALID;
-        }
-    };
-    let adapters = match super::load_adapters(config.adapters.as_deref()) {
-        Ok(adapters) => adapters,
-        Err(code) => return code,
-    };
+pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
+    let mut config = ServeConfig::load(args.config.as_deref()).map_err(CliError::invalid)?;
+    let adapters = super::load_adapters(config.adapters.as_deref())?;
     let store_at = config.store_at(data_dir);
     let store_dir = match &store_at {
         StoreAt::Folder(dir) => Some(dir.clone()),
@@ -90,15 +82,9 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         .into_iter()
         .flatten()
     {
-        if let Err(e) = super::private_folder(folder) {
-            eprintln!("error: {e}");
-            return exit::FAILURE;
-        }
+        super::private_folder(folder).map_err(CliError::failure)?;
     }
-    let runtime = match super::runtime() {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
+    let runtime = super::runtime()?;
     let workspace_root = config
         .workspace_root
         .clone()
@@ -122,15 +108,10 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
         StoreAt::Folder(dir) => open_embedded(&runtime, dir, &mut config, retention),
         StoreAt::Postgres(url) => open_shared(&runtime, url, data_dir, &mut config),
     };
-    let (host, backlog) = match opened {
-        Ok(opened) => opened,
-        Err(code) => return code,
-    };
+    let (host, backlog) = opened?;
     crate::listen::raise_fd_limit();
     // After the journal's own sweep, which names the runs it ends.
-    if let Err(code) = super::contain() {
-        return code;
-    }
+    super::contain()?;
     let result = runtime.block_on(async move {
         let bridge = Bridge::start(
             host,
@@ -164,13 +145,8 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> u8 {
             .map_err(|e| e.to_string())
     });
     cage::release();
-    match result {
-        Ok(()) => exit::OK,
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILURE
-        }
-    }
+    result.map_err(CliError::failure)?;
+    Ok(exit::OK)
 }
 
 /// How the opened service keeps its runs.
@@ -194,59 +170,35 @@ fn open_embedded(
     dir: &Path,
     config: &mut ServeConfig,
     retention: Duration,
-) -> Result<Opened, u8> {
-    let store = crate::host::sqlite::SqliteHost::open(dir).map_err(|e| {
-        eprintln!("error: {e}");
-        exit::FAILURE
-    })?;
-    if let Err(e) = store.keep_audit_for(config.audit_retention()) {
-        eprintln!("error: {e}");
-        return Err(exit::FAILURE);
-    }
-    match runtime.block_on(store.index_knowledge(config.knowledge_bases.clone())) {
-        Ok(reports) => {
-            for (kb_id, report) in reports {
-                tracing::info!(
-                    kb_id,
-                    indexed = report.indexed,
-                    unchanged = report.unchanged,
-                    removed = report.removed,
-                    skipped = report.skipped,
-                    "knowledge base indexed"
-                );
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {}", e.message);
-            return Err(exit::FAILURE);
-        }
+) -> Result<Opened, CliError> {
+    let store = crate::host::sqlite::SqliteHost::open(dir).map_err(CliError::failure)?;
+    store
+        .keep_audit_for(config.audit_retention())
+        .map_err(CliError::failure)?;
+    let reports = runtime
+        .block_on(store.index_knowledge(config.knowledge_bases.clone()))
+        .map_err(|e| CliError::failure(e.message))?;
+    for (kb_id, report) in reports {
+        tracing::info!(
+            kb_id,
+            indexed = report.indexed,
+            unchanged = report.unchanged,
+            removed = report.removed,
+            skipped = report.skipped,
+            "knowledge base indexed"
+        );
     }
     if config.api_tokens.is_empty() && !config.no_auth {
-        match api_token(dir) {
-            Ok((token, file)) => {
-                eprintln!(
-                    "API token: in {} (send Authorization: Bearer <token>; set api_tokens to choose your own)",
-                    file.display()
-                );
-                config.api_tokens.push(token);
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return Err(exit::FAILURE);
-            }
-        }
+        let (token, file) = tokens::api_token(dir).map_err(CliError::failure)?;
+        eprintln!(
+            "API token: in {} (send Authorization: Bearer <token>; set api_tokens to choose your own)",
+            file.display()
+        );
+        config.api_tokens.push(token);
     }
-    let retention_journal = retention;
-    let journal = match crate::serve::Journal::open(dir, retention_journal) {
-        Ok((journal, interrupted)) => {
-            end_leftovers(&interrupted);
-            journal
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Err(exit::FAILURE);
-        }
-    };
+    let (journal, interrupted) =
+        crate::serve::Journal::open(dir, retention).map_err(CliError::failure)?;
+    crate::serve::end_leftovers(&interrupted);
     Ok((Arc::new(store), Backlog::Local(journal)))
 }
 
@@ -257,11 +209,8 @@ fn open_shared(
     url: &str,
     data_dir: &Path,
     config: &mut ServeConfig,
-) -> Result<Opened, u8> {
-    let fail = |e: String| {
-        eprintln!("error: {e}");
-        exit::FAILURE
-    };
+) -> Result<Opened, CliError> {
+    let fail = CliError::failure;
     if !config.knowledge_bases.is_empty() {
         return Err(fail(
             "knowledge_bases are indexed into the embedded store; with a PostgreSQL store \
@@ -278,9 +227,13 @@ fn open_shared(
         .keep_audit_for(config.audit_retention())
         .map_err(|e| fail(e.message))?;
     if config.api_tokens.is_empty() && !config.no_auth {
-        let token = runtime
-            .block_on(shared_api_token(&store, data_dir))
+        let (token, file) = runtime
+            .block_on(tokens::shared_api_token(&store, data_dir))
             .map_err(fail)?;
+        eprintln!(
+            "API token: in {} (the same for every instance on this store; set api_tokens to choose your own)",
+            file.display()
+        );
         config.api_tokens.push(token);
     }
     let instance_id = config
@@ -301,7 +254,7 @@ fn open_shared(
             settings,
         ))
         .map_err(|e| fail(e.to_string()))?;
-    end_leftovers(&interrupted);
+    crate::serve::end_leftovers(&interrupted);
     eprintln!(
         "instance {instance_id} of the bridges sharing {}",
         crate::host::postgres::describe_url(url)
@@ -314,101 +267,4 @@ fn open_shared(
             _lock: lock,
         },
     ))
-}
-
-/// Kill what runs left in flight by a bridge that died left running.
-fn end_leftovers(interrupted: &[crate::serve::Interrupted]) {
-    for run in interrupted {
-        tracing::warn!(
-            run_id = %run.run_id,
-            "run was in flight when the bridge last stopped; marked failed ({})",
-            crate::protocol::FailureCode::Interrupted
-        );
-        if let (Some(pgid), Some(workspace)) = (run.pgid, &run.workspace) {
-            cage::kill_leftover_group(pgid, workspace);
-        }
-        if let Some(marker) = &run.marker {
-            let killed = cage::kill_leftover_turn(marker);
-            if killed > 0 {
-                tracing::warn!(
-                    run_id = %run.run_id,
-                    killed,
-                    "killed what the interrupted run's harness left running"
-                );
-            }
-        }
-    }
-}
-
-/// The API token the instances on one shared store accept when the
-/// operator set none: made by the first, kept in the store, and written
-/// to `DATA/api-token` (0600) on each instance's machine for its operator.
-async fn shared_api_token(store: &PgHost, data_dir: &Path) -> Result<String, String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for the API token: {e}"))?;
-    let token = store
-        .shared_secret("api_token", hex::encode(bytes).as_bytes())
-        .await
-        .map_err(|e| e.message)?;
-    let token = String::from_utf8(token).map_err(|_| "the store's API token is not text")?;
-    let file = data_dir.join("api-token");
-    let current = std::fs::read_to_string(&file).unwrap_or_default();
-    if current.trim() != token {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&file)
-            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-        out.write_all(token.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    }
-    eprintln!(
-        "API token: in {} (the same for every instance on this store; set api_tokens to choose your own)",
-        file.display()
-    );
-    Ok(token)
-}
-
-/// The service's own token, in `dir/api-token`: read when it is there,
-/// generated (32 random bytes, hex, file mode 0600) when not. It lives in a
-/// file, not in the log, so it never lands where logs are collected.
-fn api_token(dir: &Path) -> Result<(String, PathBuf), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = dir.join("api-token");
-    match std::fs::read_to_string(&file) {
-        Ok(text) => {
-            let token = text.trim().to_string();
-            if token.len() < 16 {
-                return Err(format!(
-                    "{} holds a token of under 16 characters; delete it to get a new one",
-                    file.display()
-                ));
-            }
-            return Ok((token, file));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
-    }
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for the API token: {e}"))?;
-    let token = hex::encode(bytes);
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&file)
-    {
-        Ok(mut f) => f
-            .write_all(token.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", file.display()))?,
-        // Another serve on this store made it first: use that one.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return api_token(dir),
-        Err(e) => return Err(format!("cannot write {}: {e}", file.display())),
-    }
-    Ok((token, file))
 }

@@ -9,6 +9,8 @@ pub mod cluster;
 mod config;
 mod http;
 mod journal;
+mod leftovers;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -22,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::run::{QueueFull, Scheduler, Ticket};
 pub use config::ServeConfig;
 pub use journal::{Interrupted, Journal, JournalRun, own_store};
+pub use leftovers::end_leftovers;
 
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
