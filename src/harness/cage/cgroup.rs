@@ -421,6 +421,7 @@ mod tests {
     /// The kill for kernels without `cgroup.kill`, on this machine's
     /// cgroup2 (the tests run where the cgroup mechanism works).
     #[test]
+    #[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
     fn a_frozen_cgroup_is_killed_member_by_member() {
         let own = own_dir().expect("a cgroup2 file system");
         // An id of its own, which no bridge's sweep takes for one of its
