@@ -40,23 +40,6 @@ use tokio::sync::{Mutex, MutexGuard};
 
 const FIRST: &str = "Remember this: the codeword is tulip.";
 
-/// The LangBot venv's python: `HARNESS_BRIDGE_LANGBOT_PYTHON`, else
-/// `target/langbot-venv` (both set up by `scripts/test`).
-fn langbot_python() -> PathBuf {
-    let path = std::env::var_os("HARNESS_BRIDGE_LANGBOT_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/langbot-venv/bin/python")
-        });
-    assert!(
-        path.exists(),
-        "LangBot is not installed at {}: run `scripts/test` (it creates the venv from \
-         tests/langbot/requirements.txt), or set HARNESS_BRIDGE_LANGBOT_PYTHON",
-        path.display()
-    );
-    path
-}
-
 /// The README's section on using LangBot, as a person reads it.
 fn readme_langbot_section() -> String {
     let readme = std::fs::read_to_string(checkout().join("README.md")).expect("README.md");
@@ -153,7 +136,7 @@ fn start() -> Result<LangBot, String> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/langbot/session.py");
     // The driver's stdin is this binary's pipe: however the binary ends, the
     // driver reads EOF and stops LangBot with everything it started.
-    let mut driver = Command::new(langbot_python())
+    let mut driver = Command::new(common::langbot_python())
         .arg(&script)
         .arg("--home")
         .arg(&home)
