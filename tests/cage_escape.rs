@@ -146,6 +146,7 @@ async fn turn(server: &ServeProcess, conversation: &str, text: &str, run_id: &st
 /// next turn runs as usual, its files as it left them, in well under
 /// twice the time its turn takes on an idle bridge.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
     let (model_url, fake) = fake_model(false).await;
     let (server, home) = serve_claude(
@@ -260,6 +261,7 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
 /// write B's files or reach the bridge's other ports; B's next turn is
 /// untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_conversations_agent_reaches_nothing_of_another_in_run_as_a_plain_user() {
     const UID: u32 = 20001;
     let claude = common::cli("claude");
@@ -380,6 +382,7 @@ fn chown_tree(dir: &Path, uid: u32) {
 /// A's shell reaches nothing of conversation B's, nor the store, the
 /// operator's files, B's kept process or the bridge's API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned codex (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_codex_agent_reaches_nothing_of_another_conversation_in_serve() {
     use common::openai::{self, RUN};
     let (model_url, fake) = openai::fake_model(false).await;
@@ -454,6 +457,7 @@ async fn a_codex_agent_reaches_nothing_of_another_conversation_in_serve() {
 /// a local port is out of reach; `network_ports` opens that one port,
 /// `network: open` any. (Claude Code's Bash tool, in `run`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_binding_chooses_its_harnesss_network() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

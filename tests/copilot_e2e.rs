@@ -67,6 +67,7 @@ impl Machine {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned copilot (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
     let (model_url, fake) = fake_model(false).await;
     let machine = Machine::new(model_url).await;
@@ -140,6 +141,7 @@ async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned copilot (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_hanging_copilot_is_stopped_at_the_deadline_with_nothing_left() {
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
     let machine = Machine::new(model_url).await;
@@ -153,6 +155,7 @@ async fn a_hanging_copilot_is_stopped_at_the_deadline_with_nothing_left() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned copilot (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn ctrl_c_cancels_a_copilot_turn_with_nothing_left() {
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
     let machine = Machine::new(model_url).await;

@@ -565,6 +565,52 @@ fn the_test_table_has_a_row_for_every_test_binary() {
     );
 }
 
+/// Every `#[ignore]` under `tests/` says which tiers of tests/README.md
+/// it is in and that `scripts/test` runs it: `tier NAME[+NAME…]: needs …;
+/// scripts/test runs it`. A plain `cargo test` prints that reason.
+#[test]
+fn every_ignored_test_names_its_tier() {
+    let readme = read("tests/README.md");
+    let start = readme
+        .find("\n## Tiers\n")
+        .expect("tests/README.md has `## Tiers`");
+    let rest = &readme[start + 1..];
+    let tiers: BTreeSet<&str> = rest[..rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3)]
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split_once("` |").map(|(t, _)| t))
+        .collect();
+    assert!(tiers.contains("clis"), "no tier table: {tiers:?}");
+    let mut wrong = Vec::new();
+    for entry in walkdir::WalkDir::new(checkout().join("tests")).sort_by_file_name() {
+        let entry = entry.expect("tests/ reads");
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "rs")
+            || path.components().any(|c| c.as_os_str() == "node_modules")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("reads");
+        for (n, line) in text.lines().enumerate() {
+            let Some(attr) = line.trim().strip_prefix("#[ignore") else {
+                continue;
+            };
+            let named = attr
+                .strip_prefix(" = \"tier ")
+                .and_then(|r| r.strip_suffix("; scripts/test runs it\"]"))
+                .and_then(|r| r.split_once(": needs "))
+                .is_some_and(|(names, _)| names.split('+').all(|t| tiers.contains(t)));
+            if !named {
+                wrong.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "an #[ignore] must read `tier NAME: needs …; scripts/test runs it`, NAME in tests/README.md's tiers {tiers:?}:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_scanners_read_what_documents_write() {
     assert_eq!(

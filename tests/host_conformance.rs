@@ -73,6 +73,7 @@ macro_rules! conformance {
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
                 async fn $check() {
                     super::$check(&super::Backend::postgres().await).await;
                 }
@@ -674,6 +675,7 @@ async fn two_handles_number_one_conversation_and_share_cursors(backend: &Backend
 /// queue writes): its writes land while the guard's row is there and are
 /// refused, with nothing written, once it is gone; reads go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn guarded_writes_land_only_while_the_guard_holds() {
     use harness_bridge::host::postgres::WriteGuard;
     use harness_bridge::host::prelude::*;
@@ -1513,6 +1515,7 @@ async fn subject_and_runner_state_and_storage_deletes_are_scoped(backend: &Backe
 /// nothing is applied; once the database is back to what this build
 /// knows, it opens as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn a_postgres_store_from_a_newer_build_is_refused() {
     use harness_bridge::host::postgres::{MIGRATIONS, migrate, migrate_component};
     use harness_bridge::host::prelude::*;

@@ -52,6 +52,7 @@ fn last_request(fake: &common::anthropic::Fake) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn three_turns_run_in_one_claude_process_and_each_has_the_last() {
     let (model_url, fake) = fake_model(false).await;
     let (mut server, _home) = serve_claude(model_url, "").await;
@@ -112,6 +113,7 @@ async fn three_turns_run_in_one_claude_process_and_each_has_the_last() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn cancel_interrupts_the_turn_and_the_session_goes_on() {
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
     let (mut server, _home) = serve_claude(model_url, "").await;
@@ -167,6 +169,7 @@ async fn cancel_interrupts_the_turn_and_the_session_goes_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn an_idle_process_is_stopped_and_the_next_turn_resumes_by_id() {
     let (model_url, fake) = fake_model(false).await;
     let (mut server, _home) = serve_claude(model_url, "idle_timeout_seconds: 1\n").await;
@@ -204,6 +207,7 @@ async fn an_idle_process_is_stopped_and_the_next_turn_resumes_by_id() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_killed_process_costs_only_the_warm_start() {
     let (model_url, fake) = fake_model(false).await;
     let (mut server, home) = serve_claude(model_url, "").await;
@@ -247,6 +251,7 @@ async fn a_killed_process_costs_only_the_warm_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_bridge_killed_outright_leaves_no_live_harness() {
     let (model_url, _fake) = fake_model(false).await;
     let (mut server, _home) = serve_claude(model_url, "").await;
@@ -263,6 +268,7 @@ async fn a_bridge_killed_outright_leaves_no_live_harness() {
 /// mid-answer) is not dropped: it is the next turn of the same process,
 /// after the first, with the first in its context.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_follow_up_sent_mid_turn_is_the_next_turn_of_the_same_process() {
     use common::anthropic::{ANSWER, ASK};
     let (model_url, fake) = fake_model(false).await;
@@ -322,6 +328,7 @@ async fn a_follow_up_sent_mid_turn_is_the_next_turn_of_the_same_process() {
 /// card's answer (`serve`'s short form `interaction`) lets that very call
 /// go on in the same process, once; no prompt replays it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn an_approval_answered_on_serve_continues_the_paused_call() {
     use common::anthropic::{BASH_DONE, fake_model_running};
     let (model_url, fake) = fake_model_running("touch approved-ran").await;
@@ -411,6 +418,7 @@ async fn audit_rows(server: &ServeProcess, action: &str, want: usize) -> Vec<Str
 /// the model then tries the hidden command the person is asked, shown the
 /// whole command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_model_cannot_forge_its_own_approval() {
     use harness_bridge::interaction::{PENDING_KEY, fingerprint};
     let (model_url, fake) = fake_model(false).await;
@@ -467,6 +475,7 @@ async fn a_model_cannot_forge_its_own_approval() {
 /// card's button) is told so and runs nothing, and leaves the request
 /// open; the listed approver's answer runs it; both are audited by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn only_the_asker_or_a_listed_approver_answers_an_approval() {
     use common::anthropic::fake_model_running;
     let (model_url, _fake) = fake_model_running("touch approved-ran").await;
@@ -533,6 +542,7 @@ async fn only_the_asker_or_a_listed_approver_answers_an_approval() {
 /// `bypassPermissions`) is gone when the turn's terminal result is read,
 /// while the process itself serves the next turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn what_a_live_turn_detaches_ends_with_the_turn() {
     use common::anthropic::{BASH_DONE, fake_model_running};
     let tag = format!("600.{}", common::unique_tag());
@@ -571,6 +581,7 @@ async fn what_a_live_turn_detaches_ends_with_the_turn() {
 /// process while that conversation's turn runs, it is refused (403) and
 /// the attempt is in that run's audit; the process's own calls go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_live_harnesss_token_opens_nothing_from_another_process() {
     use common::anthropic::{ASK, CONVERSATION};
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
@@ -639,6 +650,7 @@ async fn a_live_harnesss_token_opens_nothing_from_another_process() {
 /// The expiry (30 minutes) passes by moving the stored request's
 /// `expires_at` back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn an_approval_past_its_expiry_is_denied_and_the_paused_call_never_runs() {
     use common::anthropic::fake_model_running;
     use harness_bridge::host::prelude::*;
@@ -704,6 +716,7 @@ async fn an_approval_past_its_expiry_is_denied_and_the_paused_call_never_runs() 
 /// A turn still working at its deadline is interrupted the harness's way:
 /// it fails `deadline_exceeded`, and the process serves the next turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn the_deadline_interrupts_the_turn_and_keeps_the_process() {
     let (model_url, _fake) = fake_model_hanging_on("HANG").await;
     let (mut server, _home) = serve_claude(model_url, "").await;
@@ -731,6 +744,7 @@ async fn the_deadline_interrupts_the_turn_and_keeps_the_process() {
 /// stopped; its conversation's next turn resumes the session by id in a
 /// new process, with nothing lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn past_max_live_sessions_the_least_recently_used_is_stopped_and_resumes_by_id() {
     let (model_url, fake) = fake_model(false).await;
     let (mut server, _home) = serve_claude(model_url, "max_live_sessions: 1\n").await;
@@ -778,6 +792,7 @@ async fn past_max_live_sessions_the_least_recently_used_is_stopped_and_resumes_b
 /// model: other arguments) is not given the kept process: that one is
 /// stopped, and a new one resumes the session by id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_changed_binding_replaces_the_process_and_resumes_the_session() {
     let (model_url, fake) = fake_model(false).await;
     let (mut server, _home) = serve_claude(model_url, "").await;

@@ -205,6 +205,7 @@ fn case(name: &str, context: Value, bridge: Vec<Value>) -> Value {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn an_agent_binding_gets_the_reply_sent_once_and_a_pipeline_gets_it_yielded_once() {
     let turn = bridge_turn(ANSWER, &["You decided", " to ship on Friday."]);
     let cases = run_cases(vec![
@@ -242,6 +243,7 @@ fn an_agent_binding_gets_the_reply_sent_once_and_a_pipeline_gets_it_yielded_once
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn a_streamed_reply_is_one_message_updated_with_snapshots() {
     let pieces: Vec<String> = (0..20).map(|i| format!("word{i} ")).collect();
     let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
@@ -286,6 +288,7 @@ fn a_streamed_reply_is_one_message_updated_with_snapshots() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn a_long_reply_is_split_at_paragraphs_and_lines_in_order() {
     let sized = |mut ctx: Value| {
         ctx["delivery"]["max_message_size"] = json!(40);
@@ -317,6 +320,7 @@ fn a_long_reply_is_split_at_paragraphs_and_lines_in_order() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn a_failure_reaches_the_person_as_a_sentence_where_the_runner_sends() {
     let error = "Claude Code failed (error_during_execution): API Error: 500 upstream down\n\
                  last stderr lines:\n  /srv/bridge/workspaces/secret";
@@ -378,6 +382,7 @@ fn a_failure_reaches_the_person_as_a_sentence_where_the_runner_sends() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn a_reply_that_cannot_be_sent_is_said_not_silent() {
     let mut refused = case(
         "refused",
@@ -416,6 +421,7 @@ fn a_reply_that_cannot_be_sent_is_said_not_silent() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn a_stream_that_fails_falls_back_only_while_nothing_can_have_been_sent() {
     let streaming = || context(false, &["event_reply"], true);
     let mut no_stream = case("no-stream", streaming(), bridge_turn(ANSWER, &[ANSWER]));
@@ -433,6 +439,7 @@ fn a_stream_that_fails_falls_back_only_while_nothing_can_have_been_sent() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn the_harness_stops_before_langbot_ends_the_run() {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -519,6 +526,7 @@ fn png_data_url() -> String {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn outbox_files_reach_the_chat_in_both_bindings_and_the_rest_are_named() {
     let mut refused = case(
         "refused",
@@ -639,6 +647,7 @@ fn outbox_files_reach_the_chat_in_both_bindings_and_the_rest_are_named() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn images_are_known_by_their_content() {
     // GIF, JPEG and WebP headers under names that say nothing.
     let heads: [(&str, &[u8]); 4] = [
@@ -681,6 +690,7 @@ fn images_are_known_by_their_content() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn a_flood_of_outbox_files_stays_bounded_and_is_summed_up() {
     // Fifty small images: ten are sent, the rest named (ten by name, then a
     // count), and the run's record does not list them all.
@@ -722,6 +732,7 @@ fn a_flood_of_outbox_files_stays_bounded_and_is_summed_up() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn an_operator_who_sends_no_files_still_has_them_named() {
     let mut off = case(
         "off",
@@ -772,6 +783,7 @@ fn turn_with_question(interaction_id: &str) -> Vec<Value> {
 /// after the reply for LangBot to send; one LangBot would refuse is asked
 /// as text instead (a refused card fails the whole run).
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn a_question_reaches_the_person_as_a_card_or_its_text() {
     let with_cards = |automatic: bool| {
         let mut ctx = context(automatic, &["event_reply"], false);
@@ -851,6 +863,7 @@ fn a_question_reaches_the_person_as_a_card_or_its_text() {
 /// turn, with its own input and without the run's stale state, and the run
 /// still ends once; both answers are given, in order.
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn a_follow_up_goes_into_the_running_turn_or_is_the_runs_next_turn() {
     const LATER: &str = "And make it Monday.";
     let mut ctx = context(true, &[], false);

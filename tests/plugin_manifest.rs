@@ -66,6 +66,7 @@ fn the_plugin_manifests_and_the_bridge_catalog_agree() {
 /// runs with `--adapters DIR`), agreeing with the catalog in force, and
 /// the specs go where the plugin hands them to its bridge.
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn an_operators_specs_become_runners_of_the_plugin() {
     let work = tempfile::tempdir().unwrap();
     let plugin = work.path().join("plugin");

@@ -55,6 +55,7 @@ impl Drop for DataFolder {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn the_readmes_first_command_works_verbatim_and_resumes() {
     let command = readme_command();
     assert!(command.contains("./data"), "{command}");
@@ -113,6 +114,7 @@ async fn the_readmes_first_command_works_verbatim_and_resumes() {
 /// default port, then the `curl` that posts a turn with the token serve
 /// keeps under `~/.local/share`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis) and curl; scripts/test runs it"]
 async fn the_readmes_serving_example_works_verbatim() {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
         .expect("README.md");

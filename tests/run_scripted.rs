@@ -767,6 +767,7 @@ async fn the_data_folder_and_what_a_turn_writes_are_private() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
 async fn what_a_killed_bridge_left_running_dies_at_the_next_start() {
     for mechanism in common::MECHANISMS {
         let setup = Setup::new();

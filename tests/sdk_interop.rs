@@ -108,6 +108,7 @@ fn reserialize(kind: &str, json: &Value) -> Value {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn sdk_samples_parse_here_and_our_output_validates_there() {
     let samples = sdk("samples", "");
     assert!(
@@ -147,6 +148,7 @@ fn sdk_samples_parse_here_and_our_output_validates_there() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn our_manifest_validates_in_the_sdk() {
     let mut lines = String::new();
     for runner in
@@ -174,6 +176,7 @@ fn our_manifest_validates_in_the_sdk() {
 }
 
 #[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn cli_validates_sdk_contexts_and_rejects_a_broken_one() {
     let dir = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_harness-bridge");

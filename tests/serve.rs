@@ -440,6 +440,7 @@ async fn cancel_stops_the_run_and_its_process_group() {
 /// Two turns at once: the end of one (cancelled) leaves the other's
 /// processes alone — also the one that left its harness's group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
 async fn a_turn_that_ends_leaves_another_turns_processes_alone() {
     for mechanism in common::MECHANISMS {
         let tools = tempfile::tempdir().unwrap();
@@ -617,6 +618,7 @@ async fn fifty_conversations_of_three_turns_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
 async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
     for mechanism in common::MECHANISMS {
         a_crash_is_recovered_from(mechanism).await;

@@ -86,6 +86,7 @@ fn console_errors(page: &Value) -> Vec<&Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
 async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
     let (model_url, fake) = common::anthropic::fake_model(false).await;
     let (mut server, _home) = common::server::serve_claude(model_url, "").await;
@@ -195,6 +196,7 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
 /// as a card with a button per choice; pressing one answers it as a new
 /// turn, which resumes the same session with the choice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
 async fn a_question_shows_as_a_card_and_a_button_answers_it() {
     let (model_url, _fake) =
         common::anthropic::fake_model_asking("Which environment?", &["staging", "production"])
@@ -265,6 +267,7 @@ async fn a_question_shows_as_a_card_and_a_button_answers_it() {
 /// a confirmation card; "Approve once" lets that command run, in the same
 /// session. (That nothing runs before, and only once, is claude_e2e's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
 async fn an_approval_card_on_the_page_lets_the_command_run() {
     let (model_url, _fake) = common::anthropic::fake_model_running("touch approved-ran").await;
     let (mut server, _home) =

@@ -316,6 +316,7 @@ async fn record(server: &ServeProcess, run_id: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn three_instances_run_every_turn_once_in_order_per_conversation() {
     const CONVERSATIONS: usize = 200;
     const TURNS: usize = 3;
@@ -493,6 +494,7 @@ async fn three_instances_run_every_turn_once_in_order_per_conversation() {
 /// first one's for all of them. Twenty fresh databases, three instances
 /// each; every failed start is counted, then reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn instances_started_together_on_an_empty_database_all_serve() {
     const ROUNDS: usize = 20;
     const LIMITS: &str = "max_concurrent_runs: 1\n";
@@ -564,6 +566,7 @@ async fn instances_started_together_on_an_empty_database_all_serve() {
 /// same way; and new turns racing for the last places, through both
 /// instances at once, get exactly the room left, never more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn the_bounds_count_every_instance_s_turns() {
     let cluster = Cluster::new("0.05", 10).await;
     let limits = "max_concurrent_runs: 1\nmax_queue_per_conversation: 2\nmax_queued_total: 6\n";
@@ -666,6 +669,7 @@ async fn ended(server: &ServeProcess, id: &str, within: Duration) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn an_instance_killed_and_another_paused_lose_only_their_running_turns() {
     const CONVERSATIONS: usize = 45;
     const TURNS: usize = 3;
@@ -963,6 +967,7 @@ async fn harness_pid(cluster: &Cluster, tag: &str) -> i32 {
 /// stopped within about two thirds of the lease, and once the database
 /// answers again the instance goes on taking turns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn a_heartbeat_stuck_in_the_database_still_fences() {
     let cluster = Cluster::new("0.05", 3).await;
     let lease = Duration::from_secs(cluster.lease);
@@ -1012,6 +1017,7 @@ async fn a_heartbeat_stuck_in_the_database_still_fences() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn a_cancel_posted_to_another_instance_stops_the_turn() {
     let cluster = Cluster::new("0.05", 10).await;
     let mut a = cluster.instance("a").await;
@@ -1105,6 +1111,7 @@ async fn a_cancel_posted_to_another_instance_stops_the_turn() {
 /// session was in the lost instance's workspace), and the model's call of
 /// the bridge's history tool reads the first turn from the shared store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres+clis: needs PostgreSQL's server (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN) and the pinned claude (tests/clis); scripts/test runs it"]
 async fn a_conversation_is_taken_over_when_its_instance_dies() {
     use common::anthropic::{ANSWER, ASK, fake_model};
     let (model_url, fake) = fake_model(false).await;
@@ -1205,6 +1212,7 @@ fn command(data: &Path, args: &[&str]) -> (i32, String, String) {
 /// password is refused on the command line (bridge.yaml holds it), and
 /// `migrate` refuses an embedded store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn migrate_and_host_work_on_the_shared_store() {
     let cluster = Cluster::new("0.05", 10).await;
     let data = tempfile::tempdir().unwrap();
