@@ -255,6 +255,60 @@ pub async fn project(
         None => None,
     };
 
+    let [context_md, instructions, turn_prompt] = render_texts(
+        request,
+        &binding,
+        &parts,
+        &working_directory,
+        &skills,
+        &input_files,
+        templates,
+    )?;
+    write_texts(
+        &ws,
+        request,
+        &parts,
+        &working_directory,
+        [&context_md, &instructions, &turn_prompt],
+        &mut report,
+    )?;
+
+    let mut current_event: JsonMap = ["trigger", "event", "actor", "subject", "input"]
+        .into_iter()
+        .filter_map(|part| Some((part.to_string(), parts.get(part)?.clone())))
+        .collect();
+    if !input_files.is_empty() {
+        current_event.insert("input_files".into(), json!(input_files));
+    }
+
+    Ok(Projection {
+        current_event: Value::Object(current_event),
+        workspace: ws.path().to_path_buf(),
+        dir: ws,
+        report,
+        instructions,
+        turn_prompt,
+        mcp,
+        home,
+        input_files,
+    })
+}
+
+/// The three texts a harness reads, from the templates: the context
+/// document, the stable instructions, and the turn's prompt (trimmed).
+fn render_texts(
+    request: &ProjectRequest<'_>,
+    binding: &Binding<'_>,
+    parts: &JsonMap,
+    working_directory: &str,
+    skills: &[String],
+    input_files: &[InputFile],
+    templates: &Templates,
+) -> Result<[String; 3], ProjectionError> {
+    let ctx = request.ctx;
+    let target = request.target;
+    let scopes = binding.scopes();
+    let has = |scope: Scope| scopes.contains(&scope);
     let tools: Vec<String> = request
         .tools
         .iter()
@@ -277,19 +331,19 @@ pub async fn project(
     let vars = render::RenderVars {
         run_id: &ctx.run_id,
         harness: &target.harness,
-        working_directory: &working_directory,
+        working_directory,
         prompt: binding.prompt.as_deref().filter(|p| !p.trim().is_empty()),
         tools: &tools,
-        skills: &skills,
+        skills,
         input_text: has(Scope::Input).then(|| ctx.input.to_text()),
-        input_files: &input_files,
+        input_files,
         current_time: has(Scope::Event)
             .then_some(event_time)
             .flatten()
             .map(render::format_time),
         data: &data,
         json: json_blocks,
-        parts: &parts,
+        parts,
     };
     let [context_md, instructions, turn_prompt] = templates.render_all(
         [
@@ -299,48 +353,40 @@ pub async fn project(
         ],
         &vars,
     )?;
-    let turn_prompt = turn_prompt.trim_end().to_string();
+    Ok([context_md, instructions, turn_prompt.trim_end().to_string()])
+}
 
+/// Write `agent-context.json`, the three texts, and the instructions where
+/// the harness reads its own.
+fn write_texts(
+    ws: &ConfinedDir,
+    request: &ProjectRequest<'_>,
+    parts: &JsonMap,
+    working_directory: &str,
+    [context_md, instructions, turn_prompt]: [&str; 3],
+    report: &mut Report,
+) -> Result<(), ProjectionError> {
     let mut doc = json!({
         "schema": CONTEXT_SCHEMA,
-        "run_id": ctx.run_id,
+        "run_id": request.ctx.run_id,
         "working_directory": working_directory,
     });
     if let Value::Object(map) = &mut doc {
         map.extend(parts.clone());
     }
-    if let Some(file) = &target.instructions_file {
+    if let Some(file) = &request.target.instructions_file {
         let file: Vec<&str> = file.iter().map(String::as_str).collect();
         let outcome = ws.write(&file, instructions.as_bytes())?;
         report.file(file.join("/"), outcome);
     }
     for (path, bytes) in [
         (paths::AGENT_CONTEXT, json_bytes(&doc)),
-        (paths::CONTEXT_MD, context_md.into_bytes()),
-        (paths::INSTRUCTIONS, instructions.clone().into_bytes()),
+        (paths::CONTEXT_MD, context_md.as_bytes().to_vec()),
+        (paths::INSTRUCTIONS, instructions.as_bytes().to_vec()),
         (paths::TURN_PROMPT, format!("{turn_prompt}\n").into_bytes()),
     ] {
         let outcome = ws.write(&path, &bytes)?;
         report.file(path.join("/"), outcome);
     }
-
-    let mut current_event: JsonMap = ["trigger", "event", "actor", "subject", "input"]
-        .into_iter()
-        .filter_map(|part| Some((part.to_string(), parts.get(part)?.clone())))
-        .collect();
-    if !input_files.is_empty() {
-        current_event.insert("input_files".into(), json!(input_files));
-    }
-
-    Ok(Projection {
-        current_event: Value::Object(current_event),
-        workspace: ws.path().to_path_buf(),
-        dir: ws,
-        report,
-        instructions,
-        turn_prompt,
-        mcp,
-        home,
-        input_files,
-    })
+    Ok(())
 }
