@@ -9,7 +9,21 @@
 //! and the invariants.
 
 #![warn(missing_docs)]
+// Nothing from outside may panic the bridge, and only the CLI speaks to
+// the terminal: everything else logs (`tracing`) or returns its error.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::dbg_macro
+)]
 
+#[allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the CLI's edge: its output and its one error line"
+)]
 pub mod cli;
 pub mod harness;
 pub mod host;

@@ -43,7 +43,7 @@ impl StoreArgs {
             return Ok(StoreAt::parse(store, &here));
         }
         if let Some(file) = &self.config {
-            let config = crate::serve::ServeConfig::load(Some(file))?;
+            let config = crate::serve::ServeConfig::load(Some(file)).map_err(|e| e.to_string())?;
             return Ok(config.store_at(data_dir));
         }
         Ok(StoreAt::Folder(data_dir.to_path_buf()))

@@ -210,26 +210,24 @@ fn open_shared(
     data_dir: &Path,
     config: &mut ServeConfig,
 ) -> Result<Opened, CliError> {
-    let fail = CliError::failure;
     if !config.knowledge_bases.is_empty() {
-        return Err(fail(
+        return Err(CliError::failure(
             "knowledge_bases are indexed into the embedded store; with a PostgreSQL store \
-             leave them out (a harness then has no knowledge bases of this bridge's)"
-                .into(),
+             leave them out (a harness then has no knowledge bases of this bridge's)",
         ));
     }
     // One instance per data folder: its workspaces are its own.
-    let lock = crate::serve::own_store(data_dir).map_err(fail)?;
+    let lock = crate::serve::own_store(data_dir).map_err(CliError::failure)?;
     let store = runtime
         .block_on(PgHost::connect(url))
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(CliError::failure)?;
     store
         .keep_audit_for(config.audit_retention())
-        .map_err(|e| fail(e.message))?;
+        .map_err(|e| CliError::failure(e.message))?;
     if config.api_tokens.is_empty() && !config.no_auth {
         let (token, file) = runtime
             .block_on(tokens::shared_api_token(&store, data_dir))
-            .map_err(fail)?;
+            .map_err(CliError::failure)?;
         eprintln!(
             "API token: in {} (the same for every instance on this store; set api_tokens to choose your own)",
             file.display()
@@ -253,7 +251,7 @@ fn open_shared(
             url,
             settings,
         ))
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(CliError::failure)?;
     crate::serve::end_leftovers(&interrupted);
     eprintln!(
         "instance {instance_id} of the bridges sharing {}",

@@ -505,35 +505,8 @@ impl AdapterSpec {
                 );
             }
         }
-        let live_items = self
-            .live
-            .iter()
-            .flat_map(|l| l.args.iter().chain(l.argv.iter().flatten()));
-        let items = self
-            .argv
-            .new
-            .iter()
-            .chain(&self.argv.resume)
-            .chain(live_items);
-        for text in items.flat_map(|item| match item {
-            ArgItem::One(a) => vec![a.as_str()],
-            ArgItem::Group(g) => g.iter().map(String::as_str).collect(),
-        }) {
-            for (_, placeholder) in placeholders(text) {
-                let (name, filter) = split_filter(placeholder);
-                if let Some(filter) = filter.filter(|f| !FILTERS.contains(f)) {
-                    return fail(format!(
-                        "unknown filter `|{filter}` in `{text}` (known: {})",
-                        FILTERS.join(", ")
-                    ));
-                }
-                if !PLACEHOLDERS.contains(&name) {
-                    return fail(format!(
-                        "unknown placeholder `{{{name}}}` in `{text}` (known: {})",
-                        PLACEHOLDERS.join(", ")
-                    ));
-                }
-            }
+        if let Err(reason) = self.check_placeholders() {
+            return fail(reason);
         }
         if self.live_only() {
             return Ok(());
@@ -558,6 +531,42 @@ impl AdapterSpec {
                 "argv.resume must pass {session_id} in an argument of its own (or with {prompt} alone)"
                     .into(),
             );
+        }
+        Ok(())
+    }
+
+    /// Every `{placeholder}` (and `|filter`) of every argv is one the
+    /// launch fills.
+    fn check_placeholders(&self) -> Result<(), String> {
+        let live_items = self
+            .live
+            .iter()
+            .flat_map(|l| l.args.iter().chain(l.argv.iter().flatten()));
+        let items = self
+            .argv
+            .new
+            .iter()
+            .chain(&self.argv.resume)
+            .chain(live_items);
+        for text in items.flat_map(|item| match item {
+            ArgItem::One(a) => vec![a.as_str()],
+            ArgItem::Group(g) => g.iter().map(String::as_str).collect(),
+        }) {
+            for (_, placeholder) in placeholders(text) {
+                let (name, filter) = split_filter(placeholder);
+                if let Some(filter) = filter.filter(|f| !FILTERS.contains(f)) {
+                    return Err(format!(
+                        "unknown filter `|{filter}` in `{text}` (known: {})",
+                        FILTERS.join(", ")
+                    ));
+                }
+                if !PLACEHOLDERS.contains(&name) {
+                    return Err(format!(
+                        "unknown placeholder `{{{name}}}` in `{text}` (known: {})",
+                        PLACEHOLDERS.join(", ")
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -762,6 +771,10 @@ impl Adapters {
     pub fn builtin() -> &'static Adapters {
         static BUILT: OnceLock<Adapters> = OnceLock::new();
         BUILT.get_or_init(|| {
+            #[allow(
+                clippy::expect_used,
+                reason = "the built-in specs are compiled in and parsed by a test"
+            )]
             let specs: Vec<AdapterSpec> = BUILT_IN
                 .iter()
                 .map(|(file, text)| {

@@ -65,6 +65,7 @@ impl CursorCodec {
 
     fn mac(&self, body: &[u8]) -> HmacSha256 {
         // HMAC accepts keys of any length, so this cannot fail.
+        #[allow(clippy::expect_used, reason = "HMAC takes a key of any length")]
         let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC takes any key length");
         mac.update(body);
         mac

@@ -7,52 +7,21 @@
 //! the attempt stands or is retried as a fresh session, and sends the
 //! state and artifacts that belong before the end.
 
-use std::time::Duration;
-
 use std::process::ExitStatus;
+use std::time::Duration;
 
 use tokio::process::ChildStdout;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use super::emit::Emitter;
-use super::engine::{self, Engine, Event, Stop, Watch};
-use super::outbox::{self, Outbox};
+use super::engine::{self, Engine, Event, Live, Stop, Watch};
 use crate::harness::decode::{Decoder, Exit, LineBuffer, decoder};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
-use crate::host::{HostApi, RunScope};
-use crate::protocol::FailureCode;
-use crate::protocol::{ResultPayload, ResultType, RunFailed, TokenUsage};
+use crate::protocol::{FailureCode, ResultPayload, ResultType, RunFailed, TokenUsage};
 
 /// How long stdout may stay open after the harness exited.
 const STDOUT_DRAIN: Duration = Duration::from_secs(2);
 /// How many stderr lines a harness failure quotes.
 const QUOTED_STDERR_LINES: usize = 8;
-
-/// What the run needs while the process lives.
-pub struct Live<'a> {
-    /// Where results go.
-    pub emit: &'a mut Emitter,
-    /// The workspace's outbox.
-    pub outbox: &'a mut Outbox,
-    /// For outbox files too large to send inline.
-    pub host: &'a dyn HostApi,
-    /// Who the run is, for stored artifacts.
-    pub scope: &'a RunScope,
-    /// When the run must be over.
-    pub deadline: Instant,
-    /// Set when the run is cancelled.
-    pub cancel: &'a CancellationToken,
-    /// How long the group gets between SIGTERM and SIGKILL.
-    pub grace: Duration,
-    /// Told each harness that starts.
-    pub on_spawn: Option<&'a super::SpawnHook>,
-    /// Binds the run's token to each harness that starts (its only
-    /// holder from then on).
-    pub bind: &'a (dyn Fn(&HarnessProcess) + Send + Sync),
-    /// Follow-ups for the running turn (a live harness that takes them).
-    pub steer: Option<&'a mut tokio::sync::mpsc::Receiver<super::Steer>>,
-}
 
 /// How one attempt ended.
 pub struct AttemptEnd {
@@ -72,17 +41,6 @@ pub(super) fn failed(code: FailureCode, error: String, retryable: bool) -> Resul
         error,
         retryable,
     })
-}
-
-/// Queue one outbox file as `artifact.created` (a file that cannot be read
-/// is logged and skipped: it never fails the run).
-pub async fn push_artifact(live: &mut Live<'_>, name: String) {
-    match outbox::artifact(live.outbox.dir(), name, live.scope, live.host).await {
-        Ok(created) => live
-            .emit
-            .push(vec![ResultPayload::ArtifactCreated(created)]),
-        Err(e) => tracing::warn!("{e}"),
-    }
 }
 
 /// Run the harness once, streaming its results into `live.emit`.

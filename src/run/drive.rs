@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{self, AttemptEnd};
+use super::engine;
 use super::live::{self, LiveSessions};
 use super::outbox::Outbox;
 use super::prepare::Prepared;
@@ -81,7 +82,7 @@ impl Bridge {
                 self.grants.bind(token, holder);
             }
         };
-        let mut io = attempt::Live {
+        let mut io = engine::Live {
             emit,
             outbox,
             host: turn.host,
@@ -169,7 +170,7 @@ impl Bridge {
             }
         }
         for name in io.outbox.sweep() {
-            attempt::push_artifact(&mut io, name).await;
+            engine::push_artifact(&mut io, name).await;
         }
         Ok(Driven {
             end,
@@ -217,7 +218,7 @@ impl Bridge {
     async fn one_shot(
         turn: &Prepared<'_>,
         values: &TurnValues<'_>,
-        io: &mut attempt::Live<'_>,
+        io: &mut engine::Live<'_>,
     ) -> Result<AttemptEnd, RunFailed> {
         let spec = turn.spec;
         let args = spec
@@ -254,7 +255,7 @@ impl Bridge {
         spec: &AdapterSpec,
         turn: &LiveTurn<'_>,
         values: &TurnValues<'_>,
-        live: &mut attempt::Live<'_>,
+        live: &mut engine::Live<'_>,
     ) -> Result<(AttemptEnd, bool, serde_json::Value), RunFailed> {
         // A live harness asks its permissions its own way, where it can.
         let values = &TurnValues {
@@ -385,7 +386,7 @@ impl Bridge {
         spec: &AdapterSpec,
         turn: &LiveTurn<'_>,
         values: &TurnValues<'_>,
-        live: &attempt::Live<'_>,
+        live: &engine::Live<'_>,
     ) -> Result<live::LiveProcess, RunFailed> {
         let args = spec
             .live_args(values)

@@ -16,9 +16,52 @@ use tokio::io::AsyncReadExt;
 use tokio::process::ChildStdout;
 use tokio::time::Instant;
 
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
 use super::Steer;
-use super::attempt::{Live, push_artifact};
+use super::emit::Emitter;
+use super::outbox::{self, Outbox};
 use crate::harness::HarnessProcess;
+use crate::host::{HostApi, RunScope};
+use crate::protocol::ResultPayload;
+
+/// What the run needs while the process lives.
+pub struct Live<'a> {
+    /// Where results go.
+    pub emit: &'a mut Emitter,
+    /// The workspace's outbox.
+    pub outbox: &'a mut Outbox,
+    /// For outbox files too large to send inline.
+    pub host: &'a dyn HostApi,
+    /// Who the run is, for stored artifacts.
+    pub scope: &'a RunScope,
+    /// When the run must be over.
+    pub deadline: Instant,
+    /// Set when the run is cancelled.
+    pub cancel: &'a CancellationToken,
+    /// How long the group gets between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// Told each harness that starts.
+    pub on_spawn: Option<&'a super::SpawnHook>,
+    /// Binds the run's token to each harness that starts (its only
+    /// holder from then on).
+    pub bind: &'a (dyn Fn(&HarnessProcess) + Send + Sync),
+    /// Follow-ups for the running turn (a live harness that takes them).
+    pub steer: Option<&'a mut tokio::sync::mpsc::Receiver<super::Steer>>,
+}
+
+/// Queue one outbox file as `artifact.created` (a file that cannot be read
+/// is logged and skipped: it never fails the run).
+pub async fn push_artifact(live: &mut Live<'_>, name: String) {
+    match outbox::artifact(live.outbox.dir(), name, live.scope, live.host).await {
+        Ok(created) => live
+            .emit
+            .push(vec![ResultPayload::ArtifactCreated(created)]),
+        Err(e) => tracing::warn!("{e}"),
+    }
+}
 
 /// Why the run stopped a harness (rather than the harness ending).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

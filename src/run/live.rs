@@ -27,8 +27,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
-use super::attempt::{self, AttemptEnd, Live};
-use super::engine::{self, Engine, Event, Stop, Watch};
+use super::attempt::{self, AttemptEnd};
+use super::engine::{self, Engine, Event, Live, Stop, Watch};
 use crate::harness::decode::LineBuffer;
 use crate::harness::live::{LiveDriver, PermissionRequest, Setup};
 pub use crate::harness::live::{Prompt, PromptFile};

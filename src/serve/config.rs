@@ -8,6 +8,26 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// Why a `bridge.yaml` was refused: the service does not start on a
+/// configuration it cannot keep.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {file}: {cause}")]
+    Unreadable {
+        /// The file.
+        file: String,
+        /// What the system said.
+        cause: String,
+    },
+    /// Not YAML of the expected shape (file, line, what is wrong).
+    #[error("{0}")]
+    Malformed(String),
+    /// Well-formed, but a setting cannot hold (which, and why).
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// The service's settings.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -156,14 +176,16 @@ impl ServeConfig {
     }
 
     /// Read and check `file`; `None` gives the defaults.
-    pub fn load(file: Option<&Path>) -> Result<ServeConfig, String> {
+    pub fn load(file: Option<&Path>) -> Result<ServeConfig, ConfigError> {
         let Some(file) = file else {
             let config = ServeConfig::default();
-            config.check()?;
+            config.check().map_err(ConfigError::Invalid)?;
             return Ok(config);
         };
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let text = std::fs::read_to_string(file).map_err(|e| ConfigError::Unreadable {
+            file: file.display().to_string(),
+            cause: e.to_string(),
+        })?;
         let mut config = ServeConfig::parse(&file.display().to_string(), &text)?;
         let folder = std::path::absolute(file)
             .ok()
@@ -215,7 +237,7 @@ impl ServeConfig {
     /// Parse and check the text of a config file that `file` names in
     /// errors (with the line): what [`ServeConfig::load`] does once the
     /// file is read, for a config that does not come from a file.
-    pub fn parse(file: &str, text: &str) -> Result<ServeConfig, String> {
+    pub fn parse(file: &str, text: &str) -> Result<ServeConfig, ConfigError> {
         let config = if text.trim().is_empty() {
             ServeConfig::default()
         } else {
@@ -224,10 +246,10 @@ impl ServeConfig {
                     .location()
                     .map(|l| format!(":{}", l.line()))
                     .unwrap_or_default();
-                format!("{file}{at}: {e}")
+                ConfigError::Malformed(format!("{file}{at}: {e}"))
             })?
         };
-        config.check()?;
+        config.check().map_err(ConfigError::Invalid)?;
         Ok(config)
     }
 
@@ -302,7 +324,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("bridge.yaml");
         std::fs::write(&file, text).unwrap();
-        ServeConfig::load(Some(&file))
+        ServeConfig::load(Some(&file)).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -391,7 +413,9 @@ mod tests {
     fn text_parses_as_the_file_it_names() {
         let config = ServeConfig::parse("inline", "max_concurrent_runs: 2\n").unwrap();
         assert_eq!(config.max_concurrent_runs, 2);
-        let err = ServeConfig::parse("inline", "listen: 127.0.0.1:1\nbogus: 1\n").unwrap_err();
+        let err = ServeConfig::parse("inline", "listen: 127.0.0.1:1\nbogus: 1\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("inline:2: ") && err.contains("bogus"),
             "{err}"

@@ -73,7 +73,7 @@ pub(crate) fn boot_id() -> String {
 }
 
 /// Where an acknowledged write's outcome goes.
-type Ack = oneshot::Sender<Result<(), String>>;
+type Ack = oneshot::Sender<Result<(), JournalError>>;
 
 /// One write, for the writer thread.
 enum Write {
@@ -103,7 +103,7 @@ enum Write {
     },
     Prune {
         retention: Duration,
-        done: oneshot::Sender<Result<usize, String>>,
+        done: oneshot::Sender<Result<usize, JournalError>>,
     },
 }
 
@@ -121,12 +121,58 @@ pub struct Journal {
     _owner: nix::fcntl::Flock<std::fs::File>,
 }
 
+/// Why the run journal could not do what was asked. Cloned into every
+/// acknowledgement of a failed batch, so causes are kept as sentences.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JournalError {
+    /// Another `serve` holds the store.
+    #[error(
+        "another harness-bridge serve{holder} is using the store in {dir}; stop it first, or give this one another store"
+    )]
+    Held {
+        /// ` (pid N)` when the holder wrote its pid, else empty.
+        holder: String,
+        /// The store's folder.
+        dir: String,
+    },
+    /// A file or folder of the journal could not be made or locked.
+    #[error("cannot {doing} {path}: {cause}")]
+    File {
+        /// What was tried: `open`, `lock`, `create`.
+        doing: &'static str,
+        /// The file or folder.
+        path: String,
+        /// What the system said.
+        cause: String,
+    },
+    /// The journal's database failed as it opened.
+    #[error("run journal {path}: {cause}")]
+    Open {
+        /// The journal's file.
+        path: String,
+        /// What SQLite said.
+        cause: String,
+    },
+    /// The writer thread could not start.
+    #[error("cannot start the run journal's writer: {0}")]
+    Writer(String),
+    /// A write (or the batch it was in) was not committed.
+    #[error("cannot write the run journal: {0}")]
+    Write(String),
+    /// A lookup failed: the journal cannot tell.
+    #[error("cannot read the run journal: {0}")]
+    Read(String),
+    /// The writer thread has ended.
+    #[error("the run journal's writer has stopped")]
+    Stopped,
+}
+
 /// Become the one service on the store (or data folder) in `dir`. A
 /// second `serve` on the same store would mark the first one's runs
 /// interrupted and kill their harnesses, then run turns beside it; one
 /// on the same data folder would share its workspaces: it is refused
 /// instead.
-pub fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+pub fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, JournalError> {
     use nix::fcntl::{Flock, FlockArg};
     use std::io::{Read as _, Seek as _, Write as _};
 
@@ -137,7 +183,11 @@ pub fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String>
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        .map_err(|e| JournalError::File {
+            doing: "open",
+            path: path.display().to_string(),
+            cause: e.to_string(),
+        })?;
     let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(lock) => lock,
         Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
@@ -149,12 +199,18 @@ pub fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String>
             } else {
                 format!(" (pid {pid})")
             };
-            return Err(format!(
-                "another harness-bridge serve{who} is using the store in {}; stop it first, or give this one another store",
-                dir.display()
-            ));
+            return Err(JournalError::Held {
+                holder: who,
+                dir: dir.display().to_string(),
+            });
         }
-        Err((_, e)) => return Err(format!("cannot lock {}: {e}", path.display())),
+        Err((_, e)) => {
+            return Err(JournalError::File {
+                doing: "lock",
+                path: path.display().to_string(),
+                cause: e.to_string(),
+            });
+        }
     };
     // The owner's pid, for the message above; the lock is what counts.
     let _ = lock.set_len(0);
@@ -220,12 +276,21 @@ impl Journal {
     /// as failed, and drop runs that ended more than `retention` ago. Fails
     /// while another service has the journal open.
     /// Returns the journal and the runs it marked.
-    pub fn open(dir: &Path, retention: Duration) -> Result<(Journal, Vec<Interrupted>), String> {
+    pub fn open(
+        dir: &Path,
+        retention: Duration,
+    ) -> Result<(Journal, Vec<Interrupted>), JournalError> {
         let path = dir.join(FILE);
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| JournalError::File {
+            doing: "create",
+            path: dir.display().to_string(),
+            cause: e.to_string(),
+        })?;
         let owner = own_store(dir)?;
-        let fail = |e: rusqlite::Error| format!("run journal {}: {e}", path.display());
+        let fail = |e: rusqlite::Error| JournalError::Open {
+            path: path.display().to_string(),
+            cause: e.to_string(),
+        };
         let mut conn = Connection::open(&path).map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
         add_marker_column(&conn).map_err(fail)?;
@@ -240,7 +305,7 @@ impl Journal {
         let writer = std::thread::Builder::new()
             .name("run-journal".into())
             .spawn(move || write_loop(conn, inbox, &where_))
-            .map_err(|e| format!("cannot start the run journal's writer: {e}"))?;
+            .map_err(|e| JournalError::Writer(e.to_string()))?;
         Ok((
             Journal {
                 writes: Mutex::new(Some(writes)),
@@ -272,13 +337,13 @@ impl Journal {
     /// Whether a run with this id was accepted within the retention (run
     /// ids are used once). An error means the journal cannot tell, and
     /// the caller should not guess. Blocks.
-    pub fn contains(&self, run_id: &str) -> Result<bool, String> {
+    pub fn contains(&self, run_id: &str) -> Result<bool, JournalError> {
         self.reader()
             .prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1")
             .and_then(|mut statement| statement.exists([run_id]))
             .map_err(|e| {
                 self.report(&e);
-                format!("cannot read the run journal: {e}")
+                JournalError::Read(e.to_string())
             })
     }
 
@@ -289,7 +354,7 @@ impl Journal {
         run_id: &str,
         conversation_id: &str,
         harness: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), JournalError> {
         let (done, written) = oneshot::channel();
         self.send(Write::Queued {
             run_id: run_id.into(),
@@ -297,9 +362,7 @@ impl Journal {
             harness: harness.into(),
             done,
         });
-        written
-            .await
-            .unwrap_or_else(|_| Err("the run journal's writer has stopped".into()))
+        written.await.unwrap_or(Err(JournalError::Stopped))
     }
 
     /// A run started.
@@ -334,7 +397,7 @@ impl Journal {
         run_id: &str,
         status: RunStatus,
         code: Option<FailureCode>,
-    ) -> Result<(), String> {
+    ) -> Result<(), JournalError> {
         let (done, written) = oneshot::channel();
         self.send(Write::Ended {
             run_id: run_id.into(),
@@ -342,9 +405,7 @@ impl Journal {
             code,
             done: Some(done),
         });
-        written
-            .await
-            .unwrap_or_else(|_| Err("the run journal's writer has stopped".into()))
+        written.await.unwrap_or(Err(JournalError::Stopped))
     }
 
     /// A run ended, without waiting to hear it was written.
@@ -358,12 +419,10 @@ impl Journal {
     }
 
     /// Forget runs that ended longer than `retention` ago; how many.
-    pub async fn prune(&self, retention: Duration) -> Result<usize, String> {
+    pub async fn prune(&self, retention: Duration) -> Result<usize, JournalError> {
         let (done, pruned) = oneshot::channel();
         self.send(Write::Prune { retention, done });
-        pruned
-            .await
-            .unwrap_or_else(|_| Err("the run journal's writer has stopped".into()))
+        pruned.await.unwrap_or(Err(JournalError::Stopped))
     }
 
     /// A run by id. Blocks.
@@ -477,9 +536,9 @@ fn prune(conn: &mut Connection, retention: Duration) -> rusqlite::Result<usize> 
 fn apply(
     tx: &rusqlite::Transaction<'_>,
     write: Write,
-    acks: &mut Vec<(Ack, Result<(), String>)>,
+    acks: &mut Vec<(Ack, Result<(), JournalError>)>,
 ) -> rusqlite::Result<()> {
-    let fail = |e: &rusqlite::Error| Err(format!("cannot write the run journal: {e}"));
+    let fail = |e: &rusqlite::Error| Err(JournalError::Write(e.to_string()));
     match write {
         Write::Queued {
             run_id,
@@ -548,7 +607,8 @@ fn apply(
 fn write_loop(mut conn: Connection, inbox: std_mpsc::Receiver<Write>, path: &Path) {
     while let Ok(first) = inbox.recv() {
         if let Write::Prune { retention, done } = first {
-            let _ = done.send(prune(&mut conn, retention).map_err(|e| e.to_string()));
+            let _ = done
+                .send(prune(&mut conn, retention).map_err(|e| JournalError::Write(e.to_string())));
             continue;
         }
         let mut batch = vec![first];
@@ -556,7 +616,9 @@ fn write_loop(mut conn: Connection, inbox: std_mpsc::Receiver<Write>, path: &Pat
         while batch.len() < 512 {
             match inbox.try_recv() {
                 Ok(Write::Prune { retention, done }) => {
-                    let _ = done.send(prune(&mut conn, retention).map_err(|e| e.to_string()));
+                    let _ = done.send(
+                        prune(&mut conn, retention).map_err(|e| JournalError::Write(e.to_string())),
+                    );
                 }
                 Ok(write) => batch.push(write),
                 Err(_) => break,
@@ -575,7 +637,7 @@ fn write_loop(mut conn: Connection, inbox: std_mpsc::Receiver<Write>, path: &Pat
         for (done, result) in acks {
             let result = match &committed {
                 Ok(()) => result,
-                Err(e) => Err(format!("cannot write the run journal: {e}")),
+                Err(e) => Err(JournalError::Write(e.to_string())),
             };
             let _ = done.send(result);
         }
@@ -707,7 +769,7 @@ mod tests {
         let (first, _) = Journal::open(dir.path(), day).unwrap();
         first.queued("r1", "c", "claude-code").await.unwrap();
         first.started("r1");
-        let refused = Journal::open(dir.path(), day).err().unwrap();
+        let refused = Journal::open(dir.path(), day).err().unwrap().to_string();
         assert!(
             refused.contains(&format!(
                 "another harness-bridge serve (pid {})",

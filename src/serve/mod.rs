@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::run::{QueueFull, Scheduler, Ticket};
-pub use config::ServeConfig;
-pub use journal::{Interrupted, Journal, JournalRun, own_store};
+pub use config::{ConfigError, ServeConfig};
+pub use journal::{Interrupted, Journal, JournalError, JournalRun, own_store};
 pub use leftovers::end_leftovers;
 
 use crate::protocol::FailureCode;
@@ -444,7 +444,7 @@ impl Service {
             })
             .await
             .map_err(|e| Refused::Unavailable(format!("cannot read the run journal: {e}")))?
-            .map_err(Refused::Unavailable)?
+            .map_err(|e| Refused::Unavailable(e.to_string()))?
         };
         if ended {
             return Err(Refused::Duplicate);
@@ -1009,7 +1009,11 @@ impl Service {
     async fn prune(&self) {
         let retention = Duration::from_secs(self.config.retention_hours.saturating_mul(3600));
         let pruned = match &self.backlog {
-            Backlog::Local { journal, .. } => journal.prune(retention).await.map(|n| n as u64),
+            Backlog::Local { journal, .. } => journal
+                .prune(retention)
+                .await
+                .map(|n| n as u64)
+                .map_err(|e| e.to_string()),
             Backlog::Shared(cluster) => cluster.prune(retention).await,
         };
         match pruned {

@@ -84,24 +84,35 @@ struct Cage {
     next: AtomicU64,
 }
 
-static CAGE: OnceLock<Result<Cage, String>> = OnceLock::new();
+/// Why no turn can be contained here: every command that runs turns
+/// refuses to start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContainError {
+    /// `HARNESS_BRIDGE_CONTAIN` names no mechanism.
+    #[error("HARNESS_BRIDGE_CONTAIN is `{0}`; it must be cgroup, subreaper or auto")]
+    UnknownChoice(String),
+    /// `cgroup` was asked for where the bridge cannot make one (why).
+    #[error("HARNESS_BRIDGE_CONTAIN=cgroup, but {0}")]
+    NoCgroup(String),
+    /// Neither a cgroup nor the subreaper is available (why).
+    #[error("{0}")]
+    NoSubreaper(String),
+}
 
-fn cage() -> Result<&'static Cage, String> {
+static CAGE: OnceLock<Result<Cage, ContainError>> = OnceLock::new();
+
+fn cage() -> Result<&'static Cage, ContainError> {
     CAGE.get_or_init(|| choose(std::env::var(CONTAIN_ENV).ok().as_deref()))
         .as_ref()
         .map_err(Clone::clone)
 }
 
-fn choose(wanted: Option<&str>) -> Result<Cage, String> {
+fn choose(wanted: Option<&str>) -> Result<Cage, ContainError> {
     let forced = match wanted.map(str::trim) {
         None | Some("" | "auto") => None,
         Some("cgroup") => Some(Mechanism::Cgroup),
         Some("subreaper") => Some(Mechanism::Subreaper),
-        Some(other) => {
-            return Err(format!(
-                "{CONTAIN_ENV} is `{other}`; it must be cgroup, subreaper or auto"
-            ));
-        }
+        Some(other) => return Err(ContainError::UnknownChoice(other.to_string())),
     };
     let id = BridgeId::current();
     let mut why_not = format!("{CONTAIN_ENV}=subreaper");
@@ -122,12 +133,12 @@ fn choose(wanted: Option<&str>) -> Result<Cage, String> {
                 });
             }
             Err(why) if forced == Some(Mechanism::Cgroup) => {
-                return Err(format!("{CONTAIN_ENV}=cgroup, but {why}"));
+                return Err(ContainError::NoCgroup(why));
             }
             Err(why) => why_not = why,
         }
     }
-    subreaper::enable()?;
+    subreaper::enable().map_err(ContainError::NoSubreaper)?;
     tracing::info!(
         "containment: the bridge is the subreaper of its harnesses, swept by turn marker (not a cgroup: {why_not})"
     );
@@ -145,7 +156,7 @@ fn choose(wanted: Option<&str>) -> Result<Cage, String> {
 /// that are gone left running. Every command that runs turns calls this
 /// first; an error (a bad `HARNESS_BRIDGE_CONTAIN`, or `cgroup` forced
 /// where it cannot work) means no turn can be contained.
-pub fn start() -> Result<Mechanism, String> {
+pub fn start() -> Result<Mechanism, ContainError> {
     static SWEPT: OnceLock<()> = OnceLock::new();
     let cage = cage()?;
     SWEPT.get_or_init(|| {
@@ -166,7 +177,7 @@ pub fn start() -> Result<Mechanism, String> {
 
 /// The mechanism this process would contain turns with, without ending
 /// anything (for `doctor`; [`release`] after).
-pub fn mechanism() -> Result<Mechanism, String> {
+pub fn mechanism() -> Result<Mechanism, ContainError> {
     cage().map(|cage| cage.mechanism)
 }
 
@@ -190,7 +201,7 @@ pub fn release() {
 /// Whether `limits` hold here, and the line that says by what (or why
 /// not), for the start-up log, `doctor` and `/metrics`. An error when
 /// turns cannot be contained at all.
-pub fn limits_status(limits: &Limits) -> Result<(bool, String), String> {
+pub fn limits_status(limits: &Limits) -> Result<(bool, String), ContainError> {
     cage().map(|cage| cage.limits.describe(limits))
 }
 
@@ -548,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_mechanism_is_named_or_refused() {
-        let refused = choose(Some("jail")).err().unwrap();
+        let refused = choose(Some("jail")).err().unwrap().to_string();
         assert!(
             refused.contains("HARNESS_BRIDGE_CONTAIN is `jail`"),
             "{refused}"

@@ -1,0 +1,307 @@
+//! What lints cannot say about the source, checked by reading it: no
+//! function grows past what a reader holds at once, harness processes
+//! start in one place, and errors that cross a module boundary are typed.
+//! Each check names the file and the function; a known debt is listed
+//! here by name, so it can only shrink.
+
+use std::path::{Path, PathBuf};
+
+/// Longest function body, in lines, outside declarative tables.
+const MAX_FUNCTION_LINES: usize = 120;
+
+/// Public functions that still return `Result<_, String>`: each is debt,
+/// to be given a typed error. A new one fails the test; a fixed one must
+/// be taken off this list.
+const STRING_ERRORS: &[&str] = &[
+    "src/cli/mod.rs::private_folder",
+    "src/harness/adapter.rs::parse",
+    "src/harness/adapter.rs::load",
+    "src/harness/cage/cgroup.rs::own_dir",
+    "src/harness/cage/cgroup.rs::create",
+    "src/harness/cage/subreaper.rs::enable",
+    "src/host/store.rs::open",
+    "src/interaction.rs::ask",
+    "src/projection/home.rs::check_source",
+    "src/projection/mcp_config.rs::check_catalog",
+    "src/protocol/validate.rs::checked_context",
+    "src/run/outbox.rs::watch",
+    "src/serve/cluster/listen.rs::start",
+    "src/serve/cluster/mod.rs::join",
+    "src/serve/cluster/queue.rs::enqueue",
+    "src/serve/cluster/queue.rs::claim",
+    "src/serve/cluster/queue.rs::end",
+    "src/serve/cluster/queue.rs::spawned",
+    "src/serve/cluster/queue.rs::cancel",
+    "src/serve/cluster/queue.rs::sweep_orphans",
+    "src/serve/cluster/queue.rs::reap",
+    "src/serve/cluster/results.rs::record",
+    "src/serve/cluster/results.rs::status",
+    "src/serve/cluster/results.rs::results_after",
+    "src/serve/cluster/results.rs::prune",
+    "src/serve/mod.rs::cancel",
+    "src/serve/tokens.rs::shared_api_token",
+    "src/serve/tokens.rs::api_token",
+];
+
+/// Where a process may be started: harnesses in one function; the cage's
+/// probe (the bridge itself, `--version`, to learn whether a cgroup takes
+/// a process) is the one other.
+const SPAWNERS: &[&str] = &["src/harness/launch.rs", "src/harness/cage/cgroup.rs"];
+
+/// One function found in a source file.
+struct Function {
+    file: String,
+    name: String,
+    line: usize,
+    lines: usize,
+    /// Its signature, up to the body.
+    signature: String,
+}
+
+/// Every Rust file under `src/`, as `(relative path, text before its
+/// tests)`: unit tests are held to no length.
+fn sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for entry in walkdir::WalkDir::new(root.join("src")) {
+        let entry = entry.expect("the source tree reads");
+        let path: PathBuf = entry.path().to_path_buf();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a source file reads");
+        let body = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+        let relative = path.strip_prefix(root).expect("under the checkout");
+        found.push((relative.display().to_string(), body));
+    }
+    found.sort();
+    found
+}
+
+/// A line with string and char literals blanked and its comment cut, for
+/// counting braces.
+fn code_of(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '/' if chars.peek() == Some(&'/') => break,
+            '\'' => {
+                // A char literal ('x', '\n', '{'), not a lifetime ('a).
+                let rest: String = chars.clone().take(3).collect();
+                if rest.starts_with('\\') {
+                    let len = rest.find('\'').map_or(0, |i| i + 1);
+                    for _ in 0..len {
+                        chars.next();
+                    }
+                } else if rest.chars().nth(1) == Some('\'') {
+                    chars.next();
+                    chars.next();
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The functions of one file, with their length in lines.
+fn functions(file: &str, text: &str) -> Vec<Function> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else {
+            continue;
+        };
+        let mut depth = 0i64;
+        let mut opened = false;
+        let mut signature = String::new();
+        let mut end = start;
+        for (n, line) in lines.iter().enumerate().skip(start) {
+            let code = code_of(line);
+            if !opened {
+                signature.push_str(&code);
+                signature.push(' ');
+            }
+            for c in code.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            end = n;
+            if opened && depth <= 0 {
+                break;
+            }
+            // A declaration without a body (a trait's).
+            if !opened && code.trim_end().ends_with(';') {
+                break;
+            }
+        }
+        if opened {
+            let signature = signature.split('{').next().unwrap_or("").to_string();
+            found.push(Function {
+                file: file.to_string(),
+                name,
+                line: start + 1,
+                lines: end - start + 1,
+                signature,
+            });
+        }
+    }
+    found
+}
+
+/// The name of the function a line declares, if it does.
+fn fn_name(line: &str) -> Option<String> {
+    let code = code_of(line);
+    let trimmed = code.trim_start();
+    let mut words = trimmed.split_whitespace().peekable();
+    while let Some(word) = words.next() {
+        match word {
+            "pub" | "async" | "const" | "unsafe" | "extern" => continue,
+            w if w.starts_with("pub(") => continue,
+            "fn" => {
+                let name: String = words
+                    .next()?
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                return (!name.is_empty()).then_some(name);
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+#[test]
+fn no_function_in_src_is_longer_than_a_reader_holds() {
+    let mut long = Vec::new();
+    let mut count = 0;
+    for (file, text) in sources() {
+        for f in functions(&file, &text) {
+            count += 1;
+            if f.lines > MAX_FUNCTION_LINES {
+                long.push(format!(
+                    "{}:{}: `{}` is {} lines (at most {MAX_FUNCTION_LINES}): cut it into steps with names",
+                    f.file, f.line, f.name, f.lines
+                ));
+            }
+        }
+    }
+    assert!(count > 500, "the functions were not found ({count})");
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
+
+#[test]
+fn string_errors_cross_no_new_module_boundary() {
+    let mut found = Vec::new();
+    for (file, text) in sources() {
+        for f in functions(&file, &text) {
+            let public = f.signature.trim_start().starts_with("pub");
+            let string_error = f
+                .signature
+                .split("->")
+                .nth(1)
+                .is_some_and(|ret| ret.contains("Result<") && ret.contains(", String>"));
+            if public && string_error {
+                found.push(format!("{}::{}", f.file, f.name));
+            }
+        }
+    }
+    let new: Vec<&String> = found
+        .iter()
+        .filter(|f| !STRING_ERRORS.contains(&f.as_str()))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "public functions returning Result<_, String> (give them a typed error, \
+         thiserror, as host::HostError or cli::CliError are):\n{}",
+        new.iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let paid: Vec<&&str> = STRING_ERRORS
+        .iter()
+        .filter(|f| !found.iter().any(|g| g == *f))
+        .collect();
+    assert!(
+        paid.is_empty(),
+        "no longer returning Result<_, String>; take them off STRING_ERRORS in tests/tidy.rs:\n{}",
+        paid.iter().map(|f| **f).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn processes_start_in_one_place() {
+    let mut elsewhere = Vec::new();
+    for (file, text) in sources() {
+        if SPAWNERS.contains(&file.as_str()) {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let code = code_of(line);
+            if code.contains("Command::new(") || code.contains("posix_spawn") {
+                elsewhere.push(format!("{file}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "a process started outside src/harness/launch.rs (the one spawn function: \
+         its own group, the cage, the environment whitelist):\n{}",
+        elsewhere.join("\n")
+    );
+}
+
+#[test]
+fn the_library_denies_panics_and_prints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("src/lib.rs reads");
+    let denied = lib
+        .split("#![deny(")
+        .nth(1)
+        .and_then(|rest| rest.split(")]").next())
+        .unwrap_or("");
+    for lint in [
+        "clippy::unwrap_used",
+        "clippy::expect_used",
+        "clippy::print_stdout",
+        "clippy::print_stderr",
+        "clippy::dbg_macro",
+    ] {
+        assert!(denied.contains(lint), "src/lib.rs no longer denies {lint}");
+    }
+    let allowed = std::fs::read_to_string(root.join("clippy.toml")).expect("clippy.toml reads");
+    assert!(
+        allowed.contains("allow-unwrap-in-tests = true"),
+        "clippy.toml lets unit tests unwrap"
+    );
+}
+
+#[test]
+fn the_scanner_reads_functions_as_written() {
+    let text = "fn a() {\n    let s = \"}\";\n    let c = '{';\n}\n\npub(crate) async fn b<'a>(x: &'a str) -> Result<(), String> {\n    // }\n    Ok(())\n}\ntrait T {\n    fn c(&self);\n}\n";
+    let found = functions("x.rs", text);
+    let names: Vec<(&str, usize)> = found.iter().map(|f| (f.name.as_str(), f.lines)).collect();
+    assert_eq!(names, [("a", 4), ("b", 4)]);
+    assert!(found[1].signature.contains("Result<(), String>"));
+}
