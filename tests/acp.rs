@@ -37,6 +37,9 @@ enum Agent {
     /// opencode (`opencode acp`), built in, its model an Anthropic
     /// provider in its configuration.
     Opencode,
+    /// Kilo Code's CLI (`kilo acp`, an opencode fork), built in, its
+    /// model an Anthropic provider in its configuration.
+    Kilo,
 }
 
 impl Agent {
@@ -45,11 +48,13 @@ impl Agent {
             Agent::ClaudeAcp => "claude-acp",
             Agent::Kimi => "kimi",
             Agent::Opencode => "opencode",
+            Agent::Kilo => "kilo",
         }
     }
 
-    /// The program, from the pinned test CLIs (opencode as its linux x64
-    /// build, the binary its launcher package would pick here).
+    /// The program, from the pinned test CLIs (opencode and Kilo as their
+    /// linux x64 builds, the binaries their launcher packages would pick
+    /// here).
     fn binary(self) -> std::path::PathBuf {
         match self {
             Agent::ClaudeAcp => common::cli("claude-agent-acp"),
@@ -64,6 +69,16 @@ impl Agent {
                 );
                 path
             }
+            Agent::Kilo => {
+                let path = common::cli_dir().join("node_modules/@kilocode/cli-linux-x64/bin/kilo");
+                assert!(
+                    path.exists(),
+                    "Kilo is not installed at {}: run `scripts/test` (npm ci in tests/clis; \
+                     the pinned build is linux x64)",
+                    path.display()
+                );
+                path
+            }
         }
     }
 
@@ -71,7 +86,7 @@ impl Agent {
     fn instructions_file(self) -> &'static str {
         match self {
             Agent::ClaudeAcp => "CLAUDE.md",
-            Agent::Kimi | Agent::Opencode => "AGENTS.md",
+            Agent::Kimi | Agent::Opencode | Agent::Kilo => "AGENTS.md",
         }
     }
 }
@@ -155,6 +170,27 @@ impl Machine {
                     ("ANTHROPIC_API_KEY", "test-key".to_string()),
                 ]
             }
+            Agent::Kilo => {
+                // Only the Anthropic provider: Kilo's own gateway, which
+                // it would otherwise list models of, is off.
+                let config = json!({
+                    "model": "anthropic/claude-sonnet-4-5",
+                    "enabled_providers": ["anthropic"],
+                    "provider": {"anthropic": {"options": {"baseURL": format!("{model_url}/v1")}}},
+                    "autoupdate": false,
+                    "share": "disabled",
+                });
+                vec![
+                    ("PATH", path),
+                    ("HOME", home.clone()),
+                    ("XDG_CONFIG_HOME", format!("{home}/.config")),
+                    ("XDG_DATA_HOME", format!("{home}/.local/share")),
+                    ("XDG_CACHE_HOME", format!("{home}/.cache")),
+                    ("XDG_STATE_HOME", format!("{home}/.local/state")),
+                    ("KILO_CONFIG_CONTENT", config.to_string()),
+                    ("ANTHROPIC_API_KEY", "test-key".to_string()),
+                ]
+            }
         }
     }
 
@@ -206,6 +242,12 @@ async fn kimi_serves_a_conversation_live_over_acp() {
 #[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn opencode_serves_a_conversation_live_over_acp() {
     live_conversation(Agent::Opencode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn kilo_serves_a_conversation_live_over_acp() {
+    live_conversation(Agent::Kilo).await;
 }
 
 /// Two turns of one conversation in one agent process: deltas, the
@@ -357,6 +399,12 @@ async fn cancel_interrupts_an_opencode_turn_and_the_session_goes_on() {
     cancel_keeps_the_session(Agent::Opencode).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn cancel_interrupts_a_kilo_turn_and_the_session_goes_on() {
+    cancel_keeps_the_session(Agent::Kilo).await;
+}
+
 /// Cancel mid-turn: `session/cancel`, the turn ends `cancelled`, the same
 /// process serves the next turn with the earlier context; shutdown
 /// leaves nothing.
@@ -486,6 +534,74 @@ async fn run_drives_opencode_for_one_turn_and_resumes_it_the_next() {
     run_turns(Agent::Opencode).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn run_drives_kilo_for_one_turn_and_resumes_it_the_next() {
+    run_turns(Agent::Kilo).await;
+}
+
+/// Kilo's shell tool runs inside the cage: a file it writes in the
+/// workspace is there; a file it writes in a folder outside, one the test
+/// itself can write, is refused by the kernel and never appears, and the
+/// refusal is what the model is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn kilos_shell_writes_in_its_workspace_and_nowhere_else() {
+    use common::anthropic::{CALLS_DONE, fake_model_calling};
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("probe"), "the test may write here").unwrap();
+    let escaped = outside.path().join("escaped");
+    let bash = |command: String| {
+        (
+            "bash".to_string(),
+            json!({"command": command, "description": "Write a file"}),
+        )
+    };
+    let (model_url, fake) = fake_model_calling(vec![
+        bash("echo made > inside".to_string()),
+        bash(format!("echo made > {}", escaped.display())),
+    ])
+    .await;
+    let machine = Machine::new(Agent::Kilo);
+    let data = tempfile::tempdir().unwrap();
+    let bin = Agent::Kilo.binary().display().to_string();
+    let args = [
+        "--harness",
+        "kilo",
+        "--bin",
+        bin.as_str(),
+        "--conversation",
+        "kilo-cage",
+        "--text",
+        "Write the two files",
+    ];
+    let turn = bridge_run(data.path(), &args, &machine.env(&model_url)).await;
+    let end = turn.terminal();
+    assert_eq!(end["type"], "run.completed", "{end}\n{}", turn.stderr);
+    assert!(end.to_string().contains(CALLS_DONE), "{end}");
+    let workspace = common::turn_workspace(&turn);
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("inside"))
+            .ok()
+            .as_deref(),
+        Some("made\n"),
+        "the write inside the workspace"
+    );
+    assert!(!escaped.exists(), "Kilo wrote outside its workspace");
+    // The shell said why: the kernel refused the write.
+    let requests = fake.requests.lock().unwrap().clone();
+    let told = requests.iter().any(|r| {
+        let messages = r["messages"].to_string();
+        messages.contains("escaped") && messages.contains("ermission denied")
+    });
+    assert!(
+        told,
+        "the model was not told of the refusal: {:?}",
+        requests.last().map(|r| r["messages"].to_string())
+    );
+    assert!(processes_under(&data.path().join("workspaces")).is_empty());
+}
+
 /// `run`: one turn in an agent process stopped after it, the next turn
 /// resuming the stored session in a new one; a missing binary is
 /// `harness_not_found` with the spec's install hint; a turn past its
@@ -579,6 +695,7 @@ async fn run_turns(agent: Agent) {
         Agent::ClaudeAcp => "npm install -g @agentclientprotocol/claude-agent-acp",
         Agent::Kimi => "npm install -g @moonshot-ai/kimi-code",
         Agent::Opencode => "npm install -g opencode-ai",
+        Agent::Kilo => "npm install -g @kilocode/cli",
     };
     assert!(
         end["data"]["error"].as_str().unwrap_or("").contains(hint),

@@ -78,6 +78,7 @@ fn manifest_lists_each_harness() {
             "plugin:langbot/harness-bridge/codex",
             "plugin:langbot/harness-bridge/copilot",
             "plugin:langbot/harness-bridge/gemini",
+            "plugin:langbot/harness-bridge/kilo",
             "plugin:langbot/harness-bridge/kimi",
             "plugin:langbot/harness-bridge/opencode",
             "plugin:langbot/harness-bridge/qwen"
@@ -179,6 +180,7 @@ fn adapters_list_show_and_refuse_a_malformed_spec() {
         ("codex", "codex"),
         ("copilot", "copilot"),
         ("gemini", "gemini"),
+        ("kilo", "acp"),
         ("kimi", "acp"),
         ("opencode", "acp"),
         ("qwen", "qwen"),

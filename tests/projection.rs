@@ -1217,7 +1217,7 @@ fn cli_project_prints_the_workspace_and_files() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("unknown harness `vim` (known: claude-code, codex, copilot, gemini, kimi, opencode, qwen)"),
+        err.contains("unknown harness `vim` (known: claude-code, codex, copilot, gemini, kilo, kimi, opencode, qwen)"),
         "{err}"
     );
 

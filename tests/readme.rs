@@ -218,6 +218,7 @@ const VERIFIED: &[(&str, &[(&str, &str)])] = &[
         &[("Kimi Code", "@moonshot-ai/kimi-code"), ("Node", "node")],
     ),
     ("opencode", &[("opencode", "opencode-linux-x64")]),
+    ("kilo", &[("Kilo", "@kilocode/cli-linux-x64")]),
     (
         "any ACP agent",
         &[

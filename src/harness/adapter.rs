@@ -245,7 +245,7 @@ pub struct SpecError {
     pub reason: String,
 }
 
-const BUILT_IN: [(&str, &str); 7] = [
+const BUILT_IN: [(&str, &str); 8] = [
     (
         "claude-code.yaml",
         include_str!("../../harness-adapters/claude-code.yaml"),
@@ -261,6 +261,10 @@ const BUILT_IN: [(&str, &str); 7] = [
     (
         "gemini.yaml",
         include_str!("../../harness-adapters/gemini.yaml"),
+    ),
+    (
+        "kilo.yaml",
+        include_str!("../../harness-adapters/kilo.yaml"),
     ),
     (
         "kimi.yaml",

@@ -286,8 +286,8 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
 
 /// The turn's prompt: the last text block of the last user message
 /// (Claude Code keeps it last, also after tool results), passing over a
-/// reminder block an agent adds after it; or the message itself when an
-/// agent sends one string.
+/// reminder block an agent adds after it (Kilo's `<environment_details>`
+/// too); or the message itself when an agent sends one string.
 fn last_prompt(request: &Value) -> String {
     let content = request["messages"]
         .as_array()
@@ -302,7 +302,9 @@ fn last_prompt(request: &Value) -> String {
             .filter_map(|b| b["text"].as_str())
             .find(|text| {
                 let text = text.trim_start();
-                !text.starts_with("<system-reminder>") && !text.starts_with("<system_reminder>")
+                !text.starts_with("<system-reminder>")
+                    && !text.starts_with("<system_reminder>")
+                    && !text.starts_with("<environment_details>")
             })
             .unwrap_or_default()
             .to_string(),

@@ -1,0 +1,13 @@
+"""Kilo Code, through harness-bridge.
+
+Written by scripts/langbot-runners from `harness-bridge manifest`.
+"""
+
+from components.runner.harness_runner import HarnessRunner
+
+
+class Kilo(HarnessRunner):
+    harness = "kilo"
+    label = "Kilo Code"
+    key_var = "ANTHROPIC_API_KEY"
+    url_var = ""
