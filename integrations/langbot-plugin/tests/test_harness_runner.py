@@ -10,6 +10,7 @@ from components.runner.codex import Codex
 from components.runner.harness_runner import (
     DEADLINE_MARGIN,
     LAUNCH_KEYS,
+    binding_config,
     can_pull_steering,
     follow_up_context,
     harness_deadline,
@@ -98,3 +99,8 @@ def test_an_empty_key_sets_nothing(storage):
 
 def test_secrets_and_launch_settings_never_reach_the_context():
     assert {"api_key", "base_url", "extra_env", "harness_path"} <= set(LAUNCH_KEYS)
+
+
+def test_the_forms_turn_timeout_reaches_the_binding_as_timeout_seconds():
+    binding = binding_config({"timeout": 120, "model": "m", "api_key": "secret", "harness_path": "/x"})
+    assert binding == {"timeout_seconds": 120, "model": "m"}

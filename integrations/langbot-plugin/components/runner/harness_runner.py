@@ -41,6 +41,22 @@ STEERING_INTERVAL = 0.5
 TERMINAL = ("run.completed", "run.failed")
 
 
+#: Form fields whose binding key differs: the form says `timeout`, the
+#: bridge's binding reads `timeout_seconds`.
+FORM_TO_BINDING = {"timeout": "timeout_seconds"}
+
+
+def binding_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The binding the bridge gets from the runner form: launch settings
+    left out, form names turned into the binding's."""
+    binding = {}
+    for key, value in config.items():
+        if key in LAUNCH_KEYS:
+            continue
+        binding[FORM_TO_BINDING.get(key, key)] = value
+    return binding
+
+
 def _log(run_id: str, text: str, level: str = "info") -> dict[str, Any]:
     return {"run_id": run_id, "type": "processor.log", "data": {"text": text, "level": level}}
 
@@ -144,7 +160,7 @@ class HarnessRunner(Runner):
             return
         data_dir = Path(root) if root else writable_dir("data") / "harness-bridge"
         context = ctx.model_dump(mode="json", exclude_none=True)
-        context["config"] = {k: v for k, v in config.items() if k not in LAUNCH_KEYS}
+        context["config"] = binding_config(config)
         deadline = harness_deadline(ctx.runtime.deadline_at, time.time())
         if deadline is not None:
             context.setdefault("runtime", {})["deadline_at"] = deadline
