@@ -308,12 +308,11 @@ async fn an_operators_agent_runs_through_the_plugin_by_its_spec() {
 #[test]
 #[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn the_plugin_lists_state_with_values() {
-    let runner = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("integrations/langbot-plugin/components/runner");
+    let plugin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/langbot-plugin");
     let script = r#"
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
-import bridge
+from components.runner import bridge
 
 class Api:
     async def state_list(self, scope, prefix=None, limit=100):
@@ -329,7 +328,7 @@ print(json.dumps(asyncio.run(bridge.answer(Api(), "state_list", args))))
     let out = std::process::Command::new(common::sdk_python())
         .arg("-c")
         .arg(script)
-        .arg(&runner)
+        .arg(&plugin)
         .output()
         .expect("python starts");
     assert!(

@@ -293,7 +293,10 @@ fn turns_by_conversation(
     let mut started: HashMap<&str, usize> = HashMap::new();
     let mut by: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
     for (kind, tag, folder) in notes {
-        if kind != "S" {
+        // An empty tag: a harness whose group was killed (its instance
+        // died) while it read its prompt, `cat` before the shell; it never
+        // ran a turn.
+        if kind != "S" || tag.is_empty() {
             continue;
         }
         *started.entry(tag).or_default() += 1;

@@ -60,6 +60,28 @@ struct LiveTurn<'a> {
     mcp_session: Option<&'a serde_json::Value>,
 }
 
+impl LiveTurn<'_> {
+    /// How its process starts with `args` (no stdin: the driver writes).
+    fn launch<'s>(&'s self, args: &'s [String]) -> Launch<'s> {
+        Launch {
+            program: self.program,
+            args,
+            cwd: self.workspace,
+            env: self.env,
+            stdin: None,
+            wall: self.wall,
+            quota: self.quota,
+        }
+    }
+}
+
+/// A live process's argv for `values` (none: the family's default).
+fn live_argv(spec: &AdapterSpec, values: &TurnValues<'_>) -> Result<Vec<String>, RunFailed> {
+    spec.live_args(values)
+        .unwrap_or_else(|| Ok(Vec::new()))
+        .map_err(|why| fail(FailureCode::InvalidArgument, why))
+}
+
 impl Bridge {
     /// Run the harness for the prepared turn, retrying once as a fresh
     /// session when the one to resume is gone.
@@ -271,19 +293,8 @@ impl Bridge {
             own_port: None,
             ..values.clone()
         };
-        let fresh_args = spec
-            .live_args(&fresh)
-            .unwrap_or_else(|| Ok(Vec::new()))
-            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
-        let key_launch = Launch {
-            program: turn.program,
-            args: &fresh_args,
-            cwd: turn.workspace,
-            env: turn.env,
-            stdin: None,
-            wall: turn.wall,
-            quota: turn.quota,
-        };
+        let fresh_args = live_argv(spec, &fresh)?;
+        let key_launch = turn.launch(&fresh_args);
         let asks = values.permission_prompt_tool.is_some();
         let key = live::LiveKey::new(spec, &key_launch, turn.tools, asks, TOKEN_ENV);
         let mut kept = turn.sessions.take(&key).await;
@@ -388,19 +399,8 @@ impl Bridge {
         values: &TurnValues<'_>,
         live: &engine::Live<'_>,
     ) -> Result<live::LiveProcess, RunFailed> {
-        let args = spec
-            .live_args(values)
-            .unwrap_or_else(|| Ok(Vec::new()))
-            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
-        let launch = Launch {
-            program: turn.program,
-            args: &args,
-            cwd: turn.workspace,
-            env: turn.env,
-            stdin: None,
-            wall: turn.wall,
-            quota: turn.quota,
-        };
+        let args = live_argv(spec, values)?;
+        let launch = turn.launch(&args);
         let mut driver = spec.live_driver().ok_or_else(|| {
             fail(
                 FailureCode::HarnessError,
