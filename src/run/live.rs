@@ -677,6 +677,15 @@ impl LiveSessions {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether an idle process of `harness` is kept for the conversation
+    /// in `workspace`. Its session is that process's: the harness may not
+    /// have written it out yet (Claude Code writes its transcript a moment
+    /// after the turn), and does when the process is taken or stopped.
+    pub fn holds(&self, workspace: &Path, harness: &str) -> bool {
+        self.idle()
+            .contains_key(&(workspace.to_path_buf(), harness.to_string()))
+    }
+
     /// The idle process for `key`, if one is still running (it is the
     /// caller's until it is [`LiveSessions::put`] back). The conversation's
     /// process started some other way (another binding, other

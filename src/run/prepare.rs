@@ -627,9 +627,16 @@ impl Bridge {
                 )),
             };
         }
-        if !spec
-            .session_store
-            .has_session(env, workspace, &pointer.session_id)
+        // A session its kept process holds counts as there: the process
+        // writes it out when the turn takes (or replaces) it.
+        let held = self
+            .live
+            .as_ref()
+            .is_some_and(|live| live.holds(workspace, &spec.name));
+        if !held
+            && !spec
+                .session_store
+                .has_session(env, workspace, &pointer.session_id)
         {
             return SessionPlan {
                 resume: None,
