@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
     let config = match ServeConfig::parse("bridge.yaml", text) {
         Ok(config) => config,
         Err(why) => {
-            assert!(!why.trim().is_empty());
+            assert!(!why.to_string().trim().is_empty());
             return;
         }
     };

@@ -2,7 +2,9 @@
 //! results → what the host keeps. The [`Bridge`] holds what lives across
 //! turns (the host, the grants, the MCP server, the specs and templates);
 //! [`Bridge::run`] does one turn and always ends the stream with exactly
-//! one `run.completed` or `run.failed`.
+//! one `run.completed` or `run.failed`. A turn is three phases, a file
+//! each: `prepare` (nothing started), `drive` (the harness runs, over the
+//! one I/O loop of `engine`), `settle` (what the host keeps, the terminal).
 
 mod answers;
 mod attempt;
