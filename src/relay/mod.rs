@@ -29,7 +29,7 @@ use crate::host::Api;
 use crate::projection::Templates;
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
-use crate::run::{Bridge, RunOptions, Scheduler, Settings, Steer, SteerInbox};
+use crate::run::{Bridge, Deliver, Dispatch, RunOptions, Scheduler, Settings, Steer, SteerInbox};
 
 /// How many turns the relay runs and holds: turns of one conversation run
 /// one at a time in arrival order (they share its workspace), different
@@ -188,26 +188,20 @@ fn answer_too_long(
     });
 }
 
-/// Forward one run's results to the plugin; returns how many were sent and
-/// whether the last was terminal.
-async fn forward_results(
+/// One run's results, as frames to the plugin.
+struct ToPlugin {
     out: mpsc::Sender<Outbound>,
     run_id: String,
-    mut results: mpsc::Receiver<AgentRunResult>,
-) -> (u64, bool) {
-    let (mut sent, mut terminal) = (0, false);
-    while let Some(result) = results.recv().await {
-        terminal = result.kind.is_terminal();
+}
+
+impl Deliver for ToPlugin {
+    async fn deliver(&mut self, result: AgentRunResult) -> bool {
         let frame = Outbound::Result {
-            run_id: run_id.clone(),
+            run_id: self.run_id.clone(),
             result: Box::new(result),
         };
-        if out.send(frame).await.is_err() {
-            break;
-        }
-        sent += 1;
+        self.out.send(frame).await.is_ok()
     }
-    (sent, terminal)
 }
 
 /// Serve one relay session on `reader`/`writer` until the plugin goes away
@@ -588,8 +582,8 @@ struct RelayTurn {
 }
 
 impl RelayTurn {
-    /// Wait for its turn, run it, forward its results; a run whose task
-    /// panicked still ends with one terminal result. Returns its id.
+    /// Wait for its turn, run it, forward its results (ending with one
+    /// terminal, whatever happens to the run's task). Returns its id.
     async fn run(self) -> String {
         let RelayTurn {
             bridge,
@@ -601,32 +595,18 @@ impl RelayTurn {
             cancel,
         } = self;
         let run_id = ctx.run_id.clone();
-        let (tx, rx) = mpsc::channel::<AgentRunResult>(256);
-        let forward = tokio::spawn(forward_results(out.clone(), run_id.clone(), rx));
-        // Its own task, so that a panic in the run is caught here and the
-        // plugin still gets the run's terminal result.
-        let turn = tokio::spawn(async move {
-            // A run cancelled while it waits still goes through the
-            // bridge, which ends it at once with its one `run.failed`
-            // (`cancelled`), touching nothing.
-            let turn = tokio::select! {
-                turn = ticket.start() => Some(turn),
-                () = cancel.cancelled() => None,
-            };
-            bridge.run(&ctx, &harness, &options, tx, cancel).await;
-            drop(turn);
-        })
-        .await;
-        let (sent, terminal) = forward.await.unwrap_or((0, false));
-        if let Err(e) = turn {
-            tracing::error!(%run_id, "the run's task failed: {e}");
-            if !terminal {
-                let why = "the bridge failed while running this turn; see its log";
-                let failed =
-                    failed_frame(&run_id, sent, FailureCode::InternalError, why.into(), true);
-                let _ = out.send(failed).await;
-            }
-        }
+        let mut sink = ToPlugin {
+            out,
+            run_id: run_id.clone(),
+        };
+        let dispatch = Dispatch {
+            bridge,
+            ctx,
+            harness,
+            options,
+            cancel,
+        };
+        dispatch.run(Some(ticket), &mut sink).await;
         run_id
     }
 }

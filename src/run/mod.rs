@@ -8,6 +8,7 @@
 
 mod answers;
 mod attempt;
+mod dispatch;
 mod drive;
 mod emit;
 mod engine;
@@ -30,6 +31,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use dispatch::{Deliver, Dispatch, Dispatched};
 pub use emit::Emitter;
 pub use live::{LiveLimits, LiveSessions};
 pub use outbox::OUTBOX_DIR;

@@ -408,16 +408,6 @@ impl Journal {
         written.await.unwrap_or(Err(JournalError::Stopped))
     }
 
-    /// A run ended, without waiting to hear it was written.
-    pub fn ended_later(&self, run_id: &str, status: RunStatus, code: Option<FailureCode>) {
-        self.send(Write::Ended {
-            run_id: run_id.into(),
-            status,
-            code,
-            done: None,
-        });
-    }
-
     /// Forget runs that ended longer than `retention` ago; how many.
     pub async fn prune(&self, retention: Duration) -> Result<usize, JournalError> {
         let (done, pruned) = oneshot::channel();
