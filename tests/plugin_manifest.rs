@@ -285,7 +285,7 @@ fn each_runner_form_offers_what_its_harness_takes() {
             spec.takes("permission_mode"),
             "{name}: permission_mode"
         );
-        let asks_live = spec.live_driver().is_some_and(|d| d.asks());
+        let asks_live = spec.asks_live();
         assert_eq!(
             field("approvals").is_some(),
             spec.takes("permission_prompt_tool") || asks_live,

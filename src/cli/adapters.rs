@@ -94,7 +94,7 @@ fn show(spec: &AdapterSpec, source: &str) -> String {
         spec.stdin,
         spec.skills_dir,
         spec.target().mcp_format,
-        spec.decoder,
+        spec.decoder.map_or("none", |d| d.name()),
         spec.session_not_found,
         spec.session_store,
         spec.install_hint,

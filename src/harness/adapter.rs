@@ -9,8 +9,9 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use super::family::{self, Family};
-use super::live::AcpSpec;
+use super::decode::OneShotFormat;
+use super::families::{self as family, Family};
+use super::live::{AcpSpec, LiveProtocol};
 use super::{SessionIdFormat, SessionStore};
 use crate::projection::{Carry, Home, Target};
 
@@ -60,26 +61,34 @@ pub struct EnvSpec {
 
 /// How one process serves many turns of a conversation (`live`): the
 /// driver that speaks its stdio protocol, and its arguments.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveSpec {
-    /// The protocol (see [`super::live::driver`]); the family's when the
-    /// spec names none.
-    #[serde(default)]
-    pub driver: String,
+    /// The protocol; the family's when the spec names none.
+    pub driver: LiveProtocol,
     /// Arguments put before the one-shot argv (`new` or `resume`), when
     /// the live mode is the one-shot command with a flag or two more.
-    #[serde(default)]
     pub args: Vec<ArgItem>,
     /// A whole argv of its own, when the live mode is another command
     /// (the driver then resumes a session in the protocol).
-    #[serde(default)]
     pub argv: Option<Vec<ArgItem>>,
     /// `{permission_prompt_tool}` in the live mode, under `approvals:
     /// chat`: the harness asks its driver (Claude Code: `stdio`) and the
     /// paused tool call goes on once the person answers.
-    #[serde(default)]
     pub permission_prompt_tool: Option<String>,
+}
+
+/// A spec file's `live` section, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LiveFile {
+    #[serde(default)]
+    driver: Option<LiveProtocol>,
+    #[serde(default)]
+    args: Vec<ArgItem>,
+    #[serde(default)]
+    argv: Option<Vec<ArgItem>>,
+    #[serde(default)]
+    permission_prompt_tool: Option<String>,
 }
 
 /// What an agent adds to its family's home (an ACP agent's files differ
@@ -142,7 +151,7 @@ struct SpecFile {
     session_id_format: Option<SessionIdFormat>,
     install_hint: String,
     #[serde(default)]
-    live: Option<LiveSpec>,
+    live: Option<LiveFile>,
     #[serde(default)]
     acp: Option<AcpSpec>,
     #[serde(default)]
@@ -178,9 +187,8 @@ pub struct AdapterSpec {
     pub instructions_file: Option<String>,
     /// How the harness names an MCP tool (`{server}`, `{tool}`).
     pub tool_name: String,
-    /// Decoder of the harness's one-shot output (empty for a live-only
-    /// agent).
-    pub decoder: String,
+    /// The harness's one-shot output format (none for a live-only agent).
+    pub decoder: Option<OneShotFormat>,
     /// Output text that means "the session to resume does not exist"
     /// (one-shot; a live driver says so in its protocol).
     pub session_not_found: String,
@@ -341,16 +349,15 @@ const PLACEHOLDERS: [&str; 11] = [
 ];
 
 impl AdapterSpec {
-    /// The driver its `live` section names, set up with the spec's own
-    /// options (an ACP agent's permission policy and auth method).
-    pub fn live_driver(&self) -> Option<Box<dyn super::live::LiveDriver>> {
-        let live = self.live.as_ref()?;
-        match live.driver.as_str() {
-            "acp" => Some(Box::new(super::live::Acp::new(
-                self.acp.clone().unwrap_or_default(),
-            ))),
-            name => super::live::driver(name),
-        }
+    /// Whether its live harness takes input mid-turn (no process needed
+    /// to know).
+    pub fn steers(&self) -> bool {
+        self.live.as_ref().is_some_and(|live| live.driver.steers())
+    }
+
+    /// Whether its live harness asks its permissions in its protocol.
+    pub fn asks_live(&self) -> bool {
+        self.live.as_ref().is_some_and(|live| live.driver.asks())
     }
 
     /// Parse one spec file's text; `file` names it in errors.
@@ -388,24 +395,24 @@ impl AdapterSpec {
             )));
         }
         let live = match raw.live {
-            Some(mut live) => {
-                if live.driver.is_empty() {
-                    live.driver = family
-                        .live_driver
-                        .ok_or_else(|| {
-                            fail(format!(
-                                "`live` needs a driver: the `{}` family has no live mode (known drivers: {})",
-                                family.name,
-                                super::live::driver_names()
-                            ))
-                        })?
-                        .to_string();
-                }
-                Some(live)
+            Some(live) => {
+                let driver = live.driver.or(family.live_driver).ok_or_else(|| {
+                    fail(format!(
+                        "`live` needs a driver: the `{}` family has no live mode (known drivers: {})",
+                        family.name,
+                        LiveProtocol::names()
+                    ))
+                })?;
+                Some(LiveSpec {
+                    driver,
+                    args: live.args,
+                    argv: live.argv,
+                    permission_prompt_tool: live.permission_prompt_tool,
+                })
             }
             // A live-only family is always live.
-            None if family.decoder.is_none() => Some(LiveSpec {
-                driver: family.live_driver.unwrap_or_default().to_string(),
+            None if family.decoder.is_none() => family.live_driver.map(|driver| LiveSpec {
+                driver,
                 args: Vec::new(),
                 argv: None,
                 permission_prompt_tool: None,
@@ -428,7 +435,7 @@ impl AdapterSpec {
             tool_name: raw
                 .tool_name
                 .unwrap_or_else(|| family.tool_name.to_string()),
-            decoder: family.decoder.unwrap_or_default().to_string(),
+            decoder: family.decoder,
             session_not_found: raw
                 .session_not_found
                 .unwrap_or_else(|| family.session_not_found.unwrap_or_default().to_string()),
@@ -474,7 +481,7 @@ impl AdapterSpec {
             );
         }
         if let Some(live) = &self.live {
-            if live.driver == "acp" && self.family.name != "acp" {
+            if live.driver == LiveProtocol::Acp && self.family.name != "acp" {
                 return fail("the `acp` live driver goes with `family: acp`".into());
             }
         }
@@ -495,13 +502,6 @@ impl AdapterSpec {
             ));
         }
         if let Some(live) = &self.live {
-            if super::live::driver(&live.driver).is_none() {
-                return fail(format!(
-                    "unknown live driver `{}` (known: {})",
-                    live.driver,
-                    super::live::driver_names()
-                ));
-            }
             if live.argv.is_some() && !live.args.is_empty() {
                 return fail(
                     "live takes `args` (before the one-shot argv) or `argv` (its own), not both"
@@ -1113,6 +1113,38 @@ mod tests {
         let err =
             AdapterSpec::parse("x.yaml", &format!("{good}\nskills_dir: ../out\n")).unwrap_err();
         assert!(err.to_string().contains("skills_dir"), "{err}");
+        // A live driver is one the bridge speaks, or the spec does not load.
+        let err = AdapterSpec::parse(
+            "x.yaml",
+            &good.replace("live:\n", "live:\n  driver: telepathy\n"),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "unknown live driver `telepathy` (known: claude-stream-json, codex-app-server, acp)"
+            ),
+            "{err}"
+        );
+        assert!(err.line.is_some(), "{err}");
+    }
+
+    #[test]
+    fn what_a_live_harness_can_do_is_known_from_its_spec() {
+        let codex = AdapterSpec::parse(
+            "codex.yaml",
+            include_str!("../../harness-adapters/codex.yaml"),
+        )
+        .unwrap();
+        assert!(codex.steers() && codex.asks_live());
+        let claude = AdapterSpec::parse(
+            "claude-code.yaml",
+            include_str!("../../harness-adapters/claude-code.yaml"),
+        )
+        .unwrap();
+        assert!(!claude.steers() && claude.asks_live());
+        for protocol in LiveProtocol::ALL {
+            assert_eq!(LiveProtocol::named(protocol.name()), Some(protocol));
+        }
     }
 
     #[test]

@@ -127,11 +127,7 @@ pub fn discovery(adapters: &Adapters) -> ListAgentRunnersResponse {
                     // A follow-up sent while a turn works is pulled only by a
                     // runner whose live harness takes it mid-turn: LangBot
                     // drops what a run leaves unpulled.
-                    steering: h
-                        .live
-                        .as_ref()
-                        .and_then(|live| crate::harness::live::driver(&live.driver))
-                        .is_some_and(|driver| driver.steers()),
+                    steering: h.steers(),
                     ..AgentRunnerCapabilities::default()
                 },
                 permissions: requested_permissions(),

@@ -9,7 +9,7 @@ mod adapter;
 pub mod cage;
 mod catalog;
 pub mod decode;
-pub mod family;
+pub mod families;
 mod launch;
 pub mod live;
 mod session;

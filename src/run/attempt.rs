@@ -14,7 +14,7 @@ use tokio::process::ChildStdout;
 use tokio::time::Instant;
 
 use super::engine::{self, Engine, Event, Live, Stop, Watch};
-use crate::harness::decode::{Decoder, Exit, LineBuffer, decoder};
+use crate::harness::decode::{Decoder, Exit, LineBuffer};
 use crate::harness::{AdapterSpec, HarnessProcess, Launch};
 use crate::protocol::{FailureCode, ResultPayload, ResultType, RunFailed, TokenUsage};
 
@@ -45,15 +45,15 @@ pub(super) fn failed(code: FailureCode, error: String, retryable: bool) -> Resul
 
 /// Run the harness once, streaming its results into `live.emit`.
 pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_>) -> AttemptEnd {
-    let decode = match decoder(&spec.decoder) {
-        Some(d) => d,
+    let decode = match spec.decoder {
+        Some(format) => format.decoder(),
         None => {
             return AttemptEnd {
                 terminal: failed(
                     FailureCode::HarnessError,
                     format!(
-                        "adapter `{}` names unknown decoder `{}`",
-                        spec.name, spec.decoder
+                        "adapter `{}` has no one-shot mode: it runs only live",
+                        spec.name
                     ),
                     false,
                 ),

@@ -37,7 +37,7 @@ pub(super) struct Driven {
 /// What a live attempt needs of its turn.
 struct LiveTurn<'a> {
     sessions: &'a LiveSessions,
-    driver: &'a str,
+    driver: crate::harness::live::LiveProtocol,
     program: &'a Path,
     workspace: &'a Path,
     env: &'a std::collections::BTreeMap<String, String>,
@@ -133,7 +133,7 @@ impl Bridge {
                 (Some(sessions), Some(live_spec)) => {
                     let live_turn = LiveTurn {
                         sessions,
-                        driver: &live_spec.driver,
+                        driver: live_spec.driver,
                         program: &turn.program,
                         workspace: &turn.workspace,
                         env: &turn.env,
@@ -401,12 +401,7 @@ impl Bridge {
     ) -> Result<live::LiveProcess, RunFailed> {
         let args = live_argv(spec, values)?;
         let launch = turn.launch(&args);
-        let mut driver = spec.live_driver().ok_or_else(|| {
-            fail(
-                FailureCode::HarnessError,
-                format!("unknown live driver `{}`", turn.driver),
-            )
-        })?;
+        let mut driver = turn.driver.driver(spec.acp.as_ref());
         if values.permission_prompt_tool.is_some() {
             driver.ask_permissions();
         }

@@ -297,9 +297,7 @@ impl Bridge {
             && self
                 .adapters
                 .find(harness)
-                .and_then(|spec| spec.live.as_ref())
-                .and_then(|live| crate::harness::live::driver(&live.driver))
-                .is_some_and(|driver| driver.steers())
+                .is_some_and(|spec| spec.steers())
     }
 
     /// Record a follow-up that went into a running turn as the turn's own

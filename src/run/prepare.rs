@@ -228,12 +228,7 @@ impl Bridge {
             .map_err(|e| fail(FailureCode::InvalidArgument, e.to_string()))?;
         let approvals = binding.approvals == Approvals::Chat;
         // A live harness may ask in its own protocol (Codex's app-server).
-        let asks_live = (self.live.is_some() || spec.live_only())
-            && spec
-                .live
-                .as_ref()
-                .and_then(|live| crate::harness::live::driver(&live.driver))
-                .is_some_and(|driver| driver.asks());
+        let asks_live = (self.live.is_some() || spec.live_only()) && spec.asks_live();
         if approvals && !spec.takes(PROMPT_TOOL_PLACEHOLDER) && !asks_live {
             return Err(fail(
                 FailureCode::InvalidArgument,

@@ -1,7 +1,7 @@
 //! Token counts a harness writes to a file rather than its stream (Copilot
 //! CLI's `--usage-output-file`): read around the turn, as its family says.
 
-use crate::harness::family::UsageFile;
+use crate::harness::families::UsageFile;
 use crate::projection::{ConfinedDir, paths};
 use crate::protocol::TokenUsage;
 

@@ -175,7 +175,9 @@ pub fn decode(
     exit_code: Option<i32>,
 ) -> Vec<harness_bridge::protocol::AgentRunResult> {
     use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream};
-    let mut d = harness_bridge::harness::decode::decoder(decoder).expect("known decoder");
+    let mut d = harness_bridge::harness::decode::OneShotFormat::named(decoder)
+        .expect("known decoder")
+        .decoder();
     let mut lines = LineBuffer::default();
     let mut stream = ResultStream::new("run-decoded");
     let mut out = Vec::new();

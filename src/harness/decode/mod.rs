@@ -92,28 +92,60 @@ fn json_line<'a, T: serde::Deserialize<'a>>(line: &'a str) -> Option<T> {
     parsed
 }
 
-/// How a decoder is made, fresh for each turn.
-pub type MakeDecoder = fn() -> Box<dyn Decoder>;
+/// A one-shot output format the bridge reads: the family picks one, and
+/// a decoder of it is made fresh for each turn. Typed, so a spec can
+/// never name a decoder that does not exist once it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OneShotFormat {
+    /// Claude Code's (and Qwen Code's) `--output-format stream-json`.
+    ClaudeStreamJson,
+    /// Codex's `exec --json`.
+    CodexJsonl,
+    /// Copilot CLI's `--output-format json`.
+    CopilotJson,
+    /// Gemini CLI's `--output-format stream-json`.
+    GeminiStreamJson,
+}
 
-/// Every decoder, by the name a family gives it: the one list both
-/// [`decoder`] and the family registry's check read.
-pub const DECODERS: &[(&str, MakeDecoder)] = &[
-    ("claude-stream-json", || {
-        Box::new(ClaudeStreamJson::default())
-    }),
-    ("codex-jsonl", || Box::new(CodexJsonl::default())),
-    ("copilot-json", || Box::new(CopilotJson::default())),
-    ("gemini-stream-json", || {
-        Box::new(GeminiStreamJson::default())
-    }),
-];
+impl OneShotFormat {
+    /// Every format.
+    pub const ALL: [OneShotFormat; 4] = [
+        OneShotFormat::ClaudeStreamJson,
+        OneShotFormat::CodexJsonl,
+        OneShotFormat::CopilotJson,
+        OneShotFormat::GeminiStreamJson,
+    ];
 
-/// A new decoder of the format called `name`.
-pub fn decoder(name: &str) -> Option<Box<dyn Decoder>> {
-    DECODERS
-        .iter()
-        .find(|(known, _)| *known == name)
-        .map(|(_, make)| make())
+    /// Its name, as `adapters show` and the benches say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OneShotFormat::ClaudeStreamJson => "claude-stream-json",
+            OneShotFormat::CodexJsonl => "codex-jsonl",
+            OneShotFormat::CopilotJson => "copilot-json",
+            OneShotFormat::GeminiStreamJson => "gemini-stream-json",
+        }
+    }
+
+    /// The format called `name`.
+    pub fn named(name: &str) -> Option<OneShotFormat> {
+        OneShotFormat::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// A new decoder, for one turn.
+    pub fn decoder(self) -> Box<dyn Decoder> {
+        match self {
+            OneShotFormat::ClaudeStreamJson => Box::new(ClaudeStreamJson::default()),
+            OneShotFormat::CodexJsonl => Box::new(CodexJsonl::default()),
+            OneShotFormat::CopilotJson => Box::new(CopilotJson::default()),
+            OneShotFormat::GeminiStreamJson => Box::new(GeminiStreamJson::default()),
+        }
+    }
+}
+
+impl std::fmt::Display for OneShotFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A JSON value as the object a tool result or its arguments carry:

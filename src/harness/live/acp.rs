@@ -542,10 +542,6 @@ impl LiveDriver for Acp {
         self.usage.clone()
     }
 
-    fn asks(&self) -> bool {
-        true
-    }
-
     fn ask_permissions(&mut self) {
         self.ask = true;
     }

@@ -80,10 +80,6 @@ impl LiveDriver for ClaudeLive {
         self.decode.usage()
     }
 
-    fn asks(&self) -> bool {
-        true
-    }
-
     fn permit(&mut self, id: &str, decision: &Decision) -> Vec<String> {
         let line = json!({
             "type": "control_response",

@@ -306,14 +306,6 @@ impl LiveDriver for CodexAppServer {
         self.usage.clone()
     }
 
-    fn steers(&self) -> bool {
-        true
-    }
-
-    fn asks(&self) -> bool {
-        true
-    }
-
     fn ask_permissions(&mut self) {
         self.ask = true;
     }

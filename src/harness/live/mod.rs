@@ -136,45 +136,89 @@ pub trait LiveDriver: Send {
     fn steer(&mut self, _text: &str) -> Option<Vec<String>> {
         None
     }
-    /// Whether the harness takes input mid-turn at all.
-    fn steers(&self) -> bool {
-        false
-    }
-    /// Whether the harness can ask its permissions in this protocol
-    /// ([`Step::permission`]), for `approvals: chat`.
-    fn asks(&self) -> bool {
-        false
-    }
     /// Ask the person before the harness acts (`approvals: chat`); called
     /// before [`LiveDriver::open`]. A harness told so on its command line
     /// needs nothing here.
     fn ask_permissions(&mut self) {}
 }
 
-/// How a live driver is made, fresh for each process.
-type MakeDriver = fn() -> Box<dyn LiveDriver>;
-
-/// Every live driver, by the name a family or spec gives it: the one list
-/// [`driver`] and spec errors read.
-const LIVE_DRIVERS: &[(&str, MakeDriver)] = &[
-    ("claude-stream-json", || Box::new(ClaudeLive::default())),
-    ("codex-app-server", || Box::new(CodexAppServer::default())),
-    ("acp", || Box::new(Acp::default())),
-];
-
-/// The driver called `name` in an adapter spec's `live` section.
-pub fn driver(name: &str) -> Option<Box<dyn LiveDriver>> {
-    LIVE_DRIVERS
-        .iter()
-        .find(|(known, _)| *known == name)
-        .map(|(_, make)| make())
+/// A live protocol the bridge speaks, with what it can do: known from the
+/// spec alone, so the catalog, the plugin's capabilities and a turn's
+/// checks never build a driver to ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveProtocol {
+    /// Claude Code's stream-json input and output.
+    ClaudeStreamJson,
+    /// Codex's app-server (JSON-RPC).
+    CodexAppServer,
+    /// The Agent Client Protocol (JSON-RPC).
+    Acp,
 }
 
-/// The driver names, for spec errors.
-pub fn driver_names() -> String {
-    LIVE_DRIVERS
-        .iter()
-        .map(|(name, _)| *name)
-        .collect::<Vec<_>>()
-        .join(", ")
+impl LiveProtocol {
+    /// Every protocol.
+    pub const ALL: [LiveProtocol; 3] = [
+        LiveProtocol::ClaudeStreamJson,
+        LiveProtocol::CodexAppServer,
+        LiveProtocol::Acp,
+    ];
+
+    /// The name a spec's `live.driver` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LiveProtocol::ClaudeStreamJson => "claude-stream-json",
+            LiveProtocol::CodexAppServer => "codex-app-server",
+            LiveProtocol::Acp => "acp",
+        }
+    }
+
+    /// The protocol called `name`.
+    pub fn named(name: &str) -> Option<LiveProtocol> {
+        LiveProtocol::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The names, for spec errors.
+    pub fn names() -> String {
+        LiveProtocol::ALL.map(LiveProtocol::name).join(", ")
+    }
+
+    /// Whether the harness takes input mid-turn ([`LiveDriver::steer`]).
+    pub fn steers(self) -> bool {
+        matches!(self, LiveProtocol::CodexAppServer)
+    }
+
+    /// Whether the harness asks its permissions in the protocol
+    /// ([`Step::permission`]), for `approvals: chat`.
+    pub fn asks(self) -> bool {
+        true
+    }
+
+    /// A new driver, for one process; an ACP agent's with its spec's
+    /// options (permission policy, auth method).
+    pub fn driver(self, acp: Option<&AcpSpec>) -> Box<dyn LiveDriver> {
+        match self {
+            LiveProtocol::ClaudeStreamJson => Box::new(ClaudeLive::default()),
+            LiveProtocol::CodexAppServer => Box::new(CodexAppServer::default()),
+            LiveProtocol::Acp => Box::new(Acp::new(acp.cloned().unwrap_or_default())),
+        }
+    }
+}
+
+impl std::fmt::Display for LiveProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for LiveProtocol {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        LiveProtocol::named(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown live driver `{}` (known: {})",
+                name.escape_debug().take(64).collect::<String>(),
+                LiveProtocol::names()
+            ))
+        })
+    }
 }

@@ -13,6 +13,15 @@
 //! into the conversation's own home and which of the operator's files it
 //! needs there.
 
+mod acp;
+mod claude;
+mod codex;
+mod copilot;
+mod gemini;
+mod qwen;
+
+use super::decode::OneShotFormat;
+use super::live::LiveProtocol;
 use super::{SessionIdFormat, SessionStore};
 use crate::projection::McpFormat;
 
@@ -23,9 +32,9 @@ pub struct Family {
     pub name: &'static str,
     /// What the family is, for `adapters list` and error messages.
     pub about: &'static str,
-    /// Decoder of its one-shot output (see [`super::decode::decoder`]);
-    /// none for a family driven only live (ACP).
-    pub decoder: Option<&'static str>,
+    /// Its one-shot output format; none for a family driven only live
+    /// (ACP).
+    pub decoder: Option<OneShotFormat>,
     /// How and where its MCP servers are configured.
     pub mcp_format: McpFormat,
     /// How it names an MCP tool (`{server}`, `{tool}`).
@@ -43,8 +52,8 @@ pub struct Family {
     /// Where it finds project skills (none: each spec says, as ACP agents
     /// differ).
     pub skills_dir: Option<&'static str>,
-    /// The protocol of its live mode (see [`super::live::driver`]).
-    pub live_driver: Option<&'static str>,
+    /// The protocol of its live mode.
+    pub live_driver: Option<LiveProtocol>,
     /// Its home of the conversation's own: the variables that point it
     /// there, the files written in it and the operator's files carried in.
     pub home: HomeSpec,
@@ -142,171 +151,14 @@ impl HomeSpec {
     }
 }
 
-/// Every family the bridge knows.
+/// Every family the bridge knows, one module each.
 pub const FAMILIES: &[Family] = &[
-    Family {
-        name: "claude",
-        about: "Claude Code's stream-json, --mcp-config file, --append-system-prompt",
-        decoder: Some("claude-stream-json"),
-        mcp_format: McpFormat::ClaudeJson,
-        tool_name: "mcp__{server}__{tool}",
-        session_store: SessionStore::ClaudeProjects,
-        session_id_format: SessionIdFormat::Uuid,
-        session_not_found: Some("No conversation found with session ID"),
-        instructions_file: None,
-        skills_dir: Some(".claude/skills"),
-        live_driver: Some("claude-stream-json"),
-        // Sessions under $CLAUDE_CONFIG_DIR/projects; the key and the
-        // operator's settings carried in.
-        home: HomeSpec {
-            env: &[("HOME", ""), ("CLAUDE_CONFIG_DIR", ".claude")],
-            files: &[],
-            carry: &[CarrySpec {
-                into: ".claude",
-                from: &["$CLAUDE_CONFIG_DIR", "$HOME/.claude"],
-                files: &[".credentials.json", "settings.json"],
-            }],
-        },
-        usage_file: None,
-        sandbox: None,
-    },
-    Family {
-        name: "codex",
-        about: "Codex's exec --json, -c config overrides, app-server when live",
-        decoder: Some("codex-jsonl"),
-        mcp_format: McpFormat::CodexOverrides,
-        tool_name: "mcp__{server}__{tool}",
-        session_store: SessionStore::CodexSessions,
-        session_id_format: SessionIdFormat::Uuid,
-        session_not_found: Some("thread/resume failed"),
-        instructions_file: None,
-        skills_dir: Some(".agents/skills"),
-        live_driver: Some("codex-app-server"),
-        // Threads under $CODEX_HOME/sessions; the model's provider
-        // (config.toml) and the login carried in.
-        home: HomeSpec {
-            env: &[("HOME", ""), ("CODEX_HOME", ".codex")],
-            files: &[],
-            carry: &[CarrySpec {
-                into: ".codex",
-                from: &["$CODEX_HOME", "$HOME/.codex"],
-                files: &["config.toml", "auth.json"],
-            }],
-        },
-        usage_file: None,
-        sandbox: Some(SandboxModes {
-            uncaged: "workspace-write",
-            caged: "danger-full-access",
-        }),
-    },
-    Family {
-        name: "copilot",
-        about: "Copilot CLI's JSON stream, --additional-mcp-config file, AGENTS.md",
-        decoder: Some("copilot-json"),
-        mcp_format: McpFormat::CopilotJson,
-        tool_name: "{server}-{tool}",
-        session_store: SessionStore::Unknown,
-        session_id_format: SessionIdFormat::Uuid,
-        session_not_found: Some("No session, task, or name matched"),
-        instructions_file: Some("AGENTS.md"),
-        skills_dir: Some(".github/skills"),
-        live_driver: None,
-        // Sessions and its login under $COPILOT_HOME.
-        home: HomeSpec {
-            env: &[("HOME", ""), ("COPILOT_HOME", ".copilot")],
-            files: &[],
-            carry: &[CarrySpec {
-                into: ".copilot",
-                from: &["$COPILOT_HOME", "$HOME/.copilot"],
-                files: &["config.json"],
-            }],
-        },
-        usage_file: Some(UsageFile::CopilotSession),
-        sandbox: None,
-    },
-    Family {
-        name: "gemini",
-        about: "Gemini CLI's stream-json, .gemini/settings.json, GEMINI.md, a home per conversation",
-        decoder: Some("gemini-stream-json"),
-        mcp_format: McpFormat::GeminiSettings,
-        tool_name: "mcp_{server}_{tool}",
-        session_store: SessionStore::Unknown,
-        session_id_format: SessionIdFormat::Uuid,
-        session_not_found: Some("Error resuming session"),
-        instructions_file: Some("GEMINI.md"),
-        skills_dir: Some(".gemini/skills"),
-        live_driver: None,
-        // Gemini keys sessions by the working folder's last name, the same
-        // in every conversation; with only a key in the environment it
-        // picks an auth type it refuses headless.
-        home: HomeSpec {
-            env: &[("GEMINI_CLI_HOME", ""), ("HOME", "")],
-            files: &[(
-                ".gemini/settings.json",
-                "{\"security\": {\"auth\": {\"selectedType\": \"gemini-api-key\"}}}\n",
-            )],
-            carry: &[CarrySpec {
-                into: ".gemini",
-                from: &["$GEMINI_CLI_HOME/.gemini", "$HOME/.gemini"],
-                files: &["oauth_creds.json", "google_accounts.json", ".env"],
-            }],
-        },
-        usage_file: None,
-        sandbox: None,
-    },
-    Family {
-        name: "qwen",
-        about: "Qwen Code: Claude Code's stream shape, a --mcp-config file with the token in it, QWEN.md",
-        decoder: Some("claude-stream-json"),
-        mcp_format: McpFormat::QwenJson,
-        tool_name: "mcp__{server}__{tool}",
-        session_store: SessionStore::Unknown,
-        session_id_format: SessionIdFormat::Uuid,
-        session_not_found: Some("No saved session found with ID"),
-        instructions_file: Some("QWEN.md"),
-        skills_dir: Some(".qwen/skills"),
-        live_driver: None,
-        // Sessions, settings and its login under $QWEN_HOME.
-        home: HomeSpec {
-            env: &[("HOME", ""), ("QWEN_HOME", ".qwen")],
-            files: &[],
-            carry: &[CarrySpec {
-                into: ".qwen",
-                from: &["$QWEN_HOME", "$HOME/.qwen"],
-                files: &["settings.json", "oauth_creds.json", ".env"],
-            }],
-        },
-        usage_file: None,
-        sandbox: None,
-    },
-    Family {
-        name: "acp",
-        about: "an Agent Client Protocol agent over stdio, one process per conversation",
-        decoder: None,
-        mcp_format: McpFormat::Acp,
-        tool_name: "mcp__{server}__{tool}",
-        session_store: SessionStore::Unknown,
-        session_id_format: SessionIdFormat::Token,
-        session_not_found: None,
-        instructions_file: None,
-        skills_dir: None,
-        live_driver: Some("acp"),
-        // What each agent keeps where differs: its spec adds variables
-        // and carried files (`home:`); the XDG folders most follow.
-        home: HomeSpec {
-            env: &[
-                ("HOME", ""),
-                ("XDG_CONFIG_HOME", ".config"),
-                ("XDG_DATA_HOME", ".local/share"),
-                ("XDG_CACHE_HOME", ".cache"),
-                ("XDG_STATE_HOME", ".local/state"),
-            ],
-            files: &[],
-            carry: &[],
-        },
-        usage_file: None,
-        sandbox: None,
-    },
+    claude::FAMILY,
+    codex::FAMILY,
+    copilot::FAMILY,
+    gemini::FAMILY,
+    qwen::FAMILY,
+    acp::FAMILY,
 ];
 
 /// The family called `name`.
@@ -328,19 +180,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_family_names_a_known_decoder_and_driver() {
+    fn every_family_is_read_one_shot_or_live_and_found_by_its_name() {
         for f in FAMILIES {
             assert!(f.decoder.is_some() || f.live_driver.is_some(), "{}", f.name);
-            if let Some(d) = f.decoder {
-                assert!(
-                    super::super::decode::decoder(d).is_some(),
-                    "{}: {d}",
-                    f.name
-                );
-            }
-            if let Some(d) = f.live_driver {
-                assert!(super::super::live::driver(d).is_some(), "{}: {d}", f.name);
-            }
             assert_eq!(
                 f.decoder.is_some(),
                 f.session_not_found.is_some(),

@@ -1,0 +1,34 @@
+//! Copilot CLI: its JSON stream, an `--additional-mcp-config` file,
+//! `AGENTS.md`, token counts from a usage file.
+
+use super::{CarrySpec, Family, HomeSpec, UsageFile};
+use crate::harness::decode::OneShotFormat;
+use crate::harness::{SessionIdFormat, SessionStore};
+use crate::projection::McpFormat;
+
+/// The family.
+pub const FAMILY: Family = Family {
+    name: "copilot",
+    about: "Copilot CLI's JSON stream, --additional-mcp-config file, AGENTS.md",
+    decoder: Some(OneShotFormat::CopilotJson),
+    mcp_format: McpFormat::CopilotJson,
+    tool_name: "{server}-{tool}",
+    session_store: SessionStore::Unknown,
+    session_id_format: SessionIdFormat::Uuid,
+    session_not_found: Some("No session, task, or name matched"),
+    instructions_file: Some("AGENTS.md"),
+    skills_dir: Some(".github/skills"),
+    live_driver: None,
+    // Sessions and its login under $COPILOT_HOME.
+    home: HomeSpec {
+        env: &[("HOME", ""), ("COPILOT_HOME", ".copilot")],
+        files: &[],
+        carry: &[CarrySpec {
+            into: ".copilot",
+            from: &["$COPILOT_HOME", "$HOME/.copilot"],
+            files: &["config.json"],
+        }],
+    },
+    usage_file: Some(UsageFile::CopilotSession),
+    sandbox: None,
+};

@@ -1,0 +1,39 @@
+//! Gemini CLI: stream-json, `.gemini/settings.json`, `GEMINI.md`, a
+//! home per conversation (it keys sessions by the folder's last name).
+
+use super::{CarrySpec, Family, HomeSpec};
+use crate::harness::decode::OneShotFormat;
+use crate::harness::{SessionIdFormat, SessionStore};
+use crate::projection::McpFormat;
+
+/// The family.
+pub const FAMILY: Family = Family {
+    name: "gemini",
+    about: "Gemini CLI's stream-json, .gemini/settings.json, GEMINI.md, a home per conversation",
+    decoder: Some(OneShotFormat::GeminiStreamJson),
+    mcp_format: McpFormat::GeminiSettings,
+    tool_name: "mcp_{server}_{tool}",
+    session_store: SessionStore::Unknown,
+    session_id_format: SessionIdFormat::Uuid,
+    session_not_found: Some("Error resuming session"),
+    instructions_file: Some("GEMINI.md"),
+    skills_dir: Some(".gemini/skills"),
+    live_driver: None,
+    // Gemini keys sessions by the working folder's last name, the same
+    // in every conversation; with only a key in the environment it
+    // picks an auth type it refuses headless.
+    home: HomeSpec {
+        env: &[("GEMINI_CLI_HOME", ""), ("HOME", "")],
+        files: &[(
+            ".gemini/settings.json",
+            "{\"security\": {\"auth\": {\"selectedType\": \"gemini-api-key\"}}}\n",
+        )],
+        carry: &[CarrySpec {
+            into: ".gemini",
+            from: &["$GEMINI_CLI_HOME/.gemini", "$HOME/.gemini"],
+            files: &["oauth_creds.json", "google_accounts.json", ".env"],
+        }],
+    },
+    usage_file: None,
+    sandbox: None,
+};

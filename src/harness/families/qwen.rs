@@ -1,0 +1,33 @@
+//! Qwen Code: Claude Code's stream shape, a `--mcp-config` file, `QWEN.md`.
+
+use super::{CarrySpec, Family, HomeSpec};
+use crate::harness::decode::OneShotFormat;
+use crate::harness::{SessionIdFormat, SessionStore};
+use crate::projection::McpFormat;
+
+/// The family.
+pub const FAMILY: Family = Family {
+    name: "qwen",
+    about: "Qwen Code: Claude Code's stream shape, a --mcp-config file with the token in it, QWEN.md",
+    decoder: Some(OneShotFormat::ClaudeStreamJson),
+    mcp_format: McpFormat::QwenJson,
+    tool_name: "mcp__{server}__{tool}",
+    session_store: SessionStore::Unknown,
+    session_id_format: SessionIdFormat::Uuid,
+    session_not_found: Some("No saved session found with ID"),
+    instructions_file: Some("QWEN.md"),
+    skills_dir: Some(".qwen/skills"),
+    live_driver: None,
+    // Sessions, settings and its login under $QWEN_HOME.
+    home: HomeSpec {
+        env: &[("HOME", ""), ("QWEN_HOME", ".qwen")],
+        files: &[],
+        carry: &[CarrySpec {
+            into: ".qwen",
+            from: &["$QWEN_HOME", "$HOME/.qwen"],
+            files: &["settings.json", "oauth_creds.json", ".env"],
+        }],
+    },
+    usage_file: None,
+    sandbox: None,
+};
