@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use serde::Deserialize;
 
+use super::rpc::{self, Incoming, Rpc};
 use super::{LiveDriver, PermissionRequest, Prompt, PromptFile, Setup, Step};
 use crate::harness::decode::{object, token_usage};
 use crate::interaction::Decision;
@@ -94,8 +95,7 @@ enum Sent {
 #[derive(Debug, Default)]
 pub struct Acp {
     spec: AcpSpec,
-    next_id: u64,
-    sent: HashMap<u64, Sent>,
+    rpc: Rpc<Sent>,
     resume: Option<String>,
     cwd: String,
     mcp_servers: Value,
@@ -134,10 +134,7 @@ impl Acp {
     }
 
     fn request(&mut self, kind: Sent, method: &str, params: Value) -> String {
-        self.next_id += 1;
-        self.sent.insert(self.next_id, kind);
-        json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-            .to_string()
+        self.rpc.request(kind, method, params)
     }
 
     fn failed(error: String) -> Option<ResultPayload> {
@@ -415,15 +412,15 @@ impl Acp {
             Some(option) => json!({"outcome": "selected", "optionId": option}),
             None => json!({"outcome": "cancelled"}),
         };
-        json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": outcome}}).to_string()
+        rpc::result(id, json!({"outcome": outcome}))
     }
 
     /// A request of the agent's.
     fn agent_request(&mut self, id: &Value, method: &str, params: &Value) -> Step {
         if method != "session/request_permission" {
-            let error = json!({"code": -32601, "message": format!("{method} is not served by this client")});
+            let why = format!("{method} is not served by this client");
             return Step {
-                write: vec![json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()],
+                write: vec![rpc::error(id, -32601, &why)],
                 ..Step::default()
             };
         }
@@ -496,20 +493,17 @@ impl LiveDriver for Acp {
         let Ok(value) = serde_json::from_str::<Value>(line) else {
             return Step::default();
         };
-        let method = value["method"].as_str();
-        match (&value["id"], method) {
-            (id @ (Value::Number(_) | Value::String(_)), Some(method)) => {
-                self.agent_request(id, method, &value["params"])
-            }
-            (Value::Number(id), None) => match id.as_u64().and_then(|id| self.sent.remove(&id)) {
-                Some(kind) => self.response(kind, &value),
-                None => Step::default(),
-            },
-            (_, Some("session/update")) => Step {
-                results: self.update(&value["params"]["update"]),
+        match self.rpc.read(&value) {
+            Incoming::Request { id, method, params } => self.agent_request(id, method, params),
+            Incoming::Response { kind, message } => self.response(kind, message),
+            Incoming::Notification {
+                method: "session/update",
+                params,
+            } => Step {
+                results: self.update(&params["update"]),
                 ..Step::default()
             },
-            _ => Step::default(),
+            Incoming::Notification { .. } | Incoming::Stray => Step::default(),
         }
     }
 
@@ -522,15 +516,12 @@ impl LiveDriver for Acp {
         let mut lines: Vec<String> = self
             .waiting
             .drain()
-            .map(|(_, (id, _))| {
-                json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": {"outcome": "cancelled"}}})
-                    .to_string()
-            })
+            .map(|(_, (id, _))| rpc::result(&id, json!({"outcome": {"outcome": "cancelled"}})))
             .collect();
-        lines.push(
-            json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}})
-                .to_string(),
-        );
+        lines.push(rpc::notification(
+            "session/cancel",
+            Some(json!({"sessionId": session})),
+        ));
         lines
     }
 

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
+use super::rpc::{self, Incoming, Rpc};
 use super::{LiveDriver, PermissionRequest, Setup, Step};
 use crate::harness::decode::{item_results, token_usage};
 use crate::interaction::Decision;
@@ -43,8 +44,7 @@ enum Sent {
 /// The driver; one per `codex app-server` process.
 #[derive(Debug, Default)]
 pub struct CodexAppServer {
-    next_id: u64,
-    sent: HashMap<u64, Sent>,
+    rpc: Rpc<Sent>,
     resume: Option<String>,
     thread_id: Option<String>,
     turn_id: Option<String>,
@@ -62,10 +62,7 @@ pub struct CodexAppServer {
 
 impl CodexAppServer {
     fn request(&mut self, kind: Sent, method: &str, params: Value) -> String {
-        self.next_id += 1;
-        self.sent.insert(self.next_id, kind);
-        json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-            .to_string()
+        self.rpc.request(kind, method, params)
     }
 
     fn start_turn(&mut self, prompt: &str, thread: &str) -> String {
@@ -92,8 +89,7 @@ impl CodexAppServer {
         let error = value["error"]["message"].as_str().map(str::to_string);
         match (kind, error) {
             (Sent::Initialize, None) => {
-                step.write
-                    .push(json!({"jsonrpc": "2.0", "method": "initialized"}).to_string());
+                step.write.push(rpc::notification("initialized", None));
                 let mut params = json!({});
                 if self.ask {
                     params["approvalPolicy"] = json!("untrusted");
@@ -172,10 +168,11 @@ impl CodexAppServer {
             }
             "applyPatchApproval" | "execCommandApproval" => json!({"decision": "denied"}),
             _ => {
-                return json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("{method} is not served by this client")}}).to_string();
+                let why = format!("{method} is not served by this client");
+                return rpc::error(id, -32601, &why);
             }
         };
-        json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+        rpc::result(id, result)
     }
 
     fn notification(&mut self, method: &str, params: &Value) -> Step {
@@ -248,17 +245,12 @@ impl LiveDriver for CodexAppServer {
         let Ok(value) = serde_json::from_str::<Value>(line) else {
             return Step::default();
         };
-        let method = value["method"].as_str();
-        match (&value["id"], method) {
-            (id @ (Value::Number(_) | Value::String(_)), Some(method)) => {
-                match self
-                    .ask
-                    .then(|| Self::approval(method, &value["params"]))
-                    .flatten()
-                {
+        match self.rpc.read(&value) {
+            Incoming::Request { id, method, params } => {
+                match self.ask.then(|| Self::approval(method, params)).flatten() {
                     Some((tool, input)) => {
                         let key = id.to_string();
-                        let offered = value["params"]["availableDecisions"]
+                        let offered = params["availableDecisions"]
                             .as_array()
                             .cloned()
                             .unwrap_or_default();
@@ -278,12 +270,9 @@ impl LiveDriver for CodexAppServer {
                     },
                 }
             }
-            (Value::Number(id), None) => match id.as_u64().and_then(|id| self.sent.remove(&id)) {
-                Some(kind) => self.response(kind, &value),
-                None => Step::default(),
-            },
-            (_, Some(method)) => self.notification(method, &value["params"]),
-            _ => Step::default(),
+            Incoming::Response { kind, message } => self.response(kind, message),
+            Incoming::Notification { method, params } => self.notification(method, params),
+            Incoming::Stray => Step::default(),
         }
     }
 
@@ -321,7 +310,7 @@ impl LiveDriver for CodexAppServer {
             }
             Decision::Deny { .. } => "cancel",
         };
-        vec![json!({"jsonrpc": "2.0", "id": rpc_id, "result": {"decision": choice}}).to_string()]
+        vec![rpc::result(&rpc_id, json!({"decision": choice}))]
     }
 
     fn steer(&mut self, text: &str) -> Option<Vec<String>> {

@@ -9,6 +9,7 @@
 mod acp;
 mod claude;
 mod codex;
+mod rpc;
 
 pub use acp::{Acp, AcpPolicy, AcpResume, AcpSpec};
 pub use claude::ClaudeLive;
