@@ -26,21 +26,6 @@ const STRING_ERRORS: &[&str] = &[
     "src/projection/mcp_config.rs::check_catalog",
     "src/protocol/validate.rs::checked_context",
     "src/run/outbox.rs::artifact",
-    "src/serve/cluster/listen.rs::start",
-    "src/serve/cluster/queue.rs::enqueue",
-    "src/serve/cluster/queue.rs::claim",
-    "src/serve/cluster/queue.rs::end",
-    "src/serve/cluster/queue.rs::spawned",
-    "src/serve/cluster/queue.rs::cancel",
-    "src/serve/cluster/queue.rs::sweep_orphans",
-    "src/serve/cluster/queue.rs::reap",
-    "src/serve/cluster/results.rs::record",
-    "src/serve/cluster/results.rs::status",
-    "src/serve/cluster/results.rs::results_after",
-    "src/serve/cluster/results.rs::prune",
-    "src/serve/mod.rs::cancel",
-    "src/serve/tokens.rs::shared_api_token",
-    "src/serve/tokens.rs::api_token",
 ];
 
 /// Where a process may be started: harnesses in one function; the cage's

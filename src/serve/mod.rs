@@ -29,7 +29,7 @@ pub use leftovers::end_leftovers;
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
 use crate::run::{Bridge, RunOptions, SpawnHook, Spawned, Steer, SteerInbox};
-use cluster::{CancelOutcome, Claim, Cluster, ClusterEvent};
+use cluster::{CancelOutcome, Claim, Cluster, ClusterError, ClusterEvent};
 
 /// Where a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -353,8 +353,10 @@ impl Service {
         Some(entry)
     }
 
-    /// Cancel a run by id, wherever it runs.
-    pub async fn cancel(self: &Arc<Self>, run_id: &str) -> Result<Cancelled, String> {
+    /// Cancel a run by id, wherever it runs; an error means the shared
+    /// store could not be asked (a cancel on one machine always goes
+    /// through).
+    pub async fn cancel(self: &Arc<Self>, run_id: &str) -> Result<Cancelled, ClusterError> {
         if let Some(run) = self.run(run_id)
             && (run.executing.load(Ordering::Acquire)
                 || matches!(self.backlog, Backlog::Local { .. }))
@@ -1014,7 +1016,7 @@ impl Service {
                 .await
                 .map(|n| n as u64)
                 .map_err(|e| e.to_string()),
-            Backlog::Shared(cluster) => cluster.prune(retention).await,
+            Backlog::Shared(cluster) => cluster.prune(retention).await.map_err(|e| e.to_string()),
         };
         match pruned {
             Ok(0) => {}
