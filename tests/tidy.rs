@@ -14,12 +14,6 @@ const MAX_FUNCTION_LINES: usize = 120;
 /// be taken off this list.
 const STRING_ERRORS: &[&str] = &[
     "src/cli/mod.rs::private_folder",
-    "src/harness/adapter.rs::args",
-    "src/harness/adapter.rs::live_args",
-    "src/harness/adapter.rs::require",
-    "src/harness/cage/cgroup.rs::own_dir",
-    "src/harness/cage/cgroup.rs::create",
-    "src/harness/cage/subreaper.rs::enable",
     "src/host/store.rs::open",
     "src/interaction.rs::ask",
     "src/projection/home.rs::check_source",

@@ -337,7 +337,9 @@ async fn create_run(
         Ok(run) => stream(run, &headers),
         Err(Refused::Busy(full)) => error(StatusCode::TOO_MANY_REQUESTS, full.to_string()),
         Err(Refused::Unavailable(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
-        Err(Refused::UnknownHarness(why)) => error(StatusCode::UNPROCESSABLE_ENTITY, why),
+        Err(Refused::UnknownHarness(why)) => {
+            error(StatusCode::UNPROCESSABLE_ENTITY, why.to_string())
+        }
         Err(Refused::Duplicate) => error(
             StatusCode::CONFLICT,
             format!("run {run_id} exists; a run id is used once"),

@@ -221,7 +221,7 @@ pub enum Refused {
     /// The service is shutting down, or cannot check its journal (503).
     Unavailable(String),
     /// No harness of this name (422); the message names the known ones.
-    UnknownHarness(String),
+    UnknownHarness(crate::harness::AdapterError),
 }
 
 /// What cancelling a run by id came to.
