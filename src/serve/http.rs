@@ -241,11 +241,13 @@ fn run_request(doc: Value, defaults: &JsonMap) -> Result<RunRequest, String> {
         if doc.get("run_id").is_none() {
             return Err(format!("expected {RUN_FORMS}"));
         }
-        return checked_context(&doc).map(|ctx| RunRequest {
-            ctx,
-            harness: None,
-            policy: Policy::Queue,
-        });
+        return checked_context(&doc)
+            .map(|ctx| RunRequest {
+                ctx,
+                harness: None,
+                policy: Policy::Queue,
+            })
+            .map_err(|e| e.to_string());
     }
     let short: ShortRun =
         serde_json::from_value(doc).map_err(|e| format!("expected {RUN_FORMS}: {e}"))?;
