@@ -1,18 +1,12 @@
 //! What lints cannot say about the source, checked by reading it: no
 //! function grows past what a reader holds at once, harness processes
 //! start in one place, and errors that cross a module boundary are typed.
-//! Each check names the file and the function; a known debt is listed
-//! here by name, so it can only shrink.
+//! Each check names the file and the function.
 
 use std::path::{Path, PathBuf};
 
 /// Longest function body, in lines, outside declarative tables.
 const MAX_FUNCTION_LINES: usize = 120;
-
-/// Public functions that still return `Result<_, String>`: each is debt,
-/// to be given a typed error. A new one fails the test; a fixed one must
-/// be taken off this list.
-const STRING_ERRORS: &[&str] = &[];
 
 /// Where a process may be started: harnesses in one function; the cage's
 /// probe (the bridge itself, `--version`, to learn whether a cgroup takes
@@ -182,7 +176,7 @@ fn no_function_in_src_is_longer_than_a_reader_holds() {
 }
 
 #[test]
-fn string_errors_cross_no_new_module_boundary() {
+fn string_errors_cross_no_module_boundary() {
     let mut found = Vec::new();
     for (file, text) in sources() {
         for f in functions(&file, &text) {
@@ -197,27 +191,11 @@ fn string_errors_cross_no_new_module_boundary() {
             }
         }
     }
-    let new: Vec<&String> = found
-        .iter()
-        .filter(|f| !STRING_ERRORS.contains(&f.as_str()))
-        .collect();
     assert!(
-        new.is_empty(),
+        found.is_empty(),
         "public functions returning Result<_, String> (give them a typed error, \
          thiserror, as serve::JournalError or cli::CliError are):\n{}",
-        new.iter()
-            .map(|f| f.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let paid: Vec<&&str> = STRING_ERRORS
-        .iter()
-        .filter(|f| !found.iter().any(|g| g == *f))
-        .collect();
-    assert!(
-        paid.is_empty(),
-        "no longer returning Result<_, String>; take them off STRING_ERRORS in tests/tidy.rs:\n{}",
-        paid.iter().map(|f| **f).collect::<Vec<_>>().join("\n")
+        found.join("\n")
     );
 }
 
