@@ -617,6 +617,26 @@ struct Slot {
     asking: Asking,
 }
 
+/// Why `ask_user` was refused: a sentence for the model that asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AskRefused {
+    /// The question is empty or too long.
+    #[error("question: 1 to {MAX_QUESTION_CHARS} characters")]
+    Question,
+    /// Too many choices, or one empty or too long.
+    #[error("choices: at most {MAX_CHOICES}, each 1 to {MAX_CHOICE_CHARS} characters")]
+    Choices,
+    /// The run has ended.
+    #[error("the run is over")]
+    Over,
+    /// The run may not ask questions.
+    #[error("this run cannot ask the user anything")]
+    NotAllowed,
+    /// The turn has asked once already.
+    #[error("this turn has already asked the user; end the turn and wait for the answer")]
+    AlreadyAsked,
+}
+
 /// Every live run's interactions, by run id.
 #[derive(Debug, Default)]
 pub struct Interactions {
@@ -662,31 +682,25 @@ impl Interactions {
         question: &str,
         choices: &[String],
         now: i64,
-    ) -> Result<String, String> {
+    ) -> Result<String, AskRefused> {
         let question = question.trim();
         if question.is_empty() || question.chars().count() > MAX_QUESTION_CHARS {
-            return Err(format!("question: 1 to {MAX_QUESTION_CHARS} characters"));
+            return Err(AskRefused::Question);
         }
         if choices.len() > MAX_CHOICES
             || choices
                 .iter()
                 .any(|c| c.trim().is_empty() || c.chars().count() > MAX_CHOICE_CHARS)
         {
-            return Err(format!(
-                "choices: at most {MAX_CHOICES}, each 1 to {MAX_CHOICE_CHARS} characters"
-            ));
+            return Err(AskRefused::Choices);
         }
         let mut runs = self.lock();
-        let slot = runs
-            .get_mut(run_id)
-            .ok_or_else(|| "the run is over".to_string())?;
+        let slot = runs.get_mut(run_id).ok_or(AskRefused::Over)?;
         if !slot.asking.questions {
-            return Err("this run cannot ask the user anything".into());
+            return Err(AskRefused::NotAllowed);
         }
         if slot.asked.is_some() {
-            return Err(
-                "this turn has already asked the user; end the turn and wait for the answer".into(),
-            );
+            return Err(AskRefused::AlreadyAsked);
         }
         let choices = choices.iter().map(|c| c.trim().to_string()).collect();
         slot.asked = Some(Pending::question(

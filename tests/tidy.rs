@@ -1,47 +1,12 @@
 //! What lints cannot say about the source, checked by reading it: no
 //! function grows past what a reader holds at once, harness processes
 //! start in one place, and errors that cross a module boundary are typed.
-//! Each check names the file and the function; a known debt is listed
-//! here by name, so it can only shrink.
+//! Each check names the file and the function.
 
 use std::path::{Path, PathBuf};
 
 /// Longest function body, in lines, outside declarative tables.
 const MAX_FUNCTION_LINES: usize = 120;
-
-/// Public functions that still return `Result<_, String>`: each is debt,
-/// to be given a typed error. A new one fails the test; a fixed one must
-/// be taken off this list.
-const STRING_ERRORS: &[&str] = &[
-    "src/cli/mod.rs::private_folder",
-    "src/harness/adapter.rs::args",
-    "src/harness/adapter.rs::live_args",
-    "src/harness/adapter.rs::require",
-    "src/harness/cage/cgroup.rs::own_dir",
-    "src/harness/cage/cgroup.rs::create",
-    "src/harness/cage/subreaper.rs::enable",
-    "src/host/store.rs::open",
-    "src/interaction.rs::ask",
-    "src/projection/home.rs::check_source",
-    "src/projection/mcp_config.rs::check_catalog",
-    "src/protocol/validate.rs::checked_context",
-    "src/run/outbox.rs::artifact",
-    "src/serve/cluster/listen.rs::start",
-    "src/serve/cluster/queue.rs::enqueue",
-    "src/serve/cluster/queue.rs::claim",
-    "src/serve/cluster/queue.rs::end",
-    "src/serve/cluster/queue.rs::spawned",
-    "src/serve/cluster/queue.rs::cancel",
-    "src/serve/cluster/queue.rs::sweep_orphans",
-    "src/serve/cluster/queue.rs::reap",
-    "src/serve/cluster/results.rs::record",
-    "src/serve/cluster/results.rs::status",
-    "src/serve/cluster/results.rs::results_after",
-    "src/serve/cluster/results.rs::prune",
-    "src/serve/mod.rs::cancel",
-    "src/serve/tokens.rs::shared_api_token",
-    "src/serve/tokens.rs::api_token",
-];
 
 /// Where a process may be started: harnesses in one function; the cage's
 /// probe (the bridge itself, `--version`, to learn whether a cgroup takes
@@ -211,7 +176,7 @@ fn no_function_in_src_is_longer_than_a_reader_holds() {
 }
 
 #[test]
-fn string_errors_cross_no_new_module_boundary() {
+fn string_errors_cross_no_module_boundary() {
     let mut found = Vec::new();
     for (file, text) in sources() {
         for f in functions(&file, &text) {
@@ -226,27 +191,11 @@ fn string_errors_cross_no_new_module_boundary() {
             }
         }
     }
-    let new: Vec<&String> = found
-        .iter()
-        .filter(|f| !STRING_ERRORS.contains(&f.as_str()))
-        .collect();
     assert!(
-        new.is_empty(),
+        found.is_empty(),
         "public functions returning Result<_, String> (give them a typed error, \
          thiserror, as serve::JournalError or cli::CliError are):\n{}",
-        new.iter()
-            .map(|f| f.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let paid: Vec<&&str> = STRING_ERRORS
-        .iter()
-        .filter(|f| !found.iter().any(|g| g == *f))
-        .collect();
-    assert!(
-        paid.is_empty(),
-        "no longer returning Result<_, String>; take them off STRING_ERRORS in tests/tidy.rs:\n{}",
-        paid.iter().map(|f| **f).collect::<Vec<_>>().join("\n")
+        found.join("\n")
     );
 }
 

@@ -21,7 +21,10 @@ fuzz_target!(|data: &[u8]| {
     let checked = checked_context(&doc);
     match (&ctx, &checked) {
         (Some(ctx), Ok(checked)) => assert_eq!(ctx, checked),
-        (None, Err(why)) => assert!(why.starts_with("invalid AgentRunContext: "), "{why}"),
+        (None, Err(why)) => assert!(
+            why.to_string().starts_with("invalid AgentRunContext: "),
+            "{why}"
+        ),
         _ => panic!("validate_context and checked_context disagree: {problems:?} / {checked:?}"),
     }
     let Some(ctx) = ctx else {

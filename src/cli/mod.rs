@@ -310,10 +310,44 @@ fn in_data_dir(
     flag: Option<PathBuf>,
     command: impl FnOnce(&std::path::Path) -> Outcome,
 ) -> Outcome {
-    let dir = data_dir(flag)
-        .and_then(|dir| private_folder(&dir).map(|()| dir))
-        .map_err(CliError::failure)?;
+    let dir = data_dir(flag).map_err(CliError::failure)?;
+    private_folder(&dir).map_err(CliError::failure)?;
     command(&dir)
+}
+
+/// Why a folder for the bridge's data cannot be had private: the command
+/// stops rather than write where other users could read.
+#[derive(Debug, thiserror::Error)]
+pub enum FolderError {
+    /// It does not exist and cannot be made.
+    #[error("cannot create {}: {source}", dir.display())]
+    Create {
+        /// The folder.
+        dir: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Its mode cannot be read.
+    #[error("cannot inspect {}: {source}", dir.display())]
+    Inspect {
+        /// The folder.
+        dir: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Other users may read or enter it, and its mode cannot be changed.
+    #[error(
+        "{} can be read by other users ({mode:o}) and cannot be made private: {source}",
+        dir.display()
+    )]
+    Exposed {
+        /// The folder.
+        dir: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+        /// What the system said.
+        source: std::io::Error,
+    },
 }
 
 /// Make sure a folder that holds transcripts, state, secrets or
@@ -321,25 +355,30 @@ fn in_data_dir(
 /// right (with a warning) when another user could read or enter it. What
 /// is inside then needs no mode of its own to be private; new files are
 /// 0600 anyway (the process's umask).
-pub(crate) fn private_folder(dir: &std::path::Path) -> Result<(), String> {
+pub(crate) fn private_folder(dir: &std::path::Path) -> Result<(), FolderError> {
     use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let folder = || dir.to_path_buf();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        .map_err(|source| FolderError::Create {
+            dir: folder(),
+            source,
+        })?;
     let mode = std::fs::metadata(dir)
-        .map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?
+        .map_err(|source| FolderError::Inspect {
+            dir: folder(),
+            source,
+        })?
         .permissions()
         .mode();
     if mode & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700 | 0o700))
-            .map_err(|e| {
-                format!(
-                    "{} can be read by other users ({:o}) and cannot be made private: {e}",
-                    dir.display(),
-                    mode & 0o777
-                )
+            .map_err(|source| FolderError::Exposed {
+                dir: folder(),
+                mode: mode & 0o777,
+                source,
             })?;
         tracing::warn!(
             folder = %dir.display(),

@@ -151,7 +151,7 @@ fn turn_context(args: &RunArgs) -> Result<Result<AgentRunContext, (String, Strin
     };
     Ok(checked_context(&doc).map_err(|why| {
         let run_id = doc["run_id"].as_str().unwrap_or("invalid");
-        (run_id.to_string(), why)
+        (run_id.to_string(), why.to_string())
     }))
 }
 

@@ -253,6 +253,31 @@ pub struct SpecError {
     pub reason: String,
 }
 
+/// Why the specs cannot serve a turn as asked: no spec of the name, or a
+/// value that would reach the harness as an option. Either refuses the
+/// turn before a harness starts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdapterError {
+    /// No spec has the name asked for.
+    #[error("unknown harness `{name}` (known: {})", .known.join(", "))]
+    UnknownHarness {
+        /// The name as asked (cut short, escaped).
+        name: String,
+        /// The names there are.
+        known: Vec<String>,
+    },
+    /// A value would begin an argument of its own with `-`.
+    #[error(
+        "the value of `{text}` starts with `-`, so {label} would read it as an option; it is refused"
+    )]
+    OptionLike {
+        /// The argument as the spec writes it.
+        text: String,
+        /// The harness, as people call it.
+        label: String,
+    },
+}
+
 const BUILT_IN: [(&str, &str); 8] = [
     (
         "claude-code.yaml",
@@ -323,7 +348,7 @@ fn check_home(home: &Home) -> Result<(), String> {
             return Err("a carried folder needs `from`".into());
         }
         for from in &carry.from {
-            crate::projection::check_home_source(from)?;
+            crate::projection::check_home_source(from).map_err(|e| e.to_string())?;
         }
         for file in &carry.files {
             if crate::projection::relative_components(file).is_err() {
@@ -637,7 +662,7 @@ impl AdapterSpec {
     /// trusted caller may write: a value that would begin an argument of
     /// its own and starts with `-` is refused, so it can never be read as
     /// an option (specs pass such values as `--flag={value}`).
-    pub fn args(&self, values: &TurnValues<'_>) -> Result<Vec<String>, String> {
+    pub fn args(&self, values: &TurnValues<'_>) -> Result<Vec<String>, AdapterError> {
         let items = if values.session_id.is_some() {
             &self.argv.resume
         } else {
@@ -649,7 +674,7 @@ impl AdapterSpec {
     /// The arguments of a live process (none without a `live` section):
     /// its own argv, or its args before the one-shot argv of the turn
     /// that starts it.
-    pub fn live_args(&self, values: &TurnValues<'_>) -> Option<Result<Vec<String>, String>> {
+    pub fn live_args(&self, values: &TurnValues<'_>) -> Option<Result<Vec<String>, AdapterError>> {
         let live = self.live.as_ref()?;
         Some(match &live.argv {
             Some(argv) => self.render(argv, values),
@@ -660,7 +685,11 @@ impl AdapterSpec {
         })
     }
 
-    fn render(&self, items: &[ArgItem], values: &TurnValues<'_>) -> Result<Vec<String>, String> {
+    fn render(
+        &self,
+        items: &[ArgItem],
+        values: &TurnValues<'_>,
+    ) -> Result<Vec<String>, AdapterError> {
         let mcp_config = values.mcp_config.map(|p| p.to_string_lossy().into_owned());
         let usage_file = values.usage_file.map(|p| p.to_string_lossy().into_owned());
         let value = |name: &str| -> Option<String> {
@@ -683,7 +712,7 @@ impl AdapterSpec {
         };
         // One pass over the text: a value is inserted as it is, never read
         // again for placeholders (a prompt may well contain `{model}`).
-        let fill = |text: &str| -> Result<Option<String>, String> {
+        let fill = |text: &str| -> Result<Option<String>, AdapterError> {
             let mut out = String::with_capacity(text.len());
             let mut done = 0;
             for (span, placeholder) in placeholders(text) {
@@ -701,10 +730,10 @@ impl AdapterSpec {
             }
             out.push_str(&text[done..]);
             if text.starts_with('{') && out.starts_with('-') {
-                return Err(format!(
-                    "the value of `{text}` starts with `-`, so {} would read it as an option; it is refused",
-                    self.label
-                ));
+                return Err(AdapterError::OptionLike {
+                    text: text.to_string(),
+                    label: self.label.clone(),
+                });
             }
             Ok(Some(out))
         };
@@ -834,14 +863,10 @@ impl Adapters {
 
     /// The spec called `name`, or the one message every caller gives when
     /// there is none: the name (cut short, escaped) and the known ones.
-    pub fn require(&self, name: &str) -> Result<&AdapterSpec, String> {
-        self.find(name).ok_or_else(|| {
-            let known: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
-            format!(
-                "unknown harness `{}` (known: {})",
-                name.escape_debug().take(64).collect::<String>(),
-                known.join(", ")
-            )
+    pub fn require(&self, name: &str) -> Result<&AdapterSpec, AdapterError> {
+        self.find(name).ok_or_else(|| AdapterError::UnknownHarness {
+            name: name.escape_debug().take(64).collect(),
+            known: self.specs.iter().map(|s| s.name.clone()).collect(),
         })
     }
 }
@@ -986,7 +1011,7 @@ mod tests {
             model: Some("--dangerously-bypass-approvals-and-sandbox"),
             ..Default::default()
         };
-        let err = spec.args(&values).unwrap_err();
+        let err = spec.args(&values).unwrap_err().to_string();
         assert!(err.contains("read it as an option"), "{err}");
         let fine = spec.args(&TurnValues {
             model: Some("gpt-5"),

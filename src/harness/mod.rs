@@ -16,7 +16,8 @@ mod session;
 mod stderr;
 
 pub use adapter::{
-    AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, LiveSpec, SpecError, Stdin, TurnValues,
+    AdapterError, AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, LiveSpec, SpecError, Stdin,
+    TurnValues,
 };
 pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
 pub use launch::{HarnessProcess, Launch, child_env, env_pattern_matches, find_program};

@@ -41,6 +41,17 @@ impl StoreAt {
     }
 }
 
+/// Why a store did not open, as its kind said it: the operator's message.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreOpenError {
+    /// The embedded store.
+    #[error(transparent)]
+    Sqlite(#[from] super::sqlite::OpenError),
+    /// The PostgreSQL store.
+    #[error(transparent)]
+    Postgres(#[from] super::postgres::PgOpenError),
+}
+
 /// An open store of either kind.
 #[derive(Clone)]
 pub enum Store {
@@ -51,18 +62,12 @@ pub enum Store {
 }
 
 impl Store {
-    /// Open (and migrate) the store at `at`; a message for the operator
-    /// when it cannot be.
-    pub async fn open(at: &StoreAt) -> Result<Store, String> {
-        match at {
-            StoreAt::Folder(dir) => SqliteHost::open(dir)
-                .map(Store::Sqlite)
-                .map_err(|e| e.to_string()),
-            StoreAt::Postgres(url) => PgHost::connect(url)
-                .await
-                .map(Store::Postgres)
-                .map_err(|e| e.to_string()),
-        }
+    /// Open (and migrate) the store at `at`.
+    pub async fn open(at: &StoreAt) -> Result<Store, StoreOpenError> {
+        Ok(match at {
+            StoreAt::Folder(dir) => Store::Sqlite(SqliteHost::open(dir)?),
+            StoreAt::Postgres(url) => Store::Postgres(PgHost::connect(url).await?),
+        })
     }
 
     /// The store as the bridge holds it.

@@ -202,7 +202,7 @@ static TOOLS: LazyLock<Vec<ToolSpec>> = LazyLock::new(|| {
                     {
                         Ok(next) => Ok(json!({"asked": true, "next": next})),
                         Err(why) => {
-                            let err = AgentAPIError::invalid_argument(why);
+                            let err = AgentAPIError::invalid_argument(why.to_string());
                             Err(access.refuse("ask_user", "tool:ask_user", err).await)
                         }
                     }

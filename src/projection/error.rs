@@ -32,6 +32,10 @@ pub enum ProjectionError {
     /// The binding config (`ctx.config`) does not have the expected shape.
     #[error("binding config: {0}")]
     Binding(String),
+    /// An operator's setting the projection reads (a spec's home, the
+    /// MCP catalog) cannot hold; the sentence names it.
+    #[error("{0}")]
+    Setting(String),
     /// A template failed to render (an operator override is broken).
     #[error("template `{name}`: {message}")]
     Template {

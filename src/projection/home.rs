@@ -62,18 +62,19 @@ pub struct ProjectedHome {
 }
 
 /// Why a `from` entry is not `$VAR` or `$VAR/relative/path`, if it is not.
-pub fn check_source(from: &str) -> Result<(), String> {
+pub fn check_source(from: &str) -> Result<(), ProjectionError> {
+    let not_a_var = || ProjectionError::Setting(format!("`{from}` must start with `$VARIABLE`"));
     let Some(rest) = from.strip_prefix('$') else {
-        return Err(format!("`{from}` must start with `$VARIABLE`"));
+        return Err(not_a_var());
     };
     let (var, sub) = rest.split_once('/').unwrap_or((rest, ""));
     if !is_var_name(var) {
-        return Err(format!("`{from}` must start with `$VARIABLE`"));
+        return Err(not_a_var());
     }
     if !sub.is_empty() && relative_components(sub).is_err() {
-        return Err(format!(
+        return Err(ProjectionError::Setting(format!(
             "`{from}`: what follows the variable must be a plain relative path"
-        ));
+        )));
     }
     Ok(())
 }

@@ -56,17 +56,17 @@ pub type McpCatalog = BTreeMap<String, ExtraServer>;
 
 /// Check an operator's catalog when it is loaded, so a mistake is found at
 /// start, naming the server, rather than on some later turn.
-pub fn check_catalog(catalog: &McpCatalog) -> Result<(), String> {
+pub fn check_catalog(catalog: &McpCatalog) -> Result<(), ProjectionError> {
     for (name, spec) in catalog {
-        McpServer::extra(name, spec).map_err(|e| e.to_string())?;
+        McpServer::extra(name, spec)?;
         for key in spec.env.keys() {
             let valid = !key.is_empty()
                 && !key.starts_with(|c: char| c.is_ascii_digit())
                 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
             if !valid {
-                return Err(format!(
+                return Err(ProjectionError::Setting(format!(
                     "mcp_servers.{name}.env: `{key}` is not an environment variable name"
-                ));
+                )));
             }
         }
     }

@@ -69,18 +69,34 @@ fn check_part<T: DeserializeOwned>(root: &str, value: &Value, problems: &mut Vec
     }
 }
 
-/// A context from `doc`, or one sentence naming every error with its path
-/// (`$.input.text: ...; $.trigger: ...`): what a run refuses with.
-pub fn checked_context(doc: &Value) -> Result<AgentRunContext, String> {
-    let (ctx, problems) = validate_context(doc);
-    let errors: Vec<String> = problems
+/// Why a context cannot run: its errors, each with its path. Said as one
+/// sentence (`invalid AgentRunContext: $.input.text: ...; $.trigger: ...`),
+/// what a run refuses with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid AgentRunContext: {}", joined(.errors))]
+pub struct InvalidContext {
+    /// The problems of severity error, in the order found.
+    pub errors: Vec<Problem>,
+}
+
+fn joined(errors: &[Problem]) -> String {
+    errors
         .iter()
-        .filter(|p| p.severity == Severity::Error)
         .map(|p| format!("{}: {}", p.path, p.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A context from `doc`, or every error in it with its path.
+pub fn checked_context(doc: &Value) -> Result<AgentRunContext, InvalidContext> {
+    let (ctx, problems) = validate_context(doc);
+    let errors: Vec<Problem> = problems
+        .into_iter()
+        .filter(|p| p.severity == Severity::Error)
         .collect();
     match ctx {
         Some(ctx) if errors.is_empty() => Ok(ctx),
-        _ => Err(format!("invalid AgentRunContext: {}", errors.join("; "))),
+        _ => Err(InvalidContext { errors }),
     }
 }
 

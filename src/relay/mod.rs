@@ -499,7 +499,8 @@ impl Session {
             return;
         }
         let checked = crate::projection::check_mcp_catalog(&options.mcp_servers)
-            .and_then(|()| checked_context(context))
+            .map_err(|e| e.to_string())
+            .and_then(|()| checked_context(context).map_err(|e| e.to_string()))
             .and_then(|ctx| {
                 if ctx.run_id == run_id {
                     Ok(ctx)

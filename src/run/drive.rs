@@ -79,7 +79,7 @@ impl LiveTurn<'_> {
 fn live_argv(spec: &AdapterSpec, values: &TurnValues<'_>) -> Result<Vec<String>, RunFailed> {
     spec.live_args(values)
         .unwrap_or_else(|| Ok(Vec::new()))
-        .map_err(|why| fail(FailureCode::InvalidArgument, why))
+        .map_err(|why| fail(FailureCode::InvalidArgument, why.to_string()))
 }
 
 impl Bridge {
@@ -245,7 +245,7 @@ impl Bridge {
         let spec = turn.spec;
         let args = spec
             .args(values)
-            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
+            .map_err(|why| fail(FailureCode::InvalidArgument, why.to_string()))?;
         let dir = &turn.projection.dir;
         let counted = spec
             .family

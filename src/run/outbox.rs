@@ -276,6 +276,28 @@ fn artifact_type(mime: Option<&str>) -> &'static str {
     }
 }
 
+/// Why an outbox file could not be read: it is logged and skipped, never
+/// a failure of the run.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    /// Reading it beneath the outbox failed (a link, a folder, gone).
+    #[error("cannot read outbox file {name}: {source}")]
+    Unreadable {
+        /// The file, relative to the outbox.
+        name: String,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The blocking read did not finish (the runtime is going down).
+    #[error("cannot read outbox file {name}: {source}")]
+    Stopped {
+        /// The file, relative to the outbox.
+        name: String,
+        /// Why the task ended.
+        source: tokio::task::JoinError,
+    },
+}
+
 /// Turn the outbox file `name` (relative to the outbox) into an
 /// `artifact.created` payload: inline up to 1 MiB, stored in the host's
 /// artifact store above that. A file over the size limit, or one the host
@@ -290,13 +312,15 @@ pub async fn artifact(
     name: String,
     scope: &RunScope,
     host: &dyn HostApi,
-) -> Result<ArtifactCreated, String> {
-    let cannot = |e: String| format!("cannot read outbox file {name}: {e}");
+) -> Result<ArtifactCreated, OutboxError> {
     let (dir, relative) = (outbox.clone(), PathBuf::from(&name));
     let read =
-        tokio::task::spawn_blocking(move || dir.read_head(&relative, MAX_ARTIFACT_BYTES + 1))
+        match tokio::task::spawn_blocking(move || dir.read_head(&relative, MAX_ARTIFACT_BYTES + 1))
             .await
-            .map_err(|e| cannot(e.to_string()))?;
+        {
+            Ok(read) => read,
+            Err(source) => return Err(OutboxError::Stopped { name, source }),
+        };
     let read = match read {
         Ok(read) => read,
         // A file of the outbox in name only: reported, never sent.
@@ -311,7 +335,7 @@ pub async fn artifact(
                 );
                 return Ok(withheld(name, size, reason));
             }
-            None => return Err(cannot(e.to_string())),
+            None => return Err(OutboxError::Unreadable { name, source: e }),
         },
     };
     let size = read.size.max(read.bytes.len() as u64);
@@ -445,11 +469,13 @@ mod tests {
         assert_eq!(ok.size_bytes, Some(4));
         let err = artifact(&outbox, "leak.txt".into(), &scope, &host)
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("leak.txt"), "{err}");
         let err = artifact(&outbox, "folder/secret".into(), &scope, &host)
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("symlink"), "{err}");
     }
 

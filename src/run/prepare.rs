@@ -223,7 +223,7 @@ impl Bridge {
         let spec = self
             .adapters
             .require(harness)
-            .map_err(|why| fail(FailureCode::InvalidArgument, why))?;
+            .map_err(|why| fail(FailureCode::InvalidArgument, why.to_string()))?;
         let binding = Binding::from_config(&ctx.config)
             .map_err(|e| fail(FailureCode::InvalidArgument, e.to_string()))?;
         let approvals = binding.approvals == Approvals::Chat;

@@ -15,7 +15,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::{Cancelled, JournalRun, Refused, RunEntry, Service};
+use super::cluster::ClusterError;
+use super::{Cancelled, JournalError, JournalRun, Refused, RunEntry, Service};
 use crate::protocol::AgentRunContext;
 
 /// A backlog of turns and the record of runs.
@@ -40,13 +41,17 @@ pub(super) trait Backlog: Send + Sync {
 
     /// Cancel a run that does not run here; `here` is its entry when this
     /// service has one (queued here, or mirrored from another instance).
-    async fn cancel(&self, run_id: &str, here: Option<Arc<RunEntry>>) -> Result<Cancelled, String>;
+    async fn cancel(
+        &self,
+        run_id: &str,
+        here: Option<Arc<RunEntry>>,
+    ) -> Result<Cancelled, ClusterError>;
 
     /// Turns waiting across conversations.
     fn queued(&self) -> usize;
 
     /// Forget finished runs older than `retention`; how many went.
-    async fn prune(&self, retention: Duration) -> Result<u64, String>;
+    async fn prune(&self, retention: Duration) -> Result<u64, PruneError>;
 
     /// Start what runs beside the listener until `drained` (on a shared
     /// store: the claim loop, the heartbeat, the cluster's events).
@@ -57,4 +62,15 @@ pub(super) trait Backlog: Send + Sync {
 
     /// Every run here has ended: let the record know this service left.
     async fn leave(&self);
+}
+
+/// Why finished runs could not be forgotten: the record's own error.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PruneError {
+    /// The service's journal.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// The shared store.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
 }

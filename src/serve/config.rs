@@ -263,7 +263,7 @@ impl ServeConfig {
         if self.no_auth && !self.api_tokens.is_empty() {
             return Err("no_auth and api_tokens are both set: choose one".into());
         }
-        crate::projection::check_mcp_catalog(&self.mcp_servers)?;
+        crate::projection::check_mcp_catalog(&self.mcp_servers).map_err(|e| e.to_string())?;
         for id in self.knowledge_bases.keys() {
             let fits = !id.is_empty()
                 && id.len() <= 64

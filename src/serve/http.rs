@@ -241,11 +241,13 @@ fn run_request(doc: Value, defaults: &JsonMap) -> Result<RunRequest, String> {
         if doc.get("run_id").is_none() {
             return Err(format!("expected {RUN_FORMS}"));
         }
-        return checked_context(&doc).map(|ctx| RunRequest {
-            ctx,
-            harness: None,
-            policy: Policy::Queue,
-        });
+        return checked_context(&doc)
+            .map(|ctx| RunRequest {
+                ctx,
+                harness: None,
+                policy: Policy::Queue,
+            })
+            .map_err(|e| e.to_string());
     }
     let short: ShortRun =
         serde_json::from_value(doc).map_err(|e| format!("expected {RUN_FORMS}: {e}"))?;
@@ -337,7 +339,9 @@ async fn create_run(
         Ok(run) => stream(run, &headers),
         Err(Refused::Busy(full)) => error(StatusCode::TOO_MANY_REQUESTS, full.to_string()),
         Err(Refused::Unavailable(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
-        Err(Refused::UnknownHarness(why)) => error(StatusCode::UNPROCESSABLE_ENTITY, why),
+        Err(Refused::UnknownHarness(why)) => {
+            error(StatusCode::UNPROCESSABLE_ENTITY, why.to_string())
+        }
         Err(Refused::Duplicate) => error(
             StatusCode::CONFLICT,
             format!("run {run_id} exists; a run id is used once"),

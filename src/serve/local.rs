@@ -11,7 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::backlog::Backlog;
+use super::backlog::{Backlog, PruneError};
+use super::cluster::ClusterError;
 use super::{Cancelled, Journal, JournalRun, Record, Refused, RunEntry, RunStatus, Service};
 use crate::protocol::AgentRunContext;
 use crate::run::{RunOptions, Scheduler, SpawnHook, Spawned, Ticket};
@@ -101,7 +102,11 @@ impl Backlog for Local {
         None
     }
 
-    async fn cancel(&self, run_id: &str, here: Option<Arc<RunEntry>>) -> Result<Cancelled, String> {
+    async fn cancel(
+        &self,
+        run_id: &str,
+        here: Option<Arc<RunEntry>>,
+    ) -> Result<Cancelled, ClusterError> {
         // A run in memory here is this service's, queued or running.
         if let Some(run) = here {
             run.cancel();
@@ -117,12 +122,8 @@ impl Backlog for Local {
         self.scheduler.queued()
     }
 
-    async fn prune(&self, retention: Duration) -> Result<u64, String> {
-        self.journal
-            .prune(retention)
-            .await
-            .map(|n| n as u64)
-            .map_err(|e| e.to_string())
+    async fn prune(&self, retention: Duration) -> Result<u64, PruneError> {
+        Ok(self.journal.prune(retention).await? as u64)
     }
 
     fn start(&self, _service: &Arc<Service>, _drained: CancellationToken) {}

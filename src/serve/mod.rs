@@ -33,7 +33,7 @@ use crate::protocol::FailureCode;
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
 use crate::run::{Bridge, Deliver, Dispatch, RunOptions, Steer, SteerInbox};
 use backlog::Backlog;
-use cluster::{Cluster, ClusterEvent};
+use cluster::{Cluster, ClusterError, ClusterEvent};
 
 /// Where a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -248,7 +248,7 @@ pub enum Refused {
     /// The service is shutting down, or cannot check its journal (503).
     Unavailable(String),
     /// No harness of this name (422); the message names the known ones.
-    UnknownHarness(String),
+    UnknownHarness(crate::harness::AdapterError),
 }
 
 /// What cancelling a run by id came to.
@@ -341,8 +341,10 @@ impl Service {
         self.backlog.watch(self, run_id).await
     }
 
-    /// Cancel a run by id, wherever it runs.
-    pub async fn cancel(self: &Arc<Self>, run_id: &str) -> Result<Cancelled, String> {
+    /// Cancel a run by id, wherever it runs; an error means the shared
+    /// store could not be asked (a cancel on one machine always goes
+    /// through).
+    pub async fn cancel(self: &Arc<Self>, run_id: &str) -> Result<Cancelled, ClusterError> {
         let here = self.run(run_id);
         if let Some(run) = &here
             && run.executing.load(Ordering::Acquire)

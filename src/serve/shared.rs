@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::backlog::Backlog;
-use super::cluster::{self, CancelOutcome, Claim, Cluster, ClusterEvent};
+use super::backlog::{Backlog, PruneError};
+use super::cluster::{self, CancelOutcome, Claim, Cluster, ClusterError, ClusterEvent};
 use super::{Cancelled, JournalRun, LOOK_AGAIN, Record, Refused, RunEntry, RunStatus, Service};
 use crate::protocol::{AgentRunContext, AgentRunResult, FailureCode, ResultPayload, RunFailed};
 use crate::run::{RunOptions, SpawnHook, Spawned};
@@ -103,7 +103,7 @@ impl Backlog for Shared {
         &self,
         run_id: &str,
         _here: Option<Arc<RunEntry>>,
-    ) -> Result<Cancelled, String> {
+    ) -> Result<Cancelled, ClusterError> {
         // A mirror here is not the run: the instance that runs it (or the
         // queue, while it waits) is told through the store.
         Ok(match self.cluster.cancel(run_id).await? {
@@ -118,8 +118,8 @@ impl Backlog for Shared {
         self.cluster.waiting()
     }
 
-    async fn prune(&self, retention: Duration) -> Result<u64, String> {
-        self.cluster.prune(retention).await
+    async fn prune(&self, retention: Duration) -> Result<u64, PruneError> {
+        Ok(self.cluster.prune(retention).await?)
     }
 
     fn start(&self, service: &Arc<Service>, drained: CancellationToken) {

@@ -26,13 +26,60 @@ const EMPTY_WAIT: Duration = Duration::from_secs(10);
 /// How long a freeze gets to take hold before the kill goes ahead anyway.
 const FREEZE_WAIT: Duration = Duration::from_secs(1);
 
+/// Why the bridge cannot contain turns in a cgroup here: it then uses the
+/// subreaper, or refuses to start when `cgroup` was asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// A file of `/proc` that says where this process's cgroup is.
+    #[error("cannot read {path}: {source}")]
+    Proc {
+        /// The file.
+        path: &'static str,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// This process's cgroup is in no cgroup2 mount it can reach.
+    #[error("no cgroup2 file system is mounted where this process's cgroup can be reached")]
+    NotMounted,
+    /// The bridge's own cgroup cannot be made.
+    #[error("cannot create {}: {source}", dir.display())]
+    Create {
+        /// The cgroup's directory.
+        dir: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The kernel cannot end a cgroup's processes at once.
+    #[error("the kernel has neither cgroup.kill nor cgroup.freeze")]
+    NoKill,
+    /// The probe's cgroup cannot be made.
+    #[error("cannot create a cgroup in {}: {source}", dir.display())]
+    Probe {
+        /// The bridge's own cgroup.
+        dir: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The probe process cannot be started in its cgroup.
+    #[error("cannot move a process into {}: {source}", dir.display())]
+    Enter {
+        /// The probe's cgroup.
+        dir: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The probe's cgroup stays after its process was killed.
+    #[error("cannot remove {} after killing its process", .0.display())]
+    Stays(PathBuf),
+}
+
 /// This process's cgroup directory in the cgroup2 file system.
-pub fn own_dir() -> Result<PathBuf, String> {
-    let read =
-        |path: &str| fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"));
-    own_dir_in(&read("/proc/self/mountinfo")?, &read("/proc/self/cgroup")?).ok_or_else(|| {
-        "no cgroup2 file system is mounted where this process's cgroup can be reached".into()
-    })
+pub fn own_dir() -> Result<PathBuf, CgroupError> {
+    let read = |path: &'static str| {
+        fs::read_to_string(path).map_err(|source| CgroupError::Proc { path, source })
+    };
+    own_dir_in(&read("/proc/self/mountinfo")?, &read("/proc/self/cgroup")?)
+        .ok_or(CgroupError::NotMounted)
 }
 
 /// The cgroup2 path of this process (`0::/path` in `/proc/self/cgroup`)
@@ -95,17 +142,17 @@ impl Tree {
     /// Make `harness-bridge-<id>` in `own` and check, with a throwaway
     /// process, that a process can be moved in, killed and the cgroup
     /// removed: what every turn will do.
-    pub fn create(own: &Path, id: &BridgeId) -> Result<Tree, String> {
+    pub fn create(own: &Path, id: &BridgeId) -> Result<Tree, CgroupError> {
         let dir = own.join(format!("{PREFIX}{id}"));
         match fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+            Err(source) => return Err(CgroupError::Create { dir, source }),
         }
         let kill_file = dir.join("cgroup.kill").exists();
         if !kill_file && !dir.join("cgroup.freeze").exists() {
             let _ = fs::remove_dir(&dir);
-            return Err("the kernel has neither cgroup.kill nor cgroup.freeze".into());
+            return Err(CgroupError::NoKill);
         }
         let tree = Tree { dir, kill_file };
         if let Err(why) = tree.try_one() {
@@ -115,12 +162,13 @@ impl Tree {
         Ok(tree)
     }
 
-    fn try_one(&self) -> Result<(), String> {
+    fn try_one(&self) -> Result<(), CgroupError> {
         static PROBES: AtomicU64 = AtomicU64::new(0);
         let name = format!("probe-{}", PROBES.fetch_add(1, Ordering::Relaxed));
-        let group = self
-            .group(&name)
-            .map_err(|e| format!("cannot create a cgroup in {}: {e}", self.dir.display()))?;
+        let group = self.group(&name).map_err(|source| CgroupError::Probe {
+            dir: self.dir.clone(),
+            source,
+        })?;
         let mut command = std::process::Command::new("/proc/self/exe");
         command
             .arg("--version")
@@ -140,13 +188,10 @@ impl Tree {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            Err(e) => return Err(format!("cannot move a process into {}: {e}", dir.display())),
+            Err(source) => return Err(CgroupError::Enter { dir, source }),
         }
         if dir.exists() {
-            return Err(format!(
-                "cannot remove {} after killing its process",
-                dir.display()
-            ));
+            return Err(CgroupError::Stays(dir));
         }
         Ok(())
     }

@@ -37,6 +37,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use crate::host::Holder;
+pub use cgroup::CgroupError;
 pub use limits::{Counters, Limits, Quota, Resource};
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};
@@ -86,17 +87,18 @@ struct Cage {
 
 /// Why no turn can be contained here: every command that runs turns
 /// refuses to start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ContainError {
     /// `HARNESS_BRIDGE_CONTAIN` names no mechanism.
     #[error("HARNESS_BRIDGE_CONTAIN is `{0}`; it must be cgroup, subreaper or auto")]
     UnknownChoice(String),
-    /// `cgroup` was asked for where the bridge cannot make one (why).
+    /// `cgroup` was asked for where the bridge cannot make one (why;
+    /// shared, as the choice is kept for the process and cloned).
     #[error("HARNESS_BRIDGE_CONTAIN=cgroup, but {0}")]
-    NoCgroup(String),
-    /// Neither a cgroup nor the subreaper is available (why).
-    #[error("{0}")]
-    NoSubreaper(String),
+    NoCgroup(#[source] Arc<cgroup::CgroupError>),
+    /// Neither a cgroup nor the subreaper is available.
+    #[error("cannot become a child subreaper: {0}")]
+    NoSubreaper(#[source] nix::errno::Errno),
 }
 
 static CAGE: OnceLock<Result<Cage, ContainError>> = OnceLock::new();
@@ -133,9 +135,9 @@ fn choose(wanted: Option<&str>) -> Result<Cage, ContainError> {
                 });
             }
             Err(why) if forced == Some(Mechanism::Cgroup) => {
-                return Err(ContainError::NoCgroup(why));
+                return Err(ContainError::NoCgroup(Arc::new(why)));
             }
-            Err(why) => why_not = why,
+            Err(why) => why_not = why.to_string(),
         }
     }
     subreaper::enable().map_err(ContainError::NoSubreaper)?;

@@ -38,10 +38,10 @@ fn me() -> i32 {
     std::process::id() as i32
 }
 
-/// Make this process the subreaper of everything it starts.
-pub fn enable() -> Result<(), String> {
+/// Make this process the subreaper of everything it starts; the system's
+/// refusal as it gave it.
+pub fn enable() -> Result<(), nix::errno::Errno> {
     nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| format!("cannot become a child subreaper: {e}"))
 }
 
 /// Spawn `command`, noting the child as the launcher's own before any

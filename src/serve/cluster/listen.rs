@@ -11,12 +11,12 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use super::{Cluster, ClusterEvent, describe};
+use super::{Cluster, ClusterError, ClusterEvent};
 
 /// Connect once (so a bad URL fails the start), then listen in the
 /// background for as long as the cluster lives.
-pub(super) async fn start(cluster: Arc<Cluster>, url: &str) -> Result<(), String> {
-    let config = crate::host::postgres::connection_config(url).map_err(|e| e.to_string())?;
+pub(super) async fn start(cluster: Arc<Cluster>, url: &str) -> Result<(), ClusterError> {
+    let config = crate::host::postgres::connection_config(url)?;
     let first = open(&config).await?;
     let weak = Arc::downgrade(&cluster);
     drop(cluster);
@@ -29,8 +29,8 @@ type Connection = (
     tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
 );
 
-async fn open(config: &tokio_postgres::Config) -> Result<Connection, String> {
-    config.connect(NoTls).await.map_err(|e| describe(&e))
+async fn open(config: &tokio_postgres::Config) -> Result<Connection, ClusterError> {
+    Ok(config.connect(NoTls).await?)
 }
 
 async fn listen(cluster: Weak<Cluster>, config: tokio_postgres::Config, first: Connection) {
@@ -59,9 +59,9 @@ async fn listen(cluster: Weak<Cluster>, config: tokio_postgres::Config, first: C
             tokio::pin!(subscribe);
             loop {
                 tokio::select! {
-                    done = &mut subscribe => break done.map_err(|e| describe(&e)),
+                    done = &mut subscribe => break done.map_err(ClusterError::from),
                     message = messages.next() => if message.is_none() {
-                        break Err("the connection closed".to_string());
+                        break Err(ClusterError::Closed);
                     },
                 }
             }
@@ -93,7 +93,10 @@ async fn listen(cluster: Weak<Cluster>, config: tokio_postgres::Config, first: C
                 },
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!("the queue's notifications stopped: {}", describe(&e));
+                    tracing::warn!(
+                        "the queue's notifications stopped: {}",
+                        ClusterError::from(e)
+                    );
                     break;
                 }
             }

@@ -29,6 +29,7 @@
 //! - **Results** are appended as produced (batched, one `NOTIFY` a batch),
 //!   so an instance other than the owner streams a run by tailing them.
 
+mod error;
 mod listen;
 mod queue;
 mod results;
@@ -43,7 +44,8 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::host::migrations::Migration;
-use crate::host::postgres::{PgHost, PgOpenError, WriteGuard, describe};
+use crate::host::postgres::{PgHost, PgOpenError, WriteGuard};
+pub use error::ClusterError;
 pub use queue::{CancelOutcome, Claim, Enqueued};
 pub use results::ResultSink;
 
@@ -106,7 +108,7 @@ pub struct Cluster {
 /// Why a heartbeat did not go through.
 enum Silence {
     /// The database said no, or could not be reached.
-    Failed(String),
+    Failed(ClusterError),
     /// No answer within the heartbeat's patience.
     NoAnswer,
 }
@@ -160,8 +162,13 @@ impl Cluster {
             fenced_at: Mutex::new(None),
             waiting: std::sync::atomic::AtomicUsize::new(0),
         });
-        let interrupted = cluster.register().await.map_err(connect)?;
-        listen::start(cluster.clone(), url).await.map_err(connect)?;
+        let interrupted = cluster
+            .register()
+            .await
+            .map_err(|e| connect(e.to_string()))?;
+        listen::start(cluster.clone(), url)
+            .await
+            .map_err(|e| connect(e.to_string()))?;
         Ok((cluster, interrupted, receiver))
     }
 
@@ -236,31 +243,27 @@ impl Cluster {
         }
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object, String> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| format!("the shared store is unavailable: {e}"))
+    async fn client(&self) -> Result<deadpool_postgres::Object, ClusterError> {
+        self.pool.get().await.map_err(ClusterError::Unavailable)
     }
 
     /// Register this start: a row of a previous start of this instance
     /// (it died without leaving) is reaped first, its running turns
     /// returned for their leftovers to be killed here.
-    async fn register(&self) -> Result<Vec<Interrupted>, String> {
+    async fn register(&self) -> Result<Vec<Interrupted>, ClusterError> {
         let client = self.client().await?;
         let previous = sql::query_opt(
             &client,
             "SELECT boot_id FROM instances WHERE id = $1",
             &[&self.settings.instance_id],
         )
-        .await
-        .map_err(|e| describe(&e))?;
+        .await?;
         let mut interrupted = Vec::new();
         if previous.is_some() {
             interrupted = self
                 .reap(&self.settings.instance_id, false)
                 .await
-                .map_err(|e| format!("cannot end the previous start's runs: {e}"))?;
+                .map_err(|e| ClusterError::PreviousStart(Box::new(e)))?;
         }
         sql::execute(
             &client,
@@ -276,13 +279,9 @@ impl Cluster {
         .await
         .map_err(|e| {
             if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                format!(
-                    "another serve runs as instance `{}` on this database; give each \
-                         instance its own instance_id",
-                    self.settings.instance_id
-                )
+                ClusterError::InstanceTaken(self.settings.instance_id.clone())
             } else {
-                describe(&e)
+                ClusterError::Database(e)
             }
         })?;
         self.heard(Instant::now());
@@ -467,7 +466,7 @@ impl Cluster {
             drop(deadpool_postgres::Object::take(client));
             return Err(Silence::NoAnswer);
         };
-        let (renewed, waiting) = answer.map_err(|e| Silence::Failed(describe(&e)))?;
+        let (renewed, waiting) = answer.map_err(|e| Silence::Failed(e.into()))?;
         self.waiting.store(
             usize::try_from(waiting).unwrap_or(0),
             std::sync::atomic::Ordering::Relaxed,
@@ -476,7 +475,7 @@ impl Cluster {
     }
 
     /// Runs of this instance whose cancel was asked for.
-    async fn cancel_flags(&self) -> Result<Vec<String>, String> {
+    async fn cancel_flags(&self) -> Result<Vec<String>, ClusterError> {
         let client = self.client().await?;
         let rows = sql::query(
             &client,
@@ -484,13 +483,12 @@ impl Cluster {
                  AND cancel_requested",
             &[&self.settings.instance_id],
         )
-        .await
-        .map_err(|e| describe(&e))?;
+        .await?;
         Ok(rows.iter().filter_map(|r| r.try_get(0).ok()).collect())
     }
 
     /// Instances whose lease lapsed (by the database's clock).
-    async fn dead_instances(&self) -> Result<Vec<String>, String> {
+    async fn dead_instances(&self) -> Result<Vec<String>, ClusterError> {
         let client = self.client().await?;
         let rows = sql::query(
             &client,
@@ -498,8 +496,7 @@ impl Cluster {
                  AND id <> $1",
             &[&self.settings.instance_id],
         )
-        .await
-        .map_err(|e| describe(&e))?;
+        .await?;
         Ok(rows.iter().filter_map(|r| r.try_get(0).ok()).collect())
     }
 
@@ -513,19 +510,15 @@ impl Cluster {
                 "UPDATE conv_queue SET owner = NULL WHERE owner = $1 AND NOT busy",
                 &[&self.settings.instance_id],
             )
-            .await
-            .map_err(|e| describe(&e))?;
+            .await?;
             sql::execute(
                 &client,
                 "DELETE FROM instances WHERE id = $1 AND boot_id = $2",
                 &[&self.settings.instance_id, &self.boot],
             )
-            .await
-            .map_err(|e| describe(&e))?;
-            sql::execute(&client, "SELECT pg_notify('hb_queued', '')", &[])
-                .await
-                .map_err(|e| describe(&e))?;
-            Ok::<_, String>(())
+            .await?;
+            sql::execute(&client, "SELECT pg_notify('hb_queued', '')", &[]).await?;
+            Ok::<_, ClusterError>(())
         };
         if let Err(e) = left.await {
             tracing::warn!("cannot leave the cluster cleanly (the lease will lapse): {e}");

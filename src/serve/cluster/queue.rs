@@ -5,7 +5,7 @@
 //! Locks are taken in one order, a conversation's queue row before its
 //! runs' rows, wherever both are, so no two of these wait on each other.
 
-use super::{Cluster, Interrupted, describe, sql};
+use super::{Cluster, ClusterError, Interrupted, sql};
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentRunResult, ResultPayload, RunFailed};
 use crate::serve::{QueueFull, RunStatus};
@@ -82,8 +82,7 @@ async fn append_failure(
     last: i64,
     code: FailureCode,
     error: &str,
-) -> Result<(), String> {
-    let db = |e: tokio_postgres::Error| describe(&e);
+) -> Result<(), ClusterError> {
     let body = failure(run_id, last + 1, code, error);
     sql::execute(
         tx,
@@ -91,11 +90,8 @@ async fn append_failure(
          ON CONFLICT DO NOTHING",
         &[&run_id, &(last + 1), &body],
     )
-    .await
-    .map_err(db)?;
-    sql::execute(tx, "SELECT pg_notify('hb_results', $1)", &[&run_id])
-        .await
-        .map_err(db)?;
+    .await?;
+    sql::execute(tx, "SELECT pg_notify('hb_results', $1)", &[&run_id]).await?;
     Ok(())
 }
 
@@ -116,17 +112,15 @@ async fn settle(
     tx: &deadpool_postgres::Transaction<'_>,
     run_id: &str,
     why: &str,
-) -> Result<(), String> {
-    let db = |e: tokio_postgres::Error| describe(&e);
+) -> Result<(), ClusterError> {
     let newest = sql::query_opt(
         tx,
         "SELECT seq, body FROM run_results WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
         &[&run_id],
     )
-    .await
-    .map_err(db)?;
+    .await?;
     let last: i64 = match &newest {
-        Some(row) => row.try_get(0).map_err(db)?,
+        Some(row) => row.try_get(0)?,
         None => 0,
     };
     let said = newest
@@ -149,8 +143,7 @@ async fn settle(
                 "UPDATE runs SET status = $2, code = $3 WHERE run_id = $1",
                 &[&run_id, &status.as_str(), &code],
             )
-            .await
-            .map_err(db)?;
+            .await?;
             Ok(())
         }
         None => append_failure(tx, run_id, last, FailureCode::Interrupted, why).await,
@@ -175,17 +168,15 @@ impl Cluster {
         conversation: &str,
         harness: &str,
         context: &str,
-    ) -> Result<Enqueued, String> {
+    ) -> Result<Enqueued, ClusterError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| describe(&e))?;
-        let db = |e: tokio_postgres::Error| describe(&e);
+        let tx = client.transaction().await?;
         sql::execute(
             &tx,
             "INSERT INTO conv_queue (conversation_id) VALUES ($1) ON CONFLICT DO NOTHING",
             &[&conversation],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         // The row lock orders this conversation's arrivals, whichever
         // instance they reach.
         let row = sql::query_one(
@@ -193,13 +184,11 @@ impl Cluster {
             "SELECT busy, queued FROM conv_queue WHERE conversation_id = $1 FOR UPDATE",
             &[&conversation],
         )
-        .await
-        .map_err(db)?;
-        let busy: bool = row.try_get(0).map_err(db)?;
-        let queued: i32 = row.try_get(1).map_err(db)?;
-        let exists = sql::query_opt(&tx, "SELECT 1 FROM runs WHERE run_id = $1", &[&run_id])
-            .await
-            .map_err(db)?;
+        .await?;
+        let busy: bool = row.try_get(0)?;
+        let queued: i32 = row.try_get(1)?;
+        let exists =
+            sql::query_opt(&tx, "SELECT 1 FROM runs WHERE run_id = $1", &[&run_id]).await?;
         if exists.is_some() {
             return Ok(Enqueued::Duplicate);
         }
@@ -221,17 +210,14 @@ impl Cluster {
         // concurrent arrivals cannot overshoot the bound. It is held for
         // the count, the insert and the commit (a few round trips), and
         // nothing else takes it, so it waits on no one.
-        sql::execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&TOTAL_LOCK])
-            .await
-            .map_err(db)?;
+        sql::execute(&tx, "SELECT pg_advisory_xact_lock($1)", &[&TOTAL_LOCK]).await?;
         let total: i64 = sql::query_one(
             &tx,
             "SELECT count(*) FROM runs WHERE status = 'queued'",
             &[],
         )
         .await
-        .and_then(|r| r.try_get(0))
-        .map_err(db)?;
+        .and_then(|r| r.try_get(0))?;
         let total = usize::try_from(total).unwrap_or(0);
         if total >= self.settings.max_total {
             return Ok(Enqueued::Busy(QueueFull::Total(total)));
@@ -251,8 +237,7 @@ impl Cluster {
                 &self.settings.instance_id,
             ],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         if inserted == 0 {
             return Ok(Enqueued::Duplicate);
         }
@@ -263,12 +248,9 @@ impl Cluster {
              WHERE conversation_id = $1",
             &[&conversation],
         )
-        .await
-        .map_err(db)?;
-        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[])
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
+        .await?;
+        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[]).await?;
+        tx.commit().await?;
         self.wake_claims();
         Ok(Enqueued::Accepted)
     }
@@ -276,10 +258,9 @@ impl Cluster {
     /// Take the next turn this instance may run: the oldest waiting
     /// conversation that is not busy and is this instance's, nobody's, or a
     /// dead instance's (its own first); that conversation's lowest turn.
-    pub async fn claim(&self) -> Result<Option<Claim>, String> {
+    pub async fn claim(&self) -> Result<Option<Claim>, ClusterError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| describe(&e))?;
-        let db = |e: tokio_postgres::Error| describe(&e);
+        let tx = client.transaction().await?;
         let me = &self.settings.instance_id;
         // Only while this start is registered, and it stays so until the
         // claim commits: a reaper deleting its row waits for the claim (or
@@ -290,8 +271,7 @@ impl Cluster {
             "SELECT 1 FROM instances WHERE id = $1 AND boot_id = $2 FOR KEY SHARE",
             &[me, &self.boot],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         if registered.is_none() {
             return Ok(None);
         }
@@ -306,21 +286,19 @@ impl Cluster {
                  FOR UPDATE OF q SKIP LOCKED",
             &[me],
         )
-        .await
-        .map_err(db)?
+        .await?
         else {
             return Ok(None);
         };
-        let conversation: String = pick.try_get(0).map_err(db)?;
-        let owner: Option<String> = pick.try_get(1).map_err(db)?;
+        let conversation: String = pick.try_get(0)?;
+        let owner: Option<String> = pick.try_get(1)?;
         let Some(run) = sql::query_opt(
             &tx,
             "SELECT run_id, harness, coalesce(context, ''), cancel_requested FROM runs
                  WHERE conversation_id = $1 AND status = 'queued' ORDER BY seq LIMIT 1",
             &[&conversation],
         )
-        .await
-        .map_err(db)?
+        .await?
         else {
             // A count with no turn behind it (a run pruned while queued):
             // set it right and look again next time.
@@ -329,12 +307,11 @@ impl Cluster {
                 "UPDATE conv_queue SET queued = 0 WHERE conversation_id = $1",
                 &[&conversation],
             )
-            .await
-            .map_err(db)?;
-            tx.commit().await.map_err(db)?;
+            .await?;
+            tx.commit().await?;
             return Ok(None);
         };
-        let run_id: String = run.try_get(0).map_err(db)?;
+        let run_id: String = run.try_get(0)?;
         let fence: i64 = sql::query_one(
             &tx,
             "UPDATE runs SET status = 'running', owner = $2, owner_boot = $3,
@@ -343,8 +320,7 @@ impl Cluster {
             &[&run_id, me, &self.boot],
         )
         .await
-        .and_then(|r| r.try_get(0))
-        .map_err(db)?;
+        .and_then(|r| r.try_get(0))?;
         sql::execute(
             &tx,
             "UPDATE conv_queue SET busy = true, owner = $2, queued = greatest(queued - 1, 0),
@@ -353,9 +329,8 @@ impl Cluster {
              WHERE conversation_id = $1",
             &[&conversation, me],
         )
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)?;
+        .await?;
+        tx.commit().await?;
         let taken_from = owner.filter(|o| o != me);
         if let Some(from) = &taken_from {
             tracing::info!(
@@ -368,10 +343,10 @@ impl Cluster {
         Ok(Some(Claim {
             run_id,
             conversation_id: conversation,
-            harness: run.try_get(1).map_err(db)?,
-            context: run.try_get(2).map_err(db)?,
+            harness: run.try_get(1)?,
+            context: run.try_get(2)?,
             fence,
-            cancel_requested: run.try_get(3).map_err(db)?,
+            cancel_requested: run.try_get(3)?,
             taken_from,
         }))
     }
@@ -385,27 +360,24 @@ impl Cluster {
         claim: &Claim,
         status: RunStatus,
         code: Option<&FailureCode>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ClusterError> {
         let code = code.map(FailureCode::as_str);
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| describe(&e))?;
-        let db = |e: tokio_postgres::Error| describe(&e);
+        let tx = client.transaction().await?;
         // The conversation's row first, as every transaction here.
         sql::execute(
             &tx,
             "SELECT 1 FROM conv_queue WHERE conversation_id = $1 FOR UPDATE",
             &[&claim.conversation_id],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         let ended = sql::execute(
             &tx,
             "UPDATE runs SET status = $3, code = $4, ended_at = hb_now_ms(), context = NULL
                  WHERE run_id = $1 AND fence = $2 AND status = 'running'",
             &[&claim.run_id, &claim.fence, &status.as_str(), &code],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         if ended == 0 {
             return Ok(false);
         }
@@ -414,16 +386,14 @@ impl Cluster {
             "UPDATE conv_queue SET busy = false WHERE conversation_id = $1",
             &[&claim.conversation_id],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         sql::execute(
             &tx,
             "SELECT pg_notify('hb_queued', ''), pg_notify('hb_results', $1)",
             &[&claim.run_id],
         )
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)?;
+        .await?;
+        tx.commit().await?;
         self.wake_claims();
         self.wake_followers(&claim.run_id);
         Ok(true)
@@ -439,7 +409,7 @@ impl Cluster {
         pgid: i32,
         workspace: &str,
         marker: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClusterError> {
         let client = self.client().await?;
         sql::execute(
             &client,
@@ -454,8 +424,7 @@ impl Cluster {
                 &crate::serve::journal::boot_id(),
             ],
         )
-        .await
-        .map_err(|e| describe(&e))?;
+        .await?;
         Ok(())
     }
 
@@ -463,25 +432,23 @@ impl Cluster {
     /// (`cancelled`) and never runs; one that runs is flagged for its
     /// instance (told at once by a notification, and again on its next
     /// heartbeat).
-    pub async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, String> {
+    pub async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, ClusterError> {
         let mut client = self.client().await?;
-        let db = |e: tokio_postgres::Error| describe(&e);
         let Some(row) = sql::query_opt(
             &client,
             "SELECT conversation_id, status FROM runs WHERE run_id = $1",
             &[&run_id],
         )
-        .await
-        .map_err(db)?
+        .await?
         else {
             return Ok(CancelOutcome::NotFound);
         };
-        let conversation: String = row.try_get(0).map_err(db)?;
-        match parse_status(row.try_get::<_, String>(1).map_err(db)?.as_str()) {
+        let conversation: String = row.try_get(0)?;
+        match parse_status(row.try_get::<_, String>(1)?.as_str()) {
             RunStatus::Queued | RunStatus::Running => {}
             ended => return Ok(CancelOutcome::Ended(ended)),
         }
-        let tx = client.transaction().await.map_err(db)?;
+        let tx = client.transaction().await?;
         // The conversation's row first (the order every transaction
         // keeps), then the run's, read again under the lock.
         sql::execute(
@@ -489,16 +456,14 @@ impl Cluster {
             "SELECT 1 FROM conv_queue WHERE conversation_id = $1 FOR UPDATE",
             &[&conversation],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         let now: String = sql::query_one(
             &tx,
             "SELECT status FROM runs WHERE run_id = $1 FOR UPDATE",
             &[&run_id],
         )
         .await
-        .and_then(|r| r.try_get(0))
-        .map_err(db)?;
+        .and_then(|r| r.try_get(0))?;
         let outcome = match parse_status(&now) {
             RunStatus::Queued => {
                 sql::execute(
@@ -508,8 +473,7 @@ impl Cluster {
                      WHERE run_id = $1",
                     &[&run_id],
                 )
-                .await
-                .map_err(db)?;
+                .await?;
                 sql::execute(
                     &tx,
                     "UPDATE conv_queue SET queued = greatest(queued - 1, 0),
@@ -519,8 +483,7 @@ impl Cluster {
                      WHERE conversation_id = $1",
                     &[&conversation],
                 )
-                .await
-                .map_err(db)?;
+                .await?;
                 append_failure(
                     &tx,
                     run_id,
@@ -538,18 +501,15 @@ impl Cluster {
                          WHERE run_id = $1 AND NOT cancel_requested",
                     &[&run_id],
                 )
-                .await
-                .map_err(db)?;
+                .await?;
                 if flagged > 0 {
-                    sql::execute(&tx, "SELECT pg_notify('hb_cancel', $1)", &[&run_id])
-                        .await
-                        .map_err(db)?;
+                    sql::execute(&tx, "SELECT pg_notify('hb_cancel', $1)", &[&run_id]).await?;
                 }
                 CancelOutcome::Requested
             }
             ended => CancelOutcome::Ended(ended),
         };
-        tx.commit().await.map_err(db)?;
+        tx.commit().await?;
         self.wake_followers(run_id);
         Ok(outcome)
     }
@@ -558,9 +518,8 @@ impl Cluster {
     /// (it was reaped while one of its claims was still committing, or its
     /// row went some other way): they are nobody's, and their
     /// conversations are freed. Returns how many.
-    pub(super) async fn sweep_orphans(&self) -> Result<usize, String> {
+    pub(super) async fn sweep_orphans(&self) -> Result<usize, ClusterError> {
         let mut client = self.client().await?;
-        let db = |e: tokio_postgres::Error| describe(&e);
         let orphans = sql::query(
             &client,
             "SELECT conversation_id FROM runs r WHERE status = 'running'
@@ -568,15 +527,14 @@ impl Cluster {
                                    WHERE i.id = r.owner AND i.boot_id = r.owner_boot)",
             &[],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         if orphans.is_empty() {
             return Ok(0);
         }
         let mut conversations: Vec<String> =
             orphans.iter().filter_map(|r| r.try_get(0).ok()).collect();
         conversations.sort();
-        let tx = client.transaction().await.map_err(db)?;
+        let tx = client.transaction().await?;
         // Their conversations' rows first, then the runs, checked again.
         sql::execute(
             &tx,
@@ -584,8 +542,7 @@ impl Cluster {
              ORDER BY conversation_id FOR UPDATE",
             &[&conversations],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         let rows = sql::query(
             &tx,
             "UPDATE runs r SET status = 'failed', code = 'interrupted',
@@ -596,12 +553,11 @@ impl Cluster {
                  RETURNING run_id, conversation_id",
             &[&conversations],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         let mut freed = Vec::new();
         for row in &rows {
-            let run_id: String = row.try_get(0).map_err(db)?;
-            freed.push(row.try_get::<_, String>(1).map_err(db)?);
+            let run_id: String = row.try_get(0)?;
+            freed.push(row.try_get::<_, String>(1)?);
             settle(
                 &tx,
                 &run_id,
@@ -617,12 +573,9 @@ impl Cluster {
                AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = q.owner)",
             &[&freed],
         )
-        .await
-        .map_err(db)?;
-        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[])
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
+        .await?;
+        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[]).await?;
+        tx.commit().await?;
         for row in &rows {
             if let Ok(run_id) = row.try_get::<_, String>(0) {
                 self.wake_followers(&run_id);
@@ -640,10 +593,9 @@ impl Cluster {
         &self,
         id: &str,
         stale_only: bool,
-    ) -> Result<Vec<Interrupted>, String> {
+    ) -> Result<Vec<Interrupted>, ClusterError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| describe(&e))?;
-        let db = |e: tokio_postgres::Error| describe(&e);
+        let tx = client.transaction().await?;
         let found = sql::query_opt(
             &tx,
             "SELECT 1 FROM instances WHERE id = $1
@@ -651,8 +603,7 @@ impl Cluster {
                  FOR UPDATE SKIP LOCKED",
             &[&id, &stale_only],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         if found.is_none() {
             return Ok(Vec::new());
         }
@@ -662,8 +613,7 @@ impl Cluster {
             "SELECT 1 FROM conv_queue WHERE owner = $1 ORDER BY conversation_id FOR UPDATE",
             &[&id],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         let rows = sql::query(
             &tx,
             "UPDATE runs SET status = 'failed', code = 'interrupted', ended_at = hb_now_ms(),
@@ -672,12 +622,11 @@ impl Cluster {
                  RETURNING run_id, pgid, workspace, marker, machine_boot",
             &[&id],
         )
-        .await
-        .map_err(db)?;
+        .await?;
         let boot = crate::serve::journal::boot_id();
         let mut ended = Vec::new();
         for row in &rows {
-            let run_id: String = row.try_get(0).map_err(db)?;
+            let run_id: String = row.try_get(0)?;
             settle(
                 &tx,
                 &run_id,
@@ -687,24 +636,14 @@ impl Cluster {
             .await?;
             // Process groups and markers mean something on the machine
             // boot they were noted in only.
-            let same_boot =
-                row.try_get::<_, Option<String>>(4).map_err(db)?.as_deref() == Some(&boot);
+            let same_boot = row.try_get::<_, Option<String>>(4)?.as_deref() == Some(&boot);
             ended.push(Interrupted {
                 run_id,
-                pgid: if same_boot {
-                    row.try_get(1).map_err(db)?
-                } else {
-                    None
-                },
+                pgid: if same_boot { row.try_get(1)? } else { None },
                 workspace: row
-                    .try_get::<_, Option<String>>(2)
-                    .map_err(db)?
+                    .try_get::<_, Option<String>>(2)?
                     .map(std::path::PathBuf::from),
-                marker: if same_boot {
-                    row.try_get(3).map_err(db)?
-                } else {
-                    None
-                },
+                marker: if same_boot { row.try_get(3)? } else { None },
             });
         }
         sql::execute(
@@ -712,15 +651,10 @@ impl Cluster {
             "UPDATE conv_queue SET busy = false, owner = NULL WHERE owner = $1",
             &[&id],
         )
-        .await
-        .map_err(db)?;
-        sql::execute(&tx, "DELETE FROM instances WHERE id = $1", &[&id])
-            .await
-            .map_err(db)?;
-        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[])
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
+        .await?;
+        sql::execute(&tx, "DELETE FROM instances WHERE id = $1", &[&id]).await?;
+        sql::execute(&tx, "SELECT pg_notify('hb_queued', '')", &[]).await?;
+        tx.commit().await?;
         for run in &ended {
             self.wake_followers(&run.run_id);
         }

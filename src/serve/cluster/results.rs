@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::queue::parse_status;
-use super::{Claim, Cluster, RUN_GUARD, describe, sql};
+use super::{Claim, Cluster, ClusterError, RUN_GUARD, sql};
 use crate::protocol::AgentRunResult;
 use crate::protocol::FailureCode;
 use crate::serve::{JournalRun, RunEntry, RunStatus};
@@ -117,25 +117,20 @@ impl Cluster {
         run_id: &str,
         fence: i64,
         batch: &[(i64, String, Box<AgentRunResult>)],
-    ) -> Result<(), String> {
+    ) -> Result<(), ClusterError> {
         let mut wait = Duration::from_millis(100);
         let mut tries = 0;
         loop {
             match self.append_once(run_id, fence, batch).await {
                 Ok(true) => return Ok(()),
-                Ok(false) => {
-                    return Err(format!(
-                        "run {run_id} lost its fence (this instance was declared dead); its \
-                         results are no longer kept"
-                    ));
-                }
+                Ok(false) => return Err(ClusterError::FenceLost(run_id.to_string())),
                 Err(e) if tries < 5 => {
                     tracing::warn!(run_id, "cannot write results yet: {e}");
                     tries += 1;
                     tokio::time::sleep(wait).await;
                     wait *= 2;
                 }
-                Err(e) => return Err(format!("cannot write the run's results: {e}")),
+                Err(e) => return Err(ClusterError::Results(Box::new(e))),
             }
         }
     }
@@ -145,13 +140,10 @@ impl Cluster {
         run_id: &str,
         fence: i64,
         batch: &[(i64, String, Box<AgentRunResult>)],
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ClusterError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| describe(&e))?;
-        let db = |e: tokio_postgres::Error| describe(&e);
-        let held = sql::query_opt(&tx, RUN_GUARD, &[&run_id, &fence.to_string()])
-            .await
-            .map_err(db)?;
+        let tx = client.transaction().await?;
+        let held = sql::query_opt(&tx, RUN_GUARD, &[&run_id, &fence.to_string()]).await?;
         if held.is_none() {
             return Ok(false);
         }
@@ -164,17 +156,14 @@ impl Cluster {
              ON CONFLICT DO NOTHING",
             &[&run_id, &seqs, &bodies],
         )
-        .await
-        .map_err(db)?;
-        sql::execute(&tx, "SELECT pg_notify('hb_results', $1)", &[&run_id])
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
+        .await?;
+        sql::execute(&tx, "SELECT pg_notify('hb_results', $1)", &[&run_id]).await?;
+        tx.commit().await?;
         Ok(true)
     }
 
     /// A run as the shared store has it (any status), with its results.
-    pub async fn record(&self, run_id: &str) -> Result<Option<JournalRun>, String> {
+    pub async fn record(&self, run_id: &str) -> Result<Option<JournalRun>, ClusterError> {
         let Some((status, code, conversation_id, harness)) = self.status(run_id).await? else {
             return Ok(None);
         };
@@ -192,24 +181,22 @@ impl Cluster {
     pub async fn status(
         &self,
         run_id: &str,
-    ) -> Result<Option<(RunStatus, Option<String>, String, String)>, String> {
+    ) -> Result<Option<(RunStatus, Option<String>, String, String)>, ClusterError> {
         let client = self.client().await?;
-        let db = |e: tokio_postgres::Error| describe(&e);
         let Some(row) = sql::query_opt(
             &client,
             "SELECT status, code, conversation_id, harness FROM runs WHERE run_id = $1",
             &[&run_id],
         )
-        .await
-        .map_err(db)?
+        .await?
         else {
             return Ok(None);
         };
         Ok(Some((
-            parse_status(row.try_get::<_, String>(0).map_err(db)?.as_str()),
-            row.try_get(1).map_err(db)?,
-            row.try_get(2).map_err(db)?,
-            row.try_get(3).map_err(db)?,
+            parse_status(row.try_get::<_, String>(0)?.as_str()),
+            row.try_get(1)?,
+            row.try_get(2)?,
+            row.try_get(3)?,
         )))
     }
 
@@ -218,15 +205,14 @@ impl Cluster {
         &self,
         run_id: &str,
         after: u64,
-    ) -> Result<Vec<AgentRunResult>, String> {
+    ) -> Result<Vec<AgentRunResult>, ClusterError> {
         let client = self.client().await?;
         let rows = sql::query(
             &client,
             "SELECT body FROM run_results WHERE run_id = $1 AND seq > $2 ORDER BY seq",
             &[&run_id, &i64::try_from(after).unwrap_or(i64::MAX)],
         )
-        .await
-        .map_err(|e| describe(&e))?;
+        .await?;
         Ok(rows
             .iter()
             .filter_map(|r| r.try_get::<_, String>(0).ok())
@@ -247,7 +233,7 @@ impl Cluster {
     }
 
     /// Forget runs that ended longer than `retention` ago; how many.
-    pub async fn prune(&self, retention: Duration) -> Result<u64, String> {
+    pub async fn prune(&self, retention: Duration) -> Result<u64, ClusterError> {
         let client = self.client().await?;
         sql::execute(
             &client,
@@ -255,6 +241,6 @@ impl Cluster {
             &[&i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)],
         )
         .await
-        .map_err(|e| describe(&e))
+        .map_err(ClusterError::from)
     }
 }
