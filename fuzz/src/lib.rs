@@ -3,7 +3,7 @@
 //! expected lines of a stream (a model of the line reader), and the checks
 //! every decoder must pass.
 
-use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream, decoder};
+use harness_bridge::harness::decode::{Exit, LineBuffer, OneShotFormat, ResultStream};
 use harness_bridge::protocol::{AgentRunResult, CheckedResult};
 
 /// A fuzz input read from the front: small choices first, then the rest.
@@ -143,7 +143,9 @@ pub fn check_decoder(name: &str, data: &[u8]) {
 }
 
 fn decode(name: &str, stream: &[u8], seed: u8, exit: Exit) -> Vec<AgentRunResult> {
-    let mut decoder = decoder(name).expect("a known decoder");
+    let mut decoder = OneShotFormat::named(name)
+        .expect("a known decoder")
+        .decoder();
     let mut lines = LineBuffer::default();
     let mut results = ResultStream::new("fuzz");
     let mut out = Vec::new();
