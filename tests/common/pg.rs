@@ -125,12 +125,14 @@ fn start() -> Result<PgServer, String> {
     let port = free_port()?;
     let log = dir.path().join("server.log");
     // The shell starts the server, waits for its stdin to close (this test
-    // binary exiting, however), then stops the server (fast shutdown).
+    // binary exiting, however), then stops the server (fast shutdown) and
+    // removes its folder: the server lives in a static, whose `TempDir` is
+    // never dropped, and each run would leave hundreds of MB behind.
     let script = format!(
         "{postgres} -D '{data}' -p {port} -k '{sock}' -c listen_addresses=127.0.0.1 \
          -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
          -c max_connections=400 -c shared_buffers=128MB >'{log}' 2>&1 & pid=$!; \
-         read _; kill -INT $pid; wait $pid",
+         read _; kill -INT $pid; wait $pid; rm -rf '{sock}'",
         postgres = bin.join("postgres").display(),
         data = data.display(),
         sock = dir.path().display(),
