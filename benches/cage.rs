@@ -147,6 +147,7 @@ fn main() {
             env: &env,
             carried: &[],
             own_port: None,
+            project: (&[], &[]),
         })
         .expect("caged by default");
     let (mut bare, mut walled) = (Vec::new(), Vec::new());

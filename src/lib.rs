@@ -31,6 +31,7 @@ pub mod interaction;
 pub mod listen;
 pub mod mcp;
 pub mod metrics;
+pub mod project;
 pub mod projection;
 pub mod protocol;
 pub mod relay;

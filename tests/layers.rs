@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("listen", 1),
     ("host", 2),
     ("projection", 3),
+    ("project", 3),
     ("harness", 4),
     ("mcp", 5),
     ("run", 6),

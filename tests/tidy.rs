@@ -10,8 +10,13 @@ const MAX_FUNCTION_LINES: usize = 120;
 
 /// Where a process may be started: harnesses in one function; the cage's
 /// probe (the bridge itself, `--version`, to learn whether a cgroup takes
-/// a process) is the one other.
-const SPAWNERS: &[&str] = &["src/harness/launch.rs", "src/harness/cage/cgroup.rs"];
+/// a process); and git, which the bridge runs for a project's worktrees
+/// with hooks and outside configuration off.
+const SPAWNERS: &[&str] = &[
+    "src/harness/launch.rs",
+    "src/harness/cage/cgroup.rs",
+    "src/project/git.rs",
+];
 
 /// One function found in a source file.
 struct Function {

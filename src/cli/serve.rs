@@ -113,6 +113,10 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     // After the journal's own sweep, which names the runs it ends.
     super::contain()?;
     let result = runtime.block_on(async move {
+        let mut settings = settings;
+        settings.projects = crate::project::open_all(&config.projects)
+            .await
+            .map_err(|e| format!("bridge.yaml: {e}"))?;
         let bridge = Bridge::start(
             host,
             adapters,

@@ -145,6 +145,28 @@ pub struct Binding<'a> {
     /// one text of numbers separated by commas).
     #[serde(default, deserialize_with = "port_numbers")]
     pub network_ports: Vec<u16>,
+    /// The operator's project, by name, the conversation works on: its
+    /// workspace is then a worktree of that repository on a branch of its
+    /// own. Empty: no project.
+    #[serde(default, deserialize_with = "project_name")]
+    pub project: Option<String>,
+}
+
+/// A binding picks a project by name: a path (or a repository given
+/// whole) would let a less trusted caller open any folder of the
+/// bridge's machine to its harness.
+fn project_name<'de, D: Deserializer<'de>>(de: D) -> Result<Option<String>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(de)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(name)) => {
+            let name = name.trim();
+            Ok((!name.is_empty()).then(|| name.to_string()))
+        }
+        Some(_) => Err(serde::de::Error::custom(
+            "a binding picks a project by name (e.g. \"web\") from those the operator \
+             declared in bridge.yaml's `projects`; it cannot give a repository or a path",
+        )),
+    }
 }
 
 /// A binding's choice of network for its harness (the cage's `network`).

@@ -88,6 +88,8 @@ pub struct Settings {
     pub live: Option<LiveLimits>,
     /// How harnesses are caged (by default: each to its conversation).
     pub cage: crate::harness::cage::CagePolicy,
+    /// The operator's projects, checked, that a binding picks by name.
+    pub projects: BTreeMap<String, crate::project::Project>,
 }
 
 /// Per-run choices of the trusted front end (the operator's relay plugin
@@ -189,6 +191,7 @@ impl Settings {
             mcp_servers: McpCatalog::new(),
             live: None,
             cage: Default::default(),
+            projects: BTreeMap::new(),
         }
     }
 }
@@ -248,6 +251,15 @@ struct SessionPlan {
 }
 
 impl Bridge {
+    /// The operator's project a binding names: the front doors refuse an
+    /// unknown one before a turn queues, the turn before it starts.
+    pub fn project(
+        &self,
+        name: &str,
+    ) -> Result<&crate::project::Project, crate::project::ProjectError> {
+        crate::project::pick(&self.settings.projects, name)
+    }
+
     /// Start the bridge's MCP server (127.0.0.1, a free port) in front of `host`.
     pub async fn start(
         host: Arc<dyn HostApi>,

@@ -229,6 +229,7 @@ fn mime_type(name: &str) -> Option<&'static str> {
     let ext = name.rsplit_once('.')?.1.to_ascii_lowercase();
     Some(match ext.as_str() {
         "txt" | "log" => "text/plain",
+        "diff" | "patch" => "text/x-diff",
         "md" => "text/markdown",
         "csv" => "text/csv",
         "html" | "htm" => "text/html",
@@ -345,7 +346,18 @@ pub async fn artifact(
         );
         return Ok(withheld(name, size, reason));
     }
-    let bytes = read.bytes;
+    Ok(created(name, read.bytes, scope, host).await)
+}
+
+/// An `artifact.created` payload for `bytes` named `name`: inline up to
+/// 1 MiB, stored in the host's artifact store above that, [`withheld`]
+/// when the host cannot store it.
+pub async fn created(
+    name: String,
+    bytes: Vec<u8>,
+    scope: &RunScope,
+    host: &dyn HostApi,
+) -> ArtifactCreated {
     let mime = mime_type(&name).map(str::to_string);
     let artifact_type = artifact_type(mime.as_deref()).to_string();
     let sha256 = hex::encode(Sha256::digest(&bytes));
@@ -381,12 +393,12 @@ pub async fn artifact(
         match stored {
             Ok(stored) => created.artifact_id = Some(stored.artifact_id),
             Err(e) => {
-                let reason = format!("cannot store outbox file {name} ({size} bytes): {e}");
-                return Ok(withheld(name, size, reason));
+                let reason = format!("cannot store {name} ({size} bytes): {e}");
+                return withheld(name, size, reason);
             }
         }
     }
-    Ok(created)
+    created
 }
 
 #[cfg(test)]

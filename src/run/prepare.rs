@@ -26,9 +26,10 @@ use crate::harness::{
 use crate::host::{HostApi, OpenRun};
 use crate::interaction::{self, Reply};
 use crate::mcp::tool_names;
+use crate::project::{Checkout, Project, Snapshot};
 use crate::projection::{
     Approvals, Binding, NetworkChoice, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
-    URL_ENV, paths, project,
+    URL_ENV, paths, project, safe_component,
 };
 use crate::protocol::{
     AgentRunContext, FailureCode, InteractionSubmission, Message, ResultPayload, RunCompleted,
@@ -67,6 +68,9 @@ pub(super) struct Prepared<'a> {
     pub counted: Option<Counters>,
     /// The MCP configuration file the harness reads.
     pub mcp_config: PathBuf,
+    /// The conversation's worktree of its project, and how it was before
+    /// the turn (what the turn changed is told at its end).
+    pub checkout: Option<(Checkout, Snapshot)>,
     /// The token-filled MCP file, removed when the turn ends.
     _filled: Option<FilledMcpFile>,
     /// Closes the grant however the turn ends.
@@ -78,6 +82,7 @@ pub(super) struct Prepared<'a> {
 struct Admitted<'a> {
     spec: &'a AdapterSpec,
     binding: Binding<'a>,
+    project: Option<&'a Project>,
     approvals: bool,
     env: BTreeMap<String, String>,
     program: PathBuf,
@@ -88,6 +93,13 @@ struct Caged {
     own_port: Option<u16>,
     wall: Option<Plan>,
     quota: Option<Quota>,
+}
+
+/// The MCP configuration file the harness reads, in its workspace.
+fn mcp_config_path(projection: &Projection) -> PathBuf {
+    let file = projection.mcp.file.as_ref();
+    let path = file.map_or(paths::MCP_CONFIG, |f| f.path);
+    projection.workspace.join(path.join("/"))
 }
 
 impl Bridge {
@@ -114,6 +126,7 @@ impl Bridge {
         let Admitted {
             spec,
             binding,
+            project,
             approvals,
             mut env,
             program,
@@ -143,6 +156,7 @@ impl Bridge {
             .await?;
         let workspace = projection.workspace.clone();
         summary.workspace = Some(workspace.clone());
+        let checkout = self.check_out(ctx, spec, project, &projection).await?;
         self.tools.set_facts(&ctx.run_id, facts(&projection));
         if self.settings.record_turns {
             record::inbound(host, ctx).await.map_err(|e| {
@@ -172,21 +186,21 @@ impl Bridge {
             own_port,
             wall,
             quota,
-        } = self.cage_turn(spec, &binding, &mut env, &projection, &program)?;
+        } = self.cage_turn(
+            spec,
+            &binding,
+            &mut env,
+            &projection,
+            &program,
+            checkout.as_ref().map(|(c, _)| c),
+        )?;
         let counted = quota.as_ref().map(Quota::counters);
         let outbox = Outbox::watch(&projection.dir).map_err(|e| {
             tracing::error!(workspace = %workspace.display(), error = %e, "cannot watch the outbox");
             let root = &self.settings.workspace_root;
             fail(FailureCode::WorkspaceError, format!("outbox: {}", e.within(root)))
         })?;
-        let mcp_config = workspace.join(
-            projection
-                .mcp
-                .file
-                .as_ref()
-                .map_or(paths::MCP_CONFIG, |f| f.path)
-                .join("/"),
-        );
+        let mcp_config = mcp_config_path(&projection);
         let prepared = Prepared {
             spec,
             binding,
@@ -206,6 +220,7 @@ impl Bridge {
             quota,
             counted,
             mcp_config,
+            checkout,
             _filled: filled,
             _guard: guard,
         };
@@ -226,6 +241,20 @@ impl Bridge {
             .map_err(|why| fail(FailureCode::InvalidArgument, why.to_string()))?;
         let binding = Binding::from_config(&ctx.config)
             .map_err(|e| fail(FailureCode::InvalidArgument, e.to_string()))?;
+        // A project is the operator's, picked by name: an unknown one is
+        // refused before anything is written or started.
+        let project = binding
+            .project
+            .as_deref()
+            .map(|name| self.project(name))
+            .transpose()
+            .map_err(|e| fail(FailureCode::InvalidArgument, e.to_string()))?;
+        if project.is_some() && ctx.conversation_id().is_none() {
+            return Err(fail(
+                FailureCode::InvalidArgument,
+                "a project needs a conversation: each conversation works on a branch of its own",
+            ));
+        }
         let approvals = binding.approvals == Approvals::Chat;
         // A live harness may ask in its own protocol (Codex's app-server).
         let asks_live = (self.live.is_some() || spec.live_only()) && spec.asks_live();
@@ -245,17 +274,26 @@ impl Bridge {
         let vars: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        let env = child_env(
+        let mut env = child_env(
             &spec.env,
             &self.settings.pass_env,
             &self.settings.set_env,
             &options.env,
             &vars,
         );
+        if let Some(project) = project {
+            env.extend(
+                project
+                    .git_env()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v)),
+            );
+        }
         let program = self.program(spec, options, &env)?;
         Ok(Admitted {
             spec,
             binding,
+            project,
             approvals,
             env,
             program,
@@ -405,6 +443,50 @@ impl Bridge {
         })
     }
 
+    /// The conversation's worktree of its project, made on its first turn,
+    /// and how it is before the harness runs. The person is told what
+    /// went wrong in a sentence; the paths and git's words go to the log.
+    async fn check_out(
+        &self,
+        ctx: &AgentRunContext,
+        spec: &AdapterSpec,
+        project: Option<&Project>,
+        projection: &Projection,
+    ) -> Result<Option<(Checkout, Snapshot)>, RunFailed> {
+        let Some(project) = project else {
+            return Ok(None);
+        };
+        let conversation = match ctx.thread_id() {
+            Some(thread) => format!("{}/{thread}", ctx.conversation_id().unwrap_or_default()),
+            None => ctx.conversation_id().unwrap_or_default().to_string(),
+        };
+        let branch = project.branch_for(&safe_component(&conversation), &spec.name);
+        let target = spec.target();
+        let mut bridge_paths = vec![
+            format!("{}/", paths::DIR),
+            format!("{}/", super::outbox::OUTBOX_DIR),
+            format!("{}/", target.skills_dir.join("/")),
+        ];
+        bridge_paths.extend(projection.mcp.file.as_ref().map(|f| f.path.join("/")));
+        bridge_paths.extend(target.instructions_file.as_ref().map(|f| f.join("/")));
+        let refused = |e: crate::project::ProjectError| {
+            tracing::error!(project = %project.name, error = %e, "cannot use the project's worktree");
+            fail(
+                FailureCode::WorkspaceError,
+                format!(
+                    "project `{}`: the conversation's worktree could not be made ready; \
+                     the bridge's log says why",
+                    project.name
+                ),
+            )
+        };
+        let checkout = Checkout::ensure(project, &projection.workspace, branch, &bridge_paths)
+            .await
+            .map_err(refused)?;
+        let before = checkout.snapshot().await.map_err(refused)?;
+        Ok(Some((checkout, before)))
+    }
+
     /// The harness's environment once the workspace is written: the
     /// conversation's home, the extra MCP servers' variables, the run's
     /// token and URL; and the token-filled MCP file for a harness that
@@ -473,6 +555,7 @@ impl Bridge {
         env: &mut BTreeMap<String, String>,
         projection: &Projection,
         program: &std::path::Path,
+        checkout: Option<&Checkout>,
     ) -> Result<Caged, RunFailed> {
         let workspace = &projection.workspace;
         // A caged harness cannot write the shared `/tmp`: its own instead.
@@ -512,6 +595,7 @@ impl Bridge {
             };
         }
         cage.ports.extend(&binding.network_ports);
+        let (repo_read, repo_write) = checkout.map(Checkout::cage_paths).unwrap_or_default();
         let wall = cage.plan(&Subject {
             workspace,
             program,
@@ -521,6 +605,7 @@ impl Bridge {
                 .as_ref()
                 .map_or(&[][..], |home| home.carried.as_slice()),
             own_port,
+            project: (&repo_read, &repo_write),
         });
         // Every process of the conversation, in its limits; a turn that
         // hits one fails `resource_limit`, named by the group's counters.

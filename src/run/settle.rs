@@ -13,12 +13,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::drive::Driven;
 use super::prepare::Prepared;
-use super::{AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, answers, record};
+use super::{
+    AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, answers, outbox, record,
+};
 use crate::harness::ResumePointer;
 use crate::interaction::{self, PENDING_KEY, Pending};
+use crate::projection::safe_component;
 use crate::protocol::{
-    ActionRequested, AgentRunContext, FailureCode, INTERACTION_REQUESTED, Message, ResultPayload,
-    RunCompleted, StateScope, StateUpdated,
+    ActionRequested, AgentRunContext, FailureCode, INTERACTION_REQUESTED, Message,
+    MessageCompleted, ResultPayload, RunCompleted, StateScope, StateUpdated,
 };
 
 impl Bridge {
@@ -73,6 +76,7 @@ impl Bridge {
             p
         });
         self.keep_request(turn, asked.as_ref(), emit).await;
+        tell_changes(ctx, turn, emit).await;
         if self.settings.record_turns {
             if let Err(e) = record::reply(turn.host, ctx, &spec.name, &emit.reply()).await {
                 tracing::warn!("cannot record the reply: {e}");
@@ -167,6 +171,45 @@ impl Bridge {
             tracing::warn!("cannot keep the open request in the conversation's state");
         }
     }
+}
+
+/// What the turn changed in its project's worktree, for the person: a
+/// summary (files, lines, commits) and the whole diff as a file; nothing
+/// when nothing changed. A worktree git cannot read is said so too.
+async fn tell_changes(ctx: &AgentRunContext, turn: &Prepared<'_>, emit: &mut Emitter) {
+    let Some((checkout, before)) = &turn.checkout else {
+        return;
+    };
+    let text = match checkout.changes_since(before).await {
+        Ok(None) => return,
+        Ok(Some(changes)) => {
+            let name = format!("changes-{}.diff", safe_component(&ctx.run_id));
+            let summary = changes.summary(Some(&name));
+            let scope = &turn.open.grant.scope;
+            let diff = outbox::created(name, changes.diff, scope, turn.host).await;
+            emit.send(vec![
+                ResultPayload::MessageCompleted(MessageCompleted {
+                    message: Message::assistant(summary),
+                    file_ids: Vec::new(),
+                }),
+                ResultPayload::ArtifactCreated(diff),
+            ])
+            .await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell what the turn changed in the worktree");
+            format!(
+                "What this turn changed on branch `{}` could not be read (the bridge's log says why).",
+                checkout.branch
+            )
+        }
+    };
+    emit.send(vec![ResultPayload::MessageCompleted(MessageCompleted {
+        message: Message::assistant(text),
+        file_ids: Vec::new(),
+    })])
+    .await;
 }
 
 /// The turn's terminal result from the harness's: a turn that asked the

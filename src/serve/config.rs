@@ -56,6 +56,10 @@ pub struct ServeConfig {
     /// headers}`) a run may pick by name in its `config.mcp_servers`: only
     /// the operator defines what runs.
     pub mcp_servers: crate::projection::McpCatalog,
+    /// Code repositories a run may work on, by name (`repository`, `base`,
+    /// `branch`, `author`); a binding picks one with `project: NAME` and
+    /// its conversation gets a worktree of it on a branch of its own.
+    pub projects: crate::project::Projects,
     /// Knowledge bases of the embedded host: id → folder of text files,
     /// indexed at start (only what changed since the last start) and
     /// searched by a harness with `retrieve_knowledge`.
@@ -129,6 +133,7 @@ impl Default for ServeConfig {
             pass_env: Vec::new(),
             set_env: BTreeMap::new(),
             mcp_servers: Default::default(),
+            projects: Default::default(),
             knowledge_bases: BTreeMap::new(),
             default_harness: "claude-code".into(),
             default_config: serde_json::Map::new(),
@@ -217,6 +222,7 @@ impl ServeConfig {
             .chain(self.knowledge_bases.values_mut())
             .chain(self.cage.read_only.iter_mut())
             .chain(self.cage.read_write.iter_mut())
+            .chain(self.projects.values_mut().map(|p| &mut p.repository))
         {
             resolve(path);
         }

@@ -305,8 +305,17 @@ async fn create_run(
     ctx.config.extend(service.config.fixed_config.clone());
     // A binding that could never run (a wrong key, a server it tries to
     // define) is the client's to fix now, not a queued turn's to fail.
-    if let Err(e) = crate::projection::Binding::from_config(&ctx.config) {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
+    match crate::projection::Binding::from_config(&ctx.config) {
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Ok(binding) => {
+            if let Some(Err(e)) = binding
+                .project
+                .as_deref()
+                .map(|p| service.bridge.project(p))
+            {
+                return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
+            }
+        }
     }
     let harness = harness.or(query.harness);
     let harness = harness.unwrap_or_else(|| service.config.default_harness.clone());

@@ -71,6 +71,9 @@ pub struct Subject<'a> {
     pub carried: &'a [PathBuf],
     /// The port it is told to serve itself on (`{own_port}`), if any.
     pub own_port: Option<u16>,
+    /// What its conversation's project lets it read and write besides the
+    /// workspace (the repository's git folder: objects, refs, its record).
+    pub project: (&'a [PathBuf], &'a [PathBuf]),
 }
 
 impl CagePolicy {
@@ -112,10 +115,12 @@ impl CagePolicy {
         }
         read_only.extend(subject.carried.iter().cloned());
         read_only.extend(self.read_only.iter().cloned());
+        read_only.extend(subject.project.0.iter().cloned());
 
         let mut read_write = vec![subject.workspace.to_path_buf()];
         read_write.extend(wall::SYSTEM_READ_WRITE.iter().map(PathBuf::from));
         read_write.extend(self.read_write.iter().cloned());
+        read_write.extend(subject.project.1.iter().cloned());
 
         let connect = match self.network {
             Network::Open => None,
@@ -210,6 +215,7 @@ mod tests {
                 env: &env,
                 carried: &[],
                 own_port: None,
+                project: (&[], &[]),
             })
             .expect("caged");
         assert_eq!(plan.read_write[0], Path::new("/data/ws/a"));
@@ -230,6 +236,7 @@ mod tests {
             env: &env,
             carried: &[],
             own_port: None,
+            project: (&[], &[]),
         };
         assert!(off.plan(&subject).is_none());
         let open: CagePolicy = serde_yaml::from_str("network: open").unwrap();

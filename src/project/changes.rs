@@ -1,0 +1,252 @@
+//! What a turn changed in its worktree, for the person in the chat.
+//!
+//! Before the harness runs, the worktree's state is written down as a
+//! tree (every file, tracked or new, as git would commit it) and the
+//! branch's commit; after it, again. The two trees give the files, the
+//! lines added and removed and the whole diff; the two commits give the
+//! commits the turn made. The worktree's own index is never touched: the
+//! snapshot is made with an index of the bridge's, copied from it so
+//! unchanged files are not read again.
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+
+use super::worktree::Checkout;
+use super::{GitError, ProjectError};
+
+/// Largest diff sent with a summary; past it the file says where it was cut.
+const MAX_DIFF_BYTES: usize = 8 * 1024 * 1024;
+/// Largest worktree index copied for a snapshot.
+const MAX_INDEX_BYTES: u64 = 256 * 1024 * 1024;
+/// Files and commits named in a summary; the rest are counted.
+const LISTED: usize = 10;
+
+/// The worktree at one moment: its files as a tree, and its branch's commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    tree: String,
+    head: String,
+}
+
+/// One file a turn changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// Its path in the repository.
+    pub path: String,
+    /// Lines added and removed; `None` for a binary file.
+    pub lines: Option<(u64, u64)>,
+}
+
+/// What a turn changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// The conversation's branch.
+    pub branch: String,
+    /// The files, in path order.
+    pub files: Vec<FileChange>,
+    /// The commits the turn made (`short-id subject`), oldest first.
+    pub commits: Vec<String>,
+    /// The whole diff, cut past [`MAX_DIFF_BYTES`].
+    pub diff: Vec<u8>,
+}
+
+impl Checkout {
+    /// The worktree as it is now.
+    pub async fn snapshot(&self) -> Result<Snapshot, ProjectError> {
+        let at_git = |source: GitError| ProjectError::Git {
+            name: self.project.clone(),
+            source,
+        };
+        let index = self.index_copy().map_err(|e| ProjectError::Workspace {
+            name: self.project.clone(),
+            why: format!("cannot copy the worktree's index: {e}"),
+        })?;
+        let git = self.git().with_index(&index);
+        git.run(&["add", "--all", "--", "."])
+            .await
+            .map_err(at_git)?;
+        let tree = git.line(&["write-tree"]).await.map_err(at_git)?;
+        let head = self
+            .git()
+            .line(&["rev-parse", "--verify", "HEAD^{commit}"])
+            .await
+            .map_err(at_git)?;
+        Ok(Snapshot { tree, head })
+    }
+
+    /// What changed since `before`; `None` when nothing did.
+    pub async fn changes_since(&self, before: &Snapshot) -> Result<Option<Changes>, ProjectError> {
+        let after = self.snapshot().await?;
+        if after == *before {
+            return Ok(None);
+        }
+        let at_git = |source: GitError| ProjectError::Git {
+            name: self.project.clone(),
+            source,
+        };
+        let git = self.git();
+        let diff_args = ["diff", "--no-ext-diff", "--no-textconv", "--no-renames"];
+        let mut args = diff_args.to_vec();
+        args.extend(["--numstat", "-z", &before.tree, &after.tree]);
+        let numstat = git.run(&args).await.map_err(at_git)?;
+        let files = parse_numstat(&numstat);
+        let commits = if after.head == before.head {
+            Vec::new()
+        } else {
+            let range = format!("{}..{}", before.head, after.head);
+            let log = git
+                .run(&["log", "--no-decorate", "--format=%h %s", &range])
+                .await
+                .map_err(at_git)?;
+            let mut commits: Vec<String> = String::from_utf8_lossy(&log)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            commits.reverse();
+            commits
+        };
+        let mut args = diff_args.to_vec();
+        args.extend([before.tree.as_str(), after.tree.as_str()]);
+        let mut diff = git.run(&args).await.map_err(at_git)?;
+        if diff.len() > MAX_DIFF_BYTES {
+            let total = diff.len();
+            diff.truncate(MAX_DIFF_BYTES);
+            diff.extend(
+                format!("\n[the diff was cut here: it is {total} bytes, over {MAX_DIFF_BYTES}]\n")
+                    .as_bytes(),
+            );
+        }
+        Ok(Some(Changes {
+            branch: self.branch.clone(),
+            files,
+            commits,
+            diff,
+        }))
+    }
+
+    /// A copy of the worktree's index in a file of the bridge's own (the
+    /// harness can replace its index with anything, a link included).
+    fn index_copy(&self) -> std::io::Result<tempfile::TempPath> {
+        let copy = tempfile::NamedTempFile::new()?;
+        let from = self.admin.join("index");
+        let meta = std::fs::symlink_metadata(&from);
+        if let Ok(meta) = meta {
+            if meta.is_file() && meta.len() <= MAX_INDEX_BYTES {
+                let mut source = std::fs::File::open(&from)?;
+                let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+                source
+                    .by_ref()
+                    .take(MAX_INDEX_BYTES)
+                    .read_to_end(&mut bytes)?;
+                std::fs::write(copy.path(), bytes)?;
+                return Ok(copy.into_temp_path());
+            }
+        }
+        // No usable index: git builds one from the files (slower).
+        let path = copy.into_temp_path();
+        std::fs::remove_file(&path)?;
+        Ok(path)
+    }
+}
+
+impl Changes {
+    /// The lines added and removed over every text file.
+    pub fn totals(&self) -> (u64, u64) {
+        self.files
+            .iter()
+            .filter_map(|f| f.lines)
+            .fold((0, 0), |(a, r), (fa, fr)| (a + fa, r + fr))
+    }
+
+    /// The summary the person reads: the branch, the files with their
+    /// lines, the new commits, and where the whole diff is.
+    pub fn summary(&self, diff_name: Option<&str>) -> String {
+        let (added, removed) = self.totals();
+        let n = self.files.len();
+        let mut text = format!(
+            "Changes on branch `{}`: {n} file{} changed, +{added} −{removed}",
+            self.branch,
+            if n == 1 { "" } else { "s" }
+        );
+        if !self.commits.is_empty() {
+            let c = self.commits.len();
+            let _ = write!(text, ", {c} new commit{}", if c == 1 { "" } else { "s" });
+        }
+        text.push('.');
+        for file in self.files.iter().take(LISTED) {
+            let _ = match file.lines {
+                Some((a, r)) => write!(text, "\n- {} (+{a} −{r})", file.path),
+                None => write!(text, "\n- {} (binary)", file.path),
+            };
+        }
+        if n > LISTED {
+            let _ = write!(text, "\n- and {} more", n - LISTED);
+        }
+        for commit in self.commits.iter().take(LISTED) {
+            let _ = write!(text, "\n* {commit}");
+        }
+        if self.commits.len() > LISTED {
+            let _ = write!(text, "\n* and {} more", self.commits.len() - LISTED);
+        }
+        if let Some(name) = diff_name {
+            let _ = write!(text, "\nThe whole diff is in {name}.");
+        }
+        text
+    }
+}
+
+/// `git diff --numstat -z`: `added\tremoved\tpath\0` per file, `-` for a
+/// binary file's counts.
+fn parse_numstat(out: &[u8]) -> Vec<FileChange> {
+    out.split(|b| *b == 0)
+        .filter(|entry| !entry.is_empty())
+        .filter_map(|entry| {
+            let text = String::from_utf8_lossy(entry);
+            let mut parts = text.splitn(3, '\t');
+            let added = parts.next()?;
+            let removed = parts.next()?;
+            let path = parts.next()?.to_string();
+            let lines = added.parse().ok().zip(removed.parse().ok());
+            Some(FileChange { path, lines })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numstat_gives_files_with_their_lines_and_binaries_without() {
+        let files = parse_numstat(b"3\t1\tsrc/a.rs\0-\t-\tlogo.png\0");
+        assert_eq!(
+            files,
+            vec![
+                FileChange {
+                    path: "src/a.rs".into(),
+                    lines: Some((3, 1))
+                },
+                FileChange {
+                    path: "logo.png".into(),
+                    lines: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_summary_names_the_branch_files_commits_and_the_diff() {
+        let changes = Changes {
+            branch: "chat/c-1".into(),
+            files: parse_numstat(b"3\t1\tsrc/a.rs\0-\t-\tlogo.png\0"),
+            commits: vec!["abc1234 Fix the greeting".into()],
+            diff: Vec::new(),
+        };
+        assert_eq!(
+            changes.summary(Some("changes.diff")),
+            "Changes on branch `chat/c-1`: 2 files changed, +3 −1, 1 new commit.\n\
+             - src/a.rs (+3 −1)\n- logo.png (binary)\n* abc1234 Fix the greeting\n\
+             The whole diff is in changes.diff."
+        );
+    }
+}

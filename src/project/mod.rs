@@ -1,0 +1,261 @@
+//! Projects: a chat bound to a code repository.
+//!
+//! The operator declares projects by name (`bridge.yaml`'s `projects`); a
+//! binding picks one (`project: web`), as it picks MCP servers, and can
+//! never name a path. Each conversation of a project works in a git
+//! worktree of its own on a branch of its own ([`Checkout`]), created from
+//! the base branch on its first turn and kept across turns; what a turn
+//! changed there is summed up for the person ([`Changes`]).
+//!
+//! The bridge runs git itself ([`git`]) with the repository's hooks and
+//! the caller's git configuration switched off: the harness may write the
+//! worktree and the objects, so nothing git reads from there may make the
+//! bridge run a program.
+
+mod changes;
+mod git;
+mod worktree;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use changes::{Changes, FileChange, Snapshot};
+pub use git::GitError;
+pub use worktree::Checkout;
+
+/// Projects by name: what a binding's `project` picks among.
+pub type Projects = BTreeMap<String, ProjectSpec>;
+
+/// One repository the operator lets conversations work on.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectSpec {
+    /// The repository: a local folder with a `.git`.
+    pub repository: PathBuf,
+    /// The branch a conversation's branch starts from (default: the
+    /// repository's current branch when the bridge starts).
+    #[serde(default)]
+    pub base: Option<String>,
+    /// The conversation's branch, from a template: `{conversation}` is the
+    /// conversation's slug, `{harness}` the harness's name.
+    #[serde(default = "default_branch")]
+    pub branch: String,
+    /// Who the harness's commits are by (`Name <email>`).
+    #[serde(default = "default_author")]
+    pub author: String,
+}
+
+fn default_branch() -> String {
+    "chat/{conversation}".into()
+}
+
+fn default_author() -> String {
+    "harness-bridge <harness-bridge@localhost>".into()
+}
+
+/// Why a project could not be used: each says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectError {
+    /// A binding named a project the operator did not declare.
+    #[error(
+        "unknown project `{name}` (known: {known}); projects are declared in bridge.yaml's `projects`"
+    )]
+    Unknown {
+        /// The name the binding gave.
+        name: String,
+        /// The declared names.
+        known: String,
+    },
+    /// The declared repository is not one.
+    #[error("project `{name}`: {repository} is not a git repository ({why})")]
+    NotARepository {
+        /// The project.
+        name: String,
+        /// Its declared folder.
+        repository: String,
+        /// What git said.
+        why: String,
+    },
+    /// A setting cannot hold.
+    #[error("project `{name}`: {why}")]
+    Invalid {
+        /// The project.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// Git refused or failed.
+    #[error("project `{name}`: {source}")]
+    Git {
+        /// The project.
+        name: String,
+        /// What git said.
+        source: GitError,
+    },
+    /// The workspace could not be arranged around the worktree.
+    #[error("project `{name}`: {why}")]
+    Workspace {
+        /// The project.
+        name: String,
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// A project a turn works on: its name and its settings, checked.
+#[derive(Debug, Clone)]
+pub struct Project {
+    /// The name the binding picked.
+    pub name: String,
+    /// The repository's git folder (`.git`), where every worktree's
+    /// objects and refs are.
+    pub common_dir: PathBuf,
+    /// The branch conversations start from.
+    pub base: String,
+    /// The branch template.
+    pub branch: String,
+    /// `Name <email>` for the harness's commits.
+    pub author: (String, String),
+}
+
+impl Project {
+    /// Check a declared project once, at start: the repository is one, its
+    /// base branch exists, the template and author make sense.
+    pub async fn open(name: &str, spec: &ProjectSpec) -> Result<Project, ProjectError> {
+        let invalid = |why: String| ProjectError::Invalid {
+            name: name.into(),
+            why,
+        };
+        if !spec.repository.is_absolute() {
+            return Err(invalid(format!(
+                "repository {} must be an absolute path",
+                spec.repository.display()
+            )));
+        }
+        let common_dir =
+            git::common_dir(&spec.repository)
+                .await
+                .map_err(|e| ProjectError::NotARepository {
+                    name: name.into(),
+                    repository: spec.repository.display().to_string(),
+                    why: e.to_string(),
+                })?;
+        let base = match &spec.base {
+            Some(base) => base.clone(),
+            None => git::current_branch(&common_dir)
+                .await
+                .map_err(|source| ProjectError::Git {
+                    name: name.into(),
+                    source,
+                })?,
+        };
+        git::Git::bare(&common_dir)
+            .run(&[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{base}^{{commit}}"),
+            ])
+            .await
+            .map_err(|_| invalid(format!("its base branch `{base}` does not exist")))?;
+        if !spec.branch.contains("{conversation}") {
+            return Err(invalid(format!(
+                "branch template `{}` must contain {{conversation}}: every conversation needs a branch of its own",
+                spec.branch
+            )));
+        }
+        let author = parse_author(&spec.author)
+            .ok_or_else(|| invalid(format!("author `{}` is not `Name <email>`", spec.author)))?;
+        Ok(Project {
+            name: name.into(),
+            common_dir,
+            base,
+            branch: spec.branch.clone(),
+            author,
+        })
+    }
+
+    /// The branch of one conversation's worktree.
+    pub fn branch_for(&self, conversation: &str, harness: &str) -> String {
+        self.branch
+            .replace("{conversation}", conversation)
+            .replace("{harness}", harness)
+    }
+
+    /// The variables the harness's git runs with: the project's author,
+    /// so a commit needs no git configuration in the conversation's home;
+    /// and no automatic maintenance, which would pack the repository's
+    /// refs, a file the cage keeps the harness from writing.
+    pub fn git_env(&self) -> Vec<(&'static str, String)> {
+        let (name, email) = &self.author;
+        vec![
+            ("GIT_AUTHOR_NAME", name.clone()),
+            ("GIT_AUTHOR_EMAIL", email.clone()),
+            ("GIT_COMMITTER_NAME", name.clone()),
+            ("GIT_COMMITTER_EMAIL", email.clone()),
+            ("GIT_CONFIG_COUNT", "2".into()),
+            ("GIT_CONFIG_KEY_0", "maintenance.auto".into()),
+            ("GIT_CONFIG_VALUE_0", "false".into()),
+            ("GIT_CONFIG_KEY_1", "gc.auto".into()),
+            ("GIT_CONFIG_VALUE_1", "0".into()),
+        ]
+    }
+}
+
+/// `Name <email>` → its parts.
+fn parse_author(author: &str) -> Option<(String, String)> {
+    let (name, rest) = author.split_once('<')?;
+    let email = rest.strip_suffix('>')?;
+    let name = name.trim();
+    (!name.is_empty() && email.contains('@') && !email.contains(['<', '>', '\n']))
+        .then(|| (name.to_string(), email.trim().to_string()))
+}
+
+/// Every declared project, checked: the service does not start on one it
+/// cannot use.
+pub async fn open_all(projects: &Projects) -> Result<BTreeMap<String, Project>, ProjectError> {
+    let mut opened = BTreeMap::new();
+    for (name, spec) in projects {
+        opened.insert(name.clone(), Project::open(name, spec).await?);
+    }
+    Ok(opened)
+}
+
+/// The project a binding picked, or why it cannot have it.
+pub fn pick<'a>(
+    projects: &'a BTreeMap<String, Project>,
+    name: &str,
+) -> Result<&'a Project, ProjectError> {
+    projects.get(name).ok_or_else(|| ProjectError::Unknown {
+        name: name.into(),
+        known: if projects.is_empty() {
+            "none".into()
+        } else {
+            projects.keys().cloned().collect::<Vec<_>>().join(", ")
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_author_is_a_name_and_an_email() {
+        assert_eq!(
+            parse_author("Chat Bot <bot@example.org>"),
+            Some(("Chat Bot".into(), "bot@example.org".into()))
+        );
+        assert_eq!(parse_author("bot@example.org"), None);
+        assert_eq!(parse_author("<bot@example.org>"), None);
+        assert_eq!(parse_author("Bot <not-an-email>"), None);
+    }
+
+    #[test]
+    fn an_unknown_project_names_the_known_ones() {
+        let err = pick(&BTreeMap::new(), "web").unwrap_err().to_string();
+        assert!(err.contains("unknown project `web` (known: none)"), "{err}");
+    }
+}

@@ -1,0 +1,236 @@
+//! A conversation's worktree: its workspace is a git worktree of the
+//! project on a branch of its own, made on the first turn and kept.
+//!
+//! The workspace already holds the bridge's files (`.langbot/`, the
+//! skills, the MCP file) when the worktree is made, and `git worktree add`
+//! wants an empty folder; so the worktree is added, unchecked-out, in a
+//! folder beneath the bridge's, its `.git` file moved up, and its files
+//! checked out in place. The bridge's files are listed in the
+//! repository's `info/exclude`, so they never show in a diff or a commit.
+//!
+//! The worktree's record in the repository (`worktrees/<name>`) is named
+//! from the workspace's path, so the bridge finds it again without reading
+//! the `.git` file the harness may have rewritten.
+
+use std::path::{Path, PathBuf};
+
+use super::git::Git;
+use super::{Project, ProjectError};
+
+/// The lines the bridge keeps in the repository's `info/exclude`, between
+/// these markers.
+const EXCLUDE_BEGIN: &str = "# harness-bridge: the bridge's own files in a conversation's worktree";
+const EXCLUDE_END: &str = "# harness-bridge: end";
+
+/// One conversation's worktree of a project.
+#[derive(Debug, Clone)]
+pub struct Checkout {
+    /// The project's name, for sentences.
+    pub project: String,
+    /// The repository's git folder.
+    pub common_dir: PathBuf,
+    /// The worktree's record in it (`worktrees/<name>`).
+    pub admin: PathBuf,
+    /// The worktree: the conversation's workspace.
+    pub work_tree: PathBuf,
+    /// The conversation's branch.
+    pub branch: String,
+}
+
+impl Checkout {
+    /// The conversation's worktree in `workspace`, made from the base
+    /// branch (or the conversation's branch, when it already exists) the
+    /// first time. `bridge_paths` are the workspace-relative paths the
+    /// bridge writes (`.langbot/`, the skills folder…), kept out of git.
+    pub async fn ensure(
+        project: &Project,
+        workspace: &Path,
+        branch: String,
+        bridge_paths: &[String],
+    ) -> Result<Checkout, ProjectError> {
+        let name = admin_name(workspace);
+        let checkout = Checkout {
+            project: project.name.clone(),
+            common_dir: project.common_dir.clone(),
+            admin: project.common_dir.join("worktrees").join(&name),
+            work_tree: workspace.to_path_buf(),
+            branch,
+        };
+        checkout.exclude(bridge_paths)?;
+        if checkout.is_made() {
+            // The harness may have rewritten its `.git` file: git run by
+            // the harness finds its record through it, so it is put back.
+            checkout.write_links()?;
+            return Ok(checkout);
+        }
+        checkout.make(project, &name).await?;
+        Ok(checkout)
+    }
+
+    /// The git of this worktree, found by the bridge's own paths.
+    pub(super) fn git(&self) -> Git {
+        Git::worktree(&self.admin, &self.common_dir, &self.work_tree)
+    }
+
+    /// What the harness must reach to commit: it reads the repository's
+    /// git folder, writes the objects, the refs and its own record.
+    pub fn cage_paths(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let read = vec![self.common_dir.clone()];
+        let write = ["objects", "refs", "logs"]
+            .iter()
+            .map(|dir| self.common_dir.join(dir))
+            .chain([self.admin.clone()])
+            .filter(|dir| dir.is_dir())
+            .collect();
+        (read, write)
+    }
+
+    fn is_made(&self) -> bool {
+        let recorded = std::fs::read_to_string(self.admin.join("gitdir")).ok();
+        recorded.is_some_and(|path| Path::new(path.trim()) == self.work_tree.join(".git"))
+            && self.admin.join("HEAD").is_file()
+    }
+
+    fn fail(&self, why: String) -> ProjectError {
+        ProjectError::Workspace {
+            name: self.project.clone(),
+            why,
+        }
+    }
+
+    /// The worktree's `.git` file and its record's way back to it.
+    fn write_links(&self) -> Result<(), ProjectError> {
+        let dot_git = self.work_tree.join(".git");
+        if std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_dir()) {
+            return Err(self.fail(format!(
+                "the workspace {} holds a repository of its own (a .git folder), not the project's worktree",
+                self.work_tree.display()
+            )));
+        }
+        write_replacing(&dot_git, &format!("gitdir: {}\n", self.admin.display()))
+            .and_then(|()| {
+                write_replacing(
+                    &self.admin.join("gitdir"),
+                    &format!("{}\n", dot_git.display()),
+                )
+            })
+            .map_err(|e| self.fail(format!("cannot link the worktree: {e}")))
+    }
+
+    /// Add the worktree beside the bridge's files and check it out.
+    async fn make(&self, project: &Project, name: &str) -> Result<(), ProjectError> {
+        let repo = Git::bare(&self.common_dir);
+        let at_git = |source| ProjectError::Git {
+            name: self.project.clone(),
+            source,
+        };
+        // A record left by a worktree whose folder is gone.
+        repo.run(&["worktree", "prune"]).await.map_err(at_git)?;
+        if self.admin.exists() {
+            return Err(self.fail(format!(
+                "a worktree record `{name}` already exists for another folder; \
+                 remove it with `git worktree remove` in the repository"
+            )));
+        }
+        let staging = self.work_tree.join(".langbot").join(name);
+        let staging_arg = staging.to_string_lossy().into_owned();
+        let branch_ref = format!("refs/heads/{}", self.branch);
+        let exists = repo
+            .run(&["rev-parse", "--verify", "--quiet", &branch_ref])
+            .await
+            .is_ok();
+        let mut args = vec!["worktree", "add", "--no-checkout", "--quiet"];
+        if exists {
+            args.extend([staging_arg.as_str(), self.branch.as_str()]);
+        } else {
+            args.extend([
+                "-b",
+                self.branch.as_str(),
+                staging_arg.as_str(),
+                project.base.as_str(),
+            ]);
+        }
+        repo.run(&args).await.map_err(at_git)?;
+        let made = project.common_dir.join("worktrees").join(name);
+        if made != self.admin {
+            return Err(self.fail(format!(
+                "git named the worktree's record {} instead of {}",
+                made.display(),
+                self.admin.display()
+            )));
+        }
+        std::fs::remove_file(staging.join(".git"))
+            .and_then(|()| std::fs::remove_dir(&staging))
+            .map_err(|e| self.fail(format!("cannot move the worktree into place: {e}")))?;
+        self.write_links()?;
+        self.git()
+            .run(&["reset", "--quiet", "--hard", "HEAD"])
+            .await
+            .map_err(at_git)?;
+        tracing::info!(
+            project = %self.project,
+            branch = %self.branch,
+            "the conversation's worktree is made"
+        );
+        Ok(())
+    }
+
+    /// List the bridge's own paths in the repository's `info/exclude`.
+    fn exclude(&self, bridge_paths: &[String]) -> Result<(), ProjectError> {
+        let file = self.common_dir.join("info").join("exclude");
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let mut kept: Vec<&str> = Vec::new();
+        let mut ours: Vec<String> = Vec::new();
+        let mut inside = false;
+        for line in text.lines() {
+            match line {
+                EXCLUDE_BEGIN => inside = true,
+                EXCLUDE_END => inside = false,
+                _ if inside => ours.push(line.to_string()),
+                _ => kept.push(line),
+            }
+        }
+        let mut wanted = ours.clone();
+        for path in bridge_paths {
+            let line = format!("/{}", path.trim_start_matches('/'));
+            if !wanted.contains(&line) {
+                wanted.push(line);
+            }
+        }
+        if wanted == ours && text.contains(EXCLUDE_BEGIN) {
+            return Ok(());
+        }
+        let mut out = kept.join("\n");
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(EXCLUDE_BEGIN);
+        out.push('\n');
+        for line in &wanted {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str(EXCLUDE_END);
+        out.push('\n');
+        std::fs::create_dir_all(self.common_dir.join("info"))
+            .and_then(|()| write_replacing(&file, &out))
+            .map_err(|e| self.fail(format!("cannot keep the bridge's files out of git: {e}")))
+    }
+}
+
+/// The worktree record's name for a workspace: fixed by its path.
+fn admin_name(workspace: &Path) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes());
+    format!("hb-{}", hex::encode(&digest[..6]))
+}
+
+/// Write `path` whole through a temporary file renamed over it: a link
+/// the harness left there is replaced, never followed.
+fn write_replacing(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}

@@ -1,0 +1,490 @@
+//! Projects: a chat bound to a code repository, through `serve` as an
+//! operator runs it. A real git repository; a scripted harness (caged, as
+//! every harness is by default) that edits a file, commits when told, and
+//! waits when told so two conversations can be held at the same moment.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::server::ServeProcess;
+use serde_json::{Value, json};
+
+/// The harness: appends the word after `WRITE:` to greeting.txt, commits
+/// on `COMMIT`, and on `WAIT` says it is ready and waits for `go`; tries
+/// to write each `PROBE:path` and read each `PEEK:path` (`HELD` or
+/// `BROKE` in `.langbot/probes`); on `REPOINT` points its worktree's
+/// `.git` elsewhere. What it saw of greeting.txt is kept in the bridge's
+/// folder.
+const HARNESS: &str = r#"#!/bin/sh
+prompt=$(cat)
+word=$(printf '%s' "$prompt" | grep -o 'WRITE:[a-z]*' | head -n 1 | cut -d: -f2)
+if [ -n "$word" ]; then echo "$word" >> greeting.txt; fi
+case "$prompt" in *COMMIT*)
+  { git add greeting.txt && git commit -q -m "Greet $word"; } > .langbot/commit.log 2>&1 ;;
+esac
+case "$prompt" in *WAIT*)
+  touch .langbot/ready
+  i=0
+  while [ ! -e .langbot/go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done ;;
+esac
+for target in $(printf '%s' "$prompt" | grep -o 'PROBE:[^ ]*' | cut -d: -f2-); do
+  if ( echo probe >> "$target" ) 2>/dev/null; then echo "BROKE write $target"; else echo "HELD write $target"; fi
+done >> .langbot/probes
+for target in $(printf '%s' "$prompt" | grep -o 'PEEK:[^ ]*' | cut -d: -f2-); do
+  if cat "$target" > /dev/null 2>&1; then echo "BROKE read $target"; else echo "HELD read $target"; fi
+done >> .langbot/probes
+case "$prompt" in *REPOINT*) echo "gitdir: /nonexistent/elsewhere" > .git ;; esac
+cp greeting.txt .langbot/seen
+echo '{"type":"system","subtype":"init","session_id":"p-1","mcp_servers":[]}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Edited."}]},"session_id":"p-1"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"Edited.","session_id":"p-1","stop_reason":"end_turn"}'
+"#;
+
+const SPEC: &str = r#"
+name: editor
+label: Editor
+description: A shell script that edits the project's files.
+binary: project-harness
+argv:
+  new: ["--new"]
+  resume: ["--resume", "{session_id}"]
+stdin: prompt
+env:
+  pass: [PATH]
+family: claude
+skills_dir: .editor/skills
+session_store: unknown
+session_id_format: token
+install_hint: "it is written by the test"
+"#;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A repository with one commit on `main`: greeting.txt says hello.
+fn repository(dir: &Path) -> PathBuf {
+    let repo = dir.join("web");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("greeting.txt"), "hello\n").unwrap();
+    git(&repo, &["add", "greeting.txt"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=Operator",
+            "-c",
+            "user.email=op@example.org",
+            "commit",
+            "-q",
+            "-m",
+            "Hello",
+        ],
+    );
+    repo
+}
+
+struct Setup {
+    serve: ServeProcess,
+    repo: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve_with_project() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path());
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    git(&other, &["init", "-q", "-b", "main"]);
+    std::fs::write(other.join("secret.txt"), "another project's\n").unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir_all(tools.join("adapters")).unwrap();
+    let script = tools.join("project-harness");
+    std::fs::write(&script, HARNESS).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(tools.join("adapters/editor.yaml"), SPEC).unwrap();
+    let config = format!(
+        "adapters: {}\ndefault_harness: editor\nkill_grace_seconds: 1\n\
+         projects:\n  web:\n    repository: {}\n",
+        tools.join("adapters").display(),
+        repo.display()
+    );
+    // The other project is the operator's too, but not this binding's.
+    let _ = &other;
+    let path = format!(
+        "{}:{}",
+        tools.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let serve = ServeProcess::spawn(
+        Arc::new(tempfile::tempdir().unwrap()),
+        &config,
+        &[("PATH", path)],
+    )
+    .await;
+    Setup {
+        serve,
+        repo,
+        _dir: dir,
+    }
+}
+
+fn turn(conversation: &str, text: &str, project: &str) -> Value {
+    json!({"conversation": conversation, "text": text, "config": {"project": project}})
+}
+
+fn of_type<'a>(results: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    results.iter().filter(|r| r["type"] == kind).collect()
+}
+
+fn terminal(results: &[Value]) -> &Value {
+    results.last().expect("a terminal result")
+}
+
+/// The summary the turn sent, if any.
+fn summary(results: &[Value]) -> Option<String> {
+    of_type(results, "message.completed")
+        .into_iter()
+        .filter_map(|r| r["data"]["message"]["content"].as_str())
+        .find(|t| t.starts_with("Changes on branch"))
+        .map(str::to_string)
+}
+
+/// The diff file the turn sent, decoded.
+fn diff(results: &[Value]) -> String {
+    use base64::Engine as _;
+    let file = of_type(results, "artifact.created")
+        .into_iter()
+        .find(|r| {
+            r["data"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("changes-") && n.ends_with(".diff"))
+        })
+        .expect("the diff is sent as a file");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(file["data"]["content_base64"].as_str().expect("inline"))
+        .unwrap();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// The workspaces whose harness wrote `.langbot/<file>`.
+fn workspaces_with(root: &Path, file: &str) -> Vec<PathBuf> {
+    walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().ends_with(Path::new(".langbot").join(file)))
+        .filter_map(|e| Some(e.path().parent()?.parent()?.to_path_buf()))
+        .collect()
+}
+
+/// The worktree of `conversation`: the workspace on its branch.
+fn workspace_of(root: &Path, conversation: &str) -> PathBuf {
+    workspaces_with(root, "seen")
+        .into_iter()
+        .find(|ws| {
+            git(ws, &["rev-parse", "--abbrev-ref", "HEAD"])
+                .starts_with(&format!("chat/{conversation}-"))
+        })
+        .unwrap_or_else(|| panic!("no worktree of {conversation}"))
+}
+
+#[tokio::test]
+async fn two_conversations_edit_one_file_on_their_own_branches_at_the_same_time() {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    let alice = serve.spawn_results(turn("alice", "WAIT WRITE:alpha", "web"));
+    let bob = serve.spawn_results(turn("bob", "WAIT WRITE:beta", "web"));
+    // Both harnesses are running, each has written its word: neither
+    // goes on until both have.
+    let root = serve.workspaces();
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let ready = workspaces_with(&root, "ready");
+            if ready.len() == 2 {
+                return ready;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("both conversations' harnesses run at once");
+    for workspace in &ready {
+        std::fs::write(workspace.join(".langbot/go"), "").unwrap();
+    }
+    let (alice, bob) = (alice.await.unwrap(), bob.await.unwrap());
+    for (results, mine, theirs) in [(&alice, "alpha", "beta"), (&bob, "beta", "alpha")] {
+        assert_eq!(terminal(results)["type"], "run.completed", "{results:#?}");
+        let said = summary(results).expect("a turn that changed the worktree says so");
+        assert!(
+            said.contains("1 file changed, +1 −0") && said.contains("- greeting.txt (+1 −0)"),
+            "{said}"
+        );
+        let diff = diff(results);
+        assert!(diff.contains(&format!("+{mine}")), "{diff}");
+        assert!(!diff.contains(theirs), "{diff}");
+        assert!(
+            !diff.contains(".langbot"),
+            "the bridge's files are not in the diff: {diff}"
+        );
+    }
+    // Each saw only its own change, on its own branch.
+    for workspace in &ready {
+        let seen = std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap();
+        assert!(
+            seen == "hello\nalpha\n" || seen == "hello\nbeta\n",
+            "one conversation saw the other's change: {seen:?}"
+        );
+        let branch = git(workspace, &["rev-parse", "--abbrev-ref", "HEAD"]);
+        assert!(branch.starts_with("chat/"), "{branch}");
+        let status = git(workspace, &["status", "--porcelain"]);
+        assert_eq!(
+            status.trim(),
+            "M greeting.txt",
+            "only the harness's change is git's to see"
+        );
+    }
+    let branches = git(&repo, &["branch", "--format=%(refname:short)"]);
+    assert_eq!(
+        branches.lines().filter(|b| b.starts_with("chat/")).count(),
+        2,
+        "{branches}"
+    );
+    // The operator's own checkout is untouched.
+    assert_eq!(
+        std::fs::read_to_string(repo.join("greeting.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]).trim(), "");
+}
+
+#[tokio::test]
+async fn a_commit_made_in_the_cage_is_on_the_conversations_branch_and_told() {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    let first = serve
+        .results(turn("carol", "WRITE:gamma COMMIT", "web"))
+        .await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
+    let said = summary(&first).expect("a summary");
+    assert!(
+        said.contains("1 new commit") && said.contains("Greet gamma"),
+        "{said}"
+    );
+    let workspace = workspace_of(&serve.workspaces(), "carol");
+    let branch = git(&workspace, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    let log = git(&repo, &["log", "--format=%s|%an", branch.trim()]);
+    assert!(
+        log.starts_with("Greet gamma|harness-bridge\n"),
+        "the commit is in the repository, by the project's author: {log}"
+    );
+    // The worktree is kept: a turn that changes nothing says nothing.
+    let second = serve.results(turn("carol", "just look", "web")).await;
+    assert_eq!(terminal(&second)["type"], "run.completed", "{second:#?}");
+    assert_eq!(summary(&second), None, "{second:#?}");
+    assert!(of_type(&second, "artifact.created").is_empty());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap(),
+        "hello\ngamma\n"
+    );
+}
+
+#[tokio::test]
+async fn a_project_is_picked_by_name_and_an_unknown_one_starts_nothing() {
+    let Setup { serve, _dir, .. } = serve_with_project().await;
+    for (config, expected) in [
+        (
+            json!({"project": "mobile"}),
+            "unknown project `mobile` (known: web)",
+        ),
+        // A path is not a name.
+        (
+            json!({"project": {"repository": "/etc"}}),
+            "picks a project by name",
+        ),
+    ] {
+        let response = serve
+            .client
+            .post(format!("{}/v1/runs", serve.url))
+            .body(
+                json!({"conversation": "dave", "text": "WRITE:delta", "config": config})
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 422, "refused before it queues");
+        let body = response.text().await.unwrap();
+        assert!(body.contains(expected), "{body}");
+    }
+    assert!(
+        workspaces_with(&serve.workspaces(), "seen").is_empty(),
+        "no harness ran"
+    );
+}
+
+#[tokio::test]
+async fn a_caged_agent_commits_on_its_branch_and_reaches_nothing_else_of_the_repository() {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    // Another conversation's worktree, to try to read.
+    let bob = serve.results(turn("bob", "WRITE:beta", "web")).await;
+    assert_eq!(terminal(&bob)["type"], "run.completed", "{bob:#?}");
+    let bob_ws = workspace_of(&serve.workspaces(), "bob");
+    let other = repo.parent().unwrap().join("other");
+    let git_dir = repo.join(".git");
+    let probes = [
+        format!("PROBE:{}", git_dir.join("config").display()),
+        format!("PROBE:{}", git_dir.join("hooks/post-checkout").display()),
+        format!("PROBE:{}", git_dir.join("info/exclude").display()),
+        format!("PROBE:{}", repo.join("greeting.txt").display()),
+        format!("PROBE:{}", other.join(".git/config").display()),
+        format!("PEEK:{}", other.join("secret.txt").display()),
+        format!("PEEK:{}", bob_ws.join("greeting.txt").display()),
+    ];
+    let text = format!("WRITE:gamma COMMIT REPOINT {}", probes.join(" "));
+    let results = serve.results(turn("carol", &text, "web")).await;
+    assert_eq!(terminal(&results)["type"], "run.completed", "{results:#?}");
+    // A worktree whose `.git` the agent pointed elsewhere is still read by
+    // the bridge's own paths, and is put back for the next turn.
+    let summary = summary(&results).expect("a summary despite the moved .git");
+    assert!(summary.contains("1 new commit"), "{summary}");
+    let again = serve.results(turn("carol", "WRITE:delta", "web")).await;
+    assert!(summary_of(&again).contains("+1 −0"), "{again:#?}");
+    let carol_ws = workspace_of(&serve.workspaces(), "carol");
+    let said = std::fs::read_to_string(carol_ws.join(".langbot/probes")).unwrap();
+    assert_eq!(said.lines().count(), probes.len(), "{said}");
+    assert!(
+        !said.contains("BROKE"),
+        "the cage let the agent through:\n{said}"
+    );
+    // The control: its own commit landed, on its branch only.
+    let log = std::fs::read_to_string(carol_ws.join(".langbot/commit.log")).unwrap_or_default();
+    // git says it cannot lock the packed refs (it would delete a
+    // pseudo-ref from them) and goes on: the commit is made.
+    assert!(
+        log.lines().all(|l| l.contains("packed-refs.lock")
+            || l.trim().is_empty()
+            || !l.starts_with("error") && !l.starts_with("fatal")),
+        "the commit failed in the cage: {log}"
+    );
+    let branch = git(&carol_ws, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    let subjects = git(&repo, &["log", "--format=%s", branch.trim()]);
+    assert!(subjects.starts_with("Greet gamma\n"), "{subjects}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("greeting.txt")).unwrap(),
+        "hello\n"
+    );
+    let config = std::fs::read_to_string(git_dir.join("config")).unwrap();
+    assert!(!config.contains("probe"), "{config}");
+}
+
+fn summary_of(results: &[Value]) -> String {
+    summary(results).unwrap_or_else(|| panic!("no summary in {results:#?}"))
+}
+
+#[tokio::test]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn claude_code_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
+    use common::anthropic::{BASH_DONE, fake_model_running};
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path());
+    let (model_url, _fake) = fake_model_running(
+        "echo 'hello from claude' >> greeting.txt && git commit -qam 'Claude greets'",
+    )
+    .await;
+    let extra = format!(
+        "projects:\n  web:\n    repository: {}\n    author: \"Chat agent <agent@example.org>\"\n\
+         default_config:\n  permission_mode: bypassPermissions\n  project: web\n",
+        repo.display()
+    );
+    let (serve, _home) = common::server::serve_claude(model_url, &extra).await;
+    let results = serve
+        .results(json!({"conversation": "erin", "text": "Greet, and commit it."}))
+        .await;
+    assert_eq!(terminal(&results)["type"], "run.completed", "{results:#?}");
+    let said: Vec<&str> = of_type(&results, "message.completed")
+        .into_iter()
+        .filter_map(|r| r["data"]["message"]["content"].as_str())
+        .collect();
+    assert!(said.iter().any(|t| t.contains(BASH_DONE)), "{said:?}");
+    let summary = summary_of(&results);
+    assert!(
+        summary.contains("1 file changed, +1 −0")
+            && summary.contains("1 new commit")
+            && summary.contains("Claude greets"),
+        "{summary}"
+    );
+    let diff = diff(&results);
+    assert!(diff.contains("+hello from claude"), "{diff}");
+    assert!(
+        !diff.contains(".claude") && !diff.contains(".langbot"),
+        "{diff}"
+    );
+    let branches = git(&repo, &["branch", "--format=%(refname:short)"]);
+    let branch = branches
+        .lines()
+        .find(|b| b.starts_with("chat/erin-"))
+        .unwrap_or_else(|| panic!("{branches}"));
+    let log = git(&repo, &["log", "-1", "--format=%s|%ae", branch]);
+    assert_eq!(log.trim(), "Claude greets|agent@example.org");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("greeting.txt")).unwrap(),
+        "hello\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned codex (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn codex_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
+    use common::openai::{self, RUN};
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path());
+    let (model_url, _fake) = openai::fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    openai::codex_home(home.path(), &model_url);
+    let env = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", home.path().display().to_string()),
+        ("CODEX_HOME", home.path().display().to_string()),
+        ("OPENAI_API_KEY", "test-key".to_string()),
+    ];
+    let config = format!(
+        "harness_binaries:\n  codex: {}\ndefault_harness: codex\nshutdown_grace_seconds: 5\n\
+         projects:\n  web:\n    repository: {}\ndefault_config:\n  project: web\n",
+        common::cli("codex").display(),
+        repo.display()
+    );
+    let serve = ServeProcess::spawn(Arc::new(tempfile::tempdir().unwrap()), &config, &env).await;
+    let command = "echo 'hello from codex' >> greeting.txt && git commit -qam 'Codex greets'";
+    let results = serve
+        .results(json!({"conversation": "frank", "text": format!("{RUN}{command}")}))
+        .await;
+    assert_eq!(terminal(&results)["type"], "run.completed", "{results:#?}");
+    let summary = summary_of(&results);
+    assert!(
+        summary.contains("1 file changed, +1 −0") && summary.contains("Codex greets"),
+        "{summary}"
+    );
+    assert!(diff(&results).contains("+hello from codex"));
+    let branches = git(&repo, &["branch", "--format=%(refname:short)"]);
+    let branch = branches
+        .lines()
+        .find(|b| b.starts_with("chat/frank-"))
+        .unwrap_or_else(|| panic!("{branches}"));
+    let log = git(&repo, &["log", "-1", "--format=%s", branch]);
+    assert_eq!(log.trim(), "Codex greets");
+}
