@@ -74,6 +74,7 @@ fn main() {
             base: None,
             branch: "chat/{conversation}".into(),
             author: "Bench <b@example.org>".into(),
+            mode: Default::default(),
         };
         let project = Project::open("bench", &spec).await.expect("project");
         let bridge_paths = [".langbot/".to_string()];

@@ -67,6 +67,7 @@ impl<'a> Fixed<'a> {
             ctx,
             target: self.target,
             runner: "claude-code",
+            shared: None,
             root,
             tools: self.tools,
             mcp_url: "http://127.0.0.1:9/mcp",

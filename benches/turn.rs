@@ -149,6 +149,7 @@ async fn same_config() -> SameConfig {
             ctx: &ctx,
             target: &target,
             runner: &spec.name,
+            shared: None,
             root: &root.path().join("workspaces"),
             tools: &names,
             mcp_url: mcp.url(),

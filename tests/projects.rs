@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 const HARNESS: &str = r#"#!/bin/sh
 prompt=$(cat)
 word=$(printf '%s' "$prompt" | grep -o 'WRITE:[a-z]*' | head -n 1 | cut -d: -f2)
+echo "start $word" >> .langbot/turn-log
 if [ -n "$word" ]; then echo "$word" >> greeting.txt; fi
 case "$prompt" in *COMMIT*)
   { git add greeting.txt && git commit -q -m "Greet $word"; } > .langbot/commit.log 2>&1 ;;
@@ -38,6 +39,7 @@ for target in $(printf '%s' "$prompt" | grep -o 'PEEK:[^ ]*' | cut -d: -f2-); do
 done >> .langbot/probes
 case "$prompt" in *REPOINT*) echo "gitdir: /nonexistent/elsewhere" > .git ;; esac
 cp greeting.txt .langbot/seen
+echo "end $word" >> .langbot/turn-log
 echo '{"type":"system","subtype":"init","session_id":"p-1","mcp_servers":[]}'
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Edited."}]},"session_id":"p-1"}'
 echo '{"type":"result","subtype":"success","is_error":false,"result":"Edited.","session_id":"p-1","stop_reason":"end_turn"}'
@@ -108,6 +110,11 @@ struct Setup {
 }
 
 async fn serve_with_project() -> Setup {
+    serve_with_project_as("").await
+}
+
+/// [`serve_with_project`] with more of the project's settings (`mode: shared`).
+async fn serve_with_project_as(settings: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let repo = repository(dir.path());
     let other = dir.path().join("other");
@@ -122,7 +129,7 @@ async fn serve_with_project() -> Setup {
     std::fs::write(tools.join("adapters/editor.yaml"), SPEC).unwrap();
     let config = format!(
         "adapters: {}\ndefault_harness: editor\nkill_grace_seconds: 1\n\
-         projects:\n  web:\n    repository: {}\n",
+         projects:\n  web:\n    repository: {}\n{settings}",
         tools.join("adapters").display(),
         repo.display()
     );
@@ -487,4 +494,54 @@ async fn codex_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
         .unwrap_or_else(|| panic!("{branches}"));
     let log = git(&repo, &["log", "-1", "--format=%s", branch]);
     assert_eq!(log.trim(), "Codex greets");
+}
+
+#[tokio::test]
+async fn a_shared_project_runs_the_turns_of_two_conversations_one_after_another() {
+    let Setup { serve, repo, _dir } = serve_with_project_as("    mode: shared\n").await;
+    let alice = serve.spawn_results(turn("alice", "WAIT WRITE:alpha", "web"));
+    let root = serve.workspaces();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while workspaces_with(&root, "ready").is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("alice's turn runs");
+    // Bob asks while alice's turn holds the project: his waits.
+    let bob = serve.spawn_results(turn("bob", "WRITE:beta", "web"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !bob.is_finished(),
+        "bob's turn ran while alice's held the project"
+    );
+    let shared = workspaces_with(&root, "ready").pop().unwrap();
+    std::fs::write(shared.join(".langbot/go"), "").unwrap();
+    let (alice, bob) = (alice.await.unwrap(), bob.await.unwrap());
+    let log = std::fs::read_to_string(shared.join(".langbot/turn-log")).unwrap();
+    assert_eq!(log, "start alpha\nend alpha\nstart beta\nend beta\n");
+    // One folder: bob found alice's change, and his summary is his own.
+    assert_eq!(
+        std::fs::read_to_string(shared.join(".langbot/seen")).unwrap(),
+        "hello\nalpha\nbeta\n"
+    );
+    assert!(summary_of(&alice).contains("Changes on branch `chat/shared`"));
+    let theirs = diff(&bob);
+    assert!(
+        theirs.contains("+beta") && !theirs.contains("+alpha"),
+        "{theirs}"
+    );
+    assert_eq!(
+        workspaces_with(&root, "seen").len(),
+        1,
+        "one folder for both"
+    );
+    let branches = git(&repo, &["branch", "--format=%(refname:short)"]);
+    assert_eq!(
+        branches
+            .lines()
+            .filter(|b| b.starts_with("chat/"))
+            .collect::<Vec<_>>(),
+        ["chat/shared"]
+    );
 }

@@ -132,6 +132,7 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> Outcome {
         ctx: &ctx,
         target: &target,
         runner: &info.name,
+        shared: None,
         root: &root,
         tools: &tools,
         mcp_url: &args.mcp_url,

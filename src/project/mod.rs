@@ -45,6 +45,22 @@ pub struct ProjectSpec {
     /// Who the harness's commits are by (`Name <email>`).
     #[serde(default = "default_author")]
     pub author: String,
+    /// How conversations share the repository.
+    #[serde(default)]
+    pub mode: ProjectMode,
+}
+
+/// How the conversations of a project share its repository.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProjectMode {
+    /// Each conversation its own worktree, on a branch of its own.
+    #[default]
+    Worktree,
+    /// Every conversation the one worktree (`{conversation}` is `shared`),
+    /// and the project's turns one at a time, in arrival order: for a
+    /// bot one person uses from several chats.
+    Shared,
 }
 
 fn default_branch() -> String {
@@ -118,6 +134,11 @@ pub struct Project {
     pub branch: String,
     /// `Name <email>` for the harness's commits.
     pub author: (String, String),
+    /// How conversations share it.
+    pub mode: ProjectMode,
+    /// Held by the turn working in a shared project's worktree: turns of
+    /// several conversations take it in the order they asked.
+    turn: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Project {
@@ -174,14 +195,30 @@ impl Project {
             base,
             branch: spec.branch.clone(),
             author,
+            mode: spec.mode,
+            turn: std::sync::Arc::default(),
         })
     }
 
-    /// The branch of one conversation's worktree.
+    /// The branch of one conversation's worktree (of every conversation's,
+    /// in a shared project).
     pub fn branch_for(&self, conversation: &str, harness: &str) -> String {
+        let conversation = match self.mode {
+            ProjectMode::Worktree => conversation,
+            ProjectMode::Shared => "shared",
+        };
         self.branch
             .replace("{conversation}", conversation)
             .replace("{harness}", harness)
+    }
+
+    /// A shared project's turn waits here for the one before it (FIFO);
+    /// `None` for a project whose conversations each have their own.
+    pub async fn take_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match self.mode {
+            ProjectMode::Worktree => None,
+            ProjectMode::Shared => Some(self.turn.clone().lock_owned().await),
+        }
     }
 
     /// The variables the harness's git runs with: the project's author,

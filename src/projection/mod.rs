@@ -37,7 +37,7 @@ pub use mcp_config::{
 pub use names::{check_skill_name, relative_components, safe_component};
 pub use render::{DataMessage, Templates};
 pub use scopes::{REDACTED, Scope, is_secret_key, is_secret_value, redact, redact_text};
-pub use workspace::{components as workspace_components, paths};
+pub use workspace::{components as workspace_components, paths, shared as shared_workspace};
 
 use crate::host::GrantedHost;
 use crate::protocol::{AgentRunContext, JsonMap};
@@ -75,6 +75,9 @@ pub struct ProjectRequest<'a> {
     pub target: &'a Target,
     /// Runner name, part of the workspace path.
     pub runner: &'a str,
+    /// The path below `root` of a workspace every conversation of a shared
+    /// project works in, instead of the conversation's own.
+    pub shared: Option<&'a [String]>,
     /// Folder under which workspaces live.
     pub root: &'a Path,
     /// Tools the run's grant allows on the bridge's MCP server.
@@ -205,7 +208,10 @@ pub async fn project(
     let parts = scopes::project_parts(ctx, &scopes, &binding.secret_keys);
     let has = |scope: Scope| scopes.contains(&scope);
 
-    let components = workspace::components(ctx, request.runner);
+    let components = match request.shared {
+        Some(shared) => shared.to_vec(),
+        None => workspace::components(ctx, request.runner),
+    };
     let component_refs: Vec<&str> = components.iter().map(String::as_str).collect();
     let ws = ConfinedDir::create(request.root, &component_refs)?;
     let working_directory = ws.path().to_string_lossy().into_owned();

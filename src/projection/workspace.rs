@@ -38,6 +38,14 @@ pub mod paths {
     pub const ARCHIVED: [[&str; 2]; 4] = [AGENT_CONTEXT, CONTEXT_MD, INSTRUCTIONS, TURN_PROMPT];
 }
 
+/// The path below the root of the workspace every conversation of the
+/// shared project `name` works in: `_projects/<name>`, which no
+/// conversation's path can be (its first component is `_` or a slug
+/// ending in a hash).
+pub fn shared(name: &str) -> Vec<String> {
+    vec!["_projects".into(), safe_component(name)]
+}
+
 /// Placeholder component for an id the context does not have.
 const NONE: &str = "_";
 

@@ -26,10 +26,10 @@ use crate::harness::{
 use crate::host::{HostApi, OpenRun};
 use crate::interaction::{self, Reply};
 use crate::mcp::tool_names;
-use crate::project::{Checkout, Project, Snapshot};
+use crate::project::{Checkout, Project, ProjectMode, Snapshot};
 use crate::projection::{
     Approvals, Binding, NetworkChoice, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
-    URL_ENV, paths, project, safe_component,
+    URL_ENV, paths, safe_component, shared_workspace,
 };
 use crate::protocol::{
     AgentRunContext, FailureCode, InteractionSubmission, Message, ResultPayload, RunCompleted,
@@ -71,6 +71,8 @@ pub(super) struct Prepared<'a> {
     /// The conversation's worktree of its project, and how it was before
     /// the turn (what the turn changed is told at its end).
     pub checkout: Option<(Checkout, Snapshot)>,
+    /// A shared project's turn, held until this turn has ended.
+    _shared_turn: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// The token-filled MCP file, removed when the turn ends.
     _filled: Option<FilledMcpFile>,
     /// Closes the grant however the turn ends.
@@ -93,6 +95,44 @@ struct Caged {
     own_port: Option<u16>,
     wall: Option<Plan>,
     quota: Option<Quota>,
+}
+
+/// The resume pointer the host keeps for the conversation. The bridge's
+/// own host calls are bounded too: a host that does not answer must not
+/// hold the turn past its deadline.
+async fn lookup_pointer(
+    host: &dyn HostApi,
+    open: &OpenRun,
+    ctx: &AgentRunContext,
+    deadline: Instant,
+    cancel: &CancellationToken,
+) -> Result<Option<ResumePointer>, RunFailed> {
+    let host_wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline);
+    let scope = &open.grant.scope;
+    tokio::select! {
+        found = tokio::time::timeout_at(host_wait, record::pointer(host, scope, ctx)) => {
+            Ok(found.unwrap_or_else(|_| {
+                tracing::warn!("the host did not answer the resume pointer lookup; starting fresh");
+                None
+            }))
+        }
+        () = cancel.cancelled() => Err(fail(FailureCode::Cancelled, "the run was cancelled before the harness started")),
+    }
+}
+
+/// A shared project's turn waits for the one before it, whichever
+/// conversation that is; a cancel while waiting ends it.
+async fn wait_for_project(
+    project: Option<&Project>,
+    cancel: &CancellationToken,
+) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, RunFailed> {
+    let Some(project) = project else {
+        return Ok(None);
+    };
+    tokio::select! {
+        guard = project.take_turn() => Ok(guard),
+        () = cancel.cancelled() => Err(fail(FailureCode::Cancelled, "the run was cancelled while it waited for the project's previous turn")),
+    }
 }
 
 /// The MCP configuration file the harness reads, in its workspace.
@@ -151,8 +191,9 @@ impl Bridge {
 
         let tools = tool_names(&open.grant.apis, asking);
         let turn_ctx = answered.as_ref().unwrap_or(ctx);
+        let shared_turn = wait_for_project(project, cancel).await?;
         let projection = self
-            .project_turn(turn_ctx, spec, &open, &tools, options, &env)
+            .project_turn(turn_ctx, spec, project, &open, &tools, options, &env)
             .await?;
         let workspace = projection.workspace.clone();
         summary.workspace = Some(workspace.clone());
@@ -168,19 +209,7 @@ impl Bridge {
         }
         let filled = self.harness_env(spec, &mut env, &projection, &open)?;
 
-        // The bridge's own host calls are bounded too: a host that does not
-        // answer must not hold the turn past its deadline.
-        let host_wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline);
-        let scope = &open.grant.scope;
-        let pointer = tokio::select! {
-            found = tokio::time::timeout_at(host_wait, record::pointer(host, scope, ctx)) => {
-                found.unwrap_or_else(|_| {
-                    tracing::warn!("the host did not answer the resume pointer lookup; starting fresh");
-                    None
-                })
-            }
-            () = cancel.cancelled() => return Err(fail(FailureCode::Cancelled, "the run was cancelled before the harness started")),
-        };
+        let pointer = lookup_pointer(host, &open, ctx, deadline, cancel).await?;
         let session = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
         let Caged {
             own_port,
@@ -221,6 +250,7 @@ impl Bridge {
             counted,
             mcp_config,
             checkout,
+            _shared_turn: shared_turn,
             _filled: filled,
             _guard: guard,
         };
@@ -406,10 +436,12 @@ impl Bridge {
     }
 
     /// Write the conversation's workspace for this turn.
+    #[allow(clippy::too_many_arguments)]
     async fn project_turn(
         &self,
         ctx: &AgentRunContext,
         spec: &AdapterSpec,
+        project: Option<&Project>,
         open: &OpenRun,
         tools: &[&str],
         options: &RunOptions,
@@ -418,11 +450,15 @@ impl Bridge {
         let granted = self.grants.granted(open.grant.clone());
         let mut servers = self.settings.mcp_servers.clone();
         servers.extend(options.mcp_servers.clone());
-        project(
+        let shared = project
+            .filter(|p| p.mode == ProjectMode::Shared)
+            .map(|p| shared_workspace(&p.name));
+        crate::projection::project(
             &ProjectRequest {
                 ctx,
                 target: &spec.target(),
                 runner: &spec.name,
+                shared: shared.as_deref(),
                 root: &self.settings.workspace_root,
                 tools,
                 mcp_url: self.mcp.url(),

@@ -63,6 +63,7 @@ impl E2e {
             ctx: &ctx,
             target: &target,
             runner: harness,
+            shared: None,
             root: root.path(),
             tools: &names,
             mcp_url: http.url(),
