@@ -308,6 +308,16 @@ async fn a_commit_made_in_the_cage_is_on_the_conversations_branch_and_told() {
         std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap(),
         "hello\ngamma\n"
     );
+    // A worktree folder removed by hand comes back from its branch, with
+    // the commit, and the turn changed nothing.
+    std::fs::remove_dir_all(&workspace).unwrap();
+    let third = serve.results(turn("carol", "just look", "web")).await;
+    assert_eq!(terminal(&third)["type"], "run.completed", "{third:#?}");
+    assert_eq!(summary(&third), None, "{third:#?}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap(),
+        "hello\ngamma\n"
+    );
 }
 
 #[tokio::test]

@@ -22,6 +22,10 @@ use super::{Project, ProjectError};
 const EXCLUDE_BEGIN: &str = "# harness-bridge: the bridge's own files in a conversation's worktree";
 const EXCLUDE_END: &str = "# harness-bridge: end";
 
+/// Written in the workspace once the branch's files are checked out: a
+/// record without it is a worktree whose folder was removed.
+const MADE: &str = ".langbot/worktree-made";
+
 /// One conversation's worktree of a project.
 #[derive(Debug, Clone)]
 pub struct Checkout {
@@ -61,6 +65,13 @@ impl Checkout {
             // The harness may have rewritten its `.git` file: git run by
             // the harness finds its record through it, so it is put back.
             checkout.write_links()?;
+            if !workspace.join(MADE).exists() {
+                // The record is there but the folder was removed (by
+                // hand, or a clean-up): nothing uncommitted is left to
+                // lose, and the branch's files come back.
+                checkout.check_out_files().await?;
+                tracing::info!(project = %checkout.project, branch = %checkout.branch, "the conversation's worktree folder was gone; its branch is checked out again");
+            }
             return Ok(checkout);
         }
         checkout.make(project, &name).await?;
@@ -163,16 +174,26 @@ impl Checkout {
             .and_then(|()| std::fs::remove_dir(&staging))
             .map_err(|e| self.fail(format!("cannot move the worktree into place: {e}")))?;
         self.write_links()?;
-        self.git()
-            .run(&["reset", "--quiet", "--hard", "HEAD"])
-            .await
-            .map_err(at_git)?;
+        self.check_out_files().await?;
         tracing::info!(
             project = %self.project,
             branch = %self.branch,
             "the conversation's worktree is made"
         );
         Ok(())
+    }
+
+    /// Check the branch's files out in place, and note that they are.
+    async fn check_out_files(&self) -> Result<(), ProjectError> {
+        self.git()
+            .run(&["reset", "--quiet", "--hard", "HEAD"])
+            .await
+            .map_err(|source| ProjectError::Git {
+                name: self.project.clone(),
+                source,
+            })?;
+        write_replacing(&self.work_tree.join(MADE), "")
+            .map_err(|e| self.fail(format!("cannot note the worktree as made: {e}")))
     }
 
     /// List the bridge's own paths in the repository's `info/exclude`.
