@@ -1,9 +1,9 @@
 //! What a project adds to a turn, on a repository of 10,000 files (100
 //! folders of 100 small files): the first turn of a conversation (its
 //! worktree made and checked out, then the state before the harness),
-//! and a later turn (the worktree found, the state before, one file
-//! changed, the summary and diff after), and a later turn that changed
-//! nothing. Medians of `RUNS` (default 9) first turns and 3 × `RUNS`
+//! a later turn (the worktree found, the state before, one file changed,
+//! every file looked at after, the summary and diff), and a later turn
+//! that changed nothing. Medians of `RUNS` (default 9) first turns and 3 × `RUNS`
 //! later ones. Run: `cargo bench --bench project` (`FILES=` for another
 //! size).
 
@@ -92,7 +92,7 @@ fn main() {
             let checkout = Checkout::ensure(&project, &ws, format!("chat/c{n}"), &bridge_paths)
                 .await
                 .expect("worktree");
-            checkout.snapshot().await.expect("snapshot");
+            checkout.before().await.expect("state before");
             first.push(started.elapsed());
         }
 
@@ -108,7 +108,7 @@ fn main() {
                 let checkout = Checkout::ensure(&project, &ws, branch.clone(), &bridge_paths)
                     .await
                     .expect("worktree");
-                let before = checkout.snapshot().await.expect("snapshot");
+                let before = checkout.before().await.expect("state before");
                 let harness_ran = started.elapsed();
                 if edit {
                     let file = ws.join("src/m000/f00000.rs");

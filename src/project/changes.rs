@@ -5,11 +5,12 @@
 //! branch's commit; after it, again. The two trees give the files, the
 //! lines added and removed and the whole diff; the two commits give the
 //! commits the turn made. The worktree's own index is never touched: the
-//! snapshot is made with an index of the bridge's, copied from it so
+//! snapshot is made with an index of the bridge's, kept between turns, so
 //! unchanged files are not read again.
 
 use std::fmt::Write as _;
 use std::io::Read as _;
+use std::path::PathBuf;
 
 use super::worktree::Checkout;
 use super::{GitError, ProjectError};
@@ -51,15 +52,16 @@ pub struct Changes {
 }
 
 impl Checkout {
-    /// The worktree as it is now.
+    /// The worktree as it is now (every file read that changed since the
+    /// bridge's index last saw it).
     pub async fn snapshot(&self) -> Result<Snapshot, ProjectError> {
         let at_git = |source: GitError| ProjectError::Git {
             name: self.project.clone(),
             source,
         };
-        let index = self.index_copy().map_err(|e| ProjectError::Workspace {
+        let index = self.own_index().map_err(|e| ProjectError::Workspace {
             name: self.project.clone(),
-            why: format!("cannot copy the worktree's index: {e}"),
+            why: format!("cannot keep the bridge's index of the worktree: {e}"),
         })?;
         let git = self.git().with_index(&index);
         git.run(&["add", "--all", "--", "."])
@@ -74,9 +76,47 @@ impl Checkout {
         Ok(Snapshot { tree, head })
     }
 
-    /// What changed since `before`; `None` when nothing did.
+    /// The worktree before a turn: as the last turn left it (kept by the
+    /// bridge where the harness cannot write), or, before the first, the
+    /// branch's commit as checked out. Between turns nothing runs in it,
+    /// so no file need be read for this.
+    pub async fn before(&self) -> Result<Snapshot, ProjectError> {
+        if let Some(kept) = std::fs::read_to_string(self.kept_path())
+            .ok()
+            .and_then(|text| Snapshot::parse(&text))
+        {
+            return Ok(kept);
+        }
+        let out = self
+            .git()
+            .line(&["rev-parse", "HEAD^{tree}", "HEAD^{commit}"])
+            .await
+            .map_err(|source| ProjectError::Git {
+                name: self.project.clone(),
+                source,
+            })?;
+        let mut ids = out.split_whitespace();
+        match (ids.next(), ids.next()) {
+            (Some(tree), Some(head)) => Ok(Snapshot {
+                tree: tree.into(),
+                head: head.into(),
+            }),
+            _ => Err(ProjectError::Workspace {
+                name: self.project.clone(),
+                why: format!("git named no commit for the worktree's HEAD: {out}"),
+            }),
+        }
+    }
+
+    /// What changed since `before`; `None` when nothing did. The state
+    /// after is kept as the next turn's before.
     pub async fn changes_since(&self, before: &Snapshot) -> Result<Option<Changes>, ProjectError> {
         let after = self.snapshot().await?;
+        if let Err(e) = std::fs::create_dir_all(self.own_dir())
+            .and_then(|()| std::fs::write(self.kept_path(), after.text()))
+        {
+            tracing::warn!(error = %e, "cannot keep the worktree's state for the next turn");
+        }
         if after == *before {
             return Ok(None);
         }
@@ -124,28 +164,64 @@ impl Checkout {
         }))
     }
 
-    /// A copy of the worktree's index in a file of the bridge's own (the
-    /// harness can replace its index with anything, a link included).
-    fn index_copy(&self) -> std::io::Result<tempfile::TempPath> {
-        let copy = tempfile::NamedTempFile::new()?;
+    /// The bridge's own index for this worktree, kept between turns in
+    /// the repository's git folder (which the harness cannot write), so a
+    /// snapshot reads again only the files that changed since the last.
+    /// The first is a copy of the worktree's index, when that is a plain
+    /// file (the harness can replace it with anything, a link included).
+    fn own_index(&self) -> std::io::Result<PathBuf> {
+        let dir = self.own_dir();
+        let name = self.admin.file_name().unwrap_or_default();
+        let own = dir.join(name).with_extension("index");
+        if std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file()) {
+            return Ok(own);
+        }
+        std::fs::create_dir_all(&dir)?;
         let from = self.admin.join("index");
-        let meta = std::fs::symlink_metadata(&from);
-        if let Ok(meta) = meta {
+        if let Ok(meta) = std::fs::symlink_metadata(&from) {
             if meta.is_file() && meta.len() <= MAX_INDEX_BYTES {
-                let mut source = std::fs::File::open(&from)?;
-                let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-                source
-                    .by_ref()
+                let mut bytes = Vec::new();
+                std::fs::File::open(&from)?
                     .take(MAX_INDEX_BYTES)
                     .read_to_end(&mut bytes)?;
-                std::fs::write(copy.path(), bytes)?;
-                return Ok(copy.into_temp_path());
+                let mut file = tempfile::NamedTempFile::new_in(&dir)?;
+                std::io::Write::write_all(&mut file, &bytes)?;
+                file.persist(&own).map_err(|e| e.error)?;
             }
         }
-        // No usable index: git builds one from the files (slower).
-        let path = copy.into_temp_path();
-        std::fs::remove_file(&path)?;
-        Ok(path)
+        // No usable index: git builds one from the files (slower, once).
+        Ok(own)
+    }
+}
+
+impl Checkout {
+    /// The bridge's own files for the project's worktrees: in the
+    /// repository's git folder, which harnesses read but cannot write.
+    fn own_dir(&self) -> PathBuf {
+        self.common_dir.join("harness-bridge")
+    }
+
+    /// Where the state a turn left is kept for the next (forgotten when
+    /// the branch's files are checked out afresh).
+    pub(super) fn kept_path(&self) -> PathBuf {
+        let name = self.admin.file_name().unwrap_or_default();
+        self.own_dir().join(name).with_extension("state")
+    }
+}
+
+impl Snapshot {
+    fn text(&self) -> String {
+        format!("{} {}\n", self.tree, self.head)
+    }
+
+    fn parse(text: &str) -> Option<Snapshot> {
+        let mut ids = text.split_whitespace();
+        let (tree, head) = (ids.next()?, ids.next()?);
+        let hex = |id: &str| id.len() >= 40 && id.bytes().all(|b| b.is_ascii_hexdigit());
+        (hex(tree) && hex(head) && ids.next().is_none()).then(|| Snapshot {
+            tree: tree.into(),
+            head: head.into(),
+        })
     }
 }
 
@@ -215,6 +291,17 @@ fn parse_numstat(out: &[u8]) -> Vec<FileChange> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_state_is_two_object_ids_or_nothing() {
+        let tree = "a".repeat(40);
+        let head = "b".repeat(40);
+        let kept = Snapshot::parse(&format!("{tree} {head}\n")).expect("two ids");
+        assert_eq!(Snapshot::parse(&kept.text()), Some(kept));
+        assert_eq!(Snapshot::parse(&tree), None);
+        assert_eq!(Snapshot::parse(&format!("{tree} HEAD")), None);
+        assert_eq!(Snapshot::parse(&format!("{tree} {head} more")), None);
+    }
 
     #[test]
     fn numstat_gives_files_with_their_lines_and_binaries_without() {

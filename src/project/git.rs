@@ -96,7 +96,7 @@ impl Git {
                 "-c",
                 "core.fsmonitor=false",
                 "-c",
-                "core.untrackedCache=false",
+                "core.untrackedCache=true",
                 "-c",
                 "diff.external=",
                 "-c",

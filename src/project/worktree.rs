@@ -185,6 +185,13 @@ impl Checkout {
 
     /// Check the branch's files out in place, and note that they are.
     async fn check_out_files(&self) -> Result<(), ProjectError> {
+        // What a turn left is gone with the folder: the next turn starts
+        // from the branch's commit.
+        if let Err(e) = std::fs::remove_file(self.kept_path())
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(self.fail(format!("cannot forget the worktree's last state: {e}")));
+        }
         self.git()
             .run(&["reset", "--quiet", "--hard", "HEAD"])
             .await

@@ -519,7 +519,7 @@ impl Bridge {
         let checkout = Checkout::ensure(project, &projection.workspace, branch, &bridge_paths)
             .await
             .map_err(refused)?;
-        let before = checkout.snapshot().await.map_err(refused)?;
+        let before = checkout.before().await.map_err(refused)?;
         Ok(Some((checkout, before)))
     }
 
