@@ -518,12 +518,28 @@ async fn a_shared_project_runs_the_turns_of_two_conversations_one_after_another(
     })
     .await
     .expect("alice's turn runs");
-    // Bob asks while alice's turn holds the project: his waits.
+    // Bob asks while alice's turn holds the project: his waits. Carol's,
+    // given a second, waits no longer than that.
     let bob = serve.spawn_results(turn("bob", "WRITE:beta", "web"));
+    let mut hurried = turn("carol", "WRITE:gamma", "web");
+    hurried["config"]["timeout_seconds"] = json!(1);
+    let carol = serve.spawn_results(hurried);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         !bob.is_finished(),
         "bob's turn ran while alice's held the project"
+    );
+    let carol = tokio::time::timeout(Duration::from_secs(10), carol)
+        .await
+        .expect("carol's turn ends at its deadline, alice's still running")
+        .unwrap();
+    let end = terminal(&carol);
+    assert_eq!(end["type"], "run.failed", "{carol:?}");
+    assert_eq!(end["data"]["code"], "deadline_exceeded", "{end}");
+    let said = end["data"]["error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("shared project `web`") && said.contains("nothing of it ran"),
+        "{said}"
     );
     let shared = workspaces_with(&root, "ready").pop().unwrap();
     std::fs::write(shared.join(".langbot/go"), "").unwrap();

@@ -121,9 +121,11 @@ async fn lookup_pointer(
 }
 
 /// A shared project's turn waits for the one before it, whichever
-/// conversation that is; a cancel while waiting ends it.
+/// conversation that is; a cancel, or the turn's deadline, while waiting
+/// ends it before anything of it ran.
 async fn wait_for_project(
     project: Option<&Project>,
+    deadline: Instant,
     cancel: &CancellationToken,
 ) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, RunFailed> {
     let Some(project) = project else {
@@ -132,6 +134,13 @@ async fn wait_for_project(
     tokio::select! {
         guard = project.take_turn() => Ok(guard),
         () = cancel.cancelled() => Err(fail(FailureCode::Cancelled, "the run was cancelled while it waited for the project's previous turn")),
+        () = tokio::time::sleep_until(deadline) => Err(fail(
+            FailureCode::DeadlineExceeded,
+            format!(
+                "the turn's time ran out while it waited for another turn on the shared project `{}` to end; nothing of it ran",
+                project.name
+            ),
+        )),
     }
 }
 
@@ -191,7 +200,7 @@ impl Bridge {
 
         let tools = tool_names(&open.grant.apis, asking);
         let turn_ctx = answered.as_ref().unwrap_or(ctx);
-        let shared_turn = wait_for_project(project, cancel).await?;
+        let shared_turn = wait_for_project(project, deadline, cancel).await?;
         let projection = self
             .project_turn(turn_ctx, spec, project, &open, &tools, options, &env)
             .await?;
