@@ -705,7 +705,7 @@ async fn run_turns(agent: Agent) {
     // A turn the model never answers: stopped at its deadline, the agent
     // and all it started gone.
     let mut hang_args = args("Please HANG");
-    hang_args.extend(["--timeout".to_string(), "20".to_string()]);
+    hang_args.extend(["--timeout".to_string(), "45".to_string()]);
     let hang_args: Vec<&str> = hang_args.iter().map(String::as_str).collect();
     let hung = bridge_run(data.path(), &hang_args, &env).await;
     let end = hung.terminal();
