@@ -571,3 +571,101 @@ async fn a_shared_project_runs_the_turns_of_two_conversations_one_after_another(
         ["chat/shared"]
     );
 }
+
+/// The messages a turn sent the person, its terminal's text included.
+fn said(results: &[Value]) -> String {
+    let mut texts: Vec<String> = of_type(results, "message.completed")
+        .into_iter()
+        .filter_map(|r| r["data"]["message"]["content"].as_str())
+        .map(str::to_string)
+        .collect();
+    texts.extend(
+        terminal(results)["data"]["error"]
+            .as_str()
+            .map(str::to_string),
+    );
+    texts.join("\n")
+}
+
+#[tokio::test]
+async fn a_deleted_branch_a_deleted_base_and_a_moved_repository_each_get_a_sentence() {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    let first = serve
+        .results(turn("carol", "WRITE:gamma COMMIT", "web"))
+        .await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
+    let workspace = workspace_of(&serve.workspaces(), "carol");
+    let branch = git(&workspace, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    let branch = branch.trim();
+    let commit = git(&repo, &["rev-parse", branch]);
+
+    // Her branch deleted under the bridge: made again at its last commit,
+    // and she is told; her turn runs on it.
+    git(
+        &repo,
+        &["update-ref", "-d", &format!("refs/heads/{branch}")],
+    );
+    let second = serve.results(turn("carol", "WRITE:delta", "web")).await;
+    assert_eq!(terminal(&second)["type"], "run.completed", "{second:#?}");
+    let told = said(&second);
+    assert!(
+        told.contains(&format!(
+            "branch `{branch}` had been deleted outside the bridge"
+        )) && told.contains(&format!("at its last commit `{}`", &commit[..12])),
+        "{told}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", branch]), commit);
+    assert!(
+        summary(&second).is_some_and(|s| s.contains("greeting.txt")),
+        "{second:#?}"
+    );
+
+    // The base deleted: a new conversation cannot start, and hears why;
+    // nothing ran for it. Carol's, on her own branch, goes on.
+    git(&repo, &["checkout", "-q", "--detach"]);
+    git(&repo, &["update-ref", "-d", "refs/heads/main"]);
+    let dave = serve.results(turn("dave", "WRITE:epsilon", "web")).await;
+    assert_eq!(terminal(&dave)["type"], "run.failed", "{dave:#?}");
+    assert_eq!(terminal(&dave)["data"]["code"], "workspace_error");
+    let told = said(&dave);
+    assert!(
+        told.contains("Project `web` cannot take a new conversation now: its base branch `main` no longer exists"),
+        "{told}"
+    );
+    assert!(
+        !told.contains(&repo.display().to_string()),
+        "no path: {told}"
+    );
+    let carols = serve.results(turn("carol", "just look", "web")).await;
+    assert_eq!(terminal(&carols)["type"], "run.completed", "{carols:#?}");
+
+    // The repository moved: every turn hears it, nothing runs; put back,
+    // the conversation goes on where it was.
+    let moved = repo.with_file_name("web-moved");
+    std::fs::rename(&repo, &moved).unwrap();
+    let log = workspace.join(".langbot/turn-log");
+    let turns_before = std::fs::read_to_string(&log).unwrap();
+    let gone = serve.results(turn("carol", "WRITE:zeta", "web")).await;
+    assert_eq!(terminal(&gone)["type"], "run.failed", "{gone:#?}");
+    let told = said(&gone);
+    assert!(
+        told.contains("Project `web` cannot be used now: its repository is no longer where the operator set it up"),
+        "{told}"
+    );
+    assert!(
+        !told.contains(&repo.display().to_string()),
+        "no path: {told}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        turns_before,
+        "nothing ran"
+    );
+    std::fs::rename(&moved, &repo).unwrap();
+    let back = serve.results(turn("carol", "WRITE:eta", "web")).await;
+    assert_eq!(terminal(&back)["type"], "run.completed", "{back:#?}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap(),
+        "hello\ngamma\ndelta\neta\n"
+    );
+}

@@ -108,6 +108,14 @@ impl Checkout {
         }
     }
 
+    /// The branch's commit as the last turn left it, when the bridge kept it.
+    pub(super) fn last_head(&self) -> Option<String> {
+        std::fs::read_to_string(self.kept_path())
+            .ok()
+            .and_then(|text| Snapshot::parse(&text))
+            .map(|kept| kept.head)
+    }
+
     /// What changed since `before`; `None` when nothing did. The state
     /// after is kept as the next turn's before.
     pub async fn changes_since(&self, before: &Snapshot) -> Result<Option<Changes>, ProjectError> {

@@ -78,6 +78,14 @@ impl Git {
         }
     }
 
+    /// Whether `rev` names a commit in the repository.
+    pub async fn has_commit(&self, rev: &str) -> bool {
+        let rev = format!("{rev}^{{commit}}");
+        self.run(&["rev-parse", "--verify", "--quiet", &rev])
+            .await
+            .is_ok()
+    }
+
     /// Run `git args…`; its standard output.
     pub async fn run(&self, args: &[&str]) -> Result<Vec<u8>, GitError> {
         let mut command = tokio::process::Command::new("git");

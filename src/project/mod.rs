@@ -110,6 +110,29 @@ pub enum ProjectError {
         /// What git said.
         source: GitError,
     },
+    /// The repository is no longer where the operator declared it.
+    #[error(
+        "project `{name}`: its repository {repository} is gone (moved or removed); \
+         put it back, or change the project's `repository` and restart"
+    )]
+    Gone {
+        /// The project.
+        name: String,
+        /// Its git folder, where it was.
+        repository: String,
+    },
+    /// The base branch was deleted after the start: conversations that
+    /// have a branch go on, a new one cannot start.
+    #[error(
+        "project `{name}`: its base branch `{base}` no longer exists, so no new conversation \
+         can start on it; restore it, or change the project's `base` and restart"
+    )]
+    BaseGone {
+        /// The project.
+        name: String,
+        /// The branch.
+        base: String,
+    },
     /// The workspace could not be arranged around the worktree.
     #[error("project `{name}`: {why}")]
     Workspace {
@@ -118,6 +141,25 @@ pub enum ProjectError {
         /// What went wrong.
         why: String,
     },
+}
+
+impl ProjectError {
+    /// What the person in the chat is told, for the failures they can
+    /// understand without the operator's paths; `None` for the rest
+    /// (then the log says why).
+    pub fn for_person(&self) -> Option<String> {
+        match self {
+            ProjectError::Gone { name, .. } => Some(format!(
+                "Project `{name}` cannot be used now: its repository is no longer where the \
+                 operator set it up (moved or removed). Nothing ran; the bridge's log tells the operator."
+            )),
+            ProjectError::BaseGone { name, base } => Some(format!(
+                "Project `{name}` cannot take a new conversation now: its base branch `{base}` \
+                 no longer exists. Nothing ran; the bridge's log tells the operator."
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// A project a turn works on: its name and its settings, checked.
@@ -172,15 +214,12 @@ impl Project {
                     source,
                 })?,
         };
-        git::Git::bare(&common_dir)
-            .run(&[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("refs/heads/{base}^{{commit}}"),
-            ])
+        if !git::Git::bare(&common_dir)
+            .has_commit(&format!("refs/heads/{base}"))
             .await
-            .map_err(|_| invalid(format!("its base branch `{base}` does not exist")))?;
+        {
+            return Err(invalid(format!("its base branch `{base}` does not exist")));
+        }
         if !spec.branch.contains("{conversation}") {
             return Err(invalid(format!(
                 "branch template `{}` must contain {{conversation}}: every conversation needs a branch of its own",

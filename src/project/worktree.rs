@@ -39,6 +39,9 @@ pub struct Checkout {
     pub work_tree: PathBuf,
     /// The conversation's branch.
     pub branch: String,
+    /// What the person should hear of how the worktree was made ready
+    /// (a branch made again after it was deleted under the bridge).
+    pub notes: Vec<String>,
 }
 
 impl Checkout {
@@ -52,19 +55,29 @@ impl Checkout {
         branch: String,
         bridge_paths: &[String],
     ) -> Result<Checkout, ProjectError> {
+        if !project.common_dir.join("HEAD").is_file() {
+            return Err(ProjectError::Gone {
+                name: project.name.clone(),
+                repository: project.common_dir.display().to_string(),
+            });
+        }
         let name = admin_name(workspace);
-        let checkout = Checkout {
+        let mut checkout = Checkout {
             project: project.name.clone(),
             common_dir: project.common_dir.clone(),
             admin: project.common_dir.join("worktrees").join(&name),
             work_tree: workspace.to_path_buf(),
             branch,
+            notes: Vec::new(),
         };
         checkout.exclude(bridge_paths)?;
         if checkout.is_made() {
             // The harness may have rewritten its `.git` file: git run by
             // the harness finds its record through it, so it is put back.
             checkout.write_links()?;
+            if let Some(note) = checkout.restore_branch(project).await? {
+                checkout.notes.push(note);
+            }
             if !workspace.join(MADE).exists() {
                 // The record is there but the folder was removed (by
                 // hand, or a clean-up): nothing uncommitted is left to
@@ -128,6 +141,57 @@ impl Checkout {
             .map_err(|e| self.fail(format!("cannot link the worktree: {e}")))
     }
 
+    /// A conversation's branch deleted under the bridge (its worktree
+    /// still there) is made again: at the last commit the bridge saw on
+    /// it, or at the base when that commit is gone too. What the person
+    /// should hear of it, or `None` when the branch is there.
+    async fn restore_branch(&self, project: &Project) -> Result<Option<String>, ProjectError> {
+        let repo = Git::bare(&self.common_dir);
+        let at_git = |source| ProjectError::Git {
+            name: self.project.clone(),
+            source,
+        };
+        let branch_ref = format!("refs/heads/{}", self.branch);
+        if repo.has_commit(&branch_ref).await {
+            return Ok(None);
+        }
+        let last = match self.last_head() {
+            Some(head) if repo.has_commit(&head).await => Some(head),
+            _ => None,
+        };
+        let (at, said) = match last {
+            Some(head) => {
+                let short = head.get(..12).unwrap_or(&head).to_string();
+                (head, format!("at its last commit `{short}`"))
+            }
+            None => {
+                // The bridge's last state names a commit that is gone: the
+                // next turn's changes are told from the branch as made.
+                self.forget_last_state()?;
+                (
+                    format!("refs/heads/{}", project.base),
+                    format!(
+                        "from the base branch `{}`, its commits being gone",
+                        project.base
+                    ),
+                )
+            }
+        };
+        repo.run(&["update-ref", &branch_ref, &at])
+            .await
+            .map_err(at_git)?;
+        tracing::warn!(
+            project = %self.project,
+            branch = %self.branch,
+            "a conversation's branch was deleted outside the bridge; it is made again {said}"
+        );
+        Ok(Some(format!(
+            "This conversation's branch `{}` had been deleted outside the bridge; \
+             it is made again {said}.",
+            self.branch
+        )))
+    }
+
     /// Add the worktree beside the bridge's files and check it out.
     async fn make(&self, project: &Project, name: &str) -> Result<(), ProjectError> {
         let repo = Git::bare(&self.common_dir);
@@ -146,10 +210,17 @@ impl Checkout {
         let staging = self.work_tree.join(".langbot").join(name);
         let staging_arg = staging.to_string_lossy().into_owned();
         let branch_ref = format!("refs/heads/{}", self.branch);
-        let exists = repo
-            .run(&["rev-parse", "--verify", "--quiet", &branch_ref])
-            .await
-            .is_ok();
+        let exists = repo.has_commit(&branch_ref).await;
+        if !exists
+            && !repo
+                .has_commit(&format!("refs/heads/{}", project.base))
+                .await
+        {
+            return Err(ProjectError::BaseGone {
+                name: self.project.clone(),
+                base: project.base.clone(),
+            });
+        }
         let mut args = vec!["worktree", "add", "--no-checkout", "--quiet"];
         if exists {
             args.extend([staging_arg.as_str(), self.branch.as_str()]);
@@ -187,11 +258,7 @@ impl Checkout {
     async fn check_out_files(&self) -> Result<(), ProjectError> {
         // What a turn left is gone with the folder: the next turn starts
         // from the branch's commit.
-        if let Err(e) = std::fs::remove_file(self.kept_path())
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            return Err(self.fail(format!("cannot forget the worktree's last state: {e}")));
-        }
+        self.forget_last_state()?;
         self.git()
             .run(&["reset", "--quiet", "--hard", "HEAD"])
             .await
@@ -201,6 +268,17 @@ impl Checkout {
             })?;
         write_replacing(&self.work_tree.join(MADE), "")
             .map_err(|e| self.fail(format!("cannot note the worktree as made: {e}")))
+    }
+
+    /// Forget the worktree as the last turn left it: the next turn's
+    /// changes are told from the branch's commit.
+    fn forget_last_state(&self) -> Result<(), ProjectError> {
+        match std::fs::remove_file(self.kept_path()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(self.fail(format!("cannot forget the worktree's last state: {e}")))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// List the bridge's own paths in the repository's `info/exclude`.

@@ -516,14 +516,14 @@ impl Bridge {
         bridge_paths.extend(target.instructions_file.as_ref().map(|f| f.join("/")));
         let refused = |e: crate::project::ProjectError| {
             tracing::error!(project = %project.name, error = %e, "cannot use the project's worktree");
-            fail(
-                FailureCode::WorkspaceError,
+            let said = e.for_person().unwrap_or_else(|| {
                 format!(
                     "project `{}`: the conversation's worktree could not be made ready; \
                      the bridge's log says why",
                     project.name
-                ),
-            )
+                )
+            });
+            fail(FailureCode::WorkspaceError, said)
         };
         let checkout = Checkout::ensure(project, &projection.workspace, branch, &bridge_paths)
             .await

@@ -180,6 +180,13 @@ async fn tell_changes(ctx: &AgentRunContext, turn: &Prepared<'_>, emit: &mut Emi
     let Some((checkout, before)) = &turn.checkout else {
         return;
     };
+    if !checkout.notes.is_empty() {
+        emit.send(vec![ResultPayload::MessageCompleted(MessageCompleted {
+            message: Message::assistant(checkout.notes.join("\n")),
+            file_ids: Vec::new(),
+        })])
+        .await;
+    }
     let text = match checkout.changes_since(before).await {
         Ok(None) => return,
         Ok(Some(changes)) => {
