@@ -107,6 +107,8 @@ struct LangBot {
     stdout: BufReader<ChildStdout>,
     home: PathBuf,
     driver_log: PathBuf,
+    /// The repository the plugin's settings declare as project `web`.
+    project: PathBuf,
 }
 
 static LANGBOT: OnceLock<Result<Mutex<LangBot>, String>> = OnceLock::new();
@@ -129,6 +131,9 @@ fn start() -> Result<LangBot, String> {
         .join(format!("langbot-real-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let package = build_package_as_the_readme_says()?;
+    // The operator's project, in the plugin's settings.
+    let project = common::repo::repository(&dir);
+    let projects = format!("projects=web: {{repository: {}}}", project.display());
     let install = readme_install_command()?;
     let home = dir.join("langbot");
     let driver_log = dir.join("session.log");
@@ -150,6 +155,8 @@ fn start() -> Result<LangBot, String> {
         .arg(&install)
         .arg("--checkout")
         .arg(checkout())
+        .arg("--plugin-config")
+        .arg(&projects)
         .arg("--remove")
         .arg(&dir)
         .stdin(Stdio::piped())
@@ -165,6 +172,7 @@ fn start() -> Result<LangBot, String> {
         stdout,
         home,
         driver_log,
+        project,
     };
     let ready = langbot.read()?;
     match ready.get("ready") {
@@ -431,6 +439,47 @@ async fn an_outbox_image_reaches_the_chat_in_an_agent_binding() {
 #[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
 async fn an_outbox_image_reaches_the_chat_in_a_pipeline_binding() {
     outbox_image_conversation("pipeline", 10006).await;
+}
+
+/// A bot whose runner form picks the operator's project (declared in the
+/// plugin's settings): the conversation works in a worktree of the
+/// repository on a branch of its own, and the summary of what the turn
+/// changed reaches the chat through the OneBot adapter with the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
+async fn a_project_picked_in_the_runner_form_tells_the_chat_what_changed() {
+    let (model_url, _fake) = fake_model_running("echo edited >> greeting.txt").await;
+    let mut langbot = langbot().await;
+    let agent = langbot.call(json!({
+        "cmd": "agent", "model_url": model_url, "bash": true, "project": "web",
+    }));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "target_type": "agent", "target_uuid": agent["uuid"],
+    }));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+    let turn = message(&mut langbot, &bot, 10013, "Edit the greeting.");
+    assert_eq!(turn.run()["status"], "completed", "{:?}", turn.runs);
+    assert!(
+        turn.sent.iter().any(|t| t.as_str() == BASH_DONE),
+        "{:?}",
+        turn.actions
+    );
+    let summary = turn
+        .sent
+        .iter()
+        .find(|t| t.starts_with("Changes on branch `chat/"))
+        .unwrap_or_else(|| panic!("no summary reached the chat: {:?}", turn.actions));
+    assert!(summary.contains("- greeting.txt (+1 −0)"), "{summary}");
+    let branches = common::repo::git(&langbot.project, &["branch", "--list", "chat/*"]);
+    assert!(
+        !branches.trim().is_empty(),
+        "the conversation's branch is in the repository"
+    );
+    assert_eq!(
+        std::fs::read_to_string(langbot.project.join("greeting.txt")).unwrap(),
+        "hello\n",
+        "the operator's own checkout is untouched"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

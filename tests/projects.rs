@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::repo::{git, repository};
 use common::server::ServeProcess;
 use serde_json::{Value, json};
 
@@ -62,46 +63,6 @@ session_store: unknown
 session_id_format: token
 install_hint: "it is written by the test"
 "#;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A repository with one commit on `main`: greeting.txt says hello.
-fn repository(dir: &Path) -> PathBuf {
-    let repo = dir.join("web");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("greeting.txt"), "hello\n").unwrap();
-    git(&repo, &["add", "greeting.txt"]);
-    git(
-        &repo,
-        &[
-            "-c",
-            "user.name=Operator",
-            "-c",
-            "user.email=op@example.org",
-            "commit",
-            "-q",
-            "-m",
-            "Hello",
-        ],
-    );
-    repo
-}
 
 struct Setup {
     serve: ServeProcess,

@@ -729,3 +729,69 @@ async fn a_silent_host_does_not_delay_a_stopped_turns_end() {
         "the end came {took:?} after the run was sent (deadline 1 s)"
     );
 }
+
+/// The plugin's settings declare the projects; a run's binding picks one
+/// by name and works in a worktree of it, the summary of what it changed
+/// coming back as a result. A declaration that is no repository fails
+/// only the run that picks it; a run whose frame declared none cannot
+/// pick one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_picks_a_project_its_plugin_declared() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = common::repo::repository(dir.path());
+    let projects = json!({
+        "web": {"repository": repo},
+        "broken": {"repository": dir.path().join("nothing-here")},
+    });
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    for (run_id, conversation, project, declared) in [
+        ("r-web", "c-1", "web", true),
+        ("r-broken", "c-2", "broken", true),
+        ("r-undeclared", "c-3", "web", false),
+    ] {
+        let mut frame = plugin.run_frame(run_id, conversation, "quiet");
+        if declared {
+            frame["projects"] = projects.clone();
+        }
+        frame["context"]["config"] = json!({"project": project});
+        plugin.send(frame).await;
+    }
+    let (results, _) = plugin
+        .until_done(
+            &["r-web", "r-broken", "r-undeclared"],
+            |_| json!({"data": null}),
+        )
+        .await;
+    let web = &results["r-web"];
+    assert_eq!(web.last().unwrap()["type"], "run.completed", "{web:#?}");
+    let summary = web
+        .iter()
+        .filter(|r| r["type"] == "message.completed")
+        .filter_map(|r| r["data"]["message"]["content"].as_str())
+        .find(|t| t.starts_with("Changes on branch `chat/c-1"))
+        .unwrap_or_else(|| panic!("the summary comes back: {web:#?}"));
+    assert!(summary.contains("turn-log"), "{summary}");
+    assert!(
+        web.iter().any(|r| r["type"] == "artifact.created"
+            && r["data"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("changes-r-web") && n.ends_with(".diff"))),
+        "{web:#?}"
+    );
+    let branches = common::repo::git(&repo, &["branch", "--list", "chat/*"]);
+    assert!(
+        branches.contains("chat/c-1"),
+        "the conversation's branch is in the repository: {branches}"
+    );
+    for (run_id, said) in [
+        ("r-broken", "is not a git repository"),
+        ("r-undeclared", "unknown project `web` (known: none)"),
+    ] {
+        let end = results[run_id].last().unwrap();
+        assert_eq!(end["type"], "run.failed", "{end}");
+        assert_eq!(end["data"]["code"], "invalid_argument", "{end}");
+        let error = end["data"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(said), "{run_id}: {error}");
+    }
+}

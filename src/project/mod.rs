@@ -289,6 +289,28 @@ fn parse_author(author: &str) -> Option<(String, String)> {
         .then(|| (name.to_string(), email.trim().to_string()))
 }
 
+/// Projects declared with each run rather than at start (the LangBot
+/// plugin's settings, through the relay): each opened on first use and
+/// kept while its declaration stays the same, so a shared project's turns
+/// queue on the one project.
+#[derive(Debug, Default)]
+pub struct OpenedProjects(tokio::sync::Mutex<BTreeMap<String, (ProjectSpec, Project)>>);
+
+impl OpenedProjects {
+    /// The project `name` as `spec` declares it, checked the first time.
+    pub async fn open(&self, name: &str, spec: &ProjectSpec) -> Result<Project, ProjectError> {
+        let mut opened = self.0.lock().await;
+        if let Some((kept, project)) = opened.get(name)
+            && kept == spec
+        {
+            return Ok(project.clone());
+        }
+        let project = Project::open(name, spec).await?;
+        opened.insert(name.to_string(), (spec.clone(), project.clone()));
+        Ok(project)
+    }
+}
+
 /// Every declared project, checked: the service does not start on one it
 /// cannot use.
 pub async fn open_all(projects: &Projects) -> Result<BTreeMap<String, Project>, ProjectError> {

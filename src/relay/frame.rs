@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::project::Projects;
 use crate::projection::McpCatalog;
 use crate::protocol::{AgentAPIError, AgentRunResult, JsonMap};
 
@@ -47,6 +48,11 @@ pub enum Inbound {
         /// context's `config.mcp_servers` picks among them by name.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         mcp_servers: McpCatalog,
+        /// The repositories the operator declared for the plugin, by name
+        /// (as `bridge.yaml`'s `projects`); the context's `config.project`
+        /// picks one.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        projects: Projects,
     },
     /// Stop a run (the user interrupted it, or the host gave up).
     Cancel {

@@ -26,6 +26,7 @@ pub use reader::{Frames, Incoming, MAX_FRAME_BYTES, field_in_head};
 
 use crate::harness::Adapters;
 use crate::host::Api;
+use crate::project::{OpenedProjects, Projects};
 use crate::projection::Templates;
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
@@ -318,6 +319,8 @@ struct Session {
     /// Each run's task; it returns the run's id even when the run panicked.
     tasks: JoinSet<String>,
     scheduler: Arc<Scheduler>,
+    /// The projects runs declared, opened once for the session.
+    projects: Arc<OpenedProjects>,
 }
 
 impl Session {
@@ -343,6 +346,7 @@ impl Session {
             host,
             bridge,
             runs: HashMap::new(),
+            projects: Arc::default(),
             tasks: JoinSet::new(),
             scheduler,
         })
@@ -416,6 +420,7 @@ impl Session {
                 binary,
                 env,
                 mcp_servers,
+                projects,
             } => {
                 let options = RunOptions {
                     binary: binary.map(Into::into),
@@ -423,7 +428,7 @@ impl Session {
                     mcp_servers,
                     ..RunOptions::default()
                 };
-                self.run(run_id, harness, &context, options);
+                self.run(run_id, harness, &context, options, projects);
             }
         }
     }
@@ -490,6 +495,7 @@ impl Session {
         harness: String,
         context: &serde_json::Value,
         mut options: RunOptions,
+        projects: Projects,
     ) {
         if self.runs.contains_key(&run_id) {
             let _ = self.out.try_send(Outbound::Error {
@@ -538,6 +544,7 @@ impl Session {
             ctx,
             harness,
             options,
+            projects: (projects, self.projects.clone()),
             ticket,
             cancel,
         };
@@ -578,6 +585,8 @@ struct RelayTurn {
     ctx: crate::protocol::AgentRunContext,
     harness: String,
     options: RunOptions,
+    /// The projects the run's frame declared, and the session's opened ones.
+    projects: (Projects, Arc<OpenedProjects>),
     ticket: crate::run::Ticket,
     cancel: CancellationToken,
 }
@@ -591,11 +600,40 @@ impl RelayTurn {
             out,
             ctx,
             harness,
-            options,
+            mut options,
+            projects: (declared, opened),
             ticket,
             cancel,
         } = self;
         let run_id = ctx.run_id.clone();
+        // The project the binding names, when the run declared it: opened
+        // (checked) on its first use; one the operator declared wrong
+        // fails the run that picks it, not the others.
+        let named = ctx
+            .config
+            .get("project")
+            .and_then(serde_json::Value::as_str);
+        if let Some((name, spec)) = named.and_then(|name| declared.get_key_value(name)) {
+            match opened.open(name, spec).await {
+                Ok(project) => {
+                    options.projects.insert(name.clone(), project);
+                }
+                Err(e) => {
+                    tracing::error!(%run_id, error = %e, "cannot use a declared project");
+                    let why = e.to_string();
+                    let _ = out
+                        .send(failed_frame(
+                            &run_id,
+                            0,
+                            FailureCode::InvalidArgument,
+                            why,
+                            false,
+                        ))
+                        .await;
+                    return run_id;
+                }
+            }
+        }
         let mut sink = ToPlugin {
             out,
             run_id: run_id.clone(),

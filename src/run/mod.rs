@@ -104,6 +104,9 @@ pub struct RunOptions {
     /// Extra MCP servers this run's binding may pick by name, besides the
     /// settings' (the plugin's runner settings, through the relay).
     pub mcp_servers: McpCatalog,
+    /// Projects this run's binding may pick by name, besides the
+    /// settings' (the plugin's settings, through the relay), opened.
+    pub projects: BTreeMap<String, crate::project::Project>,
     /// Told each harness as it starts, so a caller can note it somewhere
     /// that outlives the bridge (the service's journal).
     pub on_spawn: Option<SpawnHook>,
@@ -121,6 +124,7 @@ impl std::fmt::Debug for RunOptions {
             .field("binary", &self.binary)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("mcp_servers", &self.mcp_servers)
+            .field("projects", &self.projects.keys().collect::<Vec<_>>())
             .field("on_spawn", &self.on_spawn)
             .field("steer", &self.steer)
             .field("host", &self.host.as_ref().map(|_| "its own"))

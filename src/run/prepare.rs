@@ -272,7 +272,7 @@ impl Bridge {
         &'a self,
         ctx: &'a AgentRunContext,
         harness: &str,
-        options: &RunOptions,
+        options: &'a RunOptions,
     ) -> Result<Admitted<'a>, RunFailed> {
         let spec = self
             .adapters
@@ -285,7 +285,10 @@ impl Bridge {
         let project = binding
             .project
             .as_deref()
-            .map(|name| self.project(name))
+            .map(|name| match options.projects.get(name) {
+                Some(project) => Ok(project),
+                None => self.project(name),
+            })
             .transpose()
             .map_err(|e| fail(FailureCode::InvalidArgument, e.to_string()))?;
         if project.is_some() && ctx.conversation_id().is_none() {

@@ -7,6 +7,7 @@
 //! - [`procs`]: processes seen from `/proc` (what is left running);
 //! - [`tools`]: where the environment tiers' tools are (CLIs, venvs);
 //! - [`scripted`]: a shell script playing a harness;
+//! - [`repo`]: a git repository as an operator's project;
 //! - [`anthropic`], [`openai`], [`wire`]: fake model APIs, served by
 //!   [`loopback`];
 //! - [`pg`]: a throwaway PostgreSQL server.
@@ -25,6 +26,7 @@ pub mod loopback;
 pub mod openai;
 pub mod pg;
 pub mod procs;
+pub mod repo;
 pub mod scripted;
 pub mod server;
 pub mod tools;

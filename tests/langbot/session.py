@@ -11,7 +11,8 @@ LangBot is stopped with everything it started, and the --remove folder (the
 test's scratch folder) removed.
 
 Commands:
-  {"cmd": "agent", "model_url", "bash"?}     -> {"uuid"}  an Agent running our Claude Code runner
+  {"cmd": "agent", "model_url", "bash"?, "project"?} -> {"uuid"}  an Agent running our Claude Code runner
+                                              (`project`: the runner form's Project)
   {"cmd": "pipeline", "model_url", "bash"?}  -> {"uuid"}  a Pipeline running it
                                                 (`bash`: its Bash tool runs unasked)
   {"cmd": "codex", "target_type", "model_url", "codex_home", "approvals"?} -> {"uuid"}
@@ -131,8 +132,11 @@ class Session:
             config["extra_env"] += "\nIS_SANDBOX=1"
         return config
 
-    async def cmd_agent(self, model_url: str, bash: bool = False, approvals: bool = False) -> dict:
+    async def cmd_agent(self, model_url: str, bash: bool = False, approvals: bool = False,
+                        project: str | None = None) -> dict:
         config = self.runner_config(model_url, bash, approvals)
+        if project:
+            config["project"] = project
         return {"uuid": await asyncio.to_thread(self.lb.create_agent, config)}
 
     async def cmd_pipeline(self, model_url: str, bash: bool = False, approvals: bool = False) -> dict:

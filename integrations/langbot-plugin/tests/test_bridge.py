@@ -19,6 +19,7 @@ from components.runner.bridge import (
     error_of,
     limit_flags,
     parse_env,
+    parse_projects,
     run_frame,
     writable_dir,
 )
@@ -73,13 +74,26 @@ def test_dump_turns_models_into_json_values():
     assert dump("text") == "text"
 
 
+def test_the_projects_setting_is_yaml_naming_each_repository():
+    text = "web:\n  repository: /srv/web\n  mode: shared\n"
+    assert parse_projects(text) == {"web": {"repository": "/srv/web", "mode": "shared"}}
+    assert parse_projects("") == {} and parse_projects(None) == {}
+    for wrong in ("- /srv/web", "web: /srv/web", "web: [unclosed"):
+        with pytest.raises(BridgeError, match="projects"):
+            parse_projects(wrong)
+
+
 def test_the_run_frame_names_a_program_and_servers_only_when_given():
     frame = run_frame("r1", "codex", {"run_id": "r1"}, {"PATH": "/bin"})
     assert frame == {"type": "run", "run_id": "r1", "harness": "codex", "context": {"run_id": "r1"},
                      "env": {"PATH": "/bin"}}
     servers = {"docs": {"url": "http://127.0.0.1:9/mcp"}}
-    frame = run_frame("r1", "codex", {}, {}, "/opt/codex/bin/codex", servers)
+    projects = {"web": {"repository": "/srv/web"}}
+    frame = run_frame("r1", "codex", {}, {}, "/opt/codex/bin/codex", {"mcp_servers": servers, "projects": {}})
     assert (frame["binary"], frame["mcp_servers"]) == ("/opt/codex/bin/codex", servers)
+    assert "projects" not in frame
+    frame = run_frame("r1", "codex", {}, {}, None, {"mcp_servers": {}, "projects": projects})
+    assert frame["projects"] == projects and "mcp_servers" not in frame
 
 
 def test_writable_folders_sit_beside_the_runtimes_storage(tmp_path, monkeypatch):

@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from components.runner import failure_codes
 
 PROTOCOL = "harness-bridge.relay.v1"
@@ -117,6 +119,27 @@ def limit_flags(config: dict[str, Any]) -> list[str]:
             raise BridgeError(f"{key} must be 0 (no limit) or more, got {number}")
         flags += [flag, str(number)]
     return flags
+
+
+def parse_projects(text: Any) -> dict[str, Any]:
+    """The plugin's `projects` setting: YAML naming each repository the
+    runners may bind a chat to (`web: {repository: /srv/web}`), as
+    bridge.yaml's `projects`; the bridge checks each when a run picks it."""
+    if isinstance(text, dict):
+        projects = text
+    else:
+        try:
+            projects = yaml.safe_load(str(text or "")) or {}
+        except yaml.YAMLError as exc:
+            raise BridgeError(f"the plugin's `projects` setting is not YAML: {exc}") from exc
+    if not isinstance(projects, dict) or not all(
+        isinstance(name, str) and isinstance(spec, dict) for name, spec in projects.items()
+    ):
+        raise BridgeError(
+            "the plugin's `projects` setting names each project with its settings, "
+            "e.g. `web: {repository: /srv/web}`"
+        )
+    return projects
 
 
 def parse_env(text: Any) -> dict[str, str]:
@@ -237,15 +260,15 @@ def run_frame(
     context: dict[str, Any],
     env: dict[str, str],
     harness_binary: str | None = None,
-    mcp_servers: dict[str, Any] | None = None,
+    declared: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The relay's `run` frame: the harness's program and the operator's
-    MCP servers only when there are any (the bridge then uses its own)."""
+    """The relay's `run` frame: the harness's program, and what the
+    operator declared (`mcp_servers`, `projects`), only when there is any
+    (the bridge then uses its own)."""
     frame = {"type": "run", "run_id": run_id, "harness": harness, "context": context, "env": env}
     if harness_binary:
         frame["binary"] = harness_binary
-    if mcp_servers:
-        frame["mcp_servers"] = mcp_servers
+    frame.update({key: value for key, value in (declared or {}).items() if value})
     return frame
 
 
@@ -388,7 +411,7 @@ class Relay:
         env: dict[str, str],
         harness_binary: str | None,
         api: Any,
-        mcp_servers: dict[str, Any] | None = None,
+        declared: dict[str, Any] | None = None,
         limits: list[str] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Start a run; yield its results (dicts) until the terminal one.
@@ -411,7 +434,7 @@ class Relay:
         calls: set[asyncio.Task] = set()
         ended = False
         try:
-            await self._write(proc, run_frame(run_id, harness, context, env, harness_binary, mcp_servers))
+            await self._write(proc, run_frame(run_id, harness, context, env, harness_binary, declared))
             while True:
                 frame = await queue.get()
                 if frame is not None and frame.get("type") == "host_call":

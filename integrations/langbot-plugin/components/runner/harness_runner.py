@@ -23,6 +23,7 @@ from components.runner.bridge import (
     limit_flags,
     log,
     parse_env,
+    parse_projects,
     writable_dir,
 )
 from components.runner.delivery import Delivery, message_text
@@ -168,9 +169,15 @@ class HarnessRunner(Runner):
         servers = servers if isinstance(servers, dict) else {}
         if servers:
             context["config"]["mcp_servers"] = sorted(servers)
+        try:
+            projects = parse_projects(plugin_config.get("projects"))
+        except BridgeError as exc:
+            yield _failed(ctx.run_id, str(exc), failure_codes.INVALID_ARGUMENT)
+            return
+        declared = {"mcp_servers": servers, "projects": projects}
 
         try:
-            relayed = self._relay(ctx, (binary, limits), data_dir, context, env, harness_path, servers)
+            relayed = self._relay(ctx, (binary, limits), data_dir, context, env, harness_path, declared)
             async with aclosing(relayed) as results:
                 async for result in results:
                     yield result
@@ -179,7 +186,7 @@ class HarnessRunner(Runner):
             why = f"harness-bridge failed: {type(exc).__name__}: {exc}"
             yield _failed(ctx.run_id, why, failure_codes.HARNESS_ERROR)
 
-    async def _relay(self, ctx, binary, data_dir, context, env, harness_path, servers):
+    async def _relay(self, ctx, binary, data_dir, context, env, harness_path, declared):
         """The run's turns on the bridge: its own, then each follow-up the
         person sent that no running turn took (in the order sent), each as
         the next turn of the same session. One terminal result ends it all."""
@@ -188,7 +195,7 @@ class HarnessRunner(Runner):
         turn_context, turns = context, 1
         while True:
             terminal, said = None, None
-            async with aclosing(self._turn(ctx, binary, data_dir, turn_context, env, harness_path, servers,
+            async with aclosing(self._turn(ctx, binary, data_dir, turn_context, env, harness_path, declared,
                                            steering, waiting)) as results:
                 async for result in results:
                     if result.get("type") in TERMINAL:
@@ -244,7 +251,7 @@ class HarnessRunner(Runner):
                     continue
                 waiting.append(item)
 
-    async def _turn(self, ctx, bridge, data_dir, context, env, harness_path, servers, steering, waiting):
+    async def _turn(self, ctx, bridge, data_dir, context, env, harness_path, declared, steering, waiting):
         streamed = ""
         binary, limits = bridge
         relayed = RELAY.run(
@@ -257,7 +264,7 @@ class HarnessRunner(Runner):
             env=env,
             harness_binary=harness_path,
             api=ctx.api,
-            mcp_servers=servers,
+            declared=declared,
         )
         stop = asyncio.Event()
         pulling = asyncio.create_task(self._steer(ctx, context["run_id"], waiting, stop)) if steering else None
