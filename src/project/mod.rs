@@ -1,7 +1,8 @@
 //! Projects: a chat bound to a code repository.
 //!
-//! The operator declares projects by name (`bridge.yaml`'s `projects`); a
-//! binding picks one (`project: web`), as it picks MCP servers, and can
+//! The operator declares projects by name (`bridge.yaml`'s `projects`, or
+//! the LangBot plugin's settings, which the relay's run frames carry and
+//! [`OpenedProjects`] keeps); a binding picks one (`project: web`), as it picks MCP servers, and can
 //! never name a path. Each conversation of a project works in a git
 //! worktree of its own on a branch of its own ([`Checkout`]), created from
 //! the base branch on its first turn and kept across turns; what a turn
