@@ -182,7 +182,7 @@ async fn tell_changes(ctx: &AgentRunContext, turn: &Prepared<'_>, emit: &mut Emi
     };
     if !checkout.notes.is_empty() {
         emit.send(vec![ResultPayload::MessageCompleted(MessageCompleted {
-            message: Message::assistant(checkout.notes.join("\n")),
+            message: project_message(checkout.notes.join("\n"), &checkout.branch),
             file_ids: Vec::new(),
         })])
         .await;
@@ -196,7 +196,7 @@ async fn tell_changes(ctx: &AgentRunContext, turn: &Prepared<'_>, emit: &mut Emi
             let diff = outbox::created(name, changes.diff, scope, turn.host).await;
             emit.send(vec![
                 ResultPayload::MessageCompleted(MessageCompleted {
-                    message: Message::assistant(summary),
+                    message: project_message(summary, &checkout.branch),
                     file_ids: Vec::new(),
                 }),
                 ResultPayload::ArtifactCreated(diff),
@@ -213,10 +213,21 @@ async fn tell_changes(ctx: &AgentRunContext, turn: &Prepared<'_>, emit: &mut Emi
         }
     };
     emit.send(vec![ResultPayload::MessageCompleted(MessageCompleted {
-        message: Message::assistant(text),
+        message: project_message(text, &checkout.branch),
         file_ids: Vec::new(),
     })])
     .await;
+}
+
+/// What the bridge says of the conversation's project, marked as its own
+/// (`metadata.project`): a front end that sends only a turn's final
+/// message (the LangBot plugin, in an Agent binding) sends these too.
+fn project_message(text: String, branch: &str) -> Message {
+    let mut message = Message::assistant(text);
+    message
+        .extra
+        .insert("metadata".into(), json!({"project": {"branch": branch}}));
+    message
 }
 
 /// The turn's terminal result from the harness's: a turn that asked the

@@ -105,3 +105,20 @@ def test_an_outbox_image_rides_in_the_delivered_message():
     parts = out[1]["data"]["message"]["content"]
     assert parts[0] == {"type": "text", "text": "Here it is."}
     assert parts[1]["image_base64"].startswith("data:image/png;base64,")
+
+
+def test_the_projects_summary_follows_the_reply_where_the_runner_replies():
+    ctx = Ctx(automatic=False)
+    summary = "Changes on branch `chat/c1`: 1 file changed, +1 −0."
+    out = shape(ctx, [message("Edited."), message(summary, project={"branch": "chat/c1"}), completed()])
+    assert ctx.replies == ["Edited.", summary]
+    assert [r["type"] for r in out] == ["message.completed", "run.completed"]
+
+
+def test_the_projects_summary_ends_the_delivered_message():
+    summary = "Changes on branch `chat/c1`: 1 file changed, +1 −0."
+    final = {"role": "assistant", "content": "Edited.", "metadata": {"session": {"id": "s"}}}
+    out = shape(Ctx(automatic=True), [message("Edited."), message(summary, project={"branch": "chat/c1"}),
+                                      completed(final)])
+    assert [r["type"] for r in out] == ["message.completed", "run.completed"]
+    assert out[0]["data"]["message"]["content"] == f"Edited.\n\n{summary}"

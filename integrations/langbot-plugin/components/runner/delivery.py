@@ -9,8 +9,11 @@ through `ctx.reply`. Either way each reply reaches the chat once: the final
 message already given. A failed run reaches the person as a sentence. Files
 from the harness's outbox follow the reply (`outbox`): sent after it where
 the runner sends, images inside the final message where LangBot delivers.
-A question or an approval the harness asks (`interaction.requested`) follows
-the reply too: as a card where the surface draws cards
+What the bridge says of the conversation's project (the summary of what the
+turn changed; a message marked `metadata.project`) follows the reply: sent
+after it where the runner sends, at the end of the final message where
+LangBot delivers. A question or an approval the harness asks
+(`interaction.requested`) follows the reply too: as a card where the surface draws cards
 (`ctx.delivery.interactions`), else as its text, which says how to answer
 in words; the bridge reads the next message as the answer.
 """
@@ -78,6 +81,13 @@ def split_text(text: str, limit: int | None) -> list[str]:
     if text.strip():
         parts.append(text)
     return parts
+
+
+def _of_project(data: dict[str, Any]) -> bool:
+    """Whether a message is the bridge's word on the conversation's project."""
+    message = data.get("message") if isinstance(data.get("message"), dict) else {}
+    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+    return "project" in metadata
 
 
 def failure_sentence(label: str, data: dict[str, Any]) -> str:
@@ -222,6 +232,8 @@ class Delivery:
         #: reply, or the text to send with it.
         self._card: dict[str, Any] | None = None
         self._question = ""
+        #: What the bridge said of the project, to follow the reply.
+        self._project: list[str] = []
 
     async def shape(self, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         """The results to yield, in order; sends the reply on the way when
@@ -260,6 +272,10 @@ class Delivery:
             async for out in self._completed(result, data):
                 yield out
             return
+        if kind == "message.completed" and _of_project(data):
+            # Follows the reply, whichever message that turns out to be.
+            self._project.append(message_text(data.get("message")))
+            return
         held = self._release()
         if held is not None:
             yield held
@@ -292,11 +308,12 @@ class Delivery:
         self._question = text
 
     def _with_question(self, message: dict[str, Any]) -> None:
-        """Where LangBot delivers the final message, the question's text
-        ends it."""
-        if self._question:
-            text = message_text(message)
-            message["content"] = f"{text}\n\n{self._question}" if text else self._question
+        """Where LangBot delivers the final message, what the bridge said of
+        the project and the question's text end it."""
+        for extra in [*self._project, self._question]:
+            if extra:
+                text = message_text(message)
+                message["content"] = f"{text}\n\n{extra}" if text else extra
 
     async def _completed(self, result: dict[str, Any], data: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         async for out in self._answer(result, data):
@@ -326,7 +343,7 @@ class Delivery:
                 self._with_question(last)
                 self._attach(last)
             yield held
-        elif self.reply is None and (self.outbox.files or self._question):
+        elif self.reply is None and (self.outbox.files or self._question or self._project):
             if final is not None:
                 self._with_question(final)
                 self._attach(final)
@@ -349,6 +366,11 @@ class Delivery:
             yield {"run_id": result.get("run_id"), "type": "run.failed",
                    "data": {"error": error, "code": failure_codes.DELIVERY_FAILED, "retryable": True}}
             return
+        for said in self._project:
+            try:
+                await self.reply.send(said)
+            except Exception as exc:  # noqa: BLE001 - the record keeps it
+                yield _log(result.get("run_id"), f"the project's summary could not be sent to the chat: {exc}", "error")
         async for out in self._send_files(result.get("run_id")):
             yield out
         if self._question:
