@@ -548,6 +548,19 @@ fn said(results: &[Value]) -> String {
     texts.join("\n")
 }
 
+/// The turn failed before anything ran, telling the person `sentence`
+/// and never the repository's path.
+fn refused_in_a_sentence(results: &[Value], sentence: &str, repo: &Path) {
+    assert_eq!(terminal(results)["type"], "run.failed", "{results:#?}");
+    assert_eq!(terminal(results)["data"]["code"], "workspace_error");
+    let told = said(results);
+    assert!(told.contains(sentence), "{told}");
+    assert!(
+        !told.contains(&repo.display().to_string()),
+        "no path: {told}"
+    );
+}
+
 #[tokio::test]
 async fn a_deleted_branch_a_deleted_base_and_a_moved_repository_each_get_a_sentence() {
     let Setup { serve, repo, _dir } = serve_with_project().await;
@@ -586,16 +599,10 @@ async fn a_deleted_branch_a_deleted_base_and_a_moved_repository_each_get_a_sente
     git(&repo, &["checkout", "-q", "--detach"]);
     git(&repo, &["update-ref", "-d", "refs/heads/main"]);
     let dave = serve.results(turn("dave", "WRITE:epsilon", "web")).await;
-    assert_eq!(terminal(&dave)["type"], "run.failed", "{dave:#?}");
-    assert_eq!(terminal(&dave)["data"]["code"], "workspace_error");
-    let told = said(&dave);
-    assert!(
-        told.contains("Project `web` cannot take a new conversation now: its base branch `main` no longer exists"),
-        "{told}"
-    );
-    assert!(
-        !told.contains(&repo.display().to_string()),
-        "no path: {told}"
+    refused_in_a_sentence(
+        &dave,
+        "Project `web` cannot take a new conversation now: its base branch `main` no longer exists",
+        &repo,
     );
     let carols = serve.results(turn("carol", "just look", "web")).await;
     assert_eq!(terminal(&carols)["type"], "run.completed", "{carols:#?}");
@@ -607,15 +614,10 @@ async fn a_deleted_branch_a_deleted_base_and_a_moved_repository_each_get_a_sente
     let log = workspace.join(".langbot/turn-log");
     let turns_before = std::fs::read_to_string(&log).unwrap();
     let gone = serve.results(turn("carol", "WRITE:zeta", "web")).await;
-    assert_eq!(terminal(&gone)["type"], "run.failed", "{gone:#?}");
-    let told = said(&gone);
-    assert!(
-        told.contains("Project `web` cannot be used now: its repository is no longer where the operator set it up"),
-        "{told}"
-    );
-    assert!(
-        !told.contains(&repo.display().to_string()),
-        "no path: {told}"
+    refused_in_a_sentence(
+        &gone,
+        "Project `web` cannot be used now: its repository is no longer where the operator set it up",
+        &repo,
     );
     assert_eq!(
         std::fs::read_to_string(&log).unwrap(),
