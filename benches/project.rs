@@ -75,6 +75,7 @@ fn main() {
             branch: "chat/{conversation}".into(),
             author: "Bench <b@example.org>".into(),
             mode: Default::default(),
+            publish: None,
         };
         let project = Project::open("bench", &spec).await.expect("project");
         let bridge_paths = [".langbot/".to_string()];

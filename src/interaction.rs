@@ -98,6 +98,9 @@ pub struct Asking {
     pub questions: bool,
     /// `approve`: the harness's permission prompts (`approvals: chat`).
     pub approvals: bool,
+    /// `publish`: the conversation's branch, to where the operator's
+    /// project publishes.
+    pub publish: bool,
 }
 
 /// What a request asks.
@@ -123,6 +126,76 @@ pub enum Ask {
         /// The one action an approval allows ([`fingerprint`]).
         fingerprint: String,
     },
+    /// May the bridge publish the conversation's branch?
+    Publish(PublishRequest),
+}
+
+/// What a card asking to publish shows, and the one thing an approval
+/// lets the bridge push: this commit, to this branch, where the project
+/// publishes. Kept by the bridge in its own state key, so nothing the
+/// harness writes can change what is pushed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishRequest {
+    /// The project's name.
+    pub project: String,
+    /// The conversation's branch, pushed under the same name.
+    pub branch: String,
+    /// Where to, as the person reads it (no credentials).
+    pub remote: String,
+    /// The commit shown, and the only one an approval pushes.
+    pub head: String,
+    /// `short-id subject` of each commit beyond the base, newest first.
+    pub commits: Vec<String>,
+    /// How many more commits there are than `commits` lists.
+    #[serde(default)]
+    pub more_commits: u64,
+    /// Files changed against the base, lines added and removed.
+    pub files: u64,
+    /// Lines added.
+    pub added: u64,
+    /// Lines removed.
+    pub removed: u64,
+}
+
+impl PublishRequest {
+    /// The card's title.
+    fn title(&self, harness: &str) -> String {
+        format!(
+            "{harness} asks to publish branch `{}` to {}",
+            self.branch, self.remote
+        )
+    }
+
+    /// What would be published, as the card and the fallback text show it.
+    fn shown(&self) -> String {
+        let count = self.commits.len() as u64 + self.more_commits;
+        let mut text = format!(
+            "{count} commit{} on `{}`, {} file{} changed, +{} −{}:",
+            if count == 1 { "" } else { "s" },
+            self.branch,
+            self.files,
+            if self.files == 1 { "" } else { "s" },
+            self.added,
+            self.removed
+        );
+        for commit in &self.commits {
+            text.push_str("\n- ");
+            text.push_str(commit);
+        }
+        if self.more_commits > 0 {
+            text.push_str(&format!("\n- … and {} more", self.more_commits));
+        }
+        text.push_str(&format!(
+            "\n\nApproving pushes commit {} and nothing after it.",
+            short(&self.head)
+        ));
+        text
+    }
+}
+
+/// A commit id as people read it.
+pub fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
 }
 
 impl Pending {
@@ -133,6 +206,16 @@ impl Pending {
             expires_at: now + EXPIRY_SECONDS,
             asked_by: None,
             ask: Ask::Question { question, choices },
+        }
+    }
+
+    /// A request to publish, asked in run `run_id`.
+    pub fn publish(run_id: &str, request: PublishRequest, now: i64) -> Pending {
+        Pending {
+            id: format!("publish-{run_id}"),
+            expires_at: now + EXPIRY_SECONDS,
+            asked_by: None,
+            ask: Ask::Publish(request),
         }
     }
 
@@ -202,6 +285,15 @@ impl Pending {
                     action("deny", "Deny", "danger"),
                 ],
             ),
+            Ask::Publish(request) => (
+                InteractionKind::Confirmation,
+                request.title(harness),
+                Vec::new(),
+                vec![
+                    action("approve", "Publish", "primary"),
+                    action("deny", "Do not publish", "danger"),
+                ],
+            ),
         };
         InteractionRequest {
             interaction_id: self.id.clone(),
@@ -236,6 +328,11 @@ impl Pending {
                 "{harness} asks to {summary}.\n\n{}\n\nReply \"approve\" to let it do this once, or \"deny\".",
                 self.shown_action().unwrap_or_default()
             ),
+            Ask::Publish(request) => format!(
+                "{}.\n\n{}\n\nReply \"approve\" to publish it, or \"deny\".",
+                request.title(harness),
+                request.shown()
+            ),
         }
     }
 
@@ -244,8 +341,10 @@ impl Pending {
     /// digest and the name of the file that holds all of it
     /// ([`Pending::attachment`]). Nothing the person cannot read runs.
     pub fn shown_action(&self) -> Option<String> {
-        let Ask::Approval { tool, input, .. } = &self.ask else {
-            return None;
+        let (tool, input) = match &self.ask {
+            Ask::Approval { tool, input, .. } => (tool, input),
+            Ask::Publish(request) => return Some(request.shown()),
+            Ask::Question { .. } => return None,
         };
         let whole = action_text(tool, input);
         let length = whole.chars().count();
@@ -448,6 +547,7 @@ pub fn reply(
         let what = match pending.ask {
             Ask::Question { .. } => "a question",
             Ask::Approval { .. } => "an approval",
+            Ask::Publish(_) => "a request to publish",
         };
         return Reply::NotYours(format!(
             "The agent is waiting for {who} to answer {what}; only they (or an approver the \
@@ -492,6 +592,11 @@ fn answer_card(pending: &Pending, submission: &InteractionSubmission) -> Reply {
             submission.action_id.as_deref() == Some("approve"),
             None,
         ),
+        Ask::Publish(request) => publishing(
+            request,
+            submission.action_id.as_deref() == Some("approve"),
+            None,
+        ),
     }
 }
 
@@ -516,19 +621,29 @@ fn answer_text(pending: &Pending, text: &str) -> Reply {
             summary,
             fingerprint,
             ..
-        } => {
-            let word = text
-                .trim()
-                .trim_matches(|c: char| c.is_ascii_punctuation())
-                .to_lowercase();
-            // Few words, none of which a reply to something else would
-            // be by accident ("ok", "1" and "y" answer too many questions).
-            match word.as_str() {
-                "approve" | "approved" | "yes" => decided(summary, fingerprint, true, None),
-                "deny" | "denied" | "no" => decided(summary, fingerprint, false, None),
-                _ => decided(summary, fingerprint, false, Some(text)),
-            }
-        }
+        } => match yes_or_no(text) {
+            Some(yes) => decided(summary, fingerprint, yes, None),
+            None => decided(summary, fingerprint, false, Some(text)),
+        },
+        Ask::Publish(request) => match yes_or_no(text) {
+            Some(yes) => publishing(request, yes, None),
+            None => publishing(request, false, Some(text)),
+        },
+    }
+}
+
+/// An approval's answer in words: few words, none of which a reply to
+/// something else would be by accident ("ok", "1" and "y" answer too many
+/// questions). `None`: anything else, which does not approve.
+fn yes_or_no(text: &str) -> Option<bool> {
+    let word = text
+        .trim()
+        .trim_matches(|c: char| c.is_ascii_punctuation())
+        .to_lowercase();
+    match word.as_str() {
+        "approve" | "approved" | "yes" => Some(true),
+        "deny" | "denied" | "no" => Some(false),
+        _ => None,
     }
 }
 
@@ -578,6 +693,37 @@ fn decided(summary: &str, fingerprint: &str, approve: bool, said: Option<&str>) 
         approved: None,
     }
 }
+
+/// The answer to a request to publish. Approved, it carries the one
+/// commit the bridge may push ([`PUBLISH_APPROVAL`] and the commit), and
+/// the harness is told what the push did once the bridge has made it.
+fn publishing(request: &PublishRequest, approve: bool, said: Option<&str>) -> Reply {
+    let branch = &request.branch;
+    if approve {
+        return Reply::Answer {
+            prompt: format!("The user approved publishing branch `{branch}`."),
+            approved: Some(format!("{PUBLISH_APPROVAL}{}", request.head)),
+        };
+    }
+    let prompt = match said {
+        Some(said) => format!(
+            "The user did not approve publishing branch `{branch}`; it was not published. \
+             Instead they wrote:\n\n{said}"
+        ),
+        None => format!(
+            "The user did not approve publishing branch `{branch}`; it was not published. Do \
+             not push it yourself; continue without publishing, or ask what they want changed."
+        ),
+    };
+    Reply::Answer {
+        prompt,
+        approved: None,
+    }
+}
+
+/// How an approved publish is marked in [`Reply::Answer`]'s `approved`
+/// (a prefix no action's fingerprint has: those are hex digests).
+pub const PUBLISH_APPROVAL: &str = "publish:";
 
 /// What the harness's permission prompt tool answers (Claude Code's
 /// `--permission-prompt-tool` contract: `allow` with the input to use, or
@@ -716,6 +862,33 @@ impl Interactions {
         )
     }
 
+    /// The `publish` tool: keep the request for the end of the turn.
+    /// Refused like [`Interactions::ask`] when the run is over, may not
+    /// publish, or has already asked.
+    pub fn ask_publish(
+        &self,
+        run_id: &str,
+        request: PublishRequest,
+        now: i64,
+    ) -> Result<String, AskRefused> {
+        let mut runs = self.lock();
+        let slot = runs.get_mut(run_id).ok_or(AskRefused::Over)?;
+        if !slot.asking.publish {
+            return Err(AskRefused::NotAllowed);
+        }
+        if slot.asked.is_some() {
+            return Err(AskRefused::AlreadyAsked);
+        }
+        slot.asked = Some(Pending::publish(run_id, request, now));
+        Ok(
+            "The request to publish is on its way to the user, with the branch, its commits \
+            and what changed. End your turn now, without another tool call. If they approve, \
+            the bridge pushes exactly the commits shown and tells you so in the next message; \
+            do not push yourself."
+                .into(),
+        )
+    }
+
     /// A live harness's permission request: the one approved action is
     /// allowed (`Some`); else the person is asked and `None` says to pause
     /// the turn until they answer; a second request in the turn is denied.
@@ -834,6 +1007,7 @@ mod tests {
     const BOTH: Asking = Asking {
         questions: true,
         approvals: true,
+        publish: false,
     };
     /// Whoever asked in these tests: no actor.
     const ASKER: Answerer<'static> = Answerer {
@@ -1040,6 +1214,91 @@ mod tests {
         let stored = serde_json::to_value(&pending).unwrap();
         assert_eq!(Pending::from_state(Some(&stored)), Some(pending));
         assert_eq!(Pending::from_state(Some(&Value::Null)), None);
+    }
+
+    fn publish_request() -> PublishRequest {
+        PublishRequest {
+            project: "web".into(),
+            branch: "chat/ada".into(),
+            remote: "https://example.org/web.git".into(),
+            head: "0123456789abcdef0123456789abcdef01234567".into(),
+            commits: vec!["0123456 Fix the header".into()],
+            more_commits: 2,
+            files: 2,
+            added: 14,
+            removed: 3,
+        }
+    }
+
+    #[test]
+    fn a_publish_card_shows_what_goes_and_only_an_approval_carries_its_commit() {
+        let pending = Pending::publish("r1", publish_request(), NOW);
+        let card = pending.request("Claude Code");
+        assert_eq!(card.kind, InteractionKind::Confirmation);
+        assert_eq!(
+            card.title,
+            "Claude Code asks to publish branch `chat/ada` to https://example.org/web.git"
+        );
+        let shown = card.description.unwrap_or_default();
+        assert!(
+            shown.starts_with("3 commits on `chat/ada`, 2 files changed, +14 −3:")
+                && shown.contains("- 0123456 Fix the header\n- … and 2 more")
+                && shown.contains("pushes commit 0123456789ab and nothing after it"),
+            "{shown}"
+        );
+        assert!(
+            card.fallback_text
+                .contains("Reply \"approve\" to publish it")
+        );
+        // Kept in the state and read back as it was.
+        let kept = serde_json::to_value(&pending).unwrap();
+        assert_eq!(Pending::from_state(Some(&kept)), Some(pending.clone()));
+
+        let yes = submission(&pending.id, Some("approve"), json!({}));
+        let Reply::Answer { approved, .. } = reply(Some(&pending), Some(&yes), "", ASKER, NOW)
+        else {
+            panic!("an answer")
+        };
+        assert_eq!(
+            approved.as_deref(),
+            Some("publish:0123456789abcdef0123456789abcdef01234567")
+        );
+        for no in ["deny", "push it to main instead"] {
+            let Reply::Answer { approved, prompt } = reply(Some(&pending), None, no, ASKER, NOW)
+            else {
+                panic!("an answer")
+            };
+            assert_eq!(approved, None, "{no}");
+            assert!(prompt.contains("it was not published"), "{prompt}");
+        }
+    }
+
+    #[test]
+    fn publishing_is_asked_once_and_only_where_offered() {
+        let asked = Interactions::default();
+        asked.open("r1", None, BOTH);
+        assert_eq!(
+            asked.ask_publish("r1", publish_request(), NOW),
+            Err(AskRefused::NotAllowed)
+        );
+        let publishing = Asking {
+            publish: true,
+            ..Asking::default()
+        };
+        asked.open("r2", None, publishing);
+        assert!(asked.ask_publish("r2", publish_request(), NOW).is_ok());
+        assert_eq!(
+            asked.ask_publish("r2", publish_request(), NOW),
+            Err(AskRefused::AlreadyAsked)
+        );
+        assert!(matches!(
+            asked.close("r2").map(|p| p.ask),
+            Some(Ask::Publish(_))
+        ));
+        assert_eq!(
+            asked.ask_publish("r3", publish_request(), NOW),
+            Err(AskRefused::Over)
+        );
     }
 
     fn asked_by(id: &str) -> Pending {

@@ -539,6 +539,7 @@ async fn every_tool_returns_the_stores_data() {
             current_event: json!({"event_id": "ev-now"}),
             input_files: inputs.into_iter().collect(),
             workspace: ws.path().to_path_buf(),
+            publish: None,
         },
     );
     let c = client(s.http.url(), run.token.expose()).await.unwrap();
@@ -802,6 +803,7 @@ async fn every_refusal_is_one_audit_row() {
             current_event: json!({"event_id": "ev-now"}),
             input_files: [("f_link".to_string(), link)].into_iter().collect(),
             workspace: ws.path().to_path_buf(),
+            publish: None,
         },
     );
     let c = client(s.http.url(), run.token.expose()).await.unwrap();

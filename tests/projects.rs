@@ -15,10 +15,11 @@ use serde_json::{Value, json};
 
 /// The harness: appends the word after `WRITE:` to greeting.txt, commits
 /// on `COMMIT`, and on `WAIT` says it is ready and waits for `go`; tries
-/// to write each `PROBE:path` and read each `PEEK:path` (`HELD` or
-/// `BROKE` in `.langbot/probes`); on `REPOINT` points its worktree's
-/// `.git` elsewhere. What it saw of greeting.txt is kept in the bridge's
-/// folder.
+/// to write each `PROBE:path`, read each `PEEK:path` and push to each
+/// `PUSH:remote` (`HELD` or `BROKE` in `.langbot/probes`); on `REPOINT`
+/// points its worktree's `.git` elsewhere; on `PUBLISH` calls the bridge's
+/// `publish` tool. What it saw of greeting.txt, its prompt and its
+/// environment are kept in the bridge's folder.
 const HARNESS: &str = r#"#!/bin/sh
 prompt=$(cat)
 word=$(printf '%s' "$prompt" | grep -o 'WRITE:[a-z]*' | head -n 1 | cut -d: -f2)
@@ -39,6 +40,17 @@ for target in $(printf '%s' "$prompt" | grep -o 'PEEK:[^ ]*' | cut -d: -f2-); do
   if cat "$target" > /dev/null 2>&1; then echo "BROKE read $target"; else echo "HELD read $target"; fi
 done >> .langbot/probes
 case "$prompt" in *REPOINT*) echo "gitdir: /nonexistent/elsewhere" > .git ;; esac
+for target in $(printf '%s' "$prompt" | grep -o 'PUSH:[^ ]*' | cut -d: -f2-); do
+  if git push -q "$target" HEAD:refs/heads/escaped 2>/dev/null; then echo "BROKE push $target"; else echo "HELD push $target"; fi
+done >> .langbot/probes
+case "$prompt" in *PUBLISH*)
+  curl -s -X POST "$LANGBOT_MCP_URL" -H "Authorization: Bearer $LANGBOT_MCP_TOKEN" \
+    -H 'Accept: application/json, text/event-stream' -H 'Content-Type: application/json' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"publish","arguments":{}}}' \
+    > .langbot/publish.out 2>&1 ;;
+esac
+printf '%s' "$prompt" > .langbot/prompt
+env > .langbot/env
 cp greeting.txt .langbot/seen
 echo "end $word" >> .langbot/turn-log
 echo '{"type":"system","subtype":"init","session_id":"p-1","mcp_servers":[]}'
@@ -76,6 +88,12 @@ async fn serve_with_project() -> Setup {
 
 /// [`serve_with_project`] with more of the project's settings (`mode: shared`).
 async fn serve_with_project_as(settings: &str) -> Setup {
+    serve_with_project_and(settings, "", &[]).await
+}
+
+/// [`serve_with_project_as`] with bridge.yaml's own `top` settings and
+/// more of serve's environment.
+async fn serve_with_project_and(settings: &str, top: &str, env: &[(&str, String)]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let repo = repository(dir.path());
     let other = dir.path().join("other");
@@ -89,7 +107,7 @@ async fn serve_with_project_as(settings: &str) -> Setup {
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::write(tools.join("adapters/editor.yaml"), SPEC).unwrap();
     let config = format!(
-        "adapters: {}\ndefault_harness: editor\nkill_grace_seconds: 1\n\
+        "adapters: {}\ndefault_harness: editor\nkill_grace_seconds: 1\n{top}\
          projects:\n  web:\n    repository: {}\n{settings}",
         tools.join("adapters").display(),
         repo.display()
@@ -101,12 +119,9 @@ async fn serve_with_project_as(settings: &str) -> Setup {
         tools.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let serve = ServeProcess::spawn(
-        Arc::new(tempfile::tempdir().unwrap()),
-        &config,
-        &[("PATH", path)],
-    )
-    .await;
+    let mut env = env.to_vec();
+    env.push(("PATH", path));
+    let serve = ServeProcess::spawn(Arc::new(tempfile::tempdir().unwrap()), &config, &env).await;
     Setup {
         serve,
         repo,
@@ -630,5 +645,279 @@ async fn a_deleted_branch_a_deleted_base_and_a_moved_repository_each_get_a_sente
     assert_eq!(
         std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap(),
         "hello\ngamma\ndelta\neta\n"
+    );
+}
+
+/// The token serve is given to push with.
+const PUSH_TOKEN: &str = "push-token-7f3a9c0e12b4d7";
+
+/// A turn of `actor` in `conversation`.
+fn turn_of(actor: &str, conversation: &str, text: &str) -> Value {
+    json!({"conversation": conversation, "actor": actor, "text": text, "config": {"project": "web"}})
+}
+
+/// The branches of the bare repository `remote`.
+fn remote_branches(remote: &Path) -> String {
+    git(
+        remote,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short) %(objectname)",
+            "refs/heads",
+        ],
+    )
+}
+
+#[tokio::test]
+async fn a_publish_request_becomes_a_card_and_only_the_askers_approval_pushes_it() {
+    let remote_dir = tempfile::tempdir().unwrap();
+    let remote = remote_dir.path().join("web.git");
+    git(remote_dir.path(), &["init", "-q", "--bare", "web.git"]);
+    // The operator even lets harnesses inherit the token's variable: the
+    // bridge takes it out all the same.
+    let settings = format!(
+        "    publish:\n      remote: {}\n      token_env: WEB_PUSH_TOKEN\n",
+        remote.display()
+    );
+    let Setup { serve, repo, _dir } = serve_with_project_and(
+        &settings,
+        "pass_env: [WEB_PUSH_TOKEN]\n",
+        &[("WEB_PUSH_TOKEN", PUSH_TOKEN.to_string())],
+    )
+    .await;
+    let push = format!("PUSH:{}", remote.display());
+    let text = format!("WRITE:alpha COMMIT {push} PUBLISH");
+    let asked = serve.results(turn_of("alice", "alice", &text)).await;
+    assert_eq!(terminal(&asked)["type"], "run.completed", "{asked:#?}");
+    let workspace = workspace_of(&serve.workspaces(), "alice");
+    let branch = git(&workspace, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    let branch = branch.trim();
+    let head = git(&workspace, &["rev-parse", "HEAD"]);
+    let card = of_type(&asked, "action.requested");
+    let card = &card.first().unwrap_or_else(|| panic!("a card: {asked:#?}"))["data"]["payload"];
+    let title = card["title"].as_str().unwrap_or_default();
+    assert!(
+        title.contains(&format!(
+            "asks to publish branch `{branch}` to {}",
+            remote.display()
+        )),
+        "{card}"
+    );
+    let shown = card["description"].as_str().unwrap_or_default();
+    assert!(
+        shown.contains("1 commit on")
+            && shown.contains("1 file changed, +1 −0")
+            && shown.contains("Greet alpha"),
+        "{shown}"
+    );
+    assert!(shown.contains(&head.trim()[..12]), "{shown}");
+    let probes = std::fs::read_to_string(workspace.join(".langbot/probes")).unwrap();
+    assert_eq!(
+        probes.trim(),
+        format!("HELD push {}", remote.display()),
+        "the agent pushed itself"
+    );
+    assert_eq!(
+        remote_branches(&remote),
+        "",
+        "pushed before anyone approved"
+    );
+
+    // Bob, in the same chat, cannot approve alice's request.
+    let bobs = serve.results(turn_of("bob", "alice", "approve")).await;
+    let told = terminal(&bobs)["data"]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        told.contains("only they (or an approver the operator named)"),
+        "{bobs:#?}"
+    );
+    assert_eq!(remote_branches(&remote), "");
+
+    // Alice can: the bridge pushes the commit the card showed.
+    let approved = serve.results(turn_of("alice", "alice", "approve")).await;
+    assert_eq!(
+        terminal(&approved)["type"],
+        "run.completed",
+        "{approved:#?}"
+    );
+    assert!(
+        said(&approved).contains(&format!(
+            "Published branch `{branch}` (commit {})",
+            &head.trim()[..12]
+        )),
+        "{approved:#?}"
+    );
+    assert_eq!(
+        remote_branches(&remote).trim(),
+        format!("{branch} {}", head.trim())
+    );
+    let prompt = std::fs::read_to_string(workspace.join(".langbot/prompt")).unwrap();
+    assert!(prompt.contains("the bridge pushed branch"), "{prompt}");
+
+    // The token reached neither the harness's environment nor any file it
+    // could read, and the repository's configuration does not hold it.
+    let env = std::fs::read_to_string(workspace.join(".langbot/env")).unwrap();
+    assert!(
+        !env.contains("WEB_PUSH_TOKEN") && !env.contains(PUSH_TOKEN),
+        "{env}"
+    );
+    for root in [serve.workspaces(), repo.clone()] {
+        for entry in walkdir::WalkDir::new(&root)
+            .into_iter()
+            .filter_map(Result::ok)
+        {
+            if entry.file_type().is_file() {
+                let bytes = std::fs::read(entry.path()).unwrap_or_default();
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(PUSH_TOKEN),
+                    "the token is in {}",
+                    entry.path().display()
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn nothing_to_publish_is_refused_and_a_project_without_publish_offers_no_tool() {
+    let remote_dir = tempfile::tempdir().unwrap();
+    let remote = remote_dir.path().join("web.git");
+    git(remote_dir.path(), &["init", "-q", "--bare", "web.git"]);
+    let settings = format!("    publish:\n      remote: {}\n", remote.display());
+    let Setup { serve, _dir, .. } = serve_with_project_and(&settings, "", &[]).await;
+    let results = serve
+        .results(turn_of("alice", "alice", "WRITE:alpha PUBLISH"))
+        .await;
+    assert_eq!(terminal(&results)["type"], "run.completed", "{results:#?}");
+    assert!(
+        of_type(&results, "action.requested").is_empty(),
+        "{results:#?}"
+    );
+    let workspace = workspace_of(&serve.workspaces(), "alice");
+    let out = std::fs::read_to_string(workspace.join(".langbot/publish.out")).unwrap();
+    assert!(
+        out.contains("nothing to publish; commit the changes first"),
+        "{out}"
+    );
+
+    let Setup { serve, _dir, .. } = serve_with_project().await;
+    let results = serve
+        .results(turn_of("alice", "alice", "WRITE:alpha COMMIT PUBLISH"))
+        .await;
+    assert!(
+        of_type(&results, "action.requested").is_empty(),
+        "{results:#?}"
+    );
+    let workspace = workspace_of(&serve.workspaces(), "alice");
+    let out = std::fs::read_to_string(workspace.join(".langbot/publish.out")).unwrap();
+    assert!(out.contains("Unknown tool: publish"), "{out}");
+}
+
+#[tokio::test]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn claude_asks_to_publish_and_the_bridge_pushes_once_the_asker_approves() {
+    use common::anthropic::{CALLS_DONE, fake_model_calling};
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path());
+    let remote = dir.path().join("web.git");
+    git(dir.path(), &["init", "-q", "--bare", "web.git"]);
+    // Its own push, through the real Bash in its most permissive mode,
+    // is the cage's to refuse.
+    let edit = format!(
+        "echo 'hello from claude' >> greeting.txt && git commit -qam 'Claude greets' \
+         && env > .langbot/claude-env; git push -q {} HEAD:refs/heads/escaped; true",
+        remote.display()
+    );
+    let (model_url, fake) = fake_model_calling(vec![
+        (
+            "Bash".into(),
+            json!({"command": edit, "description": "edit"}),
+        ),
+        ("mcp__langbot__publish".into(), json!({})),
+    ])
+    .await;
+    let extra = format!(
+        "projects:\n  web:\n    repository: {}\n    publish:\n      remote: {}\n      \
+         token_env: WEB_PUSH_TOKEN\n\
+         default_config:\n  permission_mode: bypassPermissions\n  project: web\n",
+        repo.display(),
+        remote.display()
+    );
+    let (serve, _home) = common::server::serve_claude_with(
+        model_url,
+        &extra,
+        &[("WEB_PUSH_TOKEN", PUSH_TOKEN.to_string())],
+    )
+    .await;
+    let claude_turn =
+        |actor: &str, text: &str| json!({"conversation": "erin", "actor": actor, "text": text});
+    let asked = serve
+        .results(claude_turn("erin", "Greet, commit, publish."))
+        .await;
+    assert_eq!(terminal(&asked)["type"], "run.completed", "{asked:#?}");
+    let card = of_type(&asked, "action.requested");
+    let card = &card.first().unwrap_or_else(|| panic!("a card: {asked:#?}"))["data"]["payload"];
+    let branch = git(
+        &repo,
+        &[
+            "branch",
+            "--format=%(refname:short)",
+            "--list",
+            "chat/erin-*",
+        ],
+    );
+    let branch = branch.trim();
+    let head = git(&repo, &["rev-parse", branch]);
+    assert!(
+        card["title"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("publish branch `{branch}`")),
+        "{card}"
+    );
+    assert!(
+        card["description"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Claude greets"),
+        "{card}"
+    );
+    assert_eq!(
+        remote_branches(&remote),
+        "",
+        "pushed before anyone approved"
+    );
+
+    // Someone else in the chat cannot approve; erin can.
+    fake.set_script(Vec::new());
+    let others = serve.results(claude_turn("mallory", "approve")).await;
+    let told = terminal(&others)["data"]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(told.contains("waiting for erin"), "{others:#?}");
+    assert_eq!(remote_branches(&remote), "", "{others:#?}");
+    let approved = serve.results(claude_turn("erin", "approve")).await;
+    assert_eq!(
+        terminal(&approved)["type"],
+        "run.completed",
+        "{approved:#?}"
+    );
+    assert!(
+        said(&approved).contains(&format!("Published branch `{branch}`")),
+        "{approved:#?}"
+    );
+    assert!(said(&approved).contains(CALLS_DONE), "{approved:#?}");
+    assert_eq!(
+        remote_branches(&remote).trim(),
+        format!("{branch} {}", head.trim())
+    );
+
+    let workspace = workspaces_with(&serve.workspaces(), "claude-env");
+    let env = std::fs::read_to_string(workspace[0].join(".langbot/claude-env")).unwrap();
+    assert!(env.contains("GIT_AUTHOR_NAME"), "the probe ran: {env}");
+    assert!(
+        !env.contains("WEB_PUSH_TOKEN") && !env.contains(PUSH_TOKEN),
+        "{env}"
     );
 }

@@ -25,6 +25,7 @@ use crate::host::calls::text::text_head;
 use crate::host::calls::{ArtifactReadCall, VisitCalls, bad_arguments, each_call};
 use crate::host::{Api, GrantedHost, HostCall};
 use crate::interaction::{Asking, Interactions};
+use crate::project::Publishable;
 use crate::projection::{HeadRead, read_beneath};
 use crate::protocol::AgentAPIError;
 
@@ -43,6 +44,9 @@ pub struct RunFacts {
     pub input_files: HashMap<String, InputRef>,
     /// The run's workspace: inline copies are read beneath it only.
     pub workspace: std::path::PathBuf,
+    /// The conversation's worktree, when its project publishes (for
+    /// `publish`).
+    pub publish: Option<Publishable>,
 }
 
 /// Where an input file's bytes are.
@@ -123,6 +127,8 @@ enum Gate {
     Questions,
     /// A run whose permission prompts go to the person (`approve`).
     Approvals,
+    /// A run on a project that publishes, in a conversation (`publish`).
+    Publish,
 }
 
 impl Gate {
@@ -133,6 +139,7 @@ impl Gate {
             Gate::Api(api) => allows(api),
             Gate::Questions => asking.questions,
             Gate::Approvals => asking.approvals,
+            Gate::Publish => asking.publish,
         }
     }
 }
@@ -227,6 +234,19 @@ static TOOLS: LazyLock<Vec<ToolSpec>> = LazyLock::new(|| {
             },
         },
         ToolSpec {
+            name: "publish",
+            gate: Gate::Publish,
+            description: "Ask the person in the chat to publish this conversation's branch to the project's remote: they see the branch, its commits beyond the base and what they change, and only if they approve does the bridge push it (you cannot push yourself). Only commits are published: commit your work first. The request ends this turn: call it last, then stop; the next message says what happened.",
+            schema: schema_for_type::<NoArgs>,
+            check: |args| parse::<NoArgs>(args).map(drop),
+            answer: |access, args| {
+                Box::pin(async move {
+                    local_args::<NoArgs>(access, "publish", args).await?;
+                    publish(access).await
+                })
+            },
+        },
+        ToolSpec {
             name: "read_files",
             gate: Gate::Always,
             description: "Text of this conversation's input files by id (ids from `# Input Files`), up to 1 MiB of each and 4 MiB per call; a longer file says `truncated`. Binary files come back base64-encoded.",
@@ -243,6 +263,27 @@ static TOOLS: LazyLock<Vec<ToolSpec>> = LazyLock::new(|| {
     each_call(&mut tools);
     tools.0
 });
+
+/// The `publish` tool: what would be pushed, kept as the turn's request
+/// to the person; refused (audited) when there is nothing to publish.
+async fn publish(access: &RunAccess) -> Result<Value, AgentAPIError> {
+    let refuse = |why: String| async move {
+        let err = AgentAPIError::invalid_argument(why);
+        access.refuse("publish", "tool:publish", err).await
+    };
+    let Some(publishable) = &access.facts.publish else {
+        return Err(refuse("this conversation's project does not publish".into()).await);
+    };
+    let request = match publishable.request().await {
+        Ok(request) => request,
+        Err(e) => return Err(refuse(e.to_string()).await),
+    };
+    let run_id = access.host.grant().run_id();
+    match access.interactions.ask_publish(run_id, request, unix_now()) {
+        Ok(next) => Ok(json!({"asked": true, "next": next})),
+        Err(why) => Err(refuse(why.to_string()).await),
+    }
+}
 
 /// A local tool's arguments; a refusal is audited as the tool's.
 async fn local_args<T: DeserializeOwned>(
@@ -406,9 +447,14 @@ pub fn check_arguments(name: &str, args: &rmcp::model::JsonObject) -> Result<(),
 /// question or an approval to ask is one the run does not have.
 fn offered(spec: &'static ToolSpec, asking: Asking) -> Result<&'static ToolSpec, AgentAPIError> {
     match spec.gate {
-        Gate::Questions | Gate::Approvals if !spec.gate.opens(|_| false, asking) => Err(
-            AgentAPIError::not_found(format!("no tool `{}` in this run", spec.name)),
-        ),
+        Gate::Questions | Gate::Approvals | Gate::Publish
+            if !spec.gate.opens(|_| false, asking) =>
+        {
+            Err(AgentAPIError::not_found(format!(
+                "no tool `{}` in this run",
+                spec.name
+            )))
+        }
         _ => Ok(spec),
     }
 }

@@ -281,7 +281,7 @@ impl Changes {
 
 /// `git diff --numstat -z`: `added\tremoved\tpath\0` per file, `-` for a
 /// binary file's counts.
-fn parse_numstat(out: &[u8]) -> Vec<FileChange> {
+pub(super) fn parse_numstat(out: &[u8]) -> Vec<FileChange> {
     out.split(|b| *b == 0)
         .filter(|entry| !entry.is_empty())
         .filter_map(|entry| {

@@ -45,6 +45,8 @@ pub struct Git {
     common_dir: Option<PathBuf>,
     work_tree: Option<PathBuf>,
     index: Option<PathBuf>,
+    /// Variables a call needs beyond the safe ones (a push's credentials).
+    env: Vec<(String, String)>,
 }
 
 impl Git {
@@ -55,6 +57,7 @@ impl Git {
             common_dir: None,
             work_tree: None,
             index: None,
+            env: Vec::new(),
         }
     }
 
@@ -66,6 +69,7 @@ impl Git {
             common_dir: Some(common_dir.to_path_buf()),
             work_tree: Some(work_tree.to_path_buf()),
             index: None,
+            env: Vec::new(),
         }
     }
 
@@ -74,6 +78,14 @@ impl Git {
     pub fn with_index(&self, index: &Path) -> Git {
         Git {
             index: Some(index.to_path_buf()),
+            ..self.clone()
+        }
+    }
+
+    /// The same, with these variables too (set after the safe ones).
+    pub fn with_env(&self, env: Vec<(String, String)>) -> Git {
+        Git {
+            env,
             ..self.clone()
         }
     }
@@ -128,6 +140,7 @@ impl Git {
         if let Some(index) = &self.index {
             command.env("GIT_INDEX_FILE", index);
         }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         let shown = args.join(" ");
         let child = command.spawn().map_err(GitError::Spawn)?;
         let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
@@ -167,6 +180,7 @@ pub async fn common_dir(repository: &Path) -> Result<PathBuf, GitError> {
         common_dir: None,
         work_tree: None,
         index: None,
+        env: Vec::new(),
     };
     let dir = git
         .line(&["rev-parse", "--path-format=absolute", "--git-common-dir"])

@@ -15,6 +15,7 @@
 
 mod changes;
 mod git;
+mod publish;
 mod worktree;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use changes::{Changes, FileChange, Snapshot};
 pub use git::GitError;
+pub use publish::{PublishSpec, Publishable, Publisher};
 pub use worktree::Checkout;
 
 /// Projects by name: what a binding's `project` picks among.
@@ -49,6 +51,10 @@ pub struct ProjectSpec {
     /// How conversations share the repository.
     #[serde(default)]
     pub mode: ProjectMode,
+    /// Where a person's approval publishes a conversation's branch; none:
+    /// branches stay on this machine.
+    #[serde(default)]
+    pub publish: Option<PublishSpec>,
 }
 
 /// How the conversations of a project share its repository.
@@ -134,6 +140,29 @@ pub enum ProjectError {
         /// The branch.
         base: String,
     },
+    /// The agent asked to publish a branch with no commits beyond the base.
+    #[error(
+        "project `{name}`: branch `{branch}` has no commits beyond `{base}`, so there is \
+         nothing to publish; commit the changes first"
+    )]
+    NothingToPublish {
+        /// The project.
+        name: String,
+        /// The conversation's branch.
+        branch: String,
+        /// The base branch.
+        base: String,
+    },
+    /// The push of an approved branch failed.
+    #[error("project `{name}`: the push to {remote} failed: {said}")]
+    Push {
+        /// The project.
+        name: String,
+        /// Where to, without credentials.
+        remote: String,
+        /// What git said.
+        said: String,
+    },
     /// The workspace could not be arranged around the worktree.
     #[error("project `{name}`: {why}")]
     Workspace {
@@ -179,6 +208,8 @@ pub struct Project {
     pub author: (String, String),
     /// How conversations share it.
     pub mode: ProjectMode,
+    /// Where its branches are published, when the operator lets them be.
+    pub publish: Option<Publisher>,
     /// Held by the turn working in a shared project's worktree: turns of
     /// several conversations take it in the order they asked.
     turn: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -229,6 +260,12 @@ impl Project {
         }
         let author = parse_author(&spec.author)
             .ok_or_else(|| invalid(format!("author `{}` is not `Name <email>`", spec.author)))?;
+        let publish = match &spec.publish {
+            Some(publish) => {
+                Some(Publisher::open(name, publish, &git::Git::bare(&common_dir)).await?)
+            }
+            None => None,
+        };
         Ok(Project {
             name: name.into(),
             common_dir,
@@ -236,6 +273,7 @@ impl Project {
             branch: spec.branch.clone(),
             author,
             mode: spec.mode,
+            publish,
             turn: std::sync::Arc::default(),
         })
     }

@@ -269,6 +269,7 @@ impl<'a> Binding<'a> {
         crate::interaction::Asking {
             questions: has_conversation && self.questions == Questions::Chat,
             approvals: has_conversation && self.approvals == Approvals::Chat,
+            publish: false,
         }
     }
 

@@ -27,6 +27,8 @@ pub async fn audit(host: &GrantedHost, pending: &Pending, answer: &Reply, actor:
             (Ask::Approval { .. }, Some(_)) => (None, "approved"),
             (Ask::Approval { .. }, None) => (None, "denied"),
             (Ask::Question { .. }, _) => (None, "answered"),
+            (Ask::Publish(_), Some(_)) => (None, "publishing approved"),
+            (Ask::Publish(_), None) => (None, "publishing denied"),
         },
         Reply::Stale(_) | Reply::Unrelated { .. } => return,
     };

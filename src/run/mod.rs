@@ -16,6 +16,7 @@ mod live;
 mod mcp_file;
 mod outbox;
 mod prepare;
+mod publish;
 mod queue;
 mod quick;
 mod record;
@@ -416,7 +417,7 @@ impl Bridge {
 }
 
 /// What the run's MCP tools answer about the turn itself.
-fn facts(projection: &Projection) -> RunFacts {
+fn facts(projection: &Projection, publish: Option<crate::project::Publishable>) -> RunFacts {
     let input_files = projection
         .input_files
         .iter()
@@ -435,5 +436,6 @@ fn facts(projection: &Projection) -> RunFacts {
         current_event: projection.current_event.clone(),
         input_files,
         workspace: projection.workspace.clone(),
+        publish,
     }
 }

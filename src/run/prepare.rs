@@ -16,7 +16,7 @@ use super::mcp_file::FilledMcpFile;
 use super::outbox::Outbox;
 use super::{
     Bridge, Emitter, HOST_CALL_TIMEOUT, PROMPT_TOOL_PLACEHOLDER, RunGuard, RunOptions, RunSummary,
-    SessionPlan, answers, facts, fail, record,
+    SessionPlan, answers, facts, fail, publish, record,
 };
 use crate::harness::cage::{Counters, Network, Plan, Quota, Subject};
 use crate::harness::{
@@ -24,9 +24,9 @@ use crate::harness::{
     requested_permissions, runner_id,
 };
 use crate::host::{HostApi, OpenRun};
-use crate::interaction::{self, Reply};
+use crate::interaction::{self, Ask, Asking, Reply};
 use crate::mcp::tool_names;
-use crate::project::{Checkout, Project, ProjectMode, Snapshot};
+use crate::project::{Checkout, Project, ProjectMode, Publishable, Snapshot};
 use crate::projection::{
     Approvals, Binding, NetworkChoice, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
     URL_ENV, paths, safe_component, shared_workspace,
@@ -120,6 +120,16 @@ async fn lookup_pointer(
     }
 }
 
+/// What the run may ask the person: the binding's choices, and to
+/// publish where the project publishes.
+fn asking(binding: &Binding<'_>, project: Option<&Project>, open: &OpenRun) -> Asking {
+    let has_conversation = open.grant.scope.conversation_id.is_some();
+    Asking {
+        publish: has_conversation && project.is_some_and(|p| p.publish.is_some()),
+        ..binding.asking(has_conversation)
+    }
+}
+
 /// A shared project's turn waits for the one before it, whichever
 /// conversation that is; a cancel, or the turn's deadline, while waiting
 /// ends it before anything of it ran.
@@ -186,12 +196,12 @@ impl Bridge {
             .as_deref()
             .unwrap_or_else(|| self.grants.host().as_ref());
         let Some((answer, answered)) = self
-            .answer(ctx, &binding, &open, host, emit, cancel)
+            .answer(ctx, &binding, project, &open, host, emit, cancel)
             .await?
         else {
             return Ok(None);
         };
-        let asking = binding.asking(open.grant.scope.conversation_id.is_some());
+        let asking = asking(&binding, project, &open);
         let timeout = binding
             .timeout_seconds
             .filter(|s| *s > 0)
@@ -207,7 +217,15 @@ impl Bridge {
         let workspace = projection.workspace.clone();
         summary.workspace = Some(workspace.clone());
         let checkout = self.check_out(ctx, spec, project, &projection).await?;
-        self.tools.set_facts(&ctx.run_id, facts(&projection));
+        let publishable = project
+            .zip(checkout.as_ref())
+            .filter(|_| asking.publish)
+            .map(|(project, (checkout, _))| Publishable {
+                project: project.clone(),
+                checkout: checkout.clone(),
+            });
+        self.tools
+            .set_facts(&ctx.run_id, facts(&projection, publishable));
         if self.settings.record_turns {
             record::inbound(host, ctx).await.map_err(|e| {
                 fail(
@@ -330,6 +348,11 @@ impl Bridge {
                     .into_iter()
                     .map(|(k, v)| (k.to_string(), v)),
             );
+            // The push token is the bridge's alone, whatever the operator
+            // lets harnesses inherit.
+            if let Some(var) = project.publish.as_ref().and_then(|p| p.token_env.as_ref()) {
+                env.remove(var);
+            }
         }
         let program = self.program(spec, options, &env)?;
         Ok(Admitted {
@@ -382,10 +405,12 @@ impl Bridge {
     /// gets when it is an answer, and the approval it carries opened for
     /// the run. `None`: the answer was not this person's to give, or came
     /// too late; they have been told, and nothing runs.
+    #[allow(clippy::too_many_arguments)]
     async fn answer(
         &self,
         ctx: &AgentRunContext,
         binding: &Binding<'_>,
+        project: Option<&Project>,
         open: &OpenRun,
         host: &dyn HostApi,
         emit: &mut Emitter,
@@ -435,12 +460,24 @@ impl Bridge {
             }
             Reply::Answer { prompt, approved } => {
                 let mut with_answer = ctx.clone();
-                with_answer.input.text = Some(prompt.clone());
-                (Some(with_answer), approved.clone())
+                let publish = match pending.as_ref().map(|p| &p.ask) {
+                    Some(Ask::Publish(request)) => Some(request),
+                    _ => None,
+                };
+                let (prompt, approved) = match (publish, approved) {
+                    (Some(request), Some(_)) => {
+                        let granted = self.grants.granted(open.grant.clone());
+                        let told = publish::approved(request, project, &granted, emit).await;
+                        (told, None)
+                    }
+                    _ => (prompt.clone(), approved.clone()),
+                };
+                with_answer.input.text = Some(prompt);
+                (Some(with_answer), approved)
             }
             Reply::Unrelated { .. } => (None, None),
         };
-        let asking = binding.asking(scope.conversation_id.is_some());
+        let asking = asking(binding, project, open);
         self.tools
             .interactions()
             .open(&ctx.run_id, approved, asking);

@@ -222,7 +222,7 @@ async fn tell_changes(ctx: &AgentRunContext, turn: &Prepared<'_>, emit: &mut Emi
 /// What the bridge says of the conversation's project, marked as its own
 /// (`metadata.project`): a front end that sends only a turn's final
 /// message (the LangBot plugin, in an Agent binding) sends these too.
-fn project_message(text: String, branch: &str) -> Message {
+pub(super) fn project_message(text: String, branch: &str) -> Message {
     let mut message = Message::assistant(text);
     message
         .extra

@@ -18,6 +18,7 @@ pub const RUNNER: &str = "plugin:langbot/harness-bridge/claude-code";
 pub const ALL_ASKING: harness_bridge::interaction::Asking = harness_bridge::interaction::Asking {
     questions: true,
     approvals: true,
+    publish: true,
 };
 
 /// A context for `conversation`, with every pull API opened by the host.

@@ -213,6 +213,15 @@ impl ServeProcess {
 /// A real `serve` running the real Claude Code against the fake model at
 /// `model_url`, with `extra` added to its bridge.yaml.
 pub async fn serve_claude(model_url: String, extra: &str) -> (ServeProcess, tempfile::TempDir) {
+    serve_claude_with(model_url, extra, &[]).await
+}
+
+/// [`serve_claude`] with more of serve's environment.
+pub async fn serve_claude_with(
+    model_url: String,
+    extra: &str,
+    more_env: &[(&str, String)],
+) -> (ServeProcess, tempfile::TempDir) {
     let claude = super::cli("claude");
     let data = Arc::new(tempfile::tempdir().unwrap());
     super::seed_decision(data.path(), super::anthropic::CONVERSATION).await;
@@ -232,6 +241,8 @@ pub async fn serve_claude(model_url: String, extra: &str) -> (ServeProcess, temp
         ("ANTHROPIC_API_KEY", "test-key".to_string()),
         ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
     ];
+    let mut env = env.to_vec();
+    env.extend_from_slice(more_env);
     (ServeProcess::spawn(data, &config, &env).await, home)
 }
 
