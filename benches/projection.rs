@@ -70,6 +70,7 @@ impl<'a> Fixed<'a> {
             shared: None,
             root,
             tools: self.tools,
+            project: None,
             mcp_url: "http://127.0.0.1:9/mcp",
             mcp_servers: &NO_SERVERS,
             host: Some(self.host),

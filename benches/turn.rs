@@ -152,6 +152,7 @@ async fn same_config() -> SameConfig {
             shared: None,
             root: &root.path().join("workspaces"),
             tools: &names,
+            project: None,
             mcp_url: mcp.url(),
             mcp_servers: &Default::default(),
             host: None,

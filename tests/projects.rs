@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 
 /// The harness: appends the word after `WRITE:` to greeting.txt, commits
 /// on `COMMIT`, and on `WAIT` says it is ready and waits for `go`; tries
-/// to write each `PROBE:path`, read each `PEEK:path` and push to each
-/// `PUSH:remote` (`HELD` or `BROKE` in `.langbot/probes`); on `REPOINT`
+/// to write each `PROBE:path`, read each `PEEK:path`, move each
+/// `REF:ref` to its HEAD and push to each `PUSH:remote` (`HELD` or
+/// `BROKE` in `.langbot/probes`); on `REPOINT`
 /// points its worktree's `.git` elsewhere; on `PUBLISH` calls the bridge's
 /// `publish` tool. What it saw of greeting.txt, its prompt and its
 /// environment are kept in the bridge's folder.
@@ -40,6 +41,9 @@ for target in $(printf '%s' "$prompt" | grep -o 'PEEK:[^ ]*' | cut -d: -f2-); do
   if cat "$target" > /dev/null 2>&1; then echo "BROKE read $target"; else echo "HELD read $target"; fi
 done >> .langbot/probes
 case "$prompt" in *REPOINT*) echo "gitdir: /nonexistent/elsewhere" > .git ;; esac
+for target in $(printf '%s' "$prompt" | grep -o 'REF:[^ ]*' | cut -d: -f2-); do
+  if git update-ref "$target" HEAD 2>/dev/null; then echo "BROKE ref $target"; else echo "HELD ref $target"; fi
+done >> .langbot/probes
 for target in $(printf '%s' "$prompt" | grep -o 'PUSH:[^ ]*' | cut -d: -f2-); do
   if git push -q "$target" HEAD:refs/heads/escaped 2>/dev/null; then echo "BROKE push $target"; else echo "HELD push $target"; fi
 done >> .langbot/probes
@@ -177,15 +181,53 @@ fn workspaces_with(root: &Path, file: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The worktree of `conversation`: the workspace on its branch.
+/// The conversation's branch a worktree works for: its HEAD is detached
+/// (a harness moves no shared ref), at the branch's commit between turns.
+fn branch_of(worktree: &Path) -> String {
+    let head = git(worktree, &["rev-parse", "HEAD"]);
+    let repo = git(
+        worktree,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    );
+    let branches = git(
+        Path::new(repo.trim()),
+        &[
+            "branch",
+            "--format=%(refname:short)",
+            "--points-at",
+            head.trim(),
+        ],
+    );
+    let mine: Vec<&str> = branches
+        .lines()
+        .filter(|b| b.starts_with("chat/"))
+        .collect();
+    assert_eq!(mine.len(), 1, "the branch at {head}: {branches}");
+    mine[0].to_string()
+}
+
+/// The worktree of `conversation`: the workspace whose context names it.
 fn workspace_of(root: &Path, conversation: &str) -> PathBuf {
     workspaces_with(root, "seen")
         .into_iter()
         .find(|ws| {
-            git(ws, &["rev-parse", "--abbrev-ref", "HEAD"])
-                .starts_with(&format!("chat/{conversation}-"))
+            let context =
+                std::fs::read_to_string(ws.join(".langbot/agent-context.json")).unwrap_or_default();
+            let context: Value = serde_json::from_str(&context).unwrap_or_default();
+            names_conversation(&context, conversation)
         })
         .unwrap_or_else(|| panic!("no worktree of {conversation}"))
+}
+
+/// Whether a projected context is of `conversation`.
+fn names_conversation(value: &Value, conversation: &str) -> bool {
+    match value {
+        Value::Object(map) => map.iter().any(|(k, v)| {
+            (k == "conversation_id" && v == conversation) || names_conversation(v, conversation)
+        }),
+        Value::Array(items) => items.iter().any(|v| names_conversation(v, conversation)),
+        _ => false,
+    }
 }
 
 #[tokio::test]
@@ -233,8 +275,6 @@ async fn two_conversations_edit_one_file_on_their_own_branches_at_the_same_time(
             seen == "hello\nalpha\n" || seen == "hello\nbeta\n",
             "one conversation saw the other's change: {seen:?}"
         );
-        let branch = git(workspace, &["rev-parse", "--abbrev-ref", "HEAD"]);
-        assert!(branch.starts_with("chat/"), "{branch}");
         let status = git(workspace, &["status", "--porcelain"]);
         assert_eq!(
             status.trim(),
@@ -269,7 +309,7 @@ async fn a_commit_made_in_the_cage_is_on_the_conversations_branch_and_told() {
         "{said}"
     );
     let workspace = workspace_of(&serve.workspaces(), "carol");
-    let branch = git(&workspace, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    let branch = branch_of(&workspace);
     let log = git(&repo, &["log", "--format=%s|%an", branch.trim()]);
     assert!(
         log.starts_with("Greet gamma|harness-bridge\n"),
@@ -337,6 +377,8 @@ async fn a_caged_agent_commits_on_its_branch_and_reaches_nothing_else_of_the_rep
     let bob = serve.results(turn("bob", "WRITE:beta", "web")).await;
     assert_eq!(terminal(&bob)["type"], "run.completed", "{bob:#?}");
     let bob_ws = workspace_of(&serve.workspaces(), "bob");
+    let bob_branch = branch_of(&bob_ws);
+    let refs_before = git(&repo, &["for-each-ref"]);
     let other = repo.parent().unwrap().join("other");
     let git_dir = repo.join(".git");
     let probes = [
@@ -347,6 +389,13 @@ async fn a_caged_agent_commits_on_its_branch_and_reaches_nothing_else_of_the_rep
         format!("PROBE:{}", other.join(".git/config").display()),
         format!("PEEK:{}", other.join("secret.txt").display()),
         format!("PEEK:{}", bob_ws.join("greeting.txt").display()),
+        // The refs and objects every conversation and the operator share.
+        format!("PROBE:{}", git_dir.join("refs/heads/main").display()),
+        format!("PROBE:{}", git_dir.join("objects/forged").display()),
+        format!("PROBE:{}", git_dir.join("packed-refs").display()),
+        "REF:refs/heads/main".to_string(),
+        format!("REF:refs/heads/{bob_branch}"),
+        "REF:refs/heads/planted".to_string(),
     ];
     let text = format!("WRITE:gamma COMMIT REPOINT {}", probes.join(" "));
     let results = serve.results(turn("carol", &text, "web")).await;
@@ -374,7 +423,7 @@ async fn a_caged_agent_commits_on_its_branch_and_reaches_nothing_else_of_the_rep
             || !l.starts_with("error") && !l.starts_with("fatal")),
         "the commit failed in the cage: {log}"
     );
-    let branch = git(&carol_ws, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    let branch = branch_of(&carol_ws);
     let subjects = git(&repo, &["log", "--format=%s", branch.trim()]);
     assert!(subjects.starts_with("Greet gamma\n"), "{subjects}");
     assert_eq!(
@@ -383,6 +432,19 @@ async fn a_caged_agent_commits_on_its_branch_and_reaches_nothing_else_of_the_rep
     );
     let config = std::fs::read_to_string(git_dir.join("config")).unwrap();
     assert!(!config.contains("probe"), "{config}");
+    // Of the shared refs, only carol's own branch moved, and the bridge
+    // moved it; the repository is whole.
+    let refs_after = git(&repo, &["for-each-ref"]);
+    let changed: Vec<&str> = refs_after
+        .lines()
+        .filter(|l| !refs_before.lines().any(|b| b == *l))
+        .collect();
+    assert_eq!(changed.len(), 1, "{refs_before}\n{refs_after}");
+    assert!(
+        changed[0].ends_with(&format!("refs/heads/{}", branch.trim())),
+        "{changed:?}"
+    );
+    git(&repo, &["fsck", "--no-dangling", "--strict"]);
 }
 
 fn summary_of(results: &[Value]) -> String {
@@ -584,7 +646,7 @@ async fn a_deleted_branch_a_deleted_base_and_a_moved_repository_each_get_a_sente
         .await;
     assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
     let workspace = workspace_of(&serve.workspaces(), "carol");
-    let branch = git(&workspace, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    let branch = branch_of(&workspace);
     let branch = branch.trim();
     let commit = git(&repo, &["rev-parse", branch]);
 
@@ -690,7 +752,7 @@ async fn a_publish_request_becomes_a_card_and_only_the_askers_approval_pushes_it
     let asked = serve.results(turn_of("alice", "alice", &text)).await;
     assert_eq!(terminal(&asked)["type"], "run.completed", "{asked:#?}");
     let workspace = workspace_of(&serve.workspaces(), "alice");
-    let branch = git(&workspace, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    let branch = branch_of(&workspace);
     let branch = branch.trim();
     let head = git(&workspace, &["rev-parse", "HEAD"]);
     let card = of_type(&asked, "action.requested");
@@ -711,6 +773,14 @@ async fn a_publish_request_becomes_a_card_and_only_the_askers_approval_pushes_it
         "{shown}"
     );
     assert!(shown.contains(&head.trim()[..12]), "{shown}");
+    // The harness was told how its commits reach the branch, and how to
+    // publish.
+    let told = std::fs::read_to_string(workspace.join(".langbot/LANGBOT_CONTEXT.md")).unwrap();
+    assert!(
+        told.contains(&format!("for branch\n`{branch}` (made from `main`)"))
+            && told.contains("call the `publish` tool last"),
+        "{told}"
+    );
     let probes = std::fs::read_to_string(workspace.join(".langbot/probes")).unwrap();
     assert_eq!(
         probes.trim(),
@@ -812,6 +882,11 @@ async fn nothing_to_publish_is_refused_and_a_project_without_publish_offers_no_t
     let workspace = workspace_of(&serve.workspaces(), "alice");
     let out = std::fs::read_to_string(workspace.join(".langbot/publish.out")).unwrap();
     assert!(out.contains("Unknown tool: publish"), "{out}");
+    let told = std::fs::read_to_string(workspace.join(".langbot/LANGBOT_CONTEXT.md")).unwrap();
+    assert!(
+        told.contains("## Project `web`") && !told.contains("`publish` tool"),
+        "{told}"
+    );
 }
 
 #[tokio::test]
@@ -919,5 +994,72 @@ async fn claude_asks_to_publish_and_the_bridge_pushes_once_the_asker_approves() 
     assert!(
         !env.contains("WEB_PUSH_TOKEN") && !env.contains(PUSH_TOKEN),
         "{env}"
+    );
+}
+
+#[tokio::test]
+async fn a_one_off_run_works_on_a_project_from_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path());
+    let tools = dir.path().join("tools");
+    std::fs::create_dir_all(tools.join("adapters")).unwrap();
+    let script = tools.join("project-harness");
+    std::fs::write(&script, HARNESS).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(tools.join("adapters/editor.yaml"), SPEC).unwrap();
+    let projects = dir.path().join("projects.yaml");
+    std::fs::write(
+        &projects,
+        format!("web:\n  repository: {}\n", repo.display()),
+    )
+    .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut command = std::process::Command::new(common::bridge_bin());
+        command
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["run", "--harness", "editor", "--conversation", "ada"])
+            .args(["--text", "WRITE:alpha COMMIT", "--format", "ndjson"])
+            .arg("--adapters")
+            .arg(tools.join("adapters"))
+            .args(extra)
+            .env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    tools.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            );
+        command.output().unwrap()
+    };
+    let projects_arg = projects.display().to_string();
+    let out = run(&["--projects", &projects_arg, "--project", "web"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let summary = summary_of(&results);
+    assert!(
+        summary.contains("1 new commit") && summary.contains("Greet alpha"),
+        "{summary}"
+    );
+    let log = git(&repo, &["log", "--format=%s", "--branches=chat/ada-*"]);
+    assert!(log.starts_with("Greet alpha\n"), "{log}");
+
+    // A project the file does not declare is refused before anything runs.
+    let out = run(&["--projects", &projects_arg, "--project", "api"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("unknown project `api` (known: web)"),
+        "{said}"
     );
 }

@@ -121,7 +121,7 @@ enum Command {
     /// Run one turn through a harness on the embedded host: results stream
     /// to stdout, and the next turn resumes the same session.
     #[command(after_help = run::AFTER_HELP)]
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Serve a host plugin over stdio: runs in, results and host API calls
     /// out (the LangBot relay plugin starts this).
     #[command(after_help = relay::AFTER_HELP)]
@@ -446,7 +446,7 @@ pub fn main() -> ExitCode {
             .map_err(CliError::failure)
             .and_then(|dir| host::migrate(args, &dir)),
         Command::McpStdio => mcp_stdio(),
-        Command::Run(args) => in_data_dir(cli.data_dir, |dir| contained(|| run::run(args, dir))),
+        Command::Run(args) => in_data_dir(cli.data_dir, |dir| contained(|| run::run(*args, dir))),
         Command::Relay(args) => {
             in_data_dir(cli.data_dir, |dir| contained(|| relay::run(args, dir)))
         }

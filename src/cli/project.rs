@@ -135,6 +135,7 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> Outcome {
         shared: None,
         root: &root,
         tools: &tools,
+        project: None,
         mcp_url: &args.mcp_url,
         mcp_servers: &servers,
         host: Some(&granted),

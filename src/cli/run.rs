@@ -97,6 +97,20 @@ pub struct RunArgs {
     /// --context picks among them by name in `config.mcp_servers`.
     #[arg(long, value_parser = super::absolute_path, value_name = "FILE")]
     mcp_servers: Option<PathBuf>,
+    /// The operator's code repositories (YAML: name → {repository, base,
+    /// branch, author, mode, publish}, as bridge.yaml's `projects`). A
+    /// --context picks one by name in `config.project`.
+    #[arg(long, value_parser = super::absolute_path, value_name = "FILE")]
+    projects: Option<PathBuf>,
+    /// The project a --conversation turn works on: its worktree, on the
+    /// conversation's own branch (one declared in --projects).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "projects",
+        conflicts_with = "context"
+    )]
+    project: Option<String>,
     #[command(flatten)]
     cage: super::cage::CageArgs,
 }
@@ -175,7 +189,11 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
     if let Some(timeout) = args.timeout {
         config.insert("timeout_seconds".into(), Value::from(timeout));
     }
+    if let Some(project) = &args.project {
+        config.insert("project".into(), Value::String(project.clone()));
+    }
     ctx.config.extend(config);
+    let projects = load_projects(args.projects.as_deref())?;
 
     let adapters = super::load_adapters(args.adapters.as_deref())?;
     let templates = super::load_templates(args.templates.as_deref())?;
@@ -197,6 +215,9 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
     let format = args.format;
     let harness = args.harness;
     runtime.block_on(async move {
+        settings.projects = crate::project::open_all(&projects)
+            .await
+            .map_err(|e| CliError::invalid(e.to_string()))?;
         let bridge = Bridge::start(Arc::new(store), adapters, templates, settings)
             .await
             .map_err(|e| CliError::failure(format!("cannot start the MCP server: {e}")))?;
@@ -221,6 +242,23 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
             (_, Some(FailureCode::InvalidArgument)) => exit::INVALID,
             _ => exit::FAILURE,
         })
+    })
+}
+
+/// The operator's projects from a YAML file, as bridge.yaml's `projects`;
+/// none without a file. A bad file is reported (file, line, reason).
+fn load_projects(file: Option<&Path>) -> Result<crate::project::Projects, CliError> {
+    let Some(file) = file else {
+        return Ok(Default::default());
+    };
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CliError::failure(format!("cannot read {}: {e}", file.display())))?;
+    serde_yaml::from_str(&text).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!(":{}", l.line()))
+            .unwrap_or_default();
+        CliError::invalid(format!("{}{at}: {e}", file.display()))
     })
 }
 

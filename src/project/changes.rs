@@ -128,6 +128,9 @@ impl Checkout {
         if after == *before {
             return Ok(None);
         }
+        if after.head != before.head {
+            self.take_in(&after.head).await?;
+        }
         let at_git = |source: GitError| ProjectError::Git {
             name: self.project.clone(),
             source,

@@ -15,6 +15,7 @@
 
 mod changes;
 mod git;
+mod own;
 mod publish;
 mod worktree;
 

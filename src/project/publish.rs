@@ -213,6 +213,8 @@ impl Publishable {
             .line(&["rev-parse", "--verify", "HEAD^{commit}"])
             .await
             .map_err(at_git)?;
+        // The card's commit is in the repository before anyone sees it.
+        self.checkout.take_in(&head).await?;
         let base = format!("refs/heads/{}", project.base);
         let range = format!("{base}..{head}");
         let count: u64 = git

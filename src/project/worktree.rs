@@ -85,28 +85,26 @@ impl Checkout {
                 checkout.check_out_files().await?;
                 tracing::info!(project = %checkout.project, branch = %checkout.branch, "the conversation's worktree folder was gone; its branch is checked out again");
             }
+            checkout.own_head().await?;
             return Ok(checkout);
         }
         checkout.make(project, &name).await?;
+        checkout.own_head().await?;
         Ok(checkout)
     }
 
     /// The git of this worktree, found by the bridge's own paths.
     pub(super) fn git(&self) -> Git {
         Git::worktree(&self.admin, &self.common_dir, &self.work_tree)
+            .with_env(self.bridge_git_env())
     }
 
     /// What the harness must reach to commit: it reads the repository's
-    /// git folder, writes the objects, the refs and its own record.
+    /// git folder and writes only its worktree's own record (its HEAD,
+    /// ref and index); its objects go to its workspace. No ref or object
+    /// another conversation or the operator uses is within its reach.
     pub fn cage_paths(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
-        let read = vec![self.common_dir.clone()];
-        let write = ["objects", "refs", "logs"]
-            .iter()
-            .map(|dir| self.common_dir.join(dir))
-            .chain([self.admin.clone()])
-            .filter(|dir| dir.is_dir())
-            .collect();
-        (read, write)
+        (vec![self.common_dir.clone()], vec![self.admin.clone()])
     }
 
     fn is_made(&self) -> bool {
@@ -115,7 +113,7 @@ impl Checkout {
             && self.admin.join("HEAD").is_file()
     }
 
-    fn fail(&self, why: String) -> ProjectError {
+    pub(super) fn fail(&self, why: String) -> ProjectError {
         ProjectError::Workspace {
             name: self.project.clone(),
             why,
@@ -335,7 +333,7 @@ fn admin_name(workspace: &Path) -> String {
 
 /// Write `path` whole through a temporary file renamed over it: a link
 /// the harness left there is replaced, never followed.
-fn write_replacing(path: &Path, text: &str) -> std::io::Result<()> {
+pub(super) fn write_replacing(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
     std::io::Write::write_all(&mut file, text.as_bytes())?;

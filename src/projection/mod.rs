@@ -35,7 +35,7 @@ pub use mcp_config::{
     render as render_mcp,
 };
 pub use names::{check_skill_name, relative_components, safe_component};
-pub use render::{DataMessage, Templates};
+pub use render::{DataMessage, ProjectNote, Templates};
 pub use scopes::{REDACTED, Scope, is_secret_key, is_secret_value, redact, redact_text};
 pub use workspace::{components as workspace_components, paths, shared as shared_workspace};
 
@@ -82,6 +82,9 @@ pub struct ProjectRequest<'a> {
     pub root: &'a Path,
     /// Tools the run's grant allows on the bridge's MCP server.
     pub tools: &'a [&'a str],
+    /// The project the workspace is a worktree of, for the harness's
+    /// instructions.
+    pub project: Option<&'a ProjectNote>,
     /// URL of the bridge's MCP server for this run.
     pub mcp_url: &'a str,
     /// The extra MCP servers the operator configured; the binding picks
@@ -340,6 +343,7 @@ fn render_texts(
         working_directory,
         prompt: binding.prompt.as_deref().filter(|p| !p.trim().is_empty()),
         tools: &tools,
+        project: request.project,
         skills,
         input_text: has(Scope::Input).then(|| ctx.input.to_text()),
         input_files,

@@ -177,6 +177,21 @@ pub fn data_messages(state: Option<&Value>, schemas: &BTreeMap<String, Value>) -
         .collect()
 }
 
+/// What the harness is told of the project its workspace is a worktree
+/// of: how its commits reach the branch, and whether it may ask to
+/// publish.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectNote {
+    /// The project's name.
+    pub name: String,
+    /// The conversation's branch.
+    pub branch: String,
+    /// The branch it was made from.
+    pub base: String,
+    /// Whether the `publish` tool is offered.
+    pub publishes: bool,
+}
+
 /// Everything the templates may use.
 #[derive(Debug, Serialize)]
 pub struct RenderVars<'a> {
@@ -190,6 +205,8 @@ pub struct RenderVars<'a> {
     pub prompt: Option<&'a str>,
     /// Full tool names of the bridge's MCP server for this run.
     pub tools: &'a [String],
+    /// The project the workspace is a worktree of, if any.
+    pub project: Option<&'a ProjectNote>,
     /// Names of the skills written.
     pub skills: &'a [String],
     /// The user's text (absent when `input` is out of scope).

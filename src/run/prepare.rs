@@ -28,8 +28,8 @@ use crate::interaction::{self, Ask, Asking, Reply};
 use crate::mcp::tool_names;
 use crate::project::{Checkout, Project, ProjectMode, Publishable, Snapshot};
 use crate::projection::{
-    Approvals, Binding, NetworkChoice, ProjectRequest, Projection, ProjectionError, TOKEN_ENV,
-    URL_ENV, paths, safe_component, shared_workspace,
+    Approvals, Binding, NetworkChoice, ProjectNote, ProjectRequest, Projection, ProjectionError,
+    TOKEN_ENV, URL_ENV, paths, safe_component, shared_workspace,
 };
 use crate::protocol::{
     AgentRunContext, FailureCode, InteractionSubmission, Message, ResultPayload, RunCompleted,
@@ -118,6 +118,36 @@ async fn lookup_pointer(
         }
         () = cancel.cancelled() => Err(fail(FailureCode::Cancelled, "the run was cancelled before the harness started")),
     }
+}
+
+/// A turn in a project's worktree: its git's variables for the harness,
+/// and what the `publish` tool reads when the run may ask to publish.
+fn in_worktree(
+    project: Option<&Project>,
+    checkout: Option<&(Checkout, Snapshot)>,
+    asking: Asking,
+    env: &mut BTreeMap<String, String>,
+) -> Option<Publishable> {
+    let (project, (checkout, _)) = project.zip(checkout)?;
+    env.extend(
+        checkout
+            .git_env()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+    );
+    asking.publish.then(|| Publishable {
+        project: project.clone(),
+        checkout: checkout.clone(),
+    })
+}
+
+/// The branch of the turn's conversation (and thread) in `project`.
+fn conversation_branch(ctx: &AgentRunContext, project: &Project, spec: &AdapterSpec) -> String {
+    let conversation = match ctx.thread_id() {
+        Some(thread) => format!("{}/{thread}", ctx.conversation_id().unwrap_or_default()),
+        None => ctx.conversation_id().unwrap_or_default().to_string(),
+    };
+    project.branch_for(&safe_component(&conversation), &spec.name)
 }
 
 /// What the run may ask the person: the binding's choices, and to
@@ -217,13 +247,7 @@ impl Bridge {
         let workspace = projection.workspace.clone();
         summary.workspace = Some(workspace.clone());
         let checkout = self.check_out(ctx, spec, project, &projection).await?;
-        let publishable = project
-            .zip(checkout.as_ref())
-            .filter(|_| asking.publish)
-            .map(|(project, (checkout, _))| Publishable {
-                project: project.clone(),
-                checkout: checkout.clone(),
-            });
+        let publishable = in_worktree(project, checkout.as_ref(), asking, &mut env);
         self.tools
             .set_facts(&ctx.run_id, facts(&projection, publishable));
         if self.settings.record_turns {
@@ -502,6 +526,12 @@ impl Bridge {
         let shared = project
             .filter(|p| p.mode == ProjectMode::Shared)
             .map(|p| shared_workspace(&p.name));
+        let project_note = project.map(|p| ProjectNote {
+            name: p.name.clone(),
+            branch: conversation_branch(ctx, p, spec),
+            base: p.base.clone(),
+            publishes: tools.contains(&"publish"),
+        });
         crate::projection::project(
             &ProjectRequest {
                 ctx,
@@ -510,6 +540,7 @@ impl Bridge {
                 shared: shared.as_deref(),
                 root: &self.settings.workspace_root,
                 tools,
+                project: project_note.as_ref(),
                 mcp_url: self.mcp.url(),
                 mcp_servers: &servers,
                 host: Some(&granted),
@@ -541,11 +572,7 @@ impl Bridge {
         let Some(project) = project else {
             return Ok(None);
         };
-        let conversation = match ctx.thread_id() {
-            Some(thread) => format!("{}/{thread}", ctx.conversation_id().unwrap_or_default()),
-            None => ctx.conversation_id().unwrap_or_default().to_string(),
-        };
-        let branch = project.branch_for(&safe_component(&conversation), &spec.name);
+        let branch = conversation_branch(ctx, project, spec);
         let target = spec.target();
         let mut bridge_paths = vec![
             format!("{}/", paths::DIR),

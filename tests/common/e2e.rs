@@ -66,6 +66,7 @@ impl E2e {
             shared: None,
             root: root.path(),
             tools: &names,
+            project: None,
             mcp_url: http.url(),
             mcp_servers: &Default::default(),
             host: None,
