@@ -95,6 +95,18 @@ async fn serve_with_project_as(settings: &str) -> Setup {
     serve_with_project_and(settings, "", &[]).await
 }
 
+/// The harness and its spec, in `dir/tools` (the harness) and
+/// `dir/tools/adapters`.
+fn write_tools(dir: &Path) -> PathBuf {
+    let tools = dir.join("tools");
+    std::fs::create_dir_all(tools.join("adapters")).unwrap();
+    let script = tools.join("project-harness");
+    std::fs::write(&script, HARNESS).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(tools.join("adapters/editor.yaml"), SPEC).unwrap();
+    tools
+}
+
 /// [`serve_with_project_as`] with bridge.yaml's own `top` settings and
 /// more of serve's environment.
 async fn serve_with_project_and(settings: &str, top: &str, env: &[(&str, String)]) -> Setup {
@@ -104,12 +116,7 @@ async fn serve_with_project_and(settings: &str, top: &str, env: &[(&str, String)
     std::fs::create_dir_all(&other).unwrap();
     git(&other, &["init", "-q", "-b", "main"]);
     std::fs::write(other.join("secret.txt"), "another project's\n").unwrap();
-    let tools = dir.path().join("tools");
-    std::fs::create_dir_all(tools.join("adapters")).unwrap();
-    let script = tools.join("project-harness");
-    std::fs::write(&script, HARNESS).unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::write(tools.join("adapters/editor.yaml"), SPEC).unwrap();
+    let tools = write_tools(dir.path());
     let config = format!(
         "adapters: {}\ndefault_harness: editor\nkill_grace_seconds: 1\n{top}\
          projects:\n  web:\n    repository: {}\n{settings}",
@@ -1001,12 +1008,7 @@ async fn claude_asks_to_publish_and_the_bridge_pushes_once_the_asker_approves() 
 async fn a_one_off_run_works_on_a_project_from_its_file() {
     let dir = tempfile::tempdir().unwrap();
     let repo = repository(dir.path());
-    let tools = dir.path().join("tools");
-    std::fs::create_dir_all(tools.join("adapters")).unwrap();
-    let script = tools.join("project-harness");
-    std::fs::write(&script, HARNESS).unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::write(tools.join("adapters/editor.yaml"), SPEC).unwrap();
+    let tools = write_tools(dir.path());
     let projects = dir.path().join("projects.yaml");
     std::fs::write(
         &projects,
