@@ -2,8 +2,9 @@
 //! folders of 100 small files): the first turn of a conversation (its
 //! worktree made and checked out, then the state before the harness),
 //! a later turn (the worktree found, the state before, one file changed,
-//! every file looked at after, the summary and diff), and a later turn
-//! that changed nothing. Medians of `RUNS` (default 9) first turns and 3 × `RUNS`
+//! every file looked at after, the summary and diff), a later turn
+//! that changed nothing, and one whose harness committed its change (the
+//! commit taken into the repository too). Medians of `RUNS` (default 9) first turns and 3 × `RUNS`
 //! later ones. Run: `cargo bench --bench project` (`FILES=` for another
 //! size).
 
@@ -76,6 +77,7 @@ fn main() {
             author: "Bench <b@example.org>".into(),
             mode: Default::default(),
             publish: None,
+            carry: None,
         };
         let project = Project::open("bench", &spec).await.expect("project");
         let bridge_paths = [".langbot/".to_string()];
@@ -102,9 +104,13 @@ fn main() {
         Checkout::ensure(&project, &ws, branch.clone(), &bridge_paths)
             .await
             .expect("worktree");
-        let (mut changed, mut unchanged) = (Vec::new(), Vec::new());
+        let (mut changed, mut unchanged, mut committed) = (Vec::new(), Vec::new(), Vec::new());
         for n in 0..runs * 3 {
-            for (times, edit) in [(&mut changed, true), (&mut unchanged, false)] {
+            for (times, edit, commit) in [
+                (&mut changed, true, false),
+                (&mut unchanged, false, false),
+                (&mut committed, true, true),
+            ] {
                 let started = Instant::now();
                 let checkout = Checkout::ensure(&project, &ws, branch.clone(), &bridge_paths)
                     .await
@@ -117,6 +123,19 @@ fn main() {
                     text.push_str(&format!("// turn {n}\n"));
                     std::fs::write(&file, text).expect("edit");
                 }
+                if commit {
+                    // The harness's commit, as its git makes it: objects
+                    // in the workspace, HEAD in the worktree's record.
+                    let status = std::process::Command::new("git")
+                        .current_dir(&ws)
+                        .args(["commit", "-qam", "Turn"])
+                        .envs(checkout.git_env())
+                        .envs(project.git_env())
+                        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                        .status()
+                        .expect("git runs");
+                    assert!(status.success(), "the harness's commit");
+                }
                 let after = Instant::now();
                 let changes = checkout.changes_since(&before).await.expect("changes");
                 assert_eq!(changes.is_some(), edit);
@@ -126,10 +145,12 @@ fn main() {
         println!(
             "project of {files} files: first turn (worktree made + state) {:.1} ms; \
              later turn, one file changed (worktree found + state + summary and diff) {:.1} ms; \
-             later turn, nothing changed {:.1} ms",
+             later turn, nothing changed {:.1} ms; \
+             later turn, one file changed and committed (the commit taken in too) {:.1} ms",
             median(first),
             median(changed),
             median(unchanged),
+            median(committed),
         );
     });
 }

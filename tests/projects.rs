@@ -1065,3 +1065,74 @@ async fn a_one_off_run_works_on_a_project_from_its_file() {
         "{said}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
+async fn a_conversation_taken_over_by_another_instance_finds_its_work_there() {
+    let db = common::pg::database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let origin = repository(dir.path());
+    git(
+        dir.path(),
+        &["clone", "-q", "--bare", origin.to_str().unwrap(), "web.git"],
+    );
+    let remote = dir.path().join("web.git");
+    let tools = write_tools(dir.path());
+    // Each instance has its own clone of the project, made at its start.
+    let start = |name: &'static str| {
+        let config = format!(
+            "store: {}\ninstance_id: {name}\nlease_seconds: 3\nadapters: {}\n\
+             default_harness: editor\nkill_grace_seconds: 1\nshutdown_grace_seconds: 5\n\
+             projects:\n  web:\n    repository: {}\n    carry:\n      remote: {}\n",
+            db.url,
+            tools.join("adapters").display(),
+            dir.path().join(format!("clones/{name}/web")).display(),
+            remote.display()
+        );
+        let path = format!(
+            "{}:{}",
+            tools.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        async move {
+            let data = Arc::new(tempfile::tempdir().unwrap());
+            ServeProcess::spawn(data, &config, &[("PATH", path)]).await
+        }
+    };
+    let mut a = start("a").await;
+    let first = a.results(turn("moving", "WRITE:alpha COMMIT", "web")).await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
+    assert!(summary_of(&first).contains("1 new commit"), "{first:#?}");
+    let carried = git(
+        &remote,
+        &["for-each-ref", "--format=%(refname)", "refs/harness-bridge"],
+    );
+    assert!(
+        carried.starts_with("refs/harness-bridge/chat/moving-"),
+        "{carried}"
+    );
+
+    // Instance a dies; b takes the conversation's next turn.
+    let b = start("b").await;
+    a.child.start_kill().unwrap();
+    let _ = a.child.wait().await;
+    let second = b.results(turn("moving", "WRITE:beta", "web")).await;
+    let done = terminal(&second);
+    assert_eq!(done["type"], "run.completed", "{second:#?}");
+    let workspace = workspace_of(&b.workspaces(), "moving");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap(),
+        "hello\nalpha\nbeta\n",
+        "the work of the turn on the lost instance is in the new worktree"
+    );
+    let theirs = diff(&second);
+    assert!(
+        theirs.contains("+beta") && !theirs.contains("+alpha"),
+        "{theirs}"
+    );
+    // The harness's own session stayed behind, and the person is told.
+    let notice = done["data"]["message"]["metadata"]["session"]["notice"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(notice.contains("another workspace"), "{done}");
+}

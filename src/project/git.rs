@@ -100,33 +100,8 @@ impl Git {
 
     /// Run `git args…`; its standard output.
     pub async fn run(&self, args: &[&str]) -> Result<Vec<u8>, GitError> {
-        let mut command = tokio::process::Command::new("git");
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("LC_ALL", "C")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_OPTIONAL_LOCKS", "0")
-            .env("GIT_DIR", &self.git_dir)
-            .args([
-                "-c",
-                "core.hooksPath=/dev/null",
-                "-c",
-                "core.fsmonitor=false",
-                "-c",
-                "core.untrackedCache=true",
-                "-c",
-                "diff.external=",
-                "-c",
-                "core.pager=cat",
-            ])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        let mut command = safe_command();
+        command.env("GIT_DIR", &self.git_dir).args(args);
         if let Some(common) = &self.common_dir {
             command.env("GIT_COMMON_DIR", common);
         }
@@ -141,28 +116,7 @@ impl Git {
             command.env("GIT_INDEX_FILE", index);
         }
         command.envs(self.env.iter().map(|(k, v)| (k, v)));
-        let shown = args.join(" ");
-        let child = command.spawn().map_err(GitError::Spawn)?;
-        let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
-            .await
-            .map_err(|_| GitError::TimedOut {
-                args: shown.clone(),
-            })?
-            .map_err(GitError::Spawn)?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let said: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-            let said = said[said.len().saturating_sub(3)..].join("; ");
-            return Err(GitError::Failed {
-                args: shown,
-                said: if said.is_empty() {
-                    format!("exit {}", output.status)
-                } else {
-                    said
-                },
-            });
-        }
-        Ok(output.stdout)
+        output(command, args.join(" ")).await
     }
 
     /// Run and read the output as one trimmed line of text.
@@ -170,6 +124,87 @@ impl Git {
         let out = self.run(args).await?;
         Ok(String::from_utf8_lossy(&out).trim().to_string())
     }
+}
+
+/// A fetch that writes nothing but the refs it names: no tags, no
+/// `FETCH_HEAD`, no maintenance, no submodules.
+pub const FETCH: [&str; 6] = [
+    "fetch",
+    "--quiet",
+    "--no-tags",
+    "--no-write-fetch-head",
+    "--no-auto-gc",
+    "--no-recurse-submodules",
+];
+
+/// git with the bridge's safety settings: no outside configuration, no
+/// hooks, fsmonitor, external diff or pager, no prompt for credentials.
+fn safe_command() -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("git");
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LC_ALL", "C")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.untrackedCache=true",
+            "-c",
+            "diff.external=",
+            "-c",
+            "core.pager=cat",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Run a git command to its end (bounded by [`TIMEOUT`]); its standard
+/// output, or git's last words.
+async fn output(mut command: tokio::process::Command, shown: String) -> Result<Vec<u8>, GitError> {
+    let child = command.spawn().map_err(GitError::Spawn)?;
+    let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| GitError::TimedOut {
+            args: shown.clone(),
+        })?
+        .map_err(GitError::Spawn)?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let said: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let said = said[said.len().saturating_sub(3)..].join("; ");
+        return Err(GitError::Failed {
+            args: shown,
+            said: if said.is_empty() {
+                format!("exit {}", output.status)
+            } else {
+                said
+            },
+        });
+    }
+    Ok(output.stdout)
+}
+
+/// Clone `url` into `dest` (a folder that does not exist yet), with
+/// `env` (the remote's credentials).
+pub async fn clone(url: &str, dest: &Path, env: Vec<(String, String)>) -> Result<(), GitError> {
+    let mut command = safe_command();
+    let dest_arg = dest.display().to_string();
+    let args = ["clone", "--quiet", "--no-checkout", url, dest_arg.as_str()];
+    command.args(args).envs(env);
+    if let Some(parent) = dest.parent() {
+        command.current_dir(parent);
+    }
+    output(command, args.join(" ")).await.map(drop)
 }
 
 /// The git folder that holds a repository's objects and refs (its

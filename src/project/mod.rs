@@ -13,10 +13,12 @@
 //! worktree and the objects, so nothing git reads from there may make the
 //! bridge run a program.
 
+mod carry;
 mod changes;
 mod git;
 mod own;
 mod publish;
+mod remote;
 mod worktree;
 
 use std::collections::BTreeMap;
@@ -26,7 +28,8 @@ use serde::{Deserialize, Serialize};
 
 pub use changes::{Changes, FileChange, Snapshot};
 pub use git::GitError;
-pub use publish::{PublishSpec, Publishable, Publisher};
+pub use publish::Publishable;
+pub use remote::{Remote, RemoteSpec};
 pub use worktree::Checkout;
 
 /// Projects by name: what a binding's `project` picks among.
@@ -55,7 +58,13 @@ pub struct ProjectSpec {
     /// Where a person's approval publishes a conversation's branch; none:
     /// branches stay on this machine.
     #[serde(default)]
-    pub publish: Option<PublishSpec>,
+    pub publish: Option<RemoteSpec>,
+    /// Where each conversation's branch is kept after every turn that
+    /// moved it (`refs/harness-bridge/<branch>`), so an instance that
+    /// takes the conversation over finds the work; with it, a missing
+    /// `repository` is cloned from there at start.
+    #[serde(default)]
+    pub carry: Option<RemoteSpec>,
 }
 
 /// How the conversations of a project share its repository.
@@ -210,7 +219,9 @@ pub struct Project {
     /// How conversations share it.
     pub mode: ProjectMode,
     /// Where its branches are published, when the operator lets them be.
-    pub publish: Option<Publisher>,
+    pub publish: Option<Remote>,
+    /// Where conversations' branches are carried between instances.
+    pub carry: Option<Remote>,
     /// Held by the turn working in a shared project's worktree: turns of
     /// several conversations take it in the order they asked.
     turn: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -229,6 +240,23 @@ impl Project {
                 "repository {} must be an absolute path",
                 spec.repository.display()
             )));
+        }
+        if let Some(carry) = spec.carry.as_ref().filter(|_| !spec.repository.exists()) {
+            // Each instance keeps its own clone of a carried project.
+            let remote = Remote::open(name, "carry", carry, None).await?;
+            if let Some(parent) = spec.repository.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| ProjectError::Invalid {
+                    name: name.into(),
+                    why: format!("cannot make {}: {e}", parent.display()),
+                })?;
+            }
+            git::clone(&remote.url, &spec.repository, remote.env())
+                .await
+                .map_err(|source| ProjectError::Git {
+                    name: name.into(),
+                    source,
+                })?;
+            tracing::info!(project = %name, from = %remote.shown, "the project's repository is cloned");
         }
         let common_dir =
             git::common_dir(&spec.repository)
@@ -261,10 +289,13 @@ impl Project {
         }
         let author = parse_author(&spec.author)
             .ok_or_else(|| invalid(format!("author `{}` is not `Name <email>`", spec.author)))?;
+        let repo = git::Git::bare(&common_dir);
         let publish = match &spec.publish {
-            Some(publish) => {
-                Some(Publisher::open(name, publish, &git::Git::bare(&common_dir)).await?)
-            }
+            Some(spec) => Some(Remote::open(name, "publish", spec, Some(&repo)).await?),
+            None => None,
+        };
+        let carry = match &spec.carry {
+            Some(spec) => Some(Remote::open(name, "carry", spec, Some(&repo)).await?),
             None => None,
         };
         Ok(Project {
@@ -275,6 +306,7 @@ impl Project {
             author,
             mode: spec.mode,
             publish,
+            carry,
             turn: std::sync::Arc::default(),
         })
     }

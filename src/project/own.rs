@@ -138,20 +138,11 @@ impl Checkout {
             .map_err(at_git)?;
         let source_arg = source.display().to_string();
         let refspec = format!("+{TURN_REF}:{branch_ref}");
-        repo.run(&[
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-auto-gc",
-            "--no-recurse-submodules",
-            "--update-head-ok",
-            &source_arg,
-            &refspec,
-        ])
-        .await
-        .map(drop)
-        .map_err(at_git)
+        let mut args = super::git::FETCH.to_vec();
+        args.extend(["--update-head-ok", &source_arg, &refspec]);
+        repo.run(&args).await.map_err(at_git)?;
+        self.carry_out().await;
+        Ok(())
     }
 
     fn objects_are_a_link(&self) -> bool {

@@ -42,6 +42,9 @@ pub struct Checkout {
     /// What the person should hear of how the worktree was made ready
     /// (a branch made again after it was deleted under the bridge).
     pub notes: Vec<String>,
+    /// Where the project carries conversations' branches between
+    /// instances.
+    pub carry: Option<super::Remote>,
 }
 
 impl Checkout {
@@ -69,6 +72,7 @@ impl Checkout {
             work_tree: workspace.to_path_buf(),
             branch,
             notes: Vec::new(),
+            carry: project.carry.clone(),
         };
         checkout.exclude(bridge_paths)?;
         if checkout.is_made() {
@@ -88,6 +92,9 @@ impl Checkout {
             checkout.own_head().await?;
             return Ok(checkout);
         }
+        // Made here for the first time: the conversation may have worked
+        // on another instance before.
+        checkout.carry_in().await;
         checkout.make(project, &name).await?;
         checkout.own_head().await?;
         Ok(checkout)

@@ -1,0 +1,73 @@
+//! A conversation carried between instances: with the project's `carry`
+//! remote, every branch the bridge moves is pushed there under
+//! `refs/harness-bridge/<branch>`, and an instance making a conversation's
+//! worktree for the first time fetches it from there first, so a
+//! conversation taken over from an instance that died goes on from its
+//! last commit. Uncommitted changes stay with the instance that has them.
+
+use super::Checkout;
+use super::git::Git;
+
+/// Where carried branches live on the remote, apart from the team's own.
+const CARRIED: &str = "refs/harness-bridge/";
+
+impl Checkout {
+    /// The conversation's branch, kept where the project carries it. A
+    /// failure is logged: the work is safe here, and the next turn that
+    /// moves the branch pushes again.
+    pub(super) async fn carry_out(&self) {
+        let Some(remote) = &self.carry else {
+            return;
+        };
+        let refspec = format!("+refs/heads/{0}:{CARRIED}{0}", self.branch);
+        let pushed = Git::bare(&self.common_dir)
+            .with_env(remote.env())
+            .run(&["push", "--quiet", "--no-verify", &remote.url, &refspec])
+            .await;
+        if let Err(e) = pushed {
+            tracing::warn!(
+                project = %self.project,
+                branch = %self.branch,
+                remote = %remote.shown,
+                error = %e,
+                "cannot carry the conversation's branch; another instance taking it over would not find this turn's work"
+            );
+        }
+    }
+
+    /// Before the worktree is made here: the branch as the instance that
+    /// had the conversation last left it, when the project carries it.
+    /// Fast-forward only: a branch here with commits of its own is kept.
+    pub(super) async fn carry_in(&self) {
+        let Some(remote) = &self.carry else {
+            return;
+        };
+        let carried = format!("{CARRIED}{}", self.branch);
+        let git = Git::bare(&self.common_dir).with_env(remote.env());
+        let listed = git.run(&["ls-remote", &remote.url, &carried]).await;
+        let fetched = match listed {
+            // A conversation new to every instance.
+            Ok(out) if out.is_empty() => return,
+            Ok(_) => {
+                let refspec = format!("{carried}:refs/heads/{}", self.branch);
+                let mut args = super::git::FETCH.to_vec();
+                args.extend([remote.url.as_str(), &refspec]);
+                git.run(&args).await
+            }
+            Err(e) => Err(e),
+        };
+        match fetched {
+            Ok(_) => tracing::info!(
+                project = %self.project,
+                branch = %self.branch,
+                "the conversation's branch is carried in from {}", remote.shown
+            ),
+            Err(e) => tracing::warn!(
+                project = %self.project,
+                branch = %self.branch,
+                error = %e,
+                "cannot carry the conversation's branch in; it goes on from this instance's copy"
+            ),
+        }
+    }
+}

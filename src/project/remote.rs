@@ -1,0 +1,222 @@
+//! A remote the bridge pushes to with the operator's credentials.
+//!
+//! The address is read once, when the project is opened, so a harness
+//! that rewrites the repository's configuration cannot redirect a push;
+//! the token lives in the bridge's environment under a name the operator
+//! chose, and is taken out of every harness's environment.
+
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use super::ProjectError;
+use super::git::Git;
+
+/// A remote the bridge pushes to (a project's `publish`, or `carry`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteSpec {
+    /// A remote of the repository (`origin`) or a URL (or a path).
+    pub remote: String,
+    /// The variable in the bridge's environment holding an HTTPS token
+    /// for the push (never passed to a harness).
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// The user name sent with the token (`x-access-token` suits GitHub;
+    /// GitLab takes `oauth2`).
+    #[serde(default = "default_token_user")]
+    pub token_user: String,
+    /// A private SSH key file for the push.
+    #[serde(default)]
+    pub ssh_key: Option<PathBuf>,
+}
+
+fn default_token_user() -> String {
+    "x-access-token".into()
+}
+
+/// A remote, checked when the project is opened: its address read once,
+/// its credentials found.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// The address pushed to, read from the repository at start.
+    pub(super) url: String,
+    /// The same without any user part, for people.
+    pub shown: String,
+    /// The variable holding the token.
+    pub token_env: Option<String>,
+    token_user: String,
+    ssh_key: Option<PathBuf>,
+}
+
+impl Remote {
+    /// Check the settings and read the remote's address now.
+    pub(super) async fn open(
+        name: &str,
+        key: &str,
+        spec: &RemoteSpec,
+        git: Option<&Git>,
+    ) -> Result<Remote, ProjectError> {
+        let invalid = |why: String| ProjectError::Invalid {
+            name: name.into(),
+            why: format!("{key}: {why}"),
+        };
+        let url = if is_address(&spec.remote) {
+            spec.remote.clone()
+        } else {
+            let git = git.ok_or_else(|| {
+                invalid(format!(
+                    "`{}` must be a URL or a path: the repository is made from it",
+                    spec.remote
+                ))
+            })?;
+            let key = |k: &str| format!("remote.{}.{k}", spec.remote);
+            match git.line(&["config", "--get", &key("pushurl")]).await {
+                Ok(url) if !url.is_empty() => url,
+                _ => git
+                    .line(&["config", "--get", &key("url")])
+                    .await
+                    .ok()
+                    .filter(|url| !url.is_empty())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "remote `{}` is neither a remote of the repository nor a URL",
+                            spec.remote
+                        ))
+                    })?,
+            }
+        };
+        if has_password(&url) {
+            return Err(invalid(
+                "the remote's URL carries a password; give the token in `token_env` instead, \
+                 so it stays out of git's configuration and of every harness's reach"
+                    .into(),
+            ));
+        }
+        if let Some(var) = &spec.token_env {
+            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
+                return Err(invalid(format!(
+                    "`token_env` names `{var}`, which is not set in the bridge's environment"
+                )));
+            }
+        }
+        if let Some(key) = &spec.ssh_key {
+            if !key.is_absolute() || !key.is_file() || key.to_string_lossy().contains('\'') {
+                return Err(invalid(format!(
+                    "`ssh_key` {} is not a readable file given by an absolute path",
+                    key.display()
+                )));
+            }
+        }
+        Ok(Remote {
+            shown: without_user(&url),
+            url,
+            token_env: spec.token_env.clone(),
+            token_user: spec.token_user.clone(),
+            ssh_key: spec.ssh_key.clone(),
+        })
+    }
+
+    /// The variables git pushes with: the token as an HTTP header (in the
+    /// environment, never in argv), the SSH key, the bridge user's SSH
+    /// agent and home for keys of their own.
+    pub(super) fn env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        for var in ["HOME", "SSH_AUTH_SOCK"] {
+            if let Ok(value) = std::env::var(var) {
+                env.push((var.to_string(), value));
+            }
+        }
+        if let Some(token) = self
+            .token_env
+            .as_ref()
+            .and_then(|var| std::env::var(var).ok())
+        {
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+                "{}:{}",
+                self.token_user,
+                token.trim()
+            ));
+            env.extend([
+                ("GIT_CONFIG_COUNT".into(), "1".into()),
+                ("GIT_CONFIG_KEY_0".into(), "http.extraHeader".into()),
+                (
+                    "GIT_CONFIG_VALUE_0".into(),
+                    format!("Authorization: Basic {basic}"),
+                ),
+            ]);
+        }
+        let mut ssh = "ssh -o BatchMode=yes".to_string();
+        if let Some(key) = &self.ssh_key {
+            ssh.push_str(&format!(" -o IdentitiesOnly=yes -i '{}'", key.display()));
+        }
+        env.push(("GIT_SSH_COMMAND".into(), ssh));
+        env
+    }
+}
+
+/// A URL or a path, rather than the name of a remote.
+fn is_address(remote: &str) -> bool {
+    remote.contains(['/', ':', '\\'])
+}
+
+/// `scheme://user:password@host…`
+fn has_password(url: &str) -> bool {
+    url.split_once("://")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .is_some_and(|(user, _)| user.contains(':'))
+}
+
+/// The URL without its user part (`https://host/…`).
+fn without_user(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_shows_without_its_user_and_a_password_is_found() {
+        assert_eq!(
+            without_user("https://bot@example.org/team/web.git"),
+            "https://example.org/team/web.git"
+        );
+        assert_eq!(without_user("/srv/web.git"), "/srv/web.git");
+        assert!(has_password("https://bot:s3cret@example.org/team/web.git"));
+        assert!(!has_password("https://bot@example.org/team/web.git"));
+        assert!(!has_password("git@example.org:team/web.git"));
+        assert!(is_address("git@example.org:team/web.git") && !is_address("origin"));
+    }
+
+    #[test]
+    fn the_token_rides_the_environment_as_a_header() {
+        let remote = Remote {
+            url: "https://example.org/web.git".into(),
+            shown: "https://example.org/web.git".into(),
+            token_env: Some("PATH".into()),
+            token_user: "oauth2".into(),
+            ssh_key: Some("/keys/web".into()),
+        };
+        let env = remote.env();
+        let value = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(value("GIT_CONFIG_KEY_0"), Some("http.extraHeader"));
+        let header = value("GIT_CONFIG_VALUE_0").unwrap();
+        let basic = header.strip_prefix("Authorization: Basic ").unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(basic)
+            .unwrap();
+        let path = std::env::var("PATH").unwrap();
+        assert_eq!(decoded, format!("oauth2:{}", path.trim()).into_bytes());
+        assert!(value("GIT_SSH_COMMAND").unwrap().contains("-i '/keys/web'"));
+    }
+}
