@@ -99,6 +99,7 @@ fuzz_target!(|data: &[u8]| {
     let all = Asking {
         questions: true,
         approvals: true,
+        publish: true,
     };
     runs.open("r", approved.clone(), all);
     let first = runs.decide("r", tool, &action, NOW).to_json();

@@ -17,6 +17,7 @@ fuzz_target!(|data: &[u8]| {
     let all = harness_bridge::interaction::Asking {
         questions: true,
         approvals: true,
+        publish: true,
     };
     let names = tool_names(&Api::ALL.into_iter().collect::<BTreeSet<_>>(), all);
     let pick = usize::from(input.byte());
