@@ -3,7 +3,9 @@
 //! `refs/harness-bridge/<branch>`, and an instance making a conversation's
 //! worktree for the first time fetches it from there first, so a
 //! conversation taken over from an instance that died goes on from its
-//! last commit. Uncommitted changes stay with the instance that has them.
+//! last commit. Uncommitted changes stay with the instance that has them;
+//! an instance that had the conversation before goes on from its own copy,
+//! and its push is refused rather than overwrite what another carried.
 
 use super::Checkout;
 use super::git::Git;
@@ -12,14 +14,15 @@ use super::git::Git;
 const CARRIED: &str = "refs/harness-bridge/";
 
 impl Checkout {
-    /// The conversation's branch, kept where the project carries it. A
-    /// failure is logged: the work is safe here, and the next turn that
-    /// moves the branch pushes again.
+    /// The conversation's branch, kept where the project carries it. Not
+    /// forced: work another instance carried there since is never
+    /// overwritten. A failure is logged: the work is safe here, and the
+    /// next turn that moves the branch pushes again.
     pub(super) async fn carry_out(&self) {
         let Some(remote) = &self.carry else {
             return;
         };
-        let refspec = format!("+refs/heads/{0}:{CARRIED}{0}", self.branch);
+        let refspec = format!("refs/heads/{0}:{CARRIED}{0}", self.branch);
         let pushed = Git::bare(&self.common_dir)
             .with_env(remote.env())
             .run(&["push", "--quiet", "--no-verify", &remote.url, &refspec])
