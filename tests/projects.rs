@@ -107,6 +107,12 @@ fn write_tools(dir: &Path) -> PathBuf {
     tools
 }
 
+/// `PATH` with the test's harness first.
+fn path_with(tools: &Path) -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    format!("{}:{path}", tools.display())
+}
+
 /// [`serve_with_project_as`] with bridge.yaml's own `top` settings and
 /// more of serve's environment.
 async fn serve_with_project_and(settings: &str, top: &str, env: &[(&str, String)]) -> Setup {
@@ -125,11 +131,7 @@ async fn serve_with_project_and(settings: &str, top: &str, env: &[(&str, String)
     );
     // The other project is the operator's too, but not this binding's.
     let _ = &other;
-    let path = format!(
-        "{}:{}",
-        tools.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with(&tools);
     let mut env = env.to_vec();
     env.push(("PATH", path));
     let serve = ServeProcess::spawn(Arc::new(tempfile::tempdir().unwrap()), &config, &env).await;
@@ -1027,14 +1029,7 @@ async fn a_one_off_run_works_on_a_project_from_its_file() {
             .arg(tools.join("adapters"))
             .args(extra)
             .env_clear()
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    tools.display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            );
+            .env("PATH", path_with(&tools));
         command.output().unwrap()
     };
     let projects_arg = projects.display().to_string();
@@ -1089,11 +1084,7 @@ async fn a_conversation_taken_over_by_another_instance_finds_its_work_there() {
             dir.path().join(format!("clones/{name}/web")).display(),
             remote.display()
         );
-        let path = format!(
-            "{}:{}",
-            tools.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
+        let path = path_with(&tools);
         async move {
             let data = Arc::new(tempfile::tempdir().unwrap());
             ServeProcess::spawn(data, &config, &[("PATH", path)]).await
