@@ -168,7 +168,7 @@ impl Checkout {
         };
         let (at, said) = match last {
             Some(head) => {
-                let short = head.get(..12).unwrap_or(&head).to_string();
+                let short = crate::interaction::short(&head).to_string();
                 (head, format!("at its last commit `{short}`"))
             }
             None => {
