@@ -382,7 +382,9 @@ async fn a_hanging_claude_is_killed_at_the_deadline_with_nothing_left() {
     let (model_url, fake) = fake_model(true).await;
     let machine = Machine::new(model_url).await;
     let turn = machine
-        .turn("Are you there?", &["--timeout", "4", "--kill-grace", "1"])
+        // The deadline leaves the CLI time to start and reach the model on
+        // a loaded machine (over 4 s has been seen with two test lanes).
+        .turn("Are you there?", &["--timeout", "10", "--kill-grace", "1"])
         .await;
     assert!(
         !fake.requests.lock().unwrap().is_empty(),

@@ -268,6 +268,9 @@ class LangBot:
         env = dict(os.environ)
         env["PYTHONPATH"] = self.tmp + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"
+        # The venv is installed without compiled modules: LangBot compiles
+        # what it imports once and keeps it for the next start.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["REAL_LANGBOT_DEBUG_PORT"] = str(self.debug_port)
         env["REAL_LANGBOT_BOX_PORT"] = str(self.box_port)
         env.pop("DOCKER_ENV", None)
