@@ -82,11 +82,14 @@ impl Agent {
         }
     }
 
-    /// The instructions file the spec writes.
+    /// The instructions file the spec writes: the agent's user-level one,
+    /// in the conversation's home, for the specs the bridge ships.
     fn instructions_file(self) -> &'static str {
         match self {
             Agent::ClaudeAcp => "CLAUDE.md",
-            Agent::Kimi | Agent::Opencode | Agent::Kilo => "AGENTS.md",
+            Agent::Kimi => ".langbot/home/.kimi-code/AGENTS.md",
+            Agent::Opencode => ".langbot/home/.config/opencode/AGENTS.md",
+            Agent::Kilo => ".langbot/home/.config/kilo/AGENTS.md",
         }
     }
 }
@@ -325,6 +328,10 @@ async fn live_conversation(agent: Agent) {
     let instructions = std::fs::read_to_string(workspace.join(agent.instructions_file()))
         .expect("the instructions file in the workspace");
     assert!(!instructions.trim().is_empty());
+    if agent != Agent::ClaudeAcp {
+        // Its user-level file: nothing where a repository's own would be.
+        assert!(!workspace.join("AGENTS.md").exists());
+    }
 
     if agent == Agent::ClaudeAcp {
         // The agent's sessions stay in the conversation's own home; the

@@ -133,10 +133,16 @@ async fn two_turns_resume_one_copilot_session_and_read_the_real_history() {
         .any(|r| r["messages"].to_string().contains(ANSWER));
     assert!(carried, "turn 2 did not carry turn 1");
 
-    // The stable instructions (AGENTS.md, which the bridge wrote) reach the
-    // model in both turns, byte for byte.
+    // The stable instructions (the user-level instructions file in the
+    // conversation's home, which the bridge wrote) reach the model in both
+    // turns, byte for byte.
     let workspace = common::turn_workspace(&first);
-    common::assert_instructions_in_both_turns(&workspace, "AGENTS.md", &requests, asked);
+    common::assert_instructions_in_both_turns(
+        &workspace,
+        ".langbot/home/.copilot/copilot-instructions.md",
+        &requests,
+        asked,
+    );
     assert!(processes_under(&machine.data.path().join("workspaces")).is_empty());
 }
 

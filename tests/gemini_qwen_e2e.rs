@@ -46,11 +46,12 @@ impl Cli {
         }
     }
 
-    /// The instructions file the family writes.
+    /// The instructions file the family writes: the CLI's user-level one,
+    /// in the conversation's home.
     fn instructions_file(self) -> &'static str {
         match self {
-            Cli::Gemini => "GEMINI.md",
-            Cli::Qwen => "QWEN.md",
+            Cli::Gemini => ".langbot/home/.gemini/GEMINI.md",
+            Cli::Qwen => ".langbot/home/.qwen/QWEN.md",
         }
     }
 

@@ -1006,32 +1006,41 @@ async fn claude_asks_to_publish_and_the_bridge_pushes_once_the_asker_approves() 
     );
 }
 
-#[tokio::test]
-async fn a_one_off_run_works_on_a_project_from_its_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = repository(dir.path());
-    let tools = write_tools(dir.path());
-    let projects = dir.path().join("projects.yaml");
+/// A projects file for `run --projects`: project `web` on `repo`.
+fn projects_file(dir: &Path, repo: &Path) -> PathBuf {
+    let projects = dir.join("projects.yaml");
     std::fs::write(
         &projects,
         format!("web:\n  repository: {}\n", repo.display()),
     )
     .unwrap();
+    projects
+}
+
+/// One `run` of the test's harness for conversation `ada`, as ndjson.
+fn run_once(data: &Path, tools: &Path, text: &str, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(data)
+        .args(["run", "--harness", "editor", "--conversation", "ada"])
+        .args(["--text", text, "--format", "ndjson"])
+        .arg("--adapters")
+        .arg(tools.join("adapters"))
+        .args(extra)
+        .env_clear()
+        .env("PATH", path_with(tools))
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_one_off_run_works_on_a_project_from_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path());
+    let tools = write_tools(dir.path());
+    let projects = projects_file(dir.path(), &repo);
     let data = tempfile::tempdir().unwrap();
-    let run = |extra: &[&str]| {
-        let mut command = std::process::Command::new(common::bridge_bin());
-        command
-            .arg("--data-dir")
-            .arg(data.path())
-            .args(["run", "--harness", "editor", "--conversation", "ada"])
-            .args(["--text", "WRITE:alpha COMMIT", "--format", "ndjson"])
-            .arg("--adapters")
-            .arg(tools.join("adapters"))
-            .args(extra)
-            .env_clear()
-            .env("PATH", path_with(&tools));
-        command.output().unwrap()
-    };
+    let run = |extra: &[&str]| run_once(data.path(), &tools, "WRITE:alpha COMMIT", extra);
     let projects_arg = projects.display().to_string();
     let out = run(&["--projects", &projects_arg, "--project", "web"]);
     assert!(
@@ -1059,6 +1068,66 @@ async fn a_one_off_run_works_on_a_project_from_its_file() {
         said.contains("unknown project `api` (known: web)"),
         "{said}"
     );
+}
+
+/// A harness that reads its instructions from a file gets the bridge's in
+/// its user-level file, in the conversation's home: the repository's own
+/// `AGENTS.md` stays as the team wrote it, in no summary or commit, and is
+/// read beside them.
+#[tokio::test]
+async fn a_repositorys_own_instructions_file_is_left_as_the_team_wrote_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path());
+    let team = "# Team rules\nRun the tests before you commit.\n";
+    std::fs::write(repo.join("AGENTS.md"), team).unwrap();
+    git(&repo, &["add", "AGENTS.md"]);
+    common::repo::commit(&repo, "Rules");
+    let tools = write_tools(dir.path());
+    std::fs::write(
+        tools.join("adapters/editor.yaml"),
+        format!("{SPEC}instructions_file: ~/.editor/AGENTS.md\n"),
+    )
+    .unwrap();
+    let projects = projects_file(dir.path(), &repo);
+    let data = tempfile::tempdir().unwrap();
+    let projects = projects.display().to_string();
+    let run = |text: &str| -> Vec<Value> {
+        let extra = ["--projects", projects.as_str(), "--project", "web"];
+        let out = run_once(data.path(), &tools, text, &extra);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let first = run("WRITE:alpha");
+    let said = summary_of(&first);
+    assert!(said.contains("1 file changed"), "{said}");
+    assert!(!said.contains("AGENTS.md"), "{said}");
+    let workspaces = data.path().join("workspaces");
+    let workspace = workspaces_with(&workspaces, "seen")
+        .pop()
+        .expect("the worktree");
+    // A later turn, after the bridge wrote its instructions again: nothing
+    // changed, nothing said.
+    let second = run("just look");
+    assert_eq!(terminal(&second)["type"], "run.completed", "{second:#?}");
+    assert_eq!(summary(&second), None, "{second:#?}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("AGENTS.md")).unwrap(),
+        team
+    );
+    let ours = std::fs::read_to_string(workspace.join(".langbot/home/.editor/AGENTS.md")).unwrap();
+    assert!(
+        ours.contains("You are a code agent answering messages in an IM conversation"),
+        "{ours}"
+    );
+    let status = git(&workspace, &["status", "--porcelain"]);
+    assert_eq!(status.trim(), "M greeting.txt", "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

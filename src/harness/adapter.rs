@@ -181,9 +181,12 @@ pub struct AdapterSpec {
     /// Where the harness finds project skills, relative to its cwd (the
     /// family's unless the spec says).
     pub skills_dir: String,
-    /// Where the stable instructions are written in the workspace, for a
-    /// harness that reads them from a file (the family's unless the spec
-    /// says; an ACP agent has no argument for them): e.g. `AGENTS.md`.
+    /// Where the stable instructions are written, for a harness that
+    /// reads them from a file (the family's unless the spec says; an ACP
+    /// agent has no argument for them): in the conversation's home when it
+    /// starts with `~/` (the user-level file, e.g.
+    /// `~/.config/opencode/AGENTS.md`), so a repository's own `AGENTS.md`
+    /// is left as it is and read beside them; else in the workspace.
     pub instructions_file: Option<String>,
     /// How the harness names an MCP tool (`{server}`, `{tool}`).
     pub tool_name: String,
@@ -511,9 +514,11 @@ impl AdapterSpec {
             }
         }
         if let Some(file) = &self.instructions_file {
-            if crate::projection::relative_components(file).is_err() {
+            let path = file.strip_prefix(IN_HOME).unwrap_or(file);
+            if crate::projection::relative_components(path).is_err() {
                 return fail(format!(
-                    "instructions_file `{file}` must be a plain relative path"
+                    "instructions_file `{file}` must be a plain relative path, \
+                     in the workspace or (starting with `{IN_HOME}`) in the conversation's home"
                 ));
             }
         }
@@ -629,10 +634,7 @@ impl AdapterSpec {
             harness: self.name.clone(),
             skills_dir: self.skills_dir.split('/').map(str::to_string).collect(),
             mcp_format: self.family.mcp_format,
-            instructions_file: self
-                .instructions_file
-                .as_ref()
-                .map(|f| f.split('/').map(str::to_string).collect()),
+            instructions_file: self.instructions_file.as_deref().map(instructions_path),
             tool_name: self.tool_name.clone(),
             home: Some(self.home.clone()),
         }
@@ -871,6 +873,23 @@ impl Adapters {
     }
 }
 
+/// How an `instructions_file` names a path in the conversation's home.
+const IN_HOME: &str = "~/";
+
+/// An `instructions_file` as workspace path parts: `~/x` is `x` in the
+/// conversation's home.
+fn instructions_path(file: &str) -> Vec<String> {
+    match file.strip_prefix(IN_HOME) {
+        Some(in_home) => crate::projection::paths::HOME
+            .iter()
+            .copied()
+            .chain(in_home.split('/'))
+            .map(str::to_string)
+            .collect(),
+        None => file.split('/').map(str::to_string).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1103,6 +1122,33 @@ mod tests {
             assert!(good.contains(from), "{from}");
             let err = AdapterSpec::parse("x.yaml", &good.replace(from, to)).unwrap_err();
             assert!(err.reason.starts_with("home: "), "{to}: {err}");
+        }
+    }
+
+    #[test]
+    fn an_instructions_file_in_the_home_lands_under_the_bridges_folder() {
+        let good = include_str!("../../harness-adapters/opencode.yaml");
+        let opencode = AdapterSpec::parse("opencode.yaml", good).unwrap();
+        assert_eq!(
+            opencode.target().instructions_file.unwrap(),
+            [".langbot", "home", ".config", "opencode", "AGENTS.md"]
+        );
+        let in_workspace = good.replace("~/.config/opencode/AGENTS.md", "docs/AGENTS.md");
+        let spec = AdapterSpec::parse("x.yaml", &in_workspace).unwrap();
+        assert_eq!(
+            spec.target().instructions_file.unwrap(),
+            ["docs", "AGENTS.md"]
+        );
+        for bad in ["~/../AGENTS.md", "~//AGENTS.md", "/AGENTS.md", "~/"] {
+            let text = good.replace("~/.config/opencode/AGENTS.md", bad);
+            let err = AdapterSpec::parse("x.yaml", &text).unwrap_err();
+            assert!(err.reason.contains("instructions_file"), "{bad}: {err}");
+        }
+        // Every built-in family that reads a file reads its user-level one.
+        for family in crate::harness::families::FAMILIES {
+            if let Some(file) = family.instructions_file {
+                assert!(file.starts_with(IN_HOME), "{}: {file}", family.name);
+            }
         }
     }
 

@@ -60,7 +60,8 @@ pub struct Target {
     /// replaced, e.g. `mcp__{server}__{tool}`.
     pub tool_name: String,
     /// A file the stable instructions are also written to, for a harness
-    /// that reads them from its working folder (e.g. `["AGENTS.md"]`).
+    /// that reads them from a file (e.g. `[".langbot", "home", ".qwen",
+    /// "QWEN.md"]`, its user-level file in the conversation's home).
     pub instructions_file: Option<Vec<String>>,
     /// A home folder of the conversation's own (see [`Home`]): its
     /// sessions, config and caches stay in the workspace.

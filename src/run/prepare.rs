@@ -580,7 +580,13 @@ impl Bridge {
             format!("{}/", target.skills_dir.join("/")),
         ];
         bridge_paths.extend(projection.mcp.file.as_ref().map(|f| f.path.join("/")));
-        bridge_paths.extend(target.instructions_file.as_ref().map(|f| f.join("/")));
+        bridge_paths.extend(
+            target
+                .instructions_file
+                .as_ref()
+                .filter(|f| f.first().map(String::as_str) != Some(paths::DIR))
+                .map(|f| f.join("/")),
+        );
         let refused = |e: crate::project::ProjectError| {
             tracing::error!(project = %project.name, error = %e, "cannot use the project's worktree");
             let said = e.for_person().unwrap_or_else(|| {

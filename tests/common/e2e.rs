@@ -297,6 +297,18 @@ pub fn assert_instructions_in_both_turns(
     requests: &[serde_json::Value],
     asked: usize,
 ) {
+    // A file in the conversation's home is the harness's user-level one:
+    // the bridge writes nothing of the same name where a repository's own
+    // would be.
+    if let Some(in_home) = file.strip_prefix(".langbot/home/") {
+        let name = in_home.rsplit('/').next().unwrap_or(in_home);
+        for root_name in [name, "AGENTS.md"] {
+            assert!(
+                !workspace.join(root_name).exists(),
+                "the bridge wrote {root_name} in the working folder"
+            );
+        }
+    }
     let instructions = std::fs::read_to_string(workspace.join(file)).expect("the instructions");
     assert!(!instructions.trim().is_empty(), "{file} is empty");
     let escaped = serde_json::to_string(instructions.trim()).unwrap_or_default();

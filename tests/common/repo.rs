@@ -30,8 +30,14 @@ pub fn repository(dir: &Path) -> PathBuf {
     git(&repo, &["init", "-q", "-b", "main"]);
     std::fs::write(repo.join("greeting.txt"), "hello\n").unwrap();
     git(&repo, &["add", "greeting.txt"]);
+    commit(&repo, "Hello");
+    repo
+}
+
+/// Commit what is staged in `repo`, as the operator.
+pub fn commit(repo: &Path, message: &str) {
     git(
-        &repo,
+        repo,
         &[
             "-c",
             "user.name=Operator",
@@ -40,8 +46,7 @@ pub fn repository(dir: &Path) -> PathBuf {
             "commit",
             "-q",
             "-m",
-            "Hello",
+            message,
         ],
     );
-    repo
 }

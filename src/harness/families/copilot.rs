@@ -16,7 +16,7 @@ pub const FAMILY: Family = Family {
     session_store: SessionStore::Unknown,
     session_id_format: SessionIdFormat::Uuid,
     session_not_found: Some("No session, task, or name matched"),
-    instructions_file: Some("AGENTS.md"),
+    instructions_file: Some("~/.copilot/copilot-instructions.md"),
     skills_dir: Some(".github/skills"),
     live_driver: None,
     // Sessions and its login under $COPILOT_HOME.

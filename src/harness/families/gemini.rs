@@ -16,7 +16,7 @@ pub const FAMILY: Family = Family {
     session_store: SessionStore::Unknown,
     session_id_format: SessionIdFormat::Uuid,
     session_not_found: Some("Error resuming session"),
-    instructions_file: Some("GEMINI.md"),
+    instructions_file: Some("~/.gemini/GEMINI.md"),
     skills_dir: Some(".gemini/skills"),
     live_driver: None,
     // Gemini keys sessions by the working folder's last name, the same

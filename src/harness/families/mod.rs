@@ -46,8 +46,9 @@ pub struct Family {
     /// One-shot output meaning "the session to resume does not exist"
     /// (a live-only family says so in its protocol).
     pub session_not_found: Option<&'static str>,
-    /// The file it reads instructions from in its working folder, where
-    /// it has no argument for them.
+    /// The file it reads instructions from, where it has no argument for
+    /// them: its user-level file in the conversation's home (`~/…`), so
+    /// that a repository's own instructions file is never overwritten.
     pub instructions_file: Option<&'static str>,
     /// Where it finds project skills (none: each spec says, as ACP agents
     /// differ).

@@ -15,7 +15,7 @@ pub const FAMILY: Family = Family {
     session_store: SessionStore::Unknown,
     session_id_format: SessionIdFormat::Uuid,
     session_not_found: Some("No saved session found with ID"),
-    instructions_file: Some("QWEN.md"),
+    instructions_file: Some("~/.qwen/QWEN.md"),
     skills_dir: Some(".qwen/skills"),
     live_driver: None,
     // Sessions, settings and its login under $QWEN_HOME.
