@@ -634,6 +634,45 @@ fn said(results: &[Value]) -> String {
     texts.join("\n")
 }
 
+/// The operator's checkout of the base branch has a change not committed:
+/// a new conversation's first turn says its branch starts without it, and
+/// the operator's checkout keeps it (git took no lock there).
+#[tokio::test]
+async fn a_change_the_operator_has_not_committed_is_said_to_be_left_out() {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    std::fs::write(repo.join("greeting.txt"), "hello, draft\n").unwrap();
+    let index = std::fs::read(repo.join(".git/index")).unwrap();
+    let first = serve.results(turn("erin", "WRITE:delta", "web")).await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
+    let told = said(&first);
+    assert!(
+        told.contains(
+            "The repository's checkout of `main` has changes not committed (1 file); \
+             this conversation's branch starts from `main`'s last commit, without them."
+        ),
+        "{told}"
+    );
+    let workspace = workspace_of(&serve.workspaces(), "erin");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap(),
+        "hello\ndelta\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("greeting.txt")).unwrap(),
+        "hello, draft\n"
+    );
+    assert_eq!(std::fs::read(repo.join(".git/index")).unwrap(), index);
+    // Said once, when the branch is made.
+    let second = serve.results(turn("erin", "just look", "web")).await;
+    assert!(!said(&second).contains("not committed"), "{second:#?}");
+    // Once committed, a new conversation hears nothing of it.
+    git(&repo, &["add", "greeting.txt"]);
+    common::repo::commit(&repo, "Draft");
+    let other = serve.results(turn("frank", "just look", "web")).await;
+    assert_eq!(terminal(&other)["type"], "run.completed", "{other:#?}");
+    assert!(!said(&other).contains("not committed"), "{other:#?}");
+}
+
 /// The turn failed before anything ran, telling the person `sentence`
 /// and never the repository's path.
 fn refused_in_a_sentence(results: &[Value], sentence: &str, repo: &Path) {

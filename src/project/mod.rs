@@ -13,6 +13,7 @@
 //! worktree and the objects, so nothing git reads from there may make the
 //! bridge run a program.
 
+mod base;
 mod carry;
 mod changes;
 mod git;

@@ -97,6 +97,7 @@ impl Checkout {
         checkout.carry_in().await;
         checkout.make(project, &name).await?;
         checkout.own_head().await?;
+        checkout.notes.extend(project.uncommitted_on_base().await);
         Ok(checkout)
     }
 
