@@ -1,7 +1,9 @@
 //! Projects: a chat bound to a code repository, through `serve` as an
 //! operator runs it. A real git repository; a scripted harness (caged, as
 //! every harness is by default) that edits a file, commits when told, and
-//! waits when told so two conversations can be held at the same moment.
+//! waits when told so two conversations can be held at the same moment;
+//! and the real Claude Code and Codex against fake models, alone and side
+//! by side on one project (its own branch each, or one shared folder).
 
 mod common;
 
@@ -180,6 +182,24 @@ fn diff(results: &[Value]) -> String {
     String::from_utf8(bytes).unwrap()
 }
 
+/// That a completed turn told of its own one-line edit of greeting.txt
+/// (`mine`), in the summary and the diff, and nothing of `theirs`.
+fn told_only_its_own_edit(results: &[Value], mine: &str, theirs: &str) {
+    assert_eq!(terminal(results)["type"], "run.completed", "{results:#?}");
+    let said = summary(results).expect("a turn that changed the worktree says so");
+    assert!(
+        said.contains("1 file changed, +1 −0") && said.contains("- greeting.txt (+1 −0)"),
+        "{said}"
+    );
+    let diff = diff(results);
+    assert!(diff.contains(&format!("+{mine}")), "{diff}");
+    assert!(!diff.contains(theirs), "{diff}");
+    assert!(
+        !diff.contains(".langbot"),
+        "the bridge's files are not in the diff: {diff}"
+    );
+}
+
 /// The workspaces whose harness wrote `.langbot/<file>`.
 fn workspaces_with(root: &Path, file: &str) -> Vec<PathBuf> {
     walkdir::WalkDir::new(root)
@@ -239,6 +259,21 @@ fn names_conversation(value: &Value, conversation: &str) -> bool {
     }
 }
 
+/// The worktrees whose harness has said it is ready, once there are `n`.
+async fn ready_worktrees(root: &Path, n: usize) -> Vec<PathBuf> {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let ready = workspaces_with(root, "ready");
+            if ready.len() >= n {
+                return ready;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{n} harnesses ready"))
+}
+
 #[tokio::test]
 async fn two_conversations_edit_one_file_on_their_own_branches_at_the_same_time() {
     let Setup { serve, repo, _dir } = serve_with_project().await;
@@ -246,37 +281,13 @@ async fn two_conversations_edit_one_file_on_their_own_branches_at_the_same_time(
     let bob = serve.spawn_results(turn("bob", "WAIT WRITE:beta", "web"));
     // Both harnesses are running, each has written its word: neither
     // goes on until both have.
-    let root = serve.workspaces();
-    let ready = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let ready = workspaces_with(&root, "ready");
-            if ready.len() == 2 {
-                return ready;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("both conversations' harnesses run at once");
+    let ready = ready_worktrees(&serve.workspaces(), 2).await;
     for workspace in &ready {
         std::fs::write(workspace.join(".langbot/go"), "").unwrap();
     }
     let (alice, bob) = (alice.await.unwrap(), bob.await.unwrap());
-    for (results, mine, theirs) in [(&alice, "alpha", "beta"), (&bob, "beta", "alpha")] {
-        assert_eq!(terminal(results)["type"], "run.completed", "{results:#?}");
-        let said = summary(results).expect("a turn that changed the worktree says so");
-        assert!(
-            said.contains("1 file changed, +1 −0") && said.contains("- greeting.txt (+1 −0)"),
-            "{said}"
-        );
-        let diff = diff(results);
-        assert!(diff.contains(&format!("+{mine}")), "{diff}");
-        assert!(!diff.contains(theirs), "{diff}");
-        assert!(
-            !diff.contains(".langbot"),
-            "the bridge's files are not in the diff: {diff}"
-        );
-    }
+    told_only_its_own_edit(&alice, "alpha", "beta");
+    told_only_its_own_edit(&bob, "beta", "alpha");
     // Each saw only its own change, on its own branch.
     for workspace in &ready {
         let seen = std::fs::read_to_string(workspace.join(".langbot/seen")).unwrap();
@@ -551,6 +562,184 @@ async fn codex_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
         .unwrap_or_else(|| panic!("{branches}"));
     let log = git(&repo, &["log", "-1", "--format=%s", branch]);
     assert_eq!(log.trim(), "Codex greets");
+}
+
+/// A command that appends `word` to greeting.txt, says it is ready and
+/// waits (a minute at most) for the test's `go`, then keeps what it saw.
+fn edit_and_wait(word: &str) -> String {
+    format!(
+        "echo {word} >> greeting.txt && touch .langbot/ready && i=0 && \
+         while [ ! -e .langbot/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done && \
+         cp greeting.txt .langbot/seen"
+    )
+}
+
+/// `serve` with Claude Code and Codex on project `web` (`settings` more
+/// of its declaration), each against a fake model: Claude Code runs
+/// `claude_runs` with its Bash tool; Codex runs what follows
+/// [`common::openai::RUN`] in its prompt.
+struct TwoClis {
+    serve: ServeProcess,
+    repo: PathBuf,
+    _keep: (
+        tempfile::TempDir,
+        tempfile::TempDir,
+        common::anthropic::Fake,
+        common::openai::Fake,
+    ),
+}
+
+async fn serve_claude_and_codex(settings: &str, claude_runs: &str) -> TwoClis {
+    use common::{anthropic, openai};
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path());
+    let (claude_model, claude_fake) = anthropic::fake_model_running(claude_runs).await;
+    let (codex_model, codex_fake) = openai::fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    openai::codex_home(&codex_home, &codex_model);
+    let env = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", home.path().display().to_string()),
+        (
+            "CLAUDE_CONFIG_DIR",
+            home.path().join(".claude").display().to_string(),
+        ),
+        ("ANTHROPIC_BASE_URL", claude_model),
+        ("ANTHROPIC_API_KEY", "test-key".to_string()),
+        ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+        ("CODEX_HOME", codex_home.display().to_string()),
+        ("OPENAI_API_KEY", "test-key".to_string()),
+    ];
+    let config = format!(
+        "harness_binaries:\n  claude-code: {}\n  codex: {}\nshutdown_grace_seconds: 5\n\
+         projects:\n  web:\n    repository: {}\n{settings}",
+        common::cli("claude").display(),
+        common::cli("codex").display(),
+        repo.display()
+    );
+    let serve = ServeProcess::spawn(Arc::new(tempfile::tempdir().unwrap()), &config, &env).await;
+    TwoClis {
+        serve,
+        repo,
+        _keep: (dir, home, claude_fake, codex_fake),
+    }
+}
+
+/// A turn of `conversation` on project `web`: Claude Code's (with every
+/// permission) or Codex's running `command`.
+fn cli_turn(conversation: &str, harness: &str, command: &str) -> Value {
+    match harness {
+        "codex" => json!({
+            "conversation": conversation, "harness": "codex",
+            "text": format!("{}{command}", common::openai::RUN),
+            "config": {"project": "web"}
+        }),
+        _ => json!({
+            "conversation": conversation, "harness": "claude-code", "text": "Go on.",
+            "config": {"project": "web", "permission_mode": "bypassPermissions"}
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude and codex (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn claude_and_codex_edit_one_file_on_their_own_branches_at_the_same_time() {
+    let TwoClis { serve, repo, _keep } = serve_claude_and_codex("", &edit_and_wait("alpha")).await;
+    let root = serve.workspaces();
+    // Claude Code's turn edits and holds; Codex's starts while it holds,
+    // edits the same file on its own branch, and holds too: both are in
+    // the middle of their turns at once when the test lets them go.
+    let alice = serve.spawn_results(cli_turn("alice", "claude-code", ""));
+    let first = ready_worktrees(&root, 1).await;
+    let bob = serve.spawn_results(cli_turn("bob", "codex", &edit_and_wait("beta")));
+    let both = ready_worktrees(&root, 2).await;
+    assert!(!alice.is_finished(), "Claude Code's turn is still running");
+    for worktree in &both {
+        std::fs::write(worktree.join(".langbot/go"), "").unwrap();
+    }
+    let (alice, bob) = (alice.await.unwrap(), bob.await.unwrap());
+    told_only_its_own_edit(&alice, "alpha", "beta");
+    told_only_its_own_edit(&bob, "beta", "alpha");
+    for worktree in &both {
+        let seen = std::fs::read_to_string(worktree.join(".langbot/seen")).unwrap();
+        let mine = if *worktree == first[0] {
+            "alpha"
+        } else {
+            "beta"
+        };
+        assert_eq!(
+            seen,
+            format!("hello\n{mine}\n"),
+            "each saw only its own edit"
+        );
+        assert_eq!(
+            git(worktree, &["status", "--porcelain"]).trim(),
+            "M greeting.txt",
+            "only the harness's edit is git's to see"
+        );
+    }
+    let branches = git(&repo, &["branch", "--format=%(refname:short)"]);
+    assert!(
+        branches.lines().any(|b| b.starts_with("chat/alice-"))
+            && branches.lines().any(|b| b.starts_with("chat/bob-")),
+        "{branches}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("greeting.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]).trim(), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude and codex (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn claude_and_codex_take_turns_in_a_shared_project() {
+    let claude_runs = format!(
+        "echo 'start alpha' >> .langbot/turn-log && {} && echo 'end alpha' >> .langbot/turn-log",
+        edit_and_wait("alpha")
+    );
+    let TwoClis { serve, repo, _keep } =
+        serve_claude_and_codex("    mode: shared\n", &claude_runs).await;
+    let alice = serve.spawn_results(cli_turn("alice", "claude-code", ""));
+    let shared = ready_worktrees(&serve.workspaces(), 1).await.remove(0);
+    // Bob's Codex turn arrives while Claude Code's holds the project: it
+    // waits, its harness not started.
+    let bob = serve.spawn_results(cli_turn(
+        "bob",
+        "codex",
+        "echo 'start beta' >> .langbot/turn-log && echo beta >> greeting.txt && \
+         echo 'end beta' >> .langbot/turn-log",
+    ));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !bob.is_finished(),
+        "bob's turn ran while alice's held the project"
+    );
+    let log = || std::fs::read_to_string(shared.join(".langbot/turn-log")).unwrap();
+    assert_eq!(log(), "start alpha\n");
+    std::fs::write(shared.join(".langbot/go"), "").unwrap();
+    let (alice, bob) = (alice.await.unwrap(), bob.await.unwrap());
+    assert_eq!(terminal(&alice)["type"], "run.completed", "{alice:#?}");
+    assert_eq!(terminal(&bob)["type"], "run.completed", "{bob:#?}");
+    assert_eq!(log(), "start alpha\nend alpha\nstart beta\nend beta\n");
+    // One folder: bob's Codex found alice's edit; each summary is its own.
+    assert_eq!(
+        std::fs::read_to_string(shared.join("greeting.txt")).unwrap(),
+        "hello\nalpha\nbeta\n"
+    );
+    let (mine, theirs) = (diff(&alice), diff(&bob));
+    assert!(mine.contains("+alpha") && !mine.contains("+beta"), "{mine}");
+    assert!(
+        theirs.contains("+beta") && !theirs.contains("+alpha"),
+        "{theirs}"
+    );
+    assert!(summary_of(&bob).contains("Changes on branch `chat/shared`"));
+    assert_eq!(
+        std::fs::read_to_string(repo.join("greeting.txt")).unwrap(),
+        "hello\n"
+    );
 }
 
 #[tokio::test]
