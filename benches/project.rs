@@ -78,6 +78,7 @@ fn main() {
             mode: Default::default(),
             publish: None,
             carry: None,
+            worktree_retention_hours: 0,
         };
         let project = Project::open("bench", &spec).await.expect("project");
         let bridge_paths = [".langbot/".to_string()];

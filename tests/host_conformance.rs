@@ -939,7 +939,7 @@ async fn event_pages_are_exact_both_ways(backend: &Backend) {
     const N: usize = 25;
     let id = |i: usize| format!("e{i:02}");
     let kind = |i: usize| {
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             "member.joined"
         } else {
             "message.received"

@@ -808,6 +808,247 @@ async fn a_shared_project_runs_the_turns_of_two_conversations_one_after_another(
     );
 }
 
+/// A conversation's worktree with a commit and changes not committed,
+/// left a week and a day without a turn, then serve restarted (which
+/// puts away what is past its retention as it starts): the worktree's
+/// folder and the repository, once it is put away.
+async fn put_away_after_a_week(
+    conversation: &str,
+    turns: &[&str],
+    meddle: impl FnOnce(&Path),
+) -> (Setup, PathBuf) {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    for text in turns {
+        let results = serve.results(turn(conversation, text, "web")).await;
+        assert_eq!(terminal(&results)["type"], "run.completed", "{results:#?}");
+    }
+    let worktree = workspace_of(&serve.workspaces(), conversation);
+    meddle(&worktree);
+    let own = repo.join(".git/harness-bridge");
+    let records: Vec<PathBuf> = std::fs::read_dir(&own)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "worktree"))
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let week_and_a_day = Duration::from_secs(8 * 24 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&records[0])
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - week_and_a_day)
+        .unwrap();
+    let env = [("PATH", path_with(&_dir.path().join("tools")))];
+    let serve = serve.restart(&env).await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while worktree.join("greeting.txt").exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        let log = serve.log.lock().unwrap().join("\n");
+        panic!("the idle worktree is put away at serve's start; serve said:\n{log}")
+    });
+    (Setup { serve, repo, _dir }, worktree)
+}
+
+#[tokio::test]
+async fn a_worktree_idle_past_its_retention_is_put_away_and_comes_back_as_it_was() {
+    // What its harness could leave behind: links out of the worktree,
+    // one where the bridge removes a folder of its own.
+    let victim = tempfile::tempdir().unwrap();
+    std::fs::write(victim.path().join("keep.txt"), "not the bridge's\n").unwrap();
+    let meddle = |worktree: &Path| {
+        std::os::unix::fs::symlink(victim.path(), worktree.join("escape")).unwrap();
+        let objects = worktree.join(".langbot/git-objects");
+        std::fs::remove_dir_all(&objects).unwrap();
+        std::os::unix::fs::symlink(victim.path(), &objects).unwrap();
+    };
+    let (Setup { serve, repo, _dir }, worktree) = put_away_after_a_week(
+        "ida",
+        &["WRITE:alpha COMMIT", "WRITE:beta PROBE:notes.txt"],
+        meddle,
+    )
+    .await;
+    // Its files and its record are gone, links removed, not followed; its
+    // branch, its commit and the bridge's folder (the conversation's
+    // context, its home) stay.
+    for gone in ["notes.txt", ".git", ".langbot/git-objects", "escape"] {
+        assert!(
+            std::fs::symlink_metadata(worktree.join(gone)).is_err(),
+            "{gone} is left"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(victim.path().join("keep.txt")).unwrap(),
+        "not the bridge's\n"
+    );
+    assert!(worktree.join(".langbot/agent-context.json").is_file());
+    let listed = git(&repo, &["worktree", "list", "--porcelain"]);
+    assert!(
+        !listed.contains(&worktree.display().to_string()),
+        "{listed}"
+    );
+    let branches = git(&repo, &["branch", "--format=%(refname:short)"]);
+    let branch = branches
+        .lines()
+        .find(|b| b.starts_with("chat/ida-"))
+        .unwrap_or_else(|| panic!("the branch stays: {branches}"));
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", branch]).trim(),
+        "Greet alpha"
+    );
+    let wip = git(
+        &repo,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/harness-bridge/wip/",
+        ],
+    );
+    assert_eq!(
+        wip.lines().count(),
+        1,
+        "the changes not committed are kept: {wip}"
+    );
+    assert_eq!(
+        git(&repo, &["show", &format!("{}:notes.txt", wip.trim())]),
+        "probe\n"
+    );
+    // The next turn finds it as it was, is told so, and tells of no
+    // change it did not make.
+    let back = serve.results(turn("ida", "just look", "web")).await;
+    assert_eq!(terminal(&back)["type"], "run.completed", "{back:#?}");
+    let told = said(&back);
+    assert!(
+        told.contains("had been put away after 8 days without a turn")
+            && told.contains("made again as it was")
+            && told.contains("Files git ignores"),
+        "{told}"
+    );
+    assert_eq!(summary(&back), None, "{back:#?}");
+    assert_eq!(
+        std::fs::read_to_string(worktree.join(".langbot/seen")).unwrap(),
+        "hello\nalpha\nbeta\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("notes.txt")).unwrap(),
+        "probe\n"
+    );
+    let status = git(&worktree, &["status", "--porcelain"]);
+    assert_eq!(
+        status.lines().collect::<Vec<_>>(),
+        [" M greeting.txt", "?? escape", "?? notes.txt"],
+        "back as changes not committed on the branch's commit"
+    );
+    // A link comes back as git keeps one: a link, its target not read.
+    assert!(
+        std::fs::symlink_metadata(worktree.join("escape"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let wip = git(&repo, &["for-each-ref", "refs/harness-bridge/wip/"]);
+    assert_eq!(wip, "", "put back, the kept changes are let go");
+    // Turns go on as before.
+    let next = serve
+        .results(turn("ida", "WRITE:gamma COMMIT", "web"))
+        .await;
+    let told = summary_of(&next);
+    assert!(
+        told.contains("Greet gamma") && told.contains("+1 −0"),
+        "{told}"
+    );
+}
+
+/// A person's commit on the branch starting `prefix`, writing `file`,
+/// from a worktree of their own.
+fn commit_on_branch(repo: &Path, prefix: &str, file: &str, text: &str) {
+    let branches = git(repo, &["branch", "--format=%(refname:short)"]);
+    let branch = branches
+        .lines()
+        .find(|b| b.starts_with(prefix))
+        .unwrap_or_else(|| panic!("{branches}"))
+        .to_string();
+    let elsewhere = repo.with_file_name("elsewhere");
+    let elsewhere_arg = elsewhere.display().to_string();
+    git(repo, &["worktree", "add", "-q", &elsewhere_arg, &branch]);
+    std::fs::write(elsewhere.join(file), text).unwrap();
+    git(&elsewhere, &["add", file]);
+    common::repo::commit(&elsewhere, "A person's commit");
+    git(repo, &["worktree", "remove", &elsewhere_arg]);
+}
+
+#[tokio::test]
+async fn changes_not_committed_come_back_onto_a_branch_that_moved_elsewhere() {
+    let (Setup { serve, repo, _dir }, worktree) =
+        put_away_after_a_week("kim", &["WRITE:alpha"], |_| {}).await;
+    commit_on_branch(&repo, "chat/kim-", "other.txt", "another file\n");
+    let back = serve.results(turn("kim", "just look", "web")).await;
+    assert_eq!(terminal(&back)["type"], "run.completed", "{back:#?}");
+    assert!(said(&back).contains("made again as it was"), "{back:#?}");
+    assert_eq!(summary(&back), None, "{back:#?}");
+    assert_eq!(
+        std::fs::read_to_string(worktree.join(".langbot/seen")).unwrap(),
+        "hello\nalpha\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("other.txt")).unwrap(),
+        "another file\n"
+    );
+    assert_eq!(
+        git(&worktree, &["status", "--porcelain"]).trim(),
+        "M greeting.txt"
+    );
+}
+
+#[tokio::test]
+async fn changes_a_moved_branch_conflicts_with_are_kept_and_the_person_told_how_to_get_them() {
+    let (Setup { serve, repo, _dir }, worktree) =
+        put_away_after_a_week("jay", &["WRITE:alpha"], |_| {}).await;
+    // Meanwhile a person commits on the conversation's branch, on the
+    // same line.
+    commit_on_branch(&repo, "chat/jay-", "greeting.txt", "hello\nzeta\n");
+    let back = serve.results(turn("jay", "just look", "web")).await;
+    assert_eq!(terminal(&back)["type"], "run.completed", "{back:#?}");
+    let told = said(&back);
+    assert!(
+        told.contains("which has moved since")
+            && told.contains("conflict with the branch's new commits (in `greeting.txt`)")
+            && told.contains("git cherry-pick --no-commit"),
+        "{told}"
+    );
+    // The worktree is the branch as it is now; the kept changes are where
+    // the sentence says.
+    assert_eq!(
+        std::fs::read_to_string(worktree.join(".langbot/seen")).unwrap(),
+        "hello\nzeta\n"
+    );
+    let kept = git(
+        &repo,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/harness-bridge/kept/",
+        ],
+    );
+    assert_eq!(kept.lines().count(), 1, "{kept}");
+    let short = kept.trim().rsplit('/').next().unwrap();
+    assert!(
+        told.contains(&format!("kept as commit `{short}`")),
+        "{told}"
+    );
+    assert_eq!(
+        git(&repo, &["show", &format!("{short}:greeting.txt")]),
+        "hello\nalpha\n"
+    );
+    assert_eq!(
+        git(&repo, &["for-each-ref", "refs/harness-bridge/wip/"]),
+        ""
+    );
+}
+
 /// The messages a turn sent the person, its terminal's text included.
 fn said(results: &[Value]) -> String {
     let mut texts: Vec<String> = of_type(results, "message.completed")

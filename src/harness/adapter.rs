@@ -508,10 +508,11 @@ impl AdapterSpec {
                 "session_not_found must not be empty (it would match every output)".into(),
             );
         }
-        if let Some(live) = &self.live {
-            if live.driver == LiveProtocol::Acp && self.family.name != "acp" {
-                return fail("the `acp` live driver goes with `family: acp`".into());
-            }
+        if let Some(live) = &self.live
+            && live.driver == LiveProtocol::Acp
+            && self.family.name != "acp"
+        {
+            return fail("the `acp` live driver goes with `family: acp`".into());
         }
         if let Some(file) = &self.instructions_file {
             let path = file.strip_prefix(IN_HOME).unwrap_or(file);
@@ -531,13 +532,13 @@ impl AdapterSpec {
                 self.skills_dir
             ));
         }
-        if let Some(live) = &self.live {
-            if live.argv.is_some() && !live.args.is_empty() {
-                return fail(
-                    "live takes `args` (before the one-shot argv) or `argv` (its own), not both"
-                        .into(),
-                );
-            }
+        if let Some(live) = &self.live
+            && live.argv.is_some()
+            && !live.args.is_empty()
+        {
+            return fail(
+                "live takes `args` (before the one-shot argv) or `argv` (its own), not both".into(),
+            );
         }
         if let Err(reason) = self.check_placeholders() {
             return fail(reason);

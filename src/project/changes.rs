@@ -23,14 +23,17 @@ const MAX_INDEX_BYTES: u64 = 256 * 1024 * 1024;
 /// whole content (git 2.40 and later; an older git ignores it), which no
 /// one but the bridge reads (a quarter of a turn's look at 10,000 files).
 const OWN_INDEX: [&str; 2] = ["-c", "index.skipHash=true"];
+/// The bridge's own folder in the repository's git folder, which
+/// harnesses read but cannot write.
+pub(super) const OWN_DIR: &str = "harness-bridge";
 /// Files and commits named in a summary; the rest are counted.
 const LISTED: usize = 10;
 
 /// The worktree at one moment: its files as a tree, and its branch's commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
-    tree: String,
-    head: String,
+    pub(super) tree: String,
+    pub(super) head: String,
 }
 
 /// One file a turn changed.
@@ -79,26 +82,25 @@ impl Checkout {
         let seen = index_seen(&index);
         let seen_path = index.with_extension("tree");
         let kept = std::fs::read_to_string(&seen_path).ok();
-        if let (Some(seen), Some(kept)) = (&seen, &kept) {
-            if let Some(tree) = kept
+        if let (Some(seen), Some(kept)) = (&seen, &kept)
+            && let Some(tree) = kept
                 .strip_prefix(seen.as_str())
                 .and_then(|t| t.strip_prefix(' '))
-            {
-                return Ok(Snapshot {
-                    tree: tree.trim().to_string(),
-                    head,
-                });
-            }
+        {
+            return Ok(Snapshot {
+                tree: tree.trim().to_string(),
+                head,
+            });
         }
         let tree = git
             .line(&[OWN_INDEX[0], OWN_INDEX[1], "write-tree"])
             .await
             .map_err(at_git)?;
         // `write-tree` may write the index again (its tree cache).
-        if let Some(seen) = index_seen(&index) {
-            if let Err(e) = std::fs::write(&seen_path, format!("{seen} {tree}\n")) {
-                tracing::warn!(error = %e, "cannot keep the tree of the bridge's index");
-            }
+        if let Some(seen) = index_seen(&index)
+            && let Err(e) = std::fs::write(&seen_path, format!("{seen} {tree}\n"))
+        {
+            tracing::warn!(error = %e, "cannot keep the tree of the bridge's index");
         }
         Ok(Snapshot { tree, head })
     }
@@ -106,7 +108,7 @@ impl Checkout {
     /// The commit the worktree's HEAD names: read from its record when it
     /// is a commit id, as the bridge leaves it and a commit moves it;
     /// asked of git when the harness made it a name.
-    async fn head(&self) -> Result<String, ProjectError> {
+    pub(super) async fn head(&self) -> Result<String, ProjectError> {
         let recorded = std::fs::read_to_string(self.admin.join("HEAD")).unwrap_or_default();
         let recorded = recorded.trim();
         if recorded.len() >= 40 && recorded.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -237,16 +239,17 @@ impl Checkout {
         }
         std::fs::create_dir_all(&dir)?;
         let from = self.admin.join("index");
-        if let Ok(meta) = std::fs::symlink_metadata(&from) {
-            if meta.is_file() && meta.len() <= MAX_INDEX_BYTES {
-                let mut bytes = Vec::new();
-                std::fs::File::open(&from)?
-                    .take(MAX_INDEX_BYTES)
-                    .read_to_end(&mut bytes)?;
-                let mut file = tempfile::NamedTempFile::new_in(&dir)?;
-                std::io::Write::write_all(&mut file, &bytes)?;
-                file.persist(&own).map_err(|e| e.error)?;
-            }
+        if let Ok(meta) = std::fs::symlink_metadata(&from)
+            && meta.is_file()
+            && meta.len() <= MAX_INDEX_BYTES
+        {
+            let mut bytes = Vec::new();
+            std::fs::File::open(&from)?
+                .take(MAX_INDEX_BYTES)
+                .read_to_end(&mut bytes)?;
+            let mut file = tempfile::NamedTempFile::new_in(&dir)?;
+            std::io::Write::write_all(&mut file, &bytes)?;
+            file.persist(&own).map_err(|e| e.error)?;
         }
         // No usable index: git builds one from the files (slower, once).
         Ok(own)
@@ -256,8 +259,28 @@ impl Checkout {
 impl Checkout {
     /// The bridge's own files for the project's worktrees: in the
     /// repository's git folder, which harnesses read but cannot write.
-    fn own_dir(&self) -> PathBuf {
-        self.common_dir.join("harness-bridge")
+    pub(super) fn own_dir(&self) -> PathBuf {
+        self.common_dir.join(OWN_DIR)
+    }
+
+    /// Keep `tree` on `head` as the state the last turn left: the next
+    /// turn's changes are told from it.
+    pub(super) fn keep_state(&self, tree: &str, head: &str) -> std::io::Result<()> {
+        let state = Snapshot {
+            tree: tree.into(),
+            head: head.into(),
+        };
+        std::fs::create_dir_all(self.own_dir())?;
+        std::fs::write(self.kept_path(), state.text())
+    }
+
+    /// Forget the bridge's index of the worktree and the tree noted for
+    /// it, once the worktree's files are gone.
+    pub(super) fn forget_own_index(&self) -> std::io::Result<()> {
+        let name = self.admin.file_name().unwrap_or_default();
+        let index = self.own_dir().join(name).with_extension("index");
+        super::own::remove_if_there(&index)?;
+        super::own::remove_if_there(&index.with_extension("tree"))
     }
 
     /// Where the state a turn left is kept for the next (forgotten when

@@ -17,6 +17,7 @@ mod base;
 mod carry;
 mod changes;
 mod git;
+mod idle;
 mod own;
 mod publish;
 mod remote;
@@ -66,6 +67,11 @@ pub struct ProjectSpec {
     /// `repository` is cloned from there at start.
     #[serde(default)]
     pub carry: Option<RemoteSpec>,
+    /// Hours a conversation's worktree may go without a turn before it
+    /// is put away (its changes kept, its files removed, its branch and
+    /// session left; the next turn brings it back); 0: never.
+    #[serde(default = "default_worktree_retention_hours")]
+    pub worktree_retention_hours: u64,
 }
 
 /// How the conversations of a project share its repository.
@@ -83,6 +89,10 @@ pub enum ProjectMode {
 
 fn default_branch() -> String {
     "chat/{conversation}".into()
+}
+
+fn default_worktree_retention_hours() -> u64 {
+    7 * 24
 }
 
 fn default_author() -> String {
@@ -223,6 +233,8 @@ pub struct Project {
     pub publish: Option<Remote>,
     /// Where conversations' branches are carried between instances.
     pub carry: Option<Remote>,
+    /// How long a worktree may go without a turn before it is put away.
+    pub retention: Option<std::time::Duration>,
     /// Held by the turn working in a shared project's worktree: turns of
     /// several conversations take it in the order they asked.
     turn: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -308,6 +320,9 @@ impl Project {
             mode: spec.mode,
             publish,
             carry,
+            retention: (spec.worktree_retention_hours > 0).then(|| {
+                std::time::Duration::from_secs(spec.worktree_retention_hours.saturating_mul(3600))
+            }),
             turn: std::sync::Arc::default(),
         })
     }
@@ -381,6 +396,22 @@ impl OpenedProjects {
         let project = Project::open(name, spec).await?;
         opened.insert(name.to_string(), (spec.clone(), project.clone()));
         Ok(project)
+    }
+
+    /// Put away the idle worktrees of the projects opened so far; how many.
+    pub async fn put_away_idle(&self) -> usize {
+        let projects: Vec<Project> = self
+            .0
+            .lock()
+            .await
+            .values()
+            .map(|(_, p)| p.clone())
+            .collect();
+        let mut put_away = 0;
+        for project in projects {
+            put_away += project.put_away_idle().await;
+        }
+        put_away
     }
 }
 

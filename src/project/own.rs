@@ -19,7 +19,7 @@ use super::{Checkout, ProjectError};
 
 /// The harness's object folder, in the workspace (the bridge's `.langbot/`
 /// is kept out of git).
-const OWN_OBJECTS: &str = ".langbot/git-objects";
+pub(super) const OWN_OBJECTS: &str = ".langbot/git-objects";
 
 /// The ref the bridge fetches from, in its own copy of the turn's commits.
 const TURN_REF: &str = "refs/heads/turn";
@@ -33,10 +33,7 @@ impl Checkout {
     /// own (the harness cannot write it) reading the harness's objects.
     fn source(&self) -> PathBuf {
         let name = self.admin.file_name().unwrap_or_default();
-        self.common_dir
-            .join("harness-bridge")
-            .join(name)
-            .with_extension("git")
+        self.own_dir().join(name).with_extension("git")
     }
 
     /// The variables the harness's git runs with in this worktree: where
@@ -95,14 +92,24 @@ impl Checkout {
     /// way in, and the conversation's branch moved to it.
     pub(super) async fn take_in(&self, head: &str) -> Result<(), ProjectError> {
         let branch_ref = format!("refs/heads/{}", self.branch);
+        if self.fetch_in(head, &branch_ref).await? {
+            self.carry_out().await;
+        }
+        Ok(())
+    }
+
+    /// The objects `commit` reaches fetched into the repository from the
+    /// worktree's (checked by git on the way in), and `dest` moved to it;
+    /// whether it moved.
+    pub(super) async fn fetch_in(&self, commit: &str, dest: &str) -> Result<bool, ProjectError> {
         let repo = Git::bare(&self.common_dir);
         let at_git = |source| self.at_git(source);
         let now = repo
-            .line(&["rev-parse", "--verify", "--quiet", &branch_ref])
+            .line(&["rev-parse", "--verify", "--quiet", dest])
             .await
             .unwrap_or_default();
-        if now == head {
-            return Ok(());
+        if now == commit {
+            return Ok(false);
         }
         if self.objects_are_a_link() {
             return Err(self.fail(
@@ -133,23 +140,22 @@ impl Checkout {
                 )
             })
             .map_err(|e| self.fail(format!("cannot read the turn's commits: {e}")))?;
-        own.run(&["update-ref", TURN_REF, head])
+        own.run(&["update-ref", TURN_REF, commit])
             .await
             .map_err(at_git)?;
         let source_arg = source.display().to_string();
-        let refspec = format!("+{TURN_REF}:{branch_ref}");
+        let refspec = format!("+{TURN_REF}:{dest}");
         let mut args = super::git::FETCH.to_vec();
         args.extend(["--update-head-ok", &source_arg, &refspec]);
         repo.run(&args).await.map_err(at_git)?;
-        self.carry_out().await;
-        Ok(())
+        Ok(true)
     }
 
-    fn objects_are_a_link(&self) -> bool {
+    pub(super) fn objects_are_a_link(&self) -> bool {
         std::fs::symlink_metadata(self.own_objects()).is_ok_and(|m| m.file_type().is_symlink())
     }
 
-    fn at_git(&self, source: super::GitError) -> ProjectError {
+    pub(super) fn at_git(&self, source: super::GitError) -> ProjectError {
         ProjectError::Git {
             name: self.project.clone(),
             source,
@@ -157,7 +163,7 @@ impl Checkout {
     }
 }
 
-fn remove_if_there(path: &std::path::Path) -> std::io::Result<()> {
+pub(super) fn remove_if_there(path: &std::path::Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),

@@ -94,20 +94,20 @@ impl Remote {
                     .into(),
             ));
         }
-        if let Some(var) = &spec.token_env {
-            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
-                return Err(invalid(format!(
-                    "`token_env` names `{var}`, which is not set in the bridge's environment"
-                )));
-            }
+        if let Some(var) = &spec.token_env
+            && std::env::var(var).map_or(true, |v| v.trim().is_empty())
+        {
+            return Err(invalid(format!(
+                "`token_env` names `{var}`, which is not set in the bridge's environment"
+            )));
         }
-        if let Some(key) = &spec.ssh_key {
-            if !key.is_absolute() || !key.is_file() || key.to_string_lossy().contains('\'') {
-                return Err(invalid(format!(
-                    "`ssh_key` {} is not a readable file given by an absolute path",
-                    key.display()
-                )));
-            }
+        if let Some(key) = &spec.ssh_key
+            && (!key.is_absolute() || !key.is_file() || key.to_string_lossy().contains('\''))
+        {
+            return Err(invalid(format!(
+                "`ssh_key` {} is not a readable file given by an absolute path",
+                key.display()
+            )));
         }
         Ok(Remote {
             shown: without_user(&url),

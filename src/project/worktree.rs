@@ -22,9 +22,14 @@ use super::{Project, ProjectError};
 const EXCLUDE_BEGIN: &str = "# harness-bridge: the bridge's own files in a conversation's worktree";
 const EXCLUDE_END: &str = "# harness-bridge: end";
 
+/// The bridge's folder in a workspace, as the projection (a layer beside
+/// this one) names it: kept out of git, and kept when a worktree is put
+/// away.
+pub(super) const BRIDGE_DIR: &str = ".langbot";
+
 /// Written in the workspace once the branch's files are checked out: a
 /// record without it is a worktree whose folder was removed.
-const MADE: &str = ".langbot/worktree-made";
+pub(super) const MADE: &str = ".langbot/worktree-made";
 
 /// One conversation's worktree of a project.
 #[derive(Debug, Clone)]
@@ -45,6 +50,9 @@ pub struct Checkout {
     /// Where the project carries conversations' branches between
     /// instances.
     pub carry: Option<super::Remote>,
+    /// The worktree's lock, held (shared) by the turn while it works
+    /// there, so that it is not put away under the turn.
+    pub(super) in_use: Option<std::sync::Arc<std::fs::File>>,
 }
 
 impl Checkout {
@@ -73,7 +81,9 @@ impl Checkout {
             branch,
             notes: Vec::new(),
             carry: project.carry.clone(),
+            in_use: None,
         };
+        checkout.hold().await?;
         checkout.exclude(bridge_paths)?;
         if checkout.is_made() {
             // The harness may have rewritten its `.git` file: git run by
@@ -95,9 +105,14 @@ impl Checkout {
         // Made here for the first time: the conversation may have worked
         // on another instance before.
         checkout.carry_in().await;
-        checkout.make(project, &name).await?;
+        let new_branch = checkout.make(project, &name).await?;
         checkout.own_head().await?;
-        checkout.notes.extend(project.uncommitted_on_base().await);
+        if let Some(note) = checkout.bring_back().await? {
+            checkout.notes.push(note);
+        }
+        if new_branch {
+            checkout.notes.extend(project.uncommitted_on_base().await);
+        }
         Ok(checkout)
     }
 
@@ -115,7 +130,7 @@ impl Checkout {
         (vec![self.common_dir.clone()], vec![self.admin.clone()])
     }
 
-    fn is_made(&self) -> bool {
+    pub(super) fn is_made(&self) -> bool {
         let recorded = std::fs::read_to_string(self.admin.join("gitdir")).ok();
         recorded.is_some_and(|path| Path::new(path.trim()) == self.work_tree.join(".git"))
             && self.admin.join("HEAD").is_file()
@@ -200,8 +215,9 @@ impl Checkout {
         )))
     }
 
-    /// Add the worktree beside the bridge's files and check it out.
-    async fn make(&self, project: &Project, name: &str) -> Result<(), ProjectError> {
+    /// Add the worktree beside the bridge's files and check it out;
+    /// whether its branch was made too (from the base).
+    async fn make(&self, project: &Project, name: &str) -> Result<bool, ProjectError> {
         let repo = Git::bare(&self.common_dir);
         let at_git = |source| ProjectError::Git {
             name: self.project.clone(),
@@ -215,7 +231,7 @@ impl Checkout {
                  remove it with `git worktree remove` in the repository"
             )));
         }
-        let staging = self.work_tree.join(".langbot").join(name);
+        let staging = self.work_tree.join(BRIDGE_DIR).join(name);
         let staging_arg = staging.to_string_lossy().into_owned();
         let branch_ref = format!("refs/heads/{}", self.branch);
         let exists = repo.has_commit(&branch_ref).await;
@@ -259,7 +275,7 @@ impl Checkout {
             branch = %self.branch,
             "the conversation's worktree is made"
         );
-        Ok(())
+        Ok(!exists)
     }
 
     /// Check the branch's files out in place, and note that they are.
@@ -333,7 +349,7 @@ impl Checkout {
 }
 
 /// The worktree record's name for a workspace: fixed by its path.
-fn admin_name(workspace: &Path) -> String {
+pub(super) fn admin_name(workspace: &Path) -> String {
     use sha2::Digest as _;
     let digest = sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes());
     format!("hb-{}", hex::encode(&digest[..6]))

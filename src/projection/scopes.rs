@@ -227,14 +227,14 @@ pub fn redact_text(text: &str, known: &[&str]) -> String {
                 redact_next = false;
                 return word.replace(bare, REDACTED);
             }
-            if let Some((key, value)) = bare.split_once(['=', ':']) {
-                if is_secret_key(key, &[]) {
-                    if value.is_empty() {
-                        redact_next = bare.ends_with(':');
-                        return word.to_string();
-                    }
-                    return word.replace(value, REDACTED);
+            if let Some((key, value)) = bare.split_once(['=', ':'])
+                && is_secret_key(key, &[])
+            {
+                if value.is_empty() {
+                    redact_next = bare.ends_with(':');
+                    return word.to_string();
                 }
+                return word.replace(value, REDACTED);
             }
             if is_secret_value(bare) {
                 return word.replace(bare, REDACTED);

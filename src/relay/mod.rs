@@ -360,9 +360,17 @@ impl Session {
         stop: &CancellationToken,
         output_gone: &CancellationToken,
     ) -> &'static str {
+        let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3600));
+        hourly.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let line = tokio::select! {
                 line = frames.next() => line,
+                _ = hourly.tick() => {
+                    // Beside the frames: a large worktree takes a while.
+                    let projects = self.projects.clone();
+                    tokio::spawn(async move { projects.put_away_idle().await });
+                    continue;
+                }
                 Some(done) = self.tasks.join_next() => {
                     if let Ok(run_id) = done {
                         self.runs.remove(&run_id);

@@ -305,13 +305,11 @@ impl Bridge {
             .as_ref()
             .and_then(|p| p.paused.as_ref())
             .map(|paused| self.permit(turn, paused));
-        if matches!(permit, Some(None)) {
-            if let Some(process) = kept.take() {
-                tracing::info!(
-                    "the paused request was not answered; the turn starts a new process"
-                );
-                process.stop(self.settings.kill_grace).await;
-            }
+        if matches!(permit, Some(None))
+            && let Some(process) = kept.take()
+        {
+            tracing::info!("the paused request was not answered; the turn starts a new process");
+            process.stop(self.settings.kill_grace).await;
         }
         let mut permit = permit.flatten();
         let mut warm = kept.is_some();

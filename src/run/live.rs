@@ -573,13 +573,13 @@ impl LiveTurn<'_, '_> {
             }
             self.not_found |= step.session_not_found;
             io.emit.push(step.results);
-            if let Some(taken) = step.steered {
-                if let Some(steer) = self.handed.pop_front() {
-                    if taken {
-                        io.emit.push(vec![steered(&steer.text)]);
-                    }
-                    let _ = steer.taken.send(taken);
+            if let Some(taken) = step.steered
+                && let Some(steer) = self.handed.pop_front()
+            {
+                if taken {
+                    io.emit.push(vec![steered(&steer.text)]);
                 }
+                let _ = steer.taken.send(taken);
             }
             if !step.write.is_empty() && process.write(&step.write).await.is_err() {
                 return None;

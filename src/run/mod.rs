@@ -265,6 +265,16 @@ impl Bridge {
         crate::project::pick(&self.settings.projects, name)
     }
 
+    /// Put away the worktrees of the operator's projects that have gone
+    /// without a turn for their retention; how many.
+    pub async fn put_away_idle_worktrees(&self) -> usize {
+        let mut put_away = 0;
+        for project in self.settings.projects.values() {
+            put_away += project.put_away_idle().await;
+        }
+        put_away
+    }
+
     /// Start the bridge's MCP server (127.0.0.1, a free port) in front of `host`.
     pub async fn start(
         host: Arc<dyn HostApi>,

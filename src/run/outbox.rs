@@ -115,11 +115,9 @@ impl Registration {
             runs.push((id, tx));
             runs.len() == 1
         };
-        if first {
-            if let Err(e) = shared.watcher.watch(dir, RecursiveMode::Recursive) {
-                lock(&shared.routes).remove(dir);
-                return Err(e);
-            }
+        if first && let Err(e) = shared.watcher.watch(dir, RecursiveMode::Recursive) {
+            lock(&shared.routes).remove(dir);
+            return Err(e);
         }
         Ok(Registration {
             dir: dir.to_path_buf(),

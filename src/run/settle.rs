@@ -77,10 +77,10 @@ impl Bridge {
         });
         self.keep_request(turn, asked.as_ref(), emit).await;
         tell_changes(ctx, turn, emit).await;
-        if self.settings.record_turns {
-            if let Err(e) = record::reply(turn.host, ctx, &spec.name, &emit.reply()).await {
-                tracing::warn!("cannot record the reply: {e}");
-            }
+        if self.settings.record_turns
+            && let Err(e) = record::reply(turn.host, ctx, &spec.name, &emit.reply()).await
+        {
+            tracing::warn!("cannot record the reply: {e}");
         }
         let session = json!({"session": {
             "harness": spec.name,

@@ -232,10 +232,10 @@ impl ServeConfig {
             }
         }
         for server in self.mcp_servers.values_mut() {
-            if let Some(command) = server.command.as_mut().filter(|c| c.contains('/')) {
-                if Path::new(command.as_str()).is_relative() {
-                    *command = folder.join(&*command).to_string_lossy().into_owned();
-                }
+            if let Some(command) = server.command.as_mut().filter(|c| c.contains('/'))
+                && Path::new(command.as_str()).is_relative()
+            {
+                *command = folder.join(&*command).to_string_lossy().into_owned();
             }
         }
     }

@@ -484,13 +484,22 @@ impl Service {
         self.backlog.queued()
     }
 
-    /// Forget finished runs older than the retention.
+    /// Forget finished runs older than the retention, and put away the
+    /// worktrees of projects' conversations that went without a turn for
+    /// theirs.
     async fn prune(&self) {
         let retention = Duration::from_secs(self.config.retention_hours.saturating_mul(3600));
         match self.backlog.prune(retention).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(runs = n, "pruned finished runs past retention"),
             Err(e) => tracing::error!("cannot prune the run journal: {e}"),
+        }
+        let put_away = self.bridge.put_away_idle_worktrees().await;
+        if put_away > 0 {
+            tracing::info!(
+                worktrees = put_away,
+                "put away worktrees past their retention"
+            );
         }
     }
 

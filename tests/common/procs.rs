@@ -24,12 +24,12 @@ pub fn processes_under(root: &std::path::Path) -> Vec<String> {
         if !pid.bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
-        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) {
-            if cwd.starts_with(&root) {
-                let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-                found.push(format!("{pid}: {cmd}"));
-            }
+        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd"))
+            && cwd.starts_with(&root)
+        {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            found.push(format!("{pid}: {cmd}"));
         }
     }
     found

@@ -199,6 +199,17 @@ impl ServeProcess {
         self.data.path().join("workspaces")
     }
 
+    /// Stop this serve and start another on the same data folder and
+    /// bridge.yaml, with `env`: an operator's restart.
+    pub async fn restart(mut self, env: &[(&str, String)]) -> ServeProcess {
+        self.stop().await;
+        let config = std::fs::read_to_string(self.data.path().join("bridge.yaml")).unwrap();
+        let config = config
+            .strip_prefix("listen: 127.0.0.1:0\n")
+            .unwrap_or(&config);
+        ServeProcess::spawn(self.data.clone(), config, env).await
+    }
+
     /// SIGTERM, then wait (bounded) for a clean exit.
     pub async fn stop(&mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id().expect("running") as i32);

@@ -294,10 +294,10 @@ pub fn clear(dir: &Path, kill_file: bool) -> usize {
         return members;
     }
     for sub in subtree(dir).iter().rev() {
-        if let Err(e) = fs::remove_dir(sub) {
-            if e.kind() != io::ErrorKind::NotFound {
-                tracing::warn!(cgroup = %sub.display(), "cannot remove a harness cgroup: {e}");
-            }
+        if let Err(e) = fs::remove_dir(sub)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(cgroup = %sub.display(), "cannot remove a harness cgroup: {e}");
         }
     }
     members

@@ -49,10 +49,10 @@ pub fn enable() -> Result<(), nix::errno::Errno> {
 pub fn spawn(command: &mut Command) -> std::io::Result<Child> {
     let mut own = own();
     let child = command.spawn()?;
-    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
-        if let Some(stat) = procs::stat(pid) {
-            own.insert(pid, stat.start);
-        }
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok())
+        && let Some(stat) = procs::stat(pid)
+    {
+        own.insert(pid, stat.start);
     }
     Ok(child)
 }

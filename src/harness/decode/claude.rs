@@ -205,10 +205,10 @@ impl Decoder for ClaudeStreamJson {
                 _ => Vec::new(),
             };
         }
-        if let Some(id) = head.session_id {
-            if self.session_id.as_deref() != Some(&id) {
-                self.session_id = Some(id.into_owned());
-            }
+        if let Some(id) = head.session_id
+            && self.session_id.as_deref() != Some(&id)
+        {
+            self.session_id = Some(id.into_owned());
         }
         match (head.kind.as_deref(), head.subtype.as_deref()) {
             (Some("system"), Some("init")) => self.init(line),
