@@ -1215,9 +1215,29 @@ async fn a_publish_request_becomes_a_card_and_only_the_askers_approval_pushes_it
     git(remote_dir.path(), &["init", "-q", "--bare", "web.git"]);
     // The operator even lets harnesses inherit the token's variable: the
     // bridge takes it out all the same.
+    // The operator's pull request command: a stand-in for the forge's
+    // CLI, which keeps what it was given and prints an address.
+    let opened = remote_dir.path().join("opened");
+    let open_pr = remote_dir.path().join("open-pr");
+    std::fs::write(
+        &open_pr,
+        format!(
+            "#!/bin/sh\necho \"$* token:${{WEB_PUSH_TOKEN:+set}} in:$(pwd)\" > '{}'\n\
+             echo 'Creating pull request'\necho 'https://git.example.org/team/web/pull/7'\n",
+            opened.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &open_pr,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let settings = format!(
-        "    publish:\n      remote: {}\n      token_env: WEB_PUSH_TOKEN\n",
-        remote.display()
+        "    publish:\n      remote: {}\n      token_env: WEB_PUSH_TOKEN\n\
+         \x20     pull_request: [\"{}\", --head, \"{{branch}}\", --base, \"{{base}}\"]\n",
+        remote.display(),
+        open_pr.display()
     );
     let Setup { serve, repo, _dir } = serve_with_project_and(
         &settings,
@@ -1293,8 +1313,17 @@ async fn a_publish_request_becomes_a_card_and_only_the_askers_approval_pushes_it
         said(&approved).contains(&format!(
             "Published branch `{branch}` (commit {})",
             &head.trim()[..12]
-        )),
+        )) && said(&approved).contains("Pull request: https://git.example.org/team/web/pull/7"),
         "{approved:#?}"
+    );
+    // The pull request was opened after the push, by the bridge, in the
+    // operator's checkout, with the operator's token at hand.
+    assert_eq!(
+        std::fs::read_to_string(&opened).unwrap().trim(),
+        format!(
+            "--head {branch} --base main token:set in:{}",
+            repo.display()
+        )
     );
     assert_eq!(
         remote_branches(&remote).trim(),

@@ -16,6 +16,7 @@
 mod base;
 mod carry;
 mod changes;
+mod command;
 mod git;
 mod idle;
 mod own;
@@ -182,6 +183,16 @@ pub enum ProjectError {
         /// Where to, without credentials.
         remote: String,
         /// What git said.
+        said: String,
+    },
+    /// The operator's pull request command failed after a push.
+    #[error("project `{name}`: the pull request command `{program}` failed ({said})")]
+    PullRequest {
+        /// The project.
+        name: String,
+        /// The command's program.
+        program: String,
+        /// Its exit and last words.
         said: String,
     },
     /// The workspace could not be arranged around the worktree.

@@ -13,6 +13,8 @@ use crate::interaction::{PublishRequest, short};
 
 /// Most commits a card lists; the rest are counted.
 const LISTED_COMMITS: usize = 10;
+/// Longest the pull request command may take.
+const PULL_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A conversation's worktree of a project that publishes: what the
 /// `publish` tool reads.
@@ -147,5 +149,62 @@ impl Project {
                 remote: publisher.shown.clone(),
                 said: e.to_string(),
             })
+    }
+
+    /// After an approved push: open a pull request with the command the
+    /// operator configured; what the person is told of it (the address
+    /// it printed), or why it failed. `None` without such a command.
+    pub async fn open_pull_request(
+        &self,
+        request: &PublishRequest,
+    ) -> Option<Result<String, ProjectError>> {
+        let command = self.publish.as_ref()?.pull_request.as_ref()?;
+        let fill = |arg: &String| {
+            arg.replace("{branch}", &request.branch)
+                .replace("{base}", &self.base)
+                .replace("{commit}", &request.head)
+                .replace("{remote}", &request.remote)
+        };
+        let (program, args) = command.split_first()?;
+        // The operator's checkout when there is one, else the git folder.
+        let folder = match self.common_dir.file_name() {
+            Some(name) if name == ".git" => self.common_dir.parent()?,
+            _ => &self.common_dir,
+        };
+        let args = args.iter().map(fill).collect();
+        let failed = |said: String| ProjectError::PullRequest {
+            name: self.name.clone(),
+            program: program.clone(),
+            said,
+        };
+        let opened = match super::command::run(program, args, folder, PULL_REQUEST_TIMEOUT).await {
+            Err(e) => Err(failed(e.to_string())),
+            Ok(out) if !out.status.success() => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+                Err(failed(format!(
+                    "{}{}",
+                    out.status,
+                    last.map(|l| format!(": {}", l.trim())).unwrap_or_default()
+                )))
+            }
+            Ok(out) => {
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let mut lines = stdout
+                    .lines()
+                    .rev()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty());
+                let address = lines.clone().find(|l| l.contains("://"));
+                Ok(address
+                    .or_else(|| lines.next())
+                    .unwrap_or("opened")
+                    .to_string())
+            }
+        };
+        if let Err(e) = &opened {
+            tracing::warn!(branch = %request.branch, "{e}");
+        }
+        Some(opened)
     }
 }

@@ -30,6 +30,14 @@ pub struct RemoteSpec {
     /// A private SSH key file for the push.
     #[serde(default)]
     pub ssh_key: Option<PathBuf>,
+    /// `publish` only: a command the bridge runs once an approved push
+    /// went through, to open a pull or merge request (`["gh", "pr",
+    /// "create", "--head", "{branch}", "--base", "{base}", "--fill"]`);
+    /// `{branch}`, `{base}`, `{commit}` and `{remote}` are filled in. It
+    /// runs in the repository's folder with the bridge's environment
+    /// (never a harness's), and the last address it prints is told.
+    #[serde(default)]
+    pub pull_request: Option<Vec<String>>,
 }
 
 fn default_token_user() -> String {
@@ -48,6 +56,8 @@ pub struct Remote {
     pub token_env: Option<String>,
     token_user: String,
     ssh_key: Option<PathBuf>,
+    /// The command that opens a pull request after a push, unfilled.
+    pub(super) pull_request: Option<Vec<String>>,
 }
 
 impl Remote {
@@ -109,12 +119,31 @@ impl Remote {
                 key.display()
             )));
         }
+        if let Some(command) = &spec.pull_request {
+            if key != "publish" {
+                return Err(invalid(
+                    "`pull_request` goes with `publish`: a carried branch is no one's to review"
+                        .into(),
+                ));
+            }
+            if command
+                .first()
+                .is_none_or(|program| program.trim().is_empty())
+            {
+                return Err(invalid(
+                    "`pull_request` is a command and its arguments, e.g. \
+                     [gh, pr, create, --head, \"{branch}\", --base, \"{base}\", --fill]"
+                        .into(),
+                ));
+            }
+        }
         Ok(Remote {
             shown: without_user(&url),
             url,
             token_env: spec.token_env.clone(),
             token_user: spec.token_user.clone(),
             ssh_key: spec.ssh_key.clone(),
+            pull_request: spec.pull_request.clone(),
         })
     }
 
@@ -198,6 +227,25 @@ mod tests {
         assert!(is_address("git@example.org:team/web.git") && !is_address("origin"));
     }
 
+    #[tokio::test]
+    async fn a_pull_request_command_goes_with_publish_alone_and_names_a_program() {
+        let spec = |command: &[&str]| RemoteSpec {
+            remote: "/srv/web.git".into(),
+            token_env: None,
+            token_user: default_token_user(),
+            ssh_key: None,
+            pull_request: Some(command.iter().map(|a| a.to_string()).collect()),
+        };
+        let carried = Remote::open("web", "carry", &spec(&["gh", "pr", "create"]), None).await;
+        let err = carried.unwrap_err().to_string();
+        assert!(err.contains("`pull_request` goes with `publish`"), "{err}");
+        let empty = Remote::open("web", "publish", &spec(&[]), None).await;
+        let err = empty.unwrap_err().to_string();
+        assert!(err.contains("is a command and its arguments"), "{err}");
+        let fine = Remote::open("web", "publish", &spec(&["gh", "pr", "create"]), None).await;
+        assert!(fine.is_ok_and(|r| r.pull_request.is_some()));
+    }
+
     #[test]
     fn the_token_rides_the_environment_as_a_header() {
         let remote = Remote {
@@ -206,6 +254,7 @@ mod tests {
             token_env: Some("PATH".into()),
             token_user: "oauth2".into(),
             ssh_key: Some("/keys/web".into()),
+            pull_request: None,
         };
         let env = remote.env();
         let value = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());

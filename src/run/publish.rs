@@ -31,16 +31,25 @@ pub(super) async fn approved(
             request.project
         )),
     };
+    let pull_request = match (&pushed, project) {
+        (Ok(()), Some(project)) => project.open_pull_request(request).await,
+        _ => None,
+    };
+    let opened = match &pull_request {
+        Some(Ok(address)) => format!(" Pull request: {address}"),
+        Some(Err(e)) => format!(" The pull request was not opened: {e}."),
+        None => String::new(),
+    };
     let (told, prompt) = match &pushed {
         Ok(()) => (
             format!(
-                "Published branch `{branch}` (commit {}) to {}.",
+                "Published branch `{branch}` (commit {}) to {}.{opened}",
                 short(&request.head),
                 request.remote
             ),
             format!(
                 "The user approved publishing, and the bridge pushed branch `{branch}` at commit \
-                 {} to {}. Tell them in a sentence, then go on.",
+                 {} to {}.{opened} Tell them in a sentence, then go on.",
                 request.head, request.remote
             ),
         ),
@@ -54,7 +63,7 @@ pub(super) async fn approved(
     };
     let refusal = pushed.as_ref().err().map(|_| ErrorCode::RuntimeError);
     let detail = match &pushed {
-        Ok(()) => format!("pushed {} to {}", request.head, request.remote),
+        Ok(()) => format!("pushed {} to {}{opened}", request.head, request.remote),
         Err(why) => format!("not pushed: {why}"),
     };
     host.note(ACTION, branch, refusal, &detail).await;
