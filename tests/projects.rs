@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 /// on `COMMIT`, and on `WAIT` says it is ready and waits for `go`; tries
 /// to write each `PROBE:path`, read each `PEEK:path`, move each
 /// `REF:ref` to its HEAD and push to each `PUSH:remote` (`HELD` or
-/// `BROKE` in `.langbot/probes`); on `REPOINT`
+/// `BROKE` in `.langbot/probes`); runs what `SH:[…]` holds; on `REPOINT`
 /// points its worktree's `.git` elsewhere; on `PUBLISH` calls the bridge's
 /// `publish` tool. What it saw of greeting.txt, its prompt and its
 /// environment are kept in the bridge's folder.
@@ -49,6 +49,8 @@ done >> .langbot/probes
 for target in $(printf '%s' "$prompt" | grep -o 'PUSH:[^ ]*' | cut -d: -f2-); do
   if git push -q "$target" HEAD:refs/heads/escaped 2>/dev/null; then echo "BROKE push $target"; else echo "HELD push $target"; fi
 done >> .langbot/probes
+sh_command=$(printf '%s' "$prompt" | sed -n 's/.*SH:\[\(.*\)\].*/\1/p')
+if [ -n "$sh_command" ]; then sh -c "$sh_command" >> .langbot/sh.log 2>&1; fi
 case "$prompt" in *PUBLISH*)
   curl -s -X POST "$LANGBOT_MCP_URL" -H "Authorization: Bearer $LANGBOT_MCP_TOKEN" \
     -H 'Accept: application/json, text/event-stream' -H 'Content-Type: application/json' \
@@ -314,6 +316,53 @@ async fn two_conversations_edit_one_file_on_their_own_branches_at_the_same_time(
         "hello\n"
     );
     assert_eq!(git(&repo, &["status", "--porcelain"]).trim(), "");
+}
+
+#[tokio::test]
+async fn a_later_turns_summary_names_exactly_what_it_changed() {
+    let Setup { serve, _dir, .. } = serve_with_project().await;
+    let first = serve.results(turn("lee", "WRITE:alpha", "web")).await;
+    assert_eq!(summary_of(&first).lines().count(), 3, "{first:#?}");
+    // A folder made and filled, a file removed, one made and removed
+    // again, one changed back as it was.
+    let text = "SH:[mkdir -p docs/deep && echo hi > docs/deep/new.md && rm greeting.txt && \
+                echo x > scratch.txt && rm scratch.txt && cp .git .langbot/keep && \
+                echo later >> .langbot/keep]";
+    let second = serve.results(turn("lee", text, "web")).await;
+    assert_eq!(terminal(&second)["type"], "run.completed", "{second:#?}");
+    let said = summary_of(&second);
+    assert!(
+        said.contains("2 files changed, +1 −2")
+            && said.contains("- docs/deep/new.md (+1 −0)")
+            && said.contains("- greeting.txt (+0 −2)")
+            && !said.contains("scratch"),
+        "{said}"
+    );
+    let shown = diff(&second);
+    assert!(
+        shown.contains("+hi") && !shown.contains(".langbot"),
+        "{shown}"
+    );
+    // Nothing this time, then one line again: each turn tells its own.
+    let third = serve.results(turn("lee", "just look", "web")).await;
+    assert_eq!(summary(&third), None, "{third:#?}");
+    let fourth = serve
+        .results(turn("lee", "SH:[echo more >> docs/deep/new.md]", "web"))
+        .await;
+    let said = summary_of(&fourth);
+    assert!(
+        said.contains("1 file changed, +1 −0") && said.contains("docs/deep/new.md"),
+        "{said}"
+    );
+    // A write the kernel reports on no watched folder (through a hard
+    // link from the bridge's), then committed: a turn that commits is
+    // looked at whole, so the commit's content is shown all the same.
+    let sneaky = "SH:[ln docs/deep/new.md .langbot/link && echo sneaky >> .langbot/link && \
+                  git commit -qam Sneaky]";
+    let fifth = serve.results(turn("lee", sneaky, "web")).await;
+    let said = summary_of(&fifth);
+    assert!(said.contains("Sneaky"), "{said}");
+    assert!(diff(&fifth).contains("+sneaky"), "{fifth:#?}");
 }
 
 #[tokio::test]

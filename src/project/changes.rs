@@ -8,10 +8,12 @@
 //! snapshot is made with an index of the bridge's, kept between turns, so
 //! unchanged files are not read again.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::Read as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use super::watch::Watch;
 use super::worktree::Checkout;
 use super::{GitError, ProjectError};
 
@@ -62,24 +64,70 @@ impl Checkout {
     /// The worktree as it is now (every file read that changed since the
     /// bridge's index last saw it).
     pub async fn snapshot(&self) -> Result<Snapshot, ProjectError> {
-        let at_git = |source: GitError| ProjectError::Git {
-            name: self.project.clone(),
-            source,
-        };
-        let index = self.own_index().map_err(|e| ProjectError::Workspace {
-            name: self.project.clone(),
-            why: format!("cannot keep the bridge's index of the worktree: {e}"),
-        })?;
+        let index = self.own_index().map_err(|e| self.index_failed(e))?;
         let git = self.git().with_index(&index);
         let (added, head) = tokio::join!(
             git.run(&[OWN_INDEX[0], OWN_INDEX[1], "add", "--all", "--", "."]),
             self.head()
         );
-        added.map_err(at_git)?;
+        added.map_err(|e| self.at_git(e))?;
         let head = head?;
-        // Git rewrites an index it changed (a new file each time), so an
-        // index as the last snapshot left it holds the same tree.
-        let seen = index_seen(&index);
+        let tree = self.tree_of(&git, &index).await?;
+        Ok(Snapshot { tree, head })
+    }
+
+    /// The worktree as it is now, from `before` and the paths a watch
+    /// named (git looks nowhere else); `head` is the branch's commit,
+    /// unmoved since `before`.
+    async fn snapshot_at(
+        &self,
+        before: &Snapshot,
+        head: String,
+        paths: &BTreeSet<String>,
+    ) -> Result<Snapshot, ProjectError> {
+        let unchanged = || Snapshot {
+            tree: before.tree.clone(),
+            head: head.clone(),
+        };
+        if paths.is_empty() {
+            return Ok(unchanged());
+        }
+        let index = self.own_index().map_err(|e| self.index_failed(e))?;
+        let mut env = self.bridge_git_env();
+        env.push(("GIT_LITERAL_PATHSPECS".into(), "1".into()));
+        let git = self.git().with_env(env).with_index(&index);
+        let mut args = vec![
+            "status",
+            "--porcelain",
+            "-z",
+            "--untracked-files=all",
+            "--no-renames",
+            "--ignore-submodules=all",
+            "--",
+        ];
+        args.extend(paths.iter().map(String::as_str));
+        let status = git.run(&args).await.map_err(|e| self.at_git(e))?;
+        // `XY path`: Y, the file against the bridge's index; `??` new.
+        let changed: Vec<String> = status
+            .split(|b| *b == 0)
+            .filter(|entry| entry.len() > 3 && (entry[1] != b' ' || entry.starts_with(b"??")))
+            .map(|entry| String::from_utf8_lossy(&entry[3..]).into_owned())
+            .collect();
+        if changed.is_empty() {
+            return Ok(unchanged());
+        }
+        let mut args = vec![OWN_INDEX[0], OWN_INDEX[1], "add", "--all", "--"];
+        args.extend(changed.iter().map(String::as_str));
+        git.run(&args).await.map_err(|e| self.at_git(e))?;
+        let tree = self.tree_of(&git, &index).await?;
+        Ok(Snapshot { tree, head })
+    }
+
+    /// The tree the bridge's `index` holds: kept beside it while git has
+    /// not rewritten it (a new file each time it changed it), else
+    /// written.
+    async fn tree_of(&self, git: &super::git::Git, index: &Path) -> Result<String, ProjectError> {
+        let seen = index_seen(index);
         let seen_path = index.with_extension("tree");
         let kept = std::fs::read_to_string(&seen_path).ok();
         if let (Some(seen), Some(kept)) = (&seen, &kept)
@@ -87,22 +135,25 @@ impl Checkout {
                 .strip_prefix(seen.as_str())
                 .and_then(|t| t.strip_prefix(' '))
         {
-            return Ok(Snapshot {
-                tree: tree.trim().to_string(),
-                head,
-            });
+            return Ok(tree.trim().to_string());
         }
         let tree = git
             .line(&[OWN_INDEX[0], OWN_INDEX[1], "write-tree"])
             .await
-            .map_err(at_git)?;
+            .map_err(|e| self.at_git(e))?;
         // `write-tree` may write the index again (its tree cache).
-        if let Some(seen) = index_seen(&index)
+        if let Some(seen) = index_seen(index)
             && let Err(e) = std::fs::write(&seen_path, format!("{seen} {tree}\n"))
         {
             tracing::warn!(error = %e, "cannot keep the tree of the bridge's index");
         }
-        Ok(Snapshot { tree, head })
+        Ok(tree)
+    }
+
+    fn index_failed(&self, e: std::io::Error) -> ProjectError {
+        self.fail(format!(
+            "cannot keep the bridge's index of the worktree: {e}"
+        ))
     }
 
     /// The commit the worktree's HEAD names: read from its record when it
@@ -132,6 +183,16 @@ impl Checkout {
             .ok()
             .and_then(|text| Snapshot::parse(&text))
         {
+            // The bridge's index holds this state: from here, a watch can
+            // say where to look after the turn.
+            if self.own_index_path().is_file() {
+                let work_tree = self.work_tree.clone();
+                let watch = tokio::task::spawn_blocking(move || Watch::start(&work_tree))
+                    .await
+                    .ok()
+                    .flatten();
+                *self.watch.lock().unwrap_or_else(|p| p.into_inner()) = watch;
+            }
             return Ok(kept);
         }
         let out = self
@@ -166,7 +227,17 @@ impl Checkout {
     /// What changed since `before`; `None` when nothing did. The state
     /// after is kept as the next turn's before.
     pub async fn changes_since(&self, before: &Snapshot) -> Result<Option<Changes>, ProjectError> {
-        let after = self.snapshot().await?;
+        let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let head = self.head().await?;
+        // A turn that moved the branch is looked at whole: every commit's
+        // content is then in the summary, whatever a watch missed.
+        let watched = watch
+            .filter(|_| head == before.head)
+            .and_then(|watch| watch.changed());
+        let after = match watched {
+            Some(paths) => self.snapshot_at(before, head, &paths).await?,
+            None => self.snapshot().await?,
+        };
         if let Err(e) = std::fs::create_dir_all(self.own_dir())
             .and_then(|()| std::fs::write(self.kept_path(), after.text()))
         {
@@ -232,8 +303,7 @@ impl Checkout {
     /// file (the harness can replace it with anything, a link included).
     fn own_index(&self) -> std::io::Result<PathBuf> {
         let dir = self.own_dir();
-        let name = self.admin.file_name().unwrap_or_default();
-        let own = dir.join(name).with_extension("index");
+        let own = self.own_index_path();
         if std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file()) {
             return Ok(own);
         }
@@ -274,11 +344,15 @@ impl Checkout {
         std::fs::write(self.kept_path(), state.text())
     }
 
+    fn own_index_path(&self) -> PathBuf {
+        let name = self.admin.file_name().unwrap_or_default();
+        self.own_dir().join(name).with_extension("index")
+    }
+
     /// Forget the bridge's index of the worktree and the tree noted for
     /// it, once the worktree's files are gone.
     pub(super) fn forget_own_index(&self) -> std::io::Result<()> {
-        let name = self.admin.file_name().unwrap_or_default();
-        let index = self.own_dir().join(name).with_extension("index");
+        let index = self.own_index_path();
         super::own::remove_if_there(&index)?;
         super::own::remove_if_there(&index.with_extension("tree"))
     }

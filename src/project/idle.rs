@@ -31,9 +31,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::BRIDGE_DIR;
 use super::git::Git;
 use super::own::{OWN_OBJECTS, remove_if_there};
-use super::worktree::{BRIDGE_DIR, MADE, admin_name, write_replacing};
+use super::worktree::{MADE, admin_name, write_replacing};
 use super::{Checkout, Project, ProjectError};
 
 /// Where a put-away worktree's changes not committed wait for its next
@@ -103,6 +104,7 @@ impl Project {
             notes: Vec::new(),
             carry: self.carry.clone(),
             in_use: None,
+            watch: Default::default(),
         };
         let fail = |e: std::io::Error| checkout.fail(format!("cannot put the worktree away: {e}"));
         let Ok(folder) = std::fs::File::open(&checkout.work_tree) else {

@@ -22,6 +22,7 @@ mod idle;
 mod own;
 mod publish;
 mod remote;
+mod watch;
 mod worktree;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,11 @@ pub use git::GitError;
 pub use publish::Publishable;
 pub use remote::{Remote, RemoteSpec};
 pub use worktree::Checkout;
+
+/// The bridge's folder in a workspace, as the projection (a layer beside
+/// this one) names it: kept out of git, out of a worktree's watch, and
+/// kept when a worktree is put away.
+const BRIDGE_DIR: &str = ".langbot";
 
 /// Projects by name: what a binding's `project` picks among.
 pub type Projects = BTreeMap<String, ProjectSpec>;

@@ -15,17 +15,12 @@
 use std::path::{Path, PathBuf};
 
 use super::git::Git;
-use super::{Project, ProjectError};
+use super::{BRIDGE_DIR, Project, ProjectError};
 
 /// The lines the bridge keeps in the repository's `info/exclude`, between
 /// these markers.
 const EXCLUDE_BEGIN: &str = "# harness-bridge: the bridge's own files in a conversation's worktree";
 const EXCLUDE_END: &str = "# harness-bridge: end";
-
-/// The bridge's folder in a workspace, as the projection (a layer beside
-/// this one) names it: kept out of git, and kept when a worktree is put
-/// away.
-pub(super) const BRIDGE_DIR: &str = ".langbot";
 
 /// Written in the workspace once the branch's files are checked out: a
 /// record without it is a worktree whose folder was removed.
@@ -53,6 +48,9 @@ pub struct Checkout {
     /// The worktree's lock, held (shared) by the turn while it works
     /// there, so that it is not put away under the turn.
     pub(super) in_use: Option<std::sync::Arc<std::fs::File>>,
+    /// The watch on the worktree's folders from the state before the
+    /// turn, taken by the look after it.
+    pub(super) watch: std::sync::Arc<std::sync::Mutex<Option<super::watch::Watch>>>,
 }
 
 impl Checkout {
@@ -82,6 +80,7 @@ impl Checkout {
             notes: Vec::new(),
             carry: project.carry.clone(),
             in_use: None,
+            watch: Default::default(),
         };
         checkout.hold().await?;
         checkout.exclude(bridge_paths)?;
