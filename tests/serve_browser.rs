@@ -4,7 +4,9 @@
 //! model. An operator types a message, sees the answer stream in (with the
 //! history tool call it made), sends a second one, and sees the same
 //! Claude session resumed and the stored resume pointer. A question and an
-//! approval Claude asks show as cards, and their buttons answer them.
+//! approval Claude asks show as cards, and their buttons answer them. A
+//! turn on a project shows the reply, then the summary of what changed,
+//! and the diff, which opens on the page.
 
 mod common;
 
@@ -325,4 +327,52 @@ async fn an_approval_card_on_the_page_lets_the_command_run() {
     let root = server.workspaces();
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
+async fn a_project_turn_on_the_page_shows_the_reply_the_changes_and_the_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = common::repo::repository(dir.path());
+    let (model_url, _fake) =
+        common::anthropic::fake_model_running("echo 'hello from the page' >> greeting.txt").await;
+    let extra = format!(
+        "projects:\n  web:\n    repository: {}\n\
+         default_config:\n  permission_mode: bypassPermissions\n  project: web\n",
+        repo.display()
+    );
+    let (mut server, _home) = common::server::serve_claude(model_url, &extra).await;
+    let page = browse(
+        "project_turn.cjs",
+        &server,
+        &[("FIRST", "Greet from the page")],
+    )
+    .await;
+    let turn = &page["turn"];
+    // The reply stays the reply; the bridge's summary is a message of its
+    // own after it, and the diff opens on the page.
+    assert_eq!(turn["assistant"][0], BASH_DONE, "{page}");
+    let summary = turn["project"][0].as_str().unwrap_or_default();
+    assert!(
+        summary.starts_with("Changes on branch `chat/") && summary.contains("greeting.txt (+1 −0)"),
+        "{page}"
+    );
+    let file = &turn["files"][0];
+    assert!(
+        file["about"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("changes-"),
+        "{page}"
+    );
+    assert!(
+        file["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("+hello from the page"),
+        "{page}"
+    );
+    assert_eq!(page["diff_open"], true, "{page}");
+    assert!(console_errors(&page).is_empty(), "{page}");
+    assert!(server.stop().await.success());
 }

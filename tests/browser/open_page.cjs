@@ -67,6 +67,11 @@ function snapshot(page) {
       user: [...document.querySelectorAll(".user")].map((e) => e.textContent),
       assistant: [...document.querySelectorAll(".assistant")].map((e) => e.textContent),
       events: [...document.querySelectorAll(".event")].map((e) => e.textContent),
+      project: [...document.querySelectorAll(".project")].map((e) => e.textContent),
+      files: [...document.querySelectorAll("details.file")].map((f) => ({
+        about: f.querySelector("summary").textContent,
+        text: f.querySelector("pre").textContent,
+      })),
       cards,
       session_id: document.querySelector("#session-id").textContent,
       resumed: document.querySelector("#resumed").textContent,
