@@ -214,7 +214,16 @@ async fn two_turns_resume_one_gemini_session_and_read_the_real_history() {
     // the session's id).
     let home = common::turn_workspace(&first).join(".langbot/home/.gemini");
     let settings = std::fs::read_to_string(home.join("settings.json")).unwrap();
-    assert!(settings.contains("gemini-api-key"), "{settings}");
+    assert!(
+        settings.contains("gemini-api-key") && settings.contains("\"langbot\""),
+        "the home's settings select the auth and name the bridge's server: {settings}"
+    );
+    assert!(
+        !common::turn_workspace(&first)
+            .join(".gemini/settings.json")
+            .exists(),
+        "nothing in the workspace's own .gemini, which a repository may track"
+    );
     let session = first.terminal()["data"]["message"]["metadata"]["session"]["session_id"]
         .as_str()
         .unwrap_or_default()

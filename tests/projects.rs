@@ -354,15 +354,32 @@ async fn a_later_turns_summary_names_exactly_what_it_changed() {
         said.contains("1 file changed, +1 −0") && said.contains("docs/deep/new.md"),
         "{said}"
     );
+    // A file git ignores, written beside a change: only the change.
+    let fifth = serve
+        .results(turn("lee", "SH:[echo '*.log' > .gitignore]", "web"))
+        .await;
+    assert!(
+        summary_of(&fifth).contains("- .gitignore (+1 −0)"),
+        "{fifth:#?}"
+    );
+    let noisy = "SH:[echo noise > build.log && echo again >> docs/deep/new.md]";
+    let sixth = serve.results(turn("lee", noisy, "web")).await;
+    let said = summary_of(&sixth);
+    assert!(
+        said.contains("1 file changed, +1 −0")
+            && said.contains("docs/deep/new.md")
+            && !said.contains("build.log"),
+        "{said}"
+    );
     // A write the kernel reports on no watched folder (through a hard
     // link from the bridge's), then committed: a turn that commits is
     // looked at whole, so the commit's content is shown all the same.
     let sneaky = "SH:[ln docs/deep/new.md .langbot/link && echo sneaky >> .langbot/link && \
                   git commit -qam Sneaky]";
-    let fifth = serve.results(turn("lee", sneaky, "web")).await;
-    let said = summary_of(&fifth);
+    let seventh = serve.results(turn("lee", sneaky, "web")).await;
+    let said = summary_of(&seventh);
     assert!(said.contains("Sneaky"), "{said}");
-    assert!(diff(&fifth).contains("+sneaky"), "{fifth:#?}");
+    assert!(diff(&seventh).contains("+sneaky"), "{seventh:#?}");
 }
 
 #[tokio::test]

@@ -25,9 +25,32 @@ const MAX_INDEX_BYTES: u64 = 256 * 1024 * 1024;
 /// whole content (git 2.40 and later; an older git ignores it), which no
 /// one but the bridge reads (a quarter of a turn's look at 10,000 files).
 const OWN_INDEX: [&str; 2] = ["-c", "index.skipHash=true"];
+/// How git is run on a few named paths: pathspecs taken as written, and
+/// no threads started to read the index or look at its files (for a few
+/// paths they cost more than they save: a third of `add`'s time at 10,000
+/// files).
+const FEW_PATHS: [(&str, &str); 6] = [
+    ("GIT_LITERAL_PATHSPECS", "1"),
+    ("GIT_CONFIG_COUNT", "2"),
+    ("GIT_CONFIG_KEY_0", "core.preloadIndex"),
+    ("GIT_CONFIG_VALUE_0", "false"),
+    ("GIT_CONFIG_KEY_1", "index.threads"),
+    ("GIT_CONFIG_VALUE_1", "1"),
+];
 /// The bridge's own folder in the repository's git folder, which
 /// harnesses read but cannot write.
 pub(super) const OWN_DIR: &str = "harness-bridge";
+/// How the bridge asks git for a diff: its files' lines counted (`-z`),
+/// then the patch, in one answer; no program of the repository's run.
+const DIFF: [&str; 7] = [
+    "diff",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-renames",
+    "--numstat",
+    "-z",
+    "-p",
+];
 /// Files and commits named in a summary; the rest are counted.
 const LISTED: usize = 10;
 
@@ -77,50 +100,64 @@ impl Checkout {
     }
 
     /// The worktree as it is now, from `before` and the paths a watch
-    /// named (git looks nowhere else); `head` is the branch's commit,
-    /// unmoved since `before`.
-    async fn snapshot_at(
+    /// named (git looks nowhere else), with what changed since `before`
+    /// when git was asked; `head` is the branch's commit, unmoved since
+    /// `before`. Whatever git cannot take as named (a path ignored, or
+    /// gone and never tracked), it looks at whole.
+    async fn look_at(
         &self,
         before: &Snapshot,
         head: String,
         paths: &BTreeSet<String>,
-    ) -> Result<Snapshot, ProjectError> {
-        let unchanged = || Snapshot {
-            tree: before.tree.clone(),
-            head: head.clone(),
-        };
+    ) -> Result<(Snapshot, Option<Look>), ProjectError> {
         if paths.is_empty() {
-            return Ok(unchanged());
+            let unchanged = Snapshot {
+                tree: before.tree.clone(),
+                head,
+            };
+            return Ok((unchanged, None));
         }
         let index = self.own_index().map_err(|e| self.index_failed(e))?;
         let mut env = self.bridge_git_env();
-        env.push(("GIT_LITERAL_PATHSPECS".into(), "1".into()));
+        env.extend(FEW_PATHS.map(|(k, v)| (k.to_string(), v.to_string())));
         let git = self.git().with_env(env).with_index(&index);
-        let mut args = vec![
-            "status",
-            "--porcelain",
-            "-z",
-            "--untracked-files=all",
-            "--no-renames",
-            "--ignore-submodules=all",
-            "--",
-        ];
-        args.extend(paths.iter().map(String::as_str));
-        let status = git.run(&args).await.map_err(|e| self.at_git(e))?;
-        // `XY path`: Y, the file against the bridge's index; `??` new.
-        let changed: Vec<String> = status
-            .split(|b| *b == 0)
-            .filter(|entry| entry.len() > 3 && (entry[1] != b' ' || entry.starts_with(b"??")))
-            .map(|entry| String::from_utf8_lossy(&entry[3..]).into_owned())
-            .collect();
-        if changed.is_empty() {
-            return Ok(unchanged());
+        let seen = index_seen(&index);
+        if let Err(e) = self.stage(&git, paths).await {
+            tracing::debug!(error = %e, "git looks at the whole worktree");
+            return Ok((self.snapshot().await?, None));
         }
-        let mut args = vec![OWN_INDEX[0], OWN_INDEX[1], "add", "--all", "--"];
-        args.extend(changed.iter().map(String::as_str));
-        git.run(&args).await.map_err(|e| self.at_git(e))?;
-        let tree = self.tree_of(&git, &index).await?;
-        Ok(Snapshot { tree, head })
+        if index_seen(&index) == seen {
+            // git left its index as it was: nothing the paths hold changed.
+            let tree = self.tree_of(&git, &index).await?;
+            return Ok((Snapshot { tree, head }, None));
+        }
+        // The tree written and the diff read from the index at once.
+        let mut args = DIFF.to_vec();
+        args.extend(["--cached", &before.tree]);
+        let (tree, look) = tokio::join!(self.tree_of(&git, &index), git.run(&args));
+        let look = Look::parse(look.map_err(|e| self.at_git(e))?);
+        Ok((Snapshot { tree: tree?, head }, Some(look)))
+    }
+
+    /// Bring the bridge's index up to date with the named `paths`: those
+    /// gone are taken out of it, the others added (a folder whole).
+    async fn stage(&self, git: &super::git::Git, paths: &BTreeSet<String>) -> Result<(), GitError> {
+        let (present, gone): (Vec<&str>, Vec<&str>) = paths
+            .iter()
+            .map(String::as_str)
+            .partition(|path| std::fs::symlink_metadata(self.work_tree.join(path)).is_ok());
+        if !gone.is_empty() {
+            let mut args = vec![OWN_INDEX[0], OWN_INDEX[1], "rm", "--cached", "-r", "-q"];
+            args.extend(["--ignore-unmatch", "--"]);
+            args.extend(gone);
+            git.run(&args).await?;
+        }
+        if !present.is_empty() {
+            let mut args = vec![OWN_INDEX[0], OWN_INDEX[1], "add", "--all", "--"];
+            args.extend(present);
+            git.run(&args).await?;
+        }
+        Ok(())
     }
 
     /// The tree the bridge's `index` holds: kept beside it while git has
@@ -234,9 +271,9 @@ impl Checkout {
         let watched = watch
             .filter(|_| head == before.head)
             .and_then(|watch| watch.changed());
-        let after = match watched {
-            Some(paths) => self.snapshot_at(before, head, &paths).await?,
-            None => self.snapshot().await?,
+        let (after, looked) = match watched {
+            Some(paths) => self.look_at(before, head, &paths).await?,
+            None => (self.snapshot().await?, None),
         };
         if let Err(e) = std::fs::create_dir_all(self.own_dir())
             .and_then(|()| std::fs::write(self.kept_path(), after.text()))
@@ -246,32 +283,32 @@ impl Checkout {
         if after == *before {
             return Ok(None);
         }
-        if after.head != before.head {
+        let moved = after.head != before.head;
+        if moved {
             self.take_in(&after.head).await?;
         }
-        let at_git = |source: GitError| ProjectError::Git {
-            name: self.project.clone(),
-            source,
-        };
         let git = self.git();
-        let diff_args = ["diff", "--no-ext-diff", "--no-textconv", "--no-renames"];
-        let mut numstat_args = diff_args.to_vec();
-        numstat_args.extend(["--numstat", "-z", &before.tree, &after.tree]);
-        let mut patch_args = diff_args.to_vec();
-        patch_args.extend([before.tree.as_str(), after.tree.as_str()]);
+        let mut diff_args = DIFF.to_vec();
+        diff_args.extend([before.tree.as_str(), after.tree.as_str()]);
         let range = format!("{}..{}", before.head, after.head);
         let log_args = ["log", "--no-decorate", "--format=%h %s", &range];
-        let moved = after.head != before.head;
-        // Three questions of git at once: a turn waits for the slowest.
-        let (numstat, diff, log) =
-            tokio::join!(git.run(&numstat_args), git.run(&patch_args), async {
+        // The questions left for git at once: a turn waits for the slowest.
+        let (look, log) = tokio::join!(
+            async {
+                match looked {
+                    Some(look) => Ok(look),
+                    None => git.run(&diff_args).await.map(Look::parse),
+                }
+            },
+            async {
                 match moved {
                     true => git.run(&log_args).await.map(Some),
                     false => Ok(None),
                 }
-            });
-        let files = parse_numstat(&numstat.map_err(at_git)?);
-        let mut commits: Vec<String> = match log.map_err(at_git)? {
+            }
+        );
+        let Look { files, mut diff } = look.map_err(|e| self.at_git(e))?;
+        let mut commits: Vec<String> = match log.map_err(|e| self.at_git(e))? {
             Some(log) => String::from_utf8_lossy(&log)
                 .lines()
                 .map(str::to_string)
@@ -279,7 +316,6 @@ impl Checkout {
             None => Vec::new(),
         };
         commits.reverse();
-        let mut diff = diff.map_err(at_git)?;
         if diff.len() > MAX_DIFF_BYTES {
             let total = diff.len();
             diff.truncate(MAX_DIFF_BYTES);
@@ -427,6 +463,37 @@ impl Changes {
     }
 }
 
+/// git's answer to [`DIFF`]: the files with their lines, and the patch.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Look {
+    files: Vec<FileChange>,
+    diff: Vec<u8>,
+}
+
+impl Look {
+    /// `-z`'s counts end with an empty entry before the patch: the first
+    /// two NULs in a row (no path is empty, and none holds a NUL).
+    fn parse(mut out: Vec<u8>) -> Look {
+        match memchr::memmem::find(&out, b"\0\0") {
+            Some(at) => {
+                let diff = out.split_off(at + 2);
+                Look {
+                    files: parse_numstat(&out),
+                    diff,
+                }
+            }
+            None if out.starts_with(b"diff ") => Look {
+                files: Vec::new(),
+                diff: out,
+            },
+            None => Look {
+                files: parse_numstat(&out),
+                diff: Vec::new(),
+            },
+        }
+    }
+}
+
 /// What tells one state of an index file from another: git writes a
 /// changed index as a new file, so its inode, size and time change.
 fn index_seen(index: &std::path::Path) -> Option<String> {
@@ -490,6 +557,24 @@ mod tests {
                     lines: None
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_diff_answer_is_the_counts_then_the_patch() {
+        let patch = b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n";
+        let mut out = b"1\t1\tx\0-\t-\tlogo.png\0\0".to_vec();
+        out.extend(patch);
+        let look = Look::parse(out);
+        assert_eq!(look.files, parse_numstat(b"1\t1\tx\0-\t-\tlogo.png\0"));
+        assert_eq!(look.diff, patch);
+        assert_eq!(Look::parse(Vec::new()), Look::default());
+        assert_eq!(Look::parse(patch.to_vec()).diff, patch, "a patch alone");
+        let counts = Look::parse(b"0\t0\tx\0".to_vec());
+        assert_eq!(
+            (counts.files.len(), counts.diff.len()),
+            (1, 0),
+            "counts alone"
         );
     }
 

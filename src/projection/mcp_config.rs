@@ -191,9 +191,10 @@ pub enum McpFormat {
     /// Copilot CLI: a JSON file (`mcpServers`, each with `tools: ["*"]`)
     /// passed with `--additional-mcp-config @FILE`.
     CopilotJson,
-    /// Gemini CLI: the workspace's `.gemini/settings.json` (`mcpServers`,
-    /// HTTP as `httpUrl`, `trust` for the bridge's own server), read from
-    /// its working folder once the workspace is trusted.
+    /// Gemini CLI: the user settings in the conversation's home,
+    /// `.gemini/settings.json` (`mcpServers`, HTTP as `httpUrl`, `trust`
+    /// for the bridge's own server, and the auth type a headless Gemini
+    /// needs), never the workspace's, which a repository may track.
     GeminiSettings,
     /// Qwen Code: a JSON file passed with `--mcp-config`, each server
     /// `alwaysLoadTools` (else its tools hide behind a tool search). Qwen
@@ -206,7 +207,7 @@ pub enum McpFormat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpFile {
     /// Where, relative to the workspace.
-    pub path: [&'static str; 2],
+    pub path: &'static [&'static str],
     /// The content, secrets as `${VAR}`.
     pub bytes: Vec<u8>,
     /// The harness does not expand `${VAR}` itself: the run writes the
@@ -259,11 +260,23 @@ pub fn render(servers: &[McpServer], format: McpFormat) -> RenderedMcp {
         McpFormat::CodexOverrides => render_codex(servers),
         McpFormat::Acp => render_acp(servers),
         McpFormat::CopilotJson => render_json(servers, true),
-        McpFormat::GeminiSettings => render_settings(servers, GEMINI_SETTINGS, &[], false),
+        // With only a key in the environment, Gemini picks an auth type
+        // it refuses headless.
+        McpFormat::GeminiSettings => render_settings(
+            servers,
+            &GEMINI_SETTINGS,
+            &[],
+            (
+                "security",
+                json!({"auth": {"selectedType": "gemini-api-key"}}),
+            ),
+            false,
+        ),
         McpFormat::QwenJson => render_settings(
             servers,
-            MCP_CONFIG,
+            &MCP_CONFIG,
             &[("alwaysLoadTools", json!(true))],
+            ("", Value::Null),
             true,
         ),
     }
@@ -350,19 +363,26 @@ fn json_headers(headers: &BTreeMap<String, String>, bearer_env: Option<&str>) ->
     Value::Object(map)
 }
 
-/// Where Gemini CLI reads a workspace's settings.
-const GEMINI_SETTINGS: [&str; 2] = [".gemini", "settings.json"];
+/// Where Gemini CLI reads its user settings: in the conversation's home
+/// (`GEMINI_CLI_HOME`), out of a repository's reach.
+const GEMINI_SETTINGS: [&str; 4] = [
+    super::workspace::paths::HOME[0],
+    super::workspace::paths::HOME[1],
+    ".gemini",
+    "settings.json",
+];
 /// Where the bridge keeps a harness's MCP config file of its own.
 const MCP_CONFIG: [&str; 2] = super::workspace::paths::MCP_CONFIG;
 
 /// The settings shape Gemini CLI and Qwen Code share: `mcpServers` with
 /// HTTP servers as `httpUrl`, the bridge's own server `trust`ed (its calls
 /// are authorized by the run's grant; a headless harness would otherwise
-/// decline them), `extra` keys on every server.
+/// decline them), `extra` keys on every server, `top` beside them.
 fn render_settings(
     servers: &[McpServer],
-    path: [&'static str; 2],
+    path: &'static [&'static str],
     extra: &[(&str, Value)],
+    (top_key, top): (&str, Value),
     fill_env: bool,
 ) -> RenderedMcp {
     let mut map = serde_json::Map::new();
@@ -386,7 +406,11 @@ fn render_settings(
         }
         map.insert(server.name.clone(), entry);
     }
-    let mut bytes = serde_json::to_vec_pretty(&json!({ "mcpServers": map })).unwrap_or_default();
+    let mut doc = json!({ "mcpServers": map });
+    if !top.is_null() {
+        doc[top_key] = top;
+    }
+    let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
     bytes.push(b'\n');
     RenderedMcp {
         file: Some(McpFile {
@@ -432,7 +456,7 @@ fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
     bytes.push(b'\n');
     RenderedMcp {
         file: Some(McpFile {
-            path: MCP_CONFIG,
+            path: &MCP_CONFIG,
             bytes,
             fill_env: false,
         }),
@@ -535,9 +559,14 @@ mod tests {
     fn gemini_and_qwen_settings_trust_only_the_bridges_server() {
         let gemini = render(&servers(), McpFormat::GeminiSettings);
         let file = gemini.file.as_ref().unwrap();
-        assert_eq!(file.path, [".gemini", "settings.json"]);
+        assert_eq!(
+            file.path,
+            [".langbot", "home", ".gemini", "settings.json"],
+            "the home's, not a file a repository may track"
+        );
         assert!(!file.fill_env, "Gemini expands ${{VAR}} itself");
         let doc: Value = serde_json::from_slice(&file.bytes).unwrap();
+        assert_eq!(doc["security"]["auth"]["selectedType"], "gemini-api-key");
         let langbot = &doc["mcpServers"]["langbot"];
         assert!(langbot["httpUrl"].is_string() && langbot["url"].is_null());
         assert_eq!(
@@ -555,6 +584,7 @@ mod tests {
             "Qwen reads values as written: the run fills the token in"
         );
         let doc: Value = serde_json::from_slice(&file.bytes).unwrap();
+        assert!(doc.get("security").is_none() && doc.get("").is_none());
         assert_eq!(doc["mcpServers"]["langbot"]["alwaysLoadTools"], true);
         assert_eq!(
             doc["mcpServers"]["langbot"]["headers"]["Authorization"], "Bearer ${LANGBOT_MCP_TOKEN}",

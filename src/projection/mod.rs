@@ -256,8 +256,8 @@ pub async fn project(
     servers.extend(mcp_config::pick(request.mcp_servers, &binding.mcp_servers)?);
     let mcp = render_mcp(&servers, target.mcp_format);
     if let Some(file) = &mcp.file {
-        ws.ensure_dir(&file.path[..1])?;
-        let outcome = ws.write(&file.path, &file.bytes)?;
+        ws.ensure_dir(&file.path[..file.path.len().saturating_sub(1)])?;
+        let outcome = ws.write(file.path, &file.bytes)?;
         report.file(file.path.join("/"), outcome);
     }
     let home = match &target.home {

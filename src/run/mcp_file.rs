@@ -26,7 +26,7 @@ impl FilledMcpFile {
             .map(|doc| fill_mcp_env(&doc, env))
             .and_then(|doc| serde_json::to_vec_pretty(&doc))
             .map_err(|e| ProjectionError::Binding(format!("the MCP config: {e}")))?;
-        dir.write(&file.path, &filled)?;
+        dir.write(file.path, &filled)?;
         Ok(FilledMcpFile {
             dir: dir.clone(),
             file: file.clone(),
@@ -36,7 +36,7 @@ impl FilledMcpFile {
 
 impl Drop for FilledMcpFile {
     fn drop(&mut self) {
-        if let Err(e) = self.dir.write(&self.file.path, &self.file.bytes) {
+        if let Err(e) = self.dir.write(self.file.path, &self.file.bytes) {
             tracing::error!(error = %e, "cannot take the token out of the MCP config file");
         }
     }

@@ -187,7 +187,7 @@ async fn wait_for_project(
 /// The MCP configuration file the harness reads, in its workspace.
 fn mcp_config_path(projection: &Projection) -> PathBuf {
     let file = projection.mcp.file.as_ref();
-    let path = file.map_or(paths::MCP_CONFIG, |f| f.path);
+    let path = file.map_or(&paths::MCP_CONFIG[..], |f| f.path);
     projection.workspace.join(path.join("/"))
 }
 

@@ -1,4 +1,4 @@
-//! Gemini CLI: stream-json, `.gemini/settings.json`, `GEMINI.md`, a
+//! Gemini CLI: stream-json, `.gemini/settings.json` and `GEMINI.md` in a
 //! home per conversation (it keys sessions by the folder's last name).
 
 use super::{CarrySpec, Family, HomeSpec};
@@ -9,7 +9,7 @@ use crate::projection::McpFormat;
 /// The family.
 pub const FAMILY: Family = Family {
     name: "gemini",
-    about: "Gemini CLI's stream-json, .gemini/settings.json, GEMINI.md, a home per conversation",
+    about: "Gemini CLI's stream-json, a home per conversation with its .gemini/settings.json and GEMINI.md",
     decoder: Some(OneShotFormat::GeminiStreamJson),
     mcp_format: McpFormat::GeminiSettings,
     tool_name: "mcp_{server}_{tool}",
@@ -20,14 +20,11 @@ pub const FAMILY: Family = Family {
     skills_dir: Some(".gemini/skills"),
     live_driver: None,
     // Gemini keys sessions by the working folder's last name, the same
-    // in every conversation; with only a key in the environment it
-    // picks an auth type it refuses headless.
+    // in every conversation. Its settings there are the MCP format's file
+    // (with the auth type it needs headless).
     home: HomeSpec {
         env: &[("GEMINI_CLI_HOME", ""), ("HOME", "")],
-        files: &[(
-            ".gemini/settings.json",
-            "{\"security\": {\"auth\": {\"selectedType\": \"gemini-api-key\"}}}\n",
-        )],
+        files: &[],
         carry: &[CarrySpec {
             into: ".gemini",
             from: &["$GEMINI_CLI_HOME/.gemini", "$HOME/.gemini"],
