@@ -906,8 +906,10 @@ async fn put_away_after_a_week(
         .unwrap();
     let env = [("PATH", path_with(&_dir.path().join("tools")))];
     let serve = serve.restart(&env).await;
+    // The record goes last, once the files are gone and the `.away` note
+    // is written: the put-away is over.
     tokio::time::timeout(Duration::from_secs(30), async {
-        while worktree.join("greeting.txt").exists() {
+        while records[0].exists() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
