@@ -152,7 +152,7 @@ async fn a_hanging_copilot_is_stopped_at_the_deadline_with_nothing_left() {
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
     let machine = Machine::new(model_url).await;
     // (Long enough for Copilot to start and ask, on a busy machine too.)
-    let turn = machine.turn("Please HANG", &["--timeout", "20"]).await;
+    let turn = machine.turn("Please HANG", &["--timeout", "45"]).await;
     let end = turn.terminal();
     assert_eq!(end["type"], "run.failed", "{}", turn.stderr);
     assert_eq!(end["data"]["code"], "deadline_exceeded", "{end}");

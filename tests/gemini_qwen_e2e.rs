@@ -264,7 +264,9 @@ async fn two_turns_resume_one_qwen_session_and_read_the_real_history() {
 async fn hangs_until_the_deadline(cli: Cli) {
     let (model_url, fake) = fake_model(cli.wire(), Some("HANG")).await;
     let machine = Machine::new(cli, model_url).await;
-    let turn = machine.turn("Please HANG", &["--timeout", "20"]).await;
+    // Long enough for the CLI to start and ask, on a machine busy with
+    // builds too (at 20 s Qwen Code once had not asked yet in CI).
+    let turn = machine.turn("Please HANG", &["--timeout", "45"]).await;
     let end = turn.terminal();
     assert_eq!(end["type"], "run.failed", "{}", turn.stderr);
     assert_eq!(end["data"]["code"], "deadline_exceeded", "{end}");
