@@ -21,9 +21,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-#[path = "../tests/common/scripted.rs"]
-#[allow(dead_code)]
-mod scripted;
+use harness_bridge_testkit::scripted;
 
 fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();

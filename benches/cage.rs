@@ -32,8 +32,7 @@ use serde_json::json;
 
 mod support;
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use harness_bridge_testkit as common;
 
 fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();

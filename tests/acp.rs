@@ -11,7 +11,7 @@
 //! after it, resuming the stored session; a missing binary is
 //! `harness_not_found` with the spec's install hint.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! victim's kept Claude Code process is a target too) and in one-shot
 //! `run`, the latter with the bridge run as an ordinary user.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

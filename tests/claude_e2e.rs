@@ -7,7 +7,7 @@
 //! outside its process group ends with the turn (completed or cancelled,
 //! cgroup or subreaper), and a missing binary is reported.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::Path;
 use std::time::Duration;

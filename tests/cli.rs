@@ -1,7 +1,7 @@
 //! The `harness-bridge` binary: help, exit codes, and the store inspection
 //! commands on a real store written through the library.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::process::{Command, Output};
 

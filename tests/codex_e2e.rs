@@ -8,7 +8,7 @@
 //! And through `serve`, one live `codex app-server` process for every turn
 //! of a conversation.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 //! turn past its deadline leaves no process; a missing binary is
 //! `harness_not_found` with the install hint.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use common::anthropic::{
     ANSWER, ASK, CONVERSATION, FOLLOW_UP, SECOND_ANSWER, fake_model, fake_model_hanging_on,

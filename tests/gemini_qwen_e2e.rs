@@ -10,7 +10,7 @@
 //! binary is `harness_not_found` with the install hint; Ctrl-C mid-turn
 //! cancels it, and nothing is left running either way.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use common::anthropic::{CONVERSATION, FOLLOW_UP};
 use common::wire::{ANSWER, ASK, Fake, SECOND_ANSWER, Wire, fake_model};

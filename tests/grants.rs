@@ -1,6 +1,6 @@
 //! Run grants: every denial path returns its §9 code and leaves an audit row.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::time::Duration;
 

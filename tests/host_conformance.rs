@@ -9,7 +9,7 @@
 //! store (two processes, or two bridge instances) agreeing on numbering
 //! and cursors; and a PostgreSQL schema from a newer build refused.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::sync::Arc;
 

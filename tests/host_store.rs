@@ -2,7 +2,7 @@
 //! reopening with the cursor secret, several processes on one file) and
 //! its migrations. The contract every backend keeps is `host_conformance.rs`.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use common::{RUNNER, fixture};
 use harness_bridge::host::prelude::*;

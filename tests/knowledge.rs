@@ -2,7 +2,7 @@
 //! store's full-text index (incrementally, by digest) and searched through
 //! a run's grant, so `retrieve_knowledge` works without LangBot.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -23,7 +23,7 @@
 //!   session pointer sits in LangBot's conversation state, and every turn
 //!   resumes the one session.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

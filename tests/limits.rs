@@ -6,7 +6,7 @@
 //! scripted harness, and with the real Claude Code running the bomb
 //! through its Bash tool.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

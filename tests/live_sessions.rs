@@ -5,7 +5,7 @@
 //! warm start (the next turn resumes the session by id in a new one), and a
 //! bridge killed outright leaves no harness behind.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! listens. Its own binary: any bridge starting in the same namespace
 //! sweeps what a dead one left, so no other test may start one meanwhile.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@
 //! expected failures, so one that starts passing (or a new one) fails the
 //! test until it is classified.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

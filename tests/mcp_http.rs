@@ -2,7 +2,7 @@
 //! the real SQLite store: the tool list follows the grant, tools return the
 //! store's data, refusals carry their §9 code, and every call is audited.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

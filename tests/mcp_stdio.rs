@@ -2,7 +2,7 @@
 //! over a real child process: it relays to the HTTP server with the run's
 //! token from its environment, and exits once the run has ended.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;

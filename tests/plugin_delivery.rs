@@ -9,7 +9,7 @@
 //! sends the reply itself, once. Either way the final message is given
 //! once, carrying the run's metadata.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::PathBuf;
 

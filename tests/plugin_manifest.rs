@@ -6,7 +6,7 @@
 //! `permissions.tools: [call]`, and a catalog that says otherwise would
 //! describe a runner LangBot does not run.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

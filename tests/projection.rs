@@ -1,7 +1,7 @@
 //! Workspace projection: byte-stable output, scopes, secrets, hostile input,
 //! symlinks, skills, inputs, MCP config, and the JSON Schema.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{PermissionsExt, symlink};

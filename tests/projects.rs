@@ -5,7 +5,7 @@
 //! and the real Claude Code and Codex against fake models, alone and side
 //! by side on one project (its own branch each, or one shared folder).
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

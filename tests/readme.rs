@@ -4,7 +4,7 @@
 //! model endpoint is a local fake, and the pinned Claude Code is on PATH.
 //! Run twice, the second turn resumes the first one's session.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::{Path, PathBuf};
 

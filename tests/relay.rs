@@ -3,7 +3,7 @@
 //! harness stands in for the CLI; the real CLIs go through the relay in
 //! `relay_langbot.rs`.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::collections::HashMap;
 use std::process::Stdio;

@@ -11,7 +11,7 @@
 //! An operator's agent (an ACP spec) rides in the package with a runner
 //! generated for it, and runs through the same worker.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::PathBuf;
 use std::time::Duration;

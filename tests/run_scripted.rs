@@ -6,7 +6,7 @@
 //! secrets in its stderr, a stderr line of 256 MiB, Ctrl-C, a bridge
 //! killed outright, and a context that is not valid.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

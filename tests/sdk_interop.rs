@@ -2,7 +2,7 @@
 //! built with its pydantic models parse here, and what we serialize
 //! validates back there. Needs the SDK venv the test command creates.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::io::Write;
 use std::path::PathBuf;

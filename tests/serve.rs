@@ -6,7 +6,7 @@
 //! in-flight run marked failed at the next start and what it left killed,
 //! and the metrics and logs say what happened.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use common::server::ServeProcess;
 

@@ -8,7 +8,7 @@
 //! turn on a project shows the reply, then the summary of what changed,
 //! and the diff, which opens on the page.
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::path::{Path, PathBuf};
 

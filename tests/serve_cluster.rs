@@ -17,7 +17,7 @@
 //! runs in its workspace; it notes in a log every turn it starts (`S`,
 //! with its working folder: which instance ran it) and ends (`E`).
 
-mod common;
+use harness_bridge_testkit as common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;

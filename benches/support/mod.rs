@@ -7,8 +7,7 @@ use std::path::PathBuf;
 
 /// A throwaway PostgreSQL server (the tests' own helper): one per bench
 /// binary, on 127.0.0.1, a database per store.
-#[path = "../../tests/common/pg.rs"]
-pub mod pg;
+pub use harness_bridge_testkit::pg;
 
 use axum::Router;
 use axum::body::Body;

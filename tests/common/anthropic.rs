@@ -74,7 +74,6 @@ pub struct Script {
 
 impl Fake {
     /// Make these calls from the next turn on.
-    #[allow(dead_code)]
     pub fn set_script(&self, calls: Vec<(&str, Value)>) {
         *self.script.lock().unwrap() = Script {
             calls: calls

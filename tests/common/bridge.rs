@@ -98,9 +98,25 @@ impl BridgeTurn {
     }
 }
 
-/// The bridge binary built for these tests.
+/// The bridge binary built for these tests: cargo puts it in the
+/// profile's folder, and a test or bench binary in its `deps/` below
+/// (`CARGO_BIN_EXE_*` is set only when compiling the tests themselves).
 pub fn bridge_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_harness-bridge")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let profile = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("a test binary in target/<profile>/deps");
+        let bin = profile.join("harness-bridge");
+        assert!(
+            bin.is_file(),
+            "the bridge is not built at {}",
+            bin.display()
+        );
+        bin.to_string_lossy().into_owned()
+    })
 }
 
 /// Run `harness-bridge --data-dir DATA run ARGS` with exactly `env` (plus a

@@ -14,7 +14,6 @@ use serde_json::json;
 pub const RUNNER: &str = "plugin:langbot/harness-bridge/claude-code";
 
 /// A run that may ask the person anything: every tool is offered.
-#[allow(dead_code)]
 pub const ALL_ASKING: harness_bridge::interaction::Asking = harness_bridge::interaction::Asking {
     questions: true,
     approvals: true,

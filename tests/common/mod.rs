@@ -13,10 +13,8 @@
 //! - [`pg`]: a throwaway PostgreSQL server.
 //!
 //! What [`context`], [`bridge`], [`e2e`], [`procs`], [`tools`] and
-//! [`loopback`] define is re-exported here (`common::bridge_run`, …).
-// Each test binary compiles this whole module (`mod common;`) and uses a
-// part of it: what one binary leaves unused is dead code there alone.
-#![allow(dead_code)]
+//! [`loopback`] define is re-exported here (`common::bridge_run`, …). A crate of its own
+//! (`harness-bridge-testkit`), which the tests and benches name `common`.
 
 pub mod anthropic;
 pub mod bridge;
@@ -32,6 +30,4 @@ pub mod server;
 pub mod tools;
 pub mod wire;
 
-// Like the rest, a re-export one binary never uses is unused there alone.
-#[allow(unused_imports)]
 pub use self::{bridge::*, context::*, e2e::*, loopback::*, procs::*, tools::*};

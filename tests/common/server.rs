@@ -21,6 +21,32 @@ pub struct ServeProcess {
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
+/// A test that fails with a serve running prints what it warned of: on
+/// a loaded machine the reason is often there (a lease that lapsed, a
+/// host call that timed out), and the log is lost with the process.
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let warned: Vec<&String> = log
+            .iter()
+            .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
+            .collect();
+        let shown = &warned[warned.len().saturating_sub(30)..];
+        eprintln!(
+            "--- serve at {} warned {} times; the last {}:",
+            self.url,
+            warned.len(),
+            shown.len()
+        );
+        for line in shown {
+            eprintln!("{line}");
+        }
+    }
+}
+
 impl ServeProcess {
     /// Start serve on `data` with `config` (`listen: 127.0.0.1:0` is
     /// added) and exactly `env`.

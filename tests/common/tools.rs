@@ -9,9 +9,15 @@ use std::path::PathBuf;
 
 use super::bridge::bridge_bin;
 
+/// The repository's root: this crate is `tests/common` in it.
+pub fn repo_root() -> PathBuf {
+    let kit = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    kit.ancestors().nth(2).unwrap_or(kit).to_path_buf()
+}
+
 /// Where the pinned test CLIs are installed (`tests/clis`).
 pub fn cli_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clis")
+    repo_root().join("tests/clis")
 }
 
 /// A pinned harness CLI installed by `scripts/test` (`npm ci` in `tests/clis`).
@@ -31,9 +37,7 @@ pub fn cli(name: &str) -> PathBuf {
 pub fn sdk_python() -> PathBuf {
     let path = std::env::var_os("HARNESS_BRIDGE_SDK_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/sdk-venv/bin/python")
-        });
+        .unwrap_or_else(|| repo_root().join("target/sdk-venv/bin/python"));
     assert!(
         path.exists(),
         "the langbot-plugin SDK venv is missing at {}: run `scripts/test` (it creates it from \
@@ -46,7 +50,7 @@ pub fn sdk_python() -> PathBuf {
 /// A copy of the LangBot plugin's source (`integrations/langbot-plugin`)
 /// at `dir/code`, without build leftovers (`bin/`, `__pycache__`).
 pub fn copy_plugin(dir: &std::path::Path) -> PathBuf {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/langbot-plugin");
+    let source = repo_root().join("integrations/langbot-plugin");
     let plugin = dir.join("code");
     for entry in walkdir::WalkDir::new(&source) {
         let entry = entry.expect("plugin source readable");
@@ -78,7 +82,7 @@ pub fn langbot_runners(
     plugin: &std::path::Path,
 ) -> std::process::Output {
     std::process::Command::new(sdk_python())
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/langbot-runners"))
+        .arg(repo_root().join("scripts/langbot-runners"))
         .arg(bridge_bin())
         .arg(adapters)
         .arg(plugin)
@@ -91,9 +95,7 @@ pub fn langbot_runners(
 pub fn langbot_python() -> PathBuf {
     let path = std::env::var_os("HARNESS_BRIDGE_LANGBOT_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/langbot-venv/bin/python")
-        });
+        .unwrap_or_else(|| repo_root().join("target/langbot-venv/bin/python"));
     assert!(
         path.exists(),
         "LangBot is not installed at {}: run `scripts/test` (it creates the venv from \
