@@ -11,7 +11,8 @@
 //! posted to one instance stops a turn running on another; any instance
 //! streams and answers for any run; a run id is taken once whichever
 //! instances see it, even at once; the queue bounds count every
-//! instance's turns (429).
+//! instance's turns (429); a burst of turns that takes every pooled
+//! connection does not fence the instance.
 //!
 //! The harness is a script (the operator's spec adds it), as a harness it
 //! runs in its workspace; it notes in a log every turn it starts (`S`,
@@ -971,6 +972,20 @@ async fn harness_pid(cluster: &Cluster, tag: &str) -> i32 {
     }
 }
 
+/// Someone else's session on the cluster's database, holding what
+/// `lock` (a statement) takes until the test says `ROLLBACK`.
+async fn hold_in_database(cluster: &Cluster, lock: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("BEGIN; {lock}"))
+        .await
+        .unwrap();
+    client
+}
+
 /// An instance whose heartbeat hangs in the database (its row locked by
 /// someone else, so the renewal waits without end, and no one can reap
 /// it either) still fences itself on its own clock: its harness is
@@ -984,14 +999,11 @@ async fn a_heartbeat_stuck_in_the_database_still_fences() {
     let mut b = cluster.instance("b").await;
     let long = accepted(&b, "long", "TURN:long.1 LONG", "long-1").await;
     let pid = harness_pid(&cluster, "TURN:long.1").await;
-    let (mut client, connection) = tokio_postgres::connect(&cluster.url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let hold = client.transaction().await.unwrap();
-    hold.execute("SELECT 1 FROM instances WHERE id = 'b' FOR UPDATE", &[])
-        .await
-        .unwrap();
+    let hold = hold_in_database(
+        &cluster,
+        "SELECT 1 FROM instances WHERE id = 'b' FOR UPDATE",
+    )
+    .await;
     let held = Instant::now();
     while common::alive(pid) {
         assert!(
@@ -1011,7 +1023,7 @@ async fn a_heartbeat_stuck_in_the_database_still_fences() {
         said.contains("no heartbeat for two thirds of the lease"),
         "{said}"
     );
-    hold.rollback().await.unwrap();
+    hold.batch_execute("ROLLBACK").await.unwrap();
     // The run ended (its end written once the database answered), and
     // the instance, its heartbeat back, takes the next turn.
     let results = read_stream(long).await;
@@ -1022,6 +1034,66 @@ async fn a_heartbeat_stuck_in_the_database_still_fences() {
         .await;
     assert_eq!(next.last().unwrap()["type"], "run.completed", "{next:?}");
     eprintln!("the harness was stopped {stopped_after:?} into the heartbeat's silence");
+    assert!(b.stop().await.success());
+    common::assert_none_left_under(&b.workspaces()).await;
+}
+
+/// A burst of turns that holds every pooled connection (each accept
+/// waits on the queue's table, locked by someone else) is not the
+/// instance's silence: its heartbeat has a connection of its own, so the
+/// instance does not fence itself and the turn it runs goes on; once the
+/// table is free, every turn of the burst is taken and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
+async fn a_burst_that_holds_every_pooled_connection_does_not_fence() {
+    const BURST: usize = 24;
+    let cluster = Cluster::new("0.05", 3).await;
+    let lease = Duration::from_secs(cluster.lease);
+    let mut b = cluster.instance("b").await;
+    let long = accepted(&b, "long", "TURN:long.1 LONG", "long-1").await;
+    let pid = harness_pid(&cluster, "TURN:long.1").await;
+    let hold = hold_in_database(&cluster, "LOCK TABLE conv_queue IN ACCESS EXCLUSIVE MODE").await;
+    let held = Instant::now();
+    // More turns than the pool has connections (16), each accept holding
+    // one while it waits on the lock.
+    let burst: Vec<_> = (0..BURST)
+        .map(|i| {
+            b.spawn_results(json!({"conversation": format!("burst-{i}"),
+                "text": format!("TURN:burst.{i}"), "run_id": format!("burst-{i}")}))
+        })
+        .collect();
+    // Two leases: a heartbeat that waited for a pooled connection would
+    // have fenced the instance, and stopped its harness, by then.
+    while held.elapsed() < lease * 2 {
+        assert!(
+            common::alive(pid),
+            "the harness was stopped {:?} into the burst",
+            held.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said = b.log.lock().unwrap().join("\n");
+    assert!(
+        !said.contains("no heartbeat for two thirds of the lease"),
+        "{said}"
+    );
+    hold.batch_execute("ROLLBACK").await.unwrap();
+    for (i, turn) in burst.into_iter().enumerate() {
+        let results = turn.await.expect("the burst's task");
+        assert_well_formed(&results);
+        let last = results.last().unwrap();
+        assert_eq!(last["type"], "run.completed", "burst-{i}: {results:?}");
+    }
+    assert!(common::alive(pid), "the long turn runs on");
+    let long = b
+        .cancel_and_wait("long-1", tokio::spawn(read_stream(long)))
+        .await;
+    assert_well_formed(&long);
+    assert_eq!(
+        long.last().unwrap()["data"]["code"],
+        "cancelled",
+        "{long:?}"
+    );
     assert!(b.stop().await.success());
     common::assert_none_left_under(&b.workspaces()).await;
 }

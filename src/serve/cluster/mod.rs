@@ -103,6 +103,13 @@ pub struct Cluster {
     fenced_at: Mutex<Option<Instant>>,
     /// Turns queued in all conversations, as of the last heartbeat.
     waiting: std::sync::atomic::AtomicUsize,
+    /// Where the heartbeat connects.
+    beat_config: tokio_postgres::Config,
+    /// The heartbeat's own connection, outside the pool: a burst of
+    /// turns that takes every pooled connection must not read as this
+    /// instance's silence (it would fence itself and stop its running
+    /// turns). `None` until the first beat, and after one that failed.
+    beat_client: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
 }
 
 /// Why a heartbeat did not go through.
@@ -141,6 +148,7 @@ impl Cluster {
         PgOpenError,
     > {
         let database = crate::host::postgres::database_of(url);
+        let beat_config = crate::host::postgres::connection_config(url)?;
         let pool = host.pool().clone();
         crate::host::postgres::migrate_component(&pool, &database, "serve", MIGRATIONS).await?;
         let connect = |reason: String| PgOpenError::Connect {
@@ -161,6 +169,8 @@ impl Cluster {
             last_beat: Mutex::new(Instant::now()),
             fenced_at: Mutex::new(None),
             waiting: std::sync::atomic::AtomicUsize::new(0),
+            beat_config,
+            beat_client: tokio::sync::Mutex::new(None),
         });
         let interrupted = cluster
             .register()
@@ -340,9 +350,33 @@ impl Cluster {
     /// heartbeats stop going through.
     pub async fn keep_alive(self: Arc<Self>, stop: CancellationToken) {
         tokio::spawn(self.clone().watch_lease(stop.clone()));
-        let mut tick = ticker((self.settings.lease / 6).max(Duration::from_millis(100)));
+        tokio::spawn(self.clone().keep_looking(stop.clone()));
+        let mut tick = ticker(self.beat_period());
         while ticked(&mut tick, &stop).await {
             self.beat().await;
+        }
+    }
+
+    fn beat_period(&self) -> Duration {
+        (self.settings.lease / 6).max(Duration::from_millis(100))
+    }
+
+    /// [`Cluster::look_around`] at the heartbeat's pace, until `stop`, on
+    /// a loop of its own: it takes pooled connections, and a pool that a
+    /// burst of turns holds must not delay the renewals.
+    async fn keep_looking(self: Arc<Self>, stop: CancellationToken) {
+        let patience = self.settings.lease / 3;
+        let mut tick = ticker(self.beat_period());
+        while ticked(&mut tick, &stop).await {
+            if tokio::time::timeout(patience, self.look_around())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "cancel flags and dead instances were not read within {} ms",
+                    patience.as_millis()
+                );
+            }
         }
     }
 
@@ -379,22 +413,10 @@ impl Cluster {
                 }
             }
             Err(Silence::Failed(e)) => tracing::warn!("heartbeat failed: {e}"),
-            Err(Silence::NoAnswer) => {
-                tracing::warn!(
-                    "heartbeat did not go through within {} ms; trying again",
-                    patience.as_millis()
-                );
-                return;
-            }
-        }
-        if tokio::time::timeout(patience, self.look_around())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "cancel flags and dead instances were not read within {} ms",
+            Err(Silence::NoAnswer) => tracing::warn!(
+                "heartbeat did not go through within {} ms; trying again",
                 patience.as_millis()
-            );
+            ),
         }
     }
 
@@ -436,37 +458,42 @@ impl Cluster {
         }
     }
 
-    /// Renew this start's lease within `patience`; `false` when its row
-    /// is gone (reaped). A connection that did not answer in time is
-    /// closed, not put back in the pool with the statement still pending
-    /// on it for the next user to wait behind.
+    /// Renew this start's lease within `patience`, on the heartbeat's own
+    /// connection; `false` when its row is gone (reaped). A connection
+    /// that did not answer in time, or failed, is closed (the statement
+    /// may still be pending on it) and the next beat opens another.
     async fn renew(&self, patience: Duration) -> Result<bool, Silence> {
-        let client = tokio::time::timeout(patience, self.client())
-            .await
-            .map_err(|_| Silence::NoAnswer)?
-            .map_err(Silence::Failed)?;
+        let mut slot = self.beat_client.lock().await;
         let answered = tokio::time::timeout(patience, async {
-            let renewed = sql::execute(
-                &client,
-                "UPDATE instances SET heartbeat_at = hb_now_ms() WHERE id = $1 AND boot_id = $2",
-                &[&self.settings.instance_id, &self.boot],
-            )
-            .await?;
-            let waiting: i64 = sql::query_one(
-                &client,
-                "SELECT count(*) FROM runs WHERE status = 'queued'",
-                &[],
-            )
-            .await
-            .and_then(|r| r.try_get(0))?;
-            Ok::<_, tokio_postgres::Error>((renewed, waiting))
+            let client = match slot.take() {
+                Some(client) if !client.is_closed() => client,
+                _ => {
+                    let (client, connection) =
+                        self.beat_config.connect(tokio_postgres::NoTls).await?;
+                    tokio::spawn(connection);
+                    client
+                }
+            };
+            // Sent as text (prepared each time): the pool's statement
+            // cache is not this connection's, and a beat is rare.
+            let renewed = client
+                .execute(
+                    "UPDATE instances SET heartbeat_at = hb_now_ms() WHERE id = $1 AND boot_id = $2",
+                    &[&self.settings.instance_id, &self.boot],
+                )
+                .await?;
+            let waiting: i64 = client
+                .query_one("SELECT count(*) FROM runs WHERE status = 'queued'", &[])
+                .await
+                .and_then(|r| r.try_get(0))?;
+            Ok::<_, tokio_postgres::Error>((client, renewed, waiting))
         })
         .await;
         let Ok(answer) = answered else {
-            drop(deadpool_postgres::Object::take(client));
             return Err(Silence::NoAnswer);
         };
-        let (renewed, waiting) = answer.map_err(|e| Silence::Failed(e.into()))?;
+        let (client, renewed, waiting) = answer.map_err(|e| Silence::Failed(e.into()))?;
+        *slot = Some(client);
         self.waiting.store(
             usize::try_from(waiting).unwrap_or(0),
             std::sync::atomic::Ordering::Relaxed,
