@@ -28,7 +28,10 @@ impl Plugin {
     async fn start() -> Plugin {
         let tools = tempfile::tempdir().unwrap();
         common::scripted::install(tools.path());
-        let data = tempfile::tempdir().unwrap();
+        Plugin::start_on(tempfile::tempdir().unwrap(), tools).await
+    }
+
+    async fn start_on(data: tempfile::TempDir, tools: tempfile::TempDir) -> Plugin {
         let mut child = tokio::process::Command::new(common::bridge_bin())
             .arg("--data-dir")
             .arg(data.path())
@@ -61,6 +64,19 @@ impl Plugin {
             data,
             tools,
         }
+    }
+
+    /// Stop this relay (its input closed, as when the plugin goes) and
+    /// start another on the same data folder and tools: the plugin
+    /// restarted.
+    async fn restart(mut self) -> Plugin {
+        drop(self.stdin.take());
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the relay exits once its input closes")
+            .expect("its status");
+        let Plugin { data, tools, .. } = self;
+        Plugin::start_on(data, tools).await
     }
 
     async fn send(&mut self, frame: Value) {
@@ -794,4 +810,69 @@ async fn a_run_picks_a_project_its_plugin_declared() {
         let error = end["data"]["error"].as_str().unwrap_or_default();
         assert!(error.contains(said), "{run_id}: {error}");
     }
+}
+
+/// A relay started again (its plugin restarted) puts away the worktrees
+/// that went idle past their retention as soon as a run opens their
+/// project: the idle conversation's folder and record go, its branch
+/// stays, and the run that opened the project is not held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_started_again_puts_away_idle_worktrees_when_a_run_opens_their_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = common::repo::repository(dir.path());
+    let projects = json!({"web": {"repository": repo}});
+    let run = |plugin: &Plugin, run_id: &str, conversation: &str| {
+        let mut frame = plugin.run_frame(run_id, conversation, "quiet");
+        frame["projects"] = projects.clone();
+        frame["context"]["config"] = json!({"project": "web"});
+        frame
+    };
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    plugin.send(run(&plugin, "r-1", "c-1")).await;
+    let (results, _) = plugin.until_done(&["r-1"], |_| json!({"data": null})).await;
+    assert_eq!(results["r-1"].last().unwrap()["type"], "run.completed");
+    let records: Vec<std::path::PathBuf> = std::fs::read_dir(repo.join(".git/harness-bridge"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "worktree"))
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let worktree = walkdir::WalkDir::new(plugin.data.path().join("workspaces"))
+        .into_iter()
+        .flatten()
+        .map(|e| e.into_path())
+        .find(|p| p.join(".git").is_file())
+        .expect("c-1's worktree");
+    std::fs::File::options()
+        .write(true)
+        .open(&records[0])
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(8 * 24 * 3600))
+        .unwrap();
+
+    let mut plugin = plugin.restart().await;
+    plugin.hello().await;
+    plugin.send(run(&plugin, "r-2", "c-2")).await;
+    let (results, _) = plugin.until_done(&["r-2"], |_| json!({"data": null})).await;
+    assert_eq!(results["r-2"].last().unwrap()["type"], "run.completed");
+    // The record goes last, once the files are gone.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while records[0].exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("c-1's idle worktree is put away once a run opens the project");
+    assert!(
+        !worktree.join(".git").exists(),
+        "c-1's worktree is gone: {}",
+        worktree.display()
+    );
+    let branches = common::repo::git(&repo, &["branch", "--list", "chat/*"]);
+    assert!(
+        branches.contains("chat/c-1"),
+        "its branch stays: {branches}"
+    );
+    assert!(branches.contains("chat/c-2"), "{branches}");
 }

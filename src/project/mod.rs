@@ -397,7 +397,10 @@ fn parse_author(author: &str) -> Option<(String, String)> {
 /// Projects declared with each run rather than at start (the LangBot
 /// plugin's settings, through the relay): each opened on first use and
 /// kept while its declaration stays the same, so a shared project's turns
-/// queue on the one project.
+/// queue on the one project. A project opened anew has its idle worktrees
+/// put away at once, beside the run, as `serve` does at its start: a
+/// relay started again (its plugin restarted) would otherwise wait an
+/// hour for its first look.
 #[derive(Debug, Default)]
 pub struct OpenedProjects(tokio::sync::Mutex<BTreeMap<String, (ProjectSpec, Project)>>);
 
@@ -412,6 +415,16 @@ impl OpenedProjects {
         }
         let project = Project::open(name, spec).await?;
         opened.insert(name.to_string(), (spec.clone(), project.clone()));
+        let idle = project.clone();
+        tokio::spawn(async move {
+            let put_away = idle.put_away_idle().await;
+            if put_away > 0 {
+                tracing::info!(
+                    worktrees = put_away,
+                    "put away worktrees past their retention"
+                );
+            }
+        });
         Ok(project)
     }
 
