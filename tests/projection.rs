@@ -861,6 +861,46 @@ async fn skills_no_longer_authorized_are_removed_and_nothing_else() {
     );
 }
 
+/// A skill folder the bridge did not write (a project's own, tracked in
+/// its repository) is neither overwritten by an authorized skill of the
+/// same name nor removed when the binding drops it; the skill is skipped
+/// with a warning and the others are written.
+#[tokio::test]
+async fn a_skill_folder_the_bridge_did_not_write_is_left_as_it_is() {
+    let root = tempfile::tempdir().unwrap();
+    let t = target("claude-code");
+    let p = run(root.path(), &ctx("run-1", "x", json!({})), &t)
+        .await
+        .unwrap();
+    let ws = p.workspace;
+    let own = ws.join(".claude/skills/pdf-tools/SKILL.md");
+    std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+    std::fs::write(&own, "the project's own").unwrap();
+
+    let p = run(root.path(), &ctx("run-2", "x", skills_config()), &t)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&own).unwrap(), "the project's own");
+    assert!(!ws.join(".claude/skills/pdf-tools/ref").exists());
+    assert!(ws.join(".claude/skills/release-notes/SKILL.md").is_file());
+    assert!(
+        p.report
+            .warnings
+            .iter()
+            .any(|w| w.contains("skill `pdf-tools` skipped")
+                && w.contains(".claude/skills/pdf-tools is already in the workspace")),
+        "{:#?}",
+        p.report.warnings
+    );
+
+    let p = run(root.path(), &ctx("run-3", "x", json!({})), &t)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&own).unwrap(), "the project's own");
+    assert!(!ws.join(".claude/skills/release-notes").exists());
+    assert_eq!(p.report.removed, [".claude/skills/release-notes"]);
+}
+
 #[tokio::test]
 async fn output_validates_against_the_schema() {
     let schema: Value =

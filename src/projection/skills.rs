@@ -1,7 +1,9 @@
 //! Skills: the binding's skill bodies written where the harness finds them
 //! (`.claude/skills/<name>/` for Claude Code, `.agents/skills/<name>/` for
 //! Codex), with a manifest so the bridge removes exactly the skills it wrote
-//! and no longer authorizes, and touches nothing else.
+//! and no longer authorizes, and touches nothing else: a skill folder it
+//! did not write (a project's own, tracked in its repository) is skipped,
+//! with a warning, rather than overwritten.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -167,6 +169,32 @@ fn is_input_error(err: &ProjectionError) -> bool {
     )
 }
 
+/// Every skill checked and made ready; one that cannot be (or is listed
+/// twice) is skipped with a warning, the others go on.
+fn prepare_all<'a>(
+    specs: &'a [SkillSpec<'_>],
+    facts: &[SkillResource],
+    report: &mut Report,
+) -> Result<Vec<Prepared<'a>>, ProjectionError> {
+    let mut ready: Vec<Prepared> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        match prepare(spec, facts) {
+            Ok(p) if ready.iter().any(|r| r.name == p.name) => {
+                report.warn(format!(
+                    "skill `{}` is listed twice; the first one is used",
+                    p.name
+                ));
+            }
+            Ok(p) => ready.push(p),
+            Err(e) if is_input_error(&e) => {
+                report.warn(format!("skill `{}` skipped: {e}", spec.name.escape_debug()));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(ready)
+}
+
 /// Write the authorized skills into `skills_dir`, remove the ones the
 /// bridge wrote before and no longer authorizes, and update the manifest.
 pub fn project(
@@ -186,22 +214,7 @@ pub fn project(
         skills: BTreeMap::new(),
     };
 
-    let mut ready: Vec<Prepared> = Vec::with_capacity(specs.len());
-    for spec in specs {
-        match prepare(spec, facts) {
-            Ok(p) if ready.iter().any(|r| r.name == p.name) => {
-                report.warn(format!(
-                    "skill `{}` is listed twice; the first one is used",
-                    p.name
-                ));
-            }
-            Ok(p) => ready.push(p),
-            Err(e) if is_input_error(&e) => {
-                report.warn(format!("skill `{}` skipped: {e}", spec.name.escape_debug()));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let ready = prepare_all(specs, facts, report)?;
 
     // One pass over the disk for every file of every skill: which are
     // still there with the size the manifest recorded.
@@ -215,6 +228,15 @@ pub fn project(
         .collect();
     let wanted_refs: Vec<&str> = wanted.iter().map(String::as_str).collect();
     let mut sizes = ws.file_lens(skills_dir, &wanted_refs)?.into_iter();
+    // What the skills folder holds that the bridge did not write (a
+    // project's own skills, tracked in its repository, or the harness's):
+    // never overwritten, so never removed either.
+    let theirs: Vec<String> = ws
+        .list(skills_dir)?
+        .into_iter()
+        .map(|entry| entry.name)
+        .filter(|name| old.dir != dir_name || !old.skills.contains_key(name))
+        .collect();
 
     for prepared in ready {
         let base: Vec<&str> = skills_dir
@@ -223,6 +245,15 @@ pub fn project(
             .chain([prepared.name.as_str()])
             .collect();
         let on_disk: Vec<Option<u64>> = sizes.by_ref().take(prepared.files.len()).collect();
+        if theirs.contains(&prepared.name) {
+            report.warn(format!(
+                "skill `{}` skipped: {} is already in the workspace and not the bridge's \
+                 (the project's own, or the harness's); it is left as it is",
+                prepared.name,
+                base.join("/")
+            ));
+            continue;
+        }
         let previous = old
             .skills
             .get(&prepared.name)
