@@ -1696,6 +1696,72 @@ async fn a_repositorys_own_instructions_file_is_left_as_the_team_wrote_it() {
     assert_eq!(status.trim(), "M greeting.txt", "{status}");
 }
 
+/// A branch that cannot be carried (the carried copy went elsewhere
+/// meanwhile: another instance had the conversation) is never forced
+/// over, and the person hears that this turn's commits stayed here.
+#[tokio::test]
+async fn commits_that_cannot_be_carried_are_said_in_the_chat() {
+    let remotes = tempfile::tempdir().unwrap();
+    let remote = remotes.path().join("web.git");
+    git(
+        remotes.path(),
+        &["init", "-q", "--bare", remote.to_str().unwrap()],
+    );
+    let carry = format!("    carry:\n      remote: {}\n", remote.display());
+    let Setup { serve, repo, _dir } = serve_with_project_as(&carry).await;
+    let first = serve
+        .results(turn("moving", "WRITE:alpha COMMIT", "web"))
+        .await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
+    assert!(!summary_of(&first).contains("could not be carried"));
+    let carried = git(
+        &remote,
+        &["for-each-ref", "--format=%(refname)", "refs/harness-bridge"],
+    );
+    let carried = carried.trim();
+    assert!(
+        carried.starts_with("refs/harness-bridge/chat/moving"),
+        "{carried}"
+    );
+    // Elsewhere, other work was carried for the conversation since.
+    git(&repo, &["checkout", "-q", "-b", "elsewhere", "main"]);
+    std::fs::write(repo.join("elsewhere.txt"), "another instance's\n").unwrap();
+    git(&repo, &["add", "elsewhere.txt"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=Another",
+            "-c",
+            "user.email=another@example.org",
+            "commit",
+            "-q",
+            "-m",
+            "Work carried by another instance",
+        ],
+    );
+    let refspec = format!("+elsewhere:{carried}");
+    git(&repo, &["push", "-q", remote.to_str().unwrap(), &refspec]);
+    git(&repo, &["checkout", "-q", "main"]);
+    let elsewhere = git(&repo, &["rev-parse", "elsewhere"]).trim().to_string();
+
+    let second = serve
+        .results(turn("moving", "WRITE:beta COMMIT", "web"))
+        .await;
+    assert_eq!(terminal(&second)["type"], "run.completed", "{second:#?}");
+    let said = summary_of(&second);
+    assert!(
+        said.contains("This turn's commits could not be carried to")
+            && said.contains("an instance taking the conversation over would not find them"),
+        "{said}"
+    );
+    assert_eq!(
+        git(&remote, &["rev-parse", carried]).trim(),
+        elsewhere,
+        "the carried copy is not forced over"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn a_conversation_taken_over_by_another_instance_finds_its_work_there() {

@@ -16,12 +16,11 @@ const CARRIED: &str = "refs/harness-bridge/";
 impl Checkout {
     /// The conversation's branch, kept where the project carries it. Not
     /// forced: work another instance carried there since is never
-    /// overwritten. A failure is logged: the work is safe here, and the
-    /// next turn that moves the branch pushes again.
-    pub(super) async fn carry_out(&self) {
-        let Some(remote) = &self.carry else {
-            return;
-        };
+    /// overwritten. A failure is logged, and what the person should hear
+    /// of it returned: the work is safe here, and the next turn that
+    /// moves the branch pushes again.
+    pub(super) async fn carry_out(&self) -> Option<String> {
+        let remote = self.carry.as_ref()?;
         let refspec = format!("refs/heads/{0}:{CARRIED}{0}", self.branch);
         let pushed = Git::bare(&self.common_dir)
             .with_env(remote.env())
@@ -35,7 +34,15 @@ impl Checkout {
                 error = %e,
                 "cannot carry the conversation's branch; another instance taking it over would not find this turn's work"
             );
+            return Some(format!(
+                "This turn's commits could not be carried to {}: another instance that had \
+                 this conversation may have carried other work there since, which is never \
+                 overwritten. They are on branch `{}` here, and an instance taking the \
+                 conversation over would not find them.",
+                remote.shown, self.branch
+            ));
         }
+        None
     }
 
     /// Before the worktree is made here: the branch as the instance that

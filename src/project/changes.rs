@@ -81,6 +81,8 @@ pub struct Changes {
     pub commits: Vec<String>,
     /// The whole diff, cut past [`MAX_DIFF_BYTES`].
     pub diff: Vec<u8>,
+    /// Why the turn's commits could not be carried, when they could not.
+    pub not_carried: Option<String>,
 }
 
 impl Checkout {
@@ -284,9 +286,10 @@ impl Checkout {
             return Ok(None);
         }
         let moved = after.head != before.head;
-        if moved {
-            self.take_in(&after.head).await?;
-        }
+        let not_carried = match moved {
+            true => self.take_in(&after.head).await?,
+            false => None,
+        };
         let git = self.git();
         let mut diff_args = DIFF.to_vec();
         diff_args.extend([before.tree.as_str(), after.tree.as_str()]);
@@ -329,6 +332,7 @@ impl Checkout {
             files,
             commits,
             diff,
+            not_carried,
         }))
     }
 
@@ -459,6 +463,9 @@ impl Changes {
         if let Some(name) = diff_name {
             let _ = write!(text, "\nThe whole diff is in {name}.");
         }
+        if let Some(why) = &self.not_carried {
+            let _ = write!(text, "\n{why}");
+        }
         text
     }
 }
@@ -585,6 +592,7 @@ mod tests {
             files: parse_numstat(b"3\t1\tsrc/a.rs\0-\t-\tlogo.png\0"),
             commits: vec!["abc1234 Fix the greeting".into()],
             diff: Vec::new(),
+            not_carried: None,
         };
         assert_eq!(
             changes.summary(Some("changes.diff")),

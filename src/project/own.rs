@@ -89,13 +89,14 @@ impl Checkout {
 
     /// After a turn (or when the agent asks to publish): the commits
     /// `head` reaches fetched into the repository, checked by git on the
-    /// way in, and the conversation's branch moved to it.
-    pub(super) async fn take_in(&self, head: &str) -> Result<(), ProjectError> {
+    /// way in, and the conversation's branch moved to it; what the person
+    /// should hear when the branch could not be carried.
+    pub(super) async fn take_in(&self, head: &str) -> Result<Option<String>, ProjectError> {
         let branch_ref = format!("refs/heads/{}", self.branch);
         if self.fetch_in(head, &branch_ref).await? {
-            self.carry_out().await;
+            return Ok(self.carry_out().await);
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The objects `commit` reaches fetched into the repository from the
