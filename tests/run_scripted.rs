@@ -424,6 +424,33 @@ async fn an_invalid_context_is_invalid_argument_with_its_path() {
     assert_eq!(turn.code, Some(1));
 }
 
+/// An empty conversation id, typed or in a context, is refused as the
+/// caller's to fix before anything is written for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_conversation_id_is_refused_before_anything_is_written() {
+    let data = tempfile::tempdir().unwrap();
+    let typed = bridge_run(data.path(), &["--conversation", " ", "--text", "hi"], &[]).await;
+    let failed = typed.assert_failed("invalid_argument");
+    assert!(
+        failed["data"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("$.conversation.conversation_id: must not be empty")),
+        "{failed}"
+    );
+    let file = data.path().join("turn.json");
+    let mut ctx = serde_json::to_value(common::context("r-empty", "c")).unwrap();
+    ctx["conversation"]["conversation_id"] = "".into();
+    ctx["context"]["conversation_id"] = "".into();
+    std::fs::write(&file, ctx.to_string()).unwrap();
+    let given = bridge_run(data.path(), &["--context", &file.to_string_lossy()], &[]).await;
+    let failed = given.assert_failed("invalid_argument");
+    assert_eq!(failed["run_id"], "r-empty");
+    assert!(
+        !data.path().join("workspaces").exists(),
+        "no workspace is written for it"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pretty_output_is_for_a_person() {
     let setup = Setup::new();

@@ -873,6 +873,16 @@ async fn results_stream_as_server_sent_events_when_asked() {
     );
 }
 
+/// Post `body`: the answer is `status`, its error saying `said`.
+async fn assert_refused(server: &Server, body: Value, status: u16, said: &str) {
+    let (got, answer) = server.post_json(body).await;
+    assert_eq!(got, status, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap_or("").contains(said),
+        "{answer}"
+    );
+}
+
 /// Which extra MCP servers exist is the operator's to say: a request in
 /// either form that tries to define one is refused before it queues, and
 /// one that names a configured server gets it.
@@ -884,19 +894,27 @@ async fn a_request_picks_the_operators_mcp_servers_by_name_and_defines_none() {
     )
     .await;
     let hostile = json!({"x": {"command": "/bin/sh", "args": ["-c", "touch /tmp/pwned"]}});
-    let (status, body) = server
-        .post_json(json!({"conversation": "c", "text": "hi", "config": {"mcp_servers": hostile}}))
-        .await;
-    assert_eq!(status, 422, "{body}");
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("cannot define one"),
-        "{body}"
-    );
+    assert_refused(
+        &server,
+        json!({"conversation": "c", "text": "hi", "config": {"mcp_servers": hostile}}),
+        422,
+        "cannot define one",
+    )
+    .await;
     let mut ctx = serde_json::to_value(common::context("run-hostile", "c")).unwrap();
     ctx["config"] = json!({"mcp_servers": hostile});
+    let (status, body) = server.post_json(ctx).await;
+    assert_eq!(status, 422, "{body}");
+    // An empty conversation id, in either form, is the client's to fix too.
+    assert_refused(
+        &server,
+        json!({"conversation": "", "text": "hi"}),
+        422,
+        "must not be empty",
+    )
+    .await;
+    let mut ctx = serde_json::to_value(common::context("run-empty", "c")).unwrap();
+    ctx["conversation"]["conversation_id"] = "".into();
     let (status, body) = server.post_json(ctx).await;
     assert_eq!(status, 422, "{body}");
     assert!(
@@ -1024,17 +1042,13 @@ async fn a_run_sent_during_shutdown_gets_503() {
     let pid = nix::unistd::Pid::from_raw(server.child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, body) = server
-        .post_json(json!({"conversation": "other", "text": "hi"}))
-        .await;
-    assert_eq!(status, 503, "{body}");
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("shutting down"),
-        "{body}"
-    );
+    assert_refused(
+        &server,
+        json!({"conversation": "other", "text": "hi"}),
+        503,
+        "shutting down",
+    )
+    .await;
     let status = server.stop().await;
     assert!(status.success(), "{status:?}");
     let body = run.await.unwrap();

@@ -97,8 +97,8 @@ pub use message::*;
 pub use proxy::*;
 pub use result::*;
 pub use validate::{
-    InvalidContext, MAX_RUN_ID_LEN, Problem, Severity, checked_context, run_id_problem,
-    validate_context,
+    InvalidContext, MAX_RUN_ID_LEN, Problem, Severity, checked_context, conversation_id_problem,
+    run_id_problem, validate_context,
 };
 
 /// A JSON object, in insertion order (unknown fields are kept as received).

@@ -181,6 +181,15 @@ pub fn run_id_problem(run_id: &str) -> Option<String> {
     })
 }
 
+/// What is wrong with a conversation id given, if anything: an empty one
+/// would scope the workspace, history and state to no conversation while
+/// seeming to name one (a turn with none leaves the id out).
+pub fn conversation_id_problem(id: &str) -> Option<&'static str> {
+    id.trim().is_empty().then_some(
+        "must not be empty: it names the conversation the turn belongs to (leave it out for a turn with none)",
+    )
+}
+
 fn semantic_checks(ctx: &AgentRunContext, problems: &mut Vec<Problem>) {
     if let Some(why) = run_id_problem(&ctx.run_id) {
         problems.push(error("$.run_id", why));
@@ -190,6 +199,22 @@ fn semantic_checks(ctx: &AgentRunContext, problems: &mut Vec<Problem>) {
     }
     if ctx.event.event_type.trim().is_empty() {
         problems.push(error("$.event.event_type", "must not be empty"));
+    }
+    for (path, id) in [
+        (
+            "$.conversation.conversation_id",
+            ctx.conversation
+                .as_ref()
+                .and_then(|c| c.conversation_id.as_deref()),
+        ),
+        (
+            "$.context.conversation_id",
+            ctx.context.conversation_id.as_deref(),
+        ),
+    ] {
+        if let Some(why) = id.and_then(conversation_id_problem) {
+            problems.push(error(path, why));
+        }
     }
     if let (Some(a), Some(b)) = (
         ctx.conversation

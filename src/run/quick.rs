@@ -4,7 +4,10 @@
 use serde_json::json;
 
 use crate::host::now_ms;
-use crate::protocol::{AgentRunContext, INTERACTION_SUBMITTED, InteractionSubmission, JsonMap};
+use crate::protocol::{
+    AgentRunContext, INTERACTION_SUBMITTED, InteractionSubmission, InvalidContext, JsonMap,
+    Problem, Severity, conversation_id_problem,
+};
 
 /// The facts of a typed turn.
 #[derive(Debug, Clone)]
@@ -30,8 +33,19 @@ pub fn new_run_id() -> String {
 }
 
 /// The context of one typed turn, with every host API the bridge serves
-/// opened to the run (the embedded host's default).
-pub fn quick_context(turn: &QuickTurn<'_>) -> Result<AgentRunContext, serde_json::Error> {
+/// opened to the run (the embedded host's default). An empty conversation
+/// id is refused here, before anything is written for it.
+pub fn quick_context(turn: &QuickTurn<'_>) -> Result<AgentRunContext, InvalidContext> {
+    let refused = |path: &str, message: String| InvalidContext {
+        errors: vec![Problem {
+            severity: Severity::Error,
+            path: path.to_string(),
+            message,
+        }],
+    };
+    if let Some(why) = conversation_id_problem(turn.conversation) {
+        return Err(refused("$.conversation.conversation_id", why.to_string()));
+    }
     let run_id = new_run_id();
     let now = now_ms() / 1000;
     let event_type = match turn.answer {
@@ -40,7 +54,8 @@ pub fn quick_context(turn: &QuickTurn<'_>) -> Result<AgentRunContext, serde_json
     };
     let mut input = json!({"text": turn.text});
     if let Some(answer) = &turn.answer {
-        input["interaction"] = serde_json::to_value(answer)?;
+        input["interaction"] =
+            serde_json::to_value(answer).map_err(|e| refused("$.input", e.to_string()))?;
     }
     let doc = json!({
         "run_id": run_id,
@@ -64,7 +79,7 @@ pub fn quick_context(turn: &QuickTurn<'_>) -> Result<AgentRunContext, serde_json
         "runtime": {},
         "config": turn.config,
     });
-    serde_json::from_value(doc)
+    serde_json::from_value(doc).map_err(|e| refused("$", e.to_string()))
 }
 
 #[cfg(test)]
@@ -88,6 +103,21 @@ mod tests {
         assert_eq!(ctx.conversation_id(), Some("demo"));
         assert_eq!(ctx.input.to_text(), "hi \"there\"\n");
         assert_ne!(ctx.run_id, new_run_id());
+    }
+
+    #[test]
+    fn an_empty_conversation_id_is_refused() {
+        for conversation in ["", "  "] {
+            let refused = quick_context(&QuickTurn {
+                conversation,
+                actor: "ada",
+                text: "hi",
+                config: JsonMap::new(),
+                answer: None,
+            })
+            .expect_err("refused");
+            assert_eq!(refused.errors[0].path, "$.conversation.conversation_id");
+        }
     }
 
     #[test]
