@@ -230,13 +230,19 @@ pub fn project(
     let mut sizes = ws.file_lens(skills_dir, &wanted_refs)?.into_iter();
     // What the skills folder holds that the bridge did not write (a
     // project's own skills, tracked in its repository, or the harness's):
-    // never overwritten, so never removed either.
-    let theirs: Vec<String> = ws
-        .list(skills_dir)?
-        .into_iter()
-        .map(|entry| entry.name)
-        .filter(|name| old.dir != dir_name || !old.skills.contains_key(name))
-        .collect();
+    // never overwritten, so never removed either. Looked for only when a
+    // skill is new to the manifest (a later turn's usual case reads
+    // nothing more).
+    let ours = |name: &str| old.dir == dir_name && old.skills.contains_key(name);
+    let theirs: Vec<String> = match ready.iter().all(|p| ours(&p.name)) {
+        true => Vec::new(),
+        false => ws
+            .list(skills_dir)?
+            .into_iter()
+            .map(|entry| entry.name)
+            .filter(|name| !ours(name))
+            .collect(),
+    };
 
     for prepared in ready {
         let base: Vec<&str> = skills_dir
