@@ -809,5 +809,16 @@ async fn claude_searches_the_operators_knowledge_folder_under_serve() {
         "the model never read the folder's passage: {results:?}"
     );
     assert!(!results.iter().any(|r| r.contains("Lunch")), "{results:?}");
+    // The MCP library's own notes on each call stay out of the operator's
+    // log at its default level.
+    let noise: Vec<String> = serve
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("\"level\":\"INFO\"") && l.contains("\"target\":\"rmcp"))
+        .cloned()
+        .collect();
+    assert!(noise.is_empty(), "{noise:#?}");
     serve.stop().await;
 }

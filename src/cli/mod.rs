@@ -428,9 +428,10 @@ pub fn main() -> ExitCode {
         }
     };
     // A service's operator wants to see turns start and end; a one-shot
-    // command keeps stderr for warnings.
+    // command keeps stderr for warnings. The MCP library's own notes (three
+    // a session, outside any run) are not the operator's news.
     let default_level = if matches!(cli.command, Command::Serve(_)) {
-        "info"
+        "info,rmcp=warn"
     } else {
         "warn"
     };

@@ -59,7 +59,8 @@ failed (code interrupted) at the next start, or, on a PostgreSQL store,
 once its instance's lease_seconds have passed.
 
 Logs: one line per event on stderr, each naming run_id and conversation;
---log-format json for collectors, RUST_LOG to filter (default info).";
+--log-format json for collectors, RUST_LOG to filter (default info; the
+MCP library's own lines at warn).";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
