@@ -470,6 +470,42 @@ pub fn pick<'a>(
     })
 }
 
+/// A project on a one-commit repository in a folder of its own, for the
+/// module's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+
+    use super::{Project, ProjectSpec};
+
+    /// Run git in `dir` as the operator would, failing the test if it fails.
+    pub fn git(dir: &Path, args: &[&str]) {
+        let status = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=Op", "-c", "user.email=op@example.org"])
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?}");
+    }
+
+    /// Project `web`: a repository at `dir/web` whose `main` holds
+    /// `greeting.txt`, with `extra` added to its settings.
+    pub async fn project(dir: &Path, extra: &str) -> Project {
+        let repo = dir.join("web");
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("greeting.txt"), "hello\n").unwrap();
+        git(&repo, &["add", "greeting.txt"]);
+        git(&repo, &["commit", "-q", "-m", "Hello"]);
+        let spec: ProjectSpec =
+            serde_yaml::from_str(&format!("repository: {}\n{extra}", repo.display())).unwrap();
+        Project::open("web", &spec).await.unwrap()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

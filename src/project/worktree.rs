@@ -222,6 +222,7 @@ impl Checkout {
             name: self.project.clone(),
             source,
         };
+        let records = self.take_records().await?;
         // A record left by a worktree whose folder is gone.
         repo.run(&["worktree", "prune"]).await.map_err(at_git)?;
         if self.admin.exists() {
@@ -264,10 +265,13 @@ impl Checkout {
                 self.admin.display()
             )));
         }
+        // The record points at the worktree's place before the staging
+        // folder goes: a record pointing at no folder is pruned.
+        self.write_links()?;
+        drop(records);
         std::fs::remove_file(staging.join(".git"))
             .and_then(|()| std::fs::remove_dir(&staging))
             .map_err(|e| self.fail(format!("cannot move the worktree into place: {e}")))?;
-        self.write_links()?;
         self.check_out_files().await?;
         tracing::info!(
             project = %self.project,
@@ -275,6 +279,33 @@ impl Checkout {
             "the conversation's worktree is made"
         );
         Ok(!exists)
+    }
+
+    /// The repository's worktree records, the bridge's alone while held.
+    ///
+    /// Git's worktree commands are not safe against each other on one
+    /// repository: `worktree prune` removes a record another `worktree
+    /// add` is still making, and `add` fails reading a record being
+    /// removed. So conversations (on every instance of this machine) make
+    /// and remove records one at a time, through a lock in the bridge's
+    /// part of the repository.
+    pub(super) async fn take_records(&self) -> Result<std::fs::File, ProjectError> {
+        let path = self.own_dir().join("worktrees.lock");
+        tokio::task::spawn_blocking(move || {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let file = std::fs::File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)?;
+            file.lock()?;
+            Ok::<_, std::io::Error>(file)
+        })
+        .await
+        .map_err(|e| self.fail(format!("cannot wait for the worktree records' lock: {e}")))?
+        .map_err(|e| self.fail(format!("cannot take the worktree records' lock: {e}")))
     }
 
     /// Check the branch's files out in place, and note that they are.
@@ -362,4 +393,43 @@ pub(super) fn write_replacing(path: &Path, text: &str) -> std::io::Result<()> {
     std::io::Write::write_all(&mut file, text.as_bytes())?;
     file.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+
+    /// Each conversation's first turn prunes the repository's worktree
+    /// records and adds its own: done at once by many, git's commands
+    /// remove records others are making, or fail reading them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn many_conversations_make_their_worktrees_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = testing::project(dir.path(), "").await;
+        let project = std::sync::Arc::new(project);
+        let makes = (0..16).map(|n| {
+            let (project, workspace) = (project.clone(), dir.path().join(format!("c{n}")));
+            tokio::spawn(async move {
+                std::fs::create_dir_all(workspace.join(BRIDGE_DIR)).unwrap();
+                let made = Checkout::ensure(
+                    &project,
+                    &workspace,
+                    format!("chat/c{n}"),
+                    &[".langbot/".into()],
+                )
+                .await;
+                (workspace, made.map(|_| ()).map_err(|e| e.to_string()))
+            })
+        });
+        let made = futures::future::join_all(makes).await;
+        for outcome in made {
+            let (workspace, made) = outcome.unwrap();
+            assert_eq!(made, Ok(()), "{}", workspace.display());
+            assert_eq!(
+                std::fs::read_to_string(workspace.join("greeting.txt")).unwrap(),
+                "hello\n"
+            );
+        }
+    }
 }
