@@ -106,6 +106,9 @@ fn main() {
             .await
             .expect("worktree");
         let (mut changed, mut unchanged, mut committed) = (Vec::new(), Vec::new(), Vec::new());
+        // Where a later turn that changed one file spends its time.
+        let (mut found, mut state_before, mut look_after, mut kept_after) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for n in 0..runs * 3 {
             for (times, edit, commit) in [
                 (&mut changed, true, false),
@@ -116,6 +119,7 @@ fn main() {
                 let checkout = Checkout::ensure(&project, &ws, branch.clone(), &bridge_paths)
                     .await
                     .expect("worktree");
+                let is_found = started.elapsed();
                 let before = checkout.before().await.expect("state before");
                 let harness_ran = started.elapsed();
                 if edit {
@@ -140,7 +144,18 @@ fn main() {
                 let after = Instant::now();
                 let changes = checkout.changes_since(&before).await.expect("changes");
                 assert_eq!(changes.is_some(), edit);
-                times.push(harness_ran + after.elapsed());
+                let looked = after.elapsed();
+                // The state kept for the next turn, after the person has
+                // the summary: a turn's own time, not the person's wait.
+                let keeping = Instant::now();
+                checkout.kept().await;
+                if edit && !commit {
+                    found.push(is_found);
+                    state_before.push(harness_ran - is_found);
+                    look_after.push(looked);
+                    kept_after.push(keeping.elapsed());
+                }
+                times.push(harness_ran + looked);
             }
         }
         println!(
@@ -152,6 +167,15 @@ fn main() {
             median(changed),
             median(unchanged),
             median(committed),
+        );
+        println!(
+            "  of a later turn that changed one file: the worktree found {:.1} ms, \
+             the state before (the watch) {:.1} ms, the look after {:.1} ms; \
+             then, after the summary, the state kept for the next turn {:.1} ms",
+            median(found),
+            median(state_before),
+            median(look_after),
+            median(kept_after),
         );
     });
 }

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use super::watch::Watch;
+use super::watch::{Handover, Watch};
 use super::worktree::Checkout;
 use super::{GitError, ProjectError};
 
@@ -53,6 +53,17 @@ const DIFF: [&str; 7] = [
 ];
 /// Files and commits named in a summary; the rest are counted.
 const LISTED: usize = 10;
+
+/// The worktree after a turn: known, or as the bridge's index holds it
+/// (its tree not yet written).
+enum After {
+    Known(Snapshot),
+    OfIndex {
+        git: super::git::Git,
+        index: PathBuf,
+        head: String,
+    },
+}
 
 /// The worktree at one moment: its files as a tree, and its branch's commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,19 +116,20 @@ impl Checkout {
     /// named (git looks nowhere else), with what changed since `before`
     /// when git was asked; `head` is the branch's commit, unmoved since
     /// `before`. Whatever git cannot take as named (a path ignored, or
-    /// gone and never tracked), it looks at whole.
+    /// gone and never tracked), it looks at whole. When git was asked, the
+    /// tree is left to write: the person's summary needs only the diff.
     async fn look_at(
         &self,
         before: &Snapshot,
         head: String,
         paths: &BTreeSet<String>,
-    ) -> Result<(Snapshot, Option<Look>), ProjectError> {
+    ) -> Result<(After, Option<Look>), ProjectError> {
         if paths.is_empty() {
             let unchanged = Snapshot {
                 tree: before.tree.clone(),
                 head,
             };
-            return Ok((unchanged, None));
+            return Ok((After::Known(unchanged), None));
         }
         let index = self.own_index().map_err(|e| self.index_failed(e))?;
         let mut env = self.bridge_git_env();
@@ -126,19 +138,68 @@ impl Checkout {
         let seen = index_seen(&index);
         if let Err(e) = self.stage(&git, paths).await {
             tracing::debug!(error = %e, "git looks at the whole worktree");
-            return Ok((self.snapshot().await?, None));
+            return Ok((After::Known(self.snapshot().await?), None));
         }
         if index_seen(&index) == seen {
             // git left its index as it was: nothing the paths hold changed.
             let tree = self.tree_of(&git, &index).await?;
-            return Ok((Snapshot { tree, head }, None));
+            return Ok((After::Known(Snapshot { tree, head }), None));
         }
-        // The tree written and the diff read from the index at once.
         let mut args = DIFF.to_vec();
         args.extend(["--cached", &before.tree]);
-        let (tree, look) = tokio::join!(self.tree_of(&git, &index), git.run(&args));
-        let look = Look::parse(look.map_err(|e| self.at_git(e))?);
-        Ok((Snapshot { tree: tree?, head }, Some(look)))
+        let look = Look::parse(git.run(&args).await.map_err(|e| self.at_git(e))?);
+        if look.files.is_empty() && look.diff.is_empty() {
+            // The index holds the tree as it was before.
+            let unchanged = Snapshot {
+                tree: before.tree.clone(),
+                head,
+            };
+            return Ok((After::Known(unchanged), None));
+        }
+        Ok((After::OfIndex { git, index, head }, Some(look)))
+    }
+
+    /// Keep `after` as the next turn's state before, and hand the watch
+    /// on to it; a tree still to write is written first, off the turn's
+    /// way (the next turn waits for it).
+    fn keep_after(&self, after: After, watch: Option<Watch>) -> Option<Snapshot> {
+        let keep = |checkout: &Checkout, after: &Snapshot| {
+            std::fs::create_dir_all(checkout.own_dir())
+                .and_then(|()| std::fs::write(checkout.kept_path(), after.text()))
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "cannot keep the worktree's state for the next turn")
+                })
+                .is_ok()
+        };
+        match after {
+            After::Known(after) => {
+                // The next turn's watch goes on from the state just kept.
+                if keep(self, &after)
+                    && let Some(watch) = watch
+                {
+                    self.kept_watches
+                        .keep(self.work_tree.clone(), Handover::Watch(watch));
+                }
+                Some(after)
+            }
+            After::OfIndex { git, index, head } => {
+                let checkout = self.clone();
+                let task = tokio::spawn(async move {
+                    let tree = match checkout.tree_of(&git, &index).await {
+                        Ok(tree) => tree,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot keep the worktree's state for the next turn");
+                            return None;
+                        }
+                    };
+                    let kept = keep(&checkout, &Snapshot { tree, head });
+                    watch.filter(|watch| kept && watch.is_whole())
+                });
+                self.kept_watches
+                    .keep(self.work_tree.clone(), Handover::Keeping(task));
+                None
+            }
+        }
     }
 
     /// Bring the bridge's index up to date with the named `paths`: those
@@ -218,6 +279,12 @@ impl Checkout {
     /// branch's commit as checked out. Between turns nothing runs in it,
     /// so no file need be read for this.
     pub async fn before(&self) -> Result<Snapshot, ProjectError> {
+        // The last turn's state kept (waited for while its tree is being
+        // written), and its watch, going on from that state.
+        let kept_watch = match self.kept_watches.take(&self.work_tree) {
+            Some(handover) => handover.watch().await,
+            None => None,
+        };
         if let Some(kept) = std::fs::read_to_string(self.kept_path())
             .ok()
             .and_then(|text| Snapshot::parse(&text))
@@ -225,11 +292,16 @@ impl Checkout {
             // The bridge's index holds this state: from here, a watch can
             // say where to look after the turn.
             if self.own_index_path().is_file() {
-                let work_tree = self.work_tree.clone();
-                let watch = tokio::task::spawn_blocking(move || Watch::start(&work_tree))
-                    .await
-                    .ok()
-                    .flatten();
+                let watch = match kept_watch {
+                    Some(watch) => Some(watch),
+                    None => {
+                        let work_tree = self.work_tree.clone();
+                        tokio::task::spawn_blocking(move || Watch::start(&work_tree))
+                            .await
+                            .ok()
+                            .flatten()
+                    }
+                };
                 *self.watch.lock().unwrap_or_else(|p| p.into_inner()) = watch;
             }
             return Ok(kept);
@@ -255,6 +327,18 @@ impl Checkout {
         }
     }
 
+    /// Once the state the last turn left is kept (its tree is written after
+    /// the person has the summary). The next turn waits for it on its own:
+    /// this is for a measure of each part.
+    pub async fn kept(&self) {
+        if let Some(handover) = self.kept_watches.take(&self.work_tree)
+            && let Some(watch) = handover.watch().await
+        {
+            self.kept_watches
+                .keep(self.work_tree.clone(), Handover::Watch(watch));
+        }
+    }
+
     /// The branch's commit as the last turn left it, when the bridge kept it.
     pub(super) fn last_head(&self) -> Option<String> {
         std::fs::read_to_string(self.kept_path())
@@ -266,25 +350,25 @@ impl Checkout {
     /// What changed since `before`; `None` when nothing did. The state
     /// after is kept as the next turn's before.
     pub async fn changes_since(&self, before: &Snapshot) -> Result<Option<Changes>, ProjectError> {
-        let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
         let head = self.head().await?;
         // A turn that moved the branch is looked at whole: every commit's
         // content is then in the summary, whatever a watch missed.
         let watched = watch
-            .filter(|_| head == before.head)
-            .and_then(|watch| watch.changed());
+            .as_mut()
+            .and_then(Watch::changed)
+            .filter(|_| head == before.head);
         let (after, looked) = match watched {
             Some(paths) => self.look_at(before, head, &paths).await?,
-            None => (self.snapshot().await?, None),
+            None => (After::Known(self.snapshot().await?), None),
         };
-        if let Err(e) = std::fs::create_dir_all(self.own_dir())
-            .and_then(|()| std::fs::write(self.kept_path(), after.text()))
-        {
-            tracing::warn!(error = %e, "cannot keep the worktree's state for the next turn");
-        }
-        if after == *before {
-            return Ok(None);
-        }
+        let after = match self.keep_after(after, watch) {
+            Some(after) if after == *before => return Ok(None),
+            Some(after) => after,
+            // Its tree is being written: the look says what changed, and
+            // the branch did not move.
+            None => before.clone(),
+        };
         let moved = after.head != before.head;
         let not_carried = match moved {
             true => self.take_in(&after.head).await?,
@@ -536,7 +620,87 @@ pub(super) fn parse_numstat(out: &[u8]) -> Vec<FileChange> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Project, testing};
     use super::*;
+
+    /// One turn of conversation `c` on `project`: `work` is what its
+    /// harness does; the files the person is told of.
+    async fn turn(project: &Project, workspace: &Path, work: impl FnOnce(&Path)) -> Vec<String> {
+        std::fs::create_dir_all(workspace.join(super::super::BRIDGE_DIR)).unwrap();
+        let checkout = Checkout::ensure(project, workspace, "chat/c".into(), &[".langbot/".into()])
+            .await
+            .unwrap();
+        let before = checkout.before().await.unwrap();
+        work(workspace);
+        let changes = checkout.changes_since(&before).await.unwrap();
+        changes
+            .map(|c| c.files.into_iter().map(|f| f.path).collect())
+            .unwrap_or_default()
+    }
+
+    /// What a harness does: write `text` to `path`.
+    fn write<'a>(path: &'a str, text: &'a str) -> impl FnOnce(&Path) + 'a {
+        move |ws: &Path| {
+            let path = ws.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watch_kept_between_turns_sees_folders_made_moved_and_what_changed_between() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = testing::project(dir.path(), "").await;
+        let ws = dir.path().join("conversation");
+        // The first turn's state is the branch's; from the second on a
+        // watch says where to look, and is kept for the next.
+        assert_eq!(turn(&project, &ws, |_| {}).await, Vec::<String>::new());
+        assert_eq!(turn(&project, &ws, write("a.txt", "a")).await, ["a.txt"]);
+        assert!(
+            project.watches.holds_watch(&ws) || {
+                // Its tree may still be being written.
+                let checkout =
+                    Checkout::ensure(&project, &ws, "chat/c".into(), &[".langbot/".into()])
+                        .await
+                        .unwrap();
+                checkout.kept().await;
+                project.watches.holds_watch(&ws)
+            }
+        );
+        // A folder made: its files are not watched, so the watch is not
+        // handed on, and the next turn's edit in it is seen.
+        assert_eq!(
+            turn(&project, &ws, write("new/b.txt", "b")).await,
+            ["new/b.txt"]
+        );
+        assert_eq!(
+            turn(&project, &ws, write("new/b.txt", "bb")).await,
+            ["new/b.txt"]
+        );
+        // A folder moved: the watch would name its events by the old name.
+        let moved = |ws: &Path| std::fs::rename(ws.join("new"), ws.join("old")).unwrap();
+        assert_eq!(turn(&project, &ws, moved).await, ["new/b.txt", "old/b.txt"]);
+        assert_eq!(
+            turn(&project, &ws, write("old/b.txt", "bbb")).await,
+            ["old/b.txt"]
+        );
+        // Between turns (nothing should run there, but a person may): the
+        // next turn's summary says it.
+        turn(&project, &ws, |_| {}).await;
+        std::fs::write(ws.join("greeting.txt"), "changed between turns\n").unwrap();
+        assert_eq!(
+            turn(&project, &ws, write("a.txt", "aa")).await,
+            ["a.txt", "greeting.txt"]
+        );
+        // Turns one right after another: each is told its own change.
+        for n in 0..5 {
+            let text = format!("{n}");
+            assert_eq!(
+                turn(&project, &ws, write("old/b.txt", &text)).await,
+                ["old/b.txt"]
+            );
+        }
+    }
 
     #[test]
     fn a_kept_state_is_two_object_ids_or_nothing() {

@@ -105,6 +105,7 @@ impl Project {
             carry: self.carry.clone(),
             in_use: None,
             watch: Default::default(),
+            kept_watches: self.watches.clone(),
         };
         let fail = |e: std::io::Error| checkout.fail(format!("cannot put the worktree away: {e}"));
         let Ok(folder) = std::fs::File::open(&checkout.work_tree) else {

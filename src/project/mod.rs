@@ -255,6 +255,8 @@ pub struct Project {
     /// Held by the turn working in a shared project's worktree: turns of
     /// several conversations take it in the order they asked.
     turn: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Its worktrees' watches kept between their turns.
+    watches: watch::KeptWatches,
 }
 
 impl Project {
@@ -341,6 +343,7 @@ impl Project {
                 std::time::Duration::from_secs(spec.worktree_retention_hours.saturating_mul(3600))
             }),
             turn: std::sync::Arc::default(),
+            watches: Default::default(),
         })
     }
 

@@ -51,6 +51,8 @@ pub struct Checkout {
     /// The watch on the worktree's folders from the state before the
     /// turn, taken by the look after it.
     pub(super) watch: std::sync::Arc<std::sync::Mutex<Option<super::watch::Watch>>>,
+    /// Where the watch is kept for the next turn, and found again.
+    pub(super) kept_watches: super::watch::KeptWatches,
 }
 
 impl Checkout {
@@ -81,6 +83,7 @@ impl Checkout {
             carry: project.carry.clone(),
             in_use: None,
             watch: Default::default(),
+            kept_watches: project.watches.clone(),
         };
         checkout.hold().await?;
         checkout.exclude(bridge_paths)?;
