@@ -720,6 +720,74 @@ async fn an_unknown_harness_is_refused_before_it_queues() {
     assert_eq!(status, 200);
 }
 
+/// A typo in the operator's file would leave a setting off (the permission
+/// lock open) or fail every turn later: `serve` does not start on it, and
+/// says where, and what was meant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_does_not_start_on_a_mistyped_setting_and_says_what_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, said) in [
+        (
+            "listen: 127.0.0.1:0\nfixed_config:\n  permision_mode: default\n",
+            "bridge.yaml:3",
+        ),
+        (
+            "fixed_config:\n  permision_mode: default\n",
+            "did you mean `permission_mode`?",
+        ),
+        ("default_harness: claude\n", "did you mean `claude-code`?"),
+        (
+            "harness_config:\n  codx:\n    model: m\n",
+            "did you mean `codex`?",
+        ),
+        (
+            "default_config:\n  project: wbe\n",
+            "project `wbe` is not declared in `projects`",
+        ),
+    ] {
+        std::fs::write(dir.path().join("bridge.yaml"), text).unwrap();
+        for check in [&[][..], &["--check"][..]] {
+            let serve = serve_in(
+                dir.path(),
+                &[&["serve", "--config", "bridge.yaml"], check].concat(),
+            )
+            .await;
+            let stderr = String::from_utf8_lossy(&serve.stderr);
+            assert_eq!(serve.status.code(), Some(1), "{text} {check:?}: {stderr}");
+            assert!(stderr.contains(said), "{text} {check:?}: {stderr}");
+        }
+    }
+    assert!(
+        !dir.path().join("data/workspaces").exists(),
+        "nothing was started"
+    );
+    // The example the binary carries is a file serve starts on.
+    let example = serve_in(dir.path(), &["serve", "--example-config"]).await;
+    assert_eq!(example.status.code(), Some(0));
+    std::fs::write(dir.path().join("bridge.yaml"), &example.stdout).unwrap();
+    let checked = serve_in(dir.path(), &["serve", "--config", "bridge.yaml", "--check"]).await;
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("serve would start on these settings"),
+        "{said}"
+    );
+}
+
+/// `harness-bridge --data-dir data ARGS` in `dir`, to its end.
+async fn serve_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let serve = tokio::process::Command::new(common::bridge_bin())
+        .current_dir(dir)
+        .args(["--data-dir", "data"])
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(20), serve)
+        .await
+        .expect("serve exits")
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_serve_on_the_same_store_is_refused_and_harms_nothing() {
     let server = Server::start("hang", "").await;
@@ -1176,24 +1244,92 @@ async fn pages_of_other_sites_cannot_drive_the_api() {
     assert_eq!(status(refused), 403);
 }
 
+/// The scripted harness with a spec that passes the model on, to see what
+/// reached it.
+fn tools_passing_the_model() -> Arc<tempfile::TempDir> {
+    let dir = tempfile::tempdir().unwrap();
+    common::scripted::install(dir.path());
+    let spec = std::fs::read_to_string(dir.path().join("adapters/scripted.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("adapters/scripted.yaml"),
+        spec.replace(
+            "new: [\"--new\", \"{prompt}\"]",
+            "new: [\"--new\", [\"--model={model}\"], \"{prompt}\"]",
+        ),
+    )
+    .unwrap();
+    Arc::new(dir)
+}
+
+/// The arguments each harness of the server was given.
+fn harness_args(server: &Server) -> Vec<String> {
+    walkdir::WalkDir::new(server.workspaces())
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() == "received-args")
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect()
+}
+
+/// A request's key no binding reads would leave the setting it meant off:
+/// refused, naming it, in either form, unless the operator lets such keys
+/// through. A harness gets the operator's defaults for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requests_unknown_config_key_is_refused_and_a_harness_gets_its_own_defaults() {
+    let server = Server::start_in(
+        Arc::new(tempfile::tempdir().unwrap()),
+        tools_passing_the_model(),
+        "quiet",
+        "default_config:\n  model: everyone\nharness_config:\n  scripted:\n    model: scripted-own\n",
+    )
+    .await;
+    let (status, body) = server
+        .post_json(json!({"conversation": "c1", "text": "hi", "config": {"modle": "x"}}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let said = body["error"].as_str().unwrap();
+    assert!(
+        said.contains("unknown binding key `modle` (did you mean `model`?)"),
+        "{body}"
+    );
+    let mut ctx = serde_json::to_value(common::context("run-full", "c2")).unwrap();
+    ctx["config"] = json!({"working_directory": "/srv/app"});
+    let (status, body) = server.post_json(ctx).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("`working_directory`"),
+        "{body}"
+    );
+    assert!(harness_args(&server).is_empty(), "nothing ran");
+    let (status, body) = server
+        .post_json(json!({"conversation": "c3", "text": "hi"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let args = harness_args(&server);
+    assert_eq!(args.len(), 1, "{args:?}");
+    assert!(args[0].contains("--model=scripted-own"), "{args:?}");
+    drop(server);
+    // Let through where the operator says so: such a key is ignored.
+    let server = Server::start_in(
+        Arc::new(tempfile::tempdir().unwrap()),
+        tools_passing_the_model(),
+        "quiet",
+        "ignore_unknown_config_keys: true\n",
+    )
+    .await;
+    let (status, body) = server
+        .post_json(json!({"conversation": "c1", "text": "hi", "config": {"client_setting": 1}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
 /// What the operator fixes, no request changes, in either form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixed_config_wins_over_every_request() {
-    // A harness spec that passes the model on, to see what reached it.
-    let tools = {
-        let dir = tempfile::tempdir().unwrap();
-        common::scripted::install(dir.path());
-        let spec = std::fs::read_to_string(dir.path().join("adapters/scripted.yaml")).unwrap();
-        std::fs::write(
-            dir.path().join("adapters/scripted.yaml"),
-            spec.replace(
-                "new: [\"--new\", \"{prompt}\"]",
-                "new: [\"--new\", [\"--model={model}\"], \"{prompt}\"]",
-            ),
-        )
-        .unwrap();
-        Arc::new(dir)
-    };
+    let tools = tools_passing_the_model();
     let server = Server::start_in(
         Arc::new(tempfile::tempdir().unwrap()),
         tools,
@@ -1209,12 +1345,7 @@ async fn fixed_config_wins_over_every_request() {
     ctx["config"] = json!({"model": "client-model"});
     let (status, body) = server.post_json(ctx).await;
     assert_eq!(status, 200, "{body}");
-    let args: Vec<String> = walkdir::WalkDir::new(server.workspaces())
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name() == "received-args")
-        .map(|e| std::fs::read_to_string(e.path()).unwrap())
-        .collect();
+    let args = harness_args(&server);
     assert_eq!(args.len(), 2, "{args:?}");
     for args in args {
         assert!(args.contains("--model=operator-model"), "{args}");

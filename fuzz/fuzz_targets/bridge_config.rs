@@ -22,6 +22,18 @@ fuzz_target!(|data: &[u8]| {
     assert!(config.max_concurrent_runs >= 1);
     assert!(config.max_queue_per_conversation >= 1);
     assert!(config.max_queued_total >= 1);
+    // No binding key the operator wrote is one no binding reads.
+    let bindings = [&config.default_config, &config.fixed_config]
+        .into_iter()
+        .chain(config.harness_config.values());
+    for binding in bindings {
+        assert!(
+            binding
+                .0
+                .keys()
+                .all(|k| harness_bridge::projection::unknown_key(k).is_none())
+        );
+    }
     let json = serde_json::to_value(&config).expect("a config serializes");
     let back: ServeConfig =
         serde_json::from_value(json.clone()).expect("a serialized config parses");

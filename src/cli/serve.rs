@@ -17,6 +17,10 @@ use crate::serve::{ServeConfig, Service, tokens};
 
 /// What `serve --help` adds after the options: the API in brief.
 pub const AFTER_HELP: &str = "\
+Settings: `serve --example-config > bridge.yaml` writes every key at its
+default with what it does; `serve --config bridge.yaml --check` checks a
+file (a misspelled key is named at its line, with the key meant).
+
 API (bearer token on every route but / and /healthz: one of api_tokens,
 or, when there are none, the one serve keeps in STORE/api-token; every
 POST with Content-Type: application/json; requests from pages of other
@@ -65,15 +69,57 @@ MCP library's own lines at warn).";
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The service's settings (YAML); every key has a default, and
-    /// docs/bridge.example.yaml explains each.
+    /// `--example-config` prints a file that explains each.
     #[arg(long, value_parser = super::absolute_path, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Check the settings and exit, 0 when `serve` would start on them:
+    /// every key and value, the harnesses and projects they name, the
+    /// projects' repositories. Nothing is started.
+    #[arg(long)]
+    check: bool,
+    /// Print the annotated example settings (every key at its default,
+    /// with what it does) and exit.
+    #[arg(long, conflicts_with_all = ["config", "check"])]
+    example_config: bool,
 }
+
+/// The example `bridge.yaml`, carried by the binary.
+const EXAMPLE_CONFIG: &str = include_str!("../../docs/bridge.example.yaml");
 
 /// Serve until SIGTERM or Ctrl-C.
 pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
+    if args.example_config {
+        print!("{EXAMPLE_CONFIG}");
+        return Ok(exit::OK);
+    }
     let mut config = ServeConfig::load(args.config.as_deref()).map_err(CliError::invalid)?;
     let adapters = super::load_adapters(config.adapters.as_deref())?;
+    config
+        .check_harness_names(adapters.all().iter().map(|spec| spec.name.as_str()))
+        .map_err(CliError::invalid)?;
+    let refused = config.refused_by_defaults(&adapters);
+    if !refused.is_empty() {
+        tracing::warn!(
+            harnesses = %refused.join(", "),
+            "default_config sets `approvals: chat`, which these harnesses cannot take: their \
+             short-form turns will be refused; set it under harness_config for those that can"
+        );
+    }
+    if args.check {
+        let projects = super::runtime()?
+            .block_on(crate::project::open_all(&config.projects))
+            .map_err(|e| CliError::invalid(format!("bridge.yaml: {e}")))?;
+        let file = args
+            .config
+            .as_ref()
+            .map_or("the defaults".into(), |f| f.display().to_string());
+        println!(
+            "{file}: serve would start on these settings ({} harnesses, {} projects)",
+            adapters.all().len(),
+            projects.len()
+        );
+        return Ok(exit::OK);
+    }
     let store_at = config.store_at(data_dir);
     let store_dir = match &store_at {
         StoreAt::Folder(dir) => Some(dir.clone()),

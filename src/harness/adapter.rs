@@ -362,6 +362,9 @@ fn check_home(home: &Home) -> Result<(), String> {
     Ok(())
 }
 
+/// Where a spec's argv takes the bridge's permission prompt tool.
+const PROMPT_TOOL_PLACEHOLDER: &str = "permission_prompt_tool";
+
 const PLACEHOLDERS: [&str; 11] = [
     "prompt",
     "instructions",
@@ -369,7 +372,7 @@ const PLACEHOLDERS: [&str; 11] = [
     "session_id",
     "model",
     "permission_mode",
-    "permission_prompt_tool",
+    PROMPT_TOOL_PLACEHOLDER,
     "config_overrides",
     "usage_file",
     "own_port",
@@ -627,6 +630,14 @@ impl AdapterSpec {
     /// is the only way in (`run` then drives one live turn and stops it).
     pub fn live_only(&self) -> bool {
         self.family.decoder.is_none()
+    }
+
+    /// Whether it hands its permission prompts to the bridge, as
+    /// `approvals: chat` needs: through the bridge's prompt tool, or in its
+    /// live protocol when it runs live (`live`: the bridge keeps live
+    /// processes).
+    pub fn hands_over_approvals(&self, live: bool) -> bool {
+        self.takes(PROMPT_TOOL_PLACEHOLDER) || ((live || self.live_only()) && self.asks_live())
     }
 
     /// Where the projection puts things for this harness.

@@ -1,8 +1,11 @@
 //! The binding: `ctx.config` read as the typed settings projection needs.
 //!
 //! The host passes the Agent's runner configuration through untyped; this
-//! is where it gets a shape, with errors that name the field. Keys no one
-//! knows are ignored: a host may store more than this bridge reads.
+//! is where it gets a shape, with errors that name the field. A host's
+//! context may hold keys no one here reads (a host may store more than
+//! this bridge reads); the operator's own settings (`BindingConfig`) and
+//! `serve`'s requests (`check_keys`) may not, since a misspelled key
+//! would turn a setting off without a word.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -251,6 +254,75 @@ pub enum Approvals {
     /// an approval lets exactly that action run once when the session goes
     /// on.
     Chat,
+}
+
+/// Why a key is not a binding's, with the key it likely meant; `None`
+/// for a key a binding reads.
+pub fn unknown_key(key: &str) -> Option<String> {
+    let keys = super::keys::fields_of::<Binding<'static>>();
+    if keys.contains(&key) {
+        return None;
+    }
+    Some(format!(
+        "unknown binding key `{key}`{}; a binding takes {}",
+        super::keys::did_you_mean(key, keys.iter().copied()),
+        keys.iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Refuse a binding with a key no one reads, naming it (the first, in key
+/// order) and what it likely meant.
+pub fn check_keys(config: &JsonMap) -> Result<(), ProjectionError> {
+    match config.keys().find_map(|key| unknown_key(key)) {
+        Some(why) => Err(ProjectionError::Binding(why)),
+        None => Ok(()),
+    }
+}
+
+/// Binding settings the operator wrote (`serve`'s `default_config`,
+/// `fixed_config` and `harness_config`): each key checked as it is read,
+/// so a typo stops the start at its line instead of leaving a setting
+/// off, and the whole read as a binding, so a wrong value does too.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(transparent)]
+pub struct BindingConfig(pub JsonMap);
+
+impl<'de> Deserialize<'de> for BindingConfig {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = JsonMap;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("binding settings (`key: value` lines)")
+            }
+
+            fn visit_unit<E>(self) -> Result<JsonMap, E> {
+                Ok(JsonMap::new())
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<JsonMap, A::Error> {
+                let mut read = JsonMap::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if let Some(why) = unknown_key(&key) {
+                        return Err(A::Error::custom(why));
+                    }
+                    read.insert(key, map.next_value()?);
+                }
+                Ok(read)
+            }
+        }
+        let config = de.deserialize_any(Keys)?;
+        Binding::from_config(&config).map_err(D::Error::custom)?;
+        Ok(BindingConfig(config))
+    }
 }
 
 impl<'a> Binding<'a> {

@@ -12,6 +12,7 @@ mod confined;
 mod error;
 mod home;
 mod inputs;
+pub mod keys;
 mod mcp_config;
 mod names;
 mod render;
@@ -24,7 +25,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-pub use binding::{Approvals, Binding, NetworkChoice, Questions, SkillSpec};
+pub use binding::{
+    Approvals, Binding, BindingConfig, NetworkChoice, Questions, SkillSpec, check_keys, unknown_key,
+};
 pub use confined::{ConfinedDir, Entry, HardLinked, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
 pub use home::{Carry, Home, ProjectedHome, check_source as check_home_source, is_var_name};

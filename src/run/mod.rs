@@ -56,9 +56,8 @@ const HOST_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// deadline has passed.
 const AFTER_DEADLINE: Duration = Duration::from_secs(2);
 /// The MCP tool a harness's permission prompts go to under
-/// `approvals: chat`, and the spec placeholder that passes it.
+/// `approvals: chat` (its spec passes it as `{permission_prompt_tool}`).
 const PROMPT_TOOL: &str = "mcp__langbot__approve";
-const PROMPT_TOOL_PLACEHOLDER: &str = "permission_prompt_tool";
 /// Time between SIGTERM and SIGKILL when a harness is stopped.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 

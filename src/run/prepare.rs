@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::mcp_file::FilledMcpFile;
 use super::outbox::Outbox;
 use super::{
-    Bridge, Emitter, HOST_CALL_TIMEOUT, PROMPT_TOOL_PLACEHOLDER, RunGuard, RunOptions, RunSummary,
-    SessionPlan, answers, facts, fail, publish, record,
+    Bridge, Emitter, HOST_CALL_TIMEOUT, RunGuard, RunOptions, RunSummary, SessionPlan, answers,
+    facts, fail, publish, record,
 };
 use crate::harness::cage::{Counters, Network, Plan, Quota, Subject};
 use crate::harness::{
@@ -341,8 +341,7 @@ impl Bridge {
         }
         let approvals = binding.approvals == Approvals::Chat;
         // A live harness may ask in its own protocol (Codex's app-server).
-        let asks_live = (self.live.is_some() || spec.live_only()) && spec.asks_live();
-        if approvals && !spec.takes(PROMPT_TOOL_PLACEHOLDER) && !asks_live {
+        if approvals && !spec.hands_over_approvals(self.live.is_some()) {
             return Err(fail(
                 FailureCode::InvalidArgument,
                 format!(

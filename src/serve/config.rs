@@ -67,13 +67,19 @@ pub struct ServeConfig {
     /// Harness for a short-form request that names none.
     pub default_harness: String,
     /// Binding config (model, permission_mode, timeout_seconds,
-    /// instructions, ...) under every short-form request's own `config`:
-    /// the request's keys win.
-    pub default_config: serde_json::Map<String, serde_json::Value>,
+    /// prompt, ...) under every short-form request's own `config`:
+    /// the request's keys win. Each key is checked at start.
+    pub default_config: crate::projection::BindingConfig,
+    /// Binding config for one harness, by name, over `default_config`
+    /// (a `model` or `approvals: chat` only one harness takes).
+    pub harness_config: BTreeMap<String, crate::projection::BindingConfig>,
     /// Binding keys no request can change (e.g. `permission_mode:
     /// default`), over both request forms' own config: what a client may
     /// decide stops where the operator says.
-    pub fixed_config: serde_json::Map<String, serde_json::Value>,
+    pub fixed_config: crate::projection::BindingConfig,
+    /// A request's config keys no binding reads are ignored instead of
+    /// refused (422): for a client that sends settings of its own.
+    pub ignore_unknown_config_keys: bool,
     /// Turns running at once, across conversations.
     pub max_concurrent_runs: usize,
     /// Turns waiting per conversation before new ones get 429.
@@ -136,8 +142,10 @@ impl Default for ServeConfig {
             projects: Default::default(),
             knowledge_bases: BTreeMap::new(),
             default_harness: "claude-code".into(),
-            default_config: serde_json::Map::new(),
-            fixed_config: serde_json::Map::new(),
+            default_config: Default::default(),
+            harness_config: BTreeMap::new(),
+            fixed_config: Default::default(),
+            ignore_unknown_config_keys: false,
             max_concurrent_runs: 4,
             max_queue_per_conversation: 8,
             max_queued_total: 1024,
@@ -248,15 +256,91 @@ impl ServeConfig {
             ServeConfig::default()
         } else {
             serde_yaml::from_str(text).map_err(|e| {
+                let said = for_person(&e);
                 let at = e
                     .location()
-                    .map(|l| format!(":{}", l.line()))
+                    .map(|l| format!(":{}", key_line(text, l.line(), &said)))
                     .unwrap_or_default();
-                ConfigError::Malformed(format!("{file}{at}: {e}"))
+                ConfigError::Malformed(format!("{file}{at}: {said}"))
             })?
         };
         config.check().map_err(ConfigError::Invalid)?;
         Ok(config)
+    }
+
+    /// Check the settings that name harnesses against those there are
+    /// (built in, or in the `adapters` folder): `default_harness` and
+    /// `harness_config`'s names, with the one likely meant.
+    pub fn check_harness_names<'a>(
+        &self,
+        known: impl Iterator<Item = &'a str> + Clone,
+    ) -> Result<(), ConfigError> {
+        let names = self
+            .harness_config
+            .keys()
+            .map(|name| ("harness_config", name.as_str()))
+            .chain([("default_harness", self.default_harness.as_str())]);
+        for (key, name) in names {
+            if !known.clone().any(|k| k == name) {
+                return Err(ConfigError::Invalid(format!(
+                    "{key}: no harness is named `{name}`{}; there are {}",
+                    crate::projection::keys::did_you_mean(name, known.clone()),
+                    known.clone().collect::<Vec<_>>().join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The harnesses whose every short-form turn the operator's defaults
+    /// would have refused: `approvals: chat` for one that cannot hand its
+    /// permission prompts over (`default_config` is every harness's).
+    pub fn refused_by_defaults(&self, adapters: &crate::harness::Adapters) -> Vec<String> {
+        let live = self.live().is_some();
+        adapters
+            .all()
+            .iter()
+            .filter(|spec| {
+                let defaults = self.defaults_for(&spec.name);
+                let chat = crate::projection::Binding::from_config(&defaults)
+                    .is_ok_and(|b| b.approvals == crate::projection::Approvals::Chat);
+                chat && !spec.hands_over_approvals(live)
+            })
+            .map(|spec| spec.name.clone())
+            .collect()
+    }
+
+    /// The operator's bindings pick declared projects only.
+    fn check_project_names(&self) -> Result<(), String> {
+        let bindings = [
+            ("default_config", &self.default_config),
+            ("fixed_config", &self.fixed_config),
+        ]
+        .into_iter()
+        .chain(self.harness_config.values().map(|b| ("harness_config", b)));
+        for (key, binding) in bindings {
+            let Some(name) = binding.0.get("project").and_then(serde_json::Value::as_str) else {
+                continue;
+            };
+            if !name.trim().is_empty() && !self.projects.contains_key(name.trim()) {
+                let known = self.projects.keys().map(String::as_str);
+                return Err(format!(
+                    "{key}: project `{name}` is not declared in `projects`{}",
+                    crate::projection::keys::did_you_mean(name, known)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A short-form request's config under the operator's: `default_config`,
+    /// then `harness_config` of `harness`, then the request's own keys.
+    pub fn defaults_for(&self, harness: &str) -> serde_json::Map<String, serde_json::Value> {
+        let mut config = self.default_config.0.clone();
+        if let Some(own) = self.harness_config.get(harness) {
+            config.extend(own.0.clone());
+        }
+        config
     }
 
     fn check(&self) -> Result<(), String> {
@@ -270,6 +354,7 @@ impl ServeConfig {
             return Err("no_auth and api_tokens are both set: choose one".into());
         }
         crate::projection::check_mcp_catalog(&self.mcp_servers).map_err(|e| e.to_string())?;
+        self.check_project_names()?;
         for id in self.knowledge_bases.keys() {
             let fits = !id.is_empty()
                 && id.len() <= 64
@@ -319,6 +404,55 @@ impl ServeConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// The line of the binding key `said` names: YAML's reader places an error
+/// in a mapping at its first line, the key may be further down.
+fn key_line(text: &str, line: usize, said: &str) -> usize {
+    let key = said
+        .split_once("unknown binding key `")
+        .and_then(|(_, rest)| rest.split('`').next());
+    let Some(key) = key else {
+        return line;
+    };
+    text.lines()
+        .enumerate()
+        .skip(line.saturating_sub(1))
+        .find(|(_, l)| {
+            let l = l.trim_start().trim_start_matches(['"', '\'']);
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start_matches(['"', '\'']).starts_with(':'))
+        })
+        .map_or(line, |(at, _)| at + 1)
+}
+
+/// serde's sentence, said for a person: a misspelled key with the one it
+/// likely meant, a number as a number, without its place (the file's line
+/// is said before it).
+fn for_person(e: &serde_yaml::Error) -> String {
+    let said = e.to_string();
+    let said = match said.rsplit_once(" at line ") {
+        Some((head, place)) if place.contains(" column ") => head.to_string(),
+        _ => said,
+    };
+    let said = said
+        .replace("expected usize", "expected a whole number")
+        .replace("expected u64", "expected a whole number")
+        .replace("expected u16", "expected a whole number from 0 to 65535");
+    let typo = said
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next());
+    match typo {
+        Some(key) => {
+            let keys = crate::projection::keys::fields_of::<ServeConfig>();
+            let hint = crate::projection::keys::did_you_mean(key, keys.iter().copied());
+            match said.split_once(", expected") {
+                Some((head, tail)) => format!("{head}{hint}, expected{tail}"),
+                None => format!("{said}{hint}"),
+            }
+        }
+        None => said,
     }
 }
 
@@ -380,6 +514,82 @@ mod tests {
         assert_eq!(
             config.mcp_servers["wiki"].command.as_deref(),
             Some("wiki-mcp")
+        );
+    }
+
+    #[test]
+    fn a_mistyped_binding_key_stops_the_start_at_its_line_with_the_key_meant() {
+        // The operator believes the permission lock is on: it must not
+        // start with it off.
+        let err =
+            load("listen: 127.0.0.1:9999\nfixed_config:\n  permision_mode: default\n").unwrap_err();
+        assert!(
+            err.contains("bridge.yaml:3")
+                && err.contains("unknown binding key `permision_mode`")
+                && err.contains("did you mean `permission_mode`?"),
+            "{err}"
+        );
+        let err = load("default_config:\n  model: a\n  modle: b\n").unwrap_err();
+        assert!(
+            err.contains("bridge.yaml:3") && err.contains("did you mean `model`?"),
+            "{err}"
+        );
+        let err = load("harness_config:\n  codex:\n    working_directory: /srv\n").unwrap_err();
+        assert!(
+            err.contains("bridge.yaml:3") && err.contains("`working_directory`"),
+            "{err}"
+        );
+        // A key a binding reads, with a value it cannot take.
+        let err = load("default_config:\n  timeout_seconds: soon\n").unwrap_err();
+        assert!(err.contains("timeout_seconds"), "{err}");
+        let err = load("fixed_config:\n  approvals: always\n").unwrap_err();
+        assert!(err.contains("approvals") && err.contains("chat"), "{err}");
+        // What a harness gets: the default, then its own, then the request.
+        let config =
+            load("default_config:\n  model: m\n  keep_runs: 2\nharness_config:\n  codex:\n    model: c\n")
+                .unwrap();
+        assert_eq!(config.defaults_for("codex")["model"], "c");
+        assert_eq!(config.defaults_for("codex")["keep_runs"], 2);
+        assert_eq!(config.defaults_for("claude-code")["model"], "m");
+    }
+
+    #[test]
+    fn a_mistyped_setting_or_harness_says_what_was_meant() {
+        let err = load("max_concurent_runs: 3\n").unwrap_err();
+        assert!(err.contains("did you mean `max_concurrent_runs`?"), "{err}");
+        let err = load("max_concurrent_runs: two\n").unwrap_err();
+        assert!(err.contains("expected a whole number"), "{err}");
+        let known = ["claude-code", "codex", "gemini"];
+        let config = load("default_harness: claude\n").unwrap();
+        let err = config
+            .check_harness_names(known.iter().copied())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("default_harness: no harness is named `claude`")
+                && err.contains("did you mean `claude-code`?"),
+            "{err}"
+        );
+        let config = load("harness_config:\n  codx: {}\n").unwrap();
+        let err = config
+            .check_harness_names(known.iter().copied())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean `codex`?"), "{err}");
+        // Every harness gets `default_config`: one that cannot take what
+        // it says is named, so the operator can move it to its harnesses'.
+        let adapters = crate::harness::Adapters::builtin();
+        let config = load("default_config:\n  approvals: chat\n").unwrap();
+        let refused = config.refused_by_defaults(adapters);
+        assert!(refused.contains(&"gemini".to_string()), "{refused:?}");
+        assert!(!refused.contains(&"claude-code".to_string()), "{refused:?}");
+        let config = load("harness_config:\n  claude-code:\n    approvals: chat\n").unwrap();
+        assert!(config.refused_by_defaults(adapters).is_empty());
+        assert!(
+            load("harness_config:\n  codex: {model: c}\n")
+                .unwrap()
+                .check_harness_names(known.iter().copied())
+                .is_ok()
         );
     }
 

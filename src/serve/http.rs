@@ -223,7 +223,7 @@ struct RunQuery {
 /// A run request, read.
 struct RunRequest {
     ctx: crate::protocol::AgentRunContext,
-    harness: Option<String>,
+    harness: String,
     policy: Policy,
 }
 
@@ -232,9 +232,14 @@ const RUN_FORMS: &str = "an AgentRunContext (with run_id) or the short form \
      {\"conversation\": \"...\", \"text\": \"...\", actor?, harness?, config?, run_id?, \
      interaction?: {interaction_id, action_id?, values?}, policy?: queue|steer}";
 
-/// A run request's context, and the harness it names (the short form may).
-/// The short form gets `defaults` under its own config.
-fn run_request(doc: Value, defaults: &JsonMap) -> Result<RunRequest, String> {
+/// A run request's context, and the harness it runs on: the short form's
+/// own, else the query's, else the operator's default. The short form
+/// gets the operator's defaults for that harness under its own config.
+fn run_request(
+    doc: Value,
+    operator: &super::ServeConfig,
+    query_harness: Option<String>,
+) -> Result<RunRequest, String> {
     // The short form names its conversation with a string; a context
     // carries a `conversation` object (or none).
     if !doc.get("conversation").is_some_and(Value::is_string) {
@@ -244,7 +249,7 @@ fn run_request(doc: Value, defaults: &JsonMap) -> Result<RunRequest, String> {
         return checked_context(&doc)
             .map(|ctx| RunRequest {
                 ctx,
-                harness: None,
+                harness: query_harness.unwrap_or_else(|| operator.default_harness.clone()),
                 policy: Policy::Queue,
             })
             .map_err(|e| e.to_string());
@@ -256,7 +261,9 @@ fn run_request(doc: Value, defaults: &JsonMap) -> Result<RunRequest, String> {
             "give the turn's text, or an interaction that answers an open request: {RUN_FORMS}"
         ));
     }
-    let mut config = defaults.clone();
+    let harness =
+        (short.harness.or(query_harness)).unwrap_or_else(|| operator.default_harness.clone());
+    let mut config = operator.defaults_for(&harness);
     config.extend(short.config);
     let answer = short.interaction.map(|a| InteractionSubmission {
         interaction_id: a.interaction_id,
@@ -280,7 +287,7 @@ fn run_request(doc: Value, defaults: &JsonMap) -> Result<RunRequest, String> {
     }
     Ok(RunRequest {
         ctx,
-        harness: short.harness,
+        harness,
         policy: short.policy,
     })
 }
@@ -298,11 +305,18 @@ async fn create_run(
         mut ctx,
         harness,
         policy,
-    } = match run_request(doc, &service.config.default_config) {
+    } = match run_request(doc, &service.config, query.harness) {
         Ok(request) => request,
         Err(why) => return error(StatusCode::UNPROCESSABLE_ENTITY, why),
     };
-    ctx.config.extend(service.config.fixed_config.clone());
+    // A key no binding reads is a setting the client believes in and the
+    // bridge would leave off: refused, unless the operator says otherwise.
+    if !service.config.ignore_unknown_config_keys
+        && let Err(e) = crate::projection::check_keys(&ctx.config)
+    {
+        return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
+    }
+    ctx.config.extend(service.config.fixed_config.0.clone());
     // A binding that could never run (a wrong key, a server it tries to
     // define) is the client's to fix now, not a queued turn's to fail.
     match crate::projection::Binding::from_config(&ctx.config) {
@@ -317,8 +331,6 @@ async fn create_run(
             }
         }
     }
-    let harness = harness.or(query.harness);
-    let harness = harness.unwrap_or_else(|| service.config.default_harness.clone());
     if policy == Policy::Steer {
         let conversation = ctx.conversation_id().unwrap_or("_").to_string();
         let text = ctx.input.to_text();
