@@ -917,3 +917,63 @@ done
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
 }
+
+/// A harness killed in the middle of a turn reads the same to the person
+/// whether it runs per turn or is kept alive: one code, one sentence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_harness_killed_mid_turn_reads_the_same_kept_alive_or_per_turn() {
+    let mut said = Vec::new();
+    for extra in ["", "max_live_sessions: 0\n"] {
+        let (model_url, fake) = fake_model_hanging_on("HANG").await;
+        let (mut server, _home) = serve_claude(model_url, extra).await;
+        let run = server
+            .spawn_results(json!({"conversation": CHAT, "text": "HANG now", "run_id": "killed-1"}));
+        // The model has been asked, and keeps the turn waiting.
+        for _ in 0..400 {
+            if fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(
+            fake.hanging.load(std::sync::atomic::Ordering::SeqCst) > 0,
+            "{extra:?}"
+        );
+        for process in common::processes_under(&server.workspaces()) {
+            let pid: i32 = process.split(':').next().unwrap().parse().unwrap();
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let results = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("the turn ends")
+            .unwrap();
+        let end = terminal(&results);
+        assert_eq!(end["type"], "run.failed", "{extra:?}: {results:?}");
+        said.push((
+            end["data"]["code"].clone(),
+            end["data"]["error"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+            end["data"]["retryable"].clone(),
+        ));
+        let root = server.workspaces();
+        assert!(server.stop().await.success());
+        common::assert_none_left_under(&root).await;
+    }
+    assert_eq!(said[0], said[1], "kept alive, then per turn");
+    assert_eq!(said[0].0, "harness_killed", "{said:?}");
+    assert!(
+        said[0]
+            .1
+            .starts_with("Claude Code was killed without completing the turn"),
+        "{said:?}"
+    );
+}

@@ -499,6 +499,15 @@ async fn sigterm_during_a_run_stops_everything() {
     let root = server.workspaces();
     let status = server.stop().await;
     assert!(status.success(), "{status:?}");
+    // The log says the signal, the shutdown and the end.
+    for said in [
+        "SIGTERM",
+        "shutting down",
+        "runs_here\":2",
+        "stopped: every turn",
+    ] {
+        server.wait_for_log(said).await;
+    }
     let queued = queued.await.unwrap();
     assert!(
         queued.contains("cancelled") && queued.lines().count() == 1,

@@ -282,11 +282,15 @@ fn stop_and_hurry_on_signal() -> (
                 }
             };
             tokio::select! {
-                _ = term => {}
-                _ = interrupt => {}
+                _ = term => "SIGTERM",
+                _ = interrupt => "SIGINT",
             }
         };
-        signal().await;
+        let first = signal().await;
+        tracing::info!(
+            signal = first,
+            "stopping: no new turns; running ones get their grace to finish (a second signal cancels them)"
+        );
         on_stop.cancel();
         signal().await;
         tracing::warn!("second signal: cancelling every run now");

@@ -178,6 +178,12 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let (stop, hurry) = super::stop_and_hurry_on_signal();
         eprintln!("harness-bridge serving on http://{addr}");
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            listen = %addr,
+            max_concurrent_runs = config.max_concurrent_runs,
+            "serving"
+        );
         let service = match backlog {
             Backlog::Local(journal) => Service::new(bridge, journal, config),
             Backlog::Shared {

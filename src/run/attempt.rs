@@ -262,7 +262,7 @@ impl OneShot<'_> {
                     Some(other) => other,
                     None => failed(
                         FailureCode::HarnessError,
-                        format!("{} ended without a result", spec.label),
+                        exit.ended_early(&spec.label),
                         false,
                     ),
                 }

@@ -435,13 +435,8 @@ async fn conclude(
         }
         (Over::Exited, stop) => {
             let status = process.process.terminate(grace).await;
-            let how = match status
-                .ok()
-                .map(|s| (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)))
-            {
-                Some((Some(code), _)) => format!("exited with code {code}"),
-                Some((None, Some(signal))) => format!("was killed by signal {signal}"),
-                _ => "ended".to_string(),
+            let exit = crate::harness::decode::Exit {
+                code: status.ok().and_then(|s| s.code()),
             };
             process.process.clear().await;
             let stderr = process.process.stderr_tail().await;
@@ -461,10 +456,15 @@ async fn conclude(
                     true,
                 ),
                 _ => {
+                    // Said as a harness run per turn says it: the same
+                    // crash reads the same in every front end.
                     let mut failed = RunFailed {
-                        code: FailureCode::HarnessError,
-                        error: format!("{} {how} in the middle of the turn", spec.label),
-                        retryable: true,
+                        code: match exit.code {
+                            Some(_) => FailureCode::HarnessError,
+                            None => FailureCode::HarnessKilled,
+                        },
+                        error: exit.ended_early(&spec.label),
+                        retryable: false,
                     };
                     attempt::quote_stderr(&mut failed, &stderr);
                     ResultPayload::RunFailed(failed)

@@ -511,6 +511,18 @@ impl Service {
     pub async fn shutdown(&self, hurry: impl std::future::Future<Output = ()>) {
         {
             let runs = self.runs();
+            // Running or queued here; on a shared store, `in_flight`
+            // counts those other instances run too.
+            let here = runs
+                .values()
+                .filter(|run| run.executing.load(Ordering::Acquire))
+                .count();
+            tracing::info!(
+                runs_here = here,
+                in_flight = runs.len(),
+                grace_seconds = self.config.shutdown_grace_seconds,
+                "shutting down"
+            );
             self.closing.store(true, Ordering::Release);
             self.backlog.closing(&runs);
         }
@@ -600,5 +612,6 @@ pub async fn serve(
         }
     };
     tokio::join!(server, drain, prune);
+    tracing::info!("stopped: every turn has ended and is journaled");
     Ok(())
 }

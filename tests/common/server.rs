@@ -236,6 +236,21 @@ impl ServeProcess {
         ServeProcess::spawn(self.data.clone(), config, env).await
     }
 
+    /// Wait (bounded) until serve has logged a line holding `text`: the
+    /// lines of a process that just ended may still be on their way.
+    pub async fn wait_for_log(&self, text: &str) {
+        let logged = tokio::time::timeout(Duration::from_secs(10), async {
+            while !self.log.lock().unwrap().iter().any(|l| l.contains(text)) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        if logged.is_err() {
+            let log = self.log.lock().unwrap().join("\n");
+            panic!("serve never logged {text:?}; it logged:\n{log}");
+        }
+    }
+
     /// SIGTERM, then wait (bounded) for a clean exit.
     pub async fn stop(&mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id().expect("running") as i32);

@@ -283,10 +283,7 @@ impl Decoder for ClaudeStreamJson {
                     ),
                 }
             }
-            None => format!(
-                "Claude Code exited ({}) without a result",
-                exit.code.map_or("killed".into(), |c| format!("code {c}"))
-            ),
+            None => exit.ended_early("Claude Code"),
         };
         let code = match result.as_ref().and_then(|r| r["subtype"].as_str()) {
             Some("error_max_turns") => FailureCode::MaxTurns,

@@ -172,12 +172,9 @@ impl Decoder for CodexJsonl {
                 message: self.last_message.take().map(Message::assistant),
             })];
         }
-        let how = exit.code.map_or("was killed".to_string(), |c| {
-            format!("exited with code {c}")
-        });
         let error = match self.failure.take() {
             Some(message) => format!("Codex failed: {message}"),
-            None => format!("Codex {how} without completing the turn"),
+            None => exit.ended_early("Codex"),
         };
         let code = if exit.code.is_none() {
             FailureCode::HarnessKilled

@@ -110,12 +110,9 @@ impl Decoder for CopilotJson {
                 message: self.last_message.take().map(Message::assistant),
             })];
         }
-        let how = exit.code.map_or("was killed".to_string(), |c| {
-            format!("exited with code {c}")
-        });
         let error = match self.error.take() {
             Some(message) => format!("Copilot failed: {message}"),
-            None => format!("Copilot {how} without completing the turn"),
+            None => exit.ended_early("Copilot"),
         };
         vec![ResultPayload::RunFailed(RunFailed {
             code: if exit.code.is_none() {

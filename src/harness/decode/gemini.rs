@@ -145,12 +145,9 @@ impl Decoder for GeminiStreamJson {
                 message: self.last_message.take().map(Message::assistant),
             })];
         }
-        let how = exit.code.map_or("was killed".to_string(), |c| {
-            format!("exited with code {c}")
-        });
         let error = match self.error.take() {
             Some(message) => format!("Gemini CLI failed: {message}"),
-            None => format!("Gemini CLI {how} without completing the turn"),
+            None => exit.ended_early("Gemini CLI"),
         };
         vec![ResultPayload::RunFailed(RunFailed {
             code: if exit.code.is_none() {

@@ -36,6 +36,15 @@ impl Exit {
     pub fn success(self) -> bool {
         self.code == Some(0)
     }
+
+    /// What the person reads when the harness ended before the turn did:
+    /// one sentence for every harness, run per turn or kept alive.
+    pub fn ended_early(self, label: &str) -> String {
+        match self.code {
+            Some(code) => format!("{label} exited with code {code} without completing the turn"),
+            None => format!("{label} was killed without completing the turn"),
+        }
+    }
 }
 
 /// A harness output format.
