@@ -131,6 +131,9 @@ async fn host_commands_show_history_state_and_audit() {
     })
     .await
     .unwrap_err();
+    // The store writes audit rows on a thread of its own: a read in this
+    // process flushes them before another process reads the file.
+    f.store.audit_tail(None, 1).await.unwrap();
     let dir = f.store.dir().to_str().unwrap().to_string();
 
     let out = bridge(&["--data-dir", &dir, "host", "history", "group_1"]);
