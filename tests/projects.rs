@@ -1762,28 +1762,42 @@ async fn commits_that_cannot_be_carried_are_said_in_the_chat() {
     );
 }
 
+/// A repository under `dir` and a bare clone of it, `web.git`: the
+/// project's remote.
+fn bare_remote(dir: &Path) -> PathBuf {
+    let origin = repository(dir);
+    git(
+        dir,
+        &["clone", "-q", "--bare", origin.to_str().unwrap(), "web.git"],
+    );
+    dir.join("web.git")
+}
+
+/// Instance `name`'s settings on the shared store at `db_url`, with
+/// project `web` carried through `remote`: each instance has its own
+/// clone of the project (under `dir`), made at its start.
+fn instance_yaml(db_url: &str, name: &str, dir: &Path, remote: &Path) -> String {
+    format!(
+        "store: {db_url}\ninstance_id: {name}\nlease_seconds: 3\nshutdown_grace_seconds: 5\n\
+         projects:\n  web:\n    repository: {}\n    carry:\n      remote: {}\n",
+        dir.join(format!("clones/{name}/web")).display(),
+        remote.display()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn a_conversation_taken_over_by_another_instance_finds_its_work_there() {
     let db = common::pg::database().await;
     let dir = tempfile::tempdir().unwrap();
-    let origin = repository(dir.path());
-    git(
-        dir.path(),
-        &["clone", "-q", "--bare", origin.to_str().unwrap(), "web.git"],
-    );
-    let remote = dir.path().join("web.git");
+    let remote = bare_remote(dir.path());
     let tools = write_tools(dir.path());
     // Each instance has its own clone of the project, made at its start.
     let start = |name: &'static str| {
         let config = format!(
-            "store: {}\ninstance_id: {name}\nlease_seconds: 3\nadapters: {}\n\
-             default_harness: editor\nkill_grace_seconds: 1\nshutdown_grace_seconds: 5\n\
-             projects:\n  web:\n    repository: {}\n    carry:\n      remote: {}\n",
-            db.url,
+            "{}adapters: {}\ndefault_harness: editor\nkill_grace_seconds: 1\n",
+            instance_yaml(&db.url, name, dir.path(), &remote),
             tools.join("adapters").display(),
-            dir.path().join(format!("clones/{name}/web")).display(),
-            remote.display()
         );
         let path = path_with(&tools);
         async move {
@@ -1822,9 +1836,89 @@ async fn a_conversation_taken_over_by_another_instance_finds_its_work_there() {
         theirs.contains("+beta") && !theirs.contains("+alpha"),
         "{theirs}"
     );
-    // The harness's own session stayed behind, and the person is told.
+    // This harness keeps no session files the bridge can carry: its
+    // session stayed behind, and the person is told why.
     let notice = done["data"]["message"]["metadata"]["session"]["notice"]
         .as_str()
         .unwrap_or_default();
-    assert!(notice.contains("another workspace"), "{done}");
+    assert!(
+        notice.contains("another workspace") && notice.contains("could not follow it here"),
+        "{done}"
+    );
+}
+
+/// Issue's whole path with a real harness: two instances on PostgreSQL,
+/// a project whose remote is a local bare repository, the real Codex
+/// against a fake model. A turn on instance a edits and commits; a is
+/// killed; the next turn, taken by b, finds the work in its worktree and
+/// resumes the same Codex session (its files followed through the store:
+/// the model is sent the first turn again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres+clis: needs PostgreSQL's server (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN) and the pinned codex (tests/clis); scripts/test runs it"]
+async fn codex_resumes_its_session_on_the_instance_that_takes_the_conversation_over() {
+    use common::openai::{self, RUN};
+    let db = common::pg::database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let remote = bare_remote(dir.path());
+    let (model_url, fake) = openai::fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    openai::codex_home(home.path(), &model_url);
+    let start = |name: &'static str| {
+        let config = format!(
+            "{}harness_binaries:\n  codex: {}\ndefault_harness: codex\n\
+             default_config:\n  project: web\n",
+            instance_yaml(&db.url, name, dir.path(), &remote),
+            common::cli("codex").display(),
+        );
+        let env = [
+            ("PATH", std::env::var("PATH").unwrap_or_default()),
+            ("HOME", home.path().display().to_string()),
+            ("CODEX_HOME", home.path().display().to_string()),
+            ("OPENAI_API_KEY", "test-key".to_string()),
+        ];
+        async move {
+            let data = Arc::new(tempfile::tempdir().unwrap());
+            ServeProcess::spawn(data, &config, &env).await
+        }
+    };
+    let mut a = start("a").await;
+    let command = "echo alpha >> greeting.txt && git commit -qam 'Codex adds alpha'";
+    let first = a
+        .results(json!({"conversation": "moving", "text": format!("{RUN}{command}")}))
+        .await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
+    assert!(summary_of(&first).contains("1 new commit"), "{first:#?}");
+    let first_session =
+        terminal(&first)["data"]["message"]["metadata"]["session"]["session_id"].clone();
+    assert!(first_session.is_string(), "{first:#?}");
+
+    let b = start("b").await;
+    a.child.start_kill().unwrap();
+    let _ = a.child.wait().await;
+    let asked = fake.requests.lock().unwrap().len();
+    let second = b
+        .results(json!({"conversation": "moving", "text": format!("{RUN}cat greeting.txt")}))
+        .await;
+    let done = terminal(&second);
+    assert_eq!(done["type"], "run.completed", "{second:#?}");
+    // b runs this one conversation: its one workspace is the worktree.
+    let workspace = workspaces_with(&b.workspaces(), "agent-context.json");
+    assert_eq!(workspace.len(), 1, "{workspace:?}");
+    assert_eq!(
+        std::fs::read_to_string(workspace[0].join("greeting.txt")).unwrap(),
+        "hello\nalpha\n",
+        "the work of the turn on the lost instance is in the new worktree"
+    );
+    let session = &done["data"]["message"]["metadata"]["session"];
+    assert_eq!(session["session_id"], first_session, "{session}");
+    assert_eq!(session["resumed"], true, "{session}");
+    assert!(session["notice"].is_null(), "{session}");
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests[asked]["input"]
+            .to_string()
+            .contains("Codex adds alpha"),
+        "the resumed session did not hold the first turn: {}",
+        requests[asked]["input"]
+    );
 }

@@ -1189,9 +1189,11 @@ async fn a_cancel_posted_to_another_instance_stops_the_turn() {
 
 /// The real Claude Code on two instances: a conversation's instance is
 /// killed; the next turn, posted to the other, waits out the lease, takes
-/// the conversation over and starts a fresh session there (saying so: the
-/// session was in the lost instance's workspace), and the model's call of
-/// the bridge's history tool reads the first turn from the shared store.
+/// the conversation over and resumes the same Claude Code session there
+/// (its files followed through the store: the model is sent the first
+/// turn again), and the model's call of the bridge's history tool reads
+/// the first turn from the shared store. With the copy turned off, the
+/// next move starts fresh and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier postgres+clis: needs PostgreSQL's server (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN) and the pinned claude (tests/clis); scripts/test runs it"]
 async fn a_conversation_is_taken_over_when_its_instance_dies() {
@@ -1199,7 +1201,7 @@ async fn a_conversation_is_taken_over_when_its_instance_dies() {
     let (model_url, fake) = fake_model(false).await;
     let db = common::pg::database().await;
     let claude = common::cli("claude");
-    let start = |name: &'static str| {
+    let start = |name: &'static str, copy_mib: u32| {
         let (url, model_url, claude) = (db.url.clone(), model_url.clone(), claude.clone());
         async move {
             let data = Arc::new(tempfile::tempdir().unwrap());
@@ -1207,7 +1209,8 @@ async fn a_conversation_is_taken_over_when_its_instance_dies() {
             std::fs::create_dir(&home).unwrap();
             let config = format!(
                 "store: {url}\ninstance_id: {name}\nlease_seconds: 3\n\
-                 harness_binaries:\n  claude-code: {}\nshutdown_grace_seconds: 5\n",
+                 harness_binaries:\n  claude-code: {}\nshutdown_grace_seconds: 5\n\
+                 session_copy_max_mib: {copy_mib}\n",
                 claude.display()
             );
             let env = [
@@ -1224,14 +1227,14 @@ async fn a_conversation_is_taken_over_when_its_instance_dies() {
             ServeProcess::spawn(data, &config, &env).await
         }
     };
-    let mut a = start("a").await;
+    let mut a = start("a", 16).await;
     let first = a
         .results(json!({"conversation": "moving", "text": common::DECISION, "run_id": "move-1"}))
         .await;
     let done = first.last().unwrap();
     assert_eq!(done["type"], "run.completed", "{first:?}");
     let first_session = done["data"]["message"]["metadata"]["session"]["session_id"].clone();
-    let mut b = start("b").await;
+    let mut b = start("b", 16).await;
     a.child.start_kill().unwrap();
     let _ = a.child.wait().await;
 
@@ -1242,17 +1245,22 @@ async fn a_conversation_is_taken_over_when_its_instance_dies() {
     let done = second.last().unwrap();
     assert_eq!(done["type"], "run.completed", "{second:?}");
     let session = &done["data"]["message"]["metadata"]["session"];
-    assert_ne!(session["session_id"], first_session, "{session}");
-    assert!(
-        session["notice"]
-            .as_str()
-            .is_some_and(|n| n.contains("another workspace")),
-        "{session}"
-    );
+    assert_eq!(session["session_id"], first_session, "{session}");
+    assert_eq!(session["resumed"], true, "{session}");
+    assert!(session["notice"].is_null(), "{session}");
     assert!(done.to_string().contains(ANSWER), "{second:?}");
+    // The session came along: the model's first request of the turn holds
+    // the first turn's message, before any tool was called.
+    let requests = fake.requests.lock().unwrap().clone();
+    assert!(
+        requests[asked]["messages"]
+            .to_string()
+            .contains(common::DECISION),
+        "the resumed session did not hold the first turn: {}",
+        requests[asked]["messages"]
+    );
     // The history tool answered from the shared store: the first turn,
     // written by the lost instance, reached the model.
-    let requests = fake.requests.lock().unwrap().clone();
     assert!(
         requests[asked..].iter().any(|r| {
             r["messages"].to_string().contains("tool_result")
@@ -1265,10 +1273,25 @@ async fn a_conversation_is_taken_over_when_its_instance_dies() {
         .await;
     assert!(history.to_string().contains(common::DECISION), "{history}");
 
-    let root = b.workspaces();
-    assert!(b.stop().await.success());
+    // Instance c keeps no copies: b dies, c's turn starts fresh, saying why.
+    let mut c = start("c", 0).await;
+    b.child.start_kill().unwrap();
+    let _ = b.child.wait().await;
+    let third = c
+        .results(json!({"conversation": "moving", "text": ASK, "run_id": "move-3"}))
+        .await;
+    let done = third.last().unwrap();
+    assert_eq!(done["type"], "run.completed", "{third:?}");
+    let session = &done["data"]["message"]["metadata"]["session"];
+    assert_ne!(session["session_id"], first_session, "{session}");
+    let notice = session["notice"].as_str().unwrap_or_default();
+    assert!(notice.contains("another workspace"), "{session}");
+
+    let root = c.workspaces();
+    assert!(c.stop().await.success());
     common::assert_none_left_under(&root).await;
     common::assert_none_left_under(&a.workspaces()).await;
+    common::assert_none_left_under(&b.workspaces()).await;
 }
 
 /// `harness-bridge` with its arguments, on data folder `data`; its exit

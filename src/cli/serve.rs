@@ -137,16 +137,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         .clone()
         .unwrap_or_else(|| data_dir.join("workspaces"));
     let retention = Duration::from_secs(config.retention_hours.saturating_mul(3600));
-    let mut settings = Settings::new(workspace_root);
-    settings.binaries = config.harness_binaries.clone();
-    settings.pass_env = config.pass_env.clone();
-    settings.set_env = config.set_env.clone();
-    settings.mcp_servers = config.mcp_servers.clone();
-    settings.turn_timeout = Duration::from_secs(config.turn_timeout_seconds.max(1));
-    settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
-    settings.live = config.live();
-    settings.cage = config.cage.clone();
-    super::cage::announce(&settings.cage);
+    let settings = run_settings(&config, workspace_root, &store_at);
 
     // The store, the record of runs and how turns wait: the embedded
     // store with its journal, or a PostgreSQL store shared with other
@@ -219,6 +210,25 @@ enum Backlog {
 }
 
 type Opened = (Arc<dyn crate::host::HostApi>, Backlog);
+
+/// The turns' settings from the service's configuration.
+fn run_settings(config: &ServeConfig, workspace_root: PathBuf, store_at: &StoreAt) -> Settings {
+    let mut settings = Settings::new(workspace_root);
+    settings.binaries = config.harness_binaries.clone();
+    settings.pass_env = config.pass_env.clone();
+    settings.set_env = config.set_env.clone();
+    settings.mcp_servers = config.mcp_servers.clone();
+    settings.turn_timeout = Duration::from_secs(config.turn_timeout_seconds.max(1));
+    settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
+    settings.live = config.live();
+    settings.cage = config.cage.clone();
+    super::cage::announce(&settings.cage);
+    // Only a shared store moves a conversation between instances.
+    if matches!(store_at, StoreAt::Postgres(_)) && config.session_copy_max_mib > 0 {
+        settings.follow_sessions = Some(config.session_copy_max_mib.saturating_mul(1024 * 1024));
+    }
+    settings
+}
 
 /// The embedded store in `dir`: its knowledge bases indexed, its API
 /// token, its journal (what a crash left in flight ended first).

@@ -20,6 +20,9 @@ pub const SESSION_ID_KEY: &str = "external.session_id";
 pub const WORKING_DIRECTORY_KEY: &str = "external.working_directory";
 /// State key of the harness that owns the session.
 pub const HARNESS_KEY: &str = "external.harness";
+/// State key of a copy of the session's own files, kept on a shared store
+/// so the session can follow its conversation to another instance.
+pub const SESSION_FILES_KEY: &str = "external.session_files";
 
 /// Where a harness keeps its sessions, so the bridge can tell whether one
 /// still exists before asking the harness to resume it.
@@ -38,44 +41,120 @@ pub enum SessionStore {
 impl SessionStore {
     /// Whether session `id` exists for a harness run from `cwd` with `env`.
     pub fn has_session(self, env: &BTreeMap<String, String>, cwd: &Path, id: &str) -> bool {
+        match self {
+            SessionStore::Unknown => true,
+            _ => self
+                .session_files(env, cwd, id)
+                .is_some_and(|files| !files.names.is_empty()),
+        }
+    }
+
+    /// Session `id`'s files, as a harness run from `cwd` with `env` keeps
+    /// them; `None` where the store is not known (or has no folder).
+    pub fn session_files(
+        self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        id: &str,
+    ) -> Option<SessionFiles> {
+        let folder = self.folder(env, cwd)?;
+        // An id from state is data: it must not walk out of the store.
+        if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
+            return Some(SessionFiles {
+                folder,
+                names: Vec::new(),
+            });
+        }
+        let names = match self {
+            SessionStore::ClaudeProjects => {
+                let name = format!("{id}.jsonl");
+                if folder.join(&name).is_file() {
+                    vec![name]
+                } else {
+                    Vec::new()
+                }
+            }
+            SessionStore::CodexSessions => {
+                let suffix = format!("-{id}.jsonl");
+                walkdir::WalkDir::new(folder.join("sessions"))
+                    .max_depth(4)
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .filter(|e| {
+                        e.file_type().is_file()
+                            && e.file_name().to_string_lossy().ends_with(&suffix)
+                    })
+                    .filter_map(|e| {
+                        let name = e.path().strip_prefix(&folder).ok()?.to_str()?.to_string();
+                        self.takes_name(id, &name).then_some(name)
+                    })
+                    .collect()
+            }
+            SessionStore::Unknown => Vec::new(),
+        };
+        Some(SessionFiles { folder, names })
+    }
+
+    /// The folder a harness run from `cwd` with `env` keeps its sessions
+    /// under: Claude Code's folder for that cwd, Codex's home.
+    pub fn folder(self, env: &BTreeMap<String, String>, cwd: &Path) -> Option<PathBuf> {
         let dir = |var: &str, default: &str| -> Option<PathBuf> {
             env.get(var)
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
                 .or_else(|| env.get("HOME").map(|h| Path::new(h).join(default)))
         };
-        // An id from state is data: it must not walk out of the store.
-        if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
+        match self {
+            SessionStore::ClaudeProjects => Some(
+                dir("CLAUDE_CONFIG_DIR", ".claude")?
+                    .join("projects")
+                    .join(claude_project_folder(&cwd.to_string_lossy())),
+            ),
+            SessionStore::CodexSessions => dir("CODEX_HOME", ".codex"),
+            SessionStore::Unknown => None,
+        }
+    }
+
+    /// Whether `name` (below [`SessionStore::folder`], `/`-separated) is a
+    /// name a file of session `id` has in this store. Files carried from
+    /// elsewhere name their own place: the name is checked, never trusted.
+    pub fn takes_name(self, id: &str, name: &str) -> bool {
+        let plain = |part: &str| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && !part.contains('\\')
+                && !part.contains('\0')
+        };
+        let parts: Vec<&str> = name.split('/').collect();
+        if !parts.iter().all(|p| plain(p)) {
             return false;
         }
         match self {
-            SessionStore::ClaudeProjects => {
-                let Some(config) = dir("CLAUDE_CONFIG_DIR", ".claude") else {
-                    return false;
-                };
-                config
-                    .join("projects")
-                    .join(claude_project_folder(&cwd.to_string_lossy()))
-                    .join(format!("{id}.jsonl"))
-                    .is_file()
-            }
-            SessionStore::CodexSessions => {
-                let Some(home) = dir("CODEX_HOME", ".codex") else {
-                    return false;
-                };
-                let suffix = format!("-{id}.jsonl");
-                walkdir::WalkDir::new(home.join("sessions"))
-                    .max_depth(4)
-                    .into_iter()
-                    .filter_map(Result::ok)
-                    .any(|e| {
-                        e.file_type().is_file()
-                            && e.file_name().to_string_lossy().ends_with(&suffix)
-                    })
-            }
-            SessionStore::Unknown => true,
+            SessionStore::ClaudeProjects => parts == [format!("{id}.jsonl").as_str()],
+            SessionStore::CodexSessions => match parts.as_slice() {
+                ["sessions", year, month, day, file] => {
+                    [year, month, day]
+                        .iter()
+                        .all(|d| d.bytes().all(|b| b.is_ascii_digit()))
+                        && file.starts_with("rollout-")
+                        && file.ends_with(&format!("-{id}.jsonl"))
+                }
+                _ => false,
+            },
+            SessionStore::Unknown => false,
         }
     }
+}
+
+/// Where a session's files are: the store's folder, and their names
+/// below it (`/`-separated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionFiles {
+    /// [`SessionStore::folder`].
+    pub folder: PathBuf,
+    /// The files of the session, none when it is not there.
+    pub names: Vec<String>,
 }
 
 /// What a harness's session ids look like. A stored pointer is data that
@@ -256,6 +335,30 @@ mod tests {
         let store = SessionStore::CodexSessions;
         assert!(store.has_session(&env, Path::new("/any"), "th-9"));
         assert!(!store.has_session(&env, Path::new("/any"), "th-8"));
+    }
+
+    #[test]
+    fn a_carried_file_may_only_take_a_name_of_its_sessions() {
+        let claude = SessionStore::ClaudeProjects;
+        assert!(claude.takes_name("s-1", "s-1.jsonl"));
+        for name in ["s-2.jsonl", "../s-1.jsonl", "x/s-1.jsonl", "s-1.jsonl/", ""] {
+            assert!(!claude.takes_name("s-1", name), "{name}");
+        }
+        let codex = SessionStore::CodexSessions;
+        assert!(codex.takes_name(
+            "th-9",
+            "sessions/2026/11/22/rollout-2026-11-22T10-00-00-th-9.jsonl"
+        ));
+        for name in [
+            "sessions/2026/11/22/rollout-x-th-8.jsonl",
+            "sessions/2026/../22/rollout-x-th-9.jsonl",
+            "sessions/2026/11/rollout-x-th-9.jsonl",
+            "config.toml",
+            "sessions/2026/11/22/../../../../auth.json",
+        ] {
+            assert!(!codex.takes_name("th-9", name), "{name}");
+        }
+        assert!(!SessionStore::Unknown.takes_name("s-1", "s-1.jsonl"));
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod dispatch;
 mod drive;
 mod emit;
 mod engine;
+mod follow;
 mod live;
 mod mcp_file;
 mod outbox;
@@ -90,6 +91,11 @@ pub struct Settings {
     pub cage: crate::harness::cage::CagePolicy,
     /// The operator's projects, checked, that a binding picks by name.
     pub projects: BTreeMap<String, crate::project::Project>,
+    /// On a store shared by instances: after each turn a copy of the
+    /// session's files, up to this many bytes, is kept with the
+    /// conversation, so its session follows it to the instance that takes
+    /// it over. `None`: sessions stay where they ran.
+    pub follow_sessions: Option<u64>,
 }
 
 /// Per-run choices of the trusted front end (the operator's relay plugin
@@ -196,6 +202,7 @@ impl Settings {
             live: None,
             cage: Default::default(),
             projects: BTreeMap::new(),
+            follow_sessions: None,
         }
     }
 }

@@ -16,7 +16,7 @@ use super::mcp_file::FilledMcpFile;
 use super::outbox::Outbox;
 use super::{
     Bridge, Emitter, HOST_CALL_TIMEOUT, RunGuard, RunOptions, RunSummary, SessionPlan, answers,
-    facts, fail, publish, record,
+    facts, fail, follow, publish, record,
 };
 use crate::harness::cage::{Counters, Network, Plan, Quota, Subject};
 use crate::harness::{
@@ -261,7 +261,10 @@ impl Bridge {
         let filled = self.harness_env(spec, &mut env, &projection, &open)?;
 
         let pointer = lookup_pointer(host, &open, ctx, deadline, cancel).await?;
-        let session = self.plan_session(spec, pointer.as_ref(), &env, &workspace);
+        let (pointer, not_followed) = self
+            .follow_session(host, &open, spec, &env, &workspace, pointer, deadline)
+            .await;
+        let session = self.plan_session(spec, pointer.as_ref(), &env, &workspace, not_followed);
         let Caged {
             own_port,
             wall,
@@ -771,15 +774,56 @@ impl Bridge {
         })
     }
 
+    /// A pointer to this harness's session in another workspace, on a
+    /// shared store: the session's kept copy is written here and the
+    /// pointer moves with it; or why it could not follow.
+    #[allow(clippy::too_many_arguments)]
+    async fn follow_session(
+        &self,
+        host: &dyn HostApi,
+        open: &OpenRun,
+        spec: &AdapterSpec,
+        env: &BTreeMap<String, String>,
+        workspace: &std::path::Path,
+        pointer: Option<ResumePointer>,
+        deadline: Instant,
+    ) -> (Option<ResumePointer>, Option<follow::NotFollowed>) {
+        let Some(found) = pointer else {
+            return (None, None);
+        };
+        let elsewhere = found.harness == spec.name
+            && std::path::Path::new(&found.working_directory) != workspace;
+        if self.settings.follow_sessions.is_none() || !elsewhere {
+            return (Some(found), None);
+        }
+        let wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline);
+        let scope = &open.grant.scope;
+        let brought = tokio::time::timeout_at(
+            wait,
+            follow::bring(host, scope, spec, env, workspace, &found),
+        )
+        .await
+        .unwrap_or_else(|_| Err("the store did not answer in time".into()));
+        match brought {
+            Ok(here) => (Some(here), None),
+            Err(why) => {
+                tracing::warn!("the session did not follow the conversation here: {why}");
+                (Some(found), Some(why))
+            }
+        }
+    }
+
     /// Which session the turn resumes: the stored pointer's, when it is
     /// this harness's, in this workspace, well-formed and still on disk;
-    /// else a fresh one, with a sentence saying why.
+    /// else a fresh one, with a sentence saying why (`not_followed`: why
+    /// a session kept elsewhere could not follow).
     fn plan_session(
         &self,
         spec: &AdapterSpec,
         pointer: Option<&ResumePointer>,
         env: &BTreeMap<String, String>,
         workspace: &std::path::Path,
+        not_followed: Option<follow::NotFollowed>,
     ) -> SessionPlan {
         let Some(pointer) = pointer else {
             return SessionPlan {
@@ -798,10 +842,13 @@ impl Bridge {
                     spec.label
                 )
             } else {
+                let why = not_followed.map_or_else(String::new, |why| {
+                    format!(" and could not follow it here: {why}")
+                });
                 format!(
                     "The previous {} session was kept in another workspace (another bridge \
-                     instance ran this conversation); this turn started a fresh session, and \
-                     the conversation's history is still there.",
+                     instance ran this conversation){why}; this turn started a fresh session, \
+                     and the conversation's history is still there.",
                     spec.label
                 )
             };

@@ -2,7 +2,8 @@
 //! result. The resume pointer (kept only in the form the spec's ids take),
 //! the card for a request the turn asked and the open request in the
 //! conversation's state, the reply in the history; then `run.completed`
-//! (with the session facts) or `run.failed`.
+//! (with the session facts) or `run.failed`; on a shared store, after it,
+//! a copy of the session's files (`follow`).
 //!
 //! Each host write is bounded by the deadline: a host that does not answer
 //! never holds the person's answer back.
@@ -14,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::drive::Driven;
 use super::prepare::Prepared;
 use super::{
-    AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, answers, outbox, record,
+    AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, answers, follow, outbox, record,
 };
 use crate::harness::ResumePointer;
 use crate::interaction::{self, PENDING_KEY, Pending};
@@ -97,6 +98,33 @@ impl Bridge {
             || emit.reply(),
         );
         emit.send(vec![terminal]).await;
+        // After the person has the answer (the run still holds its
+        // conversation, so the copy is fenced as every write of it): the
+        // harness writes its session out a little after its result.
+        if let Some(session_id) = &session_id {
+            self.keep_session_files(turn, session_id).await;
+        }
+    }
+
+    /// On a shared store, keep a copy of the session's files with the
+    /// conversation, so the session can follow it to another instance.
+    async fn keep_session_files(&self, turn: &Prepared<'_>, session_id: &str) {
+        let Some(limit) = self.settings.follow_sessions else {
+            return;
+        };
+        let wait = (Instant::now() + HOST_CALL_TIMEOUT).min(turn.deadline + AFTER_DEADLINE);
+        let kept = follow::keep(
+            turn.host,
+            &turn.open.grant.scope,
+            turn.spec,
+            &turn.env,
+            &turn.workspace,
+            session_id,
+            limit,
+        );
+        if tokio::time::timeout_at(wait, kept).await.is_err() {
+            tracing::warn!("the host did not answer keeping the session's files");
+        }
     }
 
     /// Send the resume pointer as `state.updated` results and store it.

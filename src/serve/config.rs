@@ -120,6 +120,11 @@ pub struct ServeConfig {
     /// heartbeat (one each sixth of it); past it, the others end its
     /// running turns (`interrupted`) and take its conversations.
     pub lease_seconds: u64,
+    /// With a PostgreSQL `store`: MiB of a harness session's files copied
+    /// into the store after each turn, so the session follows its
+    /// conversation to the instance that takes it over; a larger session
+    /// stays behind (and the next turn says so). 0: sessions never follow.
+    pub session_copy_max_mib: u64,
     /// How harnesses are caged: `enabled` (default true), `network`
     /// (`ports`, the default, or `open`), `ports`, `read_only`,
     /// `read_write`.
@@ -161,6 +166,7 @@ impl Default for ServeConfig {
             idle_timeout_seconds: 600,
             instance_id: None,
             lease_seconds: 30,
+            session_copy_max_mib: 16,
             cage: Default::default(),
         }
     }
