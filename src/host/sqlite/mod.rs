@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use serde_json::Value;
 
 pub use audit::DEFAULT_AUDIT_RETENTION;
@@ -175,6 +175,28 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Put the store in WAL mode (kept in the file: once made, a look). A new
+/// store's first openings race for it, and SQLite answers that change
+/// with "database is locked" at once rather than through the busy
+/// timeout: so it is tried again, for as long as the timeout.
+fn into_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let tried =
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0));
+        match tried {
+            Ok(_) => return Ok(()),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && started.elapsed() < std::time::Duration::from_secs(10) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 impl SqliteHost {
     /// Open (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self, OpenError> {
@@ -190,9 +212,7 @@ impl SqliteHost {
         let mut writer = Connection::open(&db_path).map_err(sqlite)?;
         // The busy timeout first: another process may be opening the store.
         configure(&writer).map_err(sqlite)?;
-        writer
-            .pragma_update(None, "journal_mode", "WAL")
-            .map_err(sqlite)?;
+        into_wal(&writer).map_err(sqlite)?;
         migrate(&mut writer).map_err(|e| match e {
             MigrateError::Sqlite(source) => OpenError::Sqlite {
                 path: db_path.clone(),
@@ -204,28 +224,23 @@ impl SqliteHost {
                 known,
             },
         })?;
-        let secret: Option<Vec<u8>> = writer
+        // Made by whichever opening comes first (another process may be
+        // opening the store too): the one kept is the one read back.
+        let mut fresh = vec![0u8; 32];
+        getrandom::fill(&mut fresh).map_err(|e| OpenError::Random(e.to_string()))?;
+        writer
+            .execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('cursor_secret', ?1)",
+                [&fresh],
+            )
+            .map_err(sqlite)?;
+        let secret: Vec<u8> = writer
             .query_row(
                 "SELECT value FROM meta WHERE key = 'cursor_secret'",
                 [],
                 |r| r.get(0),
             )
-            .optional()
             .map_err(sqlite)?;
-        let secret = match secret {
-            Some(secret) => secret,
-            None => {
-                let mut fresh = vec![0u8; 32];
-                getrandom::fill(&mut fresh).map_err(|e| OpenError::Random(e.to_string()))?;
-                writer
-                    .execute(
-                        "INSERT INTO meta (key, value) VALUES ('cursor_secret', ?1)",
-                        [&fresh],
-                    )
-                    .map_err(sqlite)?;
-                fresh
-            }
-        };
         let audit_conn = Connection::open(&db_path).map_err(sqlite)?;
         configure(&audit_conn).map_err(sqlite)?;
         let audit = audit::AuditWriter::start(audit_conn).map_err(OpenError::Thread)?;
