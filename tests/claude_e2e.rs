@@ -393,6 +393,62 @@ async fn a_hanging_claude_is_killed_at_the_deadline_with_nothing_left() {
     common::assert_killed_at_deadline(&turn, &machine.workspace_root());
 }
 
+/// Claude Code with no key: the turn fails `not_signed_in` with a sentence
+/// naming the key and the login, its "Not logged in" is no reply in the
+/// history, and no pointer is kept; once the key is there, the next turn
+/// runs in a fresh session, without a word about a lost one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn claude_without_a_key_says_how_to_sign_in_and_keeps_nothing_of_it() {
+    let (model_url, fake) = fake_model(false).await;
+    let machine = Machine::new(model_url).await;
+    let args = machine.args(&["--conversation", CONVERSATION, "--text", ASK]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let keyless: Vec<_> = machine
+        .env()
+        .into_iter()
+        .filter(|(k, _)| *k != "ANTHROPIC_API_KEY")
+        .collect();
+    let turn = bridge_run(machine.data.path(), &args, &keyless).await;
+    turn.assert_well_formed();
+    let failed = turn.terminal();
+    assert_eq!(failed["type"], "run.failed", "{failed}");
+    assert_eq!(failed["data"]["code"], "not_signed_in", "{failed}");
+    let said = failed["data"]["error"].as_str().unwrap();
+    assert!(
+        said.starts_with("Claude Code is not signed in (it says: Not logged in")
+            && said.contains("set ANTHROPIC_API_KEY")
+            && said.contains("claude /login"),
+        "{said}"
+    );
+    assert!(
+        !turn.kinds().iter().any(|k| k.starts_with("message")),
+        "{:?}",
+        turn.kinds()
+    );
+    assert_eq!(turn.state("external.session_id"), None);
+    assert!(
+        fake.requests.lock().unwrap().is_empty(),
+        "no model was asked"
+    );
+    let history = std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(machine.data.path())
+        .args(["host", "history", CONVERSATION])
+        .output()
+        .unwrap();
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(history.contains(ASK), "{history}");
+    assert!(!history.contains("Not logged in"), "{history}");
+
+    let turn = machine.turn(ASK, &[]).await;
+    let done = turn.terminal();
+    assert_eq!(done["type"], "run.completed", "{done}");
+    let session = &done["data"]["message"]["metadata"]["session"];
+    assert_eq!(session["resumed"], false, "{session}");
+    assert!(session["notice"].is_null(), "{session}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_claude_binary_is_harness_not_found() {
     common::assert_harness_not_found("claude-code", "npm install -g @anthropic-ai/claude-code")

@@ -753,6 +753,10 @@ async fn serve_does_not_start_on_a_mistyped_setting_and_says_what_was_meant() {
             "default_config:\n  project: wbe\n",
             "project `wbe` is not declared in `projects`",
         ),
+        (
+            "default_config:\n  permission_mode: yolo\n",
+            "default_config: `yolo` is not a permission mode of Claude Code",
+        ),
     ] {
         std::fs::write(dir.path().join("bridge.yaml"), text).unwrap();
         for check in [&[][..], &["--check"][..]] {
@@ -1310,6 +1314,32 @@ async fn a_requests_unknown_config_key_is_refused_and_a_harness_gets_its_own_def
             .as_str()
             .unwrap()
             .contains("`working_directory`"),
+        "{body}"
+    );
+    // A permission mode its harness lacks, or does not know: refused, named.
+    let (status, body) = server
+        .post_json(json!({"conversation": "c2", "text": "hi", "config": {"permission_mode": "acceptEdits"}}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("has no permission mode (`permission_mode: acceptEdits` would be left off)"),
+        "{body}"
+    );
+    let (status, body) = server
+        .post_json(
+            json!({"conversation": "c2", "text": "hi", "harness": "claude-code",
+            "config": {"permission_mode": "yolo"}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("`yolo` is not a permission mode of Claude Code"),
         "{body}"
     );
     assert!(harness_args(&server).is_empty(), "nothing ran");

@@ -97,6 +97,9 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     config
         .check_harness_names(adapters.all().iter().map(|spec| spec.name.as_str()))
         .map_err(CliError::invalid)?;
+    config
+        .check_permission_modes(&adapters)
+        .map_err(CliError::invalid)?;
     let refused = config.refused_by_defaults(&adapters);
     if !refused.is_empty() {
         tracing::warn!(

@@ -149,6 +149,10 @@ struct SpecFile {
     session_store: Option<SessionStore>,
     #[serde(default)]
     session_id_format: Option<SessionIdFormat>,
+    #[serde(default)]
+    permission_modes: Vec<String>,
+    #[serde(default)]
+    sign_in: Option<String>,
     install_hint: String,
     #[serde(default)]
     live: Option<LiveFile>,
@@ -200,6 +204,12 @@ pub struct AdapterSpec {
     /// What the harness's session ids look like; a stored id of another
     /// form is not resumed.
     pub session_id_format: SessionIdFormat,
+    /// The values `{permission_mode}` may take (besides `default`, the
+    /// harness's own); none: the harness has no such setting.
+    pub permission_modes: Vec<String>,
+    /// How an operator gives the harness its credentials, said when it
+    /// fails `not_signed_in` (the key it reads, its login command).
+    pub sign_in: Option<String>,
     /// How an operator installs the harness, shown when it is missing.
     pub install_hint: String,
     /// One process for many turns, where the harness can (its driver
@@ -211,6 +221,12 @@ pub struct AdapterSpec {
     /// adds (a variable the spec names again takes the spec's path).
     pub home: Home,
 }
+
+/// Why a harness does not take a permission mode: a sentence for whoever
+/// set it (the operator at start, a client in a request).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PermissionModeRefused(pub String);
 
 /// Values for one turn's placeholders.
 #[derive(Debug, Clone, Default)]
@@ -471,6 +487,8 @@ impl AdapterSpec {
                 .session_not_found
                 .unwrap_or_else(|| family.session_not_found.unwrap_or_default().to_string()),
             session_store: raw.session_store.unwrap_or(family.session_store),
+            permission_modes: raw.permission_modes,
+            sign_in: raw.sign_in,
             session_id_format: raw.session_id_format.unwrap_or(family.session_id_format),
             install_hint: raw.install_hint,
             live,
@@ -638,6 +656,33 @@ impl AdapterSpec {
     /// processes).
     pub fn hands_over_approvals(&self, live: bool) -> bool {
         self.takes(PROMPT_TOOL_PLACEHOLDER) || ((live || self.live_only()) && self.asks_live())
+    }
+
+    /// Whether this harness takes `mode` as its `permission_mode`, or a
+    /// sentence naming what it takes: a mode it does not know would
+    /// otherwise fail every turn at the harness, and one it has no setting
+    /// for would be left off without a word. `default` (or nothing) is
+    /// every harness's own.
+    pub fn check_permission_mode(&self, mode: &str) -> Result<(), PermissionModeRefused> {
+        if mode.is_empty() || mode == "default" || self.permission_modes.iter().any(|m| m == mode) {
+            return Ok(());
+        }
+        if self.permission_modes.is_empty() {
+            return Err(PermissionModeRefused(format!(
+                "{} has no permission mode (`permission_mode: {mode}` would be left off); \
+                 what it may do is set by the cage and its own settings",
+                self.label
+            )));
+        }
+        Err(PermissionModeRefused(format!(
+            "`{mode}` is not a permission mode of {}{}; it takes default, {}",
+            self.label,
+            crate::projection::keys::did_you_mean(
+                mode,
+                self.permission_modes.iter().map(String::as_str)
+            ),
+            self.permission_modes.join(", ")
+        )))
     }
 
     /// Where the projection puts things for this harness.

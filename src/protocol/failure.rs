@@ -18,6 +18,9 @@ open_enum!(
         HarnessError = "harness_error",
         /// The harness was killed by a signal it did not ask for.
         HarnessKilled = "harness_killed",
+        /// The harness has no credentials for its model; the sentence
+        /// names the key (or login) it needs.
+        NotSignedIn = "not_signed_in",
         /// The harness stopped at its own turn limit.
         MaxTurns = "max_turns",
         /// The run's deadline passed before the harness finished.

@@ -342,6 +342,15 @@ impl Bridge {
                 "a project needs a conversation: each conversation works on a branch of its own",
             ));
         }
+        // A mode the harness does not know would fail at its start. One it
+        // has no setting for may come from defaults meant for another
+        // harness: the front ends refuse it where a client named it.
+        if let Some(mode) = binding.permission_mode.as_deref()
+            && !spec.permission_modes.is_empty()
+        {
+            spec.check_permission_mode(mode)
+                .map_err(|why| fail(FailureCode::InvalidArgument, why.to_string()))?;
+        }
         let approvals = binding.approvals == Approvals::Chat;
         // A live harness may ask in its own protocol (Codex's app-server).
         if approvals && !spec.hands_over_approvals(self.live.is_some()) {

@@ -38,11 +38,23 @@ impl Bridge {
         cancel: &CancellationToken,
     ) {
         let Driven {
-            end,
+            mut end,
             resumed,
             notice,
             process,
         } = driven;
+        // A harness that could not sign in ran no session worth a pointer:
+        // the next turn, once it can, starts afresh. The sentence says how.
+        let signed_out = matches!(&end.terminal,
+            ResultPayload::RunFailed(f) if f.code == FailureCode::NotSignedIn);
+        if signed_out {
+            end.session_id = None;
+            if let (ResultPayload::RunFailed(failed), Some(how)) =
+                (&mut end.terminal, turn.spec.sign_in.as_deref())
+            {
+                failed.error = format!("{}: {how}", failed.error);
+            }
+        }
         summary.resumed = resumed;
         emit.set_usage(end.usage.clone());
         let spec = turn.spec;

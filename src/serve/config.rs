@@ -316,6 +316,42 @@ impl ServeConfig {
             .collect()
     }
 
+    /// Each harness's `permission_mode` as the operator's bindings give
+    /// it (`fixed_config` over `harness_config` over `default_config`) is
+    /// one it takes; a harness with no permission mode may not be given
+    /// one in its own `harness_config` (in `default_config` it is meant for
+    /// the others).
+    pub fn check_permission_modes(
+        &self,
+        adapters: &crate::harness::Adapters,
+    ) -> Result<(), ConfigError> {
+        let mode_in = |binding: &crate::projection::BindingConfig| -> Option<String> {
+            binding
+                .0
+                .get("permission_mode")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        };
+        for spec in adapters.all() {
+            let own = self.harness_config.get(&spec.name);
+            let given = [
+                ("fixed_config".to_string(), Some(&self.fixed_config)),
+                (format!("harness_config.{}", spec.name), own),
+                ("default_config".to_string(), Some(&self.default_config)),
+            ]
+            .into_iter()
+            .find_map(|(key, binding)| Some((key, mode_in(binding?)?)));
+            let Some((key, mode)) = given else {
+                continue;
+            };
+            let binds = !spec.permission_modes.is_empty() || key.starts_with("harness_config");
+            if let (true, Err(why)) = (binds, spec.check_permission_mode(&mode)) {
+                return Err(ConfigError::Invalid(format!("{key}: {why}")));
+            }
+        }
+        Ok(())
+    }
+
     /// The operator's bindings pick declared projects only.
     fn check_project_names(&self) -> Result<(), String> {
         let bindings = [
@@ -596,6 +632,41 @@ mod tests {
                 .unwrap()
                 .check_harness_names(known.iter().copied())
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_permission_mode_is_one_its_harness_takes() {
+        let adapters = crate::harness::Adapters::builtin();
+        let check = |text: &str| {
+            load(text)
+                .unwrap()
+                .check_permission_modes(adapters)
+                .map_err(|e| e.to_string())
+        };
+        let err = check("default_config:\n  permission_mode: yolo\n").unwrap_err();
+        assert!(
+            err.starts_with("default_config: `yolo` is not a permission mode of Claude Code")
+                && err.contains("bypassPermissions"),
+            "{err}"
+        );
+        let err = check("fixed_config:\n  permission_mode: acceptEdit\n").unwrap_err();
+        assert!(err.contains("did you mean `acceptEdits`?"), "{err}");
+        // Defaults for Claude Code are not Codex's to refuse; Codex's own are.
+        assert!(check("default_config:\n  permission_mode: bypassPermissions\n").is_ok());
+        let err =
+            check("harness_config:\n  codex:\n    permission_mode: acceptEdits\n").unwrap_err();
+        assert!(
+            err.starts_with("harness_config.codex: Codex has no permission mode"),
+            "{err}"
+        );
+        // The mode that wins is the one checked.
+        assert!(
+            check(
+                "default_config:\n  permission_mode: yolo\n\
+                 harness_config:\n  claude-code:\n    permission_mode: plan\n"
+            )
+            .is_ok()
         );
     }
 

@@ -316,6 +316,17 @@ async fn create_run(
     {
         return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
     }
+    // A permission mode the client named that the harness lacks would be
+    // left off; one it does not know would fail the turn: either is the
+    // client's to fix now. (One the operator's defaults give is theirs.)
+    let operators = service.config.defaults_for(&harness);
+    if let Some(mode) = ctx.config.get("permission_mode").and_then(Value::as_str)
+        && operators.get("permission_mode").and_then(Value::as_str) != Some(mode)
+        && let Some(spec) = service.bridge.adapters().find(&harness)
+        && let Err(why) = spec.check_permission_mode(mode)
+    {
+        return error(StatusCode::UNPROCESSABLE_ENTITY, why.to_string());
+    }
     ctx.config.extend(service.config.fixed_config.0.clone());
     // A binding that could never run (a wrong key, a server it tries to
     // define) is the client's to fix now, not a queued turn's to fail.

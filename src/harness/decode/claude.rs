@@ -30,6 +30,10 @@ pub struct ClaudeStreamJson {
     result: Option<String>,
     /// Its usage, once the turn finished.
     usage: Option<TokenUsage>,
+    /// What Claude Code said in place of a reply when the model could not
+    /// be asked (`error` on its assistant line: not signed in, a refused
+    /// request), and that error's kind: the turn's failure, not a reply.
+    api_error: Option<(String, String)>,
 }
 
 fn text_chunk(text: &str) -> ResultPayload {
@@ -84,6 +88,19 @@ impl ClaudeStreamJson {
     }
 
     fn assistant(&mut self, line: &Value) -> Vec<ResultPayload> {
+        // Claude Code's own message in place of the model's ("Not logged
+        // in · Please run /login"): the failure's sentence, never a reply
+        // the host would keep as the assistant's.
+        if let Some(kind) = line["error"].as_str() {
+            let said: Vec<&str> = line["message"]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|b| b["text"].as_str())
+                .collect();
+            self.api_error = Some((kind.to_string(), said.join(" ")));
+            return Vec::new();
+        }
         let mut out = Vec::new();
         for block in line["message"]["content"].as_array().into_iter().flatten() {
             match block["type"].as_str() {
@@ -259,6 +276,24 @@ impl Decoder for ClaudeStreamJson {
                 message: (!text.is_empty()).then(|| Message::assistant(text)),
             })];
         }
+        if let Some((kind, said)) = self.api_error.take() {
+            let (code, error) = if kind == "authentication_failed" {
+                (
+                    FailureCode::NotSignedIn,
+                    format!("Claude Code is not signed in (it says: {said})"),
+                )
+            } else {
+                (
+                    FailureCode::HarnessError,
+                    format!("Claude Code could not ask its model ({kind}): {said}"),
+                )
+            };
+            return vec![ResultPayload::RunFailed(RunFailed {
+                code,
+                error,
+                retryable: false,
+            })];
+        }
         let error = match &result {
             Some(r) => {
                 let errors: Vec<&str> = r["errors"]
@@ -352,6 +387,25 @@ mod tests {
             panic!()
         };
         assert_eq!(end.finish_reason, "end_turn");
+    }
+
+    #[test]
+    fn not_signed_in_is_a_failure_that_says_so_not_a_reply() {
+        let mut d = ClaudeStreamJson::default();
+        let out = d.line(
+            r#"{"type":"assistant","message":{"model":"<synthetic>","role":"assistant","content":[{"type":"text","text":"Not logged in · Please run /login"}]},"session_id":"s-1","error":"authentication_failed"}"#,
+        );
+        assert!(out.is_empty(), "{out:?}");
+        d.line(r#"{"type":"result","subtype":"success","is_error":true,"result":"Not logged in · Please run /login","session_id":"s-1"}"#);
+        let end = d.finish(Exit { code: Some(1) });
+        let [ResultPayload::RunFailed(failed)] = end.as_slice() else {
+            panic!("{end:?}");
+        };
+        assert_eq!(failed.code, FailureCode::NotSignedIn);
+        assert_eq!(
+            failed.error,
+            "Claude Code is not signed in (it says: Not logged in · Please run /login)"
+        );
     }
 
     #[test]

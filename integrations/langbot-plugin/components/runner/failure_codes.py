@@ -5,6 +5,7 @@
 HARNESS_NOT_FOUND = "harness_not_found"
 HARNESS_ERROR = "harness_error"
 HARNESS_KILLED = "harness_killed"
+NOT_SIGNED_IN = "not_signed_in"
 MAX_TURNS = "max_turns"
 DEADLINE_EXCEEDED = "deadline_exceeded"
 CANCELLED = "cancelled"
@@ -22,6 +23,7 @@ ALL = (
     HARNESS_NOT_FOUND,
     HARNESS_ERROR,
     HARNESS_KILLED,
+    NOT_SIGNED_IN,
     MAX_TURNS,
     DEADLINE_EXCEEDED,
     CANCELLED,
