@@ -826,6 +826,29 @@ async fn a_second_serve_on_the_same_store_is_refused_and_harms_nothing() {
         said.contains("another harness-bridge serve (pid "),
         "says why: {said}"
     );
+    // So is a one-off run on its data folder: it would resume the same
+    // conversations' sessions in a second process.
+    let run_beside = tokio::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(server.data.path())
+        .args(["run", "--conversation", "c1", "--text", "hi"])
+        .kill_on_drop(true)
+        .output();
+    let run_beside = tokio::time::timeout(Duration::from_secs(20), run_beside)
+        .await
+        .expect("the run exits")
+        .unwrap();
+    let said = String::from_utf8_lossy(&run_beside.stderr);
+    assert_eq!(run_beside.status.code(), Some(1), "{said}");
+    let serving = format!(
+        "harness-bridge serve (pid {}) is running on",
+        server.child.id().unwrap()
+    );
+    assert!(
+        said.contains(&serving) && said.contains("POST /v1/runs"),
+        "says why: {said}"
+    );
+    assert!(run_beside.stdout.is_empty(), "no turn began");
     // The first service's run is untouched: still running, harness alive.
     assert_eq!(
         server.get_json(&format!("/v1/runs/{run_id}")).await["status"],

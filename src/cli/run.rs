@@ -197,6 +197,14 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
 
     let adapters = super::load_adapters(args.adapters.as_deref())?;
     let templates = super::load_templates(args.templates.as_deref())?;
+    if let Some(serve) = crate::serve::served_by(data_dir) {
+        return Err(CliError::invalid(format!(
+            "a harness-bridge serve{serve} is running on {}: a turn run beside it would \
+             resume the same conversations' sessions in a second process. Send the turn to \
+             it (POST /v1/runs), stop it, or give run another --data-dir",
+            data_dir.display()
+        )));
+    }
     let (runtime, store) = super::open_store(data_dir)?;
     store
         .keep_audit_for(crate::host::sqlite::DEFAULT_AUDIT_RETENTION)

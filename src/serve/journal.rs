@@ -174,7 +174,7 @@ pub enum JournalError {
 /// instead.
 pub fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, JournalError> {
     use nix::fcntl::{Flock, FlockArg};
-    use std::io::{Read as _, Seek as _, Write as _};
+    use std::io::{Seek as _, Write as _};
 
     let path = dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()
@@ -191,16 +191,8 @@ pub fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, Journal
     let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(lock) => lock,
         Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let pid = pid.trim();
-            let who = if pid.is_empty() {
-                String::new()
-            } else {
-                format!(" (pid {pid})")
-            };
             return Err(JournalError::Held {
-                holder: who,
+                holder: holder(&mut file),
                 dir: dir.display().to_string(),
             });
         }
@@ -217,6 +209,30 @@ pub fn own_store(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, Journal
     let _ = lock.rewind();
     let _ = writeln!(lock, "{}", std::process::id());
     Ok(lock)
+}
+
+/// ` (pid N)`: the holder of a lock file, as it wrote itself there.
+fn holder(file: &mut std::fs::File) -> String {
+    use std::io::Read as _;
+    let mut pid = String::new();
+    let _ = file.read_to_string(&mut pid);
+    match pid.trim() {
+        "" => String::new(),
+        pid => format!(" (pid {pid})"),
+    }
+}
+
+/// The `serve` using the store in `dir`, if one is (` (pid N)`, or empty
+/// when it wrote no pid): a one-off `run` beside it would resume the same
+/// conversations' sessions in a second process and split them.
+pub fn served_by(dir: &Path) -> Option<String> {
+    use nix::fcntl::{Flock, FlockArg};
+    let file = std::fs::File::open(dir.join(LOCK_FILE)).ok()?;
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_free) => None,
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => Some(holder(&mut file)),
+        Err(_) => None,
+    }
 }
 
 /// A journal from before turn markers gets the column.

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::run::{QueueFull, Scheduler, Ticket};
 pub use config::{ConfigError, ServeConfig};
-pub use journal::{Interrupted, Journal, JournalError, JournalRun, own_store};
+pub use journal::{Interrupted, Journal, JournalError, JournalRun, own_store, served_by};
 pub use leftovers::end_leftovers;
 
 use crate::protocol::FailureCode;
