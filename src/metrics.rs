@@ -21,6 +21,23 @@ struct RunLabels {
     code: String,
 }
 
+/// Tokens of one kind (input, output, cache_read, cache_write) a harness
+/// used on a model (`default`: the harness's own choice). No person is a
+/// label: the ledger (`host usage`) has who.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    harness: String,
+    model: String,
+    kind: String,
+}
+
+/// A harness on a model, for what it cost.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    harness: String,
+    model: String,
+}
+
 /// An MCP tool call, by tool and outcome (`ok` or the error code).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolLabels {
@@ -47,6 +64,8 @@ pub struct Metrics {
     registry: Registry,
     runs: Family<RunLabels, Counter>,
     run_seconds: Histogram,
+    tokens: Family<TokenLabels, Counter>,
+    cost: Family<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     running: Gauge,
     queued: Gauge,
     mcp_calls: Family<ToolLabels, Counter>,
@@ -89,6 +108,18 @@ impl Metrics {
             "run_duration_seconds",
             "Time from a run's start (after its queue wait) to its terminal result",
             run_seconds.clone(),
+        );
+        let tokens = Family::<TokenLabels, Counter>::default();
+        registry.register(
+            "tokens",
+            "Tokens runs used, by harness, model (default: the harness's own) and kind (input, output, cache_read, cache_write)",
+            tokens.clone(),
+        );
+        let cost = Family::<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "cost_usd",
+            "What runs cost in US dollars, as their harness reported it (runs of a harness that reports none add nothing), by harness and model",
+            cost.clone(),
         );
         let running = Gauge::default();
         registry.register(
@@ -149,6 +180,8 @@ impl Metrics {
             limits,
             runs,
             run_seconds,
+            tokens,
+            cost,
             running,
             queued,
             mcp_calls,
@@ -181,6 +214,32 @@ impl Metrics {
                 code: code.unwrap_or_default().to_string(),
             })
             .inc();
+    }
+
+    /// A run of `harness` on `model` used `n` tokens of `kind`.
+    pub fn tokens(&self, harness: &str, model: Option<&str>, kind: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.tokens
+            .get_or_create(&TokenLabels {
+                harness: harness.to_string(),
+                model: model.unwrap_or("default").to_string(),
+                kind: kind.to_string(),
+            })
+            .inc_by(n);
+    }
+
+    /// A run of `harness` on `model` cost `usd`, as the harness said.
+    pub fn cost(&self, harness: &str, model: Option<&str>, usd: f64) {
+        if usd.is_finite() && usd > 0.0 {
+            self.cost
+                .get_or_create(&ModelLabels {
+                    harness: harness.to_string(),
+                    model: model.unwrap_or("default").to_string(),
+                })
+                .inc_by(usd);
+        }
     }
 
     /// The number of turns waiting now.

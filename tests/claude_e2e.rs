@@ -878,3 +878,72 @@ async fn claude_searches_the_operators_knowledge_folder_under_serve() {
     assert!(noise.is_empty(), "{noise:#?}");
     serve.stop().await;
 }
+
+/// What runs cost, per person: two actors' turns through `serve` with the
+/// real Claude Code (the fake model reports its tokens) are in the ledger
+/// by actor (`host usage`, as an operator runs it) and in `/metrics` by
+/// harness and model, with no person among its labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn each_persons_usage_is_recorded_and_counted() {
+    let (model_url, _fake) = fake_model(false).await;
+    let (serve, _home) = common::server::serve_claude(model_url, "").await;
+    for (actor, conversation) in [("ann", "a1"), ("ann", "a2"), ("bob", "b1")] {
+        let results = serve
+            .results(json!({"conversation": conversation, "actor": actor, "text": ASK}))
+            .await;
+        let done = results.last().unwrap();
+        assert_eq!(done["type"], "run.completed", "{results:?}");
+    }
+    let usage = std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(serve.data.path())
+        .args(["host", "usage", "--by", "actor", "--json"])
+        .output()
+        .unwrap();
+    assert!(usage.status.success(), "{usage:?}");
+    let totals: Vec<Value> = String::from_utf8_lossy(&usage.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |actor: &str| {
+        totals
+            .iter()
+            .find(|t| t["key"] == actor)
+            .unwrap_or_else(|| panic!("no {actor} in {totals:?}"))
+            .clone()
+    };
+    let (ann, bob) = (of("ann"), of("bob"));
+    assert_eq!(
+        (ann["runs"].as_u64(), bob["runs"].as_u64()),
+        (Some(2), Some(1))
+    );
+    // Each turn asks the fake model at least once: 10 in, 7 out.
+    assert!(ann["input_tokens"].as_u64() >= Some(20), "{ann}");
+    assert!(ann["output_tokens"].as_u64() >= Some(14), "{ann}");
+    assert!(bob["input_tokens"].as_u64() >= Some(10), "{bob}");
+    let table = std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(serve.data.path())
+        .args(["host", "usage"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.starts_with("actor ") && table.contains("\nann "),
+        "{table}"
+    );
+
+    let metrics = serve.get_text("/metrics").await;
+    let input: u64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("harness_bridge_tokens_total{")
+                && l.contains("harness=\"claude-code\"")
+                && l.contains("kind=\"input\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no input tokens in {metrics}"));
+    assert!(input >= 30, "{metrics}");
+    assert!(!metrics.contains("ann"), "no person is a label");
+}

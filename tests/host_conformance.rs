@@ -17,6 +17,8 @@ use base64::Engine as _;
 use common::RUNNER;
 use harness_bridge::host::postgres::PgHost;
 use harness_bridge::host::sqlite::SqliteHost;
+use harness_bridge::host::store::StoreAt;
+use harness_bridge::host::usage::{UsageBy, UsageQuery, UsageRecord};
 use harness_bridge::host::{
     Direction, EventQuery, HistoryQuery, HostApi, NewArtifact, NewEvent, NewTranscriptItem,
     RunScope,
@@ -46,6 +48,17 @@ impl Backend {
             Backend::Sqlite(dir) => Arc::new(SqliteHost::open(dir.path()).expect("store opens")),
             Backend::Postgres(url) => Arc::new(PgHost::connect(url).await.expect("store connects")),
         }
+    }
+
+    /// The store as the `host` commands open it.
+    async fn store(&self) -> harness_bridge::host::store::Store {
+        let at = match self {
+            Backend::Sqlite(dir) => StoreAt::Folder(dir.path().to_path_buf()),
+            Backend::Postgres(url) => StoreAt::Postgres(url.clone()),
+        };
+        harness_bridge::host::store::Store::open(&at)
+            .await
+            .expect("store opens")
     }
 
     /// Items for the paging check: the embedded store takes 100k appends
@@ -83,6 +96,7 @@ macro_rules! conformance {
 }
 
 conformance!(
+    usage_is_kept_once_per_run_and_summed_by_what_is_asked,
     paging_is_exact_both_ways,
     search_ranks_within_the_conversation_only,
     events_page_and_filter_and_append_is_idempotent,
@@ -135,6 +149,77 @@ async fn load(store: &dyn HostApi, conversation: &str, n: usize) {
             .await
             .unwrap();
     }
+}
+
+/// One ledger row per run (a run recorded again keeps its first row),
+/// summed by actor, harness or day, filtered by actor and time.
+async fn usage_is_kept_once_per_run_and_summed_by_what_is_asked(backend: &Backend) {
+    let host = backend.open().await;
+    const DAY: i64 = 86_400_000;
+    let run = |id: &str, actor: &str, harness: &str, day: i64, tokens: u64, cost: Option<f64>| {
+        UsageRecord {
+            run_id: id.into(),
+            actor_id: Some(actor.into()),
+            conversation_id: Some(format!("chat-{actor}")),
+            harness: harness.into(),
+            started_ms: day * DAY,
+            ended_ms: day * DAY + 1000,
+            outcome: if tokens == 0 { "failed" } else { "completed" }.into(),
+            input_tokens: tokens,
+            output_tokens: tokens / 10,
+            cache_read_tokens: 1,
+            cost_usd: cost,
+            ..UsageRecord::default()
+        }
+    };
+    for row in [
+        run("r1", "ann", "claude-code", 20_000, 100, Some(0.25)),
+        run("r2", "ann", "claude-code", 20_001, 0, None),
+        run("r3", "bob", "codex", 20_001, 50, None),
+        run("r1", "ann", "claude-code", 20_001, 999, Some(9.0)),
+    ] {
+        host.record_usage(row).await.unwrap();
+    }
+    let store = backend.store().await;
+    let sum = |by, actor: Option<&str>, since_ms| {
+        store.usage_totals(UsageQuery {
+            by,
+            since_ms,
+            actor: actor.map(str::to_string),
+            conversation: None,
+        })
+    };
+    let by_actor = sum(UsageBy::Actor, None, None).await.unwrap();
+    let ann = by_actor.iter().find(|t| t.key == "ann").unwrap();
+    assert_eq!(
+        (
+            ann.runs,
+            ann.failed,
+            ann.input_tokens,
+            ann.output_tokens,
+            ann.cache_read_tokens
+        ),
+        (2, 1, 100, 10, 2),
+        "{ann:?}"
+    );
+    assert_eq!(ann.cost_usd, Some(0.25));
+    let bob = by_actor.iter().find(|t| t.key == "bob").unwrap();
+    assert_eq!(
+        (bob.runs, bob.input_tokens, bob.cost_usd),
+        (1, 50, None),
+        "{bob:?}"
+    );
+    let by_day = sum(UsageBy::Day, None, None).await.unwrap();
+    let days: Vec<(&str, u64)> = by_day.iter().map(|t| (t.key.as_str(), t.runs)).collect();
+    assert_eq!(days, [("2024-10-05", 2), ("2024-10-04", 1)], "latest first");
+    let harness = sum(UsageBy::Harness, Some("ann"), Some(20_001 * DAY))
+        .await
+        .unwrap();
+    assert_eq!(harness.len(), 1, "{harness:?}");
+    assert_eq!(
+        (harness[0].key.as_str(), harness[0].runs),
+        ("claude-code", 1)
+    );
 }
 
 #[allow(non_snake_case)]

@@ -11,6 +11,7 @@ use super::exit;
 use crate::harness::runner_id;
 use crate::host::owners::inspect_owner;
 use crate::host::store::{Store, StoreAt};
+use crate::host::usage::{UsageBy, UsageQuery, UsageTotal};
 use crate::protocol::{AgentAPIError, StateScope};
 
 /// Which store a command reads: `--store`, the `store` of a `--config`
@@ -96,6 +97,26 @@ pub enum HostCommand {
         #[arg(long)]
         thread: Option<String>,
     },
+    /// Sum what runs cost (tokens, and dollars where the harness reported
+    /// them), by actor, conversation, harness, model or day; the latest
+    /// first.
+    Usage {
+        /// What to sum by.
+        #[arg(long, default_value = "actor", value_parser = ["actor", "conversation", "harness", "model", "day"])]
+        by: String,
+        /// Only runs that ended in the last N days.
+        #[arg(long, value_name = "N")]
+        days: Option<u32>,
+        /// Only this actor's runs.
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only this conversation's runs.
+        #[arg(long)]
+        conversation: Option<String>,
+        /// One JSON object per group.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the newest audit rows: every host call a run made, and its outcome.
     Audit {
         /// Only this run.
@@ -170,6 +191,46 @@ pub fn migrate(args: MigrateArgs, data_dir: &Path) -> Outcome {
     Ok(exit::OK)
 }
 
+/// The ledger's sums as a table a person reads.
+fn print_usage(by: &str, totals: &[UsageTotal]) {
+    if totals.is_empty() {
+        out!("no runs recorded");
+        return;
+    }
+    out!(
+        "{:<24} {:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  last run ended (UTC)",
+        by,
+        "runs",
+        "failed",
+        "input",
+        "output",
+        "cache rd",
+        "cache wr",
+        "cost $"
+    );
+    for t in totals {
+        let key = if t.key.is_empty() { "-" } else { &t.key };
+        let cost = t.cost_usd.map_or("-".to_string(), |c| format!("{c:.4}"));
+        out!(
+            "{:<24} {:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}",
+            clip(key, 24),
+            t.runs,
+            t.failed,
+            t.input_tokens,
+            t.output_tokens,
+            t.cache_read_tokens,
+            t.cache_write_tokens,
+            cost,
+            utc(t.last_ms)
+        );
+    }
+}
+
+/// Epoch milliseconds as `YYYY-MM-DD HH:MM:SS`, UTC.
+fn utc(ms: i64) -> String {
+    crate::protocol::time::date_time(ms.div_euclid(1000))
+}
+
 fn clip(text: &str, max: usize) -> String {
     let flat: String = text
         .chars()
@@ -236,6 +297,28 @@ async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
                 out!("{} = {}", entry.key, entry.value);
             }
         }
+        HostCommand::Usage {
+            by,
+            days,
+            actor,
+            conversation,
+            json,
+        } => {
+            let query = UsageQuery {
+                by: UsageBy::named(&by).unwrap_or_default(),
+                since_ms: days.map(|d| crate::host::now_ms() - i64::from(d) * 86_400_000),
+                actor,
+                conversation,
+            };
+            let totals = store.usage_totals(query).await?;
+            if json {
+                for total in &totals {
+                    out!("{}", serde_json::to_string(total).unwrap_or_default());
+                }
+            } else {
+                print_usage(&by, &totals);
+            }
+        }
         HostCommand::Audit { run, limit, json } => {
             let rows = store.audit_tail(run.clone(), limit).await?;
             if rows.is_empty() && !json {
@@ -251,7 +334,7 @@ async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
                     let e = &row.entry;
                     out!(
                         "{} {} {} {} {} {}{}",
-                        e.at_ms,
+                        utc(e.at_ms),
                         if e.run_id.is_empty() { "-" } else { &e.run_id },
                         e.action,
                         e.resource,

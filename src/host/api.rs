@@ -306,6 +306,9 @@ pub trait TurnLog: Send + Sync + 'static {
     async fn append_event(&self, event: NewEvent) -> HostResult<AgentEventRecord>;
     /// Record a transcript item, numbered next in its conversation.
     async fn append_transcript(&self, item: NewTranscriptItem) -> HostResult<TranscriptItem>;
+    /// Record what a run cost, with who asked (the ledger `host usage`
+    /// reads; a run recorded twice keeps its first row).
+    async fn record_usage(&self, usage: super::usage::UsageRecord) -> HostResult<()>;
 }
 
 /// Artifact contents the bridge keeps (a harness's outbox files): bytes

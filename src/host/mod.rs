@@ -20,6 +20,7 @@ pub mod postgres;
 pub mod rows;
 pub mod sqlite;
 pub mod store;
+pub mod usage;
 pub mod words;
 
 pub use api::*;

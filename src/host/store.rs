@@ -98,6 +98,17 @@ impl Store {
         }
     }
 
+    /// The run ledger summed as `query` asks (`host usage`).
+    pub async fn usage_totals(
+        &self,
+        query: crate::host::usage::UsageQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
+        match self {
+            Store::Sqlite(s) => s.usage_totals(query).await,
+            Store::Postgres(s) => s.usage_totals(query).await,
+        }
+    }
+
     /// The newest audit rows, oldest first (`host audit`).
     pub async fn audit_tail(
         &self,

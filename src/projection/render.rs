@@ -226,18 +226,6 @@ pub struct RenderVars<'a> {
 
 /// `2026-05-14 12:00:00 UTC (Thursday)` for an epoch time in seconds.
 pub fn format_time(epoch_seconds: i64) -> String {
-    let days = epoch_seconds.div_euclid(86_400);
-    let secs = epoch_seconds.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
     const WEEKDAYS: [&str; 7] = [
         "Thursday",
         "Friday",
@@ -247,12 +235,10 @@ pub fn format_time(epoch_seconds: i64) -> String {
         "Tuesday",
         "Wednesday",
     ];
-    let weekday = WEEKDAYS[days.rem_euclid(7) as usize];
+    let weekday = WEEKDAYS[epoch_seconds.div_euclid(86_400).rem_euclid(7) as usize];
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC ({weekday})",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
+        "{} UTC ({weekday})",
+        crate::protocol::time::date_time(epoch_seconds)
     )
 }
 

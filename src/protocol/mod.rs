@@ -87,6 +87,7 @@ mod message;
 mod proxy;
 #[allow(missing_docs)]
 mod result;
+pub mod time;
 mod validate;
 
 pub use context::*;

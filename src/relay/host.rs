@@ -360,6 +360,12 @@ impl TurnLog for RelayHost {
     async fn append_transcript(&self, _item: NewTranscriptItem) -> HostResult<TranscriptItem> {
         Err(not_relayed("the transcript"))
     }
+
+    /// LangBot keeps its own account of what a run cost (the terminal
+    /// result's usage reaches it); the ledger is the bridge's own stores'.
+    async fn record_usage(&self, _usage: crate::host::usage::UsageRecord) -> HostResult<()> {
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -144,6 +144,11 @@ impl Emitter {
         self.usage = usage;
     }
 
+    /// The usage set for the run, if the harness reported any.
+    pub fn usage(&self) -> Option<&TokenUsage> {
+        self.usage.as_ref()
+    }
+
     /// The failure sent, if the run failed.
     pub fn failure(&self) -> Option<&RunFailed> {
         self.failure.as_ref()

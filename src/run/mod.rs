@@ -13,6 +13,7 @@ mod drive;
 mod emit;
 mod engine;
 mod follow;
+mod ledger;
 mod live;
 mod mcp_file;
 mod outbox;
@@ -383,6 +384,7 @@ impl Bridge {
             harness
         );
         let started = std::time::Instant::now();
+        let started_ms = crate::host::now_ms();
         async {
             tracing::info!("run started");
             if let Err(failure) = self
@@ -402,6 +404,19 @@ impl Bridge {
         .await;
         summary.outcome = emit.outcome().cloned().unwrap_or(ResultType::RunFailed);
         summary.failure_code = emit.failure().map(|f| f.code.clone());
+        let row = ledger::row(
+            ctx,
+            harness,
+            started_ms,
+            emit.outcome(),
+            emit.failure(),
+            emit.usage(),
+        );
+        let host = options
+            .host
+            .as_deref()
+            .unwrap_or_else(|| self.host().as_ref());
+        ledger::record(host, row).await;
         summary
     }
 

@@ -11,6 +11,7 @@ mod audit;
 mod guard;
 mod history;
 mod kv;
+mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,11 +37,18 @@ use crate::protocol::{
 
 /// The PostgreSQL store's schema, step by step (`schema_migrations` holds
 /// the versions applied).
-pub static MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("migrations/0001_initial.sql"),
-}];
+pub static MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("migrations/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "run usage",
+        sql: include_str!("migrations/0002_run_usage.sql"),
+    },
+];
 
 /// Connections a store keeps open at most: enough for a service's
 /// concurrent turns and their host calls, few enough that several
@@ -427,6 +435,14 @@ impl PgHost {
         self.inner.audit.keep_for(keep)
     }
 
+    /// The run ledger summed as `query` asks (`host usage`).
+    pub async fn usage_totals(
+        &self,
+        query: crate::host::usage::UsageQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
+        usage::totals(&self.client().await?, &query).await
+    }
+
     /// The newest audit rows, oldest first (`host audit`).
     pub async fn audit_tail(
         &self,
@@ -650,6 +666,10 @@ impl TurnLog for PgHost {
             &item,
         )
         .await
+    }
+
+    async fn record_usage(&self, row: crate::host::usage::UsageRecord) -> HostResult<()> {
+        usage::record(&mut self.client().await?, self.guard.as_deref(), &row).await
     }
 }
 

@@ -13,6 +13,7 @@ mod knowledge;
 mod kv;
 mod streams;
 mod transcript;
+mod usage;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,11 +39,18 @@ use crate::protocol::{
 
 /// The embedded store's schema, step by step (`PRAGMA user_version` is
 /// the last one applied).
-pub static MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("migrations/0001_initial.sql"),
-}];
+pub static MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("migrations/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "run usage",
+        sql: include_str!("migrations/0002_run_usage.sql"),
+    },
+];
 const DB_FILE: &str = "host.db";
 const MAX_IDLE_READERS: usize = 8;
 
@@ -357,6 +365,14 @@ impl SqliteHost {
         .map_err(|e| AgentAPIError::runtime(format!("host store task failed: {e}")))?
     }
 
+    /// The run ledger summed as `query` asks (`host usage`).
+    pub async fn usage_totals(
+        &self,
+        query: crate::host::usage::UsageQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
+        self.read(move |conn, _| usage::totals(conn, &query)).await
+    }
+
     /// Every state entry under one scope owner, for a person (`host state`).
     pub async fn state_dump(
         &self,
@@ -616,6 +632,10 @@ impl TurnLog for SqliteHost {
     async fn append_transcript(&self, item: NewTranscriptItem) -> HostResult<TranscriptItem> {
         self.write(move |tx, inner| transcript::append(tx, &inner.cursors, &item))
             .await
+    }
+
+    async fn record_usage(&self, row: crate::host::usage::UsageRecord) -> HostResult<()> {
+        self.write(move |tx, _| usage::record(tx, &row)).await
     }
 }
 

@@ -1,0 +1,68 @@
+//! The run ledger in the embedded store (`host::usage`).
+
+use rusqlite::{Connection, Transaction, params_from_iter, types::Value as Sql};
+
+use super::{db_error, execute_cached};
+use crate::host::HostResult;
+use crate::host::usage::{UsageQuery, UsageRecord, UsageTotal, totals_sql};
+
+/// Record one run's usage; a run recorded twice keeps its first row.
+pub(super) fn record(tx: &Transaction<'_>, row: &UsageRecord) -> HostResult<()> {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    execute_cached(
+        tx,
+        "INSERT OR IGNORE INTO run_usage (run_id, bot_id, conversation_id, actor_id, harness, \
+         model, started_ms, ended_ms, outcome, code, input_tokens, output_tokens, \
+         cache_read_tokens, cache_write_tokens, cost_usd) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        rusqlite::params![
+            row.run_id,
+            row.bot_id,
+            row.conversation_id,
+            row.actor_id,
+            row.harness,
+            row.model,
+            row.started_ms,
+            row.ended_ms,
+            row.outcome,
+            row.code,
+            count(row.input_tokens),
+            count(row.output_tokens),
+            count(row.cache_read_tokens),
+            count(row.cache_write_tokens),
+            row.cost_usd,
+        ],
+    )
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// The ledger summed as `query` asks, the latest group first.
+pub(super) fn totals(conn: &Connection, query: &UsageQuery) -> HostResult<Vec<UsageTotal>> {
+    let args: Vec<Sql> = [
+        query.since_ms.map(Sql::Integer),
+        query.actor.clone().map(Sql::Text),
+        query.conversation.clone().map(Sql::Text),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut stmt = conn.prepare(&totals_sql(query)).map_err(db_error)?;
+    let by = query.by;
+    let rows = stmt
+        .query_map(params_from_iter(args), |r| {
+            let mut counts = [None; 6];
+            for (i, count) in counts.iter_mut().enumerate() {
+                *count = r.get(i + 1)?;
+            }
+            Ok(UsageTotal::from_sums(
+                by,
+                r.get(0)?,
+                counts,
+                r.get(7)?,
+                r.get(8)?,
+            ))
+        })
+        .map_err(db_error)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(db_error)
+}

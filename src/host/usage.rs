@@ -1,0 +1,269 @@
+//! What each run cost, kept per run with who asked: the ledger an
+//! operator reads (`host usage`), and what budgets will be checked
+//! against. One row per run, written by the bridge at the run's end; a
+//! harness has no call that reaches it.
+//!
+//! Tokens are the harness's own counts; cost is the harness's where it
+//! reports one (Claude Code's `total_cost_usd`), else unknown (`None`),
+//! never guessed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::TokenUsage;
+
+/// One run's usage, as the bridge records it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    /// The run.
+    pub run_id: String,
+    /// The bot the conversation is with, when the host said.
+    pub bot_id: Option<String>,
+    /// The conversation, when there is one.
+    pub conversation_id: Option<String>,
+    /// Who asked, when the host said.
+    pub actor_id: Option<String>,
+    /// The harness that ran the turn.
+    pub harness: String,
+    /// The model the binding named (`None`: the harness's default).
+    pub model: Option<String>,
+    /// Epoch milliseconds.
+    pub started_ms: i64,
+    /// Epoch milliseconds.
+    pub ended_ms: i64,
+    /// `completed` or `failed`.
+    pub outcome: String,
+    /// The failure code, when it failed.
+    pub code: Option<String>,
+    /// Tokens sent to the model (without those read from its cache).
+    pub input_tokens: u64,
+    /// Tokens the model wrote.
+    pub output_tokens: u64,
+    /// Tokens read from the model's prompt cache.
+    pub cache_read_tokens: u64,
+    /// Tokens written to the model's prompt cache.
+    pub cache_write_tokens: u64,
+    /// What the harness says the run cost, in US dollars.
+    pub cost_usd: Option<f64>,
+}
+
+impl UsageRecord {
+    /// Take the counts of a harness's reported usage: the SDK's
+    /// prompt/completion tokens, and the cache and cost fields the
+    /// harnesses add under their own names.
+    pub fn count(&mut self, usage: &TokenUsage) {
+        let extra = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|name| usage.extra.get(*name).and_then(serde_json::Value::as_u64))
+                .unwrap_or(0)
+        };
+        self.input_tokens = usage.prompt_tokens.unwrap_or(0);
+        self.output_tokens = usage.completion_tokens.unwrap_or(0);
+        self.cache_read_tokens = extra(&["cache_read_input_tokens", "cached_input_tokens"]);
+        self.cache_write_tokens = extra(&["cache_creation_input_tokens"]);
+        self.cost_usd = usage
+            .extra
+            .get("total_cost_usd")
+            .and_then(serde_json::Value::as_f64)
+            .filter(|c| c.is_finite() && *c >= 0.0);
+    }
+}
+
+/// What the ledger's rows are summed by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageBy {
+    /// Who asked.
+    #[default]
+    Actor,
+    /// The conversation.
+    Conversation,
+    /// The harness.
+    Harness,
+    /// The model the binding named.
+    Model,
+    /// The day (UTC) the run ended, keyed `YYYY-MM-DD`.
+    Day,
+}
+
+impl UsageBy {
+    /// Every grouping, by name.
+    pub const ALL: [(&'static str, UsageBy); 5] = [
+        ("actor", UsageBy::Actor),
+        ("conversation", UsageBy::Conversation),
+        ("harness", UsageBy::Harness),
+        ("model", UsageBy::Model),
+        ("day", UsageBy::Day),
+    ];
+
+    /// The grouping named `name`.
+    pub fn named(name: &str) -> Option<UsageBy> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, by)| *by)
+    }
+
+    /// The SQL expression of the group's key over the ledger's columns
+    /// (the same in SQLite and PostgreSQL).
+    pub fn key_sql(self) -> &'static str {
+        match self {
+            UsageBy::Actor => "COALESCE(actor_id, '')",
+            UsageBy::Conversation => "COALESCE(conversation_id, '')",
+            UsageBy::Harness => "harness",
+            UsageBy::Model => "COALESCE(model, '')",
+            // Days since the epoch; said as a date when shown.
+            UsageBy::Day => "CAST(ended_ms / 86400000 AS TEXT)",
+        }
+    }
+}
+
+/// Which rows to sum, and by what.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageQuery {
+    /// What the rows are summed by.
+    pub by: UsageBy,
+    /// Only runs that ended at or after this (epoch milliseconds).
+    pub since_ms: Option<i64>,
+    /// Only this actor's runs.
+    pub actor: Option<String>,
+    /// Only this conversation's runs.
+    pub conversation: Option<String>,
+}
+
+/// The sum of a group's rows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageTotal {
+    /// The group (an actor id, a conversation id, a harness, a model, or a
+    /// day as `YYYY-MM-DD`); empty where the runs did not say.
+    pub key: String,
+    /// Runs.
+    pub runs: u64,
+    /// Of which failed.
+    pub failed: u64,
+    /// Summed as in [`UsageRecord`].
+    pub input_tokens: u64,
+    /// Summed as in [`UsageRecord`].
+    pub output_tokens: u64,
+    /// Summed as in [`UsageRecord`].
+    pub cache_read_tokens: u64,
+    /// Summed as in [`UsageRecord`].
+    pub cache_write_tokens: u64,
+    /// The cost the harnesses reported; `None` when none of the runs did.
+    pub cost_usd: Option<f64>,
+    /// When the group's last run ended (epoch milliseconds).
+    pub last_ms: i64,
+}
+
+impl UsageTotal {
+    /// A group's sums as [`totals_sql`] selects them: its key, then the
+    /// runs, failed runs and the four token counts (negative read as 0),
+    /// the cost and the last end. A day's key is said as its date.
+    pub fn from_sums(
+        by: UsageBy,
+        key: String,
+        counts: [Option<i64>; 6],
+        cost_usd: Option<f64>,
+        last_ms: Option<i64>,
+    ) -> UsageTotal {
+        let [runs, failed, input, output, cache_read, cache_write] =
+            counts.map(|n| n.unwrap_or(0).max(0) as u64);
+        UsageTotal {
+            key: match by {
+                UsageBy::Day => key.parse().map_or(key, crate::protocol::time::date),
+                _ => key,
+            },
+            runs,
+            failed,
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_tokens: cache_read,
+            cache_write_tokens: cache_write,
+            cost_usd,
+            last_ms: last_ms.unwrap_or(0),
+        }
+    }
+}
+
+/// The ledger's sum query for `query`, the same for SQLite and
+/// PostgreSQL: `$1`-style placeholders for its filters in order (since,
+/// actor, conversation: those set), and every sum cast to a whole number
+/// (PostgreSQL's sum of integers is a decimal).
+pub fn totals_sql(query: &UsageQuery) -> String {
+    let mut filters = Vec::new();
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        format!("${n}")
+    };
+    if query.since_ms.is_some() {
+        filters.push(format!("ended_ms >= {}", next()));
+    }
+    if query.actor.is_some() {
+        filters.push(format!("actor_id = {}", next()));
+    }
+    if query.conversation.is_some() {
+        filters.push(format!("conversation_id = {}", next()));
+    }
+    let filter = if filters.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", filters.join(" AND "))
+    };
+    let key = query.by.key_sql();
+    format!(
+        "SELECT {key} AS k, COUNT(*), \
+         CAST(SUM(CASE WHEN outcome = 'failed' THEN 1 ELSE 0 END) AS BIGINT), \
+         CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT), \
+         CAST(SUM(cache_read_tokens) AS BIGINT), CAST(SUM(cache_write_tokens) AS BIGINT), \
+         SUM(cost_usd), MAX(ended_ms) \
+         FROM run_usage {filter} GROUP BY k ORDER BY MAX(ended_ms) DESC"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn harness_counts_of_every_kind_are_taken() {
+        let claude: TokenUsage = serde_json::from_value(serde_json::json!({
+            "prompt_tokens": 10, "completion_tokens": 5, "cache_read_input_tokens": 100,
+            "cache_creation_input_tokens": 7, "total_cost_usd": 0.0125
+        }))
+        .unwrap();
+        let mut record = UsageRecord::default();
+        record.count(&claude);
+        assert_eq!(
+            (record.input_tokens, record.output_tokens),
+            (10, 5),
+            "{record:?}"
+        );
+        assert_eq!(
+            (record.cache_read_tokens, record.cache_write_tokens),
+            (100, 7)
+        );
+        assert_eq!(record.cost_usd, Some(0.0125));
+        let codex: TokenUsage = serde_json::from_value(serde_json::json!({
+            "prompt_tokens": 3, "completion_tokens": 2, "cached_input_tokens": 1
+        }))
+        .unwrap();
+        record.count(&codex);
+        assert_eq!(record.cache_read_tokens, 1);
+        assert_eq!(record.cost_usd, None, "no cost is guessed");
+    }
+
+    #[test]
+    fn filters_are_numbered_in_order() {
+        let sql = totals_sql(&UsageQuery {
+            by: UsageBy::Day,
+            since_ms: Some(1),
+            actor: None,
+            conversation: Some("c".into()),
+        });
+        assert!(
+            sql.contains("WHERE ended_ms >= $1 AND conversation_id = $2"),
+            "{sql}"
+        );
+    }
+}
