@@ -881,8 +881,9 @@ async fn claude_searches_the_operators_knowledge_folder_under_serve() {
 
 /// What runs cost, per person: two actors' turns through `serve` with the
 /// real Claude Code (the fake model reports its tokens) are in the ledger
-/// by actor (`host usage`, as an operator runs it) and in `/metrics` by
-/// harness and model, with no person among its labels.
+/// by actor (`host usage`, as an operator runs it), listed by the service
+/// (`/v1/runs` by actor, paged; `/v1/conversations`), and in `/metrics`
+/// by harness and model, with no person among its labels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn each_persons_usage_is_recorded_and_counted() {
@@ -933,6 +934,36 @@ async fn each_persons_usage_is_recorded_and_counted() {
         table.starts_with("actor ") && table.contains("\nann "),
         "{table}"
     );
+
+    // The same ledger through the service: ann's runs, newest first, paged.
+    let page = serve.get_json("/v1/runs?actor=ann&limit=1").await;
+    let runs = page["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{page}");
+    assert_eq!(
+        (
+            runs[0]["actor_id"].as_str(),
+            runs[0]["conversation_id"].as_str()
+        ),
+        (Some("ann"), Some("a2")),
+        "{page}"
+    );
+    assert!(
+        runs[0]["ended_ms"].as_i64() >= runs[0]["started_ms"].as_i64(),
+        "{page}"
+    );
+    let next = page["next"].as_str().unwrap();
+    let rest = serve
+        .get_json(&format!("/v1/runs?actor=ann&limit=1&before={next}"))
+        .await;
+    assert_eq!(rest["runs"][0]["conversation_id"], "a1", "{rest}");
+    let conversations = serve.get_json("/v1/conversations").await;
+    let listed: Vec<&str> = conversations["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["conversation_id"].as_str())
+        .collect();
+    assert_eq!(listed, ["b1", "a2", "a1"], "{conversations}");
 
     let metrics = serve.get_text("/metrics").await;
     let input: u64 = metrics

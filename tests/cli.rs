@@ -116,6 +116,18 @@ async fn host_commands_show_history_state_and_audit() {
     let f = fixture();
     f.say("group_1", "user", "first line\nwith a newline").await;
     f.say("group_1", "assistant", "second line").await;
+    f.store
+        .append_transcript(harness_bridge::host::NewTranscriptItem {
+            event_id: "ev-ann".into(),
+            conversation_id: "group_1".into(),
+            role: "user".into(),
+            content: Some("third, from Ann".into()),
+            metadata: serde_json::from_value(json!({"actor_id": "u-7", "actor_name": "Ann Lee"}))
+                .unwrap(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let run = f.open("run-cli", "group_1", &GrantPolicy::default());
     let host = f.grants.granted(run.grant.clone());
     host.call(&StateSetCall {
@@ -139,11 +151,25 @@ async fn host_commands_show_history_state_and_audit() {
     let out = bridge(&["--data-dir", &dir, "host", "history", "group_1"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
+    // Each line: its number, when (UTC), the role, who said it.
+    let first = text
+        .lines()
+        .find(|l| l.starts_with("#1 "))
+        .unwrap_or_default();
     assert!(
-        text.contains("#1     user      first line with a newline"),
+        first.ends_with(" user      -                first line with a newline")
+            && first.contains(&format!(
+                " {} ",
+                &harness_bridge::protocol::time::date_time(harness_bridge::host::now_ms() / 1000)
+                    [..10]
+            )),
         "{text}"
     );
-    assert!(text.contains("(2 of 2 items)"), "{text}");
+    assert!(
+        text.contains(" user      Ann Lee          third, from Ann"),
+        "{text}"
+    );
+    assert!(text.contains("(3 of 3 items)"), "{text}");
 
     let out = bridge(&[
         "--data-dir",

@@ -469,7 +469,11 @@ async fn pretty_output_is_for_a_person() {
     assert!(output.status.success(), "{text}");
     assert!(text.contains("Done."), "{text}");
     assert!(text.contains("📎 note.txt (5 bytes)"), "{text}");
-    assert!(text.contains("✓ completed (end_turn)"), "{text}");
+    // Whether the session is new or resumed is said on the last line.
+    assert!(
+        text.contains("✓ completed (end_turn) · session scripted new"),
+        "{text}"
+    );
     assert!(
         !text.contains("\"type\""),
         "NDJSON in pretty output: {text}"

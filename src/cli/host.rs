@@ -266,10 +266,18 @@ async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
                 out!("no transcript items in conversation `{conversation}`");
             }
             for item in &page.items {
+                // Who said it: the person (their name, else id), or the
+                // harness that answered.
+                let who = ["actor_name", "actor_id", "harness"]
+                    .iter()
+                    .find_map(|key| item.metadata.get(*key)?.as_str())
+                    .unwrap_or("-");
                 out!(
-                    "#{:<5} {:<9} {}",
+                    "#{:<5} {} {:<9} {:<16} {}",
                     item.seq.unwrap_or(0),
+                    item.created_at.map_or("-".into(), utc),
                     item.role,
+                    clip(who, 16),
                     clip(item.content.as_deref().unwrap_or(""), 160)
                 );
             }

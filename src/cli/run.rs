@@ -284,6 +284,38 @@ async fn print_results(mut rx: mpsc::Receiver<AgentRunResult>, format: Format) {
     }
 }
 
+/// ` · session 1a2b3c4d resumed` (or `new`), from a terminal's session
+/// facts; empty without a session.
+fn session_line(session: &Value) -> String {
+    let Some(id) = session["session_id"].as_str() else {
+        return String::new();
+    };
+    let short: String = id.chars().take(8).collect();
+    let how = if session["resumed"] == true {
+        "resumed"
+    } else {
+        "new"
+    };
+    format!(" · session {short} {how}")
+}
+
+/// ` · 1200 in / 300 out tokens · $0.0123`, from what the harness
+/// reported; empty when it reported nothing.
+fn usage_line(usage: Option<&crate::protocol::TokenUsage>) -> String {
+    let Some(usage) = usage else {
+        return String::new();
+    };
+    let mut line = format!(
+        " · {} in / {} out tokens",
+        usage.prompt_tokens.unwrap_or(0),
+        usage.completion_tokens.unwrap_or(0)
+    );
+    if let Some(cost) = usage.extra.get("total_cost_usd").and_then(Value::as_f64) {
+        line.push_str(&format!(" · ${cost:.4}"));
+    }
+    line
+}
+
 /// Renders a result stream for a person: text as it streams, one line per
 /// tool call, artifact or state change, and the final status.
 #[derive(Default)]
@@ -352,11 +384,17 @@ impl Pretty {
                 writeln!(out, "\n❓ {}\n", text(&data["payload"]["fallback_text"]))
             }
             ResultType::RunCompleted => {
-                let notice = &data["message"]["metadata"]["session"]["notice"];
-                if let Some(n) = notice.as_str() {
+                let session = &data["message"]["metadata"]["session"];
+                if let Some(n) = session["notice"].as_str() {
                     let _ = writeln!(out, "ℹ {n}");
                 }
-                writeln!(out, "✓ completed ({})", text(&data["finish_reason"]))
+                writeln!(
+                    out,
+                    "✓ completed ({}){}{}",
+                    text(&data["finish_reason"]),
+                    session_line(session),
+                    usage_line(result.usage.as_ref())
+                )
             }
             ResultType::RunFailed => {
                 writeln!(
@@ -369,5 +407,26 @@ impl Pretty {
             _ => Ok(()),
         };
         let _ = out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_line_says_the_session_and_what_the_turn_used() {
+        let session = serde_json::json!({"session_id": "0b5d0c6e-8c1a", "resumed": true});
+        assert_eq!(session_line(&session), " · session 0b5d0c6e resumed");
+        assert_eq!(session_line(&serde_json::json!({})), "");
+        let usage: crate::protocol::TokenUsage = serde_json::from_value(
+            serde_json::json!({"prompt_tokens": 1200, "completion_tokens": 300, "total_cost_usd": 0.0123}),
+        )
+        .unwrap();
+        assert_eq!(
+            usage_line(Some(&usage)),
+            " · 1200 in / 300 out tokens · $0.0123"
+        );
+        assert_eq!(usage_line(None), "");
     }
 }

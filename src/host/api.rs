@@ -309,6 +309,16 @@ pub trait TurnLog: Send + Sync + 'static {
     /// Record what a run cost, with who asked (the ledger `host usage`
     /// reads; a run recorded twice keeps its first row).
     async fn record_usage(&self, usage: super::usage::UsageRecord) -> HostResult<()>;
+    /// The ledger summed (`host usage`, the service's conversation list).
+    async fn usage_totals(
+        &self,
+        query: super::usage::UsageQuery,
+    ) -> HostResult<Vec<super::usage::UsageTotal>>;
+    /// The ledger's runs, newest first (the service's run list).
+    async fn usage_runs(
+        &self,
+        query: super::usage::RunListQuery,
+    ) -> HostResult<Vec<super::usage::UsageRecord>>;
 }
 
 /// Artifact contents the bridge keeps (a harness's outbox files): bytes

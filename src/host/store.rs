@@ -103,10 +103,7 @@ impl Store {
         &self,
         query: crate::host::usage::UsageQuery,
     ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
-        match self {
-            Store::Sqlite(s) => s.usage_totals(query).await,
-            Store::Postgres(s) => s.usage_totals(query).await,
-        }
+        self.host().usage_totals(query).await
     }
 
     /// The newest audit rows, oldest first (`host audit`).

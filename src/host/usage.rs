@@ -185,6 +185,63 @@ impl UsageTotal {
     }
 }
 
+/// Which runs to list, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunListQuery {
+    /// Only this actor's runs.
+    pub actor: Option<String>,
+    /// Only this conversation's runs.
+    pub conversation: Option<String>,
+    /// Only this harness's runs.
+    pub harness: Option<String>,
+    /// Only runs before this one in the list (its end, then its id): the
+    /// last row of the page before.
+    pub before: Option<(i64, String)>,
+    /// How many (at most).
+    pub limit: u32,
+}
+
+/// The columns a listed run is read from, in [`UsageRecord`]'s order.
+pub const RUN_COLUMNS: &str = "run_id, bot_id, conversation_id, actor_id, harness, model, \
+     started_ms, ended_ms, outcome, code, input_tokens, output_tokens, cache_read_tokens, \
+     cache_write_tokens, cost_usd";
+
+/// The ledger's list query for `query`, as [`totals_sql`] numbers its
+/// placeholders (actor, conversation, harness, the page's end and id,
+/// those set; the limit last).
+pub fn list_sql(query: &RunListQuery) -> String {
+    let mut filters = Vec::new();
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        format!("${n}")
+    };
+    for (set, column) in [
+        (query.actor.is_some(), "actor_id"),
+        (query.conversation.is_some(), "conversation_id"),
+        (query.harness.is_some(), "harness"),
+    ] {
+        if set {
+            filters.push(format!("{column} = {}", next()));
+        }
+    }
+    if query.before.is_some() {
+        let (end, id) = (next(), next());
+        filters.push(format!(
+            "(ended_ms < {end} OR (ended_ms = {end} AND run_id < {id}))"
+        ));
+    }
+    let filter = if filters.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", filters.join(" AND "))
+    };
+    format!(
+        "SELECT {RUN_COLUMNS} FROM run_usage {filter} ORDER BY ended_ms DESC, run_id DESC LIMIT {}",
+        next()
+    )
+}
+
 /// The ledger's sum query for `query`, the same for SQLite and
 /// PostgreSQL: `$1`-style placeholders for its filters in order (since,
 /// actor, conversation: those set), and every sum cast to a whole number
@@ -251,6 +308,22 @@ mod tests {
         record.count(&codex);
         assert_eq!(record.cache_read_tokens, 1);
         assert_eq!(record.cost_usd, None, "no cost is guessed");
+    }
+
+    #[test]
+    fn a_page_of_runs_starts_after_the_last_of_the_page_before() {
+        let sql = list_sql(&RunListQuery {
+            harness: Some("codex".into()),
+            before: Some((5, "r".into())),
+            limit: 10,
+            ..RunListQuery::default()
+        });
+        assert!(
+            sql.contains(
+                "WHERE harness = $1 AND (ended_ms < $2 OR (ended_ms = $2 AND run_id < $3))"
+            ) && sql.ends_with("LIMIT $4"),
+            "{sql}"
+        );
     }
 
     #[test]

@@ -366,6 +366,20 @@ impl TurnLog for RelayHost {
     async fn record_usage(&self, _usage: crate::host::usage::UsageRecord) -> HostResult<()> {
         Ok(())
     }
+
+    async fn usage_totals(
+        &self,
+        _query: crate::host::usage::UsageQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
+        Ok(Vec::new())
+    }
+
+    async fn usage_runs(
+        &self,
+        _query: crate::host::usage::RunListQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageRecord>> {
+        Ok(Vec::new())
+    }
 }
 
 #[async_trait]

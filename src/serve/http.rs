@@ -21,15 +21,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
-use super::{Refused, RunEntry, Service};
+use super::{Refused, RunEntry, Service, error};
 use crate::protocol::FailureCode;
 use crate::protocol::{ErrorCode, InteractionSubmission, JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
 use crate::throttle::SharedThrottle;
-
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, axum::Json(json!({"error": message.into()}))).into_response()
-}
 
 /// A request refused before it reached the API (a wrong token, another
 /// site's page, not JSON): answered, and logged at most once a second with
@@ -148,7 +144,8 @@ async fn same_origin(
 /// The router, with the origin checks and auth in front.
 pub fn router(service: Arc<Service>) -> Router {
     Router::new()
-        .route("/v1/runs", post(create_run))
+        .route("/v1/runs", post(create_run).get(super::listing::list_runs))
+        .route("/v1/conversations", get(super::listing::list_conversations))
         .route("/v1/runs/{run_id}", get(get_run))
         .route("/v1/runs/{run_id}/cancel", post(cancel_run))
         .route("/v1/runners", get(runners))

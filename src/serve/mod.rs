@@ -11,6 +11,7 @@ mod config;
 mod http;
 mod journal;
 mod leftovers;
+mod listing;
 mod local;
 mod shared;
 pub mod tokens;
@@ -614,4 +615,15 @@ pub async fn serve(
     tokio::join!(server, drain, prune);
     tracing::info!("stopped: every turn has ended and is journaled");
     Ok(())
+}
+
+/// An API answer that is not a run's stream: the status and a sentence,
+/// as `{"error": ...}`.
+fn error(status: axum::http::StatusCode, message: impl Into<String>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        status,
+        axum::Json(serde_json::json!({"error": message.into()})),
+    )
+        .into_response()
 }

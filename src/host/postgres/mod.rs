@@ -435,14 +435,6 @@ impl PgHost {
         self.inner.audit.keep_for(keep)
     }
 
-    /// The run ledger summed as `query` asks (`host usage`).
-    pub async fn usage_totals(
-        &self,
-        query: crate::host::usage::UsageQuery,
-    ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
-        usage::totals(&self.client().await?, &query).await
-    }
-
     /// The newest audit rows, oldest first (`host audit`).
     pub async fn audit_tail(
         &self,
@@ -670,6 +662,20 @@ impl TurnLog for PgHost {
 
     async fn record_usage(&self, row: crate::host::usage::UsageRecord) -> HostResult<()> {
         usage::record(&mut self.client().await?, self.guard.as_deref(), &row).await
+    }
+
+    async fn usage_totals(
+        &self,
+        query: crate::host::usage::UsageQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
+        usage::totals(&self.client().await?, &query).await
+    }
+
+    async fn usage_runs(
+        &self,
+        query: crate::host::usage::RunListQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageRecord>> {
+        usage::runs(&self.client().await?, &query).await
     }
 }
 

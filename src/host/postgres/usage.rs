@@ -4,7 +4,7 @@ use tokio_postgres::types::ToSql;
 
 use super::{Client, db_error, guard};
 use crate::host::HostResult;
-use crate::host::usage::{UsageQuery, UsageRecord, UsageTotal, totals_sql};
+use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
 
 /// Record one run's usage, if `write_guard` still holds; a run recorded
 /// twice keeps its first row.
@@ -74,6 +74,50 @@ pub(super) async fn totals(client: &Client, query: &UsageQuery) -> HostResult<Ve
                 r.try_get(7)?,
                 r.try_get(8)?,
             ))
+        })
+        .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+        .map_err(db_error)
+}
+
+/// The ledger's runs as `query` asks, newest first.
+pub(super) async fn runs(client: &Client, query: &RunListQuery) -> HostResult<Vec<UsageRecord>> {
+    let mut args: Vec<&(dyn ToSql + Sync)> = Vec::new();
+    for value in [&query.actor, &query.conversation, &query.harness]
+        .into_iter()
+        .flatten()
+    {
+        args.push(value);
+    }
+    if let Some((end, id)) = &query.before {
+        args.push(end);
+        args.push(id);
+    }
+    let limit = i64::from(query.limit);
+    args.push(&limit);
+    let rows = client
+        .query(&list_sql(query), &args)
+        .await
+        .map_err(db_error)?;
+    rows.iter()
+        .map(|r| {
+            let n = |i| r.try_get::<_, i64>(i).map(|v| v.max(0) as u64);
+            Ok(UsageRecord {
+                run_id: r.try_get(0)?,
+                bot_id: r.try_get(1)?,
+                conversation_id: r.try_get(2)?,
+                actor_id: r.try_get(3)?,
+                harness: r.try_get(4)?,
+                model: r.try_get(5)?,
+                started_ms: r.try_get(6)?,
+                ended_ms: r.try_get(7)?,
+                outcome: r.try_get(8)?,
+                code: r.try_get(9)?,
+                input_tokens: n(10)?,
+                output_tokens: n(11)?,
+                cache_read_tokens: n(12)?,
+                cache_write_tokens: n(13)?,
+                cost_usd: r.try_get(14)?,
+            })
         })
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()
         .map_err(db_error)

@@ -365,14 +365,6 @@ impl SqliteHost {
         .map_err(|e| AgentAPIError::runtime(format!("host store task failed: {e}")))?
     }
 
-    /// The run ledger summed as `query` asks (`host usage`).
-    pub async fn usage_totals(
-        &self,
-        query: crate::host::usage::UsageQuery,
-    ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
-        self.read(move |conn, _| usage::totals(conn, &query)).await
-    }
-
     /// Every state entry under one scope owner, for a person (`host state`).
     pub async fn state_dump(
         &self,
@@ -636,6 +628,20 @@ impl TurnLog for SqliteHost {
 
     async fn record_usage(&self, row: crate::host::usage::UsageRecord) -> HostResult<()> {
         self.write(move |tx, _| usage::record(tx, &row)).await
+    }
+
+    async fn usage_totals(
+        &self,
+        query: crate::host::usage::UsageQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
+        self.read(move |conn, _| usage::totals(conn, &query)).await
+    }
+
+    async fn usage_runs(
+        &self,
+        query: crate::host::usage::RunListQuery,
+    ) -> HostResult<Vec<crate::host::usage::UsageRecord>> {
+        self.read(move |conn, _| usage::runs(conn, &query)).await
     }
 }
 

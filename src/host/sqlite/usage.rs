@@ -4,7 +4,7 @@ use rusqlite::{Connection, Transaction, params_from_iter, types::Value as Sql};
 
 use super::{db_error, execute_cached};
 use crate::host::HostResult;
-use crate::host::usage::{UsageQuery, UsageRecord, UsageTotal, totals_sql};
+use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
 
 /// Record one run's usage; a run recorded twice keeps its first row.
 pub(super) fn record(tx: &Transaction<'_>, row: &UsageRecord) -> HostResult<()> {
@@ -62,6 +62,43 @@ pub(super) fn totals(conn: &Connection, query: &UsageQuery) -> HostResult<Vec<Us
                 r.get(7)?,
                 r.get(8)?,
             ))
+        })
+        .map_err(db_error)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(db_error)
+}
+
+/// The ledger's runs as `query` asks, newest first.
+pub(super) fn runs(conn: &Connection, query: &RunListQuery) -> HostResult<Vec<UsageRecord>> {
+    let mut args: Vec<Sql> = [&query.actor, &query.conversation, &query.harness]
+        .into_iter()
+        .flatten()
+        .map(|v| Sql::Text(v.clone()))
+        .collect();
+    if let Some((end, id)) = &query.before {
+        args.extend([Sql::Integer(*end), Sql::Text(id.clone())]);
+    }
+    args.push(Sql::Integer(i64::from(query.limit)));
+    let mut stmt = conn.prepare(&list_sql(query)).map_err(db_error)?;
+    let rows = stmt
+        .query_map(params_from_iter(args), |r| {
+            let n = |i| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
+            Ok(UsageRecord {
+                run_id: r.get(0)?,
+                bot_id: r.get(1)?,
+                conversation_id: r.get(2)?,
+                actor_id: r.get(3)?,
+                harness: r.get(4)?,
+                model: r.get(5)?,
+                started_ms: r.get(6)?,
+                ended_ms: r.get(7)?,
+                outcome: r.get(8)?,
+                code: r.get(9)?,
+                input_tokens: n(10)?,
+                output_tokens: n(11)?,
+                cache_read_tokens: n(12)?,
+                cache_write_tokens: n(13)?,
+                cost_usd: r.get(14)?,
+            })
         })
         .map_err(db_error)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(db_error)
