@@ -137,6 +137,13 @@ async fn host_commands_show_history_state_and_audit() {
     })
     .await
     .unwrap();
+    host.call(&StateSetCall {
+        scope: StateScope::Conversation,
+        key: "notes.long".into(),
+        value: json!("x".repeat(1000)),
+    })
+    .await
+    .unwrap();
     host.call(&HistoryQuery {
         limit: 500,
         ..HistoryQuery::default()
@@ -179,7 +186,14 @@ async fn host_commands_show_history_state_and_audit() {
         "conversation",
         "group_1",
     ]);
-    assert_eq!(stdout(&out).trim(), "notes.session_id = \"sess-1\"");
+    let state = stdout(&out);
+    let lines: Vec<&str> = state.lines().collect();
+    assert_eq!(lines.len(), 2, "{state}");
+    assert!(
+        lines[0].starts_with("notes.long = \"xxx") && lines[0].ends_with("… (1002 bytes)"),
+        "a long value is shown by its start and size: {state}"
+    );
+    assert_eq!(lines[1], "notes.session_id = \"sess-1\"");
 
     let out = Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
         .args(["host", "audit", "--run", "run-cli"])

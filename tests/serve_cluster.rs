@@ -1323,8 +1323,17 @@ async fn migrate_and_host_work_on_the_shared_store() {
     let data = tempfile::tempdir().unwrap();
     let (code, out, err) = command(data.path(), &["migrate", "--store", &cluster.url]);
     assert_eq!(code, 0, "{err}");
+    // Every step of the host store's schema, in order.
+    let steps = harness_bridge::host::postgres::MIGRATIONS;
+    for step in steps {
+        let applied = format!(
+            "host store migration {} applied ({})",
+            step.version, step.name
+        );
+        assert!(out.contains(&applied), "{out}");
+    }
     assert!(
-        out.contains("host store migration 1 applied (initial)"),
+        out.contains("host store migration 2 applied (run usage)"),
         "{out}"
     );
     assert!(
@@ -1337,8 +1346,9 @@ async fn migrate_and_host_work_on_the_shared_store() {
     );
     let (code, out, err) = command(data.path(), &["migrate", "--store", &cluster.url]);
     assert_eq!(code, 0, "{err}");
+    let latest = steps.last().map_or(0, |m| m.version);
     assert!(
-        out.contains("host store schema up to date (version 1)"),
+        out.contains(&format!("host store schema up to date (version {latest})")),
         "{out}"
     );
     assert!(

@@ -191,6 +191,17 @@ pub fn migrate(args: MigrateArgs, data_dir: &Path) -> Outcome {
     Ok(exit::OK)
 }
 
+/// One state entry. A value kept for the bridge (a session's files) can be
+/// megabytes: a person gets its start and its size.
+fn print_state(key: &str, value: &serde_json::Value) {
+    let value = value.to_string();
+    if value.len() > 400 {
+        out!("{key} = {} ({} bytes)", clip(&value, 200), value.len());
+    } else {
+        out!("{key} = {value}");
+    }
+}
+
 /// The ledger's sums as a table a person reads.
 fn print_usage(by: &str, totals: &[UsageTotal]) {
     if totals.is_empty() {
@@ -302,7 +313,7 @@ async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
                 out!("no {} state for `{id}` (runner {runner})", scope.as_str());
             }
             for entry in entries {
-                out!("{} = {}", entry.key, entry.value);
+                print_state(&entry.key, &entry.value);
             }
         }
         HostCommand::Usage {

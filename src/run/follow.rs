@@ -48,13 +48,13 @@ fn folder_within(
 /// large (kept instead, so the next instance can say why). `None`: there
 /// is nothing this bridge can copy for this harness.
 fn pack(
-    spec: &AdapterSpec,
+    store: SessionStore,
+    harness: &str,
     env: &BTreeMap<String, String>,
     workspace: &Path,
     id: &str,
     limit: u64,
 ) -> Option<Value> {
-    let store = spec.session_store;
     let below = folder_within(store, env, workspace)?;
     let names = store.session_files(env, workspace, id)?.names;
     if names.is_empty() {
@@ -73,7 +73,7 @@ fn pack(
         total = total.saturating_add(read.size);
         if total > limit {
             return Some(json!({
-                "harness": spec.name, "session_id": id, "too_large": total,
+                "harness": harness, "session_id": id, "too_large": total,
             }));
         }
         files.push(match String::from_utf8(read.bytes) {
@@ -84,7 +84,7 @@ fn pack(
             }),
         });
     }
-    Some(json!({"harness": spec.name, "session_id": id, "files": files}))
+    Some(json!({"harness": harness, "session_id": id, "files": files}))
 }
 
 /// How often [`settled`] looks, how many looks alike make the files
@@ -140,7 +140,13 @@ pub(super) async fn keep(
         return;
     }
     settled(spec.session_store, env, workspace, id).await;
-    let Some(copy) = pack(spec, env, workspace, id, limit) else {
+    // Reading up to the limit from disk: off the runtime's threads.
+    let (store, harness) = (spec.session_store, spec.name.clone());
+    let (env, workspace, id) = (env.clone(), workspace.to_path_buf(), id.to_string());
+    let packed =
+        tokio::task::spawn_blocking(move || pack(store, &harness, &env, &workspace, &id, limit))
+            .await;
+    let Ok(Some(copy)) = packed else {
         return;
     };
     if let Err(e) = host
@@ -149,6 +155,22 @@ pub(super) async fn keep(
     {
         tracing::warn!("cannot keep the session's files for another instance: {e}");
     }
+}
+
+/// Write each file at its place below `workspace`, no link followed.
+fn write_all(workspace: &Path, places: &[(PathBuf, Vec<u8>)]) -> Result<(), NotFollowed> {
+    let root = ConfinedDir::create(workspace, &[])
+        .map_err(|e| format!("the workspace cannot be written ({e})"))?;
+    for (place, bytes) in places {
+        let parts: Vec<&str> = place
+            .iter()
+            .map(|p| p.to_str())
+            .collect::<Option<_>>()
+            .ok_or("the workspace's path is not text")?;
+        root.write(&parts, bytes)
+            .map_err(|e| format!("its files could not be written here ({e})"))?;
+    }
+    Ok(())
 }
 
 /// Write the kept copy of `pointer`'s session into this workspace's home,
@@ -180,12 +202,12 @@ pub(super) async fn bring(
             size as f64 / (1024.0 * 1024.0)
         ));
     }
-    let root = ConfinedDir::create(workspace, &[])
-        .map_err(|e| format!("the workspace cannot be written ({e})"))?;
     let files = copy["files"].as_array().map_or(&[][..], Vec::as_slice);
     if files.is_empty() {
         return Err("the copy kept holds no file".into());
     }
+    // Every name checked and every file read before one is written.
+    let mut places = Vec::with_capacity(files.len());
     for file in files {
         let name = file["name"].as_str().unwrap_or_default();
         if !store.takes_name(id, name) {
@@ -199,15 +221,13 @@ pub(super) async fn bring(
                 .map_err(|_| "the copy kept is damaged".to_string())?,
             (None, None) => return Err("the copy kept is damaged".into()),
         };
-        let place = below.join(name);
-        let parts: Vec<&str> = place
-            .iter()
-            .map(|p| p.to_str())
-            .collect::<Option<_>>()
-            .ok_or("the workspace's path is not text")?;
-        root.write(&parts, &bytes)
-            .map_err(|e| format!("its files could not be written here ({e})"))?;
+        places.push((below.join(name), bytes));
     }
+    let root = workspace.to_path_buf();
+    let written = tokio::task::spawn_blocking(move || write_all(&root, &places))
+        .await
+        .map_err(|e| format!("its files could not be written here ({e})"))?;
+    written?;
     tracing::info!(
         harness = %spec.name,
         files = files.len(),
