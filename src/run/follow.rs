@@ -136,7 +136,11 @@ pub(super) async fn keep(
     id: &str,
     limit: u64,
 ) {
-    if scope.conversation_id.is_none() {
+    // Nothing to wait for where the bridge cannot copy this harness's
+    // sessions (no known store, or one outside the workspace).
+    if scope.conversation_id.is_none()
+        || folder_within(spec.session_store, env, workspace).is_none()
+    {
         return;
     }
     settled(spec.session_store, env, workspace, id).await;
