@@ -801,6 +801,20 @@ async fn serve_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output 
         .unwrap()
 }
 
+/// `harness-bridge ARGS` on `server`'s data folder, to its end.
+async fn beside(server: &Server, args: &[&str]) -> std::process::Output {
+    let command = tokio::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(server.data.path())
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(20), command)
+        .await
+        .expect("the command exits")
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_serve_on_the_same_store_is_refused_and_harms_nothing() {
     let server = Server::start("hang", "").await;
@@ -809,17 +823,8 @@ async fn a_second_serve_on_the_same_store_is_refused_and_harms_nothing() {
     let run_id = server.started_run_id();
     let config = server.data.path().join("second.yaml");
     std::fs::write(&config, "listen: 127.0.0.1:0\n").unwrap();
-    let second = tokio::process::Command::new(common::bridge_bin())
-        .arg("--data-dir")
-        .arg(server.data.path())
-        .args(["serve", "--config"])
-        .arg(&config)
-        .kill_on_drop(true)
-        .output();
-    let second = tokio::time::timeout(Duration::from_secs(20), second)
-        .await
-        .expect("the second serve exits")
-        .unwrap();
+    let config = config.to_str().unwrap();
+    let second = beside(&server, &["serve", "--config", config]).await;
     let said = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success(), "{said}");
     assert!(
@@ -828,16 +833,7 @@ async fn a_second_serve_on_the_same_store_is_refused_and_harms_nothing() {
     );
     // So is a one-off run on its data folder: it would resume the same
     // conversations' sessions in a second process.
-    let run_beside = tokio::process::Command::new(common::bridge_bin())
-        .arg("--data-dir")
-        .arg(server.data.path())
-        .args(["run", "--conversation", "c1", "--text", "hi"])
-        .kill_on_drop(true)
-        .output();
-    let run_beside = tokio::time::timeout(Duration::from_secs(20), run_beside)
-        .await
-        .expect("the run exits")
-        .unwrap();
+    let run_beside = beside(&server, &["run", "--conversation", "c1", "--text", "hi"]).await;
     let said = String::from_utf8_lossy(&run_beside.stderr);
     assert_eq!(run_beside.status.code(), Some(1), "{said}");
     let serving = format!(
