@@ -1,14 +1,18 @@
-//! What recording a run's usage adds to a turn: one ledger row written at
-//! the run's end (`record_usage`), and the sum `host usage` reads, on the
-//! embedded SQLite store and on PostgreSQL (a server the bench starts on
+//! What recording a run's usage and checking the operator's budgets add
+//! to a turn: the admission before it starts (`admit_run`: a person's,
+//! a conversation's and a bot's turn rate and spending this day and
+//! month, the turn counted), one ledger row written at the run's end
+//! (`record_usage`), and the sum `host usage` reads, on the embedded
+//! SQLite store and on PostgreSQL (a server the bench starts on
 //! 127.0.0.1), side by side in one run. The ledger holds 10,000 runs of
-//! 100 actors when the sum is measured (the record measurement, after it,
-//! adds its own). Run: `cargo bench --bench ledger`.
+//! 100 actors when the sum and the admission are measured (the record
+//! measurement, after them, adds its own). Run: `cargo bench --bench ledger`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use harness_bridge::host::budget::{Admission, Budgets, Limits};
 use harness_bridge::host::prelude::*;
 use harness_bridge::host::store::{Store, StoreAt};
 use harness_bridge::host::usage::{UsageBy, UsageQuery, UsageRecord};
@@ -21,6 +25,7 @@ fn row(n: u64) -> UsageRecord {
     UsageRecord {
         run_id: format!("run-{n}"),
         actor_id: Some(format!("actor-{}", n % 100)),
+        bot_id: Some("bot-1".into()),
         conversation_id: Some(format!("conv-{}", n % 1000)),
         harness: "claude-code".into(),
         started_ms: 1_795_900_000_000 + n as i64 * 1000,
@@ -31,6 +36,35 @@ fn row(n: u64) -> UsageRecord {
         cache_read_tokens: 9000,
         cost_usd: Some(0.012),
         ..UsageRecord::default()
+    }
+}
+
+/// Every limit on every subject, none ever reached: the most an
+/// admission reads and writes.
+fn budgets() -> Budgets {
+    let limits = Limits {
+        turns_per_minute: Some(1_000_000),
+        tokens_per_day: Some(u64::MAX / 2),
+        tokens_per_month: Some(u64::MAX / 2),
+        cost_usd_per_day: Some(1e12),
+        cost_usd_per_month: Some(1e12),
+    };
+    Budgets {
+        actor: limits.clone(),
+        conversation: limits.clone(),
+        bot: limits,
+    }
+}
+
+/// Turn `n`'s admission: a bot taking 100 turns a minute from 100 people
+/// in 1,000 conversations, in the month of the ledger's runs.
+fn admission(budgets: &Budgets, n: u64) -> Admission {
+    let actor = format!("actor-{}", n % 100);
+    let conversation = format!("conv-{}", n % 1000);
+    Admission {
+        run_id: format!("admit-{n}"),
+        now_ms: 1_795_900_000_000 + RUNS as i64 * 1000 + n as i64 * 600,
+        subjects: budgets.subjects(Some(&actor), Some(&conversation), Some("bot-1")),
     }
 }
 
@@ -60,6 +94,18 @@ fn bench(c: &mut Criterion) {
                     })
                     .await
                     .expect("summed")
+            })
+        });
+        let budgets = budgets();
+        let admitted = AtomicU64::new(0);
+        group.bench_function("admit_run_every_limit", |b| {
+            b.to_async(&rt).iter(|| {
+                let admission = admission(&budgets, admitted.fetch_add(1, Ordering::Relaxed));
+                let host = host.clone();
+                async move {
+                    let hit = host.admit_run(admission).await.expect("admitted");
+                    assert!(hit.is_none(), "no limit is reached: {hit:?}");
+                }
             })
         });
         group.bench_function("record_usage", |b| {

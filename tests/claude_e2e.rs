@@ -978,3 +978,90 @@ async fn each_persons_usage_is_recorded_and_counted() {
     assert!(input >= 30, "{metrics}");
     assert!(!metrics.contains("ann"), "no person is a label");
 }
+
+/// The operator's budgets through `serve` with the real Claude Code: a
+/// person whose runs today reached their tokens is refused the next turn
+/// with a sentence saying which limit and when it resets; a person who
+/// starts more turns in a minute than their rate is refused the one over
+/// it (three at once, two start); each refusal is an audit row; another
+/// person goes on; no refused turn reached the harness or the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_person_over_a_budget_is_refused_and_told_why_while_others_go_on() {
+    let (model_url, fake) = fake_model(false).await;
+    let (mut serve, _home) = common::server::serve_claude(
+        model_url,
+        "budgets:\n  actor: {turns_per_minute: 2, tokens_per_day: 1}\n",
+    )
+    .await;
+    let turn = |actor: &str, conversation: &str| {
+        serve.spawn_results(json!({"conversation": conversation, "actor": actor, "text": ASK}))
+    };
+    let first = turn("ann", "ann-1").await.unwrap();
+    assert_eq!(first.last().unwrap()["type"], "run.completed", "{first:?}");
+    let asked = fake.requests.lock().unwrap().len();
+    let refused = turn("ann", "ann-2").await.unwrap();
+    let failed = refused.last().unwrap();
+    assert_eq!(failed["type"], "run.failed", "{refused:?}");
+    assert_eq!(failed["data"]["code"], "limit_reached", "{failed}");
+    let said = failed["data"]["error"].as_str().unwrap();
+    assert!(
+        said.starts_with("You have used ")
+            && said.contains("tokens today, the most allowed for each person (1 token a day)")
+            && said.contains("resets at 00:00 UTC"),
+        "{said}"
+    );
+    assert_eq!(
+        fake.requests.lock().unwrap().len(),
+        asked,
+        "a refused turn never reached the model"
+    );
+
+    // Three of bob's turns at once: the rate admits two.
+    let bobs: Vec<_> = (1..=3).map(|i| turn("bob", &format!("bob-{i}"))).collect();
+    let mut ends = Vec::new();
+    for bob in bobs {
+        let results = bob.await.unwrap();
+        ends.push(results.last().unwrap().clone());
+    }
+    let completed = ends.iter().filter(|e| e["type"] == "run.completed").count();
+    let over: Vec<&Value> = ends
+        .iter()
+        .filter(|e| e["data"]["code"] == "limit_reached")
+        .collect();
+    assert_eq!((completed, over.len()), (2, 1), "{ends:#?}");
+    let said = over[0]["data"]["error"].as_str().unwrap();
+    assert!(
+        said.starts_with("You have started 2 turns in the last minute, the most allowed for each person (2 turns a minute); try again in "),
+        "{said}"
+    );
+
+    let carol = turn("carol", "carol-1").await.unwrap();
+    assert_eq!(carol.last().unwrap()["type"], "run.completed", "{carol:?}");
+
+    let audit = std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(serve.data.path())
+        .args(["host", "audit", "--limit", "500"])
+        .output()
+        .unwrap();
+    let audit = String::from_utf8_lossy(&audit.stdout);
+    let refusals: Vec<&str> = audit.lines().filter(|l| l.contains(" budget ")).collect();
+    assert_eq!(refusals.len(), 2, "{audit}");
+    assert!(
+        refusals
+            .iter()
+            .any(|l| l.contains("actor:ann") && l.contains("tokens_per_day"))
+            && refusals
+                .iter()
+                .any(|l| l.contains("actor:bob") && l.contains("turns_per_minute")),
+        "{refusals:#?}"
+    );
+    let runs = serve.get_json("/v1/runs?limit=50").await;
+    assert_eq!(
+        runs["runs"].as_array().unwrap().len(),
+        4,
+        "refused turns are not in the ledger: {runs}"
+    );
+    serve.stop().await;
+}

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use common::RUNNER;
+use harness_bridge::host::budget::{Admission, Limit, Limits, Per, Subject};
 use harness_bridge::host::postgres::PgHost;
 use harness_bridge::host::sqlite::SqliteHost;
 use harness_bridge::host::store::StoreAt;
@@ -97,6 +98,7 @@ macro_rules! conformance {
 
 conformance!(
     usage_is_kept_once_per_run_and_summed_by_what_is_asked,
+    turns_are_admitted_exactly_up_to_each_limit_through_two_handles,
     paging_is_exact_both_ways,
     search_ranks_within_the_conversation_only,
     events_page_and_filter_and_append_is_idempotent,
@@ -149,6 +151,116 @@ async fn load(store: &dyn HostApi, conversation: &str, n: usize) {
             .await
             .unwrap();
     }
+}
+
+/// A turn rate and a day's tokens, per person, held exactly while two
+/// handles on the store (two processes, or two instances) admit turns at
+/// once: of 12 turns by one person under a rate of 5, exactly 5 start;
+/// another person goes on; a person whose runs today reached their tokens
+/// is refused until the day ends; a run admitted again counts once.
+async fn turns_are_admitted_exactly_up_to_each_limit_through_two_handles(backend: &Backend) {
+    let (a, b) = (backend.open().await, backend.open().await);
+    let now = harness_bridge::host::now_ms();
+    let admission = |run: usize, actor: &str, limits: &Limits| Admission {
+        run_id: format!("run-{actor}-{run}"),
+        now_ms: now,
+        subjects: vec![Subject {
+            per: Per::Actor,
+            id: actor.into(),
+            limits: limits.clone(),
+        }],
+    };
+    let rate = Limits {
+        turns_per_minute: Some(5),
+        ..Limits::default()
+    };
+    let tries = (0..12).map(|i| {
+        let host = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let admission = admission(i, "ann", &rate);
+        tokio::spawn(async move { host.admit_run(admission).await.expect("admits") })
+    });
+    let mut admitted = 0;
+    for outcome in futures::future::join_all(tries).await {
+        match outcome.expect("joins") {
+            None => admitted += 1,
+            Some(hit) => {
+                assert_eq!(
+                    (hit.per, hit.limit, hit.allowed),
+                    (Per::Actor, Limit::TurnsPerMinute, 5.0)
+                );
+                assert!(
+                    hit.resets_ms > now && hit.resets_ms <= now + 60_000,
+                    "{hit:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(admitted, 5, "exactly the rate's turns start");
+    assert_eq!(
+        a.admit_run(admission(0, "bob", &rate)).await.unwrap(),
+        None,
+        "another person goes on"
+    );
+    assert_eq!(
+        b.admit_run(admission(0, "bob", &rate)).await.unwrap(),
+        None,
+        "the same run admitted again is counted once"
+    );
+    for i in 1..5 {
+        assert_eq!(
+            a.admit_run(admission(i, "bob", &rate)).await.unwrap(),
+            None,
+            "bob's turn {i}"
+        );
+    }
+    assert!(
+        a.admit_run(admission(9, "bob", &rate))
+            .await
+            .unwrap()
+            .is_some(),
+        "bob's sixth turn"
+    );
+
+    let tokens = Limits {
+        tokens_per_day: Some(1000),
+        ..Limits::default()
+    };
+    let spent = |run: &str, ended_ms: i64, input: u64| UsageRecord {
+        run_id: run.into(),
+        actor_id: Some("cy".into()),
+        harness: "claude-code".into(),
+        started_ms: ended_ms - 10,
+        ended_ms,
+        outcome: "completed".into(),
+        input_tokens: input,
+        output_tokens: 100,
+        ..UsageRecord::default()
+    };
+    a.record_usage(spent("yesterday", now - 86_400_000, 5_000))
+        .await
+        .unwrap();
+    a.record_usage(spent("today-1", now - 5, 400))
+        .await
+        .unwrap();
+    assert_eq!(
+        b.admit_run(admission(1, "cy", &tokens)).await.unwrap(),
+        None,
+        "500 of 1,000"
+    );
+    a.record_usage(spent("today-2", now - 1, 400))
+        .await
+        .unwrap();
+    let hit = b
+        .admit_run(admission(2, "cy", &tokens))
+        .await
+        .unwrap()
+        .expect("1,000 of 1,000 tokens today");
+    assert_eq!(
+        (hit.limit, hit.used, hit.allowed),
+        (Limit::TokensPerDay, 1000.0, 1000.0)
+    );
+    assert_eq!(hit.resets_ms % 86_400_000, 0, "at midnight UTC");
+    assert!(hit.resets_ms > now);
 }
 
 /// One ledger row per run (a run recorded again keeps its first row),

@@ -18,6 +18,9 @@
 //!   or one the form's Approvers lists, answers it; another member is told
 //!   and nothing runs. A model's `state_set` of a hand-made approval is
 //!   refused by the bridge and never reaches LangBot's state.
+//! - The operator's budgets, set in the plugin's settings: a person over
+//!   their turn rate is told so in the chat and nothing runs; another
+//!   person goes on; both persons' runs are in the bridge's ledger.
 //! - Through the Agent debug chat, across a LangBot restart: deltas stream
 //!   into LangBot, the history tool returns LangBot's own transcript, the
 //!   session pointer sits in LangBot's conversation state, and every turn
@@ -1092,4 +1095,73 @@ async fn a_codex_approval_is_asked_in_the_chat_and_runs_once_approved_in_a_pipel
         asked.session()["process"]["pid"],
         "the approval did not continue the same process"
     );
+}
+
+/// The operator's budgets through LangBot, set in the plugin's settings
+/// as the web UI sets them: with a rate of one turn a minute per person,
+/// a person's second message is answered in the chat by the sentence
+/// saying which limit and when to try again, and never reaches the model;
+/// another person goes on; the runs that ran are in the bridge's own
+/// ledger by person (`host usage` on the plugin's data folder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
+async fn a_person_over_the_operators_turn_rate_is_told_in_the_chat_and_another_goes_on() {
+    let (model_url, fake) = fake_model(false).await;
+    let mut langbot = langbot().await;
+    let rate = "budgets:\n  actor: {turns_per_minute: 1}\n";
+    langbot.call(json!({"cmd": "plugin_config", "values": {"budgets": rate}}));
+    let target = langbot.call(json!({"cmd": "agent", "model_url": model_url}));
+    let bot =
+        langbot.call(json!({"cmd": "bot", "target_type": "agent", "target_uuid": target["uuid"]}));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+
+    let first = message(&mut langbot, &bot, 30001, FIRST);
+    assert_eq!(first.sent, [SECOND_ANSWER], "{:?}", first.runs);
+    let asked = fake.requests.lock().unwrap().len();
+    let over = message(&mut langbot, &bot, 30001, ASK);
+    assert_eq!(over.sent.len(), 1, "{:?}", over.runs);
+    // The operator's limit, said as the bridge says it (not as the
+    // harness failing).
+    assert!(
+        over.sent[0].starts_with(
+            "You have started 1 turn in the last minute, the most allowed for each person (1 turn a minute); try again in "
+        ),
+        "{:?}",
+        over.sent
+    );
+    assert_eq!(fake.requests.lock().unwrap().len(), asked, "nothing ran");
+    let other = message(&mut langbot, &bot, 30002, FIRST);
+    assert_eq!(other.sent, [SECOND_ANSWER], "{:?}", other.runs);
+    langbot.call(json!({"cmd": "plugin_config", "values": {"budgets": ""}}));
+
+    let ledger = walkdir::WalkDir::new(&langbot.home)
+        .into_iter()
+        .filter_map(Result::ok)
+        .find(|e| {
+            e.file_name() == "host.db"
+                && e.path()
+                    .parent()
+                    .is_some_and(|p| p.ends_with("harness-bridge"))
+        })
+        .map(|e| e.path().parent().unwrap().to_path_buf())
+        .unwrap_or_else(|| panic!("no bridge store under {}", langbot.home.display()));
+    let usage = Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(&ledger)
+        .args(["host", "usage", "--by", "actor", "--json"])
+        .output()
+        .unwrap();
+    assert!(usage.status.success(), "{usage:?}");
+    let actors: Vec<Value> = String::from_utf8_lossy(&usage.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for person in ["30001", "30002"] {
+        let row = actors
+            .iter()
+            .find(|a| a["key"].as_str().is_some_and(|k| k.ends_with(person)))
+            .unwrap_or_else(|| panic!("no {person} in {actors:?}"));
+        assert_eq!(row["runs"], 1, "{row}");
+        assert!(row["input_tokens"].as_u64() >= Some(10), "{row}");
+    }
 }

@@ -49,7 +49,7 @@ install_hint: "the test writes it"
 /// Notes the turn (its tag from the prompt, its folder, its pid),
 /// answers after `CLUSTER_THINK` seconds (a turn saying SLOW: 30; one
 /// saying LONG says three lines, half a second apart, then is silent for
-/// five minutes), notes the end.
+/// five minutes), notes the end; a turn saying SPEND reports 1,100 tokens.
 const SCRIPT: &str = r#"#!/bin/sh
 prompt=$(cat)
 tag=$(printf '%s' "$prompt" | grep -o 'TURN:[A-Za-z0-9_.-]*' | head -n 1)
@@ -69,7 +69,11 @@ case "$prompt" in
 esac
 echo "{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"done $tag\"}]},\"session_id\":\"cluster-1\"}"
 echo "E $tag $$" >> "$CLUSTER_LOG"
-echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done $tag\",\"session_id\":\"cluster-1\"}"
+usage=''
+case "$prompt" in
+  *SPEND*) usage=',"usage":{"input_tokens":600,"output_tokens":500}' ;;
+esac
+echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done $tag\",\"session_id\":\"cluster-1\"$usage}"
 "#;
 
 /// Instances on one database, the harness they share and its log.
@@ -1428,4 +1432,81 @@ async fn migrate_and_host_work_on_the_shared_store() {
     let (code, _, err) = command(data.path(), &["migrate", "--store", "./folder"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("embedded store"), "{err}");
+}
+
+/// The operator's budgets held across two instances on the shared store:
+/// a person whose runs on one instance spent their day's tokens is
+/// refused on the other; of six turns one person starts at once through
+/// both instances under a rate of three a minute, exactly three run;
+/// each refusal is one audit row in the shared store, no refused turn
+/// reaches the harness, and another person goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
+async fn budgets_hold_exactly_across_instances() {
+    let cluster = Cluster::new("0.3", 10).await;
+    let limits = "max_concurrent_runs: 4\nmax_queue_per_conversation: 8\n\
+                  budgets:\n  actor: {turns_per_minute: 3, tokens_per_day: 1000}\n";
+    let mut a = cluster.instance_with("a", limits).await;
+    let mut b = cluster.instance_with("b", limits).await;
+    let turn = |server: &ServeProcess, actor: &str, conversation: &str, text: &str| {
+        let body = json!({"conversation": conversation, "actor": actor, "text": text});
+        let request = server
+            .client
+            .post(format!("{}/v1/runs", server.url))
+            .body(body.to_string())
+            .send();
+        async move { read_stream(request.await.expect("answered")).await }
+    };
+    let spent = turn(&a, "ann", "ann-1", "TURN:ann.1 SPEND").await;
+    assert_eq!(spent.last().unwrap()["type"], "run.completed", "{spent:?}");
+    let refused = turn(&b, "ann", "ann-2", "TURN:ann.2").await;
+    let failed = refused.last().unwrap();
+    assert_eq!(failed["data"]["code"], "limit_reached", "{refused:?}");
+    assert!(
+        failed["data"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("You have used 1,100 tokens today, the most allowed for each person (1,000 tokens a day)"),
+        "{failed}"
+    );
+
+    let servers = [&a, &b];
+    let bobs = futures::future::join_all((0..6).map(|i| {
+        turn(
+            servers[i % 2],
+            "bob",
+            &format!("bob-{i}"),
+            &format!("TURN:bob.{i}"),
+        )
+    }))
+    .await;
+    let ends: Vec<&Value> = bobs.iter().map(|r| r.last().unwrap()).collect();
+    let ran = ends.iter().filter(|e| e["type"] == "run.completed").count();
+    let over = ends
+        .iter()
+        .filter(|e| e["data"]["code"] == "limit_reached")
+        .count();
+    assert_eq!((ran, over), (3, 3), "{ends:#?}");
+
+    let carol = turn(&b, "carol", "carol-1", "TURN:carol.1").await;
+    assert_eq!(carol.last().unwrap()["type"], "run.completed", "{carol:?}");
+    let started: Vec<String> = cluster
+        .notes()
+        .into_iter()
+        .filter(|(kind, _, _)| kind == "S")
+        .map(|(_, tag, _)| tag)
+        .collect();
+    assert_eq!(started.len(), 5, "refused turns never started: {started:?}");
+    assert!(!started.contains(&"TURN:ann.2".to_string()));
+
+    let data = tempfile::tempdir().unwrap();
+    let (code, audit, err) = command(
+        data.path(),
+        &["host", "audit", "--store", &cluster.url, "--limit", "500"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let refusals: Vec<&str> = audit.lines().filter(|l| l.contains(" budget ")).collect();
+    assert_eq!(refusals.len(), 4, "{audit}");
+    assert!(a.stop().await.success());
+    assert!(b.stop().await.success());
 }

@@ -2,6 +2,7 @@
 //! `docs/relay-protocol.md`). Frames go to stdout; logs stay on stderr.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -21,6 +22,12 @@ Turns of one conversation run one at a time, in the order their run frames
 arrived (they share the conversation's workspace); different conversations
 run in parallel up to --max-concurrent-runs. A turn beyond the queue limits
 ends at once with run.failed (rate_limited).
+
+What each run cost is kept in the bridge's own store in DATA_DIR (LangBot
+keeps no such ledger): `harness-bridge --data-dir DATA_DIR host usage`
+reads it. With --budgets, a turn over one of the operator's limits (per
+person, conversation or bot) ends at once with run.failed
+(limit_reached), a sentence saying which limit and when it resets.
 
 When stdin closes, or on SIGTERM, every run is cancelled and its harness
 process group killed before the command exits.";
@@ -56,6 +63,14 @@ pub struct RelayArgs {
     /// Seconds an idle live harness process is kept.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     idle_timeout_seconds: u64,
+    /// YAML file of the operator's limits and prices: `budgets:` (per
+    /// `actor`, `conversation`, `bot`: `turns_per_minute`,
+    /// `tokens_per_day`, `tokens_per_month`, `cost_usd_per_day`,
+    /// `cost_usd_per_month`) and `prices:` (model → USD per million
+    /// `input`, `output`, `cache_read`, `cache_write` tokens), as in
+    /// bridge.yaml.
+    #[arg(long, value_parser = super::absolute_path, value_name = "FILE")]
+    budgets: Option<PathBuf>,
     #[command(flatten)]
     cage: super::cage::CageArgs,
 }
@@ -75,7 +90,12 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> Outcome {
         max_sessions: args.max_live_sessions,
         idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
     });
-    let runtime = super::runtime()?;
+    if let Some(file) = &args.budgets {
+        let spending = crate::host::budget::Spending::load(file).map_err(CliError::usage)?;
+        settings.budgets = spending.budgets;
+        settings.prices = spending.prices;
+    }
+    let (runtime, ledger) = super::open_store(data_dir)?;
     let result = runtime.block_on(async move {
         let stop = super::stop_on_signal();
         let limits = crate::relay::Limits {
@@ -83,7 +103,14 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> Outcome {
             max_queue_per_conversation: args.max_queue_per_conversation,
             ..Default::default()
         };
-        crate::relay::serve_stdio(settings, adapters, templates, limits, stop).await
+        let setup = crate::relay::Setup {
+            settings,
+            adapters,
+            templates,
+            limits,
+            ledger: Some(Arc::new(ledger)),
+        };
+        crate::relay::serve_stdio(setup, stop).await
     });
     // The stdin reader may still block a thread; do not wait for it.
     runtime.shutdown_background();

@@ -230,6 +230,8 @@ fn run_settings(config: &ServeConfig, workspace_root: PathBuf, store_at: &StoreA
     if matches!(store_at, StoreAt::Postgres(_)) && config.session_copy_max_mib > 0 {
         settings.follow_sessions = Some(config.session_copy_max_mib.saturating_mul(1024 * 1024));
     }
+    settings.budgets = config.budgets.clone();
+    settings.prices = config.prices.clone();
     settings
 }
 

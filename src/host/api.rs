@@ -319,6 +319,13 @@ pub trait TurnLog: Send + Sync + 'static {
         &self,
         query: super::usage::RunListQuery,
     ) -> HostResult<Vec<super::usage::UsageRecord>>;
+    /// Admit a turn against the operator's limits (`host::budget`): the
+    /// first limit it would cross, or `None` with the turn counted, in one
+    /// transaction (exact across instances sharing the store).
+    async fn admit_run(
+        &self,
+        admission: super::budget::Admission,
+    ) -> HostResult<Option<super::budget::LimitHit>>;
 }
 
 /// Artifact contents the bridge keeps (a harness's outbox files): bytes

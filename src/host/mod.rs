@@ -10,6 +10,7 @@
 // `protocol`); only non-obvious ones are documented.
 #[allow(missing_docs)]
 mod api;
+pub mod budget;
 pub mod calls;
 mod cursor;
 mod grant;

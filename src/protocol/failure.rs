@@ -41,6 +41,10 @@ open_enum!(
         /// The bridge's queue (the conversation's, or all of it) is full;
         /// the same request may be sent again shortly.
         RateLimited = "rate_limited",
+        /// A limit the operator set for the person, the conversation or
+        /// the bot (turns a minute; tokens or cost a day or a month) is
+        /// reached; the sentence says which, and when it resets.
+        LimitReached = "limit_reached",
         /// A bug in the bridge (a panicked run task); the log has the rest.
         InternalError = "internal_error",
         /// The host side failed in a way no other code names.

@@ -5,8 +5,8 @@
 //! first; the host checks again on its side.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -42,6 +42,9 @@ pub struct RelayHost {
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<Reply>>>>,
     /// The APIs the plugin said it answers.
     answers: BTreeSet<Api>,
+    /// The bridge's own store that keeps the run ledger and counts turns
+    /// against the operator's budgets (the host keeps neither).
+    ledger: Option<Arc<dyn TurnLog>>,
 }
 
 /// Forgets a call's waiter however the call ends (answered, timed out by
@@ -71,7 +74,15 @@ impl RelayHost {
             next_id: AtomicU64::new(1),
             pending: Mutex::new(Some(HashMap::new())),
             answers,
+            ledger: None,
         }
+    }
+
+    /// The same host, with `ledger` keeping what runs cost and counting
+    /// turns against budgets.
+    pub fn with_ledger(mut self, ledger: Arc<dyn TurnLog>) -> Self {
+        self.ledger = Some(ledger);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Reply>>>> {
@@ -361,24 +372,43 @@ impl TurnLog for RelayHost {
         Err(not_relayed("the transcript"))
     }
 
-    /// LangBot keeps its own account of what a run cost (the terminal
-    /// result's usage reaches it); the ledger is the bridge's own stores'.
-    async fn record_usage(&self, _usage: crate::host::usage::UsageRecord) -> HostResult<()> {
-        Ok(())
+    /// The host has no ledger: what a run cost goes to the bridge's own
+    /// store, when it was given one.
+    async fn record_usage(&self, usage: crate::host::usage::UsageRecord) -> HostResult<()> {
+        match &self.ledger {
+            Some(ledger) => ledger.record_usage(usage).await,
+            None => Ok(()),
+        }
     }
 
     async fn usage_totals(
         &self,
-        _query: crate::host::usage::UsageQuery,
+        query: crate::host::usage::UsageQuery,
     ) -> HostResult<Vec<crate::host::usage::UsageTotal>> {
-        Ok(Vec::new())
+        match &self.ledger {
+            Some(ledger) => ledger.usage_totals(query).await,
+            None => Ok(Vec::new()),
+        }
     }
 
     async fn usage_runs(
         &self,
-        _query: crate::host::usage::RunListQuery,
+        query: crate::host::usage::RunListQuery,
     ) -> HostResult<Vec<crate::host::usage::UsageRecord>> {
-        Ok(Vec::new())
+        match &self.ledger {
+            Some(ledger) => ledger.usage_runs(query).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn admit_run(
+        &self,
+        admission: crate::host::budget::Admission,
+    ) -> HostResult<Option<crate::host::budget::LimitHit>> {
+        match &self.ledger {
+            Some(ledger) => ledger.admit_run(admission).await,
+            None => Ok(None),
+        }
     }
 }
 

@@ -205,15 +205,28 @@ impl Deliver for ToPlugin {
     }
 }
 
+/// What a relay session runs with: the operator's settings, specs and
+/// templates, its queue limits, and the bridge's own store for the run
+/// ledger and budgets (the host keeps neither).
+pub struct Setup {
+    /// The turns' settings.
+    pub settings: Settings,
+    /// The harness specs.
+    pub adapters: Adapters,
+    /// The projection's templates.
+    pub templates: Templates,
+    /// The queue's limits.
+    pub limits: Limits,
+    /// Where runs' usage is kept and turns are counted against budgets.
+    pub ledger: Option<Arc<dyn crate::host::TurnLog>>,
+}
+
 /// Serve one relay session on `reader`/`writer` until the plugin goes away
 /// or `stop` is cancelled; every run is over when this returns.
 pub async fn serve<R, W>(
     reader: R,
     writer: W,
-    settings: Settings,
-    adapters: Adapters,
-    templates: Templates,
-    limits: Limits,
+    setup: Setup,
     stop: CancellationToken,
 ) -> Result<(), RelayError>
 where
@@ -224,6 +237,13 @@ where
     let output_gone = CancellationToken::new();
     let writer = tokio::spawn(write_frames(writer, frames_out, output_gone.clone()));
     let mut frames = Frames::new(reader);
+    let Setup {
+        settings,
+        adapters,
+        templates,
+        limits,
+        ledger,
+    } = setup;
     let answers = match handshake(&mut frames, &out, &adapters, &stop).await {
         Ok(answers) => answers,
         Err(e) => {
@@ -232,7 +252,11 @@ where
             return Err(e);
         }
     };
-    let host = Arc::new(RelayHost::new(out.clone(), answers));
+    let mut host = RelayHost::new(out.clone(), answers);
+    if let Some(ledger) = ledger {
+        host = host.with_ledger(ledger);
+    }
+    let host = Arc::new(host);
     let mut session =
         Session::start(out.clone(), host, settings, adapters, templates, limits).await?;
     let ended = session.read(&mut frames, &stop, &output_gone).await;
@@ -660,21 +684,6 @@ impl RelayTurn {
 
 /// Start a relay session on the process's stdin and stdout; cancelling
 /// `stop` (SIGTERM, Ctrl-C) ends it like the plugin going away.
-pub async fn serve_stdio(
-    settings: Settings,
-    adapters: Adapters,
-    templates: Templates,
-    limits: Limits,
-    stop: CancellationToken,
-) -> Result<(), RelayError> {
-    serve(
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-        settings,
-        adapters,
-        templates,
-        limits,
-        stop,
-    )
-    .await
+pub async fn serve_stdio(setup: Setup, stop: CancellationToken) -> Result<(), RelayError> {
+    serve(tokio::io::stdin(), tokio::io::stdout(), setup, stop).await
 }

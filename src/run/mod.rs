@@ -8,6 +8,7 @@
 
 mod answers;
 mod attempt;
+mod budget;
 mod dispatch;
 mod drive;
 mod emit;
@@ -97,6 +98,12 @@ pub struct Settings {
     /// conversation, so its session follows it to the instance that takes
     /// it over. `None`: sessions stay where they ran.
     pub follow_sessions: Option<u64>,
+    /// The operator's limits per person, conversation and bot; a turn
+    /// over one is not started (`budget`).
+    pub budgets: crate::host::budget::Budgets,
+    /// What a model's tokens cost, for the ledger of a harness that
+    /// reports no cost of its own.
+    pub prices: crate::host::budget::Prices,
 }
 
 /// Per-run choices of the trusted front end (the operator's relay plugin
@@ -204,6 +211,8 @@ impl Settings {
             cage: Default::default(),
             projects: BTreeMap::new(),
             follow_sessions: None,
+            budgets: Default::default(),
+            prices: Default::default(),
         }
     }
 }
@@ -385,12 +394,25 @@ impl Bridge {
         );
         let started = std::time::Instant::now();
         let started_ms = crate::host::now_ms();
+        let host = options
+            .host
+            .as_deref()
+            .unwrap_or_else(|| self.host().as_ref());
+        // A turn the budgets refuse never started: it is not in the ledger.
+        let mut admitted = true;
         async {
             tracing::info!("run started");
-            if let Err(failure) = self
-                .turn(ctx, harness, options, &mut emit, &cancel, &mut summary)
-                .await
-            {
+            let turn = match budget::admit(host, &self.settings.budgets, ctx, harness).await {
+                Ok(()) => {
+                    self.turn(ctx, harness, options, &mut emit, &cancel, &mut summary)
+                        .await
+                }
+                Err(refused) => {
+                    admitted = false;
+                    Err(refused)
+                }
+            };
+            if let Err(failure) = turn {
                 tracing::warn!(code = %failure.code, "run failed: {}", failure.error);
                 emit.send(vec![ResultPayload::RunFailed(failure)]).await;
             }
@@ -404,19 +426,18 @@ impl Bridge {
         .await;
         summary.outcome = emit.outcome().cloned().unwrap_or(ResultType::RunFailed);
         summary.failure_code = emit.failure().map(|f| f.code.clone());
-        let row = ledger::row(
-            ctx,
-            harness,
-            started_ms,
-            emit.outcome(),
-            emit.failure(),
-            emit.usage(),
-        );
-        let host = options
-            .host
-            .as_deref()
-            .unwrap_or_else(|| self.host().as_ref());
-        ledger::record(host, row).await;
+        if admitted {
+            let mut row = ledger::row(
+                ctx,
+                harness,
+                started_ms,
+                emit.outcome(),
+                emit.failure(),
+                emit.usage(),
+            );
+            self.settings.prices.price(&mut row);
+            ledger::record(host, row).await;
+        }
         summary
     }
 

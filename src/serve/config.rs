@@ -125,6 +125,15 @@ pub struct ServeConfig {
     /// conversation to the instance that takes it over; a larger session
     /// stays behind (and the next turn says so). 0: sessions never follow.
     pub session_copy_max_mib: u64,
+    /// Limits per person (`actor`), `conversation` and `bot`:
+    /// `turns_per_minute`, `tokens_per_day`, `tokens_per_month`,
+    /// `cost_usd_per_day`, `cost_usd_per_month`. A turn over one is not
+    /// started; the person is told which limit and when it resets.
+    pub budgets: crate::host::budget::Budgets,
+    /// Model → US dollars per million `input`, `output`, `cache_read`,
+    /// `cache_write` tokens: the ledger's cost for a harness that
+    /// reports none of its own.
+    pub prices: crate::host::budget::Prices,
     /// How harnesses are caged: `enabled` (default true), `network`
     /// (`ports`, the default, or `open`), `ports`, `read_only`,
     /// `read_write`.
@@ -167,6 +176,8 @@ impl Default for ServeConfig {
             instance_id: None,
             lease_seconds: 30,
             session_copy_max_mib: 16,
+            budgets: Default::default(),
+            prices: Default::default(),
             cage: Default::default(),
         }
     }
@@ -397,6 +408,8 @@ impl ServeConfig {
         }
         crate::projection::check_mcp_catalog(&self.mcp_servers).map_err(|e| e.to_string())?;
         self.check_project_names()?;
+        self.budgets.check().map_err(|e| e.0)?;
+        self.prices.check().map_err(|e| e.0)?;
         for id in self.knowledge_bases.keys() {
             let fits = !id.is_empty()
                 && id.len() <= 64
@@ -481,21 +494,19 @@ fn for_person(e: &serde_yaml::Error) -> String {
     let said = said
         .replace("expected usize", "expected a whole number")
         .replace("expected u64", "expected a whole number")
-        .replace("expected u16", "expected a whole number from 0 to 65535");
+        .replace("expected u16", "expected a whole number from 0 to 65535")
+        .replace("expected u32", "expected a whole number");
+    // At any depth (`budgets.actor: unknown field ...`): the key it likely
+    // meant, from the keys serde says it expected there.
     let typo = said
-        .strip_prefix("unknown field `")
-        .and_then(|rest| rest.split('`').next());
-    match typo {
-        Some(key) => {
-            let keys = crate::projection::keys::fields_of::<ServeConfig>();
-            let hint = crate::projection::keys::did_you_mean(key, keys.iter().copied());
-            match said.split_once(", expected") {
-                Some((head, tail)) => format!("{head}{hint}, expected{tail}"),
-                None => format!("{said}{hint}"),
-            }
-        }
-        None => said,
-    }
+        .split_once("unknown field `")
+        .and_then(|(_, rest)| rest.split('`').next());
+    let (Some(key), Some((head, tail))) = (typo, said.split_once(", expected")) else {
+        return said;
+    };
+    let expected: Vec<&str> = tail.split('`').skip(1).step_by(2).collect();
+    let hint = crate::projection::keys::did_you_mean(key, expected.iter().copied());
+    format!("{head}{hint}, expected{tail}")
 }
 
 #[cfg(test)]
@@ -601,6 +612,23 @@ mod tests {
         assert!(err.contains("did you mean `max_concurrent_runs`?"), "{err}");
         let err = load("max_concurrent_runs: two\n").unwrap_err();
         assert!(err.contains("expected a whole number"), "{err}");
+        // A budget's limits and prices are checked as closely, at depth.
+        let err = load("budgets:\n  actor:\n    tokens_per_dya: 5\n").unwrap_err();
+        assert!(
+            err.contains(
+                ":3: budgets.actor: unknown field `tokens_per_dya` (did you mean `tokens_per_day`?)"
+            ),
+            "{err}"
+        );
+        let err = load("budgets:\n  actor: {turns_per_minute: two}\n").unwrap_err();
+        assert!(err.contains("expected a whole number"), "{err}");
+        let err = load("budgets:\n  bot: {cost_usd_per_day: -1}\n").unwrap_err();
+        assert!(
+            err.contains("budgets.bot.cost_usd_per_day must be"),
+            "{err}"
+        );
+        let err = load("prices:\n  gpt-5: {ouput: 10}\n").unwrap_err();
+        assert!(err.contains("(did you mean `output`?)"), "{err}");
         let known = ["claude-code", "codex", "gemini"];
         let config = load("default_harness: claude\n").unwrap();
         let err = config

@@ -242,6 +242,13 @@ class Session:
             await client.connect()
         return {"seconds": round(time.monotonic() - t0, 1), "left": left}
 
+    async def cmd_plugin_config(self, values: dict) -> dict:
+        """Change the plugin's settings as the web UI does (the plugin is
+        restarted with them)."""
+        await asyncio.to_thread(self.lb.set_plugin_config, values)
+        await asyncio.to_thread(self.lb.wait_plugin)
+        return {"set": sorted(values)}
+
     async def cmd_state(self, conversation_id: str) -> dict:
         entries, rows, items = await asyncio.to_thread(read_db, self.home, conversation_id)
         return {"entries": entries, "rows": rows, "transcript": items}

@@ -15,6 +15,7 @@ from components.runner.bridge import (
     Relay,
     answer,
     bridge_binary,
+    budget_flags,
     dump,
     error_of,
     limit_flags,
@@ -41,6 +42,25 @@ def test_an_empty_limit_setting_leaves_the_bridges_default():
 def test_a_limit_setting_that_is_no_count_is_refused(value, said):
     with pytest.raises(BridgeError, match=said):
         limit_flags({"memory_mb": value})
+
+
+def test_the_budgets_setting_becomes_a_file_named_by_its_content(tmp_path):
+    text = "budgets:\n  actor: {turns_per_minute: 2}\n"
+    flags = budget_flags({"budgets": text}, tmp_path / "data")
+    assert flags[0] == "--budgets"
+    assert (tmp_path / "data").joinpath(flags[1]).read_text() == text
+    again = budget_flags({"budgets": text}, tmp_path / "data")
+    assert again == flags, "the same setting is the same flag: the bridge is kept"
+    changed = budget_flags({"budgets": text.replace("2", "3")}, tmp_path / "data")
+    assert changed != flags, "a changed setting is a new flag: a new bridge reads it"
+    assert budget_flags({"budgets": "  "}, tmp_path) == []
+    assert budget_flags({}, tmp_path) == []
+
+
+@pytest.mark.parametrize(("text", "said"), [("budgets: [", "not YAML"), ("- 1\n", "a mapping")])
+def test_a_budgets_setting_that_is_no_mapping_is_refused(tmp_path, text, said):
+    with pytest.raises(BridgeError, match=said):
+        budget_flags({"budgets": text}, tmp_path)
 
 
 def test_extra_environment_lines_are_parsed():

@@ -76,6 +76,9 @@ def test_a_failure_is_told_by_its_first_line():
 
 def test_a_failure_naming_the_harness_is_told_as_it_is():
     assert failure_sentence("Codex", {"error": "Codex is not installed"}) == "Codex is not installed"
+    # A budget the operator set is said as the bridge says it.
+    over = {"error": "You have used 10 tokens today, ...", "code": "limit_reached"}
+    assert failure_sentence("Codex", over) == "You have used 10 tokens today, ..."
 
 
 def test_a_failure_without_a_reason_still_says_so():

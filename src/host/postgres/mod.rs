@@ -48,6 +48,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "run usage",
         sql: include_str!("migrations/0002_run_usage.sql"),
     },
+    Migration {
+        version: 3,
+        name: "budgets",
+        sql: include_str!("migrations/0003_budgets.sql"),
+    },
 ];
 
 /// Connections a store keeps open at most: enough for a service's
@@ -676,6 +681,13 @@ impl TurnLog for PgHost {
         query: crate::host::usage::RunListQuery,
     ) -> HostResult<Vec<crate::host::usage::UsageRecord>> {
         usage::runs(&self.client().await?, &query).await
+    }
+
+    async fn admit_run(
+        &self,
+        admission: crate::host::budget::Admission,
+    ) -> HostResult<Option<crate::host::budget::LimitHit>> {
+        usage::admit(&mut self.client().await?, self.guard.as_deref(), &admission).await
     }
 }
 

@@ -4,6 +4,9 @@ use tokio_postgres::types::ToSql;
 
 use super::{Client, db_error, guard};
 use crate::host::HostResult;
+use crate::host::budget::{
+    ADMIT_SQL, Admission, FORGET_SQL, LimitHit, Per, Spent, first_hit, spent_sql, turns_sql,
+};
 use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
 
 /// Record one run's usage, if `write_guard` still holds; a run recorded
@@ -121,4 +124,77 @@ pub(super) async fn runs(client: &Client, query: &RunListQuery) -> HostResult<Ve
         })
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()
         .map_err(db_error)
+}
+
+/// Admit a turn (`host::budget`), if `write_guard` still holds: each
+/// subject locked by name for the transaction (in one order, so two
+/// instances never wait on each other crosswise), then counted as in the
+/// embedded store. The lock makes it exact across instances: the turn
+/// that would cross a limit is admitted by none of them.
+pub(super) async fn admit(
+    client: &mut Client,
+    write_guard: Option<&guard::WriteGuard>,
+    admission: &Admission,
+) -> HostResult<Option<LimitHit>> {
+    let periods = admission.periods();
+    let minute_ago = admission.minute_ago_ms();
+    let tx = client.transaction().await.map_err(db_error)?;
+    guard::check(&tx, write_guard).await?;
+    let mut names: Vec<String> = admission.subjects.iter().map(|s| s.lock_name()).collect();
+    names.sort();
+    for name in &names {
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            &[name],
+        )
+        .await
+        .map_err(db_error)?;
+    }
+    for subject in &admission.subjects {
+        let mut spent = Spent::default();
+        if subject.limits.turns_per_minute.is_some() {
+            let row = tx
+                .query_one(&turns_sql(subject.per), &[&subject.id, &minute_ago])
+                .await
+                .map_err(db_error)?;
+            spent.turns_last_minute = row.try_get::<_, i64>(0).map_err(db_error)?.max(0) as u64;
+            spent.first_turn_ms = row.try_get(1).map_err(db_error)?;
+        }
+        if subject.limits.spends() {
+            let row = tx
+                .query_one(
+                    &spent_sql(subject.per),
+                    &[&periods.day_start_ms, &subject.id, &periods.month_start_ms],
+                )
+                .await
+                .map_err(db_error)?;
+            let tokens = |i| row.try_get::<_, i64>(i).map(|n| n.max(0) as u64);
+            spent.tokens_today = tokens(0).map_err(db_error)?;
+            spent.tokens_this_month = tokens(1).map_err(db_error)?;
+            spent.cost_today = row.try_get(2).map_err(db_error)?;
+            spent.cost_this_month = row.try_get(3).map_err(db_error)?;
+        }
+        if let Some(hit) = first_hit(admission, subject, &spent) {
+            return Ok(Some(hit));
+        }
+    }
+    if admission.rated() {
+        tx.execute(FORGET_SQL, &[&minute_ago])
+            .await
+            .map_err(db_error)?;
+        tx.execute(
+            ADMIT_SQL,
+            &[
+                &admission.run_id,
+                &admission.id_of(Per::Actor),
+                &admission.id_of(Per::Conversation),
+                &admission.id_of(Per::Bot),
+                &admission.now_ms,
+            ],
+        )
+        .await
+        .map_err(db_error)?;
+    }
+    tx.commit().await.map_err(db_error)?;
+    Ok(None)
 }

@@ -50,6 +50,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "run usage",
         sql: include_str!("migrations/0002_run_usage.sql"),
     },
+    Migration {
+        version: 3,
+        name: "budgets",
+        sql: include_str!("migrations/0003_budgets.sql"),
+    },
 ];
 const DB_FILE: &str = "host.db";
 const MAX_IDLE_READERS: usize = 8;
@@ -642,6 +647,13 @@ impl TurnLog for SqliteHost {
         query: crate::host::usage::RunListQuery,
     ) -> HostResult<Vec<crate::host::usage::UsageRecord>> {
         self.read(move |conn, _| usage::runs(conn, &query)).await
+    }
+
+    async fn admit_run(
+        &self,
+        admission: crate::host::budget::Admission,
+    ) -> HostResult<Option<crate::host::budget::LimitHit>> {
+        self.write(move |tx, _| usage::admit(tx, &admission)).await
     }
 }
 

@@ -4,6 +4,9 @@ use rusqlite::{Connection, Transaction, params_from_iter, types::Value as Sql};
 
 use super::{db_error, execute_cached};
 use crate::host::HostResult;
+use crate::host::budget::{
+    ADMIT_SQL, Admission, FORGET_SQL, LimitHit, Per, Spent, first_hit, spent_sql, turns_sql,
+};
 use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
 
 /// Record one run's usage; a run recorded twice keeps its first row.
@@ -102,4 +105,67 @@ pub(super) fn runs(conn: &Connection, query: &RunListQuery) -> HostResult<Vec<Us
         })
         .map_err(db_error)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(db_error)
+}
+
+/// Admit a turn (`host::budget`): each subject's turns of the last minute
+/// and spending this day and month, against its limits; the turn counted
+/// when none is reached. The store's one writer makes it exact.
+pub(super) fn admit(tx: &Transaction<'_>, admission: &Admission) -> HostResult<Option<LimitHit>> {
+    let periods = admission.periods();
+    let minute_ago = admission.minute_ago_ms();
+    for subject in &admission.subjects {
+        let mut spent = Spent::default();
+        if subject.limits.turns_per_minute.is_some() {
+            let mut stmt = tx
+                .prepare_cached(&turns_sql(subject.per))
+                .map_err(db_error)?;
+            let (turns, first): (i64, Option<i64>) = stmt
+                .query_row(rusqlite::params![subject.id, minute_ago], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .map_err(db_error)?;
+            spent.turns_last_minute = turns.max(0) as u64;
+            spent.first_turn_ms = first;
+        }
+        if subject.limits.spends() {
+            let mut stmt = tx
+                .prepare_cached(&spent_sql(subject.per))
+                .map_err(db_error)?;
+            let sums = stmt
+                .query_row(
+                    rusqlite::params![periods.day_start_ms, subject.id, periods.month_start_ms],
+                    |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, f64>(2)?,
+                            r.get::<_, f64>(3)?,
+                        ))
+                    },
+                )
+                .map_err(db_error)?;
+            spent.tokens_today = sums.0.max(0) as u64;
+            spent.tokens_this_month = sums.1.max(0) as u64;
+            (spent.cost_today, spent.cost_this_month) = (sums.2, sums.3);
+        }
+        if let Some(hit) = first_hit(admission, subject, &spent) {
+            return Ok(Some(hit));
+        }
+    }
+    if admission.rated() {
+        execute_cached(tx, FORGET_SQL, rusqlite::params![minute_ago]).map_err(db_error)?;
+        execute_cached(
+            tx,
+            ADMIT_SQL,
+            rusqlite::params![
+                admission.run_id,
+                admission.id_of(Per::Actor),
+                admission.id_of(Per::Conversation),
+                admission.id_of(Per::Bot),
+                admission.now_ms,
+            ],
+        )
+        .map_err(db_error)?;
+    }
+    Ok(None)
 }

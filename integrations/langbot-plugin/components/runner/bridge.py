@@ -121,6 +121,36 @@ def limit_flags(config: dict[str, Any]) -> list[str]:
     return flags
 
 
+def budget_flags(config: dict[str, Any], data_dir: Path) -> list[str]:
+    """The relay's `--budgets` file from the plugin's `budgets` setting
+    (YAML: `budgets:` per actor, conversation or bot, and `prices:`), the
+    bridge checking every key when it starts. The file is named by its
+    digest, so a changed setting is a new flag and a new bridge."""
+    text = config.get("budgets")
+    if isinstance(text, dict):
+        text = yaml.safe_dump(text, sort_keys=True)
+    text = str(text or "")
+    if not text.strip():
+        return []
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BridgeError(f"the plugin's `budgets` setting is not YAML: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise BridgeError(
+            "the plugin's `budgets` setting is a mapping, e.g. "
+            "`budgets: {actor: {turns_per_minute: 6, tokens_per_day: 500000}}`"
+        )
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / f"budgets-{digest}.yaml"
+    if not path.is_file():
+        partial = path.with_suffix(".partial")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    return ["--budgets", str(path)]
+
+
 def parse_projects(text: Any) -> dict[str, Any]:
     """The plugin's `projects` setting: YAML naming each repository the
     runners may bind a chat to (`web: {repository: /srv/web}`), as

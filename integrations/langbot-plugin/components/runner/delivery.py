@@ -97,8 +97,10 @@ def failure_sentence(label: str, data: dict[str, Any]) -> str:
     reason = lines[0].strip() if lines else "it stopped without saying why"
     if len(reason) > MAX_REASON:
         reason = reason[: MAX_REASON - 1].rstrip() + "…"
-    # The bridge's own errors often name the harness already.
-    sentence = reason if reason.startswith(label) else f"{label} could not answer: {reason}"
+    # The bridge's own errors often name the harness already; a limit the
+    # operator set is the operator's word, not the harness's failing.
+    own = reason.startswith(label) or data.get("code") == failure_codes.LIMIT_REACHED
+    sentence = reason if own else f"{label} could not answer: {reason}"
     if data.get("retryable"):
         sentence += " Try again in a moment."
     return sentence

@@ -15,6 +15,7 @@ RESOURCE_LIMIT = "resource_limit"
 INTERRUPTED = "interrupted"
 OUTPUT_TOO_LARGE = "output_too_large"
 RATE_LIMITED = "rate_limited"
+LIMIT_REACHED = "limit_reached"
 INTERNAL_ERROR = "internal_error"
 RUNTIME_ERROR = "runtime_error"
 DELIVERY_FAILED = "delivery_failed"
@@ -33,6 +34,7 @@ ALL = (
     INTERRUPTED,
     OUTPUT_TOO_LARGE,
     RATE_LIMITED,
+    LIMIT_REACHED,
     INTERNAL_ERROR,
     RUNTIME_ERROR,
     DELIVERY_FAILED,

@@ -20,6 +20,7 @@ from components.runner.bridge import (
     RELAY,
     BridgeError,
     bridge_binary,
+    budget_flags,
     limit_flags,
     log,
     parse_env,
@@ -147,11 +148,6 @@ class HarnessRunner(Runner):
         except (BridgeError, OSError) as exc:
             yield _failed(ctx.run_id, str(exc), failure_codes.HARNESS_NOT_FOUND)
             return
-        try:
-            limits = limit_flags(plugin_config)
-        except BridgeError as exc:
-            yield _failed(ctx.run_id, str(exc), failure_codes.INVALID_ARGUMENT)
-            return
         root = str(plugin_config.get("workspace_root") or "").strip()
         if root and not Path(root).is_absolute():
             # Relative to the plugin runtime's working folder, which the
@@ -160,6 +156,11 @@ class HarnessRunner(Runner):
             yield _failed(ctx.run_id, why, failure_codes.WORKSPACE_ERROR)
             return
         data_dir = Path(root) if root else writable_dir("data") / "harness-bridge"
+        try:
+            limits = limit_flags(plugin_config) + budget_flags(plugin_config, data_dir)
+        except (BridgeError, OSError) as exc:
+            yield _failed(ctx.run_id, str(exc), failure_codes.INVALID_ARGUMENT)
+            return
         context = ctx.model_dump(mode="json", exclude_none=True)
         context["config"] = binding_config(config)
         deadline = harness_deadline(ctx.runtime.deadline_at, time.time())
