@@ -469,6 +469,12 @@ async fn the_console_shows_what_ran_and_who_it_cost(server: &ServeProcess) {
         "{page}"
     );
     assert_eq!(cells(&view["runs"]).len(), 2, "{page}");
+    // Its Claude Code process is kept between turns: shown with its memory.
+    let live = view["live"].as_str().unwrap_or("");
+    assert!(
+        live.starts_with("pid ") && live.contains("idle") && live.ends_with(" MiB"),
+        "{page}"
+    );
     let reloaded = &page["reloaded"];
     assert_eq!(reloaded["hash"], view["hash"], "{page}");
     assert_eq!(reloaded["shown"], true, "{page}");
@@ -488,6 +494,12 @@ async fn the_console_shows_what_ran_and_who_it_cost(server: &ServeProcess) {
         "the history call is audited: {page}"
     );
 
+    usage_is_shown_as_the_ledger_has_it(server, &page).await;
+}
+
+/// The console's usage tab and live tab, the page's storage and policy:
+/// each person's runs and tokens as `GET /v1/usage` sums them.
+async fn usage_is_shown_as_the_ledger_has_it(server: &ServeProcess, page: &Value) {
     // Usage by person, as the ledger sums it.
     let ledger = server.get_json("/v1/usage?by=actor&days=30").await;
     let usage = cells(&page["usage"]["actors"]);
@@ -534,7 +546,7 @@ async fn the_console_shows_what_ran_and_who_it_cost(server: &ServeProcess) {
     // Nothing on disk, no token in the page's storage but the tab's, and
     // nothing the page's policy refused.
     assert_eq!(page["storage"]["local"], json!({}), "{page}");
-    assert!(console_errors(&page).is_empty(), "{page}");
+    assert!(console_errors(page).is_empty(), "{page}");
     let policy = page["page_headers"]["content-security-policy"]
         .as_str()
         .unwrap_or("");
