@@ -202,7 +202,8 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
 
 /// A question the real Claude Code asks with `ask_user` shows on the page
 /// as a card with a button per choice; pressing one answers it as a new
-/// turn, which resumes the same session with the choice.
+/// turn, which resumes the same session with the choice. One asked over
+/// the API stays open in its conversation's view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
 async fn a_question_shows_as_a_card_and_a_button_answers_it() {
@@ -266,6 +267,7 @@ async fn a_question_shows_as_a_card_and_a_button_answers_it() {
         "{page}"
     );
     assert!(console_errors(&page).is_empty(), "{page}");
+    an_open_question_is_in_its_conversations_view(&server).await;
     let root = server.workspaces();
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
@@ -554,4 +556,28 @@ async fn usage_is_shown_as_the_ledger_has_it(server: &ServeProcess, page: &Value
         policy.contains("script-src 'sha256-") && !policy.contains("unsafe"),
         "{policy}"
     );
+}
+
+/// A question asked over the API stays open in its conversation's view
+/// (what the console shows under "Open request"): who may answer, what
+/// was asked; the answered one of the page's conversation is not.
+async fn an_open_question_is_in_its_conversations_view(server: &ServeProcess) {
+    let results = server
+        .results(
+            json!({"conversation": "asked-over-api", "actor": "carol", "text": "Deploy it too"}),
+        )
+        .await;
+    let asked = results
+        .iter()
+        .any(|r| r["data"]["action"] == "interaction.requested");
+    assert!(asked, "{results:?}");
+    let view = server.get_json("/v1/conversations/asked-over-api").await;
+    let open = &view["pending"]["claude-code"];
+    assert_eq!(open["question"], "Which environment?", "{view}");
+    assert_eq!(open["asked_by"]["id"], "carol", "{view}");
+    assert!(open["expires_at"].as_i64() > Some(0), "{view}");
+    let answered = server
+        .get_json(&format!("/v1/conversations/{CONVERSATION}"))
+        .await;
+    assert_eq!(answered["pending"], json!({}), "{answered}");
 }
