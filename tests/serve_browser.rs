@@ -539,6 +539,9 @@ async fn usage_is_shown_as_the_ledger_has_it(server: &ServeProcess, page: &Value
     // Claude Code stays live between turns: its processes, with memory.
     let live = cells(&page["live"]["rows"]);
     assert!(!live.is_empty(), "{page}");
+    let mut served: Vec<&str> = live.iter().map(|r| r[6]).collect();
+    served.sort();
+    assert_eq!(served, ["bob-chat", CONVERSATION], "{page}");
     assert!(
         live.iter()
             .all(|r| r[0] == "claude-code" && r[5].ends_with(" MiB")),

@@ -137,6 +137,8 @@ pub struct LiveProcess {
     workspace: PathBuf,
     /// When it started (epoch milliseconds).
     started_ms: i64,
+    /// The conversation whose turn it serves or served last.
+    pub conversation: Option<String>,
 }
 
 impl LiveProcess {
@@ -162,6 +164,7 @@ impl LiveProcess {
             paused: None,
             workspace: launch.cwd.to_path_buf(),
             started_ms: crate::host::now_ms(),
+            conversation: None,
         };
         live.write(&opening).await?;
         Ok(live)
@@ -643,6 +646,8 @@ pub struct LiveSession {
     pub harness: String,
     /// Its pid.
     pub pid: u32,
+    /// The conversation it serves, when its turns named one.
+    pub conversation: Option<String>,
     /// The conversation workspace it runs in.
     pub workspace: PathBuf,
     /// When it started (epoch milliseconds).
@@ -661,6 +666,7 @@ impl LiveProcess {
         Some(LiveSession {
             harness: String::new(),
             pid: self.pid()?,
+            conversation: self.conversation.clone(),
             workspace: self.workspace.clone(),
             started_ms: self.started_ms,
             turns: self.turns,

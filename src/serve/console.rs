@@ -139,7 +139,9 @@ pub(super) async fn conversation(
         .map(|live| live.list())
         .unwrap_or_default()
         .into_iter()
-        .filter(|s| workspaces.contains(&s.workspace))
+        .filter(|s| {
+            s.conversation.as_deref() == Some(id.as_str()) || workspaces.contains(&s.workspace)
+        })
         .collect();
     let usage = host
         .usage_totals(UsageQuery {
