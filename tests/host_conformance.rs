@@ -19,7 +19,7 @@ use harness_bridge::host::budget::{Admission, Limit, Limits, Per, Subject};
 use harness_bridge::host::postgres::PgHost;
 use harness_bridge::host::sqlite::SqliteHost;
 use harness_bridge::host::store::StoreAt;
-use harness_bridge::host::usage::{UsageBy, UsageQuery, UsageRecord};
+use harness_bridge::host::usage::{RunListQuery, UsageBy, UsageQuery, UsageRecord};
 use harness_bridge::host::{
     Direction, EventQuery, HistoryQuery, HostApi, NewArtifact, NewEvent, NewTranscriptItem,
     RunScope,
@@ -299,6 +299,7 @@ async fn usage_is_kept_once_per_run_and_summed_by_what_is_asked(backend: &Backen
             since_ms,
             actor: actor.map(str::to_string),
             conversation: None,
+            harness: None,
         })
     };
     let by_actor = sum(UsageBy::Actor, None, None).await.unwrap();
@@ -331,6 +332,31 @@ async fn usage_is_kept_once_per_run_and_summed_by_what_is_asked(backend: &Backen
     assert_eq!(
         (harness[0].key.as_str(), harness[0].runs),
         ("claude-code", 1)
+    );
+    // A harness's conversations (the console's filter), and one run's
+    // row by its id (the run view).
+    let codex = store
+        .usage_totals(UsageQuery {
+            by: UsageBy::Conversation,
+            harness: Some("codex".into()),
+            ..UsageQuery::default()
+        })
+        .await
+        .unwrap();
+    let keys: Vec<&str> = codex.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys, ["chat-bob"]);
+    let one = host
+        .usage_runs(RunListQuery {
+            run_id: Some("r1".into()),
+            limit: 5,
+            ..RunListQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(one.len(), 1, "{one:?}");
+    assert_eq!(
+        (one[0].input_tokens, one[0].actor_id.as_deref()),
+        (100, Some("ann"))
     );
 }
 

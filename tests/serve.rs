@@ -1457,3 +1457,145 @@ async fn a_card_answer_needs_an_open_request_and_says_so_in_a_sentence() {
         "{body}"
     );
 }
+
+/// What the operator console reads: a run by id says who asked and when
+/// (while it runs, from the service; once ended, from the ledger) with its
+/// audit rows; a conversation says its stored resume pointer and last
+/// runs; usage sums the ledger by person or day; the live list and the
+/// runner list (only installed harnesses marked so) answer; none of it
+/// without the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_reads_runs_conversations_usage_and_live_processes() {
+    let tools = tempfile::tempdir().unwrap();
+    common::scripted::install(tools.path());
+    // A harness whose program is nowhere: listed, but not installed.
+    let absent = common::scripted::SPEC
+        .replace("name: scripted", "name: absent")
+        .replace("binary: scripted-harness", "binary: no-such-harness-here");
+    std::fs::write(tools.path().join("adapters/absent.yaml"), absent).unwrap();
+    let server = Server::start_in(
+        Arc::new(tempfile::tempdir().unwrap()),
+        Arc::new(tools),
+        "slow",
+        "",
+    )
+    .await;
+    let running = server.post_body_in_background(
+        json!({"conversation": "c-ann", "actor": "ann", "text": "hi", "run_id": "run-ann"}),
+    );
+    let run = server.wait_for_status("run-ann", "running").await;
+    assert_eq!(
+        (run["actor_id"].as_str(), run["conversation_id"].as_str()),
+        (Some("ann"), Some("c-ann")),
+        "{run}"
+    );
+    assert!(
+        run["started_ms"].as_i64() >= run["accepted_ms"].as_i64(),
+        "{run}"
+    );
+    assert!(run["ended_ms"].is_null(), "{run}");
+    running.await.unwrap();
+    let (status, _) = server
+        .post_json(
+            json!({"conversation": "c-bob", "actor": "bob", "text": "hi", "run_id": "run-bob"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // Ended: the ledger's row (who, when, how it ended) and its audit rows.
+    let run = server.get_json("/v1/runs/run-ann").await;
+    assert_eq!(
+        (
+            run["status"].as_str(),
+            run["actor_id"].as_str(),
+            run["outcome"].as_str()
+        ),
+        (Some("completed"), Some("ann"), Some("completed")),
+        "{run}"
+    );
+    assert!(
+        run["ended_ms"].as_i64() >= run["started_ms"].as_i64(),
+        "{run}"
+    );
+    assert!(run["audit"].is_array(), "{run}");
+    assert!(!run["results"].as_array().unwrap().is_empty(), "{run}");
+
+    // The conversation: its resume pointer from the store, its runs.
+    let chat = server.get_json("/v1/conversations/c-ann").await;
+    let state = &chat["state"]["scripted"];
+    assert_eq!(state["external.session_id"], "scripted-1", "{chat}");
+    assert_eq!(state["external.harness"], "scripted", "{chat}");
+    assert_eq!(chat["runs"][0]["run_id"], "run-ann", "{chat}");
+    assert_eq!(chat["usage"]["runs"], 1, "{chat}");
+    assert_eq!(chat["pending"], json!({}), "{chat}");
+    assert_eq!(chat["in_flight"], json!([]), "{chat}");
+    let missing = server
+        .client
+        .get(format!("{}/v1/conversations/nobody-here", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status().as_u16(), 404);
+
+    the_ledger_is_summed_by_what_is_asked(&server).await;
+
+    // The scripted harness is one-shot: nothing stays live.
+    let live = server.get_json("/v1/live").await;
+    assert_eq!(live["sessions"], json!([]), "{live}");
+    let runners = server.get_json("/v1/runners").await;
+    let installed = |name: &str| {
+        runners["runners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["runner_name"] == name)
+            .map(|r| r["installed"].clone())
+    };
+    assert_eq!(installed("scripted"), Some(json!(true)), "{runners}");
+    assert_eq!(installed("absent"), Some(json!(false)), "{runners}");
+
+    let stranger = reqwest::Client::new();
+    for path in [
+        "/v1/runs/run-ann",
+        "/v1/conversations/c-ann",
+        "/v1/usage",
+        "/v1/live",
+    ] {
+        let answer = stranger
+            .get(format!("{}{path}", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 401, "{path}");
+    }
+}
+
+/// `GET /v1/usage` by person, day and harness (filtered by actor), a
+/// grouping it does not know refused; the conversations of a harness
+/// that ran nothing: none.
+async fn the_ledger_is_summed_by_what_is_asked(server: &Server) {
+    // Usage by person and by day; a grouping it does not know is refused.
+    let by_actor = server.get_json("/v1/usage?by=actor&days=7").await;
+    let mut people: Vec<(&str, u64)> = by_actor["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["key"].as_str().unwrap(), t["runs"].as_u64().unwrap()))
+        .collect();
+    people.sort();
+    assert_eq!(people, [("ann", 1), ("bob", 1)], "{by_actor}");
+    let by_day = server.get_json("/v1/usage?by=day").await;
+    assert_eq!(by_day["totals"][0]["runs"], 2, "{by_day}");
+    let bob = server.get_json("/v1/usage?by=harness&actor=bob").await;
+    assert_eq!(bob["totals"][0]["key"], "scripted", "{bob}");
+    assert_eq!(bob["totals"][0]["runs"], 1, "{bob}");
+    let wrong = server
+        .client
+        .get(format!("{}/v1/usage?by=colour", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 400);
+    let filtered = server.get_json("/v1/conversations?harness=absent").await;
+    assert_eq!(filtered["conversations"], json!([]), "{filtered}");
+}

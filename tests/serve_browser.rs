@@ -6,7 +6,11 @@
 //! Claude session resumed and the stored resume pointer. A question and an
 //! approval Claude asks show as cards, and their buttons answer them. A
 //! turn on a project shows the reply, then the summary of what changed,
-//! and the diff, which opens on the page.
+//! and the diff, which opens on the page. The console, after two people's
+//! turns, lists the conversations and runs (filtered by person), shows a
+//! conversation's history with who said what, keeps it over a reload,
+//! shows a run's facts and audit rows, and each person's usage as the
+//! ledger has it.
 
 use harness_bridge_testkit as common;
 
@@ -173,7 +177,7 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         local.values().all(|v| v.as_str() != Some(token.as_str())),
         "{local:?}"
     );
-    assert!(!local.contains_key("hb.token"), "{local:?}");
+    assert!(local.is_empty(), "nothing is kept on disk: {local:?}");
     assert_eq!(page["storage"]["session"]["hb.token"], token.as_str());
     // Claude sent the second request with turn 1 in it: a resumed session.
     let requests = fake.requests.lock().unwrap().clone();
@@ -189,6 +193,8 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         metrics.contains(r#"harness_bridge_mcp_calls_total{tool="history_page",outcome="ok"} 1"#),
         "{metrics}"
     );
+    // On the same service, a second person's turn; then the console.
+    the_console_shows_what_ran_and_who_it_cost(&server).await;
     let root = server.workspaces();
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
@@ -196,7 +202,8 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
 
 /// A question the real Claude Code asks with `ask_user` shows on the page
 /// as a card with a button per choice; pressing one answers it as a new
-/// turn, which resumes the same session with the choice.
+/// turn, which resumes the same session with the choice. One asked over
+/// the API stays open in its conversation's view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
 async fn a_question_shows_as_a_card_and_a_button_answers_it() {
@@ -260,6 +267,7 @@ async fn a_question_shows_as_a_card_and_a_button_answers_it() {
         "{page}"
     );
     assert!(console_errors(&page).is_empty(), "{page}");
+    an_open_question_is_in_its_conversations_view(&server).await;
     let root = server.workspaces();
     assert!(server.stop().await.success());
     common::assert_none_left_under(&root).await;
@@ -375,4 +383,204 @@ async fn a_project_turn_on_the_page_shows_the_reply_the_changes_and_the_diff() {
     assert_eq!(page["diff_open"], true, "{page}");
     assert!(console_errors(&page).is_empty(), "{page}");
     assert!(server.stop().await.success());
+}
+
+/// Numbers as the console shows them (`1,234`).
+fn number(text: &Value) -> u64 {
+    let digits: String = text.as_str().unwrap_or("").replace(',', "");
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {text}"))
+}
+
+/// The cells of the rows of a table the console script read.
+fn cells(rows: &Value) -> Vec<Vec<&str>> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// After alice's two turns on the chat page, bob asks through the API (the
+/// real Claude Code, the fake model reporting 10 tokens in and 7 out a
+/// request); the console then shows both, by person, as the ledger does.
+async fn the_console_shows_what_ran_and_who_it_cost(server: &ServeProcess) {
+    let results = server
+        .results(json!({"conversation": "bob-chat", "actor": "bob", "text": ASK}))
+        .await;
+    assert_eq!(
+        results.last().unwrap()["type"],
+        "run.completed",
+        "{results:?}"
+    );
+    let page = browse("console.cjs", server, &[("ACTOR", "bob")]).await;
+    let listed: Vec<&str> = page["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    assert_eq!(listed, ["bob-chat", CONVERSATION], "{page}");
+    let of_bob = &page["conversations_of_actor"];
+    assert_eq!(of_bob[0]["id"], "bob-chat", "{page}");
+    // Three runs, each with the tokens the fake model reported; the
+    // filter leaves bob's one.
+    let runs = cells(&page["runs"]);
+    assert_eq!(runs.len(), 3, "{page}");
+    for run in &runs {
+        assert!(
+            number(&json!(run[8])) >= 10 && number(&json!(run[9])) >= 7,
+            "{run:?}"
+        );
+    }
+    let actors: Vec<&str> = runs.iter().map(|r| r[1]).collect();
+    assert_eq!(actors, ["bob", "alice", "alice"], "{page}");
+    assert_eq!(cells(&page["runs_of_actor"]).len(), 1, "{page}");
+
+    // The conversation: who said what, its stored pointer; the same after
+    // a reload, read anew.
+    let view = &page["conversation"];
+    assert_eq!(
+        view["hash"],
+        format!("#conversations/{CONVERSATION}"),
+        "{page}"
+    );
+    let said: Vec<(&str, &str)> = view["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["who"].as_str().unwrap(), i["text"].as_str().unwrap()))
+        .collect();
+    assert!(said.contains(&("alice", ASK)), "{page}");
+    assert!(said.contains(&("alice", FOLLOW_UP)), "{page}");
+    assert!(said.contains(&("claude-code", SECOND_ANSWER)), "{page}");
+    assert!(
+        view["state"]["external.session_id"]
+            .as_str()
+            .unwrap_or("")
+            .len()
+            > 8,
+        "{page}"
+    );
+    assert_eq!(cells(&view["runs"]).len(), 2, "{page}");
+    // Its Claude Code process is kept between turns: shown with its memory.
+    let live = view["live"].as_str().unwrap_or("");
+    assert!(
+        live.starts_with("pid ") && live.contains("idle") && live.ends_with(" MiB"),
+        "{page}"
+    );
+    let reloaded = &page["reloaded"];
+    assert_eq!(reloaded["hash"], view["hash"], "{page}");
+    assert_eq!(reloaded["shown"], true, "{page}");
+    assert_eq!(reloaded["history"], view["history"], "{page}");
+
+    // A run: who, when, what it cost, and the host call it made.
+    let run = &page["run"];
+    assert_eq!(run["facts"]["actor"], "alice", "{page}");
+    assert!(
+        run["facts"]["ended"].as_str().unwrap().ends_with(" UTC"),
+        "{page}"
+    );
+    assert!(number(&run["facts"]["input tokens"]) >= 10, "{page}");
+    let audit = cells(&run["audit"]);
+    assert!(
+        audit.iter().any(|row| row.join(" ").contains("history")),
+        "the history call is audited: {page}"
+    );
+
+    usage_is_shown_as_the_ledger_has_it(server, &page).await;
+}
+
+/// The console's usage tab and live tab, the page's storage and policy:
+/// each person's runs and tokens as `GET /v1/usage` sums them.
+async fn usage_is_shown_as_the_ledger_has_it(server: &ServeProcess, page: &Value) {
+    // Usage by person, as the ledger sums it.
+    let ledger = server.get_json("/v1/usage?by=actor&days=30").await;
+    let usage = cells(&page["usage"]["actors"]);
+    for person in ["alice", "bob"] {
+        let total = ledger["totals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["key"] == person)
+            .unwrap_or_else(|| panic!("{person} not in {ledger}"));
+        let shown = usage
+            .iter()
+            .find(|r| r[0] == person)
+            .unwrap_or_else(|| panic!("{person} not shown: {page}"));
+        assert_eq!(
+            (
+                number(&json!(shown[1])),
+                number(&json!(shown[3])),
+                number(&json!(shown[4]))
+            ),
+            (
+                total["runs"].as_u64().unwrap(),
+                total["input_tokens"].as_u64().unwrap(),
+                total["output_tokens"].as_u64().unwrap()
+            ),
+            "{page}"
+        );
+    }
+    assert_eq!(
+        page["usage"]["actor_bars"].as_array().unwrap().len(),
+        2,
+        "{page}"
+    );
+    assert_eq!(page["usage"]["day_bars"], 1, "{page}");
+    // Claude Code stays live between turns: its processes, with memory.
+    let live = cells(&page["live"]["rows"]);
+    assert!(!live.is_empty(), "{page}");
+    let mut served: Vec<&str> = live.iter().map(|r| r[6]).collect();
+    served.sort();
+    assert_eq!(served, ["bob-chat", CONVERSATION], "{page}");
+    assert!(
+        live.iter()
+            .all(|r| r[0] == "claude-code" && r[5].ends_with(" MiB")),
+        "{page}"
+    );
+
+    // Nothing on disk, no token in the page's storage but the tab's, and
+    // nothing the page's policy refused.
+    assert_eq!(page["storage"]["local"], json!({}), "{page}");
+    assert!(console_errors(page).is_empty(), "{page}");
+    let policy = page["page_headers"]["content-security-policy"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        policy.contains("script-src 'sha256-") && !policy.contains("unsafe"),
+        "{policy}"
+    );
+}
+
+/// A question asked over the API stays open in its conversation's view
+/// (what the console shows under "Open request"): who may answer, what
+/// was asked; the answered one of the page's conversation is not.
+async fn an_open_question_is_in_its_conversations_view(server: &ServeProcess) {
+    let results = server
+        .results(
+            json!({"conversation": "asked-over-api", "actor": "carol", "text": "Deploy it too"}),
+        )
+        .await;
+    let asked = results
+        .iter()
+        .any(|r| r["data"]["action"] == "interaction.requested");
+    assert!(asked, "{results:?}");
+    let view = server.get_json("/v1/conversations/asked-over-api").await;
+    let open = &view["pending"]["claude-code"];
+    assert_eq!(open["question"], "Which environment?", "{view}");
+    assert_eq!(open["asked_by"]["id"], "carol", "{view}");
+    assert!(open["expires_at"].as_i64() > Some(0), "{view}");
+    let answered = server
+        .get_json(&format!("/v1/conversations/{CONVERSATION}"))
+        .await;
+    assert_eq!(answered["pending"], json!({}), "{answered}");
 }

@@ -347,6 +347,14 @@ pub trait ArtifactStore: Send + Sync + 'static {
 pub trait AuditSink: Send + Sync + 'static {
     /// Append one audit row.
     async fn record_audit(&self, entry: AuditEntry) -> HostResult<()>;
+
+    /// The newest audit rows (of one run, when `run_id` is set), oldest
+    /// first: what `host audit` and the console's run view show. A sink
+    /// that keeps none here (a relay's host keeps them upstream) has none.
+    async fn audit_rows(&self, run_id: Option<String>, limit: u32) -> HostResult<Vec<AuditRow>> {
+        let _ = (run_id, limit);
+        Ok(Vec::new())
+    }
 }
 
 /// A whole host: the proxy, the turn log, artifact contents and the audit

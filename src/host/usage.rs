@@ -129,6 +129,8 @@ pub struct UsageQuery {
     pub actor: Option<String>,
     /// Only this conversation's runs.
     pub conversation: Option<String>,
+    /// Only this harness's runs.
+    pub harness: Option<String>,
 }
 
 /// The sum of a group's rows.
@@ -194,6 +196,8 @@ pub struct RunListQuery {
     pub conversation: Option<String>,
     /// Only this harness's runs.
     pub harness: Option<String>,
+    /// Only this run (the run view's row).
+    pub run_id: Option<String>,
     /// Only runs before this one in the list (its end, then its id): the
     /// last row of the page before.
     pub before: Option<(i64, String)>,
@@ -207,8 +211,8 @@ pub const RUN_COLUMNS: &str = "run_id, bot_id, conversation_id, actor_id, harnes
      cache_write_tokens, cost_usd";
 
 /// The ledger's list query for `query`, as [`totals_sql`] numbers its
-/// placeholders (actor, conversation, harness, the page's end and id,
-/// those set; the limit last).
+/// placeholders (actor, conversation, harness, run, the page's end and
+/// id, those set; the limit last).
 pub fn list_sql(query: &RunListQuery) -> String {
     let mut filters = Vec::new();
     let mut n = 0;
@@ -220,6 +224,7 @@ pub fn list_sql(query: &RunListQuery) -> String {
         (query.actor.is_some(), "actor_id"),
         (query.conversation.is_some(), "conversation_id"),
         (query.harness.is_some(), "harness"),
+        (query.run_id.is_some(), "run_id"),
     ] {
         if set {
             filters.push(format!("{column} = {}", next()));
@@ -244,7 +249,7 @@ pub fn list_sql(query: &RunListQuery) -> String {
 
 /// The ledger's sum query for `query`, the same for SQLite and
 /// PostgreSQL: `$1`-style placeholders for its filters in order (since,
-/// actor, conversation: those set), and every sum cast to a whole number
+/// actor, conversation, harness: those set), and every sum cast to a whole number
 /// (PostgreSQL's sum of integers is a decimal).
 pub fn totals_sql(query: &UsageQuery) -> String {
     let mut filters = Vec::new();
@@ -261,6 +266,9 @@ pub fn totals_sql(query: &UsageQuery) -> String {
     }
     if query.conversation.is_some() {
         filters.push(format!("conversation_id = {}", next()));
+    }
+    if query.harness.is_some() {
+        filters.push(format!("harness = {}", next()));
     }
     let filter = if filters.is_empty() {
         String::new()
@@ -333,9 +341,10 @@ mod tests {
             since_ms: Some(1),
             actor: None,
             conversation: Some("c".into()),
+            harness: Some("codex".into()),
         });
         assert!(
-            sql.contains("WHERE ended_ms >= $1 AND conversation_id = $2"),
+            sql.contains("WHERE ended_ms >= $1 AND conversation_id = $2 AND harness = $3"),
             "{sql}"
         );
     }

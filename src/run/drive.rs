@@ -334,6 +334,7 @@ impl Bridge {
                     files: turn.files,
                 }),
             };
+            process.conversation = turn.grant.scope.conversation_id.clone();
             let serving = turn.sessions.serving(&spec.name, &process);
             let ended = live::turn(spec, &mut process, opening, &decide, live).await;
             drop(serving);

@@ -132,6 +132,13 @@ pub struct LiveProcess {
     /// The permission request its last turn ended on, still waiting for
     /// the person's answer.
     pub paused: Option<PermissionRequest>,
+    /// The conversation workspace it runs in (what the console matches
+    /// against a conversation's stored working directory).
+    workspace: PathBuf,
+    /// When it started (epoch milliseconds).
+    started_ms: i64,
+    /// The conversation whose turn it serves or served last.
+    pub conversation: Option<String>,
 }
 
 impl LiveProcess {
@@ -155,6 +162,9 @@ impl LiveProcess {
             last_used: Instant::now(),
             turns: 0,
             paused: None,
+            workspace: launch.cwd.to_path_buf(),
+            started_ms: crate::host::now_ms(),
+            conversation: None,
         };
         live.write(&opening).await?;
         Ok(live)
@@ -625,7 +635,45 @@ pub struct LiveSessions {
     limits: LiveLimits,
     grace: Duration,
     idle: Mutex<HashMap<(PathBuf, String), (LiveKey, LiveProcess)>>,
-    busy: Mutex<HashMap<u32, String>>,
+    busy: Mutex<HashMap<u32, LiveSession>>,
+}
+
+/// One live harness process as an operator sees it (the console's live
+/// list): which conversation workspace, since when, how much memory.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LiveSession {
+    /// The harness it runs.
+    pub harness: String,
+    /// Its pid.
+    pub pid: u32,
+    /// The conversation it serves, when its turns named one.
+    pub conversation: Option<String>,
+    /// The conversation workspace it runs in.
+    pub workspace: PathBuf,
+    /// When it started (epoch milliseconds).
+    pub started_ms: i64,
+    /// Turns it has served (the one it serves counted).
+    pub turns: u64,
+    /// Serving a turn now, else idle between turns.
+    pub serving: bool,
+    /// Resident memory, in bytes (Linux; 0 when unknown).
+    pub rss_bytes: u64,
+}
+
+impl LiveProcess {
+    /// What the live list shows of it.
+    fn seen(&self, serving: bool) -> Option<LiveSession> {
+        Some(LiveSession {
+            harness: String::new(),
+            pid: self.pid()?,
+            conversation: self.conversation.clone(),
+            workspace: self.workspace.clone(),
+            started_ms: self.started_ms,
+            turns: self.turns,
+            serving,
+            rss_bytes: 0,
+        })
+    }
 }
 
 /// A live process noted as serving a turn until this is dropped, so
@@ -654,7 +702,7 @@ impl LiveSessions {
         })
     }
 
-    fn busy(&self) -> std::sync::MutexGuard<'_, HashMap<u32, String>> {
+    fn busy(&self) -> std::sync::MutexGuard<'_, HashMap<u32, LiveSession>> {
         self.busy.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -662,8 +710,16 @@ impl LiveSessions {
     /// dropped.
     pub fn serving(&self, harness: &str, process: &LiveProcess) -> Busy<'_> {
         let pid = process.pid();
-        if let Some(pid) = pid {
-            self.busy().insert(pid, harness.to_string());
+        if let Some(seen) = process.seen(true) {
+            self.busy().insert(
+                seen.pid,
+                LiveSession {
+                    harness: harness.to_string(),
+                    // The turn it serves now.
+                    turns: seen.turns + 1,
+                    ..seen
+                },
+            );
         }
         Busy {
             sessions: self,
@@ -807,9 +863,31 @@ impl LiveSessions {
         let busy: Vec<(String, u32, u64)> = self
             .busy()
             .iter()
-            .map(|(pid, harness)| (harness.clone(), *pid, rss_bytes(*pid)))
+            .map(|(pid, seen)| (seen.harness.clone(), *pid, rss_bytes(*pid)))
             .collect();
         crate::metrics::global().set_live(&idle, &busy);
+    }
+
+    /// Every live process now, serving a turn or idle, with the memory
+    /// `/metrics` counts: what the console's live list shows.
+    pub fn list(&self) -> Vec<LiveSession> {
+        let mut all: Vec<LiveSession> = self
+            .idle()
+            .iter()
+            .filter_map(|((_, harness), (_, p))| {
+                let seen = p.seen(false)?;
+                Some(LiveSession {
+                    harness: harness.clone(),
+                    ..seen
+                })
+            })
+            .collect();
+        all.extend(self.busy().values().cloned());
+        for seen in &mut all {
+            seen.rss_bytes = rss_bytes(seen.pid);
+        }
+        all.sort_by_key(|s| s.started_ms);
+        all
     }
 
     /// Refresh the gauges (before `/metrics` is read).

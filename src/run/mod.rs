@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 pub use dispatch::{Deliver, Dispatch, Dispatched};
 pub use emit::Emitter;
-pub use live::{LiveLimits, LiveSessions};
+pub use live::{LiveLimits, LiveSession, LiveSessions};
 pub use outbox::OUTBOX_DIR;
 pub use queue::{QueueFull, Scheduler, Ticket, Turn};
 pub use quick::{QuickTurn, new_run_id, quick_context};

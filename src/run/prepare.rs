@@ -761,11 +761,7 @@ impl Bridge {
         options: &RunOptions,
         env: &BTreeMap<String, String>,
     ) -> Result<PathBuf, RunFailed> {
-        let wanted = options
-            .binary
-            .as_ref()
-            .or_else(|| self.settings.binaries.get(&spec.name))
-            .map_or_else(|| spec.binary.clone(), |p| p.to_string_lossy().into_owned());
+        let wanted = self.wanted_program(spec, options.binary.as_ref());
         find_program(&wanted, env.get("PATH").map(String::as_str)).ok_or_else(|| {
             // A configured path is the operator's, named in the log; the
             // client is told which program, not where it was looked for.
@@ -781,6 +777,32 @@ impl Bridge {
                 format!("{} ({place}: {}", spec.label, spec.install_hint),
             )
         })
+    }
+
+    /// The program a turn of `spec` asks for: the run's own path, else
+    /// the operator's, else the spec's binary name.
+    fn wanted_program(&self, spec: &AdapterSpec, binary: Option<&PathBuf>) -> String {
+        binary
+            .or_else(|| self.settings.binaries.get(&spec.name))
+            .map_or_else(|| spec.binary.clone(), |p| p.to_string_lossy().into_owned())
+    }
+
+    /// Whether a turn of `spec` would find its program (the operator's
+    /// path, else the binary on the PATH the harness gets), so a client
+    /// offers only the harnesses that can run here.
+    pub fn installed(&self, spec: &AdapterSpec) -> bool {
+        let vars: Vec<(String, String)> = std::env::var("PATH")
+            .map(|path| vec![("PATH".to_string(), path)])
+            .unwrap_or_default();
+        let env = child_env(
+            &spec.env,
+            &self.settings.pass_env,
+            &self.settings.set_env,
+            &BTreeMap::new(),
+            &vars,
+        );
+        let path = env.get("PATH").map(String::as_str);
+        find_program(&self.wanted_program(spec, None), path).is_some()
     }
 
     /// A pointer to this harness's session in another workspace, on a

@@ -149,7 +149,10 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v1/runs/{run_id}", get(get_run))
         .route("/v1/runs/{run_id}/cancel", post(cancel_run))
         .route("/v1/runners", get(runners))
+        .route("/v1/conversations/{id}", get(super::console::conversation))
         .route("/v1/conversations/{id}/history", get(history))
+        .route("/v1/usage", get(super::console::usage))
+        .route("/v1/live", get(super::console::live))
         .route("/metrics", get(metrics))
         .route("/", get(chat_page))
         .route(
@@ -463,14 +466,15 @@ async fn get_run(
             return stream(run, &headers);
         }
     } else if let Some(run) = service.run(&run_id) {
-        return axum::Json(json!({
+        let mut body = json!({
             "run_id": run_id,
             "conversation_id": run.conversation_id,
             "harness": run.harness,
             "status": run.status(),
             "results": run.results_from(0),
-        }))
-        .into_response();
+        });
+        super::console::run_facts(&service, &run_id, &mut body).await;
+        return axum::Json(body).into_response();
     }
     match service.past_run(&run_id).await {
         Some(past) if streaming => {
@@ -498,6 +502,7 @@ async fn get_run(
                 body["error"] =
                     json!("the bridge stopped while this run was in flight; it did not finish");
             }
+            super::console::run_facts(&service, &run_id, &mut body).await;
             axum::Json(body).into_response()
         }
         None => error(StatusCode::NOT_FOUND, format!("no run {run_id}")),
@@ -623,8 +628,21 @@ async fn cancel_run(State(service): State<Arc<Service>>, Path(run_id): Path<Stri
     }
 }
 
+/// The runner manifest, each runner with `installed`: whether its
+/// program is there for a turn to start (a client offers only those).
 async fn runners(State(service): State<Arc<Service>>) -> Response {
-    axum::Json(crate::harness::discovery(service.bridge.adapters())).into_response()
+    let adapters = service.bridge.adapters();
+    let mut answer = serde_json::to_value(crate::harness::discovery(adapters)).unwrap_or_default();
+    if let Some(runners) = answer["runners"].as_array_mut() {
+        for runner in runners {
+            let installed = runner["runner_name"]
+                .as_str()
+                .and_then(|name| adapters.find(name))
+                .is_some_and(|spec| service.bridge.installed(spec));
+            runner["installed"] = json!(installed);
+        }
+    }
+    axum::Json(answer).into_response()
 }
 
 #[derive(Deserialize)]

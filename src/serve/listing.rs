@@ -53,6 +53,7 @@ pub(super) async fn list_runs(
             actor: query.actor,
             conversation: query.conversation,
             harness: query.harness,
+            run_id: None,
             before,
             limit,
         })
@@ -73,6 +74,9 @@ pub(super) async fn list_runs(
 #[serde(deny_unknown_fields)]
 pub(super) struct ConversationsQuery {
     actor: Option<String>,
+    /// Only conversations with runs of this harness (only those runs
+    /// counted).
+    harness: Option<String>,
     /// Only conversations active in the last N days.
     days: Option<u32>,
     limit: Option<u32>,
@@ -94,6 +98,7 @@ pub(super) async fn list_conversations(
                 .map(|d| crate::host::now_ms() - i64::from(d) * 86_400_000),
             actor: query.actor,
             conversation: None,
+            harness: query.harness,
         })
         .await;
     match summed {
@@ -123,7 +128,7 @@ fn page_mark(text: &str) -> Option<(i64, String)> {
 }
 
 /// The store's failure: a 500 whose details stay in the log.
-fn store_failed(what: &str, e: &crate::protocol::AgentAPIError) -> Response {
+pub(super) fn store_failed(what: &str, e: &crate::protocol::AgentAPIError) -> Response {
     tracing::error!(error = %e, "{what} read failed");
     error(
         StatusCode::INTERNAL_SERVER_ERROR,

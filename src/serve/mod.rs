@@ -8,6 +8,7 @@
 mod backlog;
 pub mod cluster;
 mod config;
+mod console;
 mod http;
 mod journal;
 mod leftovers;
@@ -91,6 +92,22 @@ pub struct RunEntry {
     /// shared store a result reaches the entry only once written, so the
     /// entry's last can be behind it.
     sent: AtomicU64,
+    /// When this instance took it (epoch milliseconds).
+    pub accepted_ms: i64,
+    /// When its turn began (epoch milliseconds; 0: not yet).
+    started_ms: std::sync::atomic::AtomicI64,
+    /// Who asked, and for which model, once this instance runs it.
+    who: std::sync::OnceLock<RunWho>,
+}
+
+/// Who asked for a run in flight, and the model the binding named: what
+/// the run view shows before the ledger has its row.
+#[derive(Debug, Clone, Default)]
+pub struct RunWho {
+    /// The actor, when the request named one.
+    pub actor: Option<String>,
+    /// The model, when the binding named one.
+    pub model: Option<String>,
 }
 
 impl RunEntry {
@@ -110,7 +127,20 @@ impl RunEntry {
             inbox: SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox))),
             executing: AtomicBool::new(false),
             sent: AtomicU64::new(0),
+            accepted_ms: crate::host::now_ms(),
+            started_ms: std::sync::atomic::AtomicI64::new(0),
+            who: std::sync::OnceLock::new(),
         })
+    }
+
+    /// When its turn began (epoch milliseconds), once it has.
+    pub fn started_ms(&self) -> Option<i64> {
+        Some(self.started_ms.load(Ordering::Acquire)).filter(|ms| *ms > 0)
+    }
+
+    /// Who asked, once this instance runs it.
+    pub fn who(&self) -> Option<&RunWho> {
+        self.who.get()
     }
 
     /// The run's status.
@@ -217,6 +247,9 @@ impl Deliver for Keep<'_> {
         crate::metrics::global().run_started();
         self.run.counted.store(true, Ordering::Release);
         self.started = std::time::Instant::now();
+        self.run
+            .started_ms
+            .store(crate::host::now_ms(), Ordering::Release);
         self.run.set_status(RunStatus::Running);
     }
 
@@ -413,6 +446,14 @@ impl Service {
         ticket: Option<Ticket>,
         record: Record<'_>,
     ) -> (RunStatus, Option<FailureCode>) {
+        let _ = run.who.set(RunWho {
+            actor: ctx.actor.as_ref().and_then(|a| a.actor_id.clone()),
+            model: ctx
+                .config
+                .get("model")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string),
+        });
         let mut keep = Keep {
             service: self,
             run,

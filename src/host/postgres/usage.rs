@@ -60,6 +60,9 @@ pub(super) async fn totals(client: &Client, query: &UsageQuery) -> HostResult<Ve
     if let Some(conversation) = &query.conversation {
         args.push(conversation);
     }
+    if let Some(harness) = &query.harness {
+        args.push(harness);
+    }
     let rows = client
         .query(&totals_sql(query), &args)
         .await
@@ -85,9 +88,14 @@ pub(super) async fn totals(client: &Client, query: &UsageQuery) -> HostResult<Ve
 /// The ledger's runs as `query` asks, newest first.
 pub(super) async fn runs(client: &Client, query: &RunListQuery) -> HostResult<Vec<UsageRecord>> {
     let mut args: Vec<&(dyn ToSql + Sync)> = Vec::new();
-    for value in [&query.actor, &query.conversation, &query.harness]
-        .into_iter()
-        .flatten()
+    for value in [
+        &query.actor,
+        &query.conversation,
+        &query.harness,
+        &query.run_id,
+    ]
+    .into_iter()
+    .flatten()
     {
         args.push(value);
     }

@@ -680,6 +680,10 @@ impl AuditSink for SqliteHost {
     async fn record_audit(&self, entry: AuditEntry) -> HostResult<()> {
         self.inner.audit.record(entry)
     }
+
+    async fn audit_rows(&self, run_id: Option<String>, limit: u32) -> HostResult<Vec<AuditRow>> {
+        self.audit_tail(run_id, limit).await
+    }
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ pub(super) fn totals(conn: &Connection, query: &UsageQuery) -> HostResult<Vec<Us
         query.since_ms.map(Sql::Integer),
         query.actor.clone().map(Sql::Text),
         query.conversation.clone().map(Sql::Text),
+        query.harness.clone().map(Sql::Text),
     ]
     .into_iter()
     .flatten()
@@ -72,11 +73,16 @@ pub(super) fn totals(conn: &Connection, query: &UsageQuery) -> HostResult<Vec<Us
 
 /// The ledger's runs as `query` asks, newest first.
 pub(super) fn runs(conn: &Connection, query: &RunListQuery) -> HostResult<Vec<UsageRecord>> {
-    let mut args: Vec<Sql> = [&query.actor, &query.conversation, &query.harness]
-        .into_iter()
-        .flatten()
-        .map(|v| Sql::Text(v.clone()))
-        .collect();
+    let mut args: Vec<Sql> = [
+        &query.actor,
+        &query.conversation,
+        &query.harness,
+        &query.run_id,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|v| Sql::Text(v.clone()))
+    .collect();
     if let Some((end, id)) = &query.before {
         args.extend([Sql::Integer(*end), Sql::Text(id.clone())]);
     }
