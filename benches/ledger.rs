@@ -53,6 +53,7 @@ fn budgets() -> Budgets {
         actor: limits.clone(),
         conversation: limits.clone(),
         bot: limits,
+        ..Budgets::default()
     }
 }
 
@@ -103,7 +104,7 @@ fn bench(c: &mut Criterion) {
                 let admission = admission(&budgets, admitted.fetch_add(1, Ordering::Relaxed));
                 let host = host.clone();
                 async move {
-                    let hit = host.admit_run(admission).await.expect("admitted");
+                    let hit = host.admit_run(admission).await.expect("admitted").refused;
                     assert!(hit.is_none(), "no limit is reached: {hit:?}");
                 }
             })

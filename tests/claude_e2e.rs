@@ -1065,3 +1065,68 @@ async fn a_person_over_a_budget_is_refused_and_told_why_while_others_go_on() {
     );
     serve.stop().await;
 }
+
+/// With `mid_turn: stop`, a turn whose model calls go past what was left
+/// of a person's tokens for the day is stopped mid-way (the real Claude
+/// Code, kept alive by `serve`, interrupted its own way): it fails
+/// `limit_reached` saying so, the model is asked no more, what the turn
+/// spent is in the ledger, and the person's next turn is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_turn_past_what_is_left_of_a_budget_is_stopped_mid_way() {
+    use common::anthropic::fake_model_calling;
+    let calls = (0..8)
+        .map(|_| {
+            (
+                "mcp__langbot__history_page".to_string(),
+                json!({"limit": 1}),
+            )
+        })
+        .collect();
+    let (model_url, fake) = fake_model_calling(calls).await;
+    let (mut serve, _home) = common::server::serve_claude(
+        model_url,
+        "budgets:\n  actor: {tokens_per_day: 30}\n  mid_turn: stop\n",
+    )
+    .await;
+    let results = serve
+        .results(json!({"conversation": "dora-1", "actor": "dora", "text": ASK}))
+        .await;
+    let end = results.last().unwrap();
+    assert_eq!(end["data"]["code"], "limit_reached", "{results:#?}");
+    let said = end["data"]["error"].as_str().unwrap();
+    assert!(
+        said.starts_with(
+            "This turn was stopped when it went past what was left of your 30 tokens a day"
+        ),
+        "{said}"
+    );
+    let asked = fake.requests.lock().unwrap().len();
+    assert!(
+        asked < 9,
+        "the model was asked {asked} times: the turn went on"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fake.requests.lock().unwrap().len(),
+        asked,
+        "nothing more after the stop"
+    );
+    let runs = serve.get_json("/v1/runs?actor=dora").await;
+    let run = &runs["runs"][0];
+    let spent = run["input_tokens"].as_u64().unwrap() + run["output_tokens"].as_u64().unwrap();
+    assert!(spent > 30, "what the stopped turn spent is kept: {run}");
+    let next = serve
+        .results(json!({"conversation": "dora-2", "actor": "dora", "text": ASK}))
+        .await;
+    let refused = next.last().unwrap();
+    assert_eq!(refused["data"]["code"], "limit_reached", "{next:?}");
+    assert!(
+        refused["data"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("You have used "),
+        "{refused}"
+    );
+    serve.stop().await;
+}

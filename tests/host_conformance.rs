@@ -177,7 +177,7 @@ async fn turns_are_admitted_exactly_up_to_each_limit_through_two_handles(backend
     let tries = (0..12).map(|i| {
         let host = if i % 2 == 0 { a.clone() } else { b.clone() };
         let admission = admission(i, "ann", &rate);
-        tokio::spawn(async move { host.admit_run(admission).await.expect("admits") })
+        tokio::spawn(async move { host.admit_run(admission).await.expect("admits").refused })
     });
     let mut admitted = 0;
     for outcome in futures::future::join_all(tries).await {
@@ -197,18 +197,27 @@ async fn turns_are_admitted_exactly_up_to_each_limit_through_two_handles(backend
     }
     assert_eq!(admitted, 5, "exactly the rate's turns start");
     assert_eq!(
-        a.admit_run(admission(0, "bob", &rate)).await.unwrap(),
+        a.admit_run(admission(0, "bob", &rate))
+            .await
+            .unwrap()
+            .refused,
         None,
         "another person goes on"
     );
     assert_eq!(
-        b.admit_run(admission(0, "bob", &rate)).await.unwrap(),
+        b.admit_run(admission(0, "bob", &rate))
+            .await
+            .unwrap()
+            .refused,
         None,
         "the same run admitted again is counted once"
     );
     for i in 1..5 {
         assert_eq!(
-            a.admit_run(admission(i, "bob", &rate)).await.unwrap(),
+            a.admit_run(admission(i, "bob", &rate))
+                .await
+                .unwrap()
+                .refused,
             None,
             "bob's turn {i}"
         );
@@ -217,6 +226,7 @@ async fn turns_are_admitted_exactly_up_to_each_limit_through_two_handles(backend
         a.admit_run(admission(9, "bob", &rate))
             .await
             .unwrap()
+            .refused
             .is_some(),
         "bob's sixth turn"
     );
@@ -243,7 +253,10 @@ async fn turns_are_admitted_exactly_up_to_each_limit_through_two_handles(backend
         .await
         .unwrap();
     assert_eq!(
-        b.admit_run(admission(1, "cy", &tokens)).await.unwrap(),
+        b.admit_run(admission(1, "cy", &tokens))
+            .await
+            .unwrap()
+            .refused,
         None,
         "500 of 1,000"
     );
@@ -254,6 +267,7 @@ async fn turns_are_admitted_exactly_up_to_each_limit_through_two_handles(backend
         .admit_run(admission(2, "cy", &tokens))
         .await
         .unwrap()
+        .refused
         .expect("1,000 of 1,000 tokens today");
     assert_eq!(
         (hit.limit, hit.used, hit.allowed),

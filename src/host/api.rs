@@ -320,12 +320,12 @@ pub trait TurnLog: Send + Sync + 'static {
         query: super::usage::RunListQuery,
     ) -> HostResult<Vec<super::usage::UsageRecord>>;
     /// Admit a turn against the operator's limits (`host::budget`): the
-    /// first limit it would cross, or `None` with the turn counted, in one
-    /// transaction (exact across instances sharing the store).
+    /// first limit it would cross, or its headroom with the turn counted,
+    /// in one transaction (exact across instances sharing the store).
     async fn admit_run(
         &self,
         admission: super::budget::Admission,
-    ) -> HostResult<Option<super::budget::LimitHit>>;
+    ) -> HostResult<super::budget::Verdict>;
 }
 
 /// Artifact contents the bridge keeps (a harness's outbox files): bytes

@@ -77,6 +77,23 @@ pub struct Budgets {
     pub conversation: Limits,
     /// For each bot, across its conversations.
     pub bot: Limits,
+    /// What a turn that crosses a spending limit while it runs does.
+    pub mid_turn: MidTurn,
+}
+
+/// What a turn that crosses a spending limit while it runs does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MidTurn {
+    /// It finishes; the next turn is refused (the person gets the answer
+    /// they were waiting for).
+    #[default]
+    Finish,
+    /// It is stopped as soon as the harness reports spending past what
+    /// was left (where the harness reports usage while it runs: Claude
+    /// Code; a cost limit needs the harness's cost or a price), and fails
+    /// `limit_reached`.
+    Stop,
 }
 
 impl Budgets {
@@ -171,6 +188,28 @@ pub struct Price {
     pub cache_write: f64,
 }
 
+impl Price {
+    /// What a ledger row's tokens come to.
+    pub fn of_row(&self, row: &super::usage::UsageRecord) -> f64 {
+        [
+            (row.input_tokens, self.input),
+            (row.output_tokens, self.output),
+            (row.cache_read_tokens, self.cache_read),
+            (row.cache_write_tokens, self.cache_write),
+        ]
+        .iter()
+        .map(|(tokens, per_million)| *tokens as f64 * per_million / 1e6)
+        .sum()
+    }
+
+    /// What a harness's reported counts come to.
+    pub fn cost_of(&self, usage: &crate::protocol::TokenUsage) -> f64 {
+        let mut row = super::usage::UsageRecord::default();
+        row.count(usage);
+        self.of_row(&row)
+    }
+}
+
 /// The operator's price table: model (as the binding names it) → price.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -187,16 +226,7 @@ impl Prices {
         let Some(price) = row.model.as_ref().and_then(|m| self.0.get(m)) else {
             return;
         };
-        let cost = [
-            (row.input_tokens, price.input),
-            (row.output_tokens, price.output),
-            (row.cache_read_tokens, price.cache_read),
-            (row.cache_write_tokens, price.cache_write),
-        ]
-        .iter()
-        .map(|(tokens, per_million)| *tokens as f64 * per_million / 1e6)
-        .sum();
-        row.cost_usd = Some(cost);
+        row.cost_usd = Some(price.of_row(row));
     }
 
     /// A price that cannot hold (negative or not a number), by model.
@@ -364,6 +394,99 @@ pub enum Limit {
     CostUsdPerDay,
     /// `cost_usd_per_month`.
     CostUsdPerMonth,
+}
+
+/// What an admitted turn may spend under one limit before it crosses it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Headroom {
+    /// Whose limit.
+    pub per: Per,
+    /// Their id.
+    pub id: String,
+    /// Which limit (a spending one).
+    pub limit: Limit,
+    /// What it allows.
+    pub allowed: f64,
+    /// What is left of it (tokens or dollars).
+    pub left: f64,
+    /// When it resets (epoch milliseconds).
+    pub resets_ms: i64,
+}
+
+/// A store's answer to an admission: the limit that refuses the turn, or
+/// what the admitted turn may still spend under each spending limit.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verdict {
+    /// The first limit reached: the turn is not started (nor counted).
+    pub refused: Option<LimitHit>,
+    /// Each spending limit's headroom, when admitted.
+    pub left: Vec<Headroom>,
+}
+
+impl Verdict {
+    /// Judge `subjects` in order by what each `spent`: the first limit
+    /// reached refuses; else every spending limit's headroom.
+    pub fn of(admission: &Admission, spent: &[(&Subject, Spent)]) -> Verdict {
+        let mut left = Vec::new();
+        for (subject, spent) in spent {
+            if let Some(hit) = first_hit(admission, subject, spent) {
+                return Verdict {
+                    refused: Some(hit),
+                    left: Vec::new(),
+                };
+            }
+            left.extend(headroom(admission, subject, spent));
+        }
+        Verdict {
+            refused: None,
+            left,
+        }
+    }
+}
+
+/// What `subject` may still spend under each of its spending limits.
+fn headroom(admission: &Admission, subject: &Subject, spent: &Spent) -> Vec<Headroom> {
+    let limits = &subject.limits;
+    let periods = admission.periods();
+    [
+        (
+            Limit::TokensPerDay,
+            limits.tokens_per_day.map(|n| n as f64),
+            spent.tokens_today as f64,
+            periods.day_end_ms,
+        ),
+        (
+            Limit::TokensPerMonth,
+            limits.tokens_per_month.map(|n| n as f64),
+            spent.tokens_this_month as f64,
+            periods.month_end_ms,
+        ),
+        (
+            Limit::CostUsdPerDay,
+            limits.cost_usd_per_day,
+            spent.cost_today,
+            periods.day_end_ms,
+        ),
+        (
+            Limit::CostUsdPerMonth,
+            limits.cost_usd_per_month,
+            spent.cost_this_month,
+            periods.month_end_ms,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(limit, allowed, used, resets_ms)| {
+        let allowed = allowed?;
+        Some(Headroom {
+            per: subject.per,
+            id: subject.id.clone(),
+            limit,
+            allowed,
+            left: (allowed - used).max(0.0),
+            resets_ms,
+        })
+    })
+    .collect()
 }
 
 /// A limit a turn would cross: the turn is not started.

@@ -404,10 +404,10 @@ impl TurnLog for RelayHost {
     async fn admit_run(
         &self,
         admission: crate::host::budget::Admission,
-    ) -> HostResult<Option<crate::host::budget::LimitHit>> {
+    ) -> HostResult<crate::host::budget::Verdict> {
         match &self.ledger {
             Some(ledger) => ledger.admit_run(admission).await,
-            None => Ok(None),
+            None => Ok(Default::default()),
         }
     }
 }

@@ -160,6 +160,10 @@ impl Engine for OneShot<'_> {
         (&mut self.stdout, &mut self.process)
     }
 
+    fn spent(&self) -> Option<crate::protocol::TokenUsage> {
+        self.decode.usage()
+    }
+
     async fn on(&mut self, event: Event<'_>, io: &mut Live<'_>) -> Option<Option<Stop>> {
         match event {
             Event::Cancelled => Some(Some(Stop::Cancelled)),

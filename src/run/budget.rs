@@ -1,32 +1,76 @@
 //! A turn admitted against the operator's budgets (`host::budget`) before
 //! anything of it is written: a turn over a limit is not started, the
 //! person is told which limit and when it resets, and the audit gets a
-//! row. A turn that crosses a spending limit while it runs finishes; the
-//! ledger then holds what it spent, and the next turn is refused.
+//! row. A turn that crosses a spending limit while it runs finishes (the
+//! ledger then holds what it spent, and the next turn is refused), or,
+//! with `mid_turn: stop`, is stopped once its harness reports spending
+//! past the headroom its admission left ([`SpendWatch`]).
 
-use crate::host::budget::{Admission, Budgets, Limit, LimitHit, Per};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::host::budget::{Admission, Headroom, Limit, LimitHit, MidTurn, Per, Price};
 use crate::host::{AuditEntry, HostApi, now_ms};
-use crate::protocol::{AgentRunContext, ErrorCode, FailureCode, RunFailed};
+use crate::protocol::{AgentRunContext, ErrorCode, FailureCode, RunFailed, TokenUsage};
+
+/// What an admitted turn may spend before it is stopped.
+pub(crate) struct SpendWatch {
+    /// Each spending limit's headroom.
+    left: Vec<Headroom>,
+    /// The price of the binding's model, for a cost limit when the
+    /// harness reports no cost while it runs.
+    price: Option<Price>,
+    /// Said once: the stop is made once.
+    fired: AtomicBool,
+}
+
+impl SpendWatch {
+    /// The failure to end the turn with, the first time `usage` is past
+    /// a headroom.
+    pub(crate) fn crossed(&self, usage: Option<&TokenUsage>) -> Option<RunFailed> {
+        let usage = usage?;
+        let tokens = usage.prompt_tokens.unwrap_or(0) + usage.completion_tokens.unwrap_or(0);
+        let reported = usage
+            .extra
+            .get("total_cost_usd")
+            .and_then(serde_json::Value::as_f64);
+        let cost = reported.or_else(|| self.price.as_ref().map(|p| p.cost_of(usage)));
+        let over = self.left.iter().find(|h| match h.limit {
+            Limit::TokensPerDay | Limit::TokensPerMonth => tokens as f64 > h.left,
+            Limit::CostUsdPerDay | Limit::CostUsdPerMonth => cost.is_some_and(|c| c > h.left),
+            Limit::TurnsPerMinute => false,
+        })?;
+        if self.fired.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        Some(RunFailed {
+            code: FailureCode::LimitReached,
+            error: stopped(over, now_ms()),
+            retryable: false,
+        })
+    }
+}
 
 /// The audit action of a refused turn.
 const ACTION: &str = "budget";
 
-/// Admit `ctx`'s turn of `harness`, counting it against every limit its actor,
-/// conversation and bot have; the refusal to send when one is reached
-/// (audited), or when the store cannot say.
+/// Admit `ctx`'s turn of `harness`, counting it against every limit its
+/// actor, conversation and bot have: what it may spend before it is
+/// stopped (with `mid_turn: stop`), or the refusal to send when a limit
+/// is reached (audited), or when the store cannot say.
 pub(super) async fn admit(
     host: &dyn HostApi,
-    budgets: &Budgets,
+    settings: &super::Settings,
     ctx: &AgentRunContext,
     harness: &str,
-) -> Result<(), RunFailed> {
+) -> Result<Option<SpendWatch>, RunFailed> {
+    let budgets = &settings.budgets;
     let subjects = budgets.subjects(
         ctx.actor.as_ref().and_then(|a| a.actor_id.as_deref()),
         ctx.conversation_id(),
         ctx.conversation.as_ref().and_then(|c| c.bot_id.as_deref()),
     );
     if subjects.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let now = now_ms();
     let admission = Admission {
@@ -34,12 +78,24 @@ pub(super) async fn admit(
         now_ms: now,
         subjects,
     };
-    let hit = tokio::time::timeout(super::HOST_CALL_TIMEOUT, host.admit_run(admission)).await;
-    let hit = match hit {
-        Ok(Ok(None)) => return Ok(()),
-        Ok(Ok(Some(hit))) => hit,
+    let verdict = tokio::time::timeout(super::HOST_CALL_TIMEOUT, host.admit_run(admission)).await;
+    let verdict = match verdict {
+        Ok(Ok(verdict)) => verdict,
         Ok(Err(e)) => return Err(unchecked(e.to_string())),
         Err(_) => return Err(unchecked("the store did not answer in time".into())),
+    };
+    let Some(hit) = verdict.refused else {
+        let watched = budgets.mid_turn == MidTurn::Stop && !verdict.left.is_empty();
+        return Ok(watched.then(|| SpendWatch {
+            left: verdict.left,
+            price: ctx
+                .config
+                .get("model")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|m| settings.prices.0.get(m))
+                .cloned(),
+            fired: AtomicBool::new(false),
+        }));
     };
     let entry = AuditEntry {
         at_ms: now,
@@ -129,6 +185,27 @@ fn wait(ms: i64) -> String {
         3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
         _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
     }
+}
+
+/// What the person is told of a turn stopped mid-way: whose limit it went
+/// past, and when it resets.
+fn stopped(over: &Headroom, now_ms: i64) -> String {
+    let whose = match over.per {
+        Per::Actor => "your",
+        Per::Conversation => "this conversation's",
+        Per::Bot => "this bot's",
+    };
+    let allowed = amount(over.limit, over.allowed);
+    let until = wait(over.resets_ms - now_ms);
+    let period = match over.limit {
+        Limit::TokensPerDay | Limit::CostUsdPerDay => "a day",
+        _ => "a month",
+    };
+    let reset_day = crate::protocol::time::date(over.resets_ms.div_euclid(86_400_000));
+    format!(
+        "This turn was stopped when it went past what was left of {whose} {allowed} \
+         {period}; the limit resets on {reset_day} at 00:00 UTC (in {until})."
+    )
 }
 
 /// What the person is told: whose limit, which, what was used, and when

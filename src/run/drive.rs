@@ -115,6 +115,7 @@ impl Bridge {
             on_spawn: options.on_spawn.as_ref(),
             bind: &bind,
             steer: inbox.as_deref_mut(),
+            spend: turn.spend,
         };
         let spec = turn.spec;
         // A live-only harness (an ACP agent) where no processes are kept

@@ -36,6 +36,9 @@ pub struct Emitter {
     consumer_gone: bool,
     /// The run's token usage, put on its terminal result.
     usage: Option<TokenUsage>,
+    /// What a stop the run itself made means (a budget crossed), said in
+    /// place of the `cancelled` the harness's stop ends with.
+    stopped_because: Option<RunFailed>,
 }
 
 impl Emitter {
@@ -51,11 +54,27 @@ impl Emitter {
             failure: None,
             consumer_gone: false,
             usage: None,
+            stopped_because: None,
         }
     }
 
+    /// The run stops its harness for `why`: the `cancelled` failure that
+    /// stop ends with is sent as `why` instead.
+    pub fn stopping_because(&mut self, why: RunFailed) {
+        self.stopped_because = Some(why);
+    }
+
     /// Stamp payloads and queue them, in order, without waiting.
-    pub fn push(&mut self, payloads: Vec<ResultPayload>) {
+    pub fn push(&mut self, mut payloads: Vec<ResultPayload>) {
+        if let Some(why) = &self.stopped_because {
+            for payload in &mut payloads {
+                if let ResultPayload::RunFailed(f) = payload
+                    && f.code == crate::protocol::FailureCode::Cancelled
+                {
+                    *f = why.clone();
+                }
+            }
+        }
         for payload in &payloads {
             match payload {
                 ResultPayload::MessageCompleted(m) => {

@@ -50,6 +50,8 @@ pub struct Live<'a> {
     pub bind: &'a (dyn Fn(&HarnessProcess) + Send + Sync),
     /// Follow-ups for the running turn (a live harness that takes them).
     pub steer: Option<&'a mut tokio::sync::mpsc::Receiver<super::Steer>>,
+    /// What the turn may spend before it is stopped (`mid_turn: stop`).
+    pub spend: Option<&'a super::budget::SpendWatch>,
 }
 
 /// Queue one outbox file as `artifact.created` (a file that cannot be read
@@ -109,6 +111,9 @@ pub(super) trait Engine {
 
     /// Act on one event; `Some` ends the loop.
     async fn on(&mut self, event: Event<'_>, io: &mut Live<'_>) -> Option<Self::Over>;
+
+    /// What the turn spent so far, where the harness says while it runs.
+    fn spent(&self) -> Option<crate::protocol::TokenUsage>;
 }
 
 /// Run `engine` until it says the attempt is over.
@@ -146,6 +151,18 @@ pub(super) async fn pump<E: Engine>(engine: &mut E, io: &mut Live<'_>) -> E::Ove
         };
         if let Some(over) = engine.on(event, io).await {
             break over;
+        }
+        // Past a budget's headroom: stopped as a cancel is, said as the
+        // budget it crossed.
+        if let Some(why) = io
+            .spend
+            .and_then(|watch| watch.crossed(engine.spent().as_ref()))
+        {
+            tracing::info!("the turn went past a budget; stopping it");
+            io.emit.stopping_because(why);
+            if let Some(over) = engine.on(Event::Cancelled, io).await {
+                break over;
+            }
         }
     };
     io.steer = inbox;

@@ -527,6 +527,10 @@ impl Engine for LiveTurn<'_, '_> {
         (&mut self.process.stdout, &mut self.process.process)
     }
 
+    fn spent(&self) -> Option<crate::protocol::TokenUsage> {
+        self.process.driver.usage()
+    }
+
     async fn on(&mut self, event: Event<'_>, io: &mut Live<'_>) -> Option<Over> {
         match event {
             Event::Cancelled => self.interrupt(Stop::Cancelled).await,

@@ -265,6 +265,15 @@ impl Drop for RunGuard<'_> {
     }
 }
 
+/// What the front end gave a turn, and what its admission left it.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    options: &'a RunOptions,
+    cancel: &'a CancellationToken,
+    /// What it may spend before it is stopped (`mid_turn: stop`).
+    spend: Option<&'a budget::SpendWatch>,
+}
+
 /// How the turn picks its session.
 struct SessionPlan {
     resume: Option<String>,
@@ -402,10 +411,15 @@ impl Bridge {
         let mut admitted = true;
         async {
             tracing::info!("run started");
-            let turn = match budget::admit(host, &self.settings.budgets, ctx, harness).await {
-                Ok(()) => {
-                    self.turn(ctx, harness, options, &mut emit, &cancel, &mut summary)
-                        .await
+            let admitted_turn = budget::admit(host, &self.settings, ctx, harness).await;
+            let turn = match admitted_turn {
+                Ok(spend) => {
+                    let run = Run {
+                        options,
+                        cancel: &cancel,
+                        spend: spend.as_ref(),
+                    };
+                    self.turn(ctx, harness, run, &mut emit, &mut summary).await
                 }
                 Err(refused) => {
                     admitted = false;
@@ -449,17 +463,22 @@ impl Bridge {
         &self,
         ctx: &AgentRunContext,
         harness: &str,
-        options: &RunOptions,
+        run: Run<'_>,
         emit: &mut Emitter,
-        cancel: &CancellationToken,
         summary: &mut RunSummary,
     ) -> Result<(), RunFailed> {
-        let Some((turn, mut outbox)) = self
+        let Run {
+            options,
+            cancel,
+            spend,
+        } = run;
+        let Some((mut turn, mut outbox)) = self
             .prepare(ctx, harness, options, emit, cancel, summary)
             .await?
         else {
             return Ok(());
         };
+        turn.spend = spend;
         let driven = self
             .drive(ctx, options, &turn, &mut outbox, emit, cancel)
             .await?;

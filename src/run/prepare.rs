@@ -39,6 +39,8 @@ use crate::protocol::{
 /// What `prepare` hands the harness phases: the turn, decided. (The
 /// outbox's watch comes beside it: `drive` reads it while it reads this.)
 pub(super) struct Prepared<'a> {
+    /// What the turn may spend before it is stopped (set once admitted).
+    pub spend: Option<&'a super::budget::SpendWatch>,
     pub spec: &'a AdapterSpec,
     pub binding: Binding<'a>,
     /// `approvals: chat`: permission prompts go to the person.
@@ -285,6 +287,7 @@ impl Bridge {
         })?;
         let mcp_config = mcp_config_path(&projection);
         let prepared = Prepared {
+            spend: None,
             spec,
             binding,
             approvals,

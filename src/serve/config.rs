@@ -127,8 +127,9 @@ pub struct ServeConfig {
     pub session_copy_max_mib: u64,
     /// Limits per person (`actor`), `conversation` and `bot`:
     /// `turns_per_minute`, `tokens_per_day`, `tokens_per_month`,
-    /// `cost_usd_per_day`, `cost_usd_per_month`. A turn over one is not
-    /// started; the person is told which limit and when it resets.
+    /// `cost_usd_per_day`, `cost_usd_per_month`; and `mid_turn`
+    /// (`finish` or `stop`). A turn over one is not started; the person
+    /// is told which limit and when it resets.
     pub budgets: crate::host::budget::Budgets,
     /// Model → US dollars per million `input`, `output`, `cache_read`,
     /// `cache_write` tokens: the ledger's cost for a harness that

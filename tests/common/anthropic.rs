@@ -115,8 +115,15 @@ fn sse(events: &[Value]) -> String {
         .collect()
 }
 
+/// A message id of its own per answer, as a real model gives: a harness
+/// counts each model call's usage by it.
+fn message_id() -> String {
+    static MESSAGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!("msg_fake{}", MESSAGES.fetch_add(1, Ordering::Relaxed))
+}
+
 fn text_events(text: &str) -> (Vec<Value>, Vec<Value>) {
-    let start = json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}});
+    let start = json!({"type": "message_start", "message": {"id": message_id(), "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}});
     (
         vec![
             start,
@@ -141,7 +148,7 @@ fn tool_call_events(name: &str, input: &Value) -> Vec<Value> {
 
 fn tool_call_events_with_id(id: &str, name: &str, input: &Value) -> Vec<Value> {
     vec![
-        json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "message_start", "message": {"id": message_id(), "type": "message", "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
         json!({"type": "content_block_stop", "index": 0}),
@@ -348,7 +355,7 @@ async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
             .iter()
             .find_map(|e| e["delta"]["text"].as_str())
             .unwrap_or("ok");
-        let message = json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 7}});
+        let message = json!({"id": message_id(), "type": "message", "role": "assistant", "model": "fake-model", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 7}});
         return Response::builder()
             .header("content-type", "application/json")
             .body(Body::from(message.to_string()))

@@ -30,6 +30,10 @@ pub struct ClaudeStreamJson {
     result: Option<String>,
     /// Its usage, once the turn finished.
     usage: Option<TokenUsage>,
+    /// Each model call's counts so far (message id → input, output, cache
+    /// read, cache write), the turn's usage while it runs: a budget can
+    /// stop a turn mid-way, and a stopped turn's spending is kept.
+    calls: HashMap<String, [u64; 4]>,
     /// What Claude Code said in place of a reply when the model could not
     /// be asked (`error` on its assistant line: not signed in, a refused
     /// request), and that error's kind: the turn's failure, not a reply.
@@ -64,6 +68,51 @@ fn result_text(content: &Value) -> String {
 }
 
 impl ClaudeStreamJson {
+    /// Note one model call's counts (each of its content blocks repeats
+    /// them: the largest seen is the call's).
+    fn count_call(&mut self, message: &Value) {
+        let (Some(id), Some(usage)) = (message["id"].as_str(), message["usage"].as_object()) else {
+            return;
+        };
+        let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+        let counts = [
+            n("input_tokens"),
+            n("output_tokens"),
+            n("cache_read_input_tokens"),
+            n("cache_creation_input_tokens"),
+        ];
+        let kept = self.calls.entry(id.to_string()).or_default();
+        for (kept, seen) in kept.iter_mut().zip(counts) {
+            *kept = (*kept).max(seen);
+        }
+    }
+
+    /// The model calls' counts summed: the turn's usage before its result.
+    fn so_far(&self) -> Option<TokenUsage> {
+        if self.calls.is_empty() {
+            return None;
+        }
+        let mut sum = [0u64; 4];
+        for call in self.calls.values() {
+            for (sum, n) in sum.iter_mut().zip(call) {
+                *sum = sum.saturating_add(*n);
+            }
+        }
+        let [input, output, cache_read, cache_write] = sum;
+        Some(TokenUsage {
+            prompt_tokens: Some(input),
+            completion_tokens: Some(output),
+            total_tokens: Some(input.saturating_add(output)),
+            extra: crate::protocol::JsonMap::from_iter([
+                ("cache_read_input_tokens".to_string(), cache_read.into()),
+                (
+                    "cache_creation_input_tokens".to_string(),
+                    cache_write.into(),
+                ),
+            ]),
+        })
+    }
+
     fn init(&mut self, line: &str) -> Vec<ResultPayload> {
         let Ok(init) = serde_json::from_str::<Init>(line) else {
             return Vec::new();
@@ -101,6 +150,7 @@ impl ClaudeStreamJson {
             self.api_error = Some((kind.to_string(), said.join(" ")));
             return Vec::new();
         }
+        self.count_call(&line["message"]);
         let mut out = Vec::new();
         for block in line["message"]["content"].as_array().into_iter().flatten() {
             match block["type"].as_str() {
@@ -336,8 +386,10 @@ impl Decoder for ClaudeStreamJson {
         self.session_id.as_deref()
     }
 
+    /// The result's usage; before it (a turn stopped mid-way), the sum
+    /// of the model calls seen.
     fn usage(&self) -> Option<TokenUsage> {
-        self.usage.clone()
+        self.usage.clone().or_else(|| self.so_far())
     }
 }
 
@@ -348,6 +400,29 @@ mod tests {
 
     fn kinds(out: &[ResultPayload]) -> Vec<ResultType> {
         out.iter().map(ResultPayload::kind).collect()
+    }
+
+    #[test]
+    fn a_turn_stopped_mid_way_has_the_usage_of_its_model_calls_so_far() {
+        let mut decode = ClaudeStreamJson::default();
+        for line in [
+            r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"a"}],"usage":{"input_tokens":10,"output_tokens":3,"cache_read_input_tokens":100}}}"#,
+            r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t","name":"x","input":{}}],"usage":{"input_tokens":10,"output_tokens":7,"cache_read_input_tokens":100}}}"#,
+            r#"{"type":"assistant","message":{"id":"m2","content":[{"type":"text","text":"b"}],"usage":{"input_tokens":20,"output_tokens":5}}}"#,
+        ] {
+            decode.line(line);
+        }
+        let so_far = decode.usage().expect("the calls' counts");
+        assert_eq!(
+            (so_far.prompt_tokens, so_far.completion_tokens),
+            (Some(30), Some(12)),
+            "each call once, at its largest"
+        );
+        assert_eq!(so_far.extra["cache_read_input_tokens"], 100);
+        decode.line(r#"{"type":"result","subtype":"success","is_error":false,"result":"b","usage":{"input_tokens":31,"output_tokens":13},"total_cost_usd":0.5}"#);
+        decode.finish(Exit { code: Some(0) });
+        let done = decode.usage().expect("the result's counts");
+        assert_eq!(done.prompt_tokens, Some(31), "the result's own count wins");
     }
 
     #[test]

@@ -686,7 +686,7 @@ impl TurnLog for PgHost {
     async fn admit_run(
         &self,
         admission: crate::host::budget::Admission,
-    ) -> HostResult<Option<crate::host::budget::LimitHit>> {
+    ) -> HostResult<crate::host::budget::Verdict> {
         usage::admit(&mut self.client().await?, self.guard.as_deref(), &admission).await
     }
 }

@@ -5,7 +5,7 @@ use tokio_postgres::types::ToSql;
 use super::{Client, db_error, guard};
 use crate::host::HostResult;
 use crate::host::budget::{
-    ADMIT_SQL, Admission, FORGET_SQL, LimitHit, Per, Spent, first_hit, spent_sql, turns_sql,
+    ADMIT_SQL, Admission, FORGET_SQL, Per, Spent, Verdict, spent_sql, turns_sql,
 };
 use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
 
@@ -143,7 +143,7 @@ pub(super) async fn admit(
     client: &mut Client,
     write_guard: Option<&guard::WriteGuard>,
     admission: &Admission,
-) -> HostResult<Option<LimitHit>> {
+) -> HostResult<Verdict> {
     let periods = admission.periods();
     let minute_ago = admission.minute_ago_ms();
     let tx = client.transaction().await.map_err(db_error)?;
@@ -158,6 +158,7 @@ pub(super) async fn admit(
         .await
         .map_err(db_error)?;
     }
+    let mut spent_by = Vec::new();
     for subject in &admission.subjects {
         let mut spent = Spent::default();
         if subject.limits.turns_per_minute.is_some() {
@@ -182,9 +183,11 @@ pub(super) async fn admit(
             spent.cost_today = row.try_get(2).map_err(db_error)?;
             spent.cost_this_month = row.try_get(3).map_err(db_error)?;
         }
-        if let Some(hit) = first_hit(admission, subject, &spent) {
-            return Ok(Some(hit));
-        }
+        spent_by.push((subject, spent));
+    }
+    let verdict = Verdict::of(admission, &spent_by);
+    if verdict.refused.is_some() {
+        return Ok(verdict);
     }
     if admission.rated() {
         tx.execute(FORGET_SQL, &[&minute_ago])
@@ -204,5 +207,5 @@ pub(super) async fn admit(
         .map_err(db_error)?;
     }
     tx.commit().await.map_err(db_error)?;
-    Ok(None)
+    Ok(verdict)
 }

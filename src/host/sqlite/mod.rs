@@ -652,7 +652,7 @@ impl TurnLog for SqliteHost {
     async fn admit_run(
         &self,
         admission: crate::host::budget::Admission,
-    ) -> HostResult<Option<crate::host::budget::LimitHit>> {
+    ) -> HostResult<crate::host::budget::Verdict> {
         self.write(move |tx, _| usage::admit(tx, &admission)).await
     }
 }

@@ -5,7 +5,7 @@ use rusqlite::{Connection, Transaction, params_from_iter, types::Value as Sql};
 use super::{db_error, execute_cached};
 use crate::host::HostResult;
 use crate::host::budget::{
-    ADMIT_SQL, Admission, FORGET_SQL, LimitHit, Per, Spent, first_hit, spent_sql, turns_sql,
+    ADMIT_SQL, Admission, FORGET_SQL, Per, Spent, Verdict, spent_sql, turns_sql,
 };
 use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
 
@@ -116,9 +116,10 @@ pub(super) fn runs(conn: &Connection, query: &RunListQuery) -> HostResult<Vec<Us
 /// Admit a turn (`host::budget`): each subject's turns of the last minute
 /// and spending this day and month, against its limits; the turn counted
 /// when none is reached. The store's one writer makes it exact.
-pub(super) fn admit(tx: &Transaction<'_>, admission: &Admission) -> HostResult<Option<LimitHit>> {
+pub(super) fn admit(tx: &Transaction<'_>, admission: &Admission) -> HostResult<Verdict> {
     let periods = admission.periods();
     let minute_ago = admission.minute_ago_ms();
+    let mut spent_by = Vec::new();
     for subject in &admission.subjects {
         let mut spent = Spent::default();
         if subject.limits.turns_per_minute.is_some() {
@@ -154,9 +155,11 @@ pub(super) fn admit(tx: &Transaction<'_>, admission: &Admission) -> HostResult<O
             spent.tokens_this_month = sums.1.max(0) as u64;
             (spent.cost_today, spent.cost_this_month) = (sums.2, sums.3);
         }
-        if let Some(hit) = first_hit(admission, subject, &spent) {
-            return Ok(Some(hit));
-        }
+        spent_by.push((subject, spent));
+    }
+    let verdict = Verdict::of(admission, &spent_by);
+    if verdict.refused.is_some() {
+        return Ok(verdict);
     }
     if admission.rated() {
         execute_cached(tx, FORGET_SQL, rusqlite::params![minute_ago]).map_err(db_error)?;
@@ -173,5 +176,5 @@ pub(super) fn admit(tx: &Transaction<'_>, admission: &Admission) -> HostResult<O
         )
         .map_err(db_error)?;
     }
-    Ok(None)
+    Ok(verdict)
 }
