@@ -33,6 +33,7 @@ const PREFIXES: &[&str] = &[
     "examples/",
     "templates/",
     "projections/",
+    "packaging/",
 ];
 
 fn checkout() -> PathBuf {
