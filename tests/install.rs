@@ -7,6 +7,8 @@
 //! registry is reachable here to build it), and every command line these
 //! files give the bridge by the built bridge itself (`serve --check`).
 
+use harness_bridge_testkit as common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -161,6 +163,11 @@ fn the_release_script_teaches_and_refuses_what_it_cannot_do() {
             &["--no-plugin", "--adapters", "specs"][..],
             "--adapters goes into the package",
         ),
+        (
+            &["--bridge", "/bin/sh", "--profile", "dev"][..],
+            "no --profile with it",
+        ),
+        (&["--bridge", "/nonexistent"][..], "no executable file"),
     ] {
         let out = release(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -219,6 +226,69 @@ fn a_release_lists_each_file_it_made_with_its_checksum() {
         "mine"
     );
     assert!(text(&out.stdout).contains(&version_of(Path::new(bridge_bin()))));
+}
+
+#[test]
+#[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
+fn a_release_packs_the_bridge_it_ships_into_the_langbot_package() {
+    // A bridge built elsewhere (`--bridge`): a small stand-in, as the dev
+    // build is too large for the package and a dist build takes half an
+    // hour. The release runs its `--version` and packs its bytes.
+    let scratch = tempfile::tempdir().unwrap();
+    let stand_in = scratch.path().join("harness-bridge");
+    let said = format!(
+        "harness-bridge {} (0123456789ab 2026-01-02)",
+        env!("CARGO_PKG_VERSION")
+    );
+    std::fs::write(&stand_in, format!("#!/bin/sh\necho '{said}'\n")).unwrap();
+    std::fs::set_permissions(
+        &stand_in,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out_dir = scratch.path().join("out");
+    let out = run(Command::new(checkout().join("scripts/release"))
+        .arg("--bridge")
+        .arg(&stand_in)
+        .arg("--out")
+        .arg(&out_dir)
+        .env("PYTHON", common::sdk_python()));
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).contains(&said));
+    let sums = std::fs::read_to_string(out_dir.join("SHA256SUMS")).unwrap();
+    let mut names = Vec::new();
+    for line in sums.lines() {
+        let (sum, name) = line.split_once("  ").expect("`SUM  NAME` lines");
+        let bytes = std::fs::read(out_dir.join(name)).unwrap();
+        assert_eq!(hex::encode(Sha256::digest(&bytes)), sum, "{name}");
+        names.push(name.to_string());
+    }
+    let package = names
+        .iter()
+        .find(|n| n.ends_with(".lbpkg"))
+        .unwrap_or_else(|| panic!("no package listed: {names:?}"));
+    assert_eq!(names.len(), 2, "{names:?}");
+    let binary = names.iter().find(|n| *n != package).expect("the bridge");
+    assert_eq!(
+        std::fs::read(out_dir.join(binary)).unwrap(),
+        std::fs::read(&stand_in).unwrap()
+    );
+    // The package's bridge (gzip-compressed) is the released one.
+    let unpacked = run(Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import gzip, sys, zipfile\n\
+             z = zipfile.ZipFile(sys.argv[1])\n\
+             sys.stdout.buffer.write(gzip.decompress(z.read('bin/harness-bridge.gz')))",
+        )
+        .arg(out_dir.join(package)));
+    assert!(unpacked.status.success(), "{}", text(&unpacked.stderr));
+    assert_eq!(unpacked.stdout, std::fs::read(&stand_in).unwrap());
 }
 
 /// A container file's instructions: (keyword, arguments), continuation
