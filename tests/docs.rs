@@ -1,7 +1,7 @@
 //! The documents name only what exists. README.md, ARCHITECTURE.md,
-//! BENCHMARKS.md, FUZZING.md, tests/README.md and every docs/**/*.md are
-//! read, and this fails, naming the document, the line and what is
-//! missing, when one names:
+//! BENCHMARKS.md, FUZZING.md, CHANGELOG.md, tests/README.md and every
+//! docs/**/*.md are read, and this fails, naming the document, the line
+//! and what is missing, when one names:
 //!
 //! - a repository path (`src/…`, `tests/…`, `docs/…`, `scripts/…`, …) or a
 //!   relative Markdown link that does not exist;
@@ -33,6 +33,7 @@ const PREFIXES: &[&str] = &[
     "examples/",
     "templates/",
     "projections/",
+    "packaging/",
 ];
 
 fn checkout() -> PathBuf {
@@ -48,6 +49,7 @@ fn documents() -> Vec<String> {
         "BENCHMARKS.md",
         "FUZZING.md",
         "tests/README.md",
+        "CHANGELOG.md",
     ]
     .iter()
     .map(|d| d.to_string())

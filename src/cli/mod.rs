@@ -59,11 +59,21 @@ processes; per-conversation limits): `harness-bridge doctor` says what
 holds here, `--uncaged` (run, relay) or `cage:` (bridge.yaml) chooses.
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.";
 
+/// What `--version` prints after the name: the crate's version and the
+/// commit it was built from with that commit's date (`build.rs`), so a
+/// report names the exact build.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("HARNESS_BRIDGE_COMMIT"),
+    ")"
+);
+
 /// Plug code-agent CLIs (Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen
 /// Code, Kimi Code, opencode, any ACP agent) into IM bots through LangBot's
 /// AgentRunner Protocol v1.
 #[derive(Debug, Parser)]
-#[command(name = "harness-bridge", version, after_help = AFTER_HELP, propagate_version = true)]
+#[command(name = "harness-bridge", version = VERSION, after_help = AFTER_HELP, propagate_version = true)]
 pub struct Cli {
     /// Folder of the embedded host store.
     #[arg(
