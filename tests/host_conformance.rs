@@ -252,6 +252,10 @@ async fn turns_are_admitted_exactly_up_to_each_limit_through_two_handles(backend
     a.record_usage(spent("today-1", now - 5, 400))
         .await
         .unwrap();
+    // Recorded again (a retried write): kept once, counted once.
+    b.record_usage(spent("today-1", now - 5, 400))
+        .await
+        .unwrap();
     assert_eq!(
         b.admit_run(admission(1, "cy", &tokens))
             .await

@@ -337,11 +337,6 @@ impl Admission {
         }
     }
 
-    /// Whether any subject has a spending limit (the ledger is summed).
-    pub fn spends(&self) -> bool {
-        self.subjects.iter().any(|s| s.limits.spends())
-    }
-
     /// Whether any subject has a turn rate (older admissions are read).
     pub fn rated(&self) -> bool {
         self.subjects
@@ -446,8 +441,29 @@ impl Verdict {
 
 /// What `subject` may still spend under each of its spending limits.
 fn headroom(admission: &Admission, subject: &Subject, spent: &Spent) -> Vec<Headroom> {
-    let limits = &subject.limits;
-    let periods = admission.periods();
+    spending(&subject.limits, spent, &admission.periods())
+        .into_iter()
+        .filter_map(|(limit, allowed, used, resets_ms)| {
+            let allowed = allowed?;
+            Some(Headroom {
+                per: subject.per,
+                id: subject.id.clone(),
+                limit,
+                allowed,
+                left: (allowed - used).max(0.0),
+                resets_ms,
+            })
+        })
+        .collect()
+}
+
+/// Each spending limit of `limits`: what it allows (`None`: unset), what
+/// `spent` holds against it, and when it resets.
+fn spending(
+    limits: &Limits,
+    spent: &Spent,
+    periods: &Periods,
+) -> [(Limit, Option<f64>, f64, i64); 4] {
     [
         (
             Limit::TokensPerDay,
@@ -474,19 +490,6 @@ fn headroom(admission: &Admission, subject: &Subject, spent: &Spent) -> Vec<Head
             periods.month_end_ms,
         ),
     ]
-    .into_iter()
-    .filter_map(|(limit, allowed, used, resets_ms)| {
-        let allowed = allowed?;
-        Some(Headroom {
-            per: subject.per,
-            id: subject.id.clone(),
-            limit,
-            allowed,
-            left: (allowed - used).max(0.0),
-            resets_ms,
-        })
-    })
-    .collect()
 }
 
 /// A limit a turn would cross: the turn is not started.
@@ -531,33 +534,7 @@ pub fn first_hit(admission: &Admission, subject: &Subject, spent: &Spent) -> Opt
             resets,
         ));
     }
-    let spending = [
-        (
-            Limit::TokensPerDay,
-            limits.tokens_per_day.map(|n| n as f64),
-            spent.tokens_today as f64,
-            periods.day_end_ms,
-        ),
-        (
-            Limit::TokensPerMonth,
-            limits.tokens_per_month.map(|n| n as f64),
-            spent.tokens_this_month as f64,
-            periods.month_end_ms,
-        ),
-        (
-            Limit::CostUsdPerDay,
-            limits.cost_usd_per_day,
-            spent.cost_today,
-            periods.day_end_ms,
-        ),
-        (
-            Limit::CostUsdPerMonth,
-            limits.cost_usd_per_month,
-            spent.cost_this_month,
-            periods.month_end_ms,
-        ),
-    ];
-    spending
+    spending(limits, spent, &periods)
         .into_iter()
         .find_map(|(limit, allowed, used, resets)| {
             let allowed = allowed?;
@@ -565,20 +542,73 @@ pub fn first_hit(admission: &Admission, subject: &Subject, spent: &Spent) -> Opt
         })
 }
 
-/// The ledger's sums of one subject's spending since the month began
-/// (`$1` the day's start, `$2` its id, `$3` the month's start: numbered
-/// in the order they first appear, as SQLite numbers them), the same in
-/// SQLite and PostgreSQL.
-pub fn spent_sql(per: Per) -> String {
-    let column = per.column();
-    format!(
-        "SELECT CAST(COALESCE(SUM(CASE WHEN ended_ms >= $1 THEN input_tokens + output_tokens \
-         ELSE 0 END), 0) AS BIGINT), \
-         CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT), \
-         COALESCE(SUM(CASE WHEN ended_ms >= $1 THEN cost_usd ELSE 0 END), 0), \
-         COALESCE(SUM(cost_usd), 0) \
-         FROM run_usage WHERE {column} = $2 AND ended_ms >= $3"
-    )
+/// One subject's spending this day and this month, from the running
+/// totals the ledger keeps (`$1` its kind, `$2` its id, `$3` the day's
+/// start, `$4` the month's): at most two rows, however many runs.
+pub const SPENT_SQL: &str = "SELECT period, tokens, cost_usd FROM spend_totals \
+     WHERE per = $1 AND id = $2 AND ((period = 'day' AND start_ms = $3) \
+     OR (period = 'month' AND start_ms = $4))";
+
+/// Add one run's spending to a running total (`$1` kind, `$2` id, `$3`
+/// `day` or `month`, `$4` its start, `$5` tokens, `$6` dollars).
+pub const ADD_SPENT_SQL: &str = "INSERT INTO spend_totals (per, id, period, start_ms, tokens, \
+     cost_usd) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (per, id, period, start_ms) DO UPDATE \
+     SET tokens = spend_totals.tokens + excluded.tokens, \
+     cost_usd = spend_totals.cost_usd + excluded.cost_usd";
+
+/// One running total a recorded run adds to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpentAdd {
+    /// `actor`, `conversation` or `bot`.
+    pub per: &'static str,
+    /// Its id.
+    pub id: String,
+    /// `day` or `month`.
+    pub period: &'static str,
+    /// The period's start (epoch milliseconds).
+    pub start_ms: i64,
+    /// Input and output tokens.
+    pub tokens: i64,
+    /// Dollars (0 when unknown).
+    pub cost_usd: f64,
+}
+
+/// The running totals `row` adds to: its actor's, conversation's and
+/// bot's (those it names), for the day and the month it ended in.
+pub fn spent_adds(row: &super::usage::UsageRecord) -> Vec<SpentAdd> {
+    const DAY: i64 = 86_400_000;
+    let day = row.ended_ms.div_euclid(DAY);
+    let (month, _) = crate::protocol::time::month_of(day);
+    let tokens =
+        i64::try_from(row.input_tokens.saturating_add(row.output_tokens)).unwrap_or(i64::MAX);
+    let cost_usd = row.cost_usd.unwrap_or(0.0);
+    [
+        (Per::Actor, &row.actor_id),
+        (Per::Conversation, &row.conversation_id),
+        (Per::Bot, &row.bot_id),
+    ]
+    .into_iter()
+    .filter_map(|(per, id)| Some((per, id.as_ref().filter(|id| !id.is_empty())?)))
+    .flat_map(|(per, id)| {
+        [("day", day * DAY), ("month", month * DAY)].map(|(period, start_ms)| SpentAdd {
+            per: per.key(),
+            id: id.clone(),
+            period,
+            start_ms,
+            tokens,
+            cost_usd,
+        })
+    })
+    .collect()
+}
+
+/// Read one [`SPENT_SQL`] row into `spent`.
+pub fn take_spent(spent: &mut Spent, period: &str, tokens: i64, cost_usd: f64) {
+    let tokens = tokens.max(0) as u64;
+    match period {
+        "day" => (spent.tokens_today, spent.cost_today) = (tokens, cost_usd),
+        _ => (spent.tokens_this_month, spent.cost_this_month) = (tokens, cost_usd),
+    }
 }
 
 /// The admissions of one subject in the last minute (`$1` its id, `$2`

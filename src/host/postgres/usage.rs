@@ -1,16 +1,19 @@
 //! The run ledger on PostgreSQL (`host::usage`).
 
+use futures_util::future::try_join_all;
 use tokio_postgres::types::ToSql;
 
 use super::{Client, db_error, guard};
 use crate::host::HostResult;
 use crate::host::budget::{
-    ADMIT_SQL, Admission, FORGET_SQL, Per, Spent, Verdict, spent_sql, turns_sql,
+    ADD_SPENT_SQL, ADMIT_SQL, Admission, FORGET_SQL, Per, SPENT_SQL, Spent, Subject, Verdict,
+    spent_adds, take_spent, turns_sql,
 };
 use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
 
-/// Record one run's usage, if `write_guard` still holds; a run recorded
-/// twice keeps its first row.
+/// Record one run's usage, and add it to its subjects' running totals
+/// (`host::budget`), if `write_guard` still holds; a run recorded twice
+/// keeps its first row, counted once.
 pub(super) async fn record(
     client: &mut Client,
     write_guard: Option<&guard::WriteGuard>,
@@ -19,32 +22,54 @@ pub(super) async fn record(
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let tx = client.transaction().await.map_err(db_error)?;
     guard::check(&tx, write_guard).await?;
-    tx.execute(
-        "INSERT INTO run_usage (run_id, bot_id, conversation_id, actor_id, harness, model, \
+    let added = tx
+        .execute(
+            "INSERT INTO run_usage (run_id, bot_id, conversation_id, actor_id, harness, model, \
          started_ms, ended_ms, outcome, code, input_tokens, output_tokens, cache_read_tokens, \
          cache_write_tokens, cost_usd) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
          ON CONFLICT (run_id) DO NOTHING",
-        &[
-            &row.run_id,
-            &row.bot_id,
-            &row.conversation_id,
-            &row.actor_id,
-            &row.harness,
-            &row.model,
-            &row.started_ms,
-            &row.ended_ms,
-            &row.outcome,
-            &row.code,
-            &count(row.input_tokens),
-            &count(row.output_tokens),
-            &count(row.cache_read_tokens),
-            &count(row.cache_write_tokens),
-            &row.cost_usd,
-        ],
-    )
-    .await
-    .map_err(db_error)?;
+            &[
+                &row.run_id,
+                &row.bot_id,
+                &row.conversation_id,
+                &row.actor_id,
+                &row.harness,
+                &row.model,
+                &row.started_ms,
+                &row.ended_ms,
+                &row.outcome,
+                &row.code,
+                &count(row.input_tokens),
+                &count(row.output_tokens),
+                &count(row.cache_read_tokens),
+                &count(row.cache_write_tokens),
+                &row.cost_usd,
+            ],
+        )
+        .await
+        .map_err(db_error)?;
+    if added > 0 {
+        // Sent at once, run in one order (actor, conversation, bot; day,
+        // month) for every run, so two runs' transactions never wait on
+        // each other crosswise.
+        let add = tx.prepare_cached(ADD_SPENT_SQL).await.map_err(db_error)?;
+        let adds = spent_adds(row);
+        let (txr, add) = (&tx, &add);
+        try_join_all(adds.iter().map(|a| async move {
+            let row: [&(dyn ToSql + Sync); 6] = [
+                &a.per,
+                &a.id,
+                &a.period,
+                &a.start_ms,
+                &a.tokens,
+                &a.cost_usd,
+            ];
+            txr.execute(add, &row).await
+        }))
+        .await
+        .map_err(db_error)?;
+    }
     tx.commit().await.map_err(db_error)
 }
 
@@ -144,68 +169,111 @@ pub(super) async fn admit(
     write_guard: Option<&guard::WriteGuard>,
     admission: &Admission,
 ) -> HostResult<Verdict> {
-    let periods = admission.periods();
     let minute_ago = admission.minute_ago_ms();
     let tx = client.transaction().await.map_err(db_error)?;
     guard::check(&tx, write_guard).await?;
     let mut names: Vec<String> = admission.subjects.iter().map(|s| s.lock_name()).collect();
     names.sort();
-    for name in &names {
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-            &[name],
-        )
+    // Each batch sent at once (the server runs it in order): a round trip
+    // for the locks, one for the reads, one for the writes.
+    let lock = tx
+        .prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .await
         .map_err(db_error)?;
-    }
-    let mut spent_by = Vec::new();
-    for subject in &admission.subjects {
-        let mut spent = Spent::default();
-        if subject.limits.turns_per_minute.is_some() {
-            let row = tx
-                .query_one(&turns_sql(subject.per), &[&subject.id, &minute_ago])
-                .await
-                .map_err(db_error)?;
-            spent.turns_last_minute = row.try_get::<_, i64>(0).map_err(db_error)?.max(0) as u64;
-            spent.first_turn_ms = row.try_get(1).map_err(db_error)?;
-        }
-        if subject.limits.spends() {
-            let row = tx
-                .query_one(
-                    &spent_sql(subject.per),
-                    &[&periods.day_start_ms, &subject.id, &periods.month_start_ms],
-                )
-                .await
-                .map_err(db_error)?;
-            let tokens = |i| row.try_get::<_, i64>(i).map(|n| n.max(0) as u64);
-            spent.tokens_today = tokens(0).map_err(db_error)?;
-            spent.tokens_this_month = tokens(1).map_err(db_error)?;
-            spent.cost_today = row.try_get(2).map_err(db_error)?;
-            spent.cost_this_month = row.try_get(3).map_err(db_error)?;
-        }
-        spent_by.push((subject, spent));
-    }
+    let (txr, lock) = (&tx, &lock);
+    try_join_all(
+        names
+            .iter()
+            .map(|name| async move { txr.execute(lock, &[name]).await }),
+    )
+    .await
+    .map_err(db_error)?;
+    let spent = try_join_all(
+        admission
+            .subjects
+            .iter()
+            .map(|subject| spent_by(txr, admission, subject)),
+    )
+    .await?;
+    let spent_by: Vec<_> = admission.subjects.iter().zip(spent).collect();
     let verdict = Verdict::of(admission, &spent_by);
     if verdict.refused.is_some() {
         return Ok(verdict);
     }
     if admission.rated() {
-        tx.execute(FORGET_SQL, &[&minute_ago])
-            .await
-            .map_err(db_error)?;
-        tx.execute(
-            ADMIT_SQL,
-            &[
+        let forget = tx.prepare_cached(FORGET_SQL).await.map_err(db_error)?;
+        let admit = tx.prepare_cached(ADMIT_SQL).await.map_err(db_error)?;
+        let (actor, conversation, bot) = (
+            admission.id_of(Per::Actor),
+            admission.id_of(Per::Conversation),
+            admission.id_of(Per::Bot),
+        );
+        let forgotten = async { txr.execute(&forget, &[&minute_ago]).await };
+        let admitted = async {
+            let row: [&(dyn ToSql + Sync); 5] = [
                 &admission.run_id,
-                &admission.id_of(Per::Actor),
-                &admission.id_of(Per::Conversation),
-                &admission.id_of(Per::Bot),
+                &actor,
+                &conversation,
+                &bot,
                 &admission.now_ms,
-            ],
-        )
-        .await
-        .map_err(db_error)?;
+            ];
+            txr.execute(&admit, &row).await
+        };
+        futures_util::try_join!(forgotten, admitted).map_err(db_error)?;
     }
     tx.commit().await.map_err(db_error)?;
     Ok(verdict)
+}
+
+/// What `subject` spent, as [`admit`] reads it: its last minute's turns
+/// and its running totals, both asked at once.
+async fn spent_by(
+    tx: &deadpool_postgres::Transaction<'_>,
+    admission: &Admission,
+    subject: &Subject,
+) -> HostResult<Spent> {
+    let periods = admission.periods();
+    let minute_ago = admission.minute_ago_ms();
+    let turns = async {
+        if subject.limits.turns_per_minute.is_none() {
+            return Ok(None);
+        }
+        let stmt = tx.prepare_cached(&turns_sql(subject.per)).await?;
+        tx.query_one(&stmt, &[&subject.id, &minute_ago])
+            .await
+            .map(Some)
+    };
+    let totals = async {
+        if !subject.limits.spends() {
+            return Ok(Vec::new());
+        }
+        let stmt = tx.prepare_cached(SPENT_SQL).await?;
+        let per = subject.per.key();
+        tx.query(
+            &stmt,
+            &[
+                &per,
+                &subject.id,
+                &periods.day_start_ms,
+                &periods.month_start_ms,
+            ],
+        )
+        .await
+    };
+    let (turns, totals) = futures_util::try_join!(turns, totals).map_err(db_error)?;
+    let mut spent = Spent::default();
+    if let Some(row) = turns {
+        spent.turns_last_minute = row.try_get::<_, i64>(0).map_err(db_error)?.max(0) as u64;
+        spent.first_turn_ms = row.try_get(1).map_err(db_error)?;
+    }
+    for row in totals {
+        let period: String = row.try_get(0).map_err(db_error)?;
+        take_spent(
+            &mut spent,
+            &period,
+            row.try_get(1).map_err(db_error)?,
+            row.try_get(2).map_err(db_error)?,
+        );
+    }
+    Ok(spent)
 }

@@ -5,14 +5,17 @@ use rusqlite::{Connection, Transaction, params_from_iter, types::Value as Sql};
 use super::{db_error, execute_cached};
 use crate::host::HostResult;
 use crate::host::budget::{
-    ADMIT_SQL, Admission, FORGET_SQL, Per, Spent, Verdict, spent_sql, turns_sql,
+    ADD_SPENT_SQL, ADMIT_SQL, Admission, FORGET_SQL, Per, SPENT_SQL, Spent, Verdict, spent_adds,
+    take_spent, turns_sql,
 };
 use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
 
-/// Record one run's usage; a run recorded twice keeps its first row.
+/// Record one run's usage, and add it to its subjects' running totals
+/// (`host::budget`); a run recorded twice keeps its first row, counted
+/// once.
 pub(super) fn record(tx: &Transaction<'_>, row: &UsageRecord) -> HostResult<()> {
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    execute_cached(
+    let added = execute_cached(
         tx,
         "INSERT OR IGNORE INTO run_usage (run_id, bot_id, conversation_id, actor_id, harness, \
          model, started_ms, ended_ms, outcome, code, input_tokens, output_tokens, \
@@ -37,6 +40,24 @@ pub(super) fn record(tx: &Transaction<'_>, row: &UsageRecord) -> HostResult<()> 
         ],
     )
     .map_err(db_error)?;
+    if added == 0 {
+        return Ok(());
+    }
+    for add in spent_adds(row) {
+        execute_cached(
+            tx,
+            ADD_SPENT_SQL,
+            rusqlite::params![
+                add.per,
+                add.id,
+                add.period,
+                add.start_ms,
+                add.tokens,
+                add.cost_usd
+            ],
+        )
+        .map_err(db_error)?;
+    }
     Ok(())
 }
 
@@ -135,25 +156,28 @@ pub(super) fn admit(tx: &Transaction<'_>, admission: &Admission) -> HostResult<V
             spent.first_turn_ms = first;
         }
         if subject.limits.spends() {
-            let mut stmt = tx
-                .prepare_cached(&spent_sql(subject.per))
-                .map_err(db_error)?;
-            let sums = stmt
-                .query_row(
-                    rusqlite::params![periods.day_start_ms, subject.id, periods.month_start_ms],
+            let mut stmt = tx.prepare_cached(SPENT_SQL).map_err(db_error)?;
+            let rows = stmt
+                .query_map(
+                    rusqlite::params![
+                        subject.per.key(),
+                        subject.id,
+                        periods.day_start_ms,
+                        periods.month_start_ms
+                    ],
                     |r| {
                         Ok((
-                            r.get::<_, i64>(0)?,
+                            r.get::<_, String>(0)?,
                             r.get::<_, i64>(1)?,
                             r.get::<_, f64>(2)?,
-                            r.get::<_, f64>(3)?,
                         ))
                     },
                 )
                 .map_err(db_error)?;
-            spent.tokens_today = sums.0.max(0) as u64;
-            spent.tokens_this_month = sums.1.max(0) as u64;
-            (spent.cost_today, spent.cost_this_month) = (sums.2, sums.3);
+            for row in rows {
+                let (period, tokens, cost) = row.map_err(db_error)?;
+                take_spent(&mut spent, &period, tokens, cost);
+            }
         }
         spent_by.push((subject, spent));
     }
