@@ -307,12 +307,33 @@ async fn runs_are_multiplexed_and_host_calls_answered_by_the_plugin() {
         state[&format!("{}/{}", json!("run-a"), json!("external.session_id"))],
         "scripted-1"
     );
-    // Nothing kept locally but workspaces: the host keeps transcript and state.
-    let local: Vec<String> = std::fs::read_dir(plugin.data.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(local, vec!["workspaces"]);
+    // The host keeps transcript and state; locally, besides workspaces,
+    // only the bridge's own ledger of what each run cost (`host usage`).
+    let bridge = |args: &[&str]| {
+        let out = std::process::Command::new(common::bridge_bin())
+            .arg("--data-dir")
+            .arg(plugin.data.path())
+            .args(["host"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for conversation in ["conv-a", "conv-b"] {
+        let history = bridge(&["history", conversation]);
+        assert!(
+            !history.contains("slow") && !history.contains("quiet"),
+            "{history}"
+        );
+        let state = bridge(&["state", "conversation", conversation]);
+        assert!(!state.contains("external.session_id"), "{state}");
+    }
+    let runs = bridge(&["usage", "--by", "conversation", "--json"]);
+    assert!(
+        runs.contains("\"conv-a\"") && runs.contains("\"conv-b\""),
+        "{runs}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
