@@ -45,8 +45,15 @@ fn git(args: &[&str]) -> Option<String> {
     (!text.is_empty()).then(|| text.to_string())
 }
 
-/// The commit and its date, after telling cargo which files move with HEAD.
+/// The commit and its date, after telling cargo which files move with HEAD;
+/// `None` where the crate is not the top of its repository (sources
+/// unpacked inside another checkout name that checkout's commit).
 fn from_git() -> Option<String> {
+    let top = PathBuf::from(git(&["rev-parse", "--show-toplevel"])?);
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
+    if top.canonicalize().ok()? != manifest.canonicalize().ok()? {
+        return None;
+    }
     let git_dir = PathBuf::from(git(&["rev-parse", "--absolute-git-dir"])?);
     watch(&git_dir.join("HEAD"));
     let common = git(&["rev-parse", "--git-common-dir"])

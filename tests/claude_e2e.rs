@@ -1130,3 +1130,43 @@ async fn a_turn_past_what_is_left_of_a_budget_is_stopped_mid_way() {
     );
     serve.stop().await;
 }
+
+/// Claude Code kept alive across turns reports the cost of its whole
+/// process on each turn's result: the ledger keeps each turn's own (two
+/// alike turns cost alike, the second not the sum of both), so a cost
+/// budget counts what each turn spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_kept_alive_turn_costs_only_what_it_spent() {
+    let (model_url, _fake) = fake_model(false).await;
+    let (mut serve, _home) = common::server::serve_claude(model_url, "").await;
+    for _ in 0..2 {
+        let results = serve
+            .results(json!({"conversation": "costs", "actor": "eve", "text": ASK}))
+            .await;
+        assert_eq!(
+            results.last().unwrap()["type"],
+            "run.completed",
+            "{results:?}"
+        );
+    }
+    let runs = serve.get_json("/v1/runs?conversation=costs").await;
+    let costs: Vec<f64> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["cost_usd"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no cost: {r}"))
+        })
+        .collect();
+    // Newest first.
+    let (second, first) = (costs[0], costs[1]);
+    assert!(first > 0.0 && second > 0.0, "{costs:?}");
+    assert!(
+        second < first * 1.5,
+        "the second turn's cost is its own, not the process's total: {costs:?}"
+    );
+    serve.stop().await;
+}

@@ -323,6 +323,13 @@ impl Admission {
         self.now_ms - 60_000
     }
 
+    /// Before this, admissions are forgotten: a minute more than any rate
+    /// reads, so an instance whose clock runs ahead of another's never
+    /// forgets what the other still counts.
+    pub fn forget_before_ms(&self) -> i64 {
+        self.now_ms - 120_000
+    }
+
     /// Start of the UTC day and of the UTC month of `now_ms`, and the
     /// ends of both.
     pub fn periods(&self) -> Periods {
@@ -625,8 +632,9 @@ pub fn turns_sql(per: Per) -> String {
 pub const ADMIT_SQL: &str = "INSERT INTO run_admissions (run_id, actor_id, conversation_id, \
      bot_id, at_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING";
 
-/// Admissions no rate counts any more (`$1`: a minute ago): forgotten so
-/// the table holds one minute of turns.
+/// Admissions no rate counts any more (`$1`:
+/// [`Admission::forget_before_ms`]): forgotten so the table holds two
+/// minutes of turns.
 pub const FORGET_SQL: &str = "DELETE FROM run_admissions WHERE at_ms <= $1";
 
 #[cfg(test)]

@@ -28,7 +28,10 @@ impl SpendWatch {
     /// a headroom.
     pub(crate) fn crossed(&self, usage: Option<&TokenUsage>) -> Option<RunFailed> {
         let usage = usage?;
-        let tokens = usage.prompt_tokens.unwrap_or(0) + usage.completion_tokens.unwrap_or(0);
+        let tokens = usage
+            .prompt_tokens
+            .unwrap_or(0)
+            .saturating_add(usage.completion_tokens.unwrap_or(0));
         let reported = usage
             .extra
             .get("total_cost_usd")

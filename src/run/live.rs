@@ -355,6 +355,9 @@ pub async fn turn(
     process.last_used = Instant::now();
     let untouched = matches!(over, Over::Exited) && stop.is_none() && !said;
     let session_id = process.session_id().map(str::to_string);
+    // A turn paused on a question goes on in the run that answers it,
+    // whose usage is the whole turn's: counted there, once.
+    let paused = matches!(over, Over::Paused(_));
     let (terminal, healthy) = conclude(spec, process, over, stop, &mut not_found, live.grace).await;
     // A process whose session could not be opened serves no turn.
     let healthy = healthy && !not_found;
@@ -367,7 +370,7 @@ pub async fn turn(
             terminal,
             session_id,
             session_not_found: not_found,
-            usage: process.driver.usage(),
+            usage: if paused { None } else { process.driver.usage() },
         },
         healthy,
         untouched,

@@ -220,7 +220,12 @@ pub(super) struct UsageAsked {
     days: Option<u32>,
     actor: Option<String>,
     harness: Option<String>,
+    /// The latest groups, at most this many (default and most 200).
+    limit: Option<u32>,
 }
+
+/// Most groups `GET /v1/usage` answers with.
+const MAX_GROUPS: u32 = 200;
 
 /// The ledger summed by what is asked (the console's per-person table
 /// and chart), the latest group first.
@@ -250,7 +255,12 @@ pub(super) async fn usage(
         })
         .await;
     match summed {
-        Ok(totals) => axum::Json(json!({"by": name, "totals": totals})).into_response(),
+        Ok(mut totals) => {
+            let shown = asked.limit.unwrap_or(MAX_GROUPS).clamp(1, MAX_GROUPS) as usize;
+            let more = totals.len() > shown;
+            totals.truncate(shown);
+            axum::Json(json!({"by": name, "totals": totals, "more": more})).into_response()
+        }
         Err(e) => store_failed("usage", &e),
     }
 }

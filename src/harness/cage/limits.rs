@@ -282,11 +282,23 @@ impl Backend {
     }
 }
 
+/// Whether this process may move itself into a leaf cgroup to hand
+/// controllers down: set by the commands that run turns (`cage::start`),
+/// never by `doctor`, which says what would hold and changes nothing.
+pub(super) static REARRANGE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// Enable the three controllers for the children of `tree`, the bridge's
 /// cgroup v2 folder (and in its parent, the bridge's own cgroup, which a
 /// delegating parent may have left off).
 fn delegate_v2(tree: &Path) -> Result<(), String> {
-    delegate_v2_of(tree, &["memory", "pids", "cpu"], std::process::id())
+    let rearrange = REARRANGE.load(std::sync::atomic::Ordering::SeqCst);
+    delegate_v2_of(
+        tree,
+        &["memory", "pids", "cpu"],
+        std::process::id(),
+        rearrange,
+    )
 }
 
 /// The leaf the bridge's own processes move to when its cgroup must hand
@@ -296,8 +308,14 @@ fn delegate_v2(tree: &Path) -> Result<(), String> {
 const LEAF: &str = "bridge";
 
 /// [`delegate_v2`] for the `wanted` controllers, `bridge` the process to
-/// move to a leaf if its cgroup must be emptied.
-fn delegate_v2_of(tree: &Path, wanted: &[&str], bridge: u32) -> Result<(), String> {
+/// move to a leaf if its cgroup must be emptied (only if `rearrange`;
+/// else it is only said whether it could be).
+fn delegate_v2_of(
+    tree: &Path,
+    wanted: &[&str],
+    bridge: u32,
+    rearrange: bool,
+) -> Result<(), String> {
     let own = tree.parent().unwrap_or(tree);
     let offered = fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default();
     let missing: Vec<&str> = wanted
@@ -329,13 +347,29 @@ fn delegate_v2_of(tree: &Path, wanted: &[&str], bridge: u32) -> Result<(), Strin
             // own cgroup: into a leaf beside its harnesses' folder, then
             // the controllers can go down.
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
-                move_to_leaf(own, bridge).map_err(|e| {
+                let cannot = |e: io::Error| {
                     format!(
                         "the bridge's cgroup {} holds processes and they cannot move to a leaf: {e}",
                         own.display()
                     )
-                })?;
-                enable(own).map_err(|e| said(own, e))?;
+                };
+                alone_in(own, bridge).map_err(cannot)?;
+                if !rearrange {
+                    // `doctor`: a bridge started here would move and hold.
+                    return Ok(());
+                }
+                move_to_leaf(own, bridge).map_err(cannot)?;
+                // The kernel may still count the moved process a moment.
+                let mut tries = 0;
+                loop {
+                    match enable(own) {
+                        Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && tries < 10 => {
+                            tries += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                        }
+                        done => break done.map_err(|e| said(own, e))?,
+                    }
+                }
             }
             Err(e) => return Err(said(own, e)),
         }
@@ -343,10 +377,10 @@ fn delegate_v2_of(tree: &Path, wanted: &[&str], bridge: u32) -> Result<(), Strin
     enable(tree).map_err(|e| said(tree, e))
 }
 
-/// Move the bridge's process into `own`'s child [`LEAF`], when it is the
-/// only process there (a service's cgroup): a cgroup that holds others
-/// (a login session's) is not the bridge's to rearrange.
-fn move_to_leaf(own: &Path, bridge: u32) -> io::Result<()> {
+/// Whether `bridge` is the only process in the cgroup `own` (a
+/// service's cgroup): a cgroup that holds others (a login session's) is
+/// not the bridge's to rearrange.
+fn alone_in(own: &Path, bridge: u32) -> io::Result<()> {
     let procs = fs::read_to_string(own.join("cgroup.procs"))?;
     let others = procs
         .split_whitespace()
@@ -358,6 +392,11 @@ fn move_to_leaf(own: &Path, bridge: u32) -> io::Result<()> {
              e.g. a systemd unit with Delegate=yes)"
         )));
     }
+    Ok(())
+}
+
+/// Move the bridge's process into `own`'s child [`LEAF`].
+fn move_to_leaf(own: &Path, bridge: u32) -> io::Result<()> {
     let leaf = own.join(LEAF);
     match fs::create_dir(&leaf) {
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
@@ -716,11 +755,14 @@ mod tests {
         };
         let (mut bridge, mut other) = (spawn(), spawn());
         let wanted = [controller.as_str()];
-        let shared = delegate_v2_of(&tree, &wanted, bridge.id()).unwrap_err();
+        let shared = delegate_v2_of(&tree, &wanted, bridge.id(), true).unwrap_err();
         assert!(shared.contains("1 other processes share it"), "{shared}");
         other.kill().unwrap();
         other.wait().unwrap();
-        delegate_v2_of(&tree, &wanted, bridge.id()).expect("handed down from a leaf");
+        // `doctor` says it would hold, and moves nothing.
+        delegate_v2_of(&tree, &wanted, bridge.id(), false).expect("it would hold");
+        assert!(!own.join(LEAF).exists(), "doctor rearranges nothing");
+        delegate_v2_of(&tree, &wanted, bridge.id(), true).expect("handed down from a leaf");
         let read = |path: &Path| fs::read_to_string(path).unwrap();
         assert_eq!(
             read(&own.join(LEAF).join("cgroup.procs")).trim(),

@@ -160,6 +160,9 @@ fn choose(wanted: Option<&str>) -> Result<Cage, ContainError> {
 /// where it cannot work) means no turn can be contained.
 pub fn start() -> Result<Mechanism, ContainError> {
     static SWEPT: OnceLock<()> = OnceLock::new();
+    // A command that runs turns may move itself into a leaf cgroup to
+    // hand the limits' controllers down (`limits::delegate_v2`).
+    limits::REARRANGE.store(true, std::sync::atomic::Ordering::SeqCst);
     let cage = cage()?;
     SWEPT.get_or_init(|| {
         let mut killed = marker::sweep_gone(&cage.id);

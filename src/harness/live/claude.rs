@@ -22,6 +22,21 @@ pub struct ClaudeLive {
     decode: ClaudeStreamJson,
     session_id: Option<String>,
     interrupts: u64,
+    /// The process's cost so far as its last finished turn's `result`
+    /// said it: `total_cost_usd` is the whole process's running total, so
+    /// a turn's own cost is what it added.
+    cost_before: f64,
+}
+
+impl ClaudeLive {
+    /// The process's running cost as the current turn's `result` says it.
+    fn process_cost(&self) -> Option<f64> {
+        self.decode
+            .usage()?
+            .extra
+            .get("total_cost_usd")
+            .and_then(Value::as_f64)
+    }
 }
 
 impl LiveDriver for ClaudeLive {
@@ -31,6 +46,9 @@ impl LiveDriver for ClaudeLive {
     }
 
     fn turn(&mut self, prompt: &str) -> Vec<String> {
+        if let Some(total) = self.process_cost() {
+            self.cost_before = total;
+        }
         // A fresh decoder per turn: its text and result belong to one turn.
         self.decode = ClaudeStreamJson::default();
         let line = json!({
@@ -76,8 +94,20 @@ impl LiveDriver for ClaudeLive {
         self.session_id.as_deref()
     }
 
+    /// The turn's usage, its cost what it added to the process's running
+    /// total (a total below the last one started over: all of it is the
+    /// turn's).
     fn usage(&self) -> Option<crate::protocol::TokenUsage> {
-        self.decode.usage()
+        let mut usage = self.decode.usage()?;
+        if let Some(total) = self.process_cost() {
+            let own = if total >= self.cost_before {
+                total - self.cost_before
+            } else {
+                total
+            };
+            usage.extra.insert("total_cost_usd".into(), json!(own));
+        }
+        Some(usage)
     }
 
     fn permit(&mut self, id: &str, decision: &Decision) -> Vec<String> {
@@ -111,6 +141,30 @@ mod tests {
 
     fn kinds(out: &[ResultPayload]) -> Vec<ResultType> {
         out.iter().map(ResultPayload::kind).collect()
+    }
+
+    #[test]
+    fn each_turn_costs_what_it_added_to_the_process_running_total() {
+        let mut driver = ClaudeLive::default();
+        let result = |total: f64| {
+            format!(
+                r#"{{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s","usage":{{"input_tokens":10,"output_tokens":5}},"total_cost_usd":{total}}}"#
+            )
+        };
+        let cost = |driver: &ClaudeLive| driver.usage().unwrap().extra["total_cost_usd"].as_f64();
+        driver.turn("one");
+        driver.line(&result(0.25));
+        assert_eq!(cost(&driver), Some(0.25));
+        driver.turn("two");
+        driver.line(&result(0.75));
+        assert_eq!(cost(&driver), Some(0.5), "the second turn's own cost");
+        driver.turn("three");
+        driver.line(&result(0.125));
+        assert_eq!(
+            cost(&driver),
+            Some(0.125),
+            "a total that started over is the turn's"
+        );
     }
 
     #[test]

@@ -145,12 +145,20 @@ pub(super) async fn tail(
     run_id: Option<&str>,
     limit: u32,
 ) -> HostResult<Vec<AuditRow>> {
+    // One text per case: a run's rows are read through its index only
+    // when the filter is not an `OR`.
+    let sql = match run_id {
+        Some(_) => {
+            "SELECT id, at_ms, run_id, runner_id, action, resource, scope, outcome, detail \
+             FROM audit WHERE run_id = $1 ORDER BY id DESC LIMIT $2"
+        }
+        None => {
+            "SELECT id, at_ms, run_id, runner_id, action, resource, scope, outcome, detail \
+             FROM audit WHERE $1::text IS NULL ORDER BY id DESC LIMIT $2"
+        }
+    };
     let rows = client
-        .query(
-            "SELECT id, at_ms, run_id, runner_id, action, resource, scope, outcome, detail
-             FROM audit WHERE $1::text IS NULL OR run_id = $1 ORDER BY id DESC LIMIT $2",
-            &[&run_id, &i64::from(limit)],
-        )
+        .query(sql, &[&run_id, &i64::from(limit)])
         .await
         .map_err(db_error)?;
     let mut out = rows

@@ -169,7 +169,6 @@ pub(super) async fn admit(
     write_guard: Option<&guard::WriteGuard>,
     admission: &Admission,
 ) -> HostResult<Verdict> {
-    let minute_ago = admission.minute_ago_ms();
     let tx = client.transaction().await.map_err(db_error)?;
     guard::check(&tx, write_guard).await?;
     let mut names: Vec<String> = admission.subjects.iter().map(|s| s.lock_name()).collect();
@@ -208,7 +207,8 @@ pub(super) async fn admit(
             admission.id_of(Per::Conversation),
             admission.id_of(Per::Bot),
         );
-        let forgotten = async { txr.execute(&forget, &[&minute_ago]).await };
+        let before = admission.forget_before_ms();
+        let forgotten = async { txr.execute(&forget, &[&before]).await };
         let admitted = async {
             let row: [&(dyn ToSql + Sync); 5] = [
                 &admission.run_id,

@@ -203,12 +203,19 @@ pub(super) fn tail(
     run_id: Option<&str>,
     limit: u32,
 ) -> HostResult<Vec<AuditRow>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT id, at_ms, run_id, runner_id, action, resource, scope, outcome, detail FROM audit
-             WHERE ?1 IS NULL OR run_id = ?1 ORDER BY id DESC LIMIT ?2",
-        )
-        .map_err(db_error)?;
+    // One text per case: SQLite reads a run's rows through its index only
+    // when the filter is not an `OR`.
+    let sql = match run_id {
+        Some(_) => {
+            "SELECT id, at_ms, run_id, runner_id, action, resource, scope, outcome, detail \
+             FROM audit WHERE run_id = ?1 ORDER BY id DESC LIMIT ?2"
+        }
+        None => {
+            "SELECT id, at_ms, run_id, runner_id, action, resource, scope, outcome, detail \
+             FROM audit WHERE ?1 IS NULL ORDER BY id DESC LIMIT ?2"
+        }
+    };
+    let mut stmt = conn.prepare_cached(sql).map_err(db_error)?;
     let mut rows = stmt
         .query_map(params![run_id, i64::from(limit)], |r| {
             Ok(AuditRow {

@@ -186,7 +186,12 @@ pub(super) fn admit(tx: &Transaction<'_>, admission: &Admission) -> HostResult<V
         return Ok(verdict);
     }
     if admission.rated() {
-        execute_cached(tx, FORGET_SQL, rusqlite::params![minute_ago]).map_err(db_error)?;
+        execute_cached(
+            tx,
+            FORGET_SQL,
+            rusqlite::params![admission.forget_before_ms()],
+        )
+        .map_err(db_error)?;
         execute_cached(
             tx,
             ADMIT_SQL,
