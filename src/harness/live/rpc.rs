@@ -60,10 +60,14 @@ impl<K> Rpc<K> {
                 method,
                 params: &message["params"],
             },
-            (Value::Number(id), None) => match id.as_u64().and_then(|id| self.sent.remove(&id)) {
-                Some(kind) => Incoming::Response { kind, message },
-                None => Incoming::Stray,
-            },
+            // An answer has no method at all: one whose method is not a
+            // name (`"method": {...}`) is no answer to anything.
+            (Value::Number(id), None) if message["method"].is_null() => {
+                match id.as_u64().and_then(|id| self.sent.remove(&id)) {
+                    Some(kind) => Incoming::Response { kind, message },
+                    None => Incoming::Stray,
+                }
+            }
             (_, Some(method)) => Incoming::Notification {
                 method,
                 params: &message["params"],
@@ -110,6 +114,15 @@ mod tests {
             Incoming::Response { kind: "a", .. }
         ));
         assert!(matches!(rpc.read(&answer), Incoming::Stray));
+        // Found by the live_acp fuzz target: an id and a method that is no
+        // name answer nothing (the request it would match stays open).
+        rpc.request("b", "m", json!({}));
+        let odd = json!({"id": 2, "method": {"stopReason": "end_turn"}});
+        assert!(matches!(rpc.read(&odd), Incoming::Stray));
+        assert!(matches!(
+            rpc.read(&json!({"id": 2, "result": {}})),
+            Incoming::Response { kind: "b", .. }
+        ));
         let ask = json!({"id": "p", "method": "m", "params": {"k": 1}});
         assert!(matches!(
             rpc.read(&ask),
