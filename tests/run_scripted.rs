@@ -797,46 +797,53 @@ async fn the_data_folder_and_what_a_turn_writes_are_private() {
     assert!(open.is_empty(), "readable by others: {open:#?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
-async fn what_a_killed_bridge_left_running_dies_at_the_next_start() {
-    for mechanism in common::MECHANISMS {
-        let setup = Setup::new();
-        let tag = common::unique_tag();
-        let needle = format!("sleep 300.{tag}");
-        let _cleanup = Cleanup(needle.clone());
-        let env = [
-            ("FAKE_TAG", tag.as_str()),
-            ("HARNESS_BRIDGE_CONTAIN", mechanism),
-        ];
-        let mut child = setup.spawn_run("stubborn", &[], &env);
-        let mut running = 0;
-        for _ in 0..200 {
-            running = common::processes_with(&needle).len();
-            if running == 2 {
-                break;
+/// Tests that watch what a bridge killed outright leaves behind: any
+/// bridge that starts on this machine meanwhile sweeps it, so
+/// `scripts/test` runs `alone::` tests after every other test binary.
+mod alone {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
+    async fn what_a_killed_bridge_left_running_dies_at_the_next_start() {
+        for mechanism in common::MECHANISMS {
+            let setup = Setup::new();
+            let tag = common::unique_tag();
+            let needle = format!("sleep 300.{tag}");
+            let _cleanup = Cleanup(needle.clone());
+            let env = [
+                ("FAKE_TAG", tag.as_str()),
+                ("HARNESS_BRIDGE_CONTAIN", mechanism),
+            ];
+            let mut child = setup.spawn_run("stubborn", &[], &env);
+            let mut running = 0;
+            for _ in 0..200 {
+                running = common::processes_with(&needle).len();
+                if running == 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(
+                running, 2,
+                "{mechanism}: the harness never started its sleepers"
+            );
+            // SIGKILL: the bridge cannot clean up, and the harness ignores the
+            // SIGTERM the kernel sends it: all of it outlives the bridge.
+            child.start_kill().unwrap();
+            child.wait().await.unwrap();
+            let root = setup.data.path().join("workspaces");
+            // The next bridge (this one, or any other test's that starts first)
+            // ends it all before its own turn.
+            let next = setup
+                .run_with("quiet", &[], &[("HARNESS_BRIDGE_CONTAIN", mechanism)])
+                .await;
+            next.completed();
+            let left = common::processes_with(&needle);
+            assert!(left.is_empty(), "{mechanism}: left running: {left:?}");
+            let left = processes_under(&root);
+            assert!(left.is_empty(), "{mechanism}: left running: {left:?}");
         }
-        assert_eq!(
-            running, 2,
-            "{mechanism}: the harness never started its sleepers"
-        );
-        // SIGKILL: the bridge cannot clean up, and the harness ignores the
-        // SIGTERM the kernel sends it: all of it outlives the bridge.
-        child.start_kill().unwrap();
-        child.wait().await.unwrap();
-        let root = setup.data.path().join("workspaces");
-        // The next bridge (this one, or any other test's that starts first)
-        // ends it all before its own turn.
-        let next = setup
-            .run_with("quiet", &[], &[("HARNESS_BRIDGE_CONTAIN", mechanism)])
-            .await;
-        next.completed();
-        let left = common::processes_with(&needle);
-        assert!(left.is_empty(), "{mechanism}: left running: {left:?}");
-        let left = processes_under(&root);
-        assert!(left.is_empty(), "{mechanism}: left running: {left:?}");
     }
 }
 

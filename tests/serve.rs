@@ -626,63 +626,70 @@ async fn fifty_conversations_of_three_turns_at_once() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
-async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
-    for mechanism in common::MECHANISMS {
-        a_crash_is_recovered_from(mechanism).await;
-    }
-}
+/// Tests that watch what a bridge killed outright leaves behind: any
+/// bridge that starts on this machine meanwhile sweeps it, so
+/// `scripts/test` runs `alone::` tests after every other test binary.
+mod alone {
+    use super::*;
 
-async fn a_crash_is_recovered_from(mechanism: &str) {
-    let tools = tempfile::tempdir().unwrap();
-    common::scripted::install(tools.path());
-    let (data, tools) = (Arc::new(tempfile::tempdir().unwrap()), Arc::new(tools));
-    let mut server =
-        Server::start_contained(data.clone(), tools.clone(), "hang", "", Some(mechanism)).await;
-    let run = server.post_in_background();
-    // The hanging harness and its three children, one out of its group.
-    common::wait_for_processes(&server.workspaces(), 4).await;
-    let run_id = server.started_run_id();
-    assert_eq!(
-        server.get_json(&format!("/v1/runs/{run_id}")).await["status"],
-        "running"
-    );
-    // A crash: no shutdown, no chance to tidy up.
-    server.child.kill().await.unwrap();
-    let _ = run.await;
-    drop(server);
-    // What the harness started itself may outlive a bridge killed outright
-    // (in its group or not); the next start (same data folder, same
-    // workspaces) finds the run in the journal and ends it.
-    let server = Server::start_contained(data, tools, "quiet", "", Some(mechanism)).await;
-    server.assert_nothing_left().await;
-    let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
-    assert_eq!(run["status"], "failed", "{run}");
-    assert_eq!(run["code"], "interrupted", "{run}");
-    let log = server.log.lock().unwrap().join("\n");
-    assert!(
-        log.contains(&run_id) && log.contains("marked failed"),
-        "the restart says which run it marked: {log}"
-    );
-    assert!(
-        log.lines().any(|l| l.contains(&run_id)
-            && l.contains("killed what the interrupted run's harness left running")),
-        "{mechanism}: the restart says it ended what the run left: {log}"
-    );
-    // The conversation goes on: the interrupted turn's message is in the
-    // transcript with no reply, and the next turn runs and is recorded.
-    let (status, results) = server.turn("c", "again").await;
-    assert_eq!(status, 200);
-    assert_eq!(terminal(&results)["type"], "run.completed", "{results:?}");
-    let history = server.get_json("/v1/conversations/c/history").await;
-    let texts: Vec<String> = history["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| format!("{}:{}", i["role"], i["content"]))
-        .collect();
-    assert_eq!(texts.len(), 3, "{texts:?}");
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
+    async fn a_run_in_flight_at_a_crash_is_marked_failed_on_restart() {
+        for mechanism in common::MECHANISMS {
+            a_crash_is_recovered_from(mechanism).await;
+        }
+    }
+
+    async fn a_crash_is_recovered_from(mechanism: &str) {
+        let tools = tempfile::tempdir().unwrap();
+        common::scripted::install(tools.path());
+        let (data, tools) = (Arc::new(tempfile::tempdir().unwrap()), Arc::new(tools));
+        let mut server =
+            Server::start_contained(data.clone(), tools.clone(), "hang", "", Some(mechanism)).await;
+        let run = server.post_in_background();
+        // The hanging harness and its three children, one out of its group.
+        common::wait_for_processes(&server.workspaces(), 4).await;
+        let run_id = server.started_run_id();
+        assert_eq!(
+            server.get_json(&format!("/v1/runs/{run_id}")).await["status"],
+            "running"
+        );
+        // A crash: no shutdown, no chance to tidy up.
+        server.child.kill().await.unwrap();
+        let _ = run.await;
+        drop(server);
+        // What the harness started itself may outlive a bridge killed outright
+        // (in its group or not); the next start (same data folder, same
+        // workspaces) finds the run in the journal and ends it.
+        let server = Server::start_contained(data, tools, "quiet", "", Some(mechanism)).await;
+        server.assert_nothing_left().await;
+        let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
+        assert_eq!(run["status"], "failed", "{run}");
+        assert_eq!(run["code"], "interrupted", "{run}");
+        let log = server.log.lock().unwrap().join("\n");
+        assert!(
+            log.contains(&run_id) && log.contains("marked failed"),
+            "the restart says which run it marked: {log}"
+        );
+        assert!(
+            log.lines().any(|l| l.contains(&run_id)
+                && l.contains("killed what the interrupted run's harness left running")),
+            "{mechanism}: the restart says it ended what the run left: {log}"
+        );
+        // The conversation goes on: the interrupted turn's message is in the
+        // transcript with no reply, and the next turn runs and is recorded.
+        let (status, results) = server.turn("c", "again").await;
+        assert_eq!(status, 200);
+        assert_eq!(terminal(&results)["type"], "run.completed", "{results:?}");
+        let history = server.get_json("/v1/conversations/c/history").await;
+        let texts: Vec<String> = history["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| format!("{}:{}", i["role"], i["content"]))
+            .collect();
+        assert_eq!(texts.len(), 3, "{texts:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
