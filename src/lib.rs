@@ -2,7 +2,8 @@
 //! Gemini, Qwen Code, Kimi Code, opencode, any ACP agent) into IM bots
 //! through LangBot's AgentRunner Protocol v1.
 //!
-//! Data flows one way: [`protocol`] (wire types) → [`interaction`] →
+//! Data flows one way: [`protocol`] (wire types) → [`interaction`],
+//! [`command`] →
 //! [`host`] (the host proxy API, run grants, the embedded store) →
 //! [`projection`] → [`harness`] → [`mcp`] → [`run`] → `relay` / [`serve`] →
 //! [`cli`]; `tests/layers.rs` keeps it so. See `ARCHITECTURE.md` for the map
@@ -25,9 +26,11 @@
     reason = "the CLI's edge: its output and its one error line"
 )]
 pub mod cli;
+pub mod command;
 pub mod harness;
 pub mod host;
 pub mod interaction;
+pub mod keys;
 pub mod listen;
 pub mod mcp;
 pub mod metrics;

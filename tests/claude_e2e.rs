@@ -1039,13 +1039,7 @@ async fn a_person_over_a_budget_is_refused_and_told_why_while_others_go_on() {
     let carol = turn("carol", "carol-1").await.unwrap();
     assert_eq!(carol.last().unwrap()["type"], "run.completed", "{carol:?}");
 
-    let audit = std::process::Command::new(common::bridge_bin())
-        .arg("--data-dir")
-        .arg(serve.data.path())
-        .args(["host", "audit", "--limit", "500"])
-        .output()
-        .unwrap();
-    let audit = String::from_utf8_lossy(&audit.stdout);
+    let audit = audit_of(&serve);
     let refusals: Vec<&str> = audit.lines().filter(|l| l.contains(" budget ")).collect();
     assert_eq!(refusals.len(), 2, "{audit}");
     assert!(
@@ -1169,4 +1163,244 @@ async fn a_kept_alive_turn_costs_only_what_it_spent() {
         "the second turn's cost is its own, not the process's total: {costs:?}"
     );
     serve.stop().await;
+}
+
+/// A chat command as a person sends it through `serve`: its answer's
+/// text, and how long the bridge took to give it.
+async fn command(
+    serve: &common::server::ServeProcess,
+    actor: &str,
+    text: &str,
+) -> (String, Duration) {
+    let asked = std::time::Instant::now();
+    let results = serve
+        .results(json!({"conversation": "commands", "actor": actor, "text": text}))
+        .await;
+    let took = asked.elapsed();
+    let end = results.last().unwrap();
+    assert_eq!(end["type"], "run.completed", "{results:?}");
+    assert_eq!(end["data"]["finish_reason"], "command", "{results:?}");
+    let said = end["data"]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (said, took)
+}
+
+/// A turn of the `commands` conversation: its terminal result.
+async fn chat_turn(serve: &common::server::ServeProcess, actor: &str, text: &str) -> Value {
+    let results = serve
+        .results(json!({"conversation": "commands", "actor": actor, "text": text}))
+        .await;
+    results.last().unwrap().clone()
+}
+
+fn session_of(terminal: &Value) -> (String, bool) {
+    let session = &terminal["data"]["message"]["metadata"]["session"];
+    (
+        session["session_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        session["resumed"] == true,
+    )
+}
+
+/// The commands on a person's path through `serve` with the real Claude
+/// Code: `/status` names the running turn, `/stop` ends it within a
+/// second and the next message continues the same session; `/new` makes
+/// the next turn start fresh (the model's first request holds no earlier
+/// message) and `/resume 1` goes back; none of it reaches the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned CLIs in tests/clis (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_person_stops_starts_over_and_resumes_from_the_chat() {
+    let (model_url, fake) = common::anthropic::fake_model_hanging_on("SLOW").await;
+    let (serve, _home) = common::server::serve_claude(model_url, "").await;
+    let first = chat_turn(&serve, "ann", "Remember the word PLUM").await;
+    assert_eq!(first["type"], "run.completed", "{first}");
+    let (session, _) = session_of(&first);
+    assert!(!session.is_empty(), "{first}");
+
+    let slow = serve.spawn_results(
+        json!({"conversation": "commands", "actor": "ann", "text": "Take it SLOW", "run_id": "slow-1"}),
+    );
+    while fake.hanging.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, took) = command(&serve, "ann", "/status").await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(
+        status.contains("Running: a turn of claude-code") && status.contains("slow-1"),
+        "{status}"
+    );
+    assert!(status.contains(&session[..8]), "{status}");
+    let (stopped, took) = command(&serve, "ann", "/stop").await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(stopped.starts_with("Stopped the running turn"), "{stopped}");
+    let slow = tokio::time::timeout(Duration::from_secs(1), slow)
+        .await
+        .expect("the stopped turn ends within a second")
+        .unwrap();
+    let end = slow.last().unwrap();
+    assert_eq!(end["data"]["code"], "cancelled", "{end}");
+    let (nothing, _) = command(&serve, "ann", "/stop").await;
+    assert_eq!(
+        nothing,
+        "Nothing is running here, so there is nothing to stop."
+    );
+
+    let next = chat_turn(&serve, "ann", "What was the word?").await;
+    assert_eq!(next["type"], "run.completed", "{next}");
+    assert_eq!(session_of(&next), (session.clone(), true), "{next}");
+
+    let (new, _) = command(&serve, "ann", "/new").await;
+    assert!(new.starts_with("Started over"), "{new}");
+    let asked = fake.requests.lock().unwrap().len();
+    let fresh = chat_turn(&serve, "ann", "Hello there").await;
+    assert_eq!(fresh["type"], "run.completed", "{fresh}");
+    let (fresh_session, resumed) = session_of(&fresh);
+    assert!(!resumed && fresh_session != session, "{fresh}");
+    let first_request = fake.requests.lock().unwrap()[asked].to_string();
+    assert!(
+        !first_request.contains("PLUM") && !first_request.contains("What was the word"),
+        "the fresh session's first request holds an earlier message: {first_request}"
+    );
+
+    let (list, _) = command(&serve, "ann", "/resume").await;
+    assert!(list.contains(&format!("1. {}", &session[..8])), "{list}");
+    let (back, _) = command(&serve, "ann", "/resume 1").await;
+    assert!(back.starts_with("Back to session"), "{back}");
+    let asked = fake.requests.lock().unwrap().len();
+    let resumed = chat_turn(&serve, "ann", "And now?").await;
+    assert_eq!(session_of(&resumed), (session.clone(), true), "{resumed}");
+    let request = fake.requests.lock().unwrap()[asked].to_string();
+    assert!(
+        request.contains("PLUM"),
+        "the old session's words: {request}"
+    );
+
+    let said = people_said(&fake.requests.lock().unwrap());
+    for word in ["/status", "/stop", "/new", "/resume"] {
+        assert!(
+            !said.iter().any(|text| text.contains(word)),
+            "{word} reached the model: {said:?}"
+        );
+    }
+}
+
+/// Every text the model was given as the person's words.
+fn people_said(requests: &[Value]) -> Vec<String> {
+    requests
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| match &m["content"] {
+            Value::String(text) => vec![text.clone()],
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// Who may use a command is the operator's: a person not listed is told
+/// so and the refusal is audited; `/model` switches only among the
+/// operator's models (the next request asks for it); `/usage` says what
+/// the ledger holds for the asker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned CLIs in tests/clis (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn commands_follow_the_operators_permissions_models_and_ledger() {
+    let (model_url, fake) = fake_model(false).await;
+    let config = "default_config:\n  models: [fake-fast, fake-deep]\n  commands:\n    allow:\n      new: [ann]\n";
+    let (serve, _home) = common::server::serve_claude(model_url, config).await;
+    let first = chat_turn(&serve, "ann", ASK).await;
+    assert_eq!(first["type"], "run.completed", "{first}");
+    let bob = chat_turn(&serve, "bob", ASK).await;
+    assert_eq!(bob["type"], "run.completed", "{bob}");
+
+    let (refused, _) = command(&serve, "bob", "/new").await;
+    assert_eq!(
+        refused,
+        "Only the people the operator listed (ann) may use /new here."
+    );
+    let (help, _) = command(&serve, "bob", "/help").await;
+    assert!(help.contains("/stop") && !help.contains("/new"), "{help}");
+    let (stranger, _) = command(&serve, "carol", "/stop").await;
+    assert!(
+        stranger.starts_with("Only people who have had a turn"),
+        "{stranger}"
+    );
+
+    let (outside, _) = command(&serve, "ann", "/model gpt-9").await;
+    assert_eq!(
+        outside,
+        "`gpt-9` is not a model the operator allows here (allowed: fake-fast, fake-deep; /model default goes back to the operator's)."
+    );
+    let (switched, _) = command(&serve, "ann", "/model fake-deep").await;
+    assert_eq!(
+        switched,
+        "The model is now fake-deep, from your next message."
+    );
+    let asked = fake.requests.lock().unwrap().len();
+    let next = chat_turn(&serve, "ann", FOLLOW_UP).await;
+    assert_eq!(next["type"], "run.completed", "{next}");
+    let models: Vec<String> = fake.requests.lock().unwrap()[asked..]
+        .iter()
+        .filter_map(|r| r["model"].as_str().map(str::to_string))
+        .collect();
+    assert!(models.contains(&"fake-deep".to_string()), "{models:?}");
+
+    let (usage, _) = command(&serve, "ann", "/usage").await;
+    let ledger = serve.get_json("/v1/usage?by=actor&actor=ann").await;
+    let row = &ledger["totals"][0];
+    let tokens = row["input_tokens"].as_u64().unwrap() + row["output_tokens"].as_u64().unwrap();
+    let runs = row["runs"].as_u64().unwrap();
+    assert!(
+        usage.starts_with(&format!(
+            "Your usage today (UTC): {} tokens",
+            group_digits(tokens)
+        )) && usage.contains(&format!("in {runs} turn(s)")),
+        "{usage} vs {ledger}"
+    );
+
+    let rows = audit_of(&serve);
+    assert!(
+        rows.contains("command:new") && rows.contains("unauthorized") && rows.contains("by bob"),
+        "{rows}"
+    );
+    let said = people_said(&fake.requests.lock().unwrap());
+    assert!(
+        !said
+            .iter()
+            .any(|text| ["/model", "/new", "/help", "/stop", "/usage"]
+                .iter()
+                .any(|word| text.contains(word))),
+        "a command reached the model: {said:?}"
+    );
+}
+
+fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The newest audit rows of `serve`'s store, as `host audit` prints them.
+fn audit_of(serve: &common::server::ServeProcess) -> String {
+    let audit = std::process::Command::new(common::bridge_bin())
+        .arg("--data-dir")
+        .arg(serve.data.path())
+        .args(["host", "audit", "--limit", "500"])
+        .output()
+        .unwrap();
+    assert!(audit.status.success(), "{audit:?}");
+    String::from_utf8_lossy(&audit.stdout).into_owned()
 }

@@ -239,6 +239,26 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
         });
         let (tx, rx) = mpsc::channel::<AgentRunResult>(256);
         let printer = tokio::spawn(print_results(rx, format));
+        let asking = crate::run::Asking {
+            ctx: &ctx,
+            harness: &harness,
+            turns: &crate::run::NoTurns,
+            fixed: &[],
+        };
+        // A command (`/new`, `/usage`, …) is answered, not run.
+        if let Some(answer) = bridge.answer_command(&asking).await {
+            for result in crate::run::answer_results(&ctx.run_id, &answer) {
+                let _ = tx.send(result).await;
+            }
+            drop(tx);
+            let _ = printer.await;
+            bridge.shutdown().await;
+            return Ok(if answer.refused {
+                exit::FAILURE
+            } else {
+                exit::OK
+            });
+        }
         let summary = bridge
             .run(&ctx, &harness, &RunOptions::default(), tx, cancel.clone())
             .await;

@@ -677,10 +677,7 @@ impl AdapterSpec {
         Err(PermissionModeRefused(format!(
             "`{mode}` is not a permission mode of {}{}; it takes default, {}",
             self.label,
-            crate::projection::keys::did_you_mean(
-                mode,
-                self.permission_modes.iter().map(String::as_str)
-            ),
+            crate::keys::did_you_mean(mode, self.permission_modes.iter().map(String::as_str)),
             self.permission_modes.join(", ")
         )))
     }

@@ -22,7 +22,7 @@ pub use adapter::{
 pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
 pub use launch::{HarnessProcess, Launch, child_env, env_pattern_matches, find_program};
 pub use session::{
-    HARNESS_KEY, ResumePointer, SESSION_FILES_KEY, SESSION_ID_KEY, SessionFiles, SessionIdFormat,
-    SessionStore, WORKING_DIRECTORY_KEY,
+    EARLIER_SESSIONS_KEY, HARNESS_KEY, OVERRIDES_KEY, ResumePointer, SESSION_FILES_KEY,
+    SESSION_ID_KEY, SessionFiles, SessionIdFormat, SessionStore, WORKING_DIRECTORY_KEY,
 };
 pub use stderr::StderrTail;

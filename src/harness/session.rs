@@ -24,6 +24,13 @@ pub const HARNESS_KEY: &str = "external.harness";
 /// so the session can follow its conversation to another instance.
 pub const SESSION_FILES_KEY: &str = "external.session_files";
 
+/// State key of the conversation's earlier sessions (`/new` puts the
+/// current one there, `/resume N` brings one back), newest first.
+pub const EARLIER_SESSIONS_KEY: &str = "external.sessions";
+/// State key of the model and permission mode a person chose for the
+/// conversation (`/model`, `/mode`), among those the operator allows.
+pub const OVERRIDES_KEY: &str = "external.overrides";
+
 /// Where a harness keeps its sessions, so the bridge can tell whether one
 /// still exists before asking the harness to resume it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

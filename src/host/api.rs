@@ -30,6 +30,22 @@ pub struct RunScope {
 }
 
 impl RunScope {
+    /// The scope of `ctx`'s run under `runner_id`: the ids its context
+    /// names, frozen.
+    pub fn of(ctx: &crate::protocol::AgentRunContext, runner_id: &str) -> RunScope {
+        let conversation = ctx.conversation.clone().unwrap_or_default();
+        RunScope {
+            run_id: ctx.run_id.clone(),
+            runner_id: runner_id.to_string(),
+            conversation_id: ctx.conversation_id().map(str::to_string),
+            thread_id: ctx.thread_id().map(str::to_string),
+            actor_id: ctx.actor.as_ref().and_then(|a| a.actor_id.clone()),
+            subject_id: ctx.subject.as_ref().and_then(|s| s.subject_id.clone()),
+            bot_id: conversation.bot_id,
+            workspace_id: conversation.workspace_id,
+        }
+    }
+
     /// The plugin that owns the runner (`author/name`), the owner of plugin
     /// storage. Falls back to the whole runner id when it is not in the
     /// `plugin:author/name/runner` form.

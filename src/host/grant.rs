@@ -602,17 +602,7 @@ impl Grants {
             .map_or(default_deadline, |d| {
                 ((d * 1000.0) as i64).min(default_deadline)
             });
-        let conversation = ctx.conversation.clone().unwrap_or_default();
-        let scope = RunScope {
-            run_id: ctx.run_id.clone(),
-            runner_id: runner_id.to_string(),
-            conversation_id: ctx.conversation_id().map(str::to_string),
-            thread_id: ctx.thread_id().map(str::to_string),
-            actor_id: ctx.actor.as_ref().and_then(|a| a.actor_id.clone()),
-            subject_id: ctx.subject.as_ref().and_then(|s| s.subject_id.clone()),
-            bot_id: conversation.bot_id,
-            workspace_id: conversation.workspace_id,
-        };
+        let scope = RunScope::of(ctx, runner_id);
         // A host with knowledge bases of its own gives the run those (the
         // ones the context names, when it names any); otherwise the
         // context's are the host's grant.

@@ -153,6 +153,19 @@ pub struct Binding<'a> {
     /// own. Empty: no project.
     #[serde(default, deserialize_with = "project_name")]
     pub project: Option<String>,
+    /// Models a person may switch the conversation to with `/model`
+    /// (names, or one text of names separated by commas); none: `/model`
+    /// only shows the model.
+    #[serde(default, deserialize_with = "approver_ids")]
+    pub models: Vec<String>,
+    /// Permission modes a person may switch the conversation to with
+    /// `/mode`; none: `/mode` only shows the mode.
+    #[serde(default, deserialize_with = "approver_ids")]
+    pub permission_modes: Vec<String>,
+    /// The chat commands (`/stop`, `/new`, …): their prefix (`""` turns
+    /// them off) and who may use each.
+    #[serde(default)]
+    pub commands: crate::command::Access,
 }
 
 /// A binding picks a project by name: a path (or a repository given
@@ -259,13 +272,13 @@ pub enum Approvals {
 /// Why a key is not a binding's, with the key it likely meant; `None`
 /// for a key a binding reads.
 pub fn unknown_key(key: &str) -> Option<String> {
-    let keys = super::keys::fields_of::<Binding<'static>>();
+    let keys = crate::keys::fields_of::<Binding<'static>>();
     if keys.contains(&key) {
         return None;
     }
     Some(format!(
         "unknown binding key `{key}`{}; a binding takes {}",
-        super::keys::did_you_mean(key, keys.iter().copied()),
+        crate::keys::did_you_mean(key, keys.iter().copied()),
         keys.iter()
             .map(|k| format!("`{k}`"))
             .collect::<Vec<_>>()

@@ -12,7 +12,6 @@ mod confined;
 mod error;
 mod home;
 mod inputs;
-pub mod keys;
 mod mcp_config;
 mod names;
 mod render;

@@ -8,6 +8,7 @@
 //! harness process group killed before the bridge exits (Protocol v1 §10:
 //! fail fast, leave nothing behind). See `docs/relay-protocol.md`.
 
+mod board;
 mod frame;
 mod host;
 mod reader;
@@ -193,9 +194,18 @@ fn answer_too_long(
 struct ToPlugin {
     out: mpsc::Sender<Outbound>,
     run_id: String,
+    /// Set when its turn begins, for `/status` and `/stop`.
+    started_ms: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Deliver for ToPlugin {
+    fn begins(&mut self, got_turn: bool) {
+        if got_turn {
+            self.started_ms
+                .store(crate::host::now_ms(), std::sync::atomic::Ordering::Release);
+        }
+    }
+
     async fn deliver(&mut self, result: AgentRunResult) -> bool {
         let frame = Outbound::Result {
             run_id: self.run_id.clone(),
@@ -345,6 +355,8 @@ struct Session {
     scheduler: Arc<Scheduler>,
     /// The projects runs declared, opened once for the session.
     projects: Arc<OpenedProjects>,
+    /// The runs in flight as the chat commands see them.
+    board: Arc<board::Board>,
 }
 
 impl Session {
@@ -371,6 +383,7 @@ impl Session {
             bridge,
             runs: HashMap::new(),
             projects: Arc::default(),
+            board: Arc::default(),
             tasks: JoinSet::new(),
             scheduler,
         })
@@ -398,6 +411,7 @@ impl Session {
                 Some(done) = self.tasks.join_next() => {
                     if let Ok(run_id) = done {
                         self.runs.remove(&run_id);
+                        self.board.remove(&run_id);
                     }
                     continue;
                 }
@@ -556,6 +570,17 @@ impl Session {
             Ok(ctx) => ctx,
             Err(why) => return refuse(FailureCode::InvalidArgument, why, false),
         };
+        let text = ctx.input.to_text();
+        if Bridge::command_in(&ctx, &text).is_some() {
+            // Answered at once, beside the conversation's queue: a command
+            // waits on host calls the read loop answers.
+            let (bridge, out, board) = (self.bridge.clone(), self.out.clone(), self.board.clone());
+            self.tasks.spawn(async move {
+                command(&bridge, &ctx, &harness, &board, out).await;
+                ctx.run_id
+            });
+            return;
+        }
         let conversation = ctx.conversation_id().unwrap_or("_").to_string();
         let ticket = match self.scheduler.enqueue(&conversation) {
             Ok(ticket) => ticket,
@@ -570,6 +595,16 @@ impl Session {
             harness: harness.clone(),
         };
         self.runs.insert(run_id.clone(), running);
+        let started_ms = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let on_board = board::OnBoard {
+            conversation,
+            harness: harness.clone(),
+            actor: ctx.actor.as_ref().and_then(|a| a.actor_id.clone()),
+            started_ms: started_ms.clone(),
+            accepted_ms: crate::host::now_ms(),
+            cancel: cancel.clone(),
+        };
+        self.board.add(run_id.clone(), on_board);
         let turn = RelayTurn {
             bridge: self.bridge.clone(),
             out: self.out.clone(),
@@ -579,6 +614,7 @@ impl Session {
             projects: (projects, self.projects.clone()),
             ticket,
             cancel,
+            started_ms,
         };
         self.tasks.spawn(turn.run());
     }
@@ -621,6 +657,7 @@ struct RelayTurn {
     projects: (Projects, Arc<OpenedProjects>),
     ticket: crate::run::Ticket,
     cancel: CancellationToken,
+    started_ms: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl RelayTurn {
@@ -636,6 +673,7 @@ impl RelayTurn {
             projects: (declared, opened),
             ticket,
             cancel,
+            started_ms,
         } = self;
         let run_id = ctx.run_id.clone();
         // The project the binding names, when the run declared it: opened
@@ -669,6 +707,7 @@ impl RelayTurn {
         let mut sink = ToPlugin {
             out,
             run_id: run_id.clone(),
+            started_ms,
         };
         let dispatch = Dispatch {
             bridge,
@@ -679,6 +718,35 @@ impl RelayTurn {
         };
         dispatch.run(Some(ticket), &mut sink).await;
         run_id
+    }
+}
+
+/// Answer a run whose message is a chat command: its results, as any
+/// run's, to the plugin.
+async fn command(
+    bridge: &Bridge,
+    ctx: &crate::protocol::AgentRunContext,
+    harness: &str,
+    board: &board::Board,
+    out: mpsc::Sender<Outbound>,
+) {
+    let asking = crate::run::Asking {
+        ctx,
+        harness,
+        turns: board,
+        fixed: &[],
+    };
+    let Some(answer) = bridge.answer_command(&asking).await else {
+        return;
+    };
+    for result in crate::run::answer_results(&ctx.run_id, &answer) {
+        let frame = Outbound::Result {
+            run_id: ctx.run_id.clone(),
+            result: Box::new(result),
+        };
+        if out.send(frame).await.is_err() {
+            return;
+        }
     }
 }
 

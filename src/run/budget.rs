@@ -156,7 +156,7 @@ fn limit_key(limit: Limit) -> &'static str {
 }
 
 /// `n` as the person reads the limit's unit.
-fn amount(limit: Limit, n: f64) -> String {
+pub(super) fn amount(limit: Limit, n: f64) -> String {
     match limit {
         Limit::CostUsdPerDay | Limit::CostUsdPerMonth => format!("${n:.2}"),
         Limit::TurnsPerMinute if n == 1.0 => "1 turn".into(),
@@ -167,7 +167,7 @@ fn amount(limit: Limit, n: f64) -> String {
 }
 
 /// `1234567` as `1,234,567`.
-fn grouped(n: u64) -> String {
+pub(super) fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {

@@ -825,6 +825,30 @@ impl LiveSessions {
         self.report();
     }
 
+    /// Stop the idle processes that serve `conversation` (`/new`,
+    /// `/resume`: the next turn starts its own); how many.
+    pub async fn end_conversation(&self, conversation: &str) -> usize {
+        let ended: Vec<LiveProcess> = {
+            let mut idle = self.idle();
+            let slots: Vec<(PathBuf, String)> = idle
+                .iter()
+                .filter(|(_, (_, p))| p.conversation.as_deref() == Some(conversation))
+                .map(|(slot, _)| slot.clone())
+                .collect();
+            slots
+                .iter()
+                .filter_map(|slot| idle.remove(slot))
+                .map(|(_, p)| p)
+                .collect()
+        };
+        let count = ended.len();
+        for process in ended {
+            process.stop(self.grace).await;
+        }
+        self.report();
+        count
+    }
+
     /// Run [`LiveSessions::evict_idle`] every few seconds while `self` lives.
     pub fn start_reaper(self: &Arc<Self>) {
         let sessions = Arc::downgrade(self);

@@ -9,6 +9,7 @@
 mod answers;
 mod attempt;
 mod budget;
+mod commands;
 mod dispatch;
 mod drive;
 mod emit;
@@ -35,6 +36,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use commands::{Answer, Asking, NoTurns, TurnNow, Turns, answer_results};
 pub use dispatch::{Deliver, Dispatch, Dispatched};
 pub use emit::Emitter;
 pub use live::{LiveLimits, LiveSession, LiveSessions};
@@ -407,6 +409,9 @@ impl Bridge {
             .host
             .as_deref()
             .unwrap_or_else(|| self.host().as_ref());
+        // The model and mode a person chose with `/model`, `/mode`.
+        let chosen = commands::with_overrides(host, ctx, harness).await;
+        let ctx = chosen.as_ref().unwrap_or(ctx);
         // A turn the budgets refuse never started: it is not in the ledger.
         let mut admitted = true;
         async {

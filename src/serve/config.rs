@@ -302,7 +302,7 @@ impl ServeConfig {
             if !known.clone().any(|k| k == name) {
                 return Err(ConfigError::Invalid(format!(
                     "{key}: no harness is named `{name}`{}; there are {}",
-                    crate::projection::keys::did_you_mean(name, known.clone()),
+                    crate::keys::did_you_mean(name, known.clone()),
                     known.clone().collect::<Vec<_>>().join(", ")
                 )));
             }
@@ -380,7 +380,7 @@ impl ServeConfig {
                 let known = self.projects.keys().map(String::as_str);
                 return Err(format!(
                     "{key}: project `{name}` is not declared in `projects`{}",
-                    crate::projection::keys::did_you_mean(name, known)
+                    crate::keys::did_you_mean(name, known)
                 ));
             }
         }
@@ -506,7 +506,7 @@ fn for_person(e: &serde_yaml::Error) -> String {
         return said;
     };
     let expected: Vec<&str> = tail.split('`').skip(1).step_by(2).collect();
-    let hint = crate::projection::keys::did_you_mean(key, expected.iter().copied());
+    let hint = crate::keys::did_you_mean(key, expected.iter().copied());
     format!("{head}{hint}, expected{tail}")
 }
 

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 use super::{Refused, RunEntry, Service, error};
-use crate::protocol::FailureCode;
+use crate::protocol::{AgentRunResult, FailureCode};
 use crate::protocol::{ErrorCode, InteractionSubmission, JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
 use crate::throttle::SharedThrottle;
@@ -327,7 +327,14 @@ async fn create_run(
     {
         return error(StatusCode::UNPROCESSABLE_ENTITY, why.to_string());
     }
-    ctx.config.extend(service.config.fixed_config.0.clone());
+    let fixed = &service.config.fixed_config.0;
+    ctx.config.extend(fixed.clone());
+    // What the operator fixed no person switches (`/model`, `/mode`).
+    for (key, list) in [("model", "models"), ("permission_mode", "permission_modes")] {
+        if fixed.contains_key(key) && !fixed.contains_key(list) {
+            ctx.config.remove(list);
+        }
+    }
     // A binding that could never run (a wrong key, a server it tries to
     // define) is the client's to fix now, not a queued turn's to fail.
     match crate::projection::Binding::from_config(&ctx.config) {
@@ -341,6 +348,11 @@ async fn create_run(
                 return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
             }
         }
+    }
+    // A command is the bridge's to answer, now, whatever runs.
+    if let Some(answer) = service.command(&ctx, &harness).await {
+        let results = crate::run::answer_results(&ctx.run_id, &answer);
+        return answered(&results, &headers);
     }
     if policy == Policy::Steer {
         let conversation = ctx.conversation_id().unwrap_or("_").to_string();
@@ -385,29 +397,14 @@ async fn create_run(
 /// asked. The run does not depend on this stream: a client that goes away
 /// only stops reading.
 fn stream(run: Arc<RunEntry>, headers: &HeaderMap) -> Response {
-    let sse = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("text/event-stream"));
+    let sse = wants_sse(headers);
     let mut changes = run.count.subscribe();
     let body = async_stream(move |send| async move {
         let mut sent = 0;
         loop {
             for result in run.results_from(sent) {
                 sent += 1;
-                let json = serde_json::to_string(&result).unwrap_or_default();
-                let chunk = if sse {
-                    // `id` is the sequence: what a client would send back
-                    // as Last-Event-ID.
-                    let id = result
-                        .sequence
-                        .map(|n| format!("id: {n}\n"))
-                        .unwrap_or_default();
-                    format!("{id}event: {}\ndata: {json}\n\n", result.kind)
-                } else {
-                    format!("{json}\n")
-                };
-                if send.send(Ok(chunk)).await.is_err() {
+                if send.send(Ok(chunk(&result, sse))).await.is_err() {
                     return;
                 }
             }
@@ -419,6 +416,11 @@ fn stream(run: Arc<RunEntry>, headers: &HeaderMap) -> Response {
             }
         }
     });
+    results_response(body, sse)
+}
+
+/// A response carrying results as NDJSON, or as server-sent events.
+fn results_response(body: Body, sse: bool) -> Response {
     let content_type = if sse {
         "text/event-stream"
     } else {
@@ -429,6 +431,36 @@ fn stream(run: Arc<RunEntry>, headers: &HeaderMap) -> Response {
         .header(header::CACHE_CONTROL, "no-cache")
         .body(body)
         .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "cannot build the stream"))
+}
+
+/// One result as a stream sends it: a line of NDJSON, or an SSE event
+/// whose `id` is the sequence (what a client sends back as Last-Event-ID).
+fn chunk(result: &AgentRunResult, sse: bool) -> String {
+    let json = serde_json::to_string(result).unwrap_or_default();
+    if sse {
+        let id = result
+            .sequence
+            .map(|n| format!("id: {n}\n"))
+            .unwrap_or_default();
+        format!("{id}event: {}\ndata: {json}\n\n", result.kind)
+    } else {
+        format!("{json}\n")
+    }
+}
+
+/// Whether the client asked for server-sent events.
+fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"))
+}
+
+/// A command's answer, as a run's stream ends: its results, at once.
+fn answered(results: &[AgentRunResult], headers: &HeaderMap) -> Response {
+    let sse = wants_sse(headers);
+    let body: String = results.iter().map(|r| chunk(r, sse)).collect();
+    results_response(Body::from(body), sse)
 }
 
 /// A body fed by a task through a channel.

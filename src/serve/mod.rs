@@ -416,6 +416,23 @@ impl Service {
         answer.await.unwrap_or(false).then_some(run_id)
     }
 
+    /// Answer the command `ctx`'s message gives (`/stop`, `/status`, …),
+    /// before anything queues; `None`: the message is a turn's.
+    pub async fn command(
+        &self,
+        ctx: &AgentRunContext,
+        harness: &str,
+    ) -> Option<crate::run::Answer> {
+        let fixed: Vec<String> = self.config.fixed_config.0.keys().cloned().collect();
+        let asking = crate::run::Asking {
+            ctx,
+            harness,
+            turns: self,
+            fixed: &fixed,
+        };
+        self.bridge.answer_command(&asking).await
+    }
+
     /// Queue a turn; it runs in the background whatever happens to the
     /// caller, and its results are kept under its run id. The turn's place
     /// in its conversation is taken before this returns; it is accepted
@@ -667,4 +684,38 @@ fn error(status: axum::http::StatusCode, message: impl Into<String>) -> axum::re
         axum::Json(serde_json::json!({"error": message.into()})),
     )
         .into_response()
+}
+
+/// The turns in memory here, for `/stop` and `/status`.
+#[async_trait::async_trait]
+impl crate::run::Turns for Service {
+    async fn in_flight(&self, conversation: &str) -> Vec<crate::run::TurnNow> {
+        let mut turns: Vec<(i64, crate::run::TurnNow)> = self
+            .runs()
+            .iter()
+            .filter(|(_, run)| run.conversation_id == conversation && !run.ended())
+            .map(|(run_id, run)| {
+                let started_ms = run
+                    .started_ms()
+                    .filter(|_| run.status() == RunStatus::Running);
+                let turn = crate::run::TurnNow {
+                    run_id: run_id.clone(),
+                    harness: run.harness.clone(),
+                    started_ms,
+                    actor: run.who().and_then(|w| w.actor.clone()),
+                };
+                // The running one first, then the rest as they came.
+                (started_ms.map_or(run.accepted_ms, |_| i64::MIN), turn)
+            })
+            .collect();
+        turns.sort_by_key(|(order, _)| *order);
+        turns.into_iter().map(|(_, turn)| turn).collect()
+    }
+
+    async fn stop(&self, conversation: &str) -> Option<crate::run::TurnNow> {
+        let running = self.in_flight(conversation).await.into_iter().next()?;
+        running.started_ms?;
+        self.run(&running.run_id)?.cancel();
+        Some(running)
+    }
 }

@@ -1,0 +1,74 @@
+//! The relay session's turns as the chat commands see them (`/stop`,
+//! `/status`): which conversation each belongs to, whether it has begun,
+//! and how to stop it. Shared with the command's task, since a command
+//! waits on host calls that only the session's read loop can answer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::run::{TurnNow, Turns};
+
+/// One run of the session.
+pub(super) struct OnBoard {
+    pub(super) conversation: String,
+    pub(super) harness: String,
+    pub(super) actor: Option<String>,
+    /// When its turn began (epoch milliseconds; 0: it waits).
+    pub(super) started_ms: Arc<AtomicI64>,
+    /// When it was accepted, for the order of those waiting.
+    pub(super) accepted_ms: i64,
+    pub(super) cancel: CancellationToken,
+}
+
+/// The session's runs in flight, by run id.
+#[derive(Default)]
+pub(super) struct Board(Mutex<HashMap<String, OnBoard>>);
+
+impl Board {
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, OnBoard>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn add(&self, run_id: String, run: OnBoard) {
+        self.runs().insert(run_id, run);
+    }
+
+    pub(super) fn remove(&self, run_id: &str) {
+        self.runs().remove(run_id);
+    }
+}
+
+#[async_trait]
+impl Turns for Board {
+    async fn in_flight(&self, conversation: &str) -> Vec<TurnNow> {
+        let mut turns: Vec<(i64, TurnNow)> = self
+            .runs()
+            .iter()
+            .filter(|(_, run)| run.conversation == conversation)
+            .map(|(run_id, run)| {
+                let started = Some(run.started_ms.load(Ordering::Acquire)).filter(|ms| *ms > 0);
+                let order = started.map_or(run.accepted_ms, |_| i64::MIN);
+                let turn = TurnNow {
+                    run_id: run_id.clone(),
+                    harness: run.harness.clone(),
+                    started_ms: started,
+                    actor: run.actor.clone(),
+                };
+                (order, turn)
+            })
+            .collect();
+        turns.sort_by_key(|(order, _)| *order);
+        turns.into_iter().map(|(_, turn)| turn).collect()
+    }
+
+    async fn stop(&self, conversation: &str) -> Option<TurnNow> {
+        let running = self.in_flight(conversation).await.into_iter().next()?;
+        running.started_ms?;
+        self.runs().get(&running.run_id)?.cancel.cancel();
+        Some(running)
+    }
+}

@@ -1,0 +1,193 @@
+//! `/status`, `/usage` and `/stop`: what the conversation's turn is doing,
+//! what the asker has spent, and the running turn stopped. Each says what
+//! is true now, from the front door's turns, the kept processes and the
+//! store; "nothing runs" is said only when nothing does.
+
+use super::sessions::short;
+use super::{Asked, age};
+use crate::host::budget::Limit;
+use crate::host::now_ms;
+use crate::host::usage::{UsageBy, UsageQuery};
+use crate::interaction::Ask;
+use crate::run::budget::{amount, grouped};
+use crate::run::{Bridge, record};
+
+/// `/stop`.
+pub(super) async fn stop(asked: &Asked<'_>) -> String {
+    let turns = asked.asking.turns;
+    match turns.stop(&asked.conversation).await {
+        Some(turn) => {
+            let since = turn.started_ms.map(age).unwrap_or_default();
+            let waiting = turns.in_flight(&asked.conversation).await.len();
+            let next = match waiting {
+                0 | 1 => String::new(),
+                n => format!(" {} more waiting run after it.", n - 1),
+            };
+            format!(
+                "Stopped the running turn (it ran for {since}). The session is kept: your next \
+                 message continues it.{next}"
+            )
+        }
+        None => "Nothing is running here, so there is nothing to stop.".into(),
+    }
+}
+
+/// `/status`.
+pub(super) async fn status(bridge: &Bridge, asked: &Asked<'_>) -> String {
+    let mut lines = Vec::new();
+    let in_flight = asked.asking.turns.in_flight(&asked.conversation).await;
+    let running = in_flight.iter().find(|t| t.started_ms.is_some());
+    match running {
+        Some(turn) => lines.push(format!(
+            "Running: a turn of {} for {}{} (run {}).",
+            turn.harness,
+            turn.started_ms.map(age).unwrap_or_default(),
+            turn.actor
+                .as_deref()
+                .map(|a| format!(", asked by {a}"))
+                .unwrap_or_default(),
+            turn.run_id
+        )),
+        None => lines.push("Nothing is running now.".into()),
+    }
+    let waiting = in_flight.len() - usize::from(running.is_some());
+    if waiting > 0 {
+        lines.push(format!("Waiting: {waiting} message(s), each its own turn."));
+    }
+    let chosen = super::switch::chosen(asked).await;
+    let model = chosen.model.or(asked.binding.model.clone());
+    let mode = chosen
+        .permission_mode
+        .or(asked.binding.permission_mode.clone());
+    lines.push(format!(
+        "Harness: {}; model: {}; permission mode: {}.",
+        asked.asking.harness,
+        model.as_deref().unwrap_or("its default"),
+        mode.as_deref().unwrap_or("its default")
+    ));
+    if let Some(live) = bridge.live_sessions() {
+        let kept = live
+            .list()
+            .into_iter()
+            .filter(|s| s.conversation.as_deref() == Some(asked.conversation.as_str()));
+        for process in kept {
+            lines.push(format!(
+                "Process: {} pid {}, {} MiB, {} turn(s), up {}{}.",
+                process.harness,
+                process.pid,
+                process.rss_bytes / (1024 * 1024),
+                process.turns,
+                age(process.started_ms),
+                if process.serving {
+                    ", serving a turn"
+                } else {
+                    ", idle"
+                }
+            ));
+        }
+    }
+    if let Some(pending) = record::pending(asked.host, &asked.scope).await {
+        let what = match &pending.ask {
+            Ask::Question { question, .. } => format!("the question \"{question}\""),
+            Ask::Approval { summary, .. } => format!("approval of {summary}"),
+            Ask::Publish(publish) => format!("approval to publish {}", publish.project),
+        };
+        lines.push(format!("Waiting for your answer: {what}."));
+    }
+    lines.push(
+        match record::pointer(asked.host, &asked.scope, asked.asking.ctx).await {
+            Some(p) => format!("Session: {} ({}).", short(&p.session_id), p.harness),
+            None => "Session: none yet (the next message starts one).".into(),
+        },
+    );
+    if let Some(project) = &asked.binding.project {
+        let branch = bridge
+            .project(project)
+            .map(|p| p.branch_for(&asked.conversation, asked.asking.harness))
+            .unwrap_or_default();
+        lines.push(format!("Project: {project}, branch {branch}."));
+    }
+    lines.join("\n")
+}
+
+/// What the asker's runs cost since `since_ms`: tokens (input and
+/// output, as the budgets count them), cost when known, and turns.
+async fn spent(asked: &Asked<'_>, actor: &str, since_ms: i64) -> Option<(u64, Option<f64>, u64)> {
+    let query = UsageQuery {
+        by: UsageBy::Actor,
+        since_ms: Some(since_ms),
+        actor: Some(actor.to_string()),
+        ..Default::default()
+    };
+    let totals = asked.host.usage_totals(query).await.ok()?;
+    let total = totals.into_iter().next();
+    Some(total.map_or((0, None, 0), |t| {
+        (t.input_tokens + t.output_tokens, t.cost_usd, t.runs)
+    }))
+}
+
+/// `/usage`.
+pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
+    let Some(actor) = asked.actor else {
+        return "This message names no one, so there is no usage to show.".into();
+    };
+    const DAY: i64 = 86_400_000;
+    let today = now_ms().div_euclid(DAY);
+    let (month, _) = crate::protocol::time::month_of(today);
+    let (Some(day), Some(month)) = (
+        spent(asked, actor, today * DAY).await,
+        spent(asked, actor, month * DAY).await,
+    ) else {
+        return "Your usage cannot be read now (the store did not answer).".into();
+    };
+    let said = |(tokens, cost, turns): (u64, Option<f64>, u64)| {
+        let cost = cost.map(|c| format!(", ${c:.2}")).unwrap_or_default();
+        format!("{} tokens{cost} in {turns} turn(s)", grouped(tokens))
+    };
+    let mut lines = vec![
+        format!("Your usage today (UTC): {}.", said(day)),
+        format!("This month: {}.", said(month)),
+    ];
+    let limits = &bridge.settings.budgets.actor;
+    let left = [
+        (
+            Limit::TokensPerDay,
+            limits.tokens_per_day.map(|l| l as f64),
+            day.0 as f64,
+        ),
+        (
+            Limit::TokensPerMonth,
+            limits.tokens_per_month.map(|l| l as f64),
+            month.0 as f64,
+        ),
+        (
+            Limit::CostUsdPerDay,
+            limits.cost_usd_per_day,
+            day.1.unwrap_or(0.0),
+        ),
+        (
+            Limit::CostUsdPerMonth,
+            limits.cost_usd_per_month,
+            month.1.unwrap_or(0.0),
+        ),
+    ];
+    for (limit, allowed, used) in left {
+        let Some(allowed) = allowed else { continue };
+        let per = match limit {
+            Limit::TokensPerDay | Limit::CostUsdPerDay => "today",
+            _ => "this month",
+        };
+        lines.push(format!(
+            "Left {per}: {} of {}.",
+            amount(limit, (allowed - used).max(0.0)),
+            amount(limit, allowed)
+        ));
+    }
+    if let Some(rate) = limits.turns_per_minute {
+        lines.push(format!(
+            "At most {} a minute.",
+            amount(Limit::TurnsPerMinute, rate.into())
+        ));
+    }
+    lines.join("\n")
+}
