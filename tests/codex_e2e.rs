@@ -518,3 +518,114 @@ async fn a_caged_codex_runs_its_shell_commands_in_the_workspace() {
         .any(|e| e.file_name() == "approved-ran");
     assert!(made, "the command did not run: {:?}", turn.kinds());
 }
+
+/// A chat command as a person sends it through `serve`: its answer, and
+/// how long the bridge took to give it.
+async fn command(server: &common::server::ServeProcess, text: &str) -> (String, Duration) {
+    let asked = std::time::Instant::now();
+    let results = server
+        .results(json!({"conversation": CONVERSATION, "text": text}))
+        .await;
+    let took = asked.elapsed();
+    let end = results.last().unwrap();
+    assert_eq!(end["data"]["finish_reason"], "command", "{results:?}");
+    let said = end["data"]["message"]["content"].as_str().unwrap_or_default();
+    (said.to_string(), took)
+}
+
+/// The session facts of a turn that completed.
+fn session_of(results: &[Value]) -> (String, bool) {
+    let last = results.last().expect("results");
+    assert_eq!(last["type"], "run.completed", "{results:?}");
+    let session = &last["data"]["message"]["metadata"]["session"];
+    (
+        session["session_id"].as_str().unwrap_or_default().to_string(),
+        session["resumed"] == true,
+    )
+}
+
+/// The person's words in every request the model got (the input items
+/// with the user's role).
+fn people_said(requests: &[Value]) -> Vec<String> {
+    requests
+        .iter()
+        .flat_map(|r| r["input"].as_array().cloned().unwrap_or_default())
+        .filter(|item| item["role"] == "user")
+        .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The chat commands with the real Codex through `serve`: `/status`
+/// names the running turn, `/stop` ends it within a second (the
+/// app-server's own interrupt) and the next message goes on in the same
+/// thread; `/new` starts a fresh thread whose first request holds no
+/// earlier message, and `/resume 1` goes back; no command reaches the
+/// model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned codex (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_person_stops_a_codex_turn_and_starts_over_from_the_chat() {
+    let (model_url, fake) = fake_model(false).await;
+    let (server, _home) = Machine::new(&model_url).await.serve("").await;
+    let body = |text: &str| json!({"conversation": CONVERSATION, "text": text});
+    let first = server.results(body("Remember the word PLUM")).await;
+    let (thread, _) = session_of(&first);
+
+    let hanging = server.spawn_results(
+        json!({"conversation": CONVERSATION, "text": "Now HANG", "run_id": "codex-hang"}),
+    );
+    while !fake
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|r| r.to_string().contains("Now HANG"))
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, took) = command(&server, "/status").await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(
+        status.contains("Running: a turn of codex") && status.contains("codex-hang"),
+        "{status}"
+    );
+    let (stopped, took) = command(&server, "/stop").await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(stopped.starts_with("Stopped the running turn"), "{stopped}");
+    let hung = tokio::time::timeout(Duration::from_secs(1), hanging)
+        .await
+        .expect("the stopped turn ends within a second")
+        .unwrap();
+    assert_eq!(hung.last().unwrap()["data"]["code"], "cancelled", "{hung:?}");
+
+    let next = server.results(body("What was the word?")).await;
+    assert_eq!(session_of(&next), (thread.clone(), true), "{next:?}");
+
+    let (new, _) = command(&server, "/new").await;
+    assert!(new.starts_with("Started over"), "{new}");
+    let asked = fake.requests.lock().unwrap().len();
+    let fresh = server.results(body("Hello there")).await;
+    let (fresh_thread, resumed) = session_of(&fresh);
+    assert!(!resumed && fresh_thread != thread, "{fresh:?}");
+    let first_request = fake.requests.lock().unwrap()[asked].to_string();
+    assert!(
+        !first_request.contains("PLUM"),
+        "the fresh thread's first request holds an earlier message: {first_request}"
+    );
+    let (back, _) = command(&server, "/resume 1").await;
+    assert!(back.starts_with("Back to session"), "{back}");
+    let asked = fake.requests.lock().unwrap().len();
+    let again = server.results(body("And now?")).await;
+    assert_eq!(session_of(&again), (thread, true), "{again:?}");
+    let request = fake.requests.lock().unwrap()[asked].to_string();
+    assert!(request.contains("PLUM"), "the old thread's words: {request}");
+
+    let said = people_said(&fake.requests.lock().unwrap());
+    assert!(said.iter().any(|t| t.contains("PLUM")), "{said:?}");
+    for word in ["/status", "/stop", "/new", "/resume"] {
+        assert!(
+            !said.iter().any(|t| t.contains(word)),
+            "{word} reached the model: {said:?}"
+        );
+    }
+}
