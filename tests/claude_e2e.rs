@@ -1279,30 +1279,13 @@ async fn a_person_stops_starts_over_and_resumes_from_the_chat() {
         "the old session's words: {request}"
     );
 
-    let said = people_said(&fake.requests.lock().unwrap());
+    let said = fake.people_said();
     for word in ["/status", "/stop", "/new", "/resume"] {
         assert!(
             !said.iter().any(|text| text.contains(word)),
             "{word} reached the model: {said:?}"
         );
     }
-}
-
-/// Every text the model was given as the person's words.
-fn people_said(requests: &[Value]) -> Vec<String> {
-    requests
-        .iter()
-        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
-        .filter(|m| m["role"] == "user")
-        .flat_map(|m| match &m["content"] {
-            Value::String(text) => vec![text.clone()],
-            Value::Array(blocks) => blocks
-                .iter()
-                .filter_map(|b| b["text"].as_str().map(str::to_string))
-                .collect(),
-            _ => Vec::new(),
-        })
-        .collect()
 }
 
 /// Who may use a command is the operator's: a person not listed is told
@@ -1370,7 +1353,7 @@ async fn commands_follow_the_operators_permissions_models_and_ledger() {
         rows.contains("command:new") && rows.contains("unauthorized") && rows.contains("by bob"),
         "{rows}"
     );
-    let said = people_said(&fake.requests.lock().unwrap());
+    let said = fake.people_said();
     assert!(
         !said
             .iter()

@@ -529,7 +529,9 @@ async fn command(server: &common::server::ServeProcess, text: &str) -> (String, 
     let took = asked.elapsed();
     let end = results.last().unwrap();
     assert_eq!(end["data"]["finish_reason"], "command", "{results:?}");
-    let said = end["data"]["message"]["content"].as_str().unwrap_or_default();
+    let said = end["data"]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
     (said.to_string(), took)
 }
 
@@ -539,21 +541,12 @@ fn session_of(results: &[Value]) -> (String, bool) {
     assert_eq!(last["type"], "run.completed", "{results:?}");
     let session = &last["data"]["message"]["metadata"]["session"];
     (
-        session["session_id"].as_str().unwrap_or_default().to_string(),
+        session["session_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
         session["resumed"] == true,
     )
-}
-
-/// The person's words in every request the model got (the input items
-/// with the user's role).
-fn people_said(requests: &[Value]) -> Vec<String> {
-    requests
-        .iter()
-        .flat_map(|r| r["input"].as_array().cloned().unwrap_or_default())
-        .filter(|item| item["role"] == "user")
-        .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
-        .filter_map(|c| c["text"].as_str().map(str::to_string))
-        .collect()
 }
 
 /// The chat commands with the real Codex through `serve`: `/status`
@@ -574,15 +567,7 @@ async fn a_person_stops_a_codex_turn_and_starts_over_from_the_chat() {
     let hanging = server.spawn_results(
         json!({"conversation": CONVERSATION, "text": "Now HANG", "run_id": "codex-hang"}),
     );
-    while !fake
-        .requests
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|r| r.to_string().contains("Now HANG"))
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert!(fake.until_asked("Now HANG", Duration::from_secs(60)).await);
     let (status, took) = command(&server, "/status").await;
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(
@@ -596,7 +581,11 @@ async fn a_person_stops_a_codex_turn_and_starts_over_from_the_chat() {
         .await
         .expect("the stopped turn ends within a second")
         .unwrap();
-    assert_eq!(hung.last().unwrap()["data"]["code"], "cancelled", "{hung:?}");
+    assert_eq!(
+        hung.last().unwrap()["data"]["code"],
+        "cancelled",
+        "{hung:?}"
+    );
 
     let next = server.results(body("What was the word?")).await;
     assert_eq!(session_of(&next), (thread.clone(), true), "{next:?}");
@@ -618,9 +607,12 @@ async fn a_person_stops_a_codex_turn_and_starts_over_from_the_chat() {
     let again = server.results(body("And now?")).await;
     assert_eq!(session_of(&again), (thread, true), "{again:?}");
     let request = fake.requests.lock().unwrap()[asked].to_string();
-    assert!(request.contains("PLUM"), "the old thread's words: {request}");
+    assert!(
+        request.contains("PLUM"),
+        "the old thread's words: {request}"
+    );
 
-    let said = people_said(&fake.requests.lock().unwrap());
+    let said = fake.people_said();
     assert!(said.iter().any(|t| t.contains("PLUM")), "{said:?}");
     for word in ["/status", "/stop", "/new", "/resume"] {
         assert!(

@@ -1009,21 +1009,15 @@ async fn a_follow_up_sent_while_codex_works_steers_its_turn_in_a_pipeline() {
 
     let first =
         langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Take it SLOW"}));
-    let working = tokio::time::Instant::now() + std::time::Duration::from_secs(180);
-    while !fake
-        .requests
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|r| r.to_string().contains("SLOW"))
-    {
-        assert!(
-            tokio::time::Instant::now() < working,
-            "the first turn never reached the model\n{}",
-            langbot.logs()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let asked = fake
+        .until_asked("SLOW", std::time::Duration::from_secs(180))
+        .await;
+    assert!(
+        asked,
+        "the first turn never reached the model
+{}",
+        langbot.logs()
+    );
     let both = message_since(&mut langbot, &bot, user, "STEERED: make it Monday", first);
 
     let run = both.run();
@@ -1134,7 +1128,117 @@ async fn a_person_over_the_operators_turn_rate_is_told_in_the_chat_and_another_g
     assert_eq!(other.sent, [SECOND_ANSWER], "{:?}", other.runs);
     langbot.call(json!({"cmd": "plugin_config", "values": {"budgets": ""}}));
 
-    let ledger = walkdir::WalkDir::new(&langbot.home)
+    let actors = bridge_ledger(&langbot.home);
+    for person in ["30001", "30002"] {
+        let row = actors
+            .iter()
+            .find(|a| a["key"].as_str().is_some_and(|k| k.ends_with(person)))
+            .unwrap_or_else(|| panic!("no {person} in {actors:?}"));
+        assert_eq!(row["runs"], 1, "{row}");
+        assert!(row["input_tokens"].as_u64() >= Some(10), "{row}");
+    }
+}
+
+/// The chat commands on the user's path: a real LangBot's Agent binding
+/// over its OneBot adapter, the real Claude Code. Each command is answered
+/// in the chat by the bridge and never reaches the model: `/status` says
+/// nothing runs and names the session, `/new` makes the next turn start
+/// fresh, `/resume 1` goes back to the first session, `/usage` says what
+/// the bridge's ledger holds for the person, `/model` outside the
+/// operator's list is refused, and a person who never had a turn here may
+/// not start over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
+async fn chat_commands_are_answered_by_the_bridge_in_an_agent_binding() {
+    let (model_url, fake) = fake_model(false).await;
+    let mut langbot = langbot().await;
+    let target = langbot.call(json!({"cmd": "agent", "model_url": model_url}));
+    let bot =
+        langbot.call(json!({"cmd": "bot", "target_type": "agent", "target_uuid": target["uuid"]}));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+    let user = 40001;
+    let said = |langbot: &mut LangBot, text: &str| {
+        let exchange = message(langbot, &bot, user, text);
+        assert_eq!(exchange.sent.len(), 1, "{text}: {:?}", exchange.runs);
+        exchange.sent[0].clone()
+    };
+
+    let first = message(&mut langbot, &bot, user, FIRST);
+    assert_eq!(first.sent, [SECOND_ANSWER], "{:?}", first.runs);
+    let session = first.session()["session_id"].as_str().unwrap().to_string();
+    let status = said(&mut langbot, "/status");
+    assert!(
+        status.starts_with("Nothing is running now.") && status.contains(&session[..8]),
+        "{status}"
+    );
+
+    let new = said(&mut langbot, "/new");
+    assert!(new.starts_with("Started over"), "{new}");
+    let asked = fake.requests.lock().unwrap().len();
+    let fresh = message(&mut langbot, &bot, user, ASK);
+    assert_eq!(fresh.sent, [ANSWER], "{:?}", fresh.runs);
+    assert_eq!(fresh.session()["resumed"], false, "{:?}", fresh.runs);
+    assert_ne!(fresh.session()["session_id"], session.as_str());
+    let since_new =
+        common::anthropic::people_said(&fake.requests.lock().unwrap()[asked..]).join("\n");
+    assert!(!since_new.contains("tulip"), "{since_new}");
+
+    let back = said(&mut langbot, "/resume 1");
+    assert!(back.starts_with("Back to session"), "{back}");
+    let again = message(&mut langbot, &bot, user, FOLLOW_UP);
+    assert_eq!(
+        again.session()["session_id"],
+        session.as_str(),
+        "{:?}",
+        again.runs
+    );
+    assert_eq!(again.session()["resumed"], true);
+
+    let refused = said(&mut langbot, "/model gpt-9");
+    assert_eq!(
+        refused,
+        "`gpt-9` is not a model the operator allows here (the operator allows no other model here)."
+    );
+    let stranger = message(&mut langbot, &bot, 40002, "/new");
+    assert_eq!(
+        stranger.sent,
+        ["Only people who have had a turn in this conversation may use /new here."]
+    );
+
+    let usage = said(&mut langbot, "/usage");
+    let ledger = bridge_ledger(&langbot.home);
+    let row = ledger
+        .iter()
+        .find(|a| a["key"].as_str().is_some_and(|k| k.ends_with("40001")))
+        .unwrap_or_else(|| panic!("no 40001 in {ledger:?}"));
+    let tokens = row["input_tokens"].as_u64().unwrap() + row["output_tokens"].as_u64().unwrap();
+    assert!(
+        usage.starts_with(&format!("Your usage today (UTC): {tokens} tokens"))
+            || usage.starts_with(&format!(
+                "Your usage today (UTC): {},{:03} tokens",
+                tokens / 1000,
+                tokens % 1000
+            )),
+        "{usage} vs {row}"
+    );
+    assert!(
+        usage.contains(&format!("in {} turn(s)", row["runs"])),
+        "{usage}"
+    );
+
+    let words = fake.people_said().join("\n");
+    for command in ["/status", "/new", "/resume", "/model", "/usage"] {
+        assert!(
+            !words.contains(command),
+            "{command} reached the model: {words}"
+        );
+    }
+}
+
+/// What the bridge's own ledger under the plugin's data folder holds, by
+/// person (`host usage --by actor --json`).
+fn bridge_ledger(home: &Path) -> Vec<Value> {
+    let ledger = walkdir::WalkDir::new(home)
         .into_iter()
         .filter_map(Result::ok)
         .find(|e| {
@@ -1144,7 +1248,7 @@ async fn a_person_over_the_operators_turn_rate_is_told_in_the_chat_and_another_g
                     .is_some_and(|p| p.ends_with("harness-bridge"))
         })
         .map(|e| e.path().parent().unwrap().to_path_buf())
-        .unwrap_or_else(|| panic!("no bridge store under {}", langbot.home.display()));
+        .unwrap_or_else(|| panic!("no bridge store under {}", home.display()));
     let usage = Command::new(common::bridge_bin())
         .arg("--data-dir")
         .arg(&ledger)
@@ -1152,16 +1256,62 @@ async fn a_person_over_the_operators_turn_rate_is_told_in_the_chat_and_another_g
         .output()
         .unwrap();
     assert!(usage.status.success(), "{usage:?}");
-    let actors: Vec<Value> = String::from_utf8_lossy(&usage.stdout)
+    String::from_utf8_lossy(&usage.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    for person in ["30001", "30002"] {
-        let row = actors
+        .collect()
+}
+
+/// `/stop` on the user's path: a Pipeline-bound bot running Codex, and
+/// `/stop` sent while its turn waits on the model. LangBot claims it for
+/// the running run, the runner hands it to the bridge, which answers it in
+/// the chat and stops the turn by the app-server's interrupt; the next
+/// message goes on in the same thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
+async fn a_stop_sent_while_codex_works_ends_its_turn_in_a_pipeline() {
+    let (model_url, fake) = openai::fake_model(false).await;
+    let home = tempfile::tempdir().unwrap();
+    openai::codex_home(home.path(), &model_url);
+    let mut langbot = langbot().await;
+    let bot = codex_bot(&mut langbot, "pipeline", &model_url, home.path(), false).await;
+    let user = 40011;
+    let first = message(&mut langbot, &bot, user, FIRST);
+    assert_eq!(first.run()["status"], "completed", "{:?}", first.runs);
+    let thread = first.session()["session_id"].clone();
+
+    let working =
+        langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Now HANG"}));
+    let asked = fake
+        .until_asked("Now HANG", std::time::Duration::from_secs(180))
+        .await;
+    assert!(
+        asked,
+        "the turn never reached the model
+{}",
+        langbot.logs()
+    );
+    let sent = std::time::Instant::now();
+    let stopped = message_since(&mut langbot, &bot, user, "/stop", working);
+    let took = sent.elapsed();
+    assert!(
+        stopped
+            .sent
             .iter()
-            .find(|a| a["key"].as_str().is_some_and(|k| k.ends_with(person)))
-            .unwrap_or_else(|| panic!("no {person} in {actors:?}"));
-        assert_eq!(row["runs"], 1, "{row}");
-        assert!(row["input_tokens"].as_u64() >= Some(10), "{row}");
-    }
+            .any(|t| t.starts_with("Stopped the running turn")),
+        "{:?} {:?}",
+        stopped.sent,
+        stopped.runs
+    );
+    // The bridge's end of the run: stopped (cancelled), its answer last.
+    let results = stopped.run()["results"].to_string();
+    assert!(results.contains("\"cancelled\""), "{results}");
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+
+    let next = message(&mut langbot, &bot, user, FOLLOW_UP);
+    assert_eq!(next.run()["status"], "completed", "{:?}", next.runs);
+    assert_eq!(next.session()["session_id"], thread, "{:?}", next.runs);
+    assert_eq!(next.session()["resumed"], true, "{:?}", next.runs);
+    let said = fake.people_said();
+    assert!(!said.iter().any(|t| t.contains("/stop")), "{said:?}");
 }

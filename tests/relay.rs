@@ -897,3 +897,75 @@ async fn a_relay_started_again_puts_away_idle_worktrees_when_a_run_opens_their_p
     );
     assert!(branches.contains("chat/c-2"), "{branches}");
 }
+
+/// A chat command behind the relay: a run whose message is `/status` is
+/// answered at once beside the conversation's running turn (which it
+/// names), and `/stop` sent as a follow-up to that turn (LangBot's
+/// steering) is answered in the turn's own stream, before the turn ends
+/// stopped; the follow-up is taken, so the plugin sends no next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_are_answered_beside_a_running_turn_and_a_stop_follow_up_ends_it() {
+    let mut plugin = Plugin::start().await;
+    plugin.hello().await;
+    let mut frame = plugin.run_frame("run-long", "conv-cmd", "hang");
+    frame["context"]["config"] = json!({"commands": {"allow": {"stop": "everyone"}}});
+    plugin.send(frame).await;
+    plugin.wait_for_harness().await;
+
+    let mut status = plugin.run_frame("run-status", "conv-cmd", "hang");
+    status["context"]["input"] = json!({"text": "/status"});
+    plugin.send(status).await;
+    let (results, _) = plugin
+        .until_done(&["run-status"], |_| json!({"data": null}))
+        .await;
+    let answer = &results["run-status"];
+    assert_eq!(kinds(answer), ["message.completed", "run.completed"]);
+    let said = answer[0]["data"]["message"]["content"].as_str().unwrap();
+    assert!(
+        said.starts_with("Running: a turn of scripted") && said.contains("run-long"),
+        "{said}"
+    );
+
+    plugin
+        .send(json!({"type": "steer", "run_id": "run-long", "id": 3, "text": "/stop", "actor": "user-2"}))
+        .await;
+    let mut stream = Vec::new();
+    let mut steered = None;
+    while stream
+        .last()
+        .is_none_or(|r: &Value| r["type"] != "run.failed")
+        || steered.is_none()
+    {
+        let frame = plugin.next().await.expect("frames");
+        match frame["type"].as_str() {
+            Some("result") => stream.push(frame["result"].clone()),
+            Some("steered") => steered = Some(frame),
+            Some("host_call") => {
+                plugin
+                    .send(json!({"type": "host_reply", "id": frame["id"], "data": null}))
+                    .await;
+            }
+            _ => panic!("unexpected frame {frame}"),
+        }
+    }
+    assert_eq!(
+        steered.unwrap(),
+        json!({"type": "steered", "run_id": "run-long", "id": 3, "taken": true})
+    );
+    let end = stream.last().unwrap();
+    assert_eq!(end["data"]["code"], "cancelled", "{stream:?}");
+    // The answer comes before the end it brings about.
+    let said = stream
+        .iter()
+        .find(|r| r["type"] == "message.completed")
+        .expect("the answer in the run's stream");
+    let message = &said["data"]["message"];
+    assert_eq!(message["metadata"]["command"], "stop", "{message}");
+    assert!(
+        message["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Stopped the running turn"),
+        "{message}"
+    );
+}

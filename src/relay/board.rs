@@ -72,3 +72,44 @@ impl Turns for Board {
         Some(running)
     }
 }
+
+/// The board as a command asked in a run's stream sees it: a stop is only
+/// noted, and made by [`Deferred::stop_now`] once the answer is sent.
+pub(super) struct Deferred<'a> {
+    board: &'a Board,
+    stop: Mutex<Option<String>>,
+}
+
+impl<'a> Deferred<'a> {
+    pub(super) fn new(board: &'a Board) -> Self {
+        Deferred {
+            board,
+            stop: Mutex::new(None),
+        }
+    }
+
+    /// Stop the run a command asked to stop, if one did.
+    pub(super) fn stop_now(&self) {
+        let run_id = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(run) = run_id
+            .as_ref()
+            .and_then(|id| self.board.runs().get(id).map(|r| r.cancel.clone()))
+        {
+            run.cancel();
+        }
+    }
+}
+
+#[async_trait]
+impl Turns for Deferred<'_> {
+    async fn in_flight(&self, conversation: &str) -> Vec<TurnNow> {
+        self.board.in_flight(conversation).await
+    }
+
+    async fn stop(&self, conversation: &str) -> Option<TurnNow> {
+        let running = self.in_flight(conversation).await.into_iter().next()?;
+        running.started_ms?;
+        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.run_id.clone());
+        Some(running)
+    }
+}

@@ -68,6 +68,14 @@ pub enum Inbound {
         id: u64,
         /// What the person said.
         text: String,
+        /// Who said it (the host's actor id), when the host says: a chat
+        /// command (`/stop`) in a follow-up is checked against them.
+        #[serde(default)]
+        actor: Option<String>,
+        /// Take it only if it is a chat command: an earlier follow-up
+        /// waits for a turn of its own, and this one must not pass it.
+        #[serde(default)]
+        only_command: bool,
     },
     /// The answer to a [`Outbound::HostCall`].
     HostReply {

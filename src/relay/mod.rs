@@ -69,6 +69,8 @@ pub enum RelayError {
 
 /// A run the relay has accepted and not yet seen end.
 struct Running {
+    /// Its context: a follow-up that is a chat command is asked in it.
+    ctx: Arc<crate::protocol::AgentRunContext>,
     /// Cancelled by the plugin's `cancel`, or when the relay ends.
     cancel: CancellationToken,
     /// Where its follow-ups go (the run's turn reads them).
@@ -458,7 +460,13 @@ impl Session {
                 Some(run) => run.cancel.cancel(),
                 None => tracing::debug!(%run_id, "cancel for a run that is not running"),
             },
-            Inbound::Steer { run_id, id, text } => self.steer(run_id, id, text),
+            Inbound::Steer {
+                run_id,
+                id,
+                text,
+                actor,
+                only_command,
+            } => self.steer(run_id, id, text, actor, only_command),
             Inbound::Run {
                 run_id,
                 harness,
@@ -514,12 +522,34 @@ impl Session {
     }
 
     /// Offer a follow-up to a running turn; the plugin hears whether the
-    /// turn took it.
-    fn steer(&self, run_id: String, id: u64, text: String) {
+    /// turn took it. A chat command is the bridge's: answered in the run's
+    /// stream and taken, whatever the harness.
+    fn steer(
+        &self,
+        run_id: String,
+        id: u64,
+        text: String,
+        actor: Option<String>,
+        only_command: bool,
+    ) {
+        if let Some(run) = self.runs.get(&run_id)
+            && Bridge::command_in(&run.ctx, &text).is_some()
+        {
+            let asked = SteeredCommand {
+                bridge: self.bridge.clone(),
+                ctx: follow_up(&run.ctx, text, actor),
+                harness: run.harness.clone(),
+                board: self.board.clone(),
+                out: self.out.clone(),
+                id,
+            };
+            tokio::spawn(asked.answer());
+            return;
+        }
         let inbox = self
             .runs
             .get(&run_id)
-            .filter(|run| self.bridge.steers(&run.harness))
+            .filter(|run| !only_command && self.bridge.steers(&run.harness))
             .map(|run| run.steer.clone());
         let out = self.out.clone();
         tokio::spawn(async move {
@@ -590,6 +620,7 @@ impl Session {
         let (steer, inbox) = mpsc::channel(16);
         options.steer = Some(SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox))));
         let running = Running {
+            ctx: Arc::new(ctx.clone()),
             cancel: cancel.clone(),
             steer,
             harness: harness.clone(),
@@ -747,6 +778,81 @@ async fn command(
         if out.send(frame).await.is_err() {
             return;
         }
+    }
+}
+
+/// The context a follow-up's command is asked in: its run's, with the
+/// follow-up's words and the person who sent them.
+fn follow_up(
+    ctx: &crate::protocol::AgentRunContext,
+    text: String,
+    actor: Option<String>,
+) -> crate::protocol::AgentRunContext {
+    let mut asked = ctx.clone();
+    asked.input = crate::protocol::AgentInput {
+        text: Some(text),
+        ..Default::default()
+    };
+    // Another person's follow-up is theirs: nothing of the run's asker
+    // (name, roles) carries over to them.
+    if let Some(actor) = actor
+        && asked.actor.as_ref().and_then(|a| a.actor_id.as_deref()) != Some(actor.as_str())
+    {
+        asked.actor = Some(crate::protocol::ActorContext {
+            actor_type: "user".into(),
+            actor_id: Some(actor),
+            actor_name: None,
+            metadata: Default::default(),
+            extra: Default::default(),
+        });
+    }
+    asked
+}
+
+/// A chat command that came as a follow-up to a running run (LangBot's
+/// steering): answered in that run's stream, before anything it stops.
+struct SteeredCommand {
+    bridge: Arc<Bridge>,
+    ctx: crate::protocol::AgentRunContext,
+    harness: String,
+    board: Arc<board::Board>,
+    out: mpsc::Sender<Outbound>,
+    id: u64,
+}
+
+impl SteeredCommand {
+    async fn answer(self) {
+        let run_id = self.ctx.run_id.clone();
+        // A stop is made once the answer is on its way: the person reads
+        // it before the stopped run's end.
+        let turns = board::Deferred::new(&self.board);
+        let asking = crate::run::Asking {
+            ctx: &self.ctx,
+            harness: &self.harness,
+            turns: &turns,
+            fixed: &[],
+        };
+        let answer = self.bridge.answer_command(&asking).await;
+        if let Some(answer) = &answer {
+            let said = crate::run::answer_results(&run_id, answer)
+                .into_iter()
+                .find(|r| r.kind == crate::protocol::ResultType::MessageCompleted);
+            if let Some(mut said) = said {
+                said.sequence = None;
+                let frame = Outbound::Result {
+                    run_id: run_id.clone(),
+                    result: Box::new(said),
+                };
+                let _ = self.out.send(frame).await;
+            }
+        }
+        turns.stop_now();
+        let taken = Outbound::Steered {
+            run_id,
+            id: self.id,
+            taken: answer.is_some(),
+        };
+        let _ = self.out.send(taken).await;
     }
 }
 

@@ -73,6 +73,12 @@ pub struct Script {
 }
 
 impl Fake {
+    /// The person's words in every request the model got: the text blocks
+    /// of user messages (not what a tool answered).
+    pub fn people_said(&self) -> Vec<String> {
+        people_said(&self.requests.lock().unwrap())
+    }
+
     /// Make these calls from the next turn on.
     pub fn set_script(&self, calls: Vec<(&str, Value)>) {
         *self.script.lock().unwrap() = Script {
@@ -423,4 +429,21 @@ async fn serve_fake(fake: Fake) -> (String, Fake) {
         .fallback(any(|| async { StatusCode::OK }))
         .with_state(fake.clone());
     (super::serve_local(app).await, fake)
+}
+
+/// The text blocks of the user messages in `requests`.
+pub fn people_said(requests: &[Value]) -> Vec<String> {
+    requests
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| match &m["content"] {
+            Value::String(text) => vec![text.clone()],
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }

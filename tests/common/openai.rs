@@ -39,6 +39,42 @@ pub struct Fake {
     pub hang: bool,
 }
 
+impl Fake {
+    /// Wait until a request holding `text` came in; `false` after `within`.
+    pub async fn until_asked(&self, text: &str, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let asked = self
+                .requests
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|r| r.to_string().contains(text));
+            if asked {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The person's words in every request (the input items of the
+    /// user's role).
+    pub fn people_said(&self) -> Vec<String> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["input"].as_array().cloned().unwrap_or_default())
+            .filter(|item| item["role"] == "user")
+            .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+            .filter_map(|c| c["text"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
 fn message(id: &str, text: &str) -> Value {
     json!({"type": "message", "id": id, "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]})
 }

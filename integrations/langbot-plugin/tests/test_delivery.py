@@ -122,3 +122,19 @@ def test_the_projects_summary_ends_the_delivered_message():
                                       completed(final)])
     assert [r["type"] for r in out] == ["message.completed", "run.completed"]
     assert out[0]["data"]["message"]["content"] == f"Edited.\n\n{summary}"
+
+
+def test_a_turn_the_person_stopped_ends_with_the_bridges_answer_not_a_failure():
+    stopped = {"run_id": "r1", "type": "run.failed",
+               "data": {"error": "the run was cancelled", "code": "cancelled", "retryable": False}}
+    answer = message("Stopped the running turn (it ran for 3 s).", command="stop")
+    out = shape(Ctx(automatic=True), [message("half an answer"), answer, stopped])
+    assert [r["type"] for r in out] == ["message.completed", "message.completed", "run.completed"]
+    assert out[1]["data"]["message"]["content"].startswith("Stopped the running turn")
+    assert out[2]["data"]["finish_reason"] == "cancelled"
+    ctx = Ctx(automatic=False)
+    shape(ctx, [answer, stopped])
+    assert [r for r in ctx.replies] == ["Stopped the running turn (it ran for 3 s)."]
+    # A cancel nobody asked for in the chat stays a failure.
+    out = shape(Ctx(automatic=True), [message("half an answer"), stopped])
+    assert out[-1]["type"] == "run.failed"

@@ -411,10 +411,12 @@ class Relay:
         except (ConnectionError, RuntimeError):
             pass
 
-    async def steer(self, run_id: str, text: str) -> bool:
+    async def steer(self, run_id: str, text: str, actor: str | None = None, only_command: bool = False) -> bool:
         """Hand a follow-up to the running turn of `run_id`; whether it took
         it. `False` (the harness takes none mid-turn, the turn is over, the
-        bridge is gone) leaves it with the caller, to send as a turn."""
+        bridge is gone) leaves it with the caller, to send as a turn. A chat
+        command (`/stop`) is the bridge's: it answers it in the run and takes
+        it, from `actor`; with `only_command` nothing else is taken."""
         entry = self._runs.get(run_id)
         if entry is None or entry[0].returncode is not None:
             return False
@@ -423,7 +425,10 @@ class Relay:
         waiting = asyncio.get_running_loop().create_future()
         self._steers[steer_id] = waiting
         try:
-            await self._write(entry[0], {"type": "steer", "run_id": run_id, "id": steer_id, "text": text})
+            frame = {"type": "steer", "run_id": run_id, "id": steer_id, "text": text, "only_command": only_command}
+            if actor:
+                frame["actor"] = actor
+            await self._write(entry[0], frame)
             return await asyncio.wait_for(waiting, timeout=30)
         except (ConnectionError, RuntimeError, asyncio.TimeoutError):
             return False

@@ -274,6 +274,14 @@ class Delivery:
             async for out in self._completed(result, data):
                 yield out
             return
+        if kind == "run.failed" and data.get("code") == failure_codes.CANCELLED and self._stopped_by_command():
+            # The person stopped it (`/stop`): the bridge's answer is the
+            # run's last word, delivered as a completed run's would be.
+            done = {"run_id": result.get("run_id"), "type": "run.completed",
+                    "data": {"finish_reason": "cancelled"}}
+            async for out in self._completed(done, done["data"]):
+                yield out
+            return
         if kind == "message.completed" and _of_project(data):
             # Follows the reply, whichever message that turns out to be.
             self._project.append(message_text(data.get("message")))
@@ -292,6 +300,13 @@ class Delivery:
                 chunk = data.get("chunk") or {}
                 self.reply.progress(str(chunk.get("all_content") or ""))
             yield result
+
+    def _stopped_by_command(self) -> bool:
+        """Whether the message held last is the bridge's answer to `/stop`."""
+        held = (self._held or {}).get("data") or {}
+        message = held.get("message") if isinstance(held.get("message"), dict) else {}
+        metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+        return metadata.get("command") == "stop"
 
     def _ask(self, result: dict[str, Any], data: dict[str, Any]) -> None:
         """Keep the turn's question: a card LangBot accepts (checked here:

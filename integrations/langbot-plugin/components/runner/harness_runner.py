@@ -248,7 +248,10 @@ class HarnessRunner(Runner):
                 pass
             for item in await self._pull(ctx):
                 text = item.input.to_text()
-                if not waiting and text.strip() and await RELAY.steer(run_id, text):
+                actor = item.actor.actor_id if item.actor else None
+                # Behind a waiting follow-up only a chat command goes in
+                # (the bridge answers it at once); the rest keeps its order.
+                if text.strip() and await RELAY.steer(run_id, text, actor, only_command=bool(waiting)):
                     continue
                 waiting.append(item)
 
