@@ -1014,8 +1014,7 @@ async fn a_follow_up_sent_while_codex_works_steers_its_turn_in_a_pipeline() {
         .await;
     assert!(
         asked,
-        "the first turn never reached the model
-{}",
+        "the first turn never reached the model\n{}",
         langbot.logs()
     );
     let both = message_since(&mut langbot, &bot, user, "STEERED: make it Monday", first);
@@ -1287,13 +1286,59 @@ async fn a_stop_sent_while_codex_works_ends_its_turn_in_a_pipeline() {
         .await;
     assert!(
         asked,
-        "the turn never reached the model
-{}",
+        "the turn never reached the model\n{}",
         langbot.logs()
     );
+    let stopped = stop_mid_turn(&mut langbot, &bot, user, working);
+    // The bridge's end of the run: stopped (cancelled), its answer last.
+    let results = stopped.run()["results"].to_string();
+    assert!(results.contains("\"cancelled\""), "{results}");
+
+    let next = message(&mut langbot, &bot, user, FOLLOW_UP);
+    assert_eq!(next.run()["status"], "completed", "{:?}", next.runs);
+    assert_eq!(next.session()["session_id"], thread, "{:?}", next.runs);
+    assert_eq!(next.session()["resumed"], true, "{:?}", next.runs);
+    let said = fake.people_said();
+    assert!(!said.iter().any(|t| t.contains("/stop")), "{said:?}");
+}
+
+/// `/stop` with the real Claude Code in a Pipeline binding: sent while
+/// its turn waits on the model, it is answered in the chat and the turn
+/// ends; the next message goes on in the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
+async fn a_stop_sent_while_claude_works_ends_its_turn_in_a_pipeline() {
+    let (model_url, fake) = common::anthropic::fake_model_hanging_on("SLOW").await;
+    let mut langbot = langbot().await;
+    let target = langbot.call(json!({"cmd": "pipeline", "model_url": model_url}));
+    let bot = langbot
+        .call(json!({"cmd": "bot", "target_type": "pipeline", "target_uuid": target["uuid"]}));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+    let user = 40021;
+    let first = message(&mut langbot, &bot, user, FIRST);
+    assert_eq!(first.sent, [SECOND_ANSWER], "{:?}", first.runs);
+    let session = first.session()["session_id"].clone();
+
+    let working =
+        langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Take it SLOW"}));
+    let waiting = tokio::time::Instant::now() + std::time::Duration::from_secs(180);
+    while fake.hanging.load(Ordering::SeqCst) == 0 {
+        assert!(tokio::time::Instant::now() < waiting, "{}", langbot.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    stop_mid_turn(&mut langbot, &bot, user, working);
+    let next = message(&mut langbot, &bot, user, ASK);
+    assert_eq!(next.sent, [ANSWER], "{:?}", next.runs);
+    assert_eq!(next.session()["session_id"], session, "{:?}", next.runs);
+}
+
+/// Send `/stop` while the turn `working` (its `send`) runs: the person
+/// reads the bridge's answer, within seconds through LangBot.
+fn stop_mid_turn(langbot: &mut LangBot, bot: &str, user: u64, working: Value) -> Exchange {
     let sent = std::time::Instant::now();
-    let stopped = message_since(&mut langbot, &bot, user, "/stop", working);
+    let stopped = message_since(langbot, bot, user, "/stop", working);
     let took = sent.elapsed();
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
     assert!(
         stopped
             .sent
@@ -1303,15 +1348,5 @@ async fn a_stop_sent_while_codex_works_ends_its_turn_in_a_pipeline() {
         stopped.sent,
         stopped.runs
     );
-    // The bridge's end of the run: stopped (cancelled), its answer last.
-    let results = stopped.run()["results"].to_string();
-    assert!(results.contains("\"cancelled\""), "{results}");
-    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
-
-    let next = message(&mut langbot, &bot, user, FOLLOW_UP);
-    assert_eq!(next.run()["status"], "completed", "{:?}", next.runs);
-    assert_eq!(next.session()["session_id"], thread, "{:?}", next.runs);
-    assert_eq!(next.session()["resumed"], true, "{:?}", next.runs);
-    let said = fake.people_said();
-    assert!(!said.iter().any(|t| t.contains("/stop")), "{said:?}");
+    stopped
 }

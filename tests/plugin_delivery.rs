@@ -873,6 +873,7 @@ fn a_follow_up_goes_into_the_running_turn_or_is_the_runs_next_turn() {
         "claimed_run_id": "run-1", "runner_id": "plugin:langbot/harness-bridge/codex",
         "event": {"event_id": "ev-2", "event_type": "message.received", "source": "platform"},
         "input": {"text": LATER},
+        "actor": {"actor_type": "user", "actor_id": "user-9"},
     });
     let steered = |name: &str, taken: bool, turns: Vec<Vec<Value>>| {
         json!({
@@ -891,8 +892,8 @@ fn a_follow_up_goes_into_the_running_turn_or_is_the_runs_next_turn() {
     for case in [taken, queued] {
         assert_eq!(
             case.steers,
-            [json!({"run_id": "run-1", "text": LATER})],
-            "offered to the running turn"
+            [json!({"run_id": "run-1", "text": LATER, "actor": "user-9", "only_command": false})],
+            "offered to the running turn, with who sent it"
         );
         let kinds = case.kinds();
         let ends = kinds

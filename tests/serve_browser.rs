@@ -99,7 +99,12 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
     let page = browse(
         "chat_page.cjs",
         &server,
-        &[("FIRST", ASK), ("SECOND", FOLLOW_UP), ("STREAMED", ANSWER)],
+        &[
+            ("FIRST", ASK),
+            ("SECOND", FOLLOW_UP),
+            ("THIRD", "/status"),
+            ("STREAMED", ANSWER),
+        ],
     )
     .await;
     let (first, second) = (&page["first"], &page["second"]);
@@ -139,6 +144,19 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         "{page}"
     );
     assert_ne!(second["run_id"], first["run_id"]);
+    // A chat command typed in the console is answered by the bridge.
+    let status = page["third"]["assistant"][2].as_str().unwrap_or_default();
+    assert!(
+        status.starts_with("Nothing is running now.") && status.contains(&session[..8]),
+        "{page}"
+    );
+    let asked = fake.requests.lock().unwrap().clone();
+    assert!(
+        !common::anthropic::people_said(&asked)
+            .iter()
+            .any(|t| t.contains("/status")),
+        "the command reached the model"
+    );
     // Before the token was entered the page said what it needs (and the
     // browser logged that 401); nothing else went wrong.
     assert!(

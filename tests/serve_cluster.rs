@@ -658,6 +658,18 @@ async fn the_bounds_count_every_instance_s_turns() {
     }
 }
 
+/// The instance whose folder the first turn to start ran in.
+async fn first_start_on(cluster: &Cluster, roots: &[(String, PathBuf)]) -> String {
+    let started = Instant::now();
+    loop {
+        if let Some((_, _, folder)) = cluster.notes().iter().find(|(k, _, _)| k == "S") {
+            return instance_of(folder, roots);
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn signal(server: &ServeProcess, signal: nix::sys::signal::Signal) {
     let pid = nix::unistd::Pid::from_raw(server.child.id().expect("running") as i32);
     nix::sys::signal::kill(pid, signal).unwrap();
@@ -1113,14 +1125,7 @@ async fn a_cancel_posted_to_another_instance_stops_the_turn() {
     let queued = accepted(&b, "slow-chat", "TURN:c0.2", "slow-2").await;
     let named = [("a", &a), ("b", &b)];
     let roots = roots(&named);
-    let started = Instant::now();
-    let runs_on = loop {
-        if let Some((_, _, folder)) = cluster.notes().iter().find(|(k, _, _)| k == "S") {
-            break instance_of(folder, &roots);
-        }
-        assert!(started.elapsed() < Duration::from_secs(20));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let runs_on = first_start_on(&cluster, &roots).await;
     let (runner, other) = if runs_on == "a" { (&a, &b) } else { (&b, &a) };
     // The other instance streams it too, as it runs.
     let watching = tokio::spawn(common::server::stream_of(
@@ -1189,6 +1194,45 @@ async fn a_cancel_posted_to_another_instance_stops_the_turn() {
     for (_, root) in &roots {
         common::assert_none_left_under(root).await;
     }
+}
+
+/// A chat command sent to another instance than the one running the
+/// conversation's turn: `/status` there names the turn (read from the
+/// shared store), and `/stop` there stops it through the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
+async fn a_stop_sent_to_another_instance_stops_the_turn() {
+    let cluster = Cluster::new("0.05", 10).await;
+    let mut a = cluster.instance("a").await;
+    let mut b = cluster.instance("b").await;
+    let slow = accepted(&a, "stop-chat", "TURN:s.1 SLOW", "stop-1").await;
+    let named = [("a", &a), ("b", &b)];
+    let roots = roots(&named);
+    let runs_on = first_start_on(&cluster, &roots).await;
+    let other = if runs_on == "a" { &b } else { &a };
+    let ask = |text: &str| {
+        json!({"conversation": "stop-chat", "text": text,
+               "config": {"commands": {"allow": {"stop": "everyone"}}}})
+    };
+    let status = other.results(ask("/status")).await;
+    let said = status.last().unwrap()["data"]["message"]["content"].to_string();
+    assert!(
+        said.contains("Running: a turn of scripted") && said.contains("stop-1"),
+        "{said}"
+    );
+    let asked = Instant::now();
+    let stop = other.results(ask("/stop")).await;
+    let said = stop.last().unwrap()["data"]["message"]["content"].to_string();
+    assert!(said.contains("Stopped the running turn"), "{said}");
+    let results = read_stream(slow).await;
+    assert!(asked.elapsed() < Duration::from_secs(10), "stopped at once");
+    let end = results.last().unwrap();
+    assert_eq!(end["data"]["code"], "cancelled", "{results:?}");
+    let again = other.results(ask("/stop")).await;
+    let said = again.last().unwrap()["data"]["message"]["content"].to_string();
+    assert!(said.contains("Nothing is running here"), "{said}");
+    assert!(a.stop().await.success());
+    assert!(b.stop().await.success());
 }
 
 /// The real Claude Code on two instances: a conversation's instance is

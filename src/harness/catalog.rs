@@ -124,10 +124,13 @@ pub fn discovery(adapters: &Adapters) -> ListAgentRunnersResponse {
                     knowledge_retrieval: true,
                     interrupt: true,
                     interactions: true,
-                    // A follow-up sent while a turn works is pulled only by a
-                    // runner whose live harness takes it mid-turn: LangBot
-                    // drops what a run leaves unpulled.
-                    steering: h.steers(),
+                    // A follow-up sent while a turn works is pulled, whatever
+                    // the harness: a chat command (`/stop`) is answered at
+                    // once, the rest goes into the running turn where the
+                    // live harness takes input mid-turn, else runs as the
+                    // next turn of the same run (nothing is left unpulled,
+                    // which LangBot would drop).
+                    steering: true,
                     ..AgentRunnerCapabilities::default()
                 },
                 permissions: requested_permissions(),

@@ -164,8 +164,18 @@ pub struct Binding<'a> {
     pub permission_modes: Vec<String>,
     /// The chat commands (`/stop`, `/new`, …): their prefix (`""` turns
     /// them off) and who may use each.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "command_access")]
     pub commands: crate::command::Access,
+}
+
+/// A host form left empty sends `null` or `""`: the defaults.
+fn command_access<'de, D: Deserializer<'de>>(de: D) -> Result<crate::command::Access, D::Error> {
+    use serde_json::Value;
+    match Value::deserialize(de)? {
+        Value::Null => Ok(Default::default()),
+        Value::String(text) if text.trim().is_empty() => Ok(Default::default()),
+        value => crate::command::Access::deserialize(value).map_err(serde::de::Error::custom),
+    }
 }
 
 /// A binding picks a project by name: a path (or a repository given
@@ -363,5 +373,43 @@ impl<'a> Binding<'a> {
         self.scopes
             .clone()
             .unwrap_or_else(|| Scope::DEFAULT.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The binding `config` reads as, or why it does not.
+    fn read<T>(
+        config: serde_json::Value,
+        then: impl FnOnce(Binding<'_>) -> T,
+    ) -> Result<T, String> {
+        let map: JsonMap = serde_json::from_value(config).unwrap();
+        Binding::from_config(&map)
+            .map(then)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_empty_commands_form_is_the_defaults_and_a_wrong_command_is_named() {
+        for empty in [serde_json::Value::Null, "".into(), serde_json::json!({})] {
+            let access = read(serde_json::json!({"commands": empty}), |b| b.commands).unwrap();
+            assert_eq!(access, crate::command::Access::default());
+        }
+        let picks = read(
+            serde_json::json!({"models": "a, b", "permission_modes": ["plan"]}),
+            |b| (b.models, b.permission_modes),
+        )
+        .unwrap();
+        assert_eq!(picks, (vec!["a".into(), "b".into()], vec!["plan".into()]));
+        let wrong = read(
+            serde_json::json!({"commands": {"allow": {"stpo": "everyone"}}}),
+            |_| (),
+        )
+        .unwrap_err();
+        assert!(wrong.contains("did you mean `stop`?"), "{wrong}");
+        let text = read(serde_json::json!({"commands": "stop"}), |_| ()).unwrap_err();
+        assert!(text.contains("commands"), "{text}");
     }
 }

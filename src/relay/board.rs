@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::run::{TurnNow, Turns};
+use crate::run::{Stopping, TurnNow, Turns};
 
 /// One run of the session.
 pub(super) struct OnBoard {
@@ -65,11 +65,16 @@ impl Turns for Board {
         turns.into_iter().map(|(_, turn)| turn).collect()
     }
 
-    async fn stop(&self, conversation: &str) -> Option<TurnNow> {
-        let running = self.in_flight(conversation).await.into_iter().next()?;
-        running.started_ms?;
-        self.runs().get(&running.run_id)?.cancel.cancel();
-        Some(running)
+    async fn stop(&self, conversation: &str) -> Stopping {
+        let running = self.in_flight(conversation).await.into_iter().next();
+        let Some(running) = running.filter(|t| t.started_ms.is_some()) else {
+            return Stopping::Nothing;
+        };
+        match self.runs().get(&running.run_id) {
+            Some(run) => run.cancel.cancel(),
+            None => return Stopping::Nothing,
+        }
+        Stopping::Asked(running)
     }
 }
 
@@ -106,10 +111,12 @@ impl Turns for Deferred<'_> {
         self.board.in_flight(conversation).await
     }
 
-    async fn stop(&self, conversation: &str) -> Option<TurnNow> {
-        let running = self.in_flight(conversation).await.into_iter().next()?;
-        running.started_ms?;
+    async fn stop(&self, conversation: &str) -> Stopping {
+        let running = self.in_flight(conversation).await.into_iter().next();
+        let Some(running) = running.filter(|t| t.started_ms.is_some()) else {
+            return Stopping::Nothing;
+        };
         *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.run_id.clone());
-        Some(running)
+        Stopping::Asked(running)
     }
 }

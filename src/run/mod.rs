@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use commands::{Answer, Asking, NoTurns, TurnNow, Turns, answer_results};
+pub use commands::{Answer, Asking, NoTurns, Stopping, TurnNow, Turns, answer_results};
 pub use dispatch::{Deliver, Dispatch, Dispatched};
 pub use emit::Emitter;
 pub use live::{LiveLimits, LiveSession, LiveSessions};

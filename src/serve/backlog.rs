@@ -47,6 +47,14 @@ pub(super) trait Backlog: Send + Sync {
         here: Option<Arc<RunEntry>>,
     ) -> Result<Cancelled, ClusterError>;
 
+    /// A conversation's turns that wait or run, when the record knows
+    /// more than this service's memory (on a shared store: every
+    /// instance's); `None`: the memory is the whole truth.
+    async fn in_flight(&self, conversation: &str) -> Option<Vec<crate::run::TurnNow>> {
+        let _ = conversation;
+        None
+    }
+
     /// Turns waiting across conversations.
     fn queued(&self) -> usize;
 

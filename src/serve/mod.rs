@@ -419,7 +419,7 @@ impl Service {
     /// Answer the command `ctx`'s message gives (`/stop`, `/status`, …),
     /// before anything queues; `None`: the message is a turn's.
     pub async fn command(
-        &self,
+        self: &Arc<Self>,
         ctx: &AgentRunContext,
         harness: &str,
     ) -> Option<crate::run::Answer> {
@@ -427,7 +427,7 @@ impl Service {
         let asking = crate::run::Asking {
             ctx,
             harness,
-            turns: self,
+            turns: &ServiceTurns(self),
             fixed: &fixed,
         };
         self.bridge.answer_command(&asking).await
@@ -686,11 +686,16 @@ fn error(status: axum::http::StatusCode, message: impl Into<String>) -> axum::re
         .into_response()
 }
 
-/// The turns in memory here, for `/stop` and `/status`.
-#[async_trait::async_trait]
-impl crate::run::Turns for Service {
-    async fn in_flight(&self, conversation: &str) -> Vec<crate::run::TurnNow> {
+/// The service's turns as the chat commands see them (`/stop`,
+/// `/status`): on a shared store every instance's, from the store.
+struct ServiceTurns<'a>(&'a Arc<Service>);
+
+impl ServiceTurns<'_> {
+    /// The turns in memory here: the running one first, then the rest as
+    /// they came.
+    fn here(&self, conversation: &str) -> Vec<crate::run::TurnNow> {
         let mut turns: Vec<(i64, crate::run::TurnNow)> = self
+            .0
             .runs()
             .iter()
             .filter(|(_, run)| run.conversation_id == conversation && !run.ended())
@@ -704,18 +709,36 @@ impl crate::run::Turns for Service {
                     started_ms,
                     actor: run.who().and_then(|w| w.actor.clone()),
                 };
-                // The running one first, then the rest as they came.
                 (started_ms.map_or(run.accepted_ms, |_| i64::MIN), turn)
             })
             .collect();
         turns.sort_by_key(|(order, _)| *order);
         turns.into_iter().map(|(_, turn)| turn).collect()
     }
+}
 
-    async fn stop(&self, conversation: &str) -> Option<crate::run::TurnNow> {
-        let running = self.in_flight(conversation).await.into_iter().next()?;
-        running.started_ms?;
-        self.run(&running.run_id)?.cancel();
-        Some(running)
+#[async_trait::async_trait]
+impl crate::run::Turns for ServiceTurns<'_> {
+    async fn in_flight(&self, conversation: &str) -> Vec<crate::run::TurnNow> {
+        match self.0.backlog.in_flight(conversation).await {
+            Some(turns) => turns,
+            None => self.here(conversation),
+        }
+    }
+
+    async fn stop(&self, conversation: &str) -> crate::run::Stopping {
+        use crate::run::Stopping;
+        let running = self.in_flight(conversation).await.into_iter().next();
+        let Some(running) = running.filter(|t| t.started_ms.is_some()) else {
+            return Stopping::Nothing;
+        };
+        match self.0.cancel(&running.run_id).await {
+            Ok(Cancelled::Asked(_)) => Stopping::Asked(running),
+            Ok(_) => Stopping::Nothing,
+            Err(e) => {
+                tracing::warn!(run_id = %running.run_id, "cannot stop the turn: {e}");
+                Stopping::Failed(e.to_string())
+            }
+        }
     }
 }

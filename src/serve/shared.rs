@@ -114,6 +114,16 @@ impl Backlog for Shared {
         })
     }
 
+    async fn in_flight(&self, conversation: &str) -> Option<Vec<crate::run::TurnNow>> {
+        match self.cluster.in_flight(conversation).await {
+            Ok(turns) => Some(turns),
+            Err(e) => {
+                tracing::warn!("cannot read the conversation's turns from the store: {e}");
+                None
+            }
+        }
+    }
+
     fn queued(&self) -> usize {
         self.cluster.waiting()
     }

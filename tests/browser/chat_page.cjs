@@ -7,7 +7,7 @@
 // Environment: PLAYWRIGHT_CORE (path of the playwright-core package),
 // CHROMIUM (the browser), URL (the page), TOKEN (the API token),
 // CONVERSATION, HARNESS, FIRST,
-// SECOND (the messages), STREAMED (text that must show while the run is
+// SECOND, THIRD (the messages; THIRD optional), STREAMED (text that must show while the run is
 // still going), SCREENSHOTS (a folder).
 "use strict";
 const { session, snapshot, WAIT } = require("./open_page.cjs");
@@ -32,6 +32,16 @@ async function drive(page, out) {
     && !document.querySelector("#send").disabled, null, WAIT);
   out.second = await snapshot(page);
   await page.screenshot({ path: process.env.SCREENSHOTS + "/second.png" });
+
+  // A chat command, answered by the bridge.
+  if (process.env.THIRD) {
+    await page.fill("#message", process.env.THIRD);
+    await page.press("#message", "Enter");
+    await page.waitForFunction(() => document.querySelectorAll(".assistant").length === 3
+      && document.querySelector("#status").textContent === "completed"
+      && !document.querySelector("#send").disabled, null, WAIT);
+    out.third = await snapshot(page);
+  }
 }
 
 session(drive).catch((e) => { console.error(e && e.stack || String(e)); process.exit(1); });

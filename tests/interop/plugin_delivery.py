@@ -71,8 +71,8 @@ async def run_case(case: dict) -> dict:
                 await asyncio.sleep(case["delay"])
             yield copy.deepcopy(result)
 
-    async def fake_steer(run_id, text):
-        sent["steers"].append({"run_id": run_id, "text": text})
+    async def fake_steer(run_id, text, actor=None, only_command=False):
+        sent["steers"].append({"run_id": run_id, "text": text, "actor": actor, "only_command": only_command})
         return bool(case.get("taken"))
 
     bridge.RELAY.run = fake_run

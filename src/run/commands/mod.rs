@@ -44,8 +44,19 @@ pub trait Turns: Send + Sync {
     /// those waiting, in order.
     async fn in_flight(&self, conversation: &str) -> Vec<TurnNow>;
     /// Ask the conversation's running turn to stop (its harness's own
-    /// interrupt); the turn asked, or `None` when none runs.
-    async fn stop(&self, conversation: &str) -> Option<TurnNow>;
+    /// interrupt).
+    async fn stop(&self, conversation: &str) -> Stopping;
+}
+
+/// What asking a conversation's running turn to stop came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopping {
+    /// This turn was asked to stop.
+    Asked(TurnNow),
+    /// No turn runs.
+    Nothing,
+    /// It could not be asked (the shared store did not answer): why.
+    Failed(String),
 }
 
 /// A front door that runs one turn and keeps none in flight (`run`).
@@ -56,8 +67,8 @@ impl Turns for NoTurns {
     async fn in_flight(&self, _conversation: &str) -> Vec<TurnNow> {
         Vec::new()
     }
-    async fn stop(&self, _conversation: &str) -> Option<TurnNow> {
-        None
+    async fn stop(&self, _conversation: &str) -> Stopping {
+        Stopping::Nothing
     }
 }
 

@@ -4,7 +4,7 @@
 //! store; "nothing runs" is said only when nothing does.
 
 use super::sessions::short;
-use super::{Asked, age};
+use super::{Asked, Stopping, age};
 use crate::host::budget::Limit;
 use crate::host::now_ms;
 use crate::host::usage::{UsageBy, UsageQuery};
@@ -16,7 +16,7 @@ use crate::run::{Bridge, record};
 pub(super) async fn stop(asked: &Asked<'_>) -> String {
     let turns = asked.asking.turns;
     match turns.stop(&asked.conversation).await {
-        Some(turn) => {
+        Stopping::Asked(turn) => {
             let since = turn.started_ms.map(age).unwrap_or_default();
             let waiting = turns.in_flight(&asked.conversation).await.len();
             let next = match waiting {
@@ -28,7 +28,8 @@ pub(super) async fn stop(asked: &Asked<'_>) -> String {
                  message continues it.{next}"
             )
         }
-        None => "Nothing is running here, so there is nothing to stop.".into(),
+        Stopping::Nothing => "Nothing is running here, so there is nothing to stop.".into(),
+        Stopping::Failed(why) => format!("The running turn could not be stopped now ({why})."),
     }
 }
 

@@ -428,6 +428,39 @@ impl Cluster {
         Ok(())
     }
 
+    /// A conversation's turns that wait or run, on any instance: the
+    /// running one first, then those waiting in order (`/status`, `/stop`).
+    pub async fn in_flight(
+        &self,
+        conversation: &str,
+    ) -> Result<Vec<crate::run::TurnNow>, ClusterError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT run_id, harness, status, started_at,
+                        context::jsonb -> 'actor' ->> 'actor_id'
+                 FROM runs
+                 WHERE conversation_id = $1 AND status IN ('queued', 'running')
+                 ORDER BY status = 'running' DESC, seq",
+                &[&conversation],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let running = row.try_get::<_, String>(2)? == "running";
+                Ok(crate::run::TurnNow {
+                    run_id: row.try_get(0)?,
+                    harness: row.try_get(1)?,
+                    started_ms: row
+                        .try_get::<_, Option<i64>>(3)?
+                        .filter(|_| running)
+                        .or(running.then(crate::host::now_ms)),
+                    actor: row.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
     /// Cancel a run, wherever it is: one that waits is failed at once
     /// (`cancelled`) and never runs; one that runs is flagged for its
     /// instance (told at once by a notification, and again on its next
