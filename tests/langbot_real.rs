@@ -1203,6 +1203,17 @@ async fn chat_commands_are_answered_by_the_bridge_in_an_agent_binding() {
         stranger.sent,
         ["Only people who have had a turn in this conversation may use /new here."]
     );
+    // Every command is an audit row in the bridge's own store.
+    let audit = bridge_host(&langbot.home, &["audit", "--limit", "500"]);
+    let refusal = audit
+        .lines()
+        .find(|l| l.contains("command:new") && l.contains("unauthorized"))
+        .unwrap_or_else(|| panic!("{audit}"));
+    assert!(refusal.contains("40002"), "{refusal}");
+    assert!(
+        audit.lines().filter(|l| l.contains("command:")).count() >= 5,
+        "{audit}"
+    );
 
     let usage = said(&mut langbot, "/usage");
     let ledger = bridge_ledger(&langbot.home);
@@ -1237,7 +1248,17 @@ async fn chat_commands_are_answered_by_the_bridge_in_an_agent_binding() {
 /// What the bridge's own ledger under the plugin's data folder holds, by
 /// person (`host usage --by actor --json`).
 fn bridge_ledger(home: &Path) -> Vec<Value> {
-    let ledger = walkdir::WalkDir::new(home)
+    let usage = bridge_host(home, &["usage", "--by", "actor", "--json"]);
+    usage
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// What `harness-bridge host ARGS` says of the bridge's own store under
+/// the plugin's data folder.
+fn bridge_host(home: &Path, args: &[&str]) -> String {
+    let store = walkdir::WalkDir::new(home)
         .into_iter()
         .filter_map(Result::ok)
         .find(|e| {
@@ -1248,17 +1269,15 @@ fn bridge_ledger(home: &Path) -> Vec<Value> {
         })
         .map(|e| e.path().parent().unwrap().to_path_buf())
         .unwrap_or_else(|| panic!("no bridge store under {}", home.display()));
-    let usage = Command::new(common::bridge_bin())
+    let out = Command::new(common::bridge_bin())
         .arg("--data-dir")
-        .arg(&ledger)
-        .args(["host", "usage", "--by", "actor", "--json"])
+        .arg(&store)
+        .arg("host")
+        .args(args)
         .output()
         .unwrap();
-    assert!(usage.status.success(), "{usage:?}");
-    String::from_utf8_lossy(&usage.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `/stop` on the user's path: a Pipeline-bound bot running Codex, and
@@ -1298,6 +1317,25 @@ async fn a_stop_sent_while_codex_works_ends_its_turn_in_a_pipeline() {
     assert_eq!(next.run()["status"], "completed", "{:?}", next.runs);
     assert_eq!(next.session()["session_id"], thread, "{:?}", next.runs);
     assert_eq!(next.session()["resumed"], true, "{:?}", next.runs);
+
+    // `/new`: the next message starts a fresh thread, whose requests hold
+    // none of the earlier words.
+    let new = message(&mut langbot, &bot, user, "/new");
+    assert!(
+        new.sent.iter().any(|t| t.starts_with("Started over")),
+        "{:?}",
+        new.sent
+    );
+    let asked = fake.requests.lock().unwrap().len();
+    let fresh = message(&mut langbot, &bot, user, "Hello again");
+    assert_eq!(fresh.run()["status"], "completed", "{:?}", fresh.runs);
+    assert_ne!(fresh.session()["session_id"], thread, "{:?}", fresh.runs);
+    let since = openai::people_said(&fake.requests.lock().unwrap()[asked..]);
+    assert!(since.iter().any(|t| t.contains("Hello again")), "{since:?}");
+    assert!(
+        !since.iter().any(|t| t.contains("tulip")),
+        "the fresh thread carried an earlier message: {since:?}"
+    );
     let said = fake.people_said();
     assert!(!said.iter().any(|t| t.contains("/stop")), "{said:?}");
 }

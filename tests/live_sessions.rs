@@ -977,3 +977,58 @@ async fn a_harness_killed_mid_turn_reads_the_same_kept_alive_or_per_turn() {
         "{said:?}"
     );
 }
+
+/// A model in the bridge's most permissive seat tries to pick its own
+/// model and to plant a session for `/resume` by writing the keys the chat
+/// commands keep (`external.overrides`, `external.sessions`) through
+/// `state_set`: both writes are refused and audited, the next turn runs
+/// on the operator's model, and `/resume` lists nothing planted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_model_cannot_pick_its_own_model_or_plant_a_session() {
+    use harness_bridge::harness::{EARLIER_SESSIONS_KEY, OVERRIDES_KEY};
+    let (model_url, fake) = fake_model(false).await;
+    let config =
+        "default_config:\n  models: [fake-fast, fake-deep]\n  permission_mode: bypassPermissions\n";
+    let (mut server, _home) = serve_claude(model_url, config).await;
+    let planted = json!([{"session_id": "someone-elses", "harness": "claude-code",
+                          "working_directory": "/tmp", "left_ms": 0}]);
+    fake.set_script(vec![
+        (
+            "mcp__langbot__state_set",
+            json!({"scope": "conversation", "key": OVERRIDES_KEY, "value": {"model": "fake-deep"}}),
+        ),
+        (
+            "mcp__langbot__state_set",
+            json!({"scope": "conversation", "key": EARLIER_SESSIONS_KEY, "value": planted}),
+        ),
+    ]);
+    let first = turn(&server, "Choose for yourself.", "pick-1").await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:?}");
+    let refused = audit_rows(&server, "state_set", 2).await;
+    for key in [OVERRIDES_KEY, EARLIER_SESSIONS_KEY] {
+        assert!(
+            refused
+                .iter()
+                .any(|r| r.starts_with("unauthorized") && r.contains(key)),
+            "{key}: {refused:?}"
+        );
+    }
+    let asked = fake.requests.lock().unwrap().len();
+    let next = turn(&server, "Hello again.", "pick-2").await;
+    assert_eq!(terminal(&next)["type"], "run.completed", "{next:?}");
+    let models: Vec<Value> = fake.requests.lock().unwrap()[asked..]
+        .iter()
+        .map(|r| r["model"].clone())
+        .collect();
+    assert!(!models.contains(&json!("fake-deep")), "{models:?}");
+    let resume = turn(&server, "/resume", "pick-3").await;
+    assert_eq!(
+        terminal(&resume)["data"]["message"]["content"],
+        "There are no earlier sessions here.",
+        "{resume:?}"
+    );
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}

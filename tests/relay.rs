@@ -903,6 +903,7 @@ async fn a_relay_started_again_puts_away_idle_worktrees_when_a_run_opens_their_p
 /// names), and `/stop` sent as a follow-up to that turn (LangBot's
 /// steering) is answered in the turn's own stream, before the turn ends
 /// stopped; the follow-up is taken, so the plugin sends no next turn.
+/// `/stop` as a run of its own stops the conversation's turn as well.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_are_answered_beside_a_running_turn_and_a_stop_follow_up_ends_it() {
     let mut plugin = Plugin::start().await;
@@ -968,4 +969,24 @@ async fn commands_are_answered_beside_a_running_turn_and_a_stop_follow_up_ends_i
             .starts_with("Stopped the running turn"),
         "{message}"
     );
+
+    // `/stop` as a run of its own (an Agent binding's second message)
+    // stops the conversation's running turn too.
+    let mut frame = plugin.run_frame("run-again", "conv-cmd", "hang");
+    frame["context"]["config"] = json!({"commands": {"allow": {"stop": "everyone"}}});
+    plugin.send(frame).await;
+    plugin.wait_for_harness().await;
+    let mut stop = plugin.run_frame("run-stop", "conv-cmd", "hang");
+    stop["context"]["input"] = json!({"text": "/stop"});
+    stop["context"]["config"] = json!({"commands": {"allow": {"stop": "everyone"}}});
+    plugin.send(stop).await;
+    let (results, _) = plugin
+        .until_done(&["run-stop", "run-again"], |_| json!({"data": null}))
+        .await;
+    let said = results["run-stop"][0]["data"]["message"]["content"]
+        .as_str()
+        .unwrap();
+    assert!(said.starts_with("Stopped the running turn"), "{said}");
+    let end = results["run-again"].last().unwrap();
+    assert_eq!(end["data"]["code"], "cancelled", "{end}");
 }

@@ -44,7 +44,7 @@ pub struct RelayHost {
     answers: BTreeSet<Api>,
     /// The bridge's own store that keeps the run ledger and counts turns
     /// against the operator's budgets (the host keeps neither).
-    ledger: Option<Arc<dyn TurnLog>>,
+    ledger: Option<Arc<dyn Ledger>>,
 }
 
 /// Forgets a call's waiter however the call ends (answered, timed out by
@@ -80,7 +80,7 @@ impl RelayHost {
 
     /// The same host, with `ledger` keeping what runs cost and counting
     /// turns against budgets.
-    pub fn with_ledger(mut self, ledger: Arc<dyn TurnLog>) -> Self {
+    pub fn with_ledger(mut self, ledger: Arc<dyn Ledger>) -> Self {
         self.ledger = Some(ledger);
         self
     }
@@ -428,7 +428,8 @@ impl ArtifactStore for RelayHost {
 #[async_trait]
 impl AuditSink for RelayHost {
     async fn record_audit(&self, entry: AuditEntry) -> HostResult<()> {
-        // The bridge's own checks are local by nature: they go to its log.
+        // The bridge's own checks are local by nature: they go to its log,
+        // and to its own store where it keeps one (`host audit`).
         tracing::info!(
             target: "audit",
             run_id = %entry.run_id,
@@ -438,6 +439,26 @@ impl AuditSink for RelayHost {
             "{}",
             entry.detail
         );
-        Ok(())
+        match &self.ledger {
+            Some(ledger) => ledger.record_audit(entry).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn audit_rows(
+        &self,
+        run_id: Option<String>,
+        limit: u32,
+    ) -> HostResult<Vec<crate::host::AuditRow>> {
+        match &self.ledger {
+            Some(ledger) => ledger.audit_rows(run_id, limit).await,
+            None => Ok(Vec::new()),
+        }
     }
 }
+
+/// The bridge's own store behind a relay: the run ledger, budgets, and
+/// the audit rows of its own checks (budgets, chat commands).
+pub trait Ledger: TurnLog + crate::host::AuditSink {}
+
+impl<T: TurnLog + crate::host::AuditSink> Ledger for T {}

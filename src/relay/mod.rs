@@ -230,7 +230,7 @@ pub struct Setup {
     /// The queue's limits.
     pub limits: Limits,
     /// Where runs' usage is kept and turns are counted against budgets.
-    pub ledger: Option<Arc<dyn crate::host::TurnLog>>,
+    pub ledger: Option<Arc<dyn host::Ledger>>,
 }
 
 /// Serve one relay session on `reader`/`writer` until the plugin goes away

@@ -63,16 +63,19 @@ impl Fake {
     /// The person's words in every request (the input items of the
     /// user's role).
     pub fn people_said(&self) -> Vec<String> {
-        self.requests
-            .lock()
-            .unwrap()
-            .iter()
-            .flat_map(|r| r["input"].as_array().cloned().unwrap_or_default())
-            .filter(|item| item["role"] == "user")
-            .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
-            .filter_map(|c| c["text"].as_str().map(str::to_string))
-            .collect()
+        people_said(&self.requests.lock().unwrap())
     }
+}
+
+/// The user's input texts in `requests`.
+pub fn people_said(requests: &[Value]) -> Vec<String> {
+    requests
+        .iter()
+        .flat_map(|r| r["input"].as_array().cloned().unwrap_or_default())
+        .filter(|item| item["role"] == "user")
+        .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(str::to_string))
+        .collect()
 }
 
 fn message(id: &str, text: &str) -> Value {
