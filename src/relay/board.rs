@@ -22,6 +22,9 @@ pub(super) struct OnBoard {
     /// When it was accepted, for the order of those waiting.
     pub(super) accepted_ms: i64,
     pub(super) cancel: CancellationToken,
+    /// Set once its terminal result went to the plugin: the host has
+    /// ended the run, though its task may not have returned yet.
+    pub(super) ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The session's runs in flight, by run id.
@@ -44,11 +47,13 @@ impl Board {
 
 #[async_trait]
 impl Turns for Board {
-    async fn in_flight(&self, conversation: &str) -> Vec<TurnNow> {
+    async fn in_flight(&self, conversation: &str) -> Result<Vec<TurnNow>, String> {
         let mut turns: Vec<(i64, TurnNow)> = self
             .runs()
             .iter()
-            .filter(|(_, run)| run.conversation == conversation)
+            .filter(|(_, run)| {
+                run.conversation == conversation && !run.ended.load(Ordering::Acquire)
+            })
             .map(|(run_id, run)| {
                 let started = Some(run.started_ms.load(Ordering::Acquire)).filter(|ms| *ms > 0);
                 let order = started.map_or(run.accepted_ms, |_| i64::MIN);
@@ -62,11 +67,15 @@ impl Turns for Board {
             })
             .collect();
         turns.sort_by_key(|(order, _)| *order);
-        turns.into_iter().map(|(_, turn)| turn).collect()
+        Ok(turns.into_iter().map(|(_, turn)| turn).collect())
     }
 
     async fn stop(&self, conversation: &str) -> Stopping {
-        let running = self.in_flight(conversation).await.into_iter().next();
+        let running = self
+            .in_flight(conversation)
+            .await
+            .ok()
+            .and_then(|t| t.into_iter().next());
         let Some(running) = running.filter(|t| t.started_ms.is_some()) else {
             return Stopping::Nothing;
         };
@@ -82,13 +91,16 @@ impl Turns for Board {
 /// noted, and made by [`Deferred::stop_now`] once the answer is sent.
 pub(super) struct Deferred<'a> {
     board: &'a Board,
+    /// The run the follow-up came to.
+    steered: &'a str,
     stop: Mutex<Option<String>>,
 }
 
 impl<'a> Deferred<'a> {
-    pub(super) fn new(board: &'a Board) -> Self {
+    pub(super) fn new(board: &'a Board, steered: &'a str) -> Self {
         Deferred {
             board,
+            steered,
             stop: Mutex::new(None),
         }
     }
@@ -107,16 +119,20 @@ impl<'a> Deferred<'a> {
 
 #[async_trait]
 impl Turns for Deferred<'_> {
-    async fn in_flight(&self, conversation: &str) -> Vec<TurnNow> {
+    async fn in_flight(&self, conversation: &str) -> Result<Vec<TurnNow>, String> {
         self.board.in_flight(conversation).await
     }
 
     async fn stop(&self, conversation: &str) -> Stopping {
-        let running = self.in_flight(conversation).await.into_iter().next();
-        let Some(running) = running.filter(|t| t.started_ms.is_some()) else {
+        let turns = self.in_flight(conversation).await.unwrap_or_default();
+        // The running turn; else the person's own turn the follow-up came
+        // to, still waiting for its place.
+        let running = turns.iter().find(|t| t.started_ms.is_some());
+        let own = turns.iter().find(|t| t.run_id == self.steered);
+        let Some(turn) = running.or(own).cloned() else {
             return Stopping::Nothing;
         };
-        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.run_id.clone());
-        Stopping::Asked(running)
+        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn.run_id.clone());
+        Stopping::Asked(turn)
     }
 }

@@ -71,6 +71,8 @@ pub enum RelayError {
 struct Running {
     /// Its context: a follow-up that is a chat command is asked in it.
     ctx: Arc<crate::protocol::AgentRunContext>,
+    /// Set once its terminal result went to the plugin.
+    ended: Arc<std::sync::atomic::AtomicBool>,
     /// Cancelled by the plugin's `cancel`, or when the relay ends.
     cancel: CancellationToken,
     /// Where its follow-ups go (the run's turn reads them).
@@ -198,6 +200,8 @@ struct ToPlugin {
     run_id: String,
     /// Set when its turn begins, for `/status` and `/stop`.
     started_ms: Arc<std::sync::atomic::AtomicI64>,
+    /// Set once its terminal result is on its way.
+    ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Deliver for ToPlugin {
@@ -209,6 +213,9 @@ impl Deliver for ToPlugin {
     }
 
     async fn deliver(&mut self, result: AgentRunResult) -> bool {
+        if result.kind.is_terminal() {
+            self.ended.store(true, std::sync::atomic::Ordering::Release);
+        }
         let frame = Outbound::Result {
             run_id: self.run_id.clone(),
             result: Box::new(result),
@@ -532,6 +539,18 @@ impl Session {
         actor: Option<String>,
         only_command: bool,
     ) {
+        let ended = |run: &Running| run.ended.load(std::sync::atomic::Ordering::Acquire);
+        if self.runs.get(&run_id).is_some_and(ended) {
+            // The host has ended that run: the plugin sends it as a turn.
+            let out = self.out.clone();
+            let taken = Outbound::Steered {
+                run_id,
+                id,
+                taken: false,
+            };
+            tokio::spawn(async move { out.send(taken).await });
+            return;
+        }
         if let Some(run) = self.runs.get(&run_id)
             && Bridge::command_in(&run.ctx, &text).is_some()
         {
@@ -619,8 +638,10 @@ impl Session {
         let cancel = CancellationToken::new();
         let (steer, inbox) = mpsc::channel(16);
         options.steer = Some(SteerInbox(Arc::new(tokio::sync::Mutex::new(inbox))));
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let running = Running {
             ctx: Arc::new(ctx.clone()),
+            ended: ended.clone(),
             cancel: cancel.clone(),
             steer,
             harness: harness.clone(),
@@ -634,6 +655,7 @@ impl Session {
             started_ms: started_ms.clone(),
             accepted_ms: crate::host::now_ms(),
             cancel: cancel.clone(),
+            ended: ended.clone(),
         };
         self.board.add(run_id.clone(), on_board);
         let turn = RelayTurn {
@@ -646,6 +668,7 @@ impl Session {
             ticket,
             cancel,
             started_ms,
+            ended,
         };
         self.tasks.spawn(turn.run());
     }
@@ -689,6 +712,7 @@ struct RelayTurn {
     ticket: crate::run::Ticket,
     cancel: CancellationToken,
     started_ms: Arc<std::sync::atomic::AtomicI64>,
+    ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl RelayTurn {
@@ -705,6 +729,7 @@ impl RelayTurn {
             ticket,
             cancel,
             started_ms,
+            ended,
         } = self;
         let run_id = ctx.run_id.clone();
         // The project the binding names, when the run declared it: opened
@@ -739,6 +764,7 @@ impl RelayTurn {
             out,
             run_id: run_id.clone(),
             started_ms,
+            ended,
         };
         let dispatch = Dispatch {
             bridge,
@@ -782,7 +808,9 @@ async fn command(
 }
 
 /// The context a follow-up's command is asked in: its run's, with the
-/// follow-up's words and the person who sent them.
+/// follow-up's words and the person who sent them (none named: no one,
+/// never the run's asker), and no state snapshot (it predates the turn:
+/// a command reads the store).
 fn follow_up(
     ctx: &crate::protocol::AgentRunContext,
     text: String,
@@ -793,19 +821,20 @@ fn follow_up(
         text: Some(text),
         ..Default::default()
     };
-    // Another person's follow-up is theirs: nothing of the run's asker
-    // (name, roles) carries over to them.
-    if let Some(actor) = actor
-        && asked.actor.as_ref().and_then(|a| a.actor_id.as_deref()) != Some(actor.as_str())
-    {
-        asked.actor = Some(crate::protocol::ActorContext {
-            actor_type: "user".into(),
-            actor_id: Some(actor),
-            actor_name: None,
-            metadata: Default::default(),
-            extra: Default::default(),
-        });
+    asked.state = Default::default();
+    let asker = asked.actor.take();
+    let same = |a: &crate::protocol::ActorContext| a.actor_id.as_deref() == actor.as_deref();
+    if let Some(asker) = asker.filter(|a| actor.is_some() && same(a)) {
+        asked.actor = Some(asker);
+        return asked;
     }
+    asked.actor = actor.map(|actor| crate::protocol::ActorContext {
+        actor_type: "user".into(),
+        actor_id: Some(actor),
+        actor_name: None,
+        metadata: Default::default(),
+        extra: Default::default(),
+    });
     asked
 }
 
@@ -825,7 +854,7 @@ impl SteeredCommand {
         let run_id = self.ctx.run_id.clone();
         // A stop is made once the answer is on its way: the person reads
         // it before the stopped run's end.
-        let turns = board::Deferred::new(&self.board);
+        let turns = board::Deferred::new(&self.board, &run_id);
         let asking = crate::run::Asking {
             ctx: &self.ctx,
             harness: &self.harness,

@@ -299,6 +299,18 @@ impl Bridge {
         let asks = values.permission_prompt_tool.is_some();
         let key = live::LiveKey::new(spec, &key_launch, turn.tools, asks, TOKEN_ENV);
         let mut kept = turn.sessions.take(&key).await;
+        // The conversation's pointer says which session the turn goes on
+        // with: a kept process holding another (put aside by `/new` or
+        // `/resume`, on whichever instance) is not it.
+        if let Some(process) = kept.take_if(|p| {
+            p.session_id()
+                .is_some_and(|held| Some(held) != values.session_id)
+        }) {
+            tracing::info!(
+                "the kept process holds a session the conversation left; a new one starts"
+            );
+            process.stop(self.settings.kill_grace).await;
+        }
         // A process paused on a permission takes only the answer to it;
         // anything else (the request lapsed, another message) starts over
         // in a new process, resuming the session without the paused call.

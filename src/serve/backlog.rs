@@ -50,9 +50,12 @@ pub(super) trait Backlog: Send + Sync {
     /// A conversation's turns that wait or run, when the record knows
     /// more than this service's memory (on a shared store: every
     /// instance's); `None`: the memory is the whole truth.
-    async fn in_flight(&self, conversation: &str) -> Option<Vec<crate::run::TurnNow>> {
+    async fn in_flight(
+        &self,
+        conversation: &str,
+    ) -> Result<Option<Vec<crate::run::TurnNow>>, ClusterError> {
         let _ = conversation;
-        None
+        Ok(None)
     }
 
     /// Turns waiting across conversations.

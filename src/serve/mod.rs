@@ -719,16 +719,23 @@ impl ServiceTurns<'_> {
 
 #[async_trait::async_trait]
 impl crate::run::Turns for ServiceTurns<'_> {
-    async fn in_flight(&self, conversation: &str) -> Vec<crate::run::TurnNow> {
+    async fn in_flight(&self, conversation: &str) -> Result<Vec<crate::run::TurnNow>, String> {
         match self.0.backlog.in_flight(conversation).await {
-            Some(turns) => turns,
-            None => self.here(conversation),
+            Ok(Some(turns)) => Ok(turns),
+            Ok(None) => Ok(self.here(conversation)),
+            Err(e) => {
+                tracing::warn!("cannot read the conversation's turns from the store: {e}");
+                Err(e.to_string())
+            }
         }
     }
 
     async fn stop(&self, conversation: &str) -> crate::run::Stopping {
         use crate::run::Stopping;
-        let running = self.in_flight(conversation).await.into_iter().next();
+        let running = match self.in_flight(conversation).await {
+            Ok(turns) => turns.into_iter().next(),
+            Err(why) => return Stopping::Failed(why),
+        };
         let Some(running) = running.filter(|t| t.started_ms.is_some()) else {
             return Stopping::Nothing;
         };

@@ -114,14 +114,11 @@ impl Backlog for Shared {
         })
     }
 
-    async fn in_flight(&self, conversation: &str) -> Option<Vec<crate::run::TurnNow>> {
-        match self.cluster.in_flight(conversation).await {
-            Ok(turns) => Some(turns),
-            Err(e) => {
-                tracing::warn!("cannot read the conversation's turns from the store: {e}");
-                None
-            }
-        }
+    async fn in_flight(
+        &self,
+        conversation: &str,
+    ) -> Result<Option<Vec<crate::run::TurnNow>>, ClusterError> {
+        self.cluster.in_flight(conversation).await.map(Some)
     }
 
     fn queued(&self) -> usize {

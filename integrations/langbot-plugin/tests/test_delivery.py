@@ -138,3 +138,13 @@ def test_a_turn_the_person_stopped_ends_with_the_bridges_answer_not_a_failure():
     # A cancel nobody asked for in the chat stays a failure.
     out = shape(Ctx(automatic=True), [message("half an answer"), stopped])
     assert out[-1]["type"] == "run.failed"
+    # The turn's own words still on their way after the answer come before
+    # it: the answer is the last word.
+    out = shape(Ctx(automatic=True), [answer, message("half an answer"), stopped])
+    assert [r["type"] for r in out] == ["message.completed", "message.completed", "run.completed"]
+    assert out[0]["data"]["message"]["content"] == "half an answer"
+    assert out[1]["data"]["message"]["content"].startswith("Stopped the running turn")
+    # A refused /stop is an answer like any other.
+    refused = message("Only people who have had a turn here may use /stop here.", command="stop", refused=True)
+    out = shape(Ctx(automatic=True), [refused, message("done"), completed()])
+    assert [m["data"]["message"]["content"] for m in out if m["type"] == "message.completed"][0].startswith("Only")

@@ -62,6 +62,16 @@ def test_a_follow_up_runs_in_the_runs_context_with_its_own_event_and_input():
     assert context["run_id"] == "r1" and "state" in context
 
 
+def test_a_follow_up_is_its_senders_not_the_runs_askers():
+    context = {"run_id": "r1", "actor": {"actor_id": "ann"}, "subject": {"subject_id": "m1"}}
+    item = SimpleNamespace(event=Dumps({"id": "e2"}), input=Dumps({"text": "/new"}),
+                           actor=Dumps({"actor_type": "user", "actor_id": "bob"}), subject=None)
+    turn = follow_up_context(context, item, "r1.2")
+    assert turn["actor"] == {"actor_type": "user", "actor_id": "bob"}
+    assert "subject" not in turn
+    assert context["actor"] == {"actor_id": "ann"}
+
+
 @pytest.fixture
 def storage(tmp_path, monkeypatch):
     monkeypatch.setenv("LANGBOT_PLUGIN_FILE_STORAGE_DIR", str(tmp_path / "storage"))

@@ -41,8 +41,9 @@ pub struct TurnNow {
 #[async_trait]
 pub trait Turns: Send + Sync {
     /// The conversation's turns in flight: the running one first, then
-    /// those waiting, in order.
-    async fn in_flight(&self, conversation: &str) -> Vec<TurnNow>;
+    /// those waiting, in order; an error says why they cannot be known
+    /// (the shared store did not answer).
+    async fn in_flight(&self, conversation: &str) -> Result<Vec<TurnNow>, String>;
     /// Ask the conversation's running turn to stop (its harness's own
     /// interrupt).
     async fn stop(&self, conversation: &str) -> Stopping;
@@ -64,8 +65,8 @@ pub struct NoTurns;
 
 #[async_trait]
 impl Turns for NoTurns {
-    async fn in_flight(&self, _conversation: &str) -> Vec<TurnNow> {
-        Vec::new()
+    async fn in_flight(&self, _conversation: &str) -> Result<Vec<TurnNow>, String> {
+        Ok(Vec::new())
     }
     async fn stop(&self, _conversation: &str) -> Stopping {
         Stopping::Nothing
@@ -81,6 +82,8 @@ pub struct Answer {
     pub text: String,
     /// Refused (not allowed, or not possible): nothing was changed.
     pub refused: bool,
+    /// Refused because the asker may not use it here.
+    pub forbidden: bool,
 }
 
 /// A command asked at a front door.
@@ -109,8 +112,11 @@ struct Asked<'a> {
 
 impl Bridge {
     /// The command `ctx`'s message gives under its binding's prefix.
+    /// A binding that cannot be read gives no commands: its run fails
+    /// saying why, and no setting of the operator's is left off.
     pub fn command_in<'a>(ctx: &'a AgentRunContext, text: &'a str) -> Option<Invocation<'a>> {
-        access_of(ctx).parse(text)
+        let binding = crate::projection::Binding::from_config(&ctx.config).ok()?;
+        binding.commands.parse(text)
     }
 
     /// Answer the command `asking`'s message gives, if it gives one: the
@@ -119,8 +125,7 @@ impl Bridge {
     pub async fn answer_command(&self, asking: &Asking<'_>) -> Option<Answer> {
         let text = asking.ctx.input.to_text();
         let invocation = Self::command_in(asking.ctx, &text)?;
-        let binding =
-            crate::projection::Binding::from_config(&asking.ctx.config).unwrap_or_default();
+        let binding = crate::projection::Binding::from_config(&asking.ctx.config).ok()?;
         let asked = Asked {
             asking,
             host: self.host().as_ref(),
@@ -136,9 +141,7 @@ impl Bridge {
         };
         let command = invocation.command;
         let who = asked.access.who(command);
-        let answer = if asked.may(&who).await {
-            self.carry_out(&asked, invocation).await
-        } else {
+        let answer = if !asked.may(&who).await {
             Answer {
                 command,
                 text: format!(
@@ -147,7 +150,24 @@ impl Bridge {
                     asked.access.prefix
                 ),
                 refused: true,
+                forbidden: true,
             }
+        } else if asking.ctx.conversation_id().is_none()
+            && !matches!(command, Command::Help | Command::Usage)
+        {
+            // Turns without a conversation share none: nothing of another
+            // person's to show or stop.
+            Answer {
+                command,
+                text: format!(
+                    "This message belongs to no conversation, so {}{command} has nothing to act on.",
+                    asked.access.prefix
+                ),
+                refused: true,
+                forbidden: false,
+            }
+        } else {
+            self.carry_out(&asked, invocation).await
         };
         asked.audit(&answer, invocation.args).await;
         tracing::info!(
@@ -175,16 +195,9 @@ impl Bridge {
             command,
             text,
             refused,
+            forbidden: false,
         }
     }
-}
-
-/// The operator's command settings for `ctx`'s binding (the defaults when
-/// the binding cannot be read: its run then fails saying why).
-fn access_of(ctx: &AgentRunContext) -> Access {
-    crate::projection::Binding::from_config(&ctx.config)
-        .map(|b| b.commands)
-        .unwrap_or_default()
 }
 
 /// The roles the host reports for the actor (`actor.metadata.roles`, or
@@ -263,9 +276,10 @@ impl Asked<'_> {
             action: "command".into(),
             resource: format!("command:{}", answer.command),
             scope: format!("conversation:{}", self.conversation),
-            outcome: match answer.refused {
-                false => "ok".into(),
-                true => ErrorCode::Unauthorized.to_string(),
+            outcome: match (answer.forbidden, answer.refused) {
+                (true, _) => ErrorCode::Unauthorized.to_string(),
+                (false, true) => ErrorCode::InvalidArgument.to_string(),
+                (false, false) => "ok".into(),
             },
             detail: format!(
                 "{} by {}{}: {}",

@@ -66,13 +66,15 @@ pub(super) fn short(id: &str) -> String {
 
 /// The sentence refusing to change sessions while a turn runs.
 async fn busy(asked: &Asked<'_>, word: &str) -> Option<String> {
-    let running = asked
-        .asking
-        .turns
-        .in_flight(&asked.conversation)
-        .await
-        .into_iter()
-        .find(|t| t.started_ms.is_some())?;
+    let in_flight = match asked.asking.turns.in_flight(&asked.conversation).await {
+        Ok(turns) => turns,
+        Err(why) => {
+            return Some(format!(
+                "Whether a turn runs cannot be told now ({why}); nothing changed."
+            ));
+        }
+    };
+    let running = in_flight.into_iter().find(|t| t.started_ms.is_some())?;
     let since = running.started_ms.map(age).unwrap_or_default();
     let prefix = &asked.access.prefix;
     Some(format!(

@@ -16,9 +16,15 @@ use crate::run::{Bridge, record};
 pub(super) async fn stop(asked: &Asked<'_>) -> String {
     let turns = asked.asking.turns;
     match turns.stop(&asked.conversation).await {
+        Stopping::Asked(turn) if turn.started_ms.is_none() => {
+            "Stopped your message's turn before it began.".into()
+        }
         Stopping::Asked(turn) => {
             let since = turn.started_ms.map(age).unwrap_or_default();
-            let waiting = turns.in_flight(&asked.conversation).await.len();
+            let waiting = turns
+                .in_flight(&asked.conversation)
+                .await
+                .map_or(0, |t| t.len());
             let next = match waiting {
                 0 | 1 => String::new(),
                 n => format!(" {} more waiting run after it.", n - 1),
@@ -36,7 +42,13 @@ pub(super) async fn stop(asked: &Asked<'_>) -> String {
 /// `/status`.
 pub(super) async fn status(bridge: &Bridge, asked: &Asked<'_>) -> String {
     let mut lines = Vec::new();
-    let in_flight = asked.asking.turns.in_flight(&asked.conversation).await;
+    let in_flight = match asked.asking.turns.in_flight(&asked.conversation).await {
+        Ok(turns) => turns,
+        Err(why) => {
+            lines.push(format!("What runs now cannot be read ({why})."));
+            Vec::new()
+        }
+    };
     let running = in_flight.iter().find(|t| t.started_ms.is_some());
     match running {
         Some(turn) => lines.push(format!(
@@ -49,7 +61,8 @@ pub(super) async fn status(bridge: &Bridge, asked: &Asked<'_>) -> String {
                 .unwrap_or_default(),
             turn.run_id
         )),
-        None => lines.push("Nothing is running now.".into()),
+        None if lines.is_empty() => lines.push("Nothing is running now.".into()),
+        None => {}
     }
     let waiting = in_flight.len() - usize::from(running.is_some());
     if waiting > 0 {

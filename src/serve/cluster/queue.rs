@@ -438,7 +438,7 @@ impl Cluster {
         let rows = client
             .query(
                 "SELECT run_id, harness, status, started_at,
-                        context::jsonb -> 'actor' ->> 'actor_id'
+                        context::json -> 'actor' ->> 'actor_id'
                  FROM runs
                  WHERE conversation_id = $1 AND status IN ('queued', 'running')
                  ORDER BY status = 'running' DESC, seq",

@@ -90,6 +90,13 @@ def _of_project(data: dict[str, Any]) -> bool:
     return "project" in metadata
 
 
+def _stop_answer(data: dict[str, Any]) -> bool:
+    """Whether a message is the bridge's answer to a `/stop` it carried out."""
+    message = data.get("message") if isinstance(data.get("message"), dict) else {}
+    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+    return metadata.get("command") == "stop" and not metadata.get("refused")
+
+
 def failure_sentence(label: str, data: dict[str, Any]) -> str:
     """What the person reads when a run fails: the first line of the error
     (the rest is for the operator's log: stderr, paths of notices)."""
@@ -236,6 +243,8 @@ class Delivery:
         self._question = ""
         #: What the bridge said of the project, to follow the reply.
         self._project: list[str] = []
+        #: The bridge's answer to the person's `/stop`, for the run's end.
+        self._stopped: dict[str, Any] | None = None
 
     async def shape(self, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         """The results to yield, in order; sends the reply on the way when
@@ -274,12 +283,13 @@ class Delivery:
             async for out in self._completed(result, data):
                 yield out
             return
-        if kind == "run.failed" and data.get("code") == failure_codes.CANCELLED and self._stopped_by_command():
-            # The person stopped it (`/stop`): the bridge's answer is the
-            # run's last word, delivered as a completed run's would be.
-            done = {"run_id": result.get("run_id"), "type": "run.completed",
-                    "data": {"finish_reason": "cancelled"}}
-            async for out in self._completed(done, done["data"]):
+        if kind == "message.completed" and _stop_answer(data):
+            # The bridge's answer to `/stop`: the run's last word once it
+            # ends stopped, after whatever the turn still had on its way.
+            self._stopped = result
+            return
+        if kind in ("run.completed", "run.failed") and self._stopped is not None:
+            async for out in self._after_stop(result, data):
                 yield out
             return
         if kind == "message.completed" and _of_project(data):
@@ -301,12 +311,22 @@ class Delivery:
                 self.reply.progress(str(chunk.get("all_content") or ""))
             yield result
 
-    def _stopped_by_command(self) -> bool:
-        """Whether the message held last is the bridge's answer to `/stop`."""
-        held = (self._held or {}).get("data") or {}
-        message = held.get("message") if isinstance(held.get("message"), dict) else {}
-        metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
-        return metadata.get("command") == "stop"
+    async def _after_stop(self, result: dict[str, Any], data: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The run's end after the person's `/stop`: stopped, the answer is
+        its final message, delivered as a completed run's; ended some other
+        way first, the answer still reaches the chat before that end."""
+        answer, self._stopped = self._stopped, None
+        held = self._release()
+        if held is not None:
+            yield held
+        self._held = answer
+        if result.get("type") == "run.failed" and data.get("code") == failure_codes.CANCELLED:
+            done = {"run_id": result.get("run_id"), "type": "run.completed", "data": {"finish_reason": "cancelled"}}
+            async for out in self._completed(done, done["data"]):
+                yield out
+            return
+        async for out in self._take(result):
+            yield out
 
     def _ask(self, result: dict[str, Any], data: dict[str, Any]) -> None:
         """Keep the turn's question: a card LangBot accepts (checked here:

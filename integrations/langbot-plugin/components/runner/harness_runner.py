@@ -76,12 +76,20 @@ def can_pull_steering(ctx: Any) -> bool:
 
 def follow_up_context(context: dict[str, Any], item: Any, run_id: str) -> dict[str, Any]:
     """The context of a follow-up's own turn: the run's, with the follow-up's
-    event and input. The run's state snapshot is left out: it predates the
+    event, input and sender. The run's state snapshot is left out: it predates the
     turn before, and the bridge reads the conversation's state itself."""
     turn = {k: v for k, v in context.items() if k != "state"}
     turn["run_id"] = run_id
     turn["event"] = item.event.model_dump(mode="json", exclude_none=True)
     turn["input"] = item.input.model_dump(mode="json", exclude_none=True)
+    # Its sender's, not the run's: in a group another person's message is
+    # theirs (their budget, their approvals, their commands).
+    for key in ("actor", "subject"):
+        part = getattr(item, key, None)
+        if part is not None:
+            turn[key] = part.model_dump(mode="json", exclude_none=True)
+        else:
+            turn.pop(key, None)
     return turn
 
 
