@@ -962,6 +962,7 @@ async fn commands_are_answered_beside_a_running_turn_and_a_stop_follow_up_ends_i
         .expect("the answer in the run's stream");
     let message = &said["data"]["message"];
     assert_eq!(message["metadata"]["command"], "stop", "{message}");
+    assert_eq!(message["metadata"]["in_turn"], true, "{message}");
     assert!(
         message["content"]
             .as_str()

@@ -868,6 +868,16 @@ impl SteeredCommand {
                 .find(|r| r.kind == crate::protocol::ResultType::MessageCompleted);
             if let Some(mut said) = said {
                 said.sequence = None;
+                // Said in another turn's stream: the plugin gives it at
+                // once rather than hold it as that turn's words.
+                if let Some(meta) = said
+                    .data
+                    .get_mut("message")
+                    .and_then(|m| m.get_mut("metadata"))
+                    .and_then(serde_json::Value::as_object_mut)
+                {
+                    meta.insert("in_turn".into(), true.into());
+                }
                 let frame = Outbound::Result {
                     run_id: run_id.clone(),
                     result: Box::new(said),

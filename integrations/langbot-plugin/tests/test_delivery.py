@@ -148,3 +148,11 @@ def test_a_turn_the_person_stopped_ends_with_the_bridges_answer_not_a_failure():
     refused = message("Only people who have had a turn here may use /stop here.", command="stop", refused=True)
     out = shape(Ctx(automatic=True), [refused, message("done"), completed()])
     assert [m["data"]["message"]["content"] for m in out if m["type"] == "message.completed"][0].startswith("Only")
+
+
+def test_an_answer_to_a_command_sent_while_the_turn_works_is_given_at_once():
+    status = message("Running: a turn of codex for 3 s.", command="status", in_turn=True)
+    out = shape(Ctx(automatic=True), [message("half"), status, message("done"), completed()])
+    kinds = [(r["type"], (r["data"].get("message") or {}).get("content")) for r in out]
+    assert kinds[:2] == [("message.completed", "half"), ("message.completed", "Running: a turn of codex for 3 s.")]
+    assert kinds[-1][0] == "run.completed"

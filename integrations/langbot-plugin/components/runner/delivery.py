@@ -90,11 +90,27 @@ def _of_project(data: dict[str, Any]) -> bool:
     return "project" in metadata
 
 
+def _command_of(data: dict[str, Any]) -> str | None:
+    """The chat command a message answers, when the bridge answered one."""
+    message = data.get("message") if isinstance(data.get("message"), dict) else {}
+    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+    command = metadata.get("command")
+    return command if isinstance(command, str) else None
+
+
+def _in_turn(data: dict[str, Any]) -> bool:
+    """Whether a message is the bridge's answer to a command sent while a
+    turn works, in that turn's stream."""
+    message = data.get("message") if isinstance(data.get("message"), dict) else {}
+    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+    return _command_of(data) is not None and bool(metadata.get("in_turn"))
+
+
 def _stop_answer(data: dict[str, Any]) -> bool:
     """Whether a message is the bridge's answer to a `/stop` it carried out."""
     message = data.get("message") if isinstance(data.get("message"), dict) else {}
     metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
-    return metadata.get("command") == "stop" and not metadata.get("refused")
+    return _command_of(data) == "stop" and not metadata.get("refused")
 
 
 def failure_sentence(label: str, data: dict[str, Any]) -> str:
@@ -287,6 +303,14 @@ class Delivery:
             # The bridge's answer to `/stop`: the run's last word once it
             # ends stopped, after whatever the turn still had on its way.
             self._stopped = result
+            return
+        if kind == "message.completed" and _in_turn(data):
+            # Its answer to another command sent while the turn works
+            # (`/status`): given now, not held as the turn's words are.
+            held = self._release()
+            if held is not None:
+                yield held
+            yield result
             return
         if kind in ("run.completed", "run.failed") and self._stopped is not None:
             async for out in self._after_stop(result, data):
