@@ -110,11 +110,12 @@ class HarnessRunner(Runner):
     harness = ""
     #: The harness's name as the person in the chat reads it.
     label = ""
-    #: Whether the runner declares `capabilities.steering` and pulls the
-    #: person's follow-ups while a turn runs: a chat command goes to the
-    #: bridge at once, the rest into the running turn where the harness
-    #: takes it, else waits to run as the next turn. Every pulled one is
-    #: run or answered: LangBot drops what a run leaves unpulled.
+    #: Whether the harness takes a follow-up into its running turn: the
+    #: runner then declares `capabilities.steering` and pulls the person's
+    #: follow-ups while it runs (a chat command goes to the bridge at once).
+    #: LangBot drops what a run leaves unpulled, and a Pipeline over a
+    #: non-streaming adapter shows only a run's last message, so only a
+    #: harness that can take them declares it.
     steering = False
     #: Variables the form's API key and base URL become.
     key_var = ""
