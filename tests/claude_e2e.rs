@@ -1165,45 +1165,12 @@ async fn a_kept_alive_turn_costs_only_what_it_spent() {
     serve.stop().await;
 }
 
-/// A chat command as a person sends it through `serve`: its answer's
-/// text, and how long the bridge took to give it.
-async fn command(
-    serve: &common::server::ServeProcess,
-    actor: &str,
-    text: &str,
-) -> (String, Duration) {
-    let asked = std::time::Instant::now();
-    let results = serve
-        .results(json!({"conversation": "commands", "actor": actor, "text": text}))
-        .await;
-    let took = asked.elapsed();
-    let end = results.last().unwrap();
-    assert_eq!(end["type"], "run.completed", "{results:?}");
-    assert_eq!(end["data"]["finish_reason"], "command", "{results:?}");
-    let said = end["data"]["message"]["content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    (said, took)
-}
-
 /// A turn of the `commands` conversation: its terminal result.
 async fn chat_turn(serve: &common::server::ServeProcess, actor: &str, text: &str) -> Value {
     let results = serve
         .results(json!({"conversation": "commands", "actor": actor, "text": text}))
         .await;
     results.last().unwrap().clone()
-}
-
-fn session_of(terminal: &Value) -> (String, bool) {
-    let session = &terminal["data"]["message"]["metadata"]["session"];
-    (
-        session["session_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        session["resumed"] == true,
-    )
 }
 
 /// The commands on a person's path through `serve` with the real Claude
@@ -1218,7 +1185,7 @@ async fn a_person_stops_starts_over_and_resumes_from_the_chat() {
     let (serve, _home) = common::server::serve_claude(model_url, "").await;
     let first = chat_turn(&serve, "ann", "Remember the word PLUM").await;
     assert_eq!(first["type"], "run.completed", "{first}");
-    let (session, _) = session_of(&first);
+    let (session, _) = common::server::session_of(&first);
     assert!(!session.is_empty(), "{first}");
 
     let slow = serve.spawn_results(
@@ -1227,14 +1194,14 @@ async fn a_person_stops_starts_over_and_resumes_from_the_chat() {
     while fake.hanging.load(std::sync::atomic::Ordering::SeqCst) == 0 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (status, took) = command(&serve, "ann", "/status").await;
+    let (status, took) = serve.command("commands", "ann", "/status").await;
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(
         status.contains("Running: a turn of claude-code") && status.contains("slow-1"),
         "{status}"
     );
     assert!(status.contains(&session[..8]), "{status}");
-    let (stopped, took) = command(&serve, "ann", "/stop").await;
+    let (stopped, took) = serve.command("commands", "ann", "/stop").await;
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(stopped.starts_with("Stopped the running turn"), "{stopped}");
     let slow = tokio::time::timeout(Duration::from_secs(1), slow)
@@ -1243,7 +1210,7 @@ async fn a_person_stops_starts_over_and_resumes_from_the_chat() {
         .unwrap();
     let end = slow.last().unwrap();
     assert_eq!(end["data"]["code"], "cancelled", "{end}");
-    let (nothing, _) = command(&serve, "ann", "/stop").await;
+    let (nothing, _) = serve.command("commands", "ann", "/stop").await;
     assert_eq!(
         nothing,
         "Nothing is running here, so there is nothing to stop."
@@ -1251,14 +1218,18 @@ async fn a_person_stops_starts_over_and_resumes_from_the_chat() {
 
     let next = chat_turn(&serve, "ann", "What was the word?").await;
     assert_eq!(next["type"], "run.completed", "{next}");
-    assert_eq!(session_of(&next), (session.clone(), true), "{next}");
+    assert_eq!(
+        common::server::session_of(&next),
+        (session.clone(), true),
+        "{next}"
+    );
 
-    let (new, _) = command(&serve, "ann", "/new").await;
+    let (new, _) = serve.command("commands", "ann", "/new").await;
     assert!(new.starts_with("Started over"), "{new}");
     let asked = fake.requests.lock().unwrap().len();
     let fresh = chat_turn(&serve, "ann", "Hello there").await;
     assert_eq!(fresh["type"], "run.completed", "{fresh}");
-    let (fresh_session, resumed) = session_of(&fresh);
+    let (fresh_session, resumed) = common::server::session_of(&fresh);
     assert!(!resumed && fresh_session != session, "{fresh}");
     let first_request = fake.requests.lock().unwrap()[asked].to_string();
     assert!(
@@ -1266,13 +1237,17 @@ async fn a_person_stops_starts_over_and_resumes_from_the_chat() {
         "the fresh session's first request holds an earlier message: {first_request}"
     );
 
-    let (list, _) = command(&serve, "ann", "/resume").await;
+    let (list, _) = serve.command("commands", "ann", "/resume").await;
     assert!(list.contains(&format!("1. {}", &session[..8])), "{list}");
-    let (back, _) = command(&serve, "ann", "/resume 1").await;
+    let (back, _) = serve.command("commands", "ann", "/resume 1").await;
     assert!(back.starts_with("Back to session"), "{back}");
     let asked = fake.requests.lock().unwrap().len();
     let resumed = chat_turn(&serve, "ann", "And now?").await;
-    assert_eq!(session_of(&resumed), (session.clone(), true), "{resumed}");
+    assert_eq!(
+        common::server::session_of(&resumed),
+        (session.clone(), true),
+        "{resumed}"
+    );
     let request = fake.requests.lock().unwrap()[asked].to_string();
     assert!(
         request.contains("PLUM"),
@@ -1303,25 +1278,25 @@ async fn commands_follow_the_operators_permissions_models_and_ledger() {
     let bob = chat_turn(&serve, "bob", ASK).await;
     assert_eq!(bob["type"], "run.completed", "{bob}");
 
-    let (refused, _) = command(&serve, "bob", "/new").await;
+    let (refused, _) = serve.command("commands", "bob", "/new").await;
     assert_eq!(
         refused,
         "Only the people the operator listed (ann) may use /new here."
     );
-    let (help, _) = command(&serve, "bob", "/help").await;
+    let (help, _) = serve.command("commands", "bob", "/help").await;
     assert!(help.contains("/stop") && !help.contains("/new"), "{help}");
-    let (stranger, _) = command(&serve, "carol", "/stop").await;
+    let (stranger, _) = serve.command("commands", "carol", "/stop").await;
     assert!(
         stranger.starts_with("Only people who have had a turn"),
         "{stranger}"
     );
 
-    let (outside, _) = command(&serve, "ann", "/model gpt-9").await;
+    let (outside, _) = serve.command("commands", "ann", "/model gpt-9").await;
     assert_eq!(
         outside,
         "`gpt-9` is not a model the operator allows here (allowed: fake-fast, fake-deep; /model default goes back to the operator's)."
     );
-    let (switched, _) = command(&serve, "ann", "/model fake-deep").await;
+    let (switched, _) = serve.command("commands", "ann", "/model fake-deep").await;
     assert_eq!(
         switched,
         "The model is now fake-deep, from your next message."
@@ -1335,7 +1310,7 @@ async fn commands_follow_the_operators_permissions_models_and_ledger() {
         .collect();
     assert!(models.contains(&"fake-deep".to_string()), "{models:?}");
 
-    let (usage, _) = command(&serve, "ann", "/usage").await;
+    let (usage, _) = serve.command("commands", "ann", "/usage").await;
     let ledger = serve.get_json("/v1/usage?by=actor&actor=ann").await;
     let row = &ledger["totals"][0];
     let tokens = row["input_tokens"].as_u64().unwrap() + row["output_tokens"].as_u64().unwrap();

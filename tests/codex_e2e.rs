@@ -519,36 +519,6 @@ async fn a_caged_codex_runs_its_shell_commands_in_the_workspace() {
     assert!(made, "the command did not run: {:?}", turn.kinds());
 }
 
-/// A chat command as a person sends it through `serve`: its answer, and
-/// how long the bridge took to give it.
-async fn command(server: &common::server::ServeProcess, text: &str) -> (String, Duration) {
-    let asked = std::time::Instant::now();
-    let results = server
-        .results(json!({"conversation": CONVERSATION, "text": text}))
-        .await;
-    let took = asked.elapsed();
-    let end = results.last().unwrap();
-    assert_eq!(end["data"]["finish_reason"], "command", "{results:?}");
-    let said = end["data"]["message"]["content"]
-        .as_str()
-        .unwrap_or_default();
-    (said.to_string(), took)
-}
-
-/// The session facts of a turn that completed.
-fn session_of(results: &[Value]) -> (String, bool) {
-    let last = results.last().expect("results");
-    assert_eq!(last["type"], "run.completed", "{results:?}");
-    let session = &last["data"]["message"]["metadata"]["session"];
-    (
-        session["session_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        session["resumed"] == true,
-    )
-}
-
 /// The chat commands with the real Codex through `serve`: `/status`
 /// names the running turn, `/stop` ends it within a second (the
 /// app-server's own interrupt) and the next message goes on in the same
@@ -562,19 +532,19 @@ async fn a_person_stops_a_codex_turn_and_starts_over_from_the_chat() {
     let (server, _home) = Machine::new(&model_url).await.serve("").await;
     let body = |text: &str| json!({"conversation": CONVERSATION, "text": text});
     let first = server.results(body("Remember the word PLUM")).await;
-    let (thread, _) = session_of(&first);
+    let (thread, _) = common::server::session_of(first.last().unwrap());
 
     let hanging = server.spawn_results(
         json!({"conversation": CONVERSATION, "text": "Now HANG", "run_id": "codex-hang"}),
     );
     assert!(fake.until_asked("Now HANG", Duration::from_secs(60)).await);
-    let (status, took) = command(&server, "/status").await;
+    let (status, took) = server.command(CONVERSATION, "api-user", "/status").await;
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(
         status.contains("Running: a turn of codex") && status.contains("codex-hang"),
         "{status}"
     );
-    let (stopped, took) = command(&server, "/stop").await;
+    let (stopped, took) = server.command(CONVERSATION, "api-user", "/stop").await;
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(stopped.starts_with("Stopped the running turn"), "{stopped}");
     let hung = tokio::time::timeout(Duration::from_secs(1), hanging)
@@ -588,24 +558,32 @@ async fn a_person_stops_a_codex_turn_and_starts_over_from_the_chat() {
     );
 
     let next = server.results(body("What was the word?")).await;
-    assert_eq!(session_of(&next), (thread.clone(), true), "{next:?}");
+    assert_eq!(
+        common::server::session_of(next.last().unwrap()),
+        (thread.clone(), true),
+        "{next:?}"
+    );
 
-    let (new, _) = command(&server, "/new").await;
+    let (new, _) = server.command(CONVERSATION, "api-user", "/new").await;
     assert!(new.starts_with("Started over"), "{new}");
     let asked = fake.requests.lock().unwrap().len();
     let fresh = server.results(body("Hello there")).await;
-    let (fresh_thread, resumed) = session_of(&fresh);
+    let (fresh_thread, resumed) = common::server::session_of(fresh.last().unwrap());
     assert!(!resumed && fresh_thread != thread, "{fresh:?}");
     let first_request = fake.requests.lock().unwrap()[asked].to_string();
     assert!(
         !first_request.contains("PLUM"),
         "the fresh thread's first request holds an earlier message: {first_request}"
     );
-    let (back, _) = command(&server, "/resume 1").await;
+    let (back, _) = server.command(CONVERSATION, "api-user", "/resume 1").await;
     assert!(back.starts_with("Back to session"), "{back}");
     let asked = fake.requests.lock().unwrap().len();
     let again = server.results(body("And now?")).await;
-    assert_eq!(session_of(&again), (thread, true), "{again:?}");
+    assert_eq!(
+        common::server::session_of(again.last().unwrap()),
+        (thread, true),
+        "{again:?}"
+    );
     let request = fake.requests.lock().unwrap()[asked].to_string();
     assert!(
         request.contains("PLUM"),

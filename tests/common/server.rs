@@ -298,6 +298,36 @@ pub async fn serve_claude_with(
     (ServeProcess::spawn(data, &config, &env).await, home)
 }
 
+/// The session a completed turn ran in: its id, and whether it resumed.
+pub fn session_of(terminal: &Value) -> (String, bool) {
+    assert_eq!(terminal["type"], "run.completed", "{terminal}");
+    let session = &terminal["data"]["message"]["metadata"]["session"];
+    (
+        session["session_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        session["resumed"] == true,
+    )
+}
+
+impl ServeProcess {
+    /// A chat command as a person sends it: the bridge's answer (its
+    /// `run.completed`, finish reason `command`) and how long it took.
+    pub async fn command(&self, conversation: &str, actor: &str, text: &str) -> (String, Duration) {
+        let asked = std::time::Instant::now();
+        let body = serde_json::json!({"conversation": conversation, "actor": actor, "text": text});
+        let results = self.results(body).await;
+        let took = asked.elapsed();
+        let end = results.last().expect("results");
+        assert_eq!(end["data"]["finish_reason"], "command", "{results:?}");
+        let said = end["data"]["message"]["content"]
+            .as_str()
+            .unwrap_or_default();
+        (said.to_string(), took)
+    }
+}
+
 /// A run's results as `GET URL/v1/runs/{id}` streams them (NDJSON), with
 /// owned arguments for a task of its own.
 pub async fn stream_of(client: reqwest::Client, url: String, run_id: String) -> Vec<Value> {
