@@ -11,6 +11,7 @@ use harness_bridge_testkit as common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::server::{ServeProcess, serve_claude};
@@ -18,7 +19,8 @@ use serde_json::json;
 
 /// A harness (Claude Code's output) that acts as its prompt says: `hog`
 /// allocates 10 MB at a time up to 400 MB, `bomb` starts 200 background
-/// sleeps and waits a while, `slow` takes two seconds; then it answers.
+/// sleeps and waits a while (its own wait started first, so a bomb at
+/// the limit cannot cut it short), `slow` takes two seconds; then it answers.
 const SCRIPT: &str = r#"#!/bin/sh
 cat > received-stdin
 echo '{"type":"system","subtype":"init","session_id":"limited-1","mcp_servers":[]}'
@@ -31,8 +33,9 @@ for step in range(1, 41):
     print("alloc", step * 10, "MB", flush=True)
 ' > hog-log 2>&1 ;;
   *bomb*)
+    sleep 6 & held=$!
     ( for i in $(seq 200); do sleep 30 & done; wait ) 2>/dev/null &
-    sleep 6 ;;
+    wait $held ;;
   *slow*)
     sleep 2 ;;
 esac
@@ -145,14 +148,23 @@ async fn a_memory_hog_past_its_limit_fails_resource_limit() {
     );
 }
 
-/// Sample how many processes work in `workspace` until `done`; the most.
-async fn most_processes(workspace: &Path, done: impl Fn() -> bool) -> usize {
-    let mut most = 0;
-    while !done() {
-        most = most.max(common::processes_under(workspace).len());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    most
+/// Sample, from now until `stop` is set, how many of the bomb's sleeps
+/// (`sleep 30`) work below `root`; the most seen. It starts before the
+/// bomb's workspace exists and looks every 10 ms: the bridge ends a turn
+/// as soon as its agent hits the limit, which can be within 200 ms.
+fn sample_bomb(root: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut most = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let sleeps = common::processes_under(&root)
+                .iter()
+                .filter(|p| p.ends_with("sleep 30 "))
+                .count();
+            most = most.max(sleeps);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        most
+    })
 }
 
 /// Wait until a workspace whose prompt said `word` exists.
@@ -191,13 +203,16 @@ async fn a_fork_bomb_is_held_at_its_limit_and_another_conversation_goes_on() {
         );
     }
 
-    let a = server.spawn_results(json!({"conversation": "bomber-a", "text": "bomb now"}));
     let workspaces = server.workspaces();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = sample_bomb(workspaces.clone(), stop.clone());
+    let a = server.spawn_results(json!({"conversation": "bomber-a", "text": "bomb now"}));
     let bomb = wait_workspace(&workspaces, "bomb").await;
     // B runs while A's bomb is held.
     let b = server.spawn_results(json!({"conversation": "bystander-b", "text": "slow answer"}));
-    let most = most_processes(&bomb, || a.is_finished()).await;
     let a = a.await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let most = sampler.join().unwrap();
     let b = b.await.unwrap();
 
     let end = a.last().unwrap();
@@ -207,8 +222,8 @@ async fn a_fork_bomb_is_held_at_its_limit_and_another_conversation_goes_on() {
         said.starts_with("the conversation's agent hit its process limit (50 processes"),
         "{said}"
     );
-    eprintln!("at most {most} processes in A's workspace");
-    assert!(most <= 50, "{most} processes in A's workspace");
+    eprintln!("at most {most} of the bomb's sleeps at once");
+    assert!(most <= 50, "{most} of the bomb's sleeps at once");
     assert!(most >= 30, "the bomb never came near the limit: {most}");
     common::assert_none_left_under(&bomb).await;
     assert_eq!(b.last().unwrap()["type"], "run.completed", "{b:?}");
