@@ -239,7 +239,7 @@ async fn claude_codes_bomb_is_held_while_another_conversation_answers() {
     let tag = common::unique_tag();
     // Only in A's workspace (its folder is named after the conversation).
     let command = format!(
-        "case \"$PWD\" in *bomber*) ( for i in $(seq 400); do sleep 60.{tag} & done; wait ) 2>/dev/null & sleep 8; echo bombed ;; *) echo fine ;; esac"
+        "case \"$PWD\" in *bomber*) sleep 8 & held=$!; ( for i in $(seq 400); do sleep 60.{tag} & done; wait ) 2>/dev/null & wait $held; echo bombed ;; *) echo fine ;; esac"
     );
     let (model_url, _fake) = common::anthropic::fake_model_running(&command).await;
     // Claude Code's Bash tool writes below its config folder: one the
