@@ -1340,6 +1340,137 @@ async fn a_stop_sent_while_codex_works_ends_its_turn_in_a_pipeline() {
     assert!(!said.iter().any(|t| t.contains("/stop")), "{said:?}");
 }
 
+/// A model that never answers a turn whose prompt holds `HANG` and takes
+/// a while over one whose prompt holds `PAUSE`.
+async fn hanging_and_pausing_model() -> (String, common::anthropic::Fake) {
+    common::anthropic::serve_fake(common::anthropic::Fake {
+        hang_on: Some("HANG".into()),
+        pause_on: Some(("PAUSE".into(), std::time::Duration::from_secs(6))),
+        ..Default::default()
+    })
+    .await
+}
+
+/// Wait until the model has been asked a turn that hangs.
+async fn until_hanging(fake: &common::anthropic::Fake, langbot: &LangBot) {
+    let waiting = tokio::time::Instant::now() + std::time::Duration::from_secs(180);
+    while fake.hanging.load(Ordering::SeqCst) == 0 {
+        assert!(tokio::time::Instant::now() < waiting, "{}", langbot.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// `/stop` with the real Claude Code in a Pipeline binding over OneBot v11
+/// (a surface that shows a run's last message alone): sent while its turn
+/// waits on the model, it is answered in the chat within 2 s and the turn
+/// ends; the next message goes on in the same session. A message sent
+/// while a turn works runs as that run's next turn, and the one message
+/// the chat gets carries both turns' answers, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
+async fn a_stop_sent_while_claude_works_ends_its_turn_in_a_pipeline() {
+    let (model_url, fake) = hanging_and_pausing_model().await;
+    let mut langbot = langbot().await;
+    let target = langbot.call(json!({"cmd": "pipeline", "model_url": model_url}));
+    let bot = langbot
+        .call(json!({"cmd": "bot", "target_type": "pipeline", "target_uuid": target["uuid"]}));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+    let user = 40021;
+    let first = message(&mut langbot, &bot, user, FIRST);
+    assert_eq!(first.sent, [SECOND_ANSWER], "{:?}", first.runs);
+    let session = first.session()["session_id"].clone();
+
+    let working =
+        langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Now HANG"}));
+    until_hanging(&fake, &langbot).await;
+    stop_mid_turn(&mut langbot, &bot, user, working);
+    let next = message(&mut langbot, &bot, user, ASK);
+    assert_eq!(next.sent, [ANSWER], "{:?}", next.runs);
+    assert_eq!(next.session()["session_id"], session, "{:?}", next.runs);
+
+    // A follow-up while a turn works: its own turn, next in the same run
+    // and session; neither answer is lost in the chat.
+    let working = langbot
+        .call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Think it over, PAUSE"}));
+    let asked = fake
+        .until_asked("PAUSE", std::time::Duration::from_secs(120))
+        .await;
+    assert!(asked, "the turn never reached the model");
+    let both = message_since(&mut langbot, &bot, user, FOLLOW_UP, working);
+    let run = both.run();
+    assert!(
+        run["results"].to_string().contains("runs as its next turn"),
+        "{run}"
+    );
+    assert_eq!(
+        both.sent,
+        [format!("{SECOND_ANSWER}\n\n{SECOND_ANSWER}")],
+        "{:?}",
+        both.actions
+    );
+    assert_eq!(both.session()["session_id"], session, "{:?}", both.runs);
+    let said = fake.people_said();
+    assert!(said.iter().any(|t| t.contains(FOLLOW_UP)), "{said:?}");
+    assert!(!said.iter().any(|t| t.contains("/stop")), "{said:?}");
+}
+
+/// `/status` and `/stop` through LangBot's HTTP bot adapter (a surface
+/// that streams: each message is its own) in a Pipeline binding, with the
+/// real Claude Code: `/status` sent while a turn works is answered in the
+/// chat while it still works, naming it; `/stop` ends it; the next
+/// message goes on in the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
+async fn status_during_a_claude_turn_is_answered_while_it_works_on_a_streaming_surface() {
+    let (model_url, fake) = hanging_and_pausing_model().await;
+    let mut langbot = langbot().await;
+    let target = langbot.call(json!({"cmd": "pipeline", "model_url": model_url}));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "adapter": "http", "target_type": "pipeline", "target_uuid": target["uuid"],
+    }));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+    let user = 40031;
+    let first = message(&mut langbot, &bot, user, FIRST);
+    assert_eq!(first.sent, [SECOND_ANSWER], "{:?}", first.actions);
+    let session = first.session()["session_id"].as_str().unwrap().to_string();
+
+    let working =
+        langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Now HANG"}));
+    until_hanging(&fake, &langbot).await;
+    langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "/status"}));
+    // LangBot hands a follow-up to the runner's next pull (every 0.5 s).
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let asked_to_stop = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let stopped = stop_mid_turn(&mut langbot, &bot, user, working);
+    let status = stopped
+        .actions
+        .iter()
+        .find(|a| a["final"] == true && a["text"].as_str().is_some_and(|t| t.contains("Running:")))
+        .unwrap_or_else(|| panic!("no /status answer: {:?}", stopped.actions));
+    let text = status["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("Running: a turn of claude-code for ") && text.contains(&session[..8]),
+        "{text}"
+    );
+    assert!(
+        status["at"].as_f64().unwrap() < asked_to_stop,
+        "/status was answered only after the turn was stopped: {status}"
+    );
+    let next = message(&mut langbot, &bot, user, ASK);
+    assert_eq!(next.sent, [ANSWER], "{:?}", next.actions);
+    assert_eq!(
+        next.session()["session_id"],
+        session.as_str(),
+        "{:?}",
+        next.runs
+    );
+    let said = fake.people_said();
+    assert!(!said.iter().any(|t| t.contains("/status")), "{said:?}");
+}
+
 /// Send `/stop` while the turn `working` (its `send`) runs: the person
 /// reads the bridge's answer in the chat within 2 s (LangBot hands a
 /// follow-up to the runner's next pull, every half second).
@@ -1355,7 +1486,7 @@ fn stop_mid_turn(langbot: &mut LangBot, bot: &str, user: u64, working: Value) ->
         .find(|a| {
             a["text"]
                 .as_str()
-                .is_some_and(|t| t.starts_with("Stopped the running turn"))
+                .is_some_and(|t| t.contains("Stopped the running turn"))
         })
         .and_then(|a| a["at"].as_f64())
         .unwrap_or(f64::MAX);
@@ -1368,7 +1499,7 @@ fn stop_mid_turn(langbot: &mut LangBot, bot: &str, user: u64, working: Value) ->
         stopped
             .sent
             .iter()
-            .any(|t| t.starts_with("Stopped the running turn")),
+            .any(|t| t.contains("Stopped the running turn")),
         "{:?} {:?}",
         stopped.sent,
         stopped.runs

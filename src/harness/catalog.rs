@@ -124,14 +124,13 @@ pub fn discovery(adapters: &Adapters) -> ListAgentRunnersResponse {
                     knowledge_retrieval: true,
                     interrupt: true,
                     interactions: true,
-                    // A follow-up sent while a turn works is pulled only by a
-                    // runner whose live harness takes it mid-turn (a chat
-                    // command among them is answered at once). Another
-                    // harness's would run as the next turn of the same run,
-                    // and a Pipeline over a non-streaming adapter shows only
-                    // a run's last message: LangBot keeps it for a run of
-                    // its own instead.
-                    steering: h.steers(),
+                    // A follow-up sent while a turn works is pulled, whatever
+                    // the harness: a chat command (`/stop`) is answered at
+                    // once, the rest goes into the running turn where the
+                    // live harness takes input mid-turn, else runs as the
+                    // next turn of the same run (nothing is left unpulled,
+                    // which LangBot would drop).
+                    steering: true,
                     ..AgentRunnerCapabilities::default()
                 },
                 permissions: requested_permissions(),

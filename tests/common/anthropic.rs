@@ -58,6 +58,9 @@ pub struct Fake {
     pub hang_on: Option<String>,
     /// Requests left hanging so far.
     pub hanging: Arc<std::sync::atomic::AtomicUsize>,
+    /// A word that makes the model take this long to answer the turn
+    /// whose prompt holds it (a turn that works a while, then ends).
+    pub pause_on: Option<(String, Duration)>,
     /// Tool calls the test sets between turns ([`Fake::set_script`]).
     pub script: Arc<Mutex<Script>>,
 }
@@ -72,7 +75,29 @@ pub struct Script {
     base: Option<usize>,
 }
 
+/// Wait until one of `requests` (a fake model's) holds `text`; `false`
+/// after `within`.
+pub async fn until_asked(requests: &Mutex<Vec<Value>>, text: &str, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let asked = requests
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.to_string().contains(text));
+        if asked || tokio::time::Instant::now() >= deadline {
+            return asked;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 impl Fake {
+    /// Wait until a request holding `text` came in; `false` after `within`.
+    pub async fn until_asked(&self, text: &str, within: Duration) -> bool {
+        until_asked(&self.requests, text, within).await
+    }
+
     /// The person's words in every request the model got: the text blocks
     /// of user messages (not what a tool answered).
     pub fn people_said(&self) -> Vec<String> {
@@ -324,6 +349,16 @@ fn last_prompt(request: &Value) -> String {
     }
 }
 
+/// A model that answers as [`fake_model`] does, except that it takes
+/// `pause` to answer a turn whose prompt holds `word`.
+pub async fn fake_model_pausing_on(word: &str, pause: Duration) -> (String, Fake) {
+    serve_fake(Fake {
+        pause_on: Some((word.to_string(), pause)),
+        ..Fake::default()
+    })
+    .await
+}
+
 /// A model that answers as [`fake_model`] does, except that a turn whose
 /// prompt holds `word` is never answered.
 pub async fn fake_model_hanging_on(word: &str) -> (String, Fake) {
@@ -354,6 +389,13 @@ async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
     {
         fake.hanging.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    if let Some((_, pause)) = fake
+        .pause_on
+        .as_ref()
+        .filter(|(w, _)| prompt.contains(w.as_str()))
+    {
+        tokio::time::sleep(*pause).await;
     }
     let (head, tail) = script(&fake, &request);
     if request["stream"] != true {
@@ -423,7 +465,9 @@ pub async fn fake_model_calling(calls: Vec<(String, Value)>) -> (String, Fake) {
     .await
 }
 
-async fn serve_fake(fake: Fake) -> (String, Fake) {
+/// Serve `fake` on 127.0.0.1 as the Messages API; its URL and itself (for
+/// a model made of several of the behaviours above).
+pub async fn serve_fake(fake: Fake) -> (String, Fake) {
     let app = Router::new()
         .route("/v1/messages", post(messages))
         .fallback(any(|| async { StatusCode::OK }))

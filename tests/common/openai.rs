@@ -42,22 +42,7 @@ pub struct Fake {
 impl Fake {
     /// Wait until a request holding `text` came in; `false` after `within`.
     pub async fn until_asked(&self, text: &str, within: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let asked = self
-                .requests
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|r| r.to_string().contains(text));
-            if asked {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        super::anthropic::until_asked(&self.requests, text, within).await
     }
 
     /// The person's words in every request (the input items of the

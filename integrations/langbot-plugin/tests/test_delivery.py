@@ -156,3 +156,55 @@ def test_an_answer_to_a_command_sent_while_the_turn_works_is_given_at_once():
     kinds = [(r["type"], (r["data"].get("message") or {}).get("content")) for r in out]
     assert kinds[:2] == [("message.completed", "half"), ("message.completed", "Running: a turn of codex for 3 s.")]
     assert kinds[-1][0] == "run.completed"
+
+
+def turns(ctx, *turns):
+    """What a run of several turns yields (each a list of results, a
+    follow-up's turn after the one before), as the runner relays it."""
+    delivery = Delivery(ctx, "Claude Code")
+
+    async def source():
+        for n, results in enumerate(turns):
+            if n:
+                delivery.turn_over()
+            for result in results:
+                yield result
+
+    async def collect():
+        return [r async for r in delivery.shape(source())]
+
+    return asyncio.run(collect())
+
+
+def test_where_langbot_delivers_the_runs_last_message_carries_each_turns_answer():
+    # A Pipeline binding: over a surface that does not stream (OneBot v11)
+    # LangBot sends the run's last message alone.
+    status = message("Running: a turn of claude for 3 s.", command="status", in_turn=True)
+    out = turns(Ctx(automatic=True), [message("Let me look."), status, message("First answer.")],
+                [message("Second answer."), completed()])
+    said = [r["data"]["message"]["content"] for r in out if r["type"] == "message.completed"]
+    # The command's answer at once; the first turn's answer only in the
+    # last message (never twice where each message is shown).
+    assert said == ["Let me look.", "Running: a turn of claude for 3 s.",
+                    "Running: a turn of claude for 3 s.\n\nFirst answer.\n\nSecond answer."]
+    assert out[-1]["type"] == "run.completed"
+    # A /stop in the follow-up's turn: its answer is the last word, after
+    # the first turn's.
+    stopped = {"run_id": "r1", "type": "run.failed",
+               "data": {"error": "the run was cancelled", "code": "cancelled", "retryable": False}}
+    answer = message("Stopped the running turn (it ran for 3 s).", command="stop")
+    out = turns(Ctx(automatic=True), [message("First answer.")], [message("half"), answer, stopped])
+    said = [r["data"]["message"]["content"] for r in out if r["type"] == "message.completed"]
+    assert said[-1] == "First answer.\n\nStopped the running turn (it ran for 3 s)."
+    assert out[-1]["data"]["finish_reason"] == "cancelled"
+    # A single turn is as it was: its last message alone.
+    out = turns(Ctx(automatic=True), [message("Only answer."), completed()])
+    assert [r["data"]["message"]["content"] for r in out if r["type"] == "message.completed"] == ["Only answer."]
+
+
+def test_where_the_runner_replies_the_reply_at_the_end_carries_each_turns_answer():
+    # An Agent binding takes no follow-ups into a run; were a run to hold
+    # two turns, the reply sent at its end would carry both answers.
+    ctx = Ctx(automatic=False)
+    turns(ctx, [message("First answer.")], [message("Second answer."), completed()])
+    assert ctx.replies == ["First answer.\n\nSecond answer."]

@@ -11,3 +11,5 @@ class ClaudeCode(HarnessRunner):
     label = "Claude Code"
     key_var = "ANTHROPIC_API_KEY"
     url_var = "ANTHROPIC_BASE_URL"
+    # It pulls the follow-ups sent while a turn works (chat commands too).
+    steering = True

@@ -11,5 +11,5 @@ class Codex(HarnessRunner):
     label = "Codex"
     key_var = "OPENAI_API_KEY"
     url_var = "OPENAI_BASE_URL"
-    # Its live harness takes a follow-up into the running turn; chat commands too.
+    # It pulls the follow-ups sent while a turn works (chat commands too).
     steering = True

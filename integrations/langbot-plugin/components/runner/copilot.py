@@ -11,3 +11,5 @@ class Copilot(HarnessRunner):
     label = "Copilot CLI"
     key_var = "GH_TOKEN"
     url_var = "COPILOT_PROVIDER_BASE_URL"
+    # It pulls the follow-ups sent while a turn works (chat commands too).
+    steering = True

@@ -1,7 +1,14 @@
 """How a run's reply reaches the chat.
 
 LangBot delivers what a runner yields only where `ctx.delivery.automatic_reply`
-is true (Pipeline bindings). Elsewhere (Agent bindings) it keeps the results
+is true (Pipeline bindings), and over a surface that does not stream
+(OneBot v11) only the run's last message; `ctx.delivery.supports_streaming`
+does not tell which (a Pipeline's says true whatever the adapter). So
+there a run that held several turns (follow-ups sent while it worked)
+ends with one message carrying each turn's last words, and the answers to
+commands sent meanwhile, in order: an ended turn's last message is not
+given on its own, and a command's answer is given at once and again in
+that message. Elsewhere (Agent bindings) it keeps the results
 as the run's record and sends nothing, so the runner sends the reply itself:
 streamed through `ctx.reply_stream()` where the run grants it, else once
 through `ctx.reply`. Either way each reply reaches the chat once: the final
@@ -261,6 +268,10 @@ class Delivery:
         self._project: list[str] = []
         #: The bridge's answer to the person's `/stop`, for the run's end.
         self._stopped: dict[str, Any] | None = None
+        #: Where LangBot delivers (and may show only the run's last
+        #: message): each ended turn's last words and each in-turn
+        #: command's answer, in order, for the final message to carry.
+        self._earlier: list[str] = []
 
     async def shape(self, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         """The results to yield, in order; sends the reply on the way when
@@ -273,6 +284,17 @@ class Delivery:
         finally:
             if self.reply is not None:
                 await self.reply.close()
+
+    def turn_over(self) -> None:
+        """The run's turn has ended and a follow-up's turn begins: the
+        ended turn's last words go into the run's final message, not on
+        their own (where LangBot delivers, they would be shown twice where
+        each message is shown, and lost where only the last is)."""
+        if self._held is not None:
+            held = self._release()
+            text = message_text(held["data"].get("message"))
+            if text:
+                self._earlier.append(text)
 
     def _release(self) -> dict[str, Any] | None:
         held, self._held = self._held, None
@@ -310,6 +332,8 @@ class Delivery:
             held = self._release()
             if held is not None:
                 yield held
+            if self.automatic:
+                self._earlier.append(message_text(data.get("message")))
             yield result
             return
         if kind in ("run.completed", "run.failed") and self._stopped is not None:
@@ -368,6 +392,15 @@ class Delivery:
                 return
         self._question = text
 
+    def _with_earlier(self, message: dict[str, Any]) -> None:
+        """Where LangBot delivers, the run's earlier turns' words and
+        in-turn answers open its final message, in order."""
+        earlier, self._earlier = self._earlier, []
+        text = message_text(message)
+        joined = [t for t in [*earlier, text] if t]
+        if earlier:
+            message["content"] = "\n\n".join(joined)
+
     def _with_question(self, message: dict[str, Any]) -> None:
         """Where LangBot delivers the final message, what the bridge said of
         the project and the question's text end it."""
@@ -401,16 +434,20 @@ class Delivery:
             final = given.get("message") if final is None else final
             last = data.get("message") if isinstance(data.get("message"), dict) else given.get("message")
             if self.reply is None and isinstance(last, dict):
+                self._with_earlier(last)
                 self._with_question(last)
                 self._attach(last)
             yield held
-        elif self.reply is None and (self.outbox.files or self._question or self._project):
+        elif self.reply is None and (self.outbox.files or self._question or self._project or self._earlier):
             if final is not None:
+                self._with_earlier(final)
                 self._with_question(final)
                 self._attach(final)
             else:
-                # Files or a question but no words: they are the answer.
+                # Files, a question or earlier turns' words, but none of
+                # the last turn's own: they are the answer.
                 message = {"role": "assistant", "content": ""}
+                self._with_earlier(message)
                 self._with_question(message)
                 self._attach(message)
                 yield {"run_id": result.get("run_id"), "type": "message.completed", "data": {"message": message}}
@@ -419,8 +456,9 @@ class Delivery:
         if not self.reply.granted:
             yield self._unsendable(result)
             return
+        earlier, self._earlier = self._earlier, []
         try:
-            await self.reply.send(message_text(final))
+            await self.reply.send("\n\n".join(t for t in [*earlier, message_text(final)] if t))
         except Exception as exc:  # noqa: BLE001 - told as the run's failure
             error = f"the reply could not be sent to the chat: {type(exc).__name__}: {exc}"
             yield _log(result.get("run_id"), error, "error")

@@ -11,3 +11,5 @@ class Gemini(HarnessRunner):
     label = "Gemini CLI"
     key_var = "GEMINI_API_KEY"
     url_var = "GOOGLE_GEMINI_BASE_URL"
+    # It pulls the follow-ups sent while a turn works (chat commands too).
+    steering = True

@@ -110,12 +110,11 @@ class HarnessRunner(Runner):
     harness = ""
     #: The harness's name as the person in the chat reads it.
     label = ""
-    #: Whether the harness takes a follow-up into its running turn: the
-    #: runner then declares `capabilities.steering` and pulls the person's
-    #: follow-ups while it runs (a chat command goes to the bridge at once).
-    #: LangBot drops what a run leaves unpulled, and a Pipeline over a
-    #: non-streaming adapter shows only a run's last message, so only a
-    #: harness that can take them declares it.
+    #: Whether the runner declares `capabilities.steering` and pulls the
+    #: person's follow-ups while a turn runs: a chat command goes to the
+    #: bridge at once, the rest into the running turn where the harness
+    #: takes it, else waits to run as the next turn. Every pulled one is
+    #: run or answered: LangBot drops what a run leaves unpulled.
     steering = False
     #: Variables the form's API key and base URL become.
     key_var = ""
@@ -139,7 +138,7 @@ class HarnessRunner(Runner):
     async def run(self, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
         outbox = Outbox.from_config(self.get_plugin_config())
         delivery = Delivery(ctx, self.label or self.harness, outbox)
-        async with aclosing(delivery.shape(self._results(ctx))) as results:
+        async with aclosing(delivery.shape(self._results(ctx, delivery.turn_over))) as results:
             async for result in results:
                 # LangBot numbers what a runner yields: the bridge's numbers
                 # would collide with the results `ctx.api` adds (its replies).
@@ -147,9 +146,10 @@ class HarnessRunner(Runner):
                 result["run_id"] = ctx.run_id
                 yield RunnerResult.model_validate(result)
 
-    async def _results(self, ctx: RunnerContext) -> AsyncIterator[dict[str, Any]]:
+    async def _results(self, ctx: RunnerContext, turn_over=lambda: None) -> AsyncIterator[dict[str, Any]]:
         """The run's results from the bridge, as LangBot reads them; every
-        way it can end is one terminal result."""
+        way it can end is one terminal result. `turn_over` is told when a
+        follow-up's turn begins, once all of the turn before is taken."""
         config = dict(ctx.config or {})
         env, harness_path = self.launch(config)
         plugin_config = self.get_plugin_config()
@@ -188,7 +188,7 @@ class HarnessRunner(Runner):
         declared = {"mcp_servers": servers, "projects": projects}
 
         try:
-            relayed = self._relay(ctx, (binary, limits), data_dir, context, env, harness_path, declared)
+            relayed = self._relay(ctx, (binary, limits), data_dir, context, env, harness_path, declared, turn_over)
             async with aclosing(relayed) as results:
                 async for result in results:
                     yield result
@@ -197,7 +197,7 @@ class HarnessRunner(Runner):
             why = f"harness-bridge failed: {type(exc).__name__}: {exc}"
             yield _failed(ctx.run_id, why, failure_codes.HARNESS_ERROR)
 
-    async def _relay(self, ctx, binary, data_dir, context, env, harness_path, declared):
+    async def _relay(self, ctx, binary, data_dir, context, env, harness_path, declared, turn_over):
         """The run's turns on the bridge: its own, then each follow-up the
         person sent that no running turn took (in the order sent), each as
         the next turn of the same session. One terminal result ends it all."""
@@ -231,6 +231,7 @@ class HarnessRunner(Runner):
             if isinstance(message, dict) and message_text(message) not in ("", said):
                 # The turn's last words, when run.completed alone carries them.
                 yield {"run_id": ctx.run_id, "type": "message.completed", "data": {"message": message}}
+            turn_over()
             item = waiting.pop(0)
             turns += 1
             turn_id = f"{ctx.run_id}.{turns}"

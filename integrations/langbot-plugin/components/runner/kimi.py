@@ -11,3 +11,5 @@ class Kimi(HarnessRunner):
     label = "Kimi Code"
     key_var = "KIMI_MODEL_API_KEY"
     url_var = "KIMI_MODEL_BASE_URL"
+    # It pulls the follow-ups sent while a turn works (chat commands too).
+    steering = True

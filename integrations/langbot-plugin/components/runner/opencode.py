@@ -11,3 +11,5 @@ class Opencode(HarnessRunner):
     label = "opencode"
     key_var = "ANTHROPIC_API_KEY"
     url_var = ""
+    # It pulls the follow-ups sent while a turn works (chat commands too).
+    steering = True

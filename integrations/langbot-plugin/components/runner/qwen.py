@@ -11,3 +11,5 @@ class Qwen(HarnessRunner):
     label = "Qwen Code"
     key_var = "OPENAI_API_KEY"
     url_var = "OPENAI_BASE_URL"
+    # It pulls the follow-ups sent while a turn works (chat commands too).
+    steering = True
