@@ -1266,12 +1266,13 @@ async fn a_person_stops_starts_over_and_resumes_from_the_chat() {
 /// Who may use a command is the operator's: a person not listed is told
 /// so and the refusal is audited; `/model` switches only among the
 /// operator's models (the next request asks for it); `/usage` says what
-/// the ledger holds for the asker.
+/// the ledger holds for the asker, and what is left of the conversation's
+/// budget after everyone's turns in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned CLIs in tests/clis (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn commands_follow_the_operators_permissions_models_and_ledger() {
     let (model_url, fake) = fake_model(false).await;
-    let config = "default_config:\n  models: [fake-fast, fake-deep]\n  commands:\n    allow:\n      new: [ann]\n";
+    let config = "default_config:\n  models: [fake-fast, fake-deep]\n  commands:\n    allow:\n      new: [ann]\nbudgets:\n  conversation: {tokens_per_day: 1000000, turns_per_minute: 100}\n";
     let (serve, _home) = common::server::serve_claude(model_url, config).await;
     let first = chat_turn(&serve, "ann", ASK).await;
     assert_eq!(first["type"], "run.completed", "{first}");
@@ -1320,6 +1321,23 @@ async fn commands_follow_the_operators_permissions_models_and_ledger() {
             "Your usage today (UTC): {} tokens",
             group_digits(tokens)
         )) && usage.contains(&format!("in {runs} turn(s)")),
+        "{usage} vs {ledger}"
+    );
+    // The conversation's budget counts ann's and bob's turns alike.
+    let ledger = serve.get_json("/v1/usage?by=conversation").await;
+    let row = ledger["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["key"] == "commands")
+        .unwrap_or_else(|| panic!("{ledger}"));
+    let spent = row["input_tokens"].as_u64().unwrap() + row["output_tokens"].as_u64().unwrap();
+    assert!(spent > tokens, "{ledger}");
+    assert!(
+        usage.contains(&format!(
+            "Left today for this conversation: {} tokens of 1,000,000 tokens.",
+            group_digits(1_000_000 - spent)
+        )) && usage.ends_with("At most 100 turns a minute for this conversation."),
         "{usage} vs {ledger}"
     );
 

@@ -291,6 +291,7 @@ async fn usage_is_kept_once_per_run_and_summed_by_what_is_asked(backend: &Backen
             run_id: id.into(),
             actor_id: Some(actor.into()),
             conversation_id: Some(format!("chat-{actor}")),
+            bot_id: Some(format!("bot-{harness}")),
             harness: harness.into(),
             started_ms: day * DAY,
             ended_ms: day * DAY + 1000,
@@ -317,6 +318,7 @@ async fn usage_is_kept_once_per_run_and_summed_by_what_is_asked(backend: &Backen
             since_ms,
             actor: actor.map(str::to_string),
             conversation: None,
+            bot: None,
             harness: None,
         })
     };
@@ -363,6 +365,17 @@ async fn usage_is_kept_once_per_run_and_summed_by_what_is_asked(backend: &Backen
         .unwrap();
     let keys: Vec<&str> = codex.iter().map(|t| t.key.as_str()).collect();
     assert_eq!(keys, ["chat-bob"]);
+    // A bot's runs (what `/usage` reads for a bot's budget).
+    let bot = store
+        .usage_totals(UsageQuery {
+            by: UsageBy::Actor,
+            bot: Some("bot-claude-code".into()),
+            ..UsageQuery::default()
+        })
+        .await
+        .unwrap();
+    let keys: Vec<(&str, u64)> = bot.iter().map(|t| (t.key.as_str(), t.runs)).collect();
+    assert_eq!(keys, [("ann", 2)], "{bot:?}");
     let one = host
         .usage_runs(RunListQuery {
             run_id: Some("r1".into()),

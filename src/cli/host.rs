@@ -328,6 +328,7 @@ async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
                 since_ms: days.map(|d| crate::host::now_ms() - i64::from(d) * 86_400_000),
                 actor,
                 conversation,
+                bot: None,
                 harness: None,
             };
             let totals = store.usage_totals(query).await?;

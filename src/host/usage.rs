@@ -129,6 +129,8 @@ pub struct UsageQuery {
     pub actor: Option<String>,
     /// Only this conversation's runs.
     pub conversation: Option<String>,
+    /// Only this bot's runs (what `/usage` reads for a bot's budget).
+    pub bot: Option<String>,
     /// Only this harness's runs.
     pub harness: Option<String>,
 }
@@ -267,6 +269,9 @@ pub fn totals_sql(query: &UsageQuery) -> String {
     if query.conversation.is_some() {
         filters.push(format!("conversation_id = {}", next()));
     }
+    if query.bot.is_some() {
+        filters.push(format!("bot_id = {}", next()));
+    }
     if query.harness.is_some() {
         filters.push(format!("harness = {}", next()));
     }
@@ -341,10 +346,13 @@ mod tests {
             since_ms: Some(1),
             actor: None,
             conversation: Some("c".into()),
+            bot: Some("b".into()),
             harness: Some("codex".into()),
         });
         assert!(
-            sql.contains("WHERE ended_ms >= $1 AND conversation_id = $2 AND harness = $3"),
+            sql.contains(
+                "WHERE ended_ms >= $1 AND conversation_id = $2 AND bot_id = $3 AND harness = $4"
+            ),
             "{sql}"
         );
     }

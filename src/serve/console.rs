@@ -251,6 +251,7 @@ pub(super) async fn usage(
                 .map(|d| now_ms() - i64::from(d.min(36_500)) * 86_400_000),
             actor: asked.actor,
             conversation: None,
+            bot: None,
             harness: asked.harness,
         })
         .await;

@@ -98,6 +98,7 @@ pub(super) async fn list_conversations(
                 .map(|d| crate::host::now_ms() - i64::from(d) * 86_400_000),
             actor: query.actor,
             conversation: None,
+            bot: None,
             harness: query.harness,
         })
         .await;

@@ -85,6 +85,9 @@ pub(super) async fn totals(client: &Client, query: &UsageQuery) -> HostResult<Ve
     if let Some(conversation) = &query.conversation {
         args.push(conversation);
     }
+    if let Some(bot) = &query.bot {
+        args.push(bot);
+    }
     if let Some(harness) = &query.harness {
         args.push(harness);
     }

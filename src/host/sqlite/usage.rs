@@ -67,6 +67,7 @@ pub(super) fn totals(conn: &Connection, query: &UsageQuery) -> HostResult<Vec<Us
         query.since_ms.map(Sql::Integer),
         query.actor.clone().map(Sql::Text),
         query.conversation.clone().map(Sql::Text),
+        query.bot.clone().map(Sql::Text),
         query.harness.clone().map(Sql::Text),
     ]
     .into_iter()

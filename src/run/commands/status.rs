@@ -5,7 +5,7 @@
 
 use super::sessions::short;
 use super::{Asked, Stopping, age};
-use crate::host::budget::Limit;
+use crate::host::budget::{Limit, Limits, Per};
 use crate::host::now_ms;
 use crate::host::usage::{UsageBy, UsageQuery};
 use crate::interaction::Ask;
@@ -124,23 +124,44 @@ pub(super) async fn status(bridge: &Bridge, asked: &Asked<'_>) -> String {
     lines.join("\n")
 }
 
-/// What the asker's runs cost since `since_ms`: tokens (input and
+/// What `per` `id`'s runs cost since `since_ms`: tokens (input and
 /// output, as the budgets count them), cost when known, and turns.
-async fn spent(asked: &Asked<'_>, actor: &str, since_ms: i64) -> Option<(u64, Option<f64>, u64)> {
-    let query = UsageQuery {
+async fn spent(asked: &Asked<'_>, per: Per, id: &str, since_ms: i64) -> Option<Spent> {
+    let id = Some(id.to_string());
+    let mut query = UsageQuery {
         by: UsageBy::Actor,
         since_ms: Some(since_ms),
-        actor: Some(actor.to_string()),
         ..Default::default()
     };
+    match per {
+        Per::Actor => query.actor = id,
+        Per::Conversation => query.conversation = id,
+        Per::Bot => query.bot = id,
+    }
     let totals = asked.host.usage_totals(query).await.ok()?;
-    let total = totals.into_iter().next();
-    Some(total.map_or((0, None, 0), |t| {
-        (t.input_tokens + t.output_tokens, t.cost_usd, t.runs)
-    }))
+    Some(
+        totals
+            .into_iter()
+            .fold((0, None, 0), |(tokens, cost, turns), t| {
+                let cost = match (cost, t.cost_usd) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+                (
+                    tokens + t.input_tokens + t.output_tokens,
+                    cost,
+                    turns + t.runs,
+                )
+            }),
+    )
 }
 
-/// `/usage`.
+/// Tokens, dollars (when known) and turns.
+type Spent = (u64, Option<f64>, u64);
+
+/// `/usage`: the asker's own spending today and this month, then what is
+/// left of each limit the operator set on them, this conversation and
+/// this bot.
 pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
     let Some(actor) = asked.actor else {
         return "This message names no one, so there is no usage to show.".into();
@@ -148,21 +169,55 @@ pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
     const DAY: i64 = 86_400_000;
     let today = now_ms().div_euclid(DAY);
     let (month, _) = crate::protocol::time::month_of(today);
-    let (Some(day), Some(month)) = (
-        spent(asked, actor, today * DAY).await,
-        spent(asked, actor, month * DAY).await,
+    let unread = || "Your usage cannot be read now (the store did not answer).".to_string();
+    let (Some(day), Some(this_month)) = (
+        spent(asked, Per::Actor, actor, today * DAY).await,
+        spent(asked, Per::Actor, actor, month * DAY).await,
     ) else {
-        return "Your usage cannot be read now (the store did not answer).".into();
+        return unread();
     };
-    let said = |(tokens, cost, turns): (u64, Option<f64>, u64)| {
+    let said = |(tokens, cost, turns): Spent| {
         let cost = cost.map(|c| format!(", ${c:.2}")).unwrap_or_default();
         format!("{} tokens{cost} in {turns} turn(s)", grouped(tokens))
     };
     let mut lines = vec![
         format!("Your usage today (UTC): {}.", said(day)),
-        format!("This month: {}.", said(month)),
+        format!("This month: {}.", said(this_month)),
     ];
-    let limits = &bridge.settings.budgets.actor;
+    let bot = asked
+        .asking
+        .ctx
+        .conversation
+        .as_ref()
+        .and_then(|c| c.bot_id.as_deref());
+    let ids = [Some(actor), Some(asked.conversation.as_str()), bot];
+    for ((per, limits), id) in bridge.settings.budgets.each().into_iter().zip(ids) {
+        let Some(id) = id.filter(|id| !id.is_empty() && limits.any()) else {
+            continue;
+        };
+        let (day, this_month) = match per {
+            Per::Actor => (day, this_month),
+            _ => match (
+                spent(asked, per, id, today * DAY).await,
+                spent(asked, per, id, month * DAY).await,
+            ) {
+                (Some(day), Some(this_month)) => (day, this_month),
+                _ => return unread(),
+            },
+        };
+        let whose = match per {
+            Per::Actor => "",
+            Per::Conversation => " for this conversation",
+            Per::Bot => " for this bot",
+        };
+        lines.extend(left(limits, day, this_month, whose));
+    }
+    lines.join("\n")
+}
+
+/// What is left of each of `limits` after `day`'s and `month`'s spending.
+fn left(limits: &Limits, day: Spent, month: Spent, whose: &str) -> Vec<String> {
+    let mut lines = Vec::new();
     let left = [
         (
             Limit::TokensPerDay,
@@ -192,16 +247,16 @@ pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
             _ => "this month",
         };
         lines.push(format!(
-            "Left {per}: {} of {}.",
+            "Left {per}{whose}: {} of {}.",
             amount(limit, (allowed - used).max(0.0)),
             amount(limit, allowed)
         ));
     }
     if let Some(rate) = limits.turns_per_minute {
         lines.push(format!(
-            "At most {} a minute.",
+            "At most {} a minute{whose}.",
             amount(Limit::TurnsPerMinute, rate.into())
         ));
     }
-    lines.join("\n")
+    lines
 }
