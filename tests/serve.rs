@@ -1080,7 +1080,50 @@ async fn a_run_whose_output_passes_the_cap_is_stopped_and_says_why() {
         Some(results.len()),
         "the journal has what the stream had"
     );
+    assert_failure_logged(&server, last).await;
     server.assert_nothing_left().await;
+}
+
+/// A run that fails is one WARN line in the operator's log: its code,
+/// its reason and the run's fields; what the harness printed of a key is
+/// not in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_is_logged_with_its_code_and_reason() {
+    let server = Server::start("crash", "").await;
+    let (status, results) = server.turn("c", "hi").await;
+    assert_eq!(status, 200);
+    let last = terminal(&results);
+    assert_eq!(last["type"], "run.failed", "{last}");
+    let line = assert_failure_logged(&server, last).await;
+    assert!(!line.contains("sk-abcdefghij"), "{line}");
+}
+
+/// The operator's log line for the failed run `last` ended: found within
+/// 5 s, at WARN, with its code, the start of its reason and its run id.
+async fn assert_failure_logged(server: &Server, last: &Value) -> String {
+    let run_id = last["run_id"].as_str().unwrap();
+    let code = last["data"]["code"].as_str().unwrap();
+    let reason = last["data"]["error"].as_str().unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let line = loop {
+        let log = server.log.lock().unwrap().clone();
+        let found = log
+            .into_iter()
+            .find(|l| l.contains("run failed:") && l.contains(run_id));
+        match found {
+            Some(line) => break line,
+            None if std::time::Instant::now() < until => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
+            None => panic!("no log line for the failed run {run_id}: {last}"),
+        }
+    };
+    let start: String = reason.chars().take(24).collect();
+    assert!(
+        line.contains("WARN") && line.contains(code) && line.contains(&start),
+        "{line}"
+    );
+    line
 }
 
 /// Connections are bounded: one that trickles half a request is closed at

@@ -432,8 +432,16 @@ impl Bridge {
                 }
             };
             if let Err(failure) = turn {
-                tracing::warn!(code = %failure.code, "run failed: {}", failure.error);
                 emit.send(vec![ResultPayload::RunFailed(failure)]).await;
+            }
+            // Every failure, whichever phase sent it, is one line saying
+            // why; a cancel someone asked for is not a failure of the run.
+            match emit.failure() {
+                Some(f) if f.code == FailureCode::Cancelled => {
+                    tracing::info!(code = %f.code, "run cancelled: {}", f.error)
+                }
+                Some(f) => tracing::warn!(code = %f.code, "run failed: {}", f.error),
+                None => {}
             }
             tracing::info!(
                 outcome = emit.outcome().map_or("none", |o| o.as_str()),

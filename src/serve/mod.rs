@@ -519,6 +519,14 @@ impl Service {
                 return;
             }
             result = output_too_large(result, self.config.max_run_output_bytes);
+            // The run's failure, logged as every other failure is.
+            let why = result.data.get("error").and_then(serde_json::Value::as_str);
+            tracing::warn!(
+                run_id,
+                code = %FailureCode::OutputTooLarge,
+                "run failed: {}",
+                why.unwrap_or_default()
+            );
         }
         let body = serde_json::to_string(&result).unwrap_or_default();
         let kept = run.kept_bytes.fetch_add(body.len(), Ordering::AcqRel) + body.len();
