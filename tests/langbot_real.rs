@@ -1351,10 +1351,11 @@ async fn hanging_and_pausing_model() -> (String, common::anthropic::Fake) {
     .await
 }
 
-/// Wait until the model has been asked a turn that hangs.
-async fn until_hanging(fake: &common::anthropic::Fake, langbot: &LangBot) {
+/// Wait until the model has been asked one more turn that hangs than
+/// the `before` it had.
+async fn until_hanging(fake: &common::anthropic::Fake, langbot: &LangBot, before: usize) {
     let waiting = tokio::time::Instant::now() + std::time::Duration::from_secs(180);
-    while fake.hanging.load(Ordering::SeqCst) == 0 {
+    while fake.hanging.load(Ordering::SeqCst) == before {
         assert!(tokio::time::Instant::now() < waiting, "{}", langbot.logs());
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
@@ -1363,7 +1364,8 @@ async fn until_hanging(fake: &common::anthropic::Fake, langbot: &LangBot) {
 /// `/stop` with the real Claude Code in a Pipeline binding over OneBot v11
 /// (a surface that shows a run's last message alone): sent while its turn
 /// waits on the model, it is answered in the chat within 2 s and the turn
-/// ends; the next message goes on in the same session. A message sent
+/// ends, its last message carrying the answer to a `/status` sent
+/// meanwhile first; the next message goes on in the same session. A message sent
 /// while a turn works runs as that run's next turn, and the one message
 /// the chat gets carries both turns' answers, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1382,8 +1384,16 @@ async fn a_stop_sent_while_claude_works_ends_its_turn_in_a_pipeline() {
 
     let working =
         langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Now HANG"}));
-    until_hanging(&fake, &langbot).await;
-    stop_mid_turn(&mut langbot, &bot, user, working);
+    until_hanging(&fake, &langbot, 0).await;
+    // `/status` while it works: over OneBot, shown with the run's last
+    // message, before the `/stop`'s answer.
+    langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "/status"}));
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let stopped = stop_mid_turn(&mut langbot, &bot, user, working);
+    let last = stopped.sent.last().cloned().unwrap_or_default();
+    let status = last.find("Running: a turn of claude-code for ");
+    let stop = last.find("Stopped the running turn");
+    assert!(status.is_some() && status < stop, "{last}");
     let next = message(&mut langbot, &bot, user, ASK);
     assert_eq!(next.sent, [ANSWER], "{:?}", next.runs);
     assert_eq!(next.session()["session_id"], session, "{:?}", next.runs);
@@ -1415,58 +1425,70 @@ async fn a_stop_sent_while_claude_works_ends_its_turn_in_a_pipeline() {
 }
 
 /// `/status` and `/stop` through LangBot's HTTP bot adapter (a surface
-/// that streams: each message is its own) in a Pipeline binding, with the
-/// real Claude Code: `/status` sent while a turn works is answered in the
-/// chat while it still works, naming it; `/stop` ends it; the next
-/// message goes on in the same session.
+/// that streams: each message is its own, and it takes a message while a
+/// turn works) with the real Claude Code, in both bindings: `/status` sent
+/// while a turn works is answered in the chat while it still works, naming
+/// it; `/stop` ends it (in a Pipeline it reaches the running run; in an
+/// Agent binding it is a run of its own); the next message goes on in the
+/// same session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
 async fn status_during_a_claude_turn_is_answered_while_it_works_on_a_streaming_surface() {
     let (model_url, fake) = hanging_and_pausing_model().await;
     let mut langbot = langbot().await;
-    let target = langbot.call(json!({"cmd": "pipeline", "model_url": model_url}));
-    let bot = langbot.call(json!({
-        "cmd": "bot", "adapter": "http", "target_type": "pipeline", "target_uuid": target["uuid"],
-    }));
-    let bot = bot["uuid"].as_str().unwrap().to_string();
-    let user = 40031;
-    let first = message(&mut langbot, &bot, user, FIRST);
-    assert_eq!(first.sent, [SECOND_ANSWER], "{:?}", first.actions);
-    let session = first.session()["session_id"].as_str().unwrap().to_string();
+    for (target_type, user) in [("pipeline", 40031), ("agent", 40032)] {
+        let target = langbot.call(json!({"cmd": target_type, "model_url": model_url}));
+        let bot = langbot.call(json!({
+            "cmd": "bot", "adapter": "http", "target_type": target_type, "target_uuid": target["uuid"],
+        }));
+        let bot = bot["uuid"].as_str().unwrap().to_string();
+        let first = message(&mut langbot, &bot, user, FIRST);
+        assert_eq!(first.sent, [SECOND_ANSWER], "{:?}", first.actions);
+        let session = first.session()["session_id"].as_str().unwrap().to_string();
 
-    let working =
-        langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Now HANG"}));
-    until_hanging(&fake, &langbot).await;
-    langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "/status"}));
-    // LangBot hands a follow-up to the runner's next pull (every 0.5 s).
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    let asked_to_stop = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    let stopped = stop_mid_turn(&mut langbot, &bot, user, working);
-    let status = stopped
-        .actions
-        .iter()
-        .find(|a| a["final"] == true && a["text"].as_str().is_some_and(|t| t.contains("Running:")))
-        .unwrap_or_else(|| panic!("no /status answer: {:?}", stopped.actions));
-    let text = status["text"].as_str().unwrap();
-    assert!(
-        text.starts_with("Running: a turn of claude-code for ") && text.contains(&session[..8]),
-        "{text}"
-    );
-    assert!(
-        status["at"].as_f64().unwrap() < asked_to_stop,
-        "/status was answered only after the turn was stopped: {status}"
-    );
-    let next = message(&mut langbot, &bot, user, ASK);
-    assert_eq!(next.sent, [ANSWER], "{:?}", next.actions);
-    assert_eq!(
-        next.session()["session_id"],
-        session.as_str(),
-        "{:?}",
-        next.runs
-    );
+        let hanging = fake.hanging.load(Ordering::SeqCst);
+        let working =
+            langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Now HANG"}));
+        until_hanging(&fake, &langbot, hanging).await;
+        langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "/status"}));
+        // LangBot hands a follow-up to the runner's next pull (every 0.5 s).
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let asked_to_stop = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let stopped = stop_mid_turn(&mut langbot, &bot, user, working);
+        let status = stopped
+            .actions
+            .iter()
+            .find(|a| {
+                a["final"] == true && a["text"].as_str().is_some_and(|t| t.contains("Running:"))
+            })
+            .unwrap_or_else(|| panic!("{target_type}: no /status answer: {:?}", stopped.actions));
+        let text = status["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("Running: a turn of claude-code for ") && text.contains(&session[..8]),
+            "{target_type}: {text}"
+        );
+        assert!(
+            status["at"].as_f64().unwrap() < asked_to_stop,
+            "{target_type}: /status was answered only after the turn was stopped: {status}"
+        );
+        // The stopped turn says nothing that reads as a failure.
+        assert!(
+            !stopped.sent.iter().any(|t| t.contains("could not answer")),
+            "{target_type}: {:?}",
+            stopped.sent
+        );
+        let next = message(&mut langbot, &bot, user, ASK);
+        assert_eq!(next.sent, [ANSWER], "{target_type}: {:?}", next.actions);
+        assert_eq!(
+            next.session()["session_id"],
+            session.as_str(),
+            "{target_type}: {:?}",
+            next.runs
+        );
+    }
     let said = fake.people_said();
     assert!(!said.iter().any(|t| t.contains("/status")), "{said:?}");
 }

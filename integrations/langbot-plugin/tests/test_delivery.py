@@ -208,3 +208,13 @@ def test_where_the_runner_replies_the_reply_at_the_end_carries_each_turns_answer
     ctx = Ctx(automatic=False)
     turns(ctx, [message("First answer.")], [message("Second answer."), completed()])
     assert ctx.replies == ["First answer.\n\nSecond answer."]
+
+
+def test_a_cancelled_turn_is_told_as_stopped_not_as_the_harness_failing():
+    ctx = Ctx(automatic=False)
+    cancelled = {"run_id": "r1", "type": "run.failed",
+                 "data": {"error": "the run was cancelled; Codex stopped the turn and keeps the session",
+                          "code": "cancelled", "retryable": False}}
+    out = shape(ctx, [message("half"), cancelled])
+    assert ctx.replies == ["Codex stopped before it answered: the turn was cancelled."]
+    assert out[-1]["type"] == "run.failed"

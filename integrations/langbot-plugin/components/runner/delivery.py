@@ -123,6 +123,10 @@ def _stop_answer(data: dict[str, Any]) -> bool:
 def failure_sentence(label: str, data: dict[str, Any]) -> str:
     """What the person reads when a run fails: the first line of the error
     (the rest is for the operator's log: stderr, paths of notices)."""
+    if data.get("code") == failure_codes.CANCELLED:
+        # Someone stopped it (a `/stop` of its own run, the host): not the
+        # harness failing.
+        return f"{label} stopped before it answered: the turn was cancelled."
     lines = str(data.get("error") or "").strip().splitlines()
     reason = lines[0].strip() if lines else "it stopped without saying why"
     if len(reason) > MAX_REASON:
