@@ -885,9 +885,14 @@ fn a_follow_up_goes_into_the_running_turn_or_is_the_runs_next_turn() {
     let second = number(bridge_turn("Monday it is.", &[]));
     let cases = run_cases(vec![
         steered("taken", true, vec![first.clone()]),
-        steered("queued", false, vec![first, second]),
+        steered("queued", false, vec![first, second.clone()]),
+        steered(
+            "after a failure",
+            false,
+            vec![failure("exited with code 1"), second],
+        ),
     ]);
-    let (taken, queued) = (&cases[0], &cases[1]);
+    let (taken, queued, after_failure) = (&cases[0], &cases[1], &cases[2]);
 
     for case in [taken, queued] {
         assert_eq!(
@@ -931,6 +936,22 @@ fn a_follow_up_goes_into_the_running_turn_or_is_the_runs_next_turn() {
         "{said:?}"
     );
     assert!(!said.contains(&ANSWER), "{said:?}");
+
+    // A turn that fails does not drop the follow-up behind it: the failure
+    // is told in words, then the follow-up's turn runs and ends the run.
+    assert_eq!(after_failure.contexts.len(), 2, "the follow-up still ran");
+    assert_eq!(after_failure.kinds().last(), Some(&"run.completed"));
+    let last = after_failure
+        .results
+        .iter()
+        .rfind(|r| r["type"] == "message.completed")
+        .and_then(|r| r["data"]["message"]["content"].as_str())
+        .unwrap_or_default();
+    assert_eq!(
+        last, "Codex could not answer: exited with code 1\n\nMonday it is.",
+        "{:?}",
+        after_failure.results
+    );
     assert!(
         queued.results.iter().all(|r| r["run_id"] == "run-1"),
         "every result is the LangBot run's"

@@ -251,7 +251,7 @@ pub fn list_sql(query: &RunListQuery) -> String {
 
 /// The ledger's sum query for `query`, the same for SQLite and
 /// PostgreSQL: `$1`-style placeholders for its filters in order (since,
-/// actor, conversation, harness: those set), and every sum cast to a whole number
+/// actor, conversation, bot, harness: those set), and every sum cast to a whole number
 /// (PostgreSQL's sum of integers is a decimal).
 pub fn totals_sql(query: &UsageQuery) -> String {
     let mut filters = Vec::new();

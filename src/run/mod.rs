@@ -435,7 +435,8 @@ impl Bridge {
                 emit.send(vec![ResultPayload::RunFailed(failure)]).await;
             }
             // Every failure, whichever phase sent it, is one line saying
-            // why; a cancel someone asked for is not a failure of the run.
+            // why. A cancel is not the harness failing: whoever cancelled
+            // (a person's /stop, the host, serve past a cap) says why.
             match emit.failure() {
                 Some(f) if f.code == FailureCode::Cancelled => {
                     tracing::info!(code = %f.code, "run cancelled: {}", f.error)

@@ -154,7 +154,8 @@ def test_an_answer_to_a_command_sent_while_the_turn_works_is_given_at_once():
     status = message("Running: a turn of codex for 3 s.", command="status", in_turn=True)
     out = shape(Ctx(automatic=True), [message("half"), status, message("done"), completed()])
     kinds = [(r["type"], (r["data"].get("message") or {}).get("content")) for r in out]
-    assert kinds[:2] == [("message.completed", "half"), ("message.completed", "Running: a turn of codex for 3 s.")]
+    # Given before the words held back (they may be the turn's last).
+    assert kinds[:2] == [("message.completed", "Running: a turn of codex for 3 s."), ("message.completed", "half")]
     assert kinds[-1][0] == "run.completed"
 
 
@@ -185,7 +186,7 @@ def test_where_langbot_delivers_the_runs_last_message_carries_each_turns_answer(
     said = [r["data"]["message"]["content"] for r in out if r["type"] == "message.completed"]
     # The command's answer at once; the first turn's answer only in the
     # last message (never twice where each message is shown).
-    assert said == ["Let me look.", "Running: a turn of claude for 3 s.",
+    assert said == ["Running: a turn of claude for 3 s.", "Let me look.",
                     "Running: a turn of claude for 3 s.\n\nFirst answer.\n\nSecond answer."]
     assert out[-1]["type"] == "run.completed"
     # A /stop in the follow-up's turn: its answer is the last word, after
@@ -216,5 +217,24 @@ def test_a_cancelled_turn_is_told_as_stopped_not_as_the_harness_failing():
                  "data": {"error": "the run was cancelled; Codex stopped the turn and keeps the session",
                           "code": "cancelled", "retryable": False}}
     out = shape(ctx, [message("half"), cancelled])
-    assert ctx.replies == ["Codex stopped before it answered: the turn was cancelled."]
+    assert ctx.replies == ["Codex stopped before it finished: the turn was cancelled."]
     assert out[-1]["type"] == "run.failed"
+
+
+def test_a_turn_that_fails_after_one_that_answered_loses_no_answer():
+    out = turns(Ctx(automatic=True), [message("First answer.")], [message("half"), failed("boom")])
+    kinds = [(r["type"], (r["data"].get("message") or {}).get("content")) for r in out]
+    assert kinds == [("message.completed", "First answer."), ("message.completed", "half"), ("run.failed", None)]
+    ctx = Ctx(automatic=False)
+    turns(ctx, [message("First answer.")], [message("half"), failed("boom")])
+    assert ctx.replies == ["First answer.\n\nClaude Code could not answer: boom"]
+
+
+def test_a_turns_last_words_followed_by_a_commands_answer_stay_its_answer():
+    # `/status` answered between a turn's last message and its end: the
+    # turn's words still end up in the run's last message.
+    status = message("Running: a turn of claude for 3 s.", command="status", in_turn=True)
+    out = turns(Ctx(automatic=True), [message("First answer."), status], [message("Second answer."), completed()])
+    said = [r["data"]["message"]["content"] for r in out if r["type"] == "message.completed"]
+    assert said == ["Running: a turn of claude for 3 s.",
+                    "Running: a turn of claude for 3 s.\n\nFirst answer.\n\nSecond answer."]

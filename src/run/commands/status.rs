@@ -190,7 +190,9 @@ pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
         .conversation
         .as_ref()
         .and_then(|c| c.bot_id.as_deref());
-    let ids = [Some(actor), Some(asked.conversation.as_str()), bot];
+    // The ids budgets count against (a message without a conversation
+    // counts against none).
+    let ids = [Some(actor), asked.asking.ctx.conversation_id(), bot];
     for ((per, limits), id) in bridge.settings.budgets.each().into_iter().zip(ids) {
         let Some(id) = id.filter(|id| !id.is_empty() && limits.any()) else {
             continue;

@@ -126,7 +126,7 @@ def failure_sentence(label: str, data: dict[str, Any]) -> str:
     if data.get("code") == failure_codes.CANCELLED:
         # Someone stopped it (a `/stop` of its own run, the host): not the
         # harness failing.
-        return f"{label} stopped before it answered: the turn was cancelled."
+        return f"{label} stopped before it finished: the turn was cancelled."
     lines = str(data.get("error") or "").strip().splitlines()
     reason = lines[0].strip() if lines else "it stopped without saying why"
     if len(reason) > MAX_REASON:
@@ -332,10 +332,8 @@ class Delivery:
             return
         if kind == "message.completed" and _in_turn(data):
             # Its answer to another command sent while the turn works
-            # (`/status`): given now, not held as the turn's words are.
-            held = self._release()
-            if held is not None:
-                yield held
+            # (`/status`): given now, not held as the turn's words are
+            # (which stay held: they may be the turn's last).
             if self.automatic:
                 self._earlier.append(message_text(data.get("message")))
             yield result
@@ -348,6 +346,12 @@ class Delivery:
             # Follows the reply, whichever message that turns out to be.
             self._project.append(message_text(data.get("message")))
             return
+        if kind == "run.failed" and self.automatic and self._earlier:
+            # The run's earlier turns' answers, before its failure: never
+            # lost with the turn that failed.
+            earlier, self._earlier = self._earlier, []
+            message = {"role": "assistant", "content": "\n\n".join(earlier)}
+            yield {"run_id": result.get("run_id"), "type": "message.completed", "data": {"message": message}}
         held = self._release()
         if held is not None:
             yield held
@@ -526,8 +530,11 @@ class Delivery:
         if self.reply is not None and not self.reply.granted:
             yield self._unsendable(result)
         elif self.reply is not None:
+            earlier, self._earlier = self._earlier, []
             try:
-                await self.reply.send(failure_sentence(self.label, data))
+                # The run's earlier turns' answers first: never lost with
+                # the turn that failed.
+                await self.reply.send("\n\n".join([*earlier, failure_sentence(self.label, data)]))
             except Exception as exc:  # noqa: BLE001 - the failure itself still ends the run
                 yield _log(result.get("run_id"), f"the failure could not be told in the chat: {exc}", "error")
             else:

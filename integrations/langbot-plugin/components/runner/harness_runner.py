@@ -27,7 +27,7 @@ from components.runner.bridge import (
     parse_projects,
     writable_dir,
 )
-from components.runner.delivery import Delivery, message_text
+from components.runner.delivery import Delivery, failure_sentence, message_text
 from components.runner.outbox import Outbox
 
 # Config keys that configure the launch, not the binding: they never reach
@@ -57,6 +57,11 @@ def binding_config(config: dict[str, Any]) -> dict[str, Any]:
             continue
         binding[FORM_TO_BINDING.get(key, key)] = value
     return binding
+
+
+#: How a turn ends that ends its run too, follow-ups waiting or not: a
+#: stop someone asked for, or the run's time spent.
+ENDS_THE_RUN = (failure_codes.CANCELLED, failure_codes.DEADLINE_EXCEEDED)
 
 
 def _log(run_id: str, text: str, level: str = "info") -> dict[str, Any]:
@@ -114,7 +119,8 @@ class HarnessRunner(Runner):
     #: person's follow-ups while a turn runs: a chat command goes to the
     #: bridge at once, the rest into the running turn where the harness
     #: takes it, else waits to run as the next turn. Every pulled one is
-    #: run or answered: LangBot drops what a run leaves unpulled.
+    #: run or answered (but behind a stop or the run's deadline: the
+    #: record names those): LangBot drops what a run leaves unpulled.
     steering = False
     #: Variables the form's API key and base URL become.
     key_var = ""
@@ -220,14 +226,22 @@ class HarnessRunner(Runner):
             if not waiting:
                 yield terminal
                 return
-            if terminal.get("type") == "run.failed":
-                # The session may not go on; the follow-ups are not lost
-                # silently: the record names them, the failure is told.
+            failure = terminal.get("data") or {}
+            if terminal.get("type") == "run.failed" and failure.get("code") in ENDS_THE_RUN:
+                # Stopped (a `/stop`, the host) or out of the run's time:
+                # the follow-ups do not run; the record names them.
                 texts = "; ".join(repr(item.input.to_text()[:80]) for item in waiting)
-                yield _log(ctx.run_id, f"{len(waiting)} follow-up(s) not run after the failure: {texts}", "warning")
+                yield _log(ctx.run_id, f"{len(waiting)} follow-up(s) not run after the turn ended: {texts}", "warning")
                 yield terminal
                 return
-            message = (terminal.get("data") or {}).get("message")
+            if terminal.get("type") == "run.failed":
+                # The failed turn is told in words, as the run's answers
+                # are, and the person's follow-ups still run.
+                sentence = failure_sentence(self.label or self.harness, failure)
+                yield _log(ctx.run_id, f"a turn failed ({failure.get('code')}); the follow-ups still run", "warning")
+                yield {"run_id": ctx.run_id, "type": "message.completed",
+                       "data": {"message": {"role": "assistant", "content": sentence}}}
+            message = failure.get("message") if terminal.get("type") == "run.completed" else None
             if isinstance(message, dict) and message_text(message) not in ("", said):
                 # The turn's last words, when run.completed alone carries them.
                 yield {"run_id": ctx.run_id, "type": "message.completed", "data": {"message": message}}
