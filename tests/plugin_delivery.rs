@@ -104,6 +104,15 @@ impl Case {
             .collect()
     }
 
+    /// The texts of the messages yielded, in order.
+    fn said(&self) -> Vec<&str> {
+        self.results
+            .iter()
+            .filter(|r| r["type"] == "message.completed")
+            .filter_map(|r| r["data"]["message"]["content"].as_str())
+            .collect()
+    }
+
     fn last(&self) -> &Value {
         self.results.last().expect("results")
     }
@@ -924,12 +933,7 @@ fn a_follow_up_goes_into_the_running_turn_or_is_the_runs_next_turn() {
     // Both answers, in order, in the run's last message (a Pipeline over
     // a surface that shows only that one loses neither); the first is not
     // given on its own as well (a surface that shows each would repeat it).
-    let said: Vec<&str> = queued
-        .results
-        .iter()
-        .filter(|r| r["type"] == "message.completed")
-        .filter_map(|r| r["data"]["message"]["content"].as_str())
-        .collect();
+    let said = queued.said();
     assert_eq!(
         said.last().copied(),
         Some(format!("{ANSWER}\n\nMonday it is.").as_str()),
@@ -941,14 +945,9 @@ fn a_follow_up_goes_into_the_running_turn_or_is_the_runs_next_turn() {
     // is told in words, then the follow-up's turn runs and ends the run.
     assert_eq!(after_failure.contexts.len(), 2, "the follow-up still ran");
     assert_eq!(after_failure.kinds().last(), Some(&"run.completed"));
-    let last = after_failure
-        .results
-        .iter()
-        .rfind(|r| r["type"] == "message.completed")
-        .and_then(|r| r["data"]["message"]["content"].as_str())
-        .unwrap_or_default();
     assert_eq!(
-        last, "Codex could not answer: exited with code 1\n\nMonday it is.",
+        after_failure.said().last().copied(),
+        Some("Codex could not answer: exited with code 1\n\nMonday it is."),
         "{:?}",
         after_failure.results
     );

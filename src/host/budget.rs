@@ -330,18 +330,9 @@ impl Admission {
         self.now_ms - 120_000
     }
 
-    /// Start of the UTC day and of the UTC month of `now_ms`, and the
-    /// ends of both.
+    /// The UTC day and month of `now_ms`.
     pub fn periods(&self) -> Periods {
-        const DAY: i64 = 86_400_000;
-        let today = self.now_ms.div_euclid(DAY);
-        let (first, next) = crate::protocol::time::month_of(today);
-        Periods {
-            day_start_ms: today * DAY,
-            day_end_ms: (today + 1) * DAY,
-            month_start_ms: first * DAY,
-            month_end_ms: next * DAY,
-        }
+        Periods::of(self.now_ms)
     }
 
     /// Whether any subject has a turn rate (older admissions are read).
@@ -363,6 +354,22 @@ pub struct Periods {
     pub month_start_ms: i64,
     /// Epoch milliseconds.
     pub month_end_ms: i64,
+}
+
+impl Periods {
+    /// Start of the UTC day and of the UTC month of `now_ms`, and the
+    /// ends of both.
+    pub fn of(now_ms: i64) -> Periods {
+        const DAY: i64 = 86_400_000;
+        let today = now_ms.div_euclid(DAY);
+        let (first, next) = crate::protocol::time::month_of(today);
+        Periods {
+            day_start_ms: today * DAY,
+            day_end_ms: (today + 1) * DAY,
+            month_start_ms: first * DAY,
+            month_end_ms: next * DAY,
+        }
+    }
 }
 
 /// What a subject has spent, as a store counts it.
@@ -465,8 +472,9 @@ fn headroom(admission: &Admission, subject: &Subject, spent: &Spent) -> Vec<Head
 }
 
 /// Each spending limit of `limits`: what it allows (`None`: unset), what
-/// `spent` holds against it, and when it resets.
-fn spending(
+/// `spent` holds against it, and when it resets (what admission checks,
+/// and `/usage` says is left).
+pub fn spending(
     limits: &Limits,
     spent: &Spent,
     periods: &Periods,

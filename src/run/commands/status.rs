@@ -5,7 +5,7 @@
 
 use super::sessions::short;
 use super::{Asked, Stopping, age};
-use crate::host::budget::{Limit, Limits, Per};
+use crate::host::budget::{Limit, Per, Periods, Spent, spending};
 use crate::host::now_ms;
 use crate::host::usage::{UsageBy, UsageQuery};
 use crate::interaction::Ask;
@@ -126,7 +126,7 @@ pub(super) async fn status(bridge: &Bridge, asked: &Asked<'_>) -> String {
 
 /// What `per` `id`'s runs cost since `since_ms`: tokens (input and
 /// output, as the budgets count them), cost when known, and turns.
-async fn spent(asked: &Asked<'_>, per: Per, id: &str, since_ms: i64) -> Option<Spent> {
+async fn spent(asked: &Asked<'_>, per: Per, id: &str, since_ms: i64) -> Option<Spending> {
     let id = Some(id.to_string());
     let mut query = UsageQuery {
         by: UsageBy::Actor,
@@ -142,22 +142,25 @@ async fn spent(asked: &Asked<'_>, per: Per, id: &str, since_ms: i64) -> Option<S
     Some(
         totals
             .into_iter()
-            .fold((0, None, 0), |(tokens, cost, turns), t| {
-                let cost = match (cost, t.cost_usd) {
+            .fold(Spending::default(), |sum, t| Spending {
+                tokens: sum.tokens + t.input_tokens + t.output_tokens,
+                cost: match (sum.cost, t.cost_usd) {
                     (Some(a), Some(b)) => Some(a + b),
                     (a, b) => a.or(b),
-                };
-                (
-                    tokens + t.input_tokens + t.output_tokens,
-                    cost,
-                    turns + t.runs,
-                )
+                },
+                turns: sum.turns + t.runs,
             }),
     )
 }
 
-/// Tokens, dollars (when known) and turns.
-type Spent = (u64, Option<f64>, u64);
+/// What a subject spent in a period, as the ledger sums it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Spending {
+    tokens: u64,
+    /// Dollars, when any run reported or was priced.
+    cost: Option<f64>,
+    turns: u64,
+}
 
 /// `/usage`: the asker's own spending today and this month, then what is
 /// left of each limit the operator set on them, this conversation and
@@ -166,23 +169,21 @@ pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
     let Some(actor) = asked.actor else {
         return "This message names no one, so there is no usage to show.".into();
     };
-    const DAY: i64 = 86_400_000;
-    let today = now_ms().div_euclid(DAY);
-    let (month, _) = crate::protocol::time::month_of(today);
+    let periods = Periods::of(now_ms());
     let unread = || "Your usage cannot be read now (the store did not answer).".to_string();
-    let (Some(day), Some(this_month)) = (
-        spent(asked, Per::Actor, actor, today * DAY).await,
-        spent(asked, Per::Actor, actor, month * DAY).await,
+    let (Some(day), Some(month)) = (
+        spent(asked, Per::Actor, actor, periods.day_start_ms).await,
+        spent(asked, Per::Actor, actor, periods.month_start_ms).await,
     ) else {
         return unread();
     };
-    let said = |(tokens, cost, turns): Spent| {
-        let cost = cost.map(|c| format!(", ${c:.2}")).unwrap_or_default();
-        format!("{} tokens{cost} in {turns} turn(s)", grouped(tokens))
+    let said = |s: Spending| {
+        let cost = s.cost.map(|c| format!(", ${c:.2}")).unwrap_or_default();
+        format!("{} tokens{cost} in {} turn(s)", grouped(s.tokens), s.turns)
     };
     let mut lines = vec![
         format!("Your usage today (UTC): {}.", said(day)),
-        format!("This month: {}.", said(this_month)),
+        format!("This month: {}.", said(month)),
     ];
     let bot = asked
         .asking
@@ -197,13 +198,13 @@ pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
         let Some(id) = id.filter(|id| !id.is_empty() && limits.any()) else {
             continue;
         };
-        let (day, this_month) = match per {
-            Per::Actor => (day, this_month),
+        let (day, month) = match per {
+            Per::Actor => (day, month),
             _ => match (
-                spent(asked, per, id, today * DAY).await,
-                spent(asked, per, id, month * DAY).await,
+                spent(asked, per, id, periods.day_start_ms).await,
+                spent(asked, per, id, periods.month_start_ms).await,
             ) {
-                (Some(day), Some(this_month)) => (day, this_month),
+                (Some(day), Some(month)) => (day, month),
                 _ => return unread(),
             },
         };
@@ -212,53 +213,31 @@ pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
             Per::Conversation => " for this conversation",
             Per::Bot => " for this bot",
         };
-        lines.extend(left(limits, day, this_month, whose));
+        let spent = Spent {
+            tokens_today: day.tokens,
+            tokens_this_month: month.tokens,
+            cost_today: day.cost.unwrap_or(0.0),
+            cost_this_month: month.cost.unwrap_or(0.0),
+            ..Spent::default()
+        };
+        for (limit, allowed, used, _) in spending(limits, &spent, &periods) {
+            let Some(allowed) = allowed else { continue };
+            let per = match limit {
+                Limit::TokensPerDay | Limit::CostUsdPerDay => "today",
+                _ => "this month",
+            };
+            lines.push(format!(
+                "Left {per}{whose}: {} of {}.",
+                amount(limit, (allowed - used).max(0.0)),
+                amount(limit, allowed)
+            ));
+        }
+        if let Some(rate) = limits.turns_per_minute {
+            lines.push(format!(
+                "At most {} a minute{whose}.",
+                amount(Limit::TurnsPerMinute, rate.into())
+            ));
+        }
     }
     lines.join("\n")
-}
-
-/// What is left of each of `limits` after `day`'s and `month`'s spending.
-fn left(limits: &Limits, day: Spent, month: Spent, whose: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    let left = [
-        (
-            Limit::TokensPerDay,
-            limits.tokens_per_day.map(|l| l as f64),
-            day.0 as f64,
-        ),
-        (
-            Limit::TokensPerMonth,
-            limits.tokens_per_month.map(|l| l as f64),
-            month.0 as f64,
-        ),
-        (
-            Limit::CostUsdPerDay,
-            limits.cost_usd_per_day,
-            day.1.unwrap_or(0.0),
-        ),
-        (
-            Limit::CostUsdPerMonth,
-            limits.cost_usd_per_month,
-            month.1.unwrap_or(0.0),
-        ),
-    ];
-    for (limit, allowed, used) in left {
-        let Some(allowed) = allowed else { continue };
-        let per = match limit {
-            Limit::TokensPerDay | Limit::CostUsdPerDay => "today",
-            _ => "this month",
-        };
-        lines.push(format!(
-            "Left {per}{whose}: {} of {}.",
-            amount(limit, (allowed - used).max(0.0)),
-            amount(limit, allowed)
-        ));
-    }
-    if let Some(rate) = limits.turns_per_minute {
-        lines.push(format!(
-            "At most {} a minute{whose}.",
-            amount(Limit::TurnsPerMinute, rate.into())
-        ));
-    }
-    lines
 }

@@ -90,34 +90,33 @@ def split_text(text: str, limit: int | None) -> list[str]:
     return parts
 
 
+def _metadata(data: dict[str, Any]) -> dict[str, Any]:
+    """What the bridge said of a message (`message.metadata`), or nothing."""
+    message = data.get("message") if isinstance(data.get("message"), dict) else {}
+    metadata = message.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
 def _of_project(data: dict[str, Any]) -> bool:
     """Whether a message is the bridge's word on the conversation's project."""
-    message = data.get("message") if isinstance(data.get("message"), dict) else {}
-    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
-    return "project" in metadata
+    return "project" in _metadata(data)
 
 
 def _command_of(data: dict[str, Any]) -> str | None:
     """The chat command a message answers, when the bridge answered one."""
-    message = data.get("message") if isinstance(data.get("message"), dict) else {}
-    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
-    command = metadata.get("command")
+    command = _metadata(data).get("command")
     return command if isinstance(command, str) else None
 
 
 def _in_turn(data: dict[str, Any]) -> bool:
     """Whether a message is the bridge's answer to a command sent while a
     turn works, in that turn's stream."""
-    message = data.get("message") if isinstance(data.get("message"), dict) else {}
-    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
-    return _command_of(data) is not None and bool(metadata.get("in_turn"))
+    return _command_of(data) is not None and bool(_metadata(data).get("in_turn"))
 
 
 def _stop_answer(data: dict[str, Any]) -> bool:
     """Whether a message is the bridge's answer to a `/stop` it carried out."""
-    message = data.get("message") if isinstance(data.get("message"), dict) else {}
-    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
-    return _command_of(data) == "stop" and not metadata.get("refused")
+    return _command_of(data) == "stop" and not _metadata(data).get("refused")
 
 
 def failure_sentence(label: str, data: dict[str, Any]) -> str:
@@ -349,8 +348,7 @@ class Delivery:
         if kind == "run.failed" and self.automatic and self._earlier:
             # The run's earlier turns' answers, before its failure: never
             # lost with the turn that failed.
-            earlier, self._earlier = self._earlier, []
-            message = {"role": "assistant", "content": "\n\n".join(earlier)}
+            message = {"role": "assistant", "content": self._after_earlier("")}
             yield {"run_id": result.get("run_id"), "type": "message.completed", "data": {"message": message}}
         held = self._release()
         if held is not None:
@@ -400,14 +398,17 @@ class Delivery:
                 return
         self._question = text
 
-    def _with_earlier(self, message: dict[str, Any]) -> None:
-        """Where LangBot delivers, the run's earlier turns' words and
-        in-turn answers open its final message, in order."""
+    def _after_earlier(self, last: str) -> str:
+        """`last` after the run's earlier turns' words and in-turn answers,
+        in order (taken: each is said once)."""
         earlier, self._earlier = self._earlier, []
-        text = message_text(message)
-        joined = [t for t in [*earlier, text] if t]
-        if earlier:
-            message["content"] = "\n\n".join(joined)
+        return "\n\n".join(t for t in [*earlier, last] if t)
+
+    def _with_earlier(self, message: dict[str, Any]) -> None:
+        """Where LangBot delivers, the run's earlier words open its final
+        message."""
+        if self._earlier:
+            message["content"] = self._after_earlier(message_text(message))
 
     def _with_question(self, message: dict[str, Any]) -> None:
         """Where LangBot delivers the final message, what the bridge said of
@@ -464,9 +465,8 @@ class Delivery:
         if not self.reply.granted:
             yield self._unsendable(result)
             return
-        earlier, self._earlier = self._earlier, []
         try:
-            await self.reply.send("\n\n".join(t for t in [*earlier, message_text(final)] if t))
+            await self.reply.send(self._after_earlier(message_text(final)))
         except Exception as exc:  # noqa: BLE001 - told as the run's failure
             error = f"the reply could not be sent to the chat: {type(exc).__name__}: {exc}"
             yield _log(result.get("run_id"), error, "error")
@@ -530,11 +530,10 @@ class Delivery:
         if self.reply is not None and not self.reply.granted:
             yield self._unsendable(result)
         elif self.reply is not None:
-            earlier, self._earlier = self._earlier, []
             try:
                 # The run's earlier turns' answers first: never lost with
                 # the turn that failed.
-                await self.reply.send("\n\n".join([*earlier, failure_sentence(self.label, data)]))
+                await self.reply.send(self._after_earlier(failure_sentence(self.label, data)))
             except Exception as exc:  # noqa: BLE001 - the failure itself still ends the run
                 yield _log(result.get("run_id"), f"the failure could not be told in the chat: {exc}", "error")
             else:

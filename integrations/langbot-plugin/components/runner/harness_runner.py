@@ -226,8 +226,8 @@ class HarnessRunner(Runner):
             if not waiting:
                 yield terminal
                 return
-            failure = terminal.get("data") or {}
-            if terminal.get("type") == "run.failed" and failure.get("code") in ENDS_THE_RUN:
+            end = terminal.get("data") or {}
+            if terminal.get("type") == "run.failed" and end.get("code") in ENDS_THE_RUN:
                 # Stopped (a `/stop`, the host) or out of the run's time:
                 # the follow-ups do not run; the record names them.
                 texts = "; ".join(repr(item.input.to_text()[:80]) for item in waiting)
@@ -237,11 +237,11 @@ class HarnessRunner(Runner):
             if terminal.get("type") == "run.failed":
                 # The failed turn is told in words, as the run's answers
                 # are, and the person's follow-ups still run.
-                sentence = failure_sentence(self.label or self.harness, failure)
-                yield _log(ctx.run_id, f"a turn failed ({failure.get('code')}); the follow-ups still run", "warning")
+                sentence = failure_sentence(self.label or self.harness, end)
+                yield _log(ctx.run_id, f"a turn failed ({end.get('code')}); the follow-ups still run", "warning")
                 yield {"run_id": ctx.run_id, "type": "message.completed",
                        "data": {"message": {"role": "assistant", "content": sentence}}}
-            message = failure.get("message") if terminal.get("type") == "run.completed" else None
+            message = end.get("message") if terminal.get("type") == "run.completed" else None
             if isinstance(message, dict) and message_text(message) not in ("", said):
                 # The turn's last words, when run.completed alone carries them.
                 yield {"run_id": ctx.run_id, "type": "message.completed", "data": {"message": message}}
