@@ -57,6 +57,7 @@ async fn launch(workspace: &Path, wall: Option<&harness_bridge::harness::cage::P
         wall,
         quota: None,
     })
+    .await
     .expect("the launch");
     let status = process.wait().await.expect("waited");
     process.clear().await;

@@ -21,12 +21,22 @@
 //! client posting each conversation's turns round-robin across them; the
 //! difference is what the shared store costs.
 //!
+//! Each load also runs once per way of starting harness processes: `fork`
+//! (a copy of the bridge) and then `vfork` (sharing its memory, the
+//! default), so the two are compared in the same run. `SPAWNS` may also
+//! name `baseline`: the same load on another build of the bridge, the
+//! binary `BASELINE` names (e.g. one built from an earlier commit), so a
+//! change is measured against what was there before in one run.
+//!
 //! Reproduce: `cargo bench --bench serve_load` (defaults: 256 conversations,
 //! 4 turns each, harness turns of 0, 2 and 5 s; `CONVERSATIONS`, `TURNS`,
 //! `THINK_MS` to change them, `STORES=sqlite` or `STORES=postgres` for one
-//! of the two, `INSTANCES` for another number of PostgreSQL instances). Without `--bench` (as `cargo test --bench serve_load` runs
-//! it) it is a quick check of the whole path with every assertion: 4
-//! conversations, 2 turns each, harness turns of 0 s, on both stores.
+//! of the two, `INSTANCES` for another number of PostgreSQL instances,
+//! `SPAWNS=vfork` for one way of starting, `EXTRA_CONFIG` for more
+//! `bridge.yaml` lines). Without `--bench` (as `cargo
+//! test --bench serve_load` runs it) it is a quick check of the whole path
+//! with every assertion: 4 conversations, 2 turns each, harness turns of
+//! 0 s, on both stores, by both ways of starting.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -100,13 +110,28 @@ fn main() {
         Ok("postgres") => vec![Store::Postgres { instances }],
         _ => vec![Store::Sqlite, Store::Postgres { instances }],
     };
+    // How the bridge starts harness processes: by `fork` (a copy of the
+    // bridge, what it did before) and by `vfork` (sharing its memory), one
+    // after the other in the same run.
+    let spawns: Vec<String> = match std::env::var("SPAWNS") {
+        _ if quick => vec!["vfork".into(), "fork".into()],
+        Ok(v) => v.split(',').map(|s| s.trim().to_string()).collect(),
+        Err(_) => vec!["fork".into(), "vfork".into()],
+    };
+    // Each load's folders are removed only at the end: removing thousands
+    // of files between loads would make the filesystem slower for the
+    // next one (ext4 passes over inodes freed in the last minutes).
+    let mut folders = Vec::new();
     for think in thinks {
         for store in &stores {
-            runtime.block_on(load(conversations, turns, think, store));
-            // What a load leaves behind (the database's own clean-up after
-            // thousands of writes) must not run into the next one's time.
-            if !quick {
-                std::thread::sleep(Duration::from_secs(10));
+            for spawn in &spawns {
+                folders.push(runtime.block_on(load(conversations, turns, think, store, spawn)));
+                // What a load leaves behind (the database's own clean-up
+                // after thousands of writes) must not run into the next
+                // one's time.
+                if !quick {
+                    std::thread::sleep(Duration::from_secs(10));
+                }
             }
         }
     }
@@ -128,12 +153,20 @@ struct Instance {
     data: std::path::PathBuf,
 }
 
-/// Start `serve` on `data` with `config` (the bridge.yaml's text).
-async fn start(data: &Path, tools: &Path, config: &str) -> Instance {
+/// Start `serve` on `data` with `config` (the bridge.yaml's text),
+/// starting harness processes by `spawn` (`fork` or `vfork`).
+async fn start(data: &Path, tools: &Path, config: &str, spawn: &str) -> Instance {
     std::fs::create_dir_all(data).expect("data");
     let file = data.join("bridge.yaml");
     std::fs::write(&file, config).expect("config");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+    // `baseline`: another build of the bridge (`BASELINE`, its path), for
+    // a before-and-after in one run.
+    let program = match spawn {
+        "baseline" => std::env::var("BASELINE")
+            .expect("SPAWNS names `baseline`: set BASELINE to a harness-bridge binary"),
+        _ => env!("CARGO_BIN_EXE_harness-bridge").to_string(),
+    };
+    let mut child = tokio::process::Command::new(program)
         .arg("--data-dir")
         .arg(data)
         .args(["serve", "--config"])
@@ -151,6 +184,7 @@ async fn start(data: &Path, tools: &Path, config: &str) -> Instance {
             "RUST_LOG",
             std::env::var("SERVE_LOG").unwrap_or_else(|_| "warn".into()),
         )
+        .env("HARNESS_BRIDGE_SPAWN", spawn)
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -281,7 +315,13 @@ struct Turn {
     results: usize,
 }
 
-async fn load(conversations: usize, turns: usize, think: usize, store: &Store) {
+async fn load(
+    conversations: usize,
+    turns: usize,
+    think: usize,
+    store: &Store,
+    spawn: &str,
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     let tools = dir.path().join("tools");
     std::fs::create_dir_all(tools.join("adapters")).expect("tools");
@@ -289,20 +329,36 @@ async fn load(conversations: usize, turns: usize, think: usize, store: &Store) {
     std::os::unix::fs::symlink(fake_harness_binary(), tools.join("fake-harness")).expect("link");
     let common = format!(
         "listen: 127.0.0.1:0\nno_auth: true\nadapters: {}\ndefault_harness: fake\nmax_concurrent_runs: {conversations}\n\
-         set_env:\n  HB_FAKE_THINK_MS: \"{think}\"\n",
-        tools.join("adapters").display()
+         max_connections: {}\n\
+         set_env:\n  HB_FAKE_THINK_MS: \"{think}\"\n{}",
+        tools.join("adapters").display(),
+        // A connection per conversation, and the client's spares.
+        conversations * 2 + 64,
+        // More bridge.yaml, to measure a setting's cost (e.g. `cage:
+        // {limits: {memory_mb: 0, processes: 0, cpu_percent: 0}}`).
+        std::env::var("EXTRA_CONFIG")
+            .map(|c| c + "\n")
+            .unwrap_or_default()
     );
     let (label, instances) = match store {
         Store::Sqlite => (
             "1 instance, SQLite".to_string(),
-            vec![start(&dir.path().join("data"), &tools, &common).await],
+            vec![start(&dir.path().join("data"), &tools, &common, spawn).await],
         ),
         Store::Postgres { instances } => {
             let db = support::pg::database().await;
             let mut started = Vec::new();
             for n in 0..*instances {
                 let config = format!("{common}store: {}\ninstance_id: bench-{n}\n", db.url);
-                started.push(start(&dir.path().join(format!("data-{n}")), &tools, &config).await);
+                started.push(
+                    start(
+                        &dir.path().join(format!("data-{n}")),
+                        &tools,
+                        &config,
+                        spawn,
+                    )
+                    .await,
+                );
             }
             (format!("{instances} instances, PostgreSQL"), started)
         }
@@ -314,6 +370,7 @@ async fn load(conversations: usize, turns: usize, think: usize, store: &Store) {
         .build()
         .expect("client");
 
+    let zombies = Zombies::watch(instances.iter().map(|i| i.pid).collect());
     let started = Instant::now();
     let tasks: Vec<_> = (0..conversations)
         .map(|conversation| {
@@ -375,6 +432,7 @@ async fn load(conversations: usize, turns: usize, think: usize, store: &Store) {
         all.extend(task.await.expect("a client task"));
     }
     let wall = started.elapsed();
+    let (zombie_peak, zombie_longest) = zombies.stop();
     let (peak_kb, cpu_s) = instances
         .iter()
         .map(|i| usage(i.pid))
@@ -433,11 +491,12 @@ async fn load(conversations: usize, turns: usize, think: usize, store: &Store) {
     latency.sort_by(f64::total_cmp);
     let results: usize = all.iter().map(|t| t.results).sum();
     println!(
-        "serve load ({label}): {conversations} conversations x {turns} turns, harness think {think} ms\n  \
+        "serve load ({label}, {spawn}): {conversations} conversations x {turns} turns, harness think {think} ms\n  \
          {} runs in {:.2} s = {:.0} runs/s; {results} results, 0 lost, 0 duplicated\n  \
          turn latency p50 {:.1} ms, p99 {:.1} ms\n  \
          added by the bridge p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (target p99 < 20)\n  \
-         bridge peak RSS {:.1} MB (all instances; target < 150 each); bridge CPU {:.2} ms per run",
+         bridge peak RSS {:.1} MB (all instances; target < 150 each); bridge CPU {:.2} ms per run\n  \
+         finished harness processes waiting to be reaped: at most {zombie_peak} at once, none longer than {:.0} ms (sampled every {} ms)",
         all.len(),
         wall.as_secs_f64(),
         all.len() as f64 / wall.as_secs_f64(),
@@ -448,6 +507,8 @@ async fn load(conversations: usize, turns: usize, think: usize, store: &Store) {
         added.last().copied().unwrap_or(0.0),
         peak_kb as f64 / 1024.0,
         cpu_s * 1e3 / all.len() as f64,
+        zombie_longest.as_secs_f64() * 1e3,
+        Zombies::EVERY.as_millis(),
     );
     for mut instance in instances {
         let _ = nix::sys::signal::kill(
@@ -456,6 +517,7 @@ async fn load(conversations: usize, turns: usize, think: usize, store: &Store) {
         );
         let _ = tokio::time::timeout(Duration::from_secs(30), instance.child.wait()).await;
     }
+    dir
 }
 
 /// The conversation index of a workspace, from its projected context.
@@ -470,4 +532,69 @@ fn conversation_of(workspace: &Path) -> usize {
         .and_then(|c| c.strip_prefix("load-"))
         .and_then(|n| n.parse().ok())
         .expect("a load conversation")
+}
+
+/// Watches the bridges' children for ones that have exited and not yet
+/// been reaped (zombies): how many at once, and the longest one was seen,
+/// an upper bound of how long reaping kept it waiting.
+struct Zombies {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(usize, Duration)>,
+}
+
+impl Zombies {
+    const EVERY: Duration = Duration::from_millis(5);
+
+    fn watch(bridges: Vec<u32>) -> Zombies {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen: HashMap<String, (Instant, Instant)> = HashMap::new();
+            let mut peak = 0;
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = Instant::now();
+                let mut at_once = 0;
+                for pid in bridges.iter().flat_map(|b| children(*b)) {
+                    let stat =
+                        std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+                    if state.is_some_and(|s| s.starts_with('Z')) {
+                        at_once += 1;
+                        seen.entry(pid).or_insert((now, now)).1 = now;
+                    }
+                }
+                peak = peak.max(at_once);
+                std::thread::sleep(Self::EVERY);
+            }
+            // Seen in one sample only: under one interval.
+            let longest = seen
+                .values()
+                .map(|(first, last)| *last - *first + Self::EVERY)
+                .max()
+                .unwrap_or_default();
+            (peak, longest)
+        });
+        Zombies { stop, thread }
+    }
+
+    fn stop(self) -> (usize, Duration) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the zombie watch")
+    }
+}
+
+/// The children of every thread of `pid`.
+fn children(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .flat_map(|task| {
+            std::fs::read_to_string(task.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

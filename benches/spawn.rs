@@ -1,59 +1,54 @@
 //! What starting one harness process costs the bridge, as a function of
 //! how big the bridge is: spawn-to-exit of a no-op program (`/bin/true`)
-//! from a parent with 16 to 256 threads and 0, 64 or 512 MiB touched, two
-//! ways side by side:
+//! from a parent with 16 to 256 threads and 0, 64 or 512 MiB touched,
+//! through the launcher's own spawn function (`harness::spawn`: its own
+//! process group, the parent-death signal, piped streams, a step before
+//! `exec` as the cage adds), the two ways it can start a child:
 //!
-//! - **fork**: what the launcher does today. A `pre_exec` hook (the
-//!   parent-death signal, the cage's) makes the standard library `fork`
-//!   the whole process, copying its page tables under the address-space
-//!   lock, so the cost grows with the parent's mappings and threads.
-//! - **vfork-style spawn**: the same `Command` without a hook, which the
-//!   standard library starts with `posix_spawn` (`clone(CLONE_VM |
-//!   CLONE_VFORK)` in glibc): nothing is copied.
-//!
-//! The launcher needs its hooks, so taking the second way means moving
-//! them out of the bridge's address space (a small spawner process, or
-//! `clone3` into the conversation's cgroup); these figures say what that
-//! would save.
+//! - **fork**: `clone` copying the parent (`HARNESS_BRIDGE_SPAWN=fork`,
+//!   what the launcher did before): the page tables of every mapping are
+//!   copied under the address-space lock, so the cost grows with the
+//!   parent's mappings and threads.
+//! - **vfork**: `clone` sharing the parent's memory, the calling thread
+//!   held until `exec` (the default): nothing is copied.
 //!
 //! Reproduce: `cargo bench --bench spawn` (`SPAWNS=400` for more spawns
 //! per cell; 200 by default). Without `--bench` (as `cargo test --bench
 //! spawn` runs it) ten spawns each way at 16 threads, as a check that both
 //! still start and end the program.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-/// One spawn and wait of `/bin/true`, through a hook (fork) or not.
-fn spawn_once(fork: bool) -> Duration {
-    let mut command = Command::new("/bin/true");
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0);
-    if fork {
-        // SAFETY: the hook makes no call at all; its presence alone
-        // makes the standard library fork.
-        unsafe {
-            command.pre_exec(|| Ok(()));
-        }
-    }
-    let started = Instant::now();
-    let status = command
-        .spawn()
-        .and_then(|mut child| child.wait())
-        .expect("/bin/true runs");
-    assert!(status.success(), "/bin/true failed: {status}");
-    started.elapsed()
+use harness_bridge::harness::spawn::{Method, Request, spawn};
+
+/// One spawn and wait of `/bin/true` by `method`.
+fn spawn_once(runtime: &tokio::runtime::Runtime, method: Method) -> Duration {
+    runtime.block_on(async {
+        let started = Instant::now();
+        let request = Request {
+            program: Path::new("/bin/true"),
+            args: &[],
+            cwd: Path::new("/"),
+            env: BTreeMap::new(),
+            stdin: false,
+            // A step before `exec`, as the cage's are.
+            hooks: vec![Box::new(|| Ok(()))],
+            around: None,
+        };
+        let mut child = spawn(request, method).await.expect("/bin/true starts");
+        let status = child.process.wait().await.expect("/bin/true ends");
+        assert!(status.success(), "/bin/true failed: {status}");
+        started.elapsed()
+    })
 }
 
 /// The median and the 99th percentile of `spawns` spawns, in µs.
-fn measure(fork: bool, spawns: usize) -> (f64, f64) {
+fn measure(runtime: &tokio::runtime::Runtime, method: Method, spawns: usize) -> (f64, f64) {
     let mut took: Vec<f64> = (0..spawns)
-        .map(|_| spawn_once(fork).as_secs_f64() * 1e6)
+        .map(|_| spawn_once(runtime, method).as_secs_f64() * 1e6)
         .collect();
     took.sort_by(f64::total_cmp);
     let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
@@ -102,10 +97,14 @@ fn resident(mib: usize) -> Vec<u8> {
 
 fn main() {
     let measuring = std::env::args().any(|a| a == "--bench");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     if !measuring {
         let _idle = Idle::start(16);
-        for fork in [true, false] {
-            let (p50, _) = measure(fork, 10);
+        for method in [Method::Fork, Method::Vfork] {
+            let (p50, _) = measure(&runtime, method, 10);
             assert!(p50 > 0.0);
         }
         println!("spawn: /bin/true started and ended both ways");
@@ -117,9 +116,9 @@ fn main() {
         .unwrap_or(200)
         .max(8);
     println!(
-        "spawn-to-exit of /bin/true, {spawns} spawns per cell, µs (p50 / p99); ratio = fork / spawn at p50"
+        "spawn-to-exit of /bin/true, {spawns} spawns per cell, µs (p50 / p99); ratio = fork / vfork at p50"
     );
-    println!("| parent threads | parent touched | fork | vfork-style spawn | ratio |");
+    println!("| parent threads | parent touched | fork | vfork | ratio |");
     println!("|---|---|---|---|---|");
     for mib in [0, 64, 512] {
         let memory = resident(mib);
@@ -129,8 +128,8 @@ fn main() {
             let mut fork = Vec::new();
             let mut spawn = Vec::new();
             for _ in 0..4 {
-                fork.push(measure(true, spawns / 4));
-                spawn.push(measure(false, spawns / 4));
+                fork.push(measure(&runtime, Method::Fork, spawns / 4));
+                spawn.push(measure(&runtime, Method::Vfork, spawns / 4));
             }
             let mid = |cells: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
                 let mut v: Vec<f64> = cells.iter().map(pick).collect();

@@ -214,6 +214,52 @@ async fn instructions_are_stable_across_turns_and_earlier_runs_are_kept() {
         .unwrap();
     }
     assert_eq!(std::fs::read_dir(&archived).unwrap().count(), 2);
+
+    // Past `keep_runs`, the oldest folder is taken over by the newest
+    // archive, its files the spares the new files are written into: the
+    // workspace's file moves into the archive as the new one (the
+    // oldest's inode) takes its place. Nothing is made or removed.
+    let inode = |file: &std::path::Path| {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(file).unwrap())
+    };
+    let kept =
+        |dir: &std::path::Path| -> std::collections::BTreeMap<String, (std::path::PathBuf, u64)> {
+            std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .map(|folder| {
+                    let file = folder.join("agent-context.json");
+                    let doc: Value =
+                        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+                    (
+                        doc["run_id"].as_str().unwrap().to_string(),
+                        (folder, inode(&file)),
+                    )
+                })
+                .collect()
+        };
+    let current = two.workspace.join(".langbot/agent-context.json");
+    let before = kept(&archived);
+    let current_before = inode(&current);
+    assert_eq!(before.keys().collect::<Vec<_>>(), ["run-3", "run-4"]);
+    run(root.path(), &ctx("run-6", "more", config.clone()), &t)
+        .await
+        .unwrap();
+    let after = kept(&archived);
+    assert_eq!(after.keys().collect::<Vec<_>>(), ["run-4", "run-5"]);
+    assert_eq!(
+        after["run-5"].1, current_before,
+        "the workspace's file, moved"
+    );
+    assert_eq!(
+        inode(&current),
+        before["run-3"].1,
+        "the oldest's file, written over"
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&current).unwrap()).unwrap();
+    assert_eq!(doc["run_id"], "run-6");
+    assert!(!before["run-3"].0.exists());
+    assert_eq!(after["run-4"], before["run-4"]);
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ const MAX_FUNCTION_LINES: usize = 120;
 /// a process); and git, which the bridge runs for a project's worktrees
 /// with hooks and outside configuration off.
 const SPAWNERS: &[&str] = &[
-    "src/harness/launch.rs",
+    "src/harness/spawn.rs",
     "src/harness/cage/cgroup.rs",
     "src/project/git.rs",
     // The operator's own command (a pull request), bridge-side by design.
@@ -215,15 +215,24 @@ fn processes_start_in_one_place() {
         }
         for (n, line) in text.lines().enumerate() {
             let code = code_of(line);
-            if code.contains("Command::new(") || code.contains("posix_spawn") {
+            if [
+                "Command::new(",
+                "posix_spawn",
+                "libc::clone(",
+                "libc::fork(",
+                "vfork(",
+            ]
+            .iter()
+            .any(|call| code.contains(call))
+            {
                 elsewhere.push(format!("{file}:{}: {}", n + 1, line.trim()));
             }
         }
     }
     assert!(
         elsewhere.is_empty(),
-        "a process started outside src/harness/launch.rs (the one spawn function: \
-         its own group, the cage, the environment whitelist):\n{}",
+        "a process started outside src/harness/spawn.rs (the one spawn function: \
+         its own group, the parent-death signal, the cage's steps, no copy of the bridge):\n{}",
         elsewhere.join("\n")
     );
 }

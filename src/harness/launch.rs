@@ -7,17 +7,17 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tracing::Instrument;
 
 use super::EnvSpec;
 use super::cage::{Mechanism, Plan, Quota, TurnCage};
+use super::spawn::{self, Process, Stdin, Stdout};
 use super::stderr::StderrTail;
 
 /// What to run, where, with what.
@@ -90,7 +90,7 @@ pub fn find_program(binary: &str, path: Option<&str>) -> Option<PathBuf> {
 /// A running harness, leader of its own process group, in its cage.
 #[derive(Debug)]
 pub struct HarnessProcess {
-    child: Child,
+    child: Process,
     pgid: Option<Pid>,
     cage: TurnCage,
     stderr: StderrTail,
@@ -99,62 +99,46 @@ pub struct HarnessProcess {
 
 impl HarnessProcess {
     /// Start the process; its stdout is handed back for the decoder.
-    pub fn spawn(launch: &Launch<'_>) -> std::io::Result<(Self, ChildStdout)> {
-        let (process, stdout, _) = Self::start(launch, false)?;
+    pub async fn spawn(launch: &Launch<'_>) -> std::io::Result<(Self, Stdout)> {
+        let (process, stdout, _) = Self::start(launch, false).await?;
         Ok((process, stdout))
     }
 
     /// Start a process that takes many turns: stdin stays open and is
     /// handed back with stdout (`launch.stdin` is not used).
-    pub fn spawn_live(launch: &Launch<'_>) -> std::io::Result<(Self, ChildStdout, ChildStdin)> {
-        let (process, stdout, stdin) = Self::start(launch, true)?;
+    pub async fn spawn_live(launch: &Launch<'_>) -> std::io::Result<(Self, Stdout, Stdin)> {
+        let (process, stdout, stdin) = Self::start(launch, true).await?;
         let stdin =
             stdin.ok_or_else(|| std::io::Error::other("the harness's stdin was not captured"))?;
         Ok((process, stdout, stdin))
     }
 
-    fn start(
+    async fn start(
         launch: &Launch<'_>,
         live: bool,
-    ) -> std::io::Result<(Self, ChildStdout, Option<ChildStdin>)> {
+    ) -> std::io::Result<(Self, Stdout, Option<Stdin>)> {
         let mut cage = TurnCage::new(launch.quota)?;
-        let mut command = Command::new(launch.program);
-        command
-            .args(launch.args)
-            .current_dir(launch.cwd)
-            .env_clear()
-            .envs(launch.env)
-            .stdin(if live || launch.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        // If the bridge itself is killed (SIGKILL leaves it no chance to
+        // In a process group of its own, with the parent-death signal: if
+        // the bridge itself is killed (SIGKILL leaves it no chance to
         // clean up), the harness still gets SIGTERM from the kernel. The
         // signal follows the spawning *thread*: runs spawn from runtime
         // worker threads, which live as long as the bridge.
-        // SAFETY: the closure runs in the forked child before exec and
-        // only makes one async-signal-safe system call.
-        unsafe {
-            command.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
-            });
-        }
-        let mut child = cage.spawn(&mut command, launch.wall, launch.quota)?;
-        let pgid = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw);
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| std::io::Error::other("the harness's stdout was not captured"))?;
-        let kept = if live { child.stdin.take() } else { None };
-        if let (Some(text), Some(mut stdin)) = (launch.stdin, child.stdin.take()) {
+        let request = spawn::Request {
+            program: launch.program,
+            args: launch.args,
+            cwd: launch.cwd,
+            env: launch.env.clone(),
+            stdin: live || launch.stdin.is_some(),
+            hooks: Vec::new(),
+            around: None,
+        };
+        let spawned = cage.spawn(request, launch.wall, launch.quota).await?;
+        let child = spawned.process;
+        let pgid = i32::try_from(child.id()).ok().map(Pid::from_raw);
+        let stdout = spawned.stdout;
+        let mut stdin = spawned.stdin;
+        let kept = if live { stdin.take() } else { None };
+        if let (Some(text), Some(mut stdin)) = (launch.stdin, stdin) {
             let text = text.to_string();
             tokio::spawn(async move {
                 // A harness that exits without reading its prompt is
@@ -164,10 +148,11 @@ impl HarnessProcess {
             });
         }
         let stderr = StderrTail::new(launch.env);
-        let stderr_done = child.stderr.take().map(|pipe| {
-            let tail = stderr.clone();
-            tokio::spawn(async move { tail.read(pipe).await }.in_current_span())
-        });
+        let pipe = spawned.stderr;
+        let tail = stderr.clone();
+        let stderr_done = Some(tokio::spawn(
+            async move { tail.read(pipe).await }.in_current_span(),
+        ));
         Ok((
             HarnessProcess {
                 child,
@@ -198,7 +183,7 @@ impl HarnessProcess {
 
     /// The harness's pid (its group's id), while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.id()
+        self.child.status().is_none().then(|| self.child.id())
     }
 
     /// Wait for the harness itself to exit (cancel-safe: nothing else is

@@ -13,6 +13,7 @@ pub mod families;
 mod launch;
 pub mod live;
 mod session;
+pub mod spawn;
 mod stderr;
 
 pub use adapter::{

@@ -289,6 +289,90 @@ impl ConfinedDir {
         self.replace(name, bytes, path)
     }
 
+    /// Write `bytes` into the file `name` of this folder in place: its own
+    /// inode kept, truncated and written again. For a file no harness
+    /// reads while it changes (a run's archive): nothing is made and
+    /// nothing removed, where `write` makes a file and removes the one it
+    /// replaces (on a filesystem such as ext4, finding a free inode after
+    /// many were freed is costly). A file with a second name (linked in
+    /// from elsewhere), a link, or no file is replaced as `write` does.
+    pub fn overwrite(&self, name: &str, bytes: &[u8]) -> Result<(), ProjectionError> {
+        check_parts(&[name])?;
+        let path = self.path.join(name);
+        let flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        if let Ok(fd) = openat(&*self.fd, name, flags, Mode::empty()) {
+            let mut file = fs::File::from(fd);
+            let meta = file
+                .metadata()
+                .map_err(ProjectionError::io("inspect", &path))?;
+            if meta.is_file() && meta.nlink() == 1 && meta.mode() & 0o777 == FILE_MODE {
+                return file
+                    .set_len(0)
+                    .and_then(|()| file.write_all(bytes))
+                    .map_err(ProjectionError::io("write", &path));
+            }
+        }
+        self.replace(name, bytes, path).map(drop)
+    }
+
+    /// Rename the entry `from` of this folder to `to`, in this folder,
+    /// never over one that exists.
+    pub fn rename_entry(&self, from: &str, to: &str) -> Result<(), ProjectionError> {
+        use nix::fcntl::RenameFlags;
+        self.rename2(from, self, to, RenameFlags::RENAME_NOREPLACE, "rename")
+    }
+
+    /// Exchange the names of `name` here and `other_name` in `other` (a
+    /// folder of the same workspace): both must exist.
+    pub fn exchange(
+        &self,
+        name: &str,
+        other: &ConfinedDir,
+        other_name: &str,
+    ) -> Result<(), ProjectionError> {
+        use nix::fcntl::RenameFlags;
+        self.rename2(
+            name,
+            other,
+            other_name,
+            RenameFlags::RENAME_EXCHANGE,
+            "exchange",
+        )
+    }
+
+    fn rename2(
+        &self,
+        name: &str,
+        other: &ConfinedDir,
+        other_name: &str,
+        flags: nix::fcntl::RenameFlags,
+        what: &'static str,
+    ) -> Result<(), ProjectionError> {
+        check_parts(&[name, other_name])?;
+        nix::fcntl::renameat2(&*self.fd, name, &*other.fd, other_name, flags)
+            .map_err(|e| ProjectionError::io(what, self.path.join(name))(e.into()))
+    }
+
+    /// Whether `name` here is a regular file (a link is not followed).
+    pub fn holds_file(&self, name: &str) -> Result<bool, ProjectionError> {
+        check_parts(&[name])?;
+        match fstatat(&*self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(kind(&stat) == SFlag::S_IFREG),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(ProjectionError::io("inspect", self.path.join(name))(
+                e.into(),
+            )),
+        }
+    }
+
+    /// Mark this folder modified now (its files written in place leave
+    /// its own time as it was).
+    pub fn touch(&self) -> Result<(), ProjectionError> {
+        use nix::sys::time::TimeSpec;
+        nix::sys::stat::futimens(&*self.fd, &TimeSpec::UTIME_OMIT, &TimeSpec::UTIME_NOW)
+            .map_err(|e| ProjectionError::io("touch", &self.path)(e.into()))
+    }
+
     /// Write a fresh temp file in this folder and rename it over `name`.
     fn replace(
         &self,

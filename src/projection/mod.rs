@@ -158,17 +158,24 @@ fn json_bytes(value: &Value) -> Vec<u8> {
     bytes
 }
 
-/// Copy the files of the run that last wrote this workspace into
-/// `.langbot/runs/<run>/`, before a different run replaces them, and keep
-/// only the newest `keep` such folders.
-fn archive_previous_run(
+/// Make `.langbot/runs/<run>/` ready for the files of the run that last
+/// wrote this workspace, when a different run is about to replace them,
+/// keeping only the newest `keep` such folders. `None`: nothing to keep.
+///
+/// The files are not copied here: each moves into the folder as the new
+/// one takes its place ([`write_archived`]). Once `keep` folders are
+/// kept, the oldest becomes the new one, its files the spares the new
+/// files are written into: a turn's archive then makes and removes no
+/// file. (A saturated bridge on ext4 spent half its time finding free
+/// inodes among the many a copy-and-prune archive freed every turn.)
+fn prepare_archive(
     ws: &ConfinedDir,
     run_id: &str,
     keep: usize,
     report: &mut Report,
-) -> Result<(), ProjectionError> {
+) -> Result<Option<ConfinedDir>, ProjectionError> {
     let Some(previous) = ws.read(&paths::AGENT_CONTEXT)? else {
-        return Ok(());
+        return Ok(None);
     };
     let previous_run = serde_json::from_slice::<Value>(&previous)
         .ok()
@@ -178,20 +185,41 @@ fn archive_previous_run(
                 .map(str::to_string)
         });
     let Some(previous_run) = previous_run.filter(|r| r != run_id) else {
-        return Ok(());
+        return Ok(None);
     };
-    if keep > 0 {
-        let folder = safe_component(&previous_run);
-        // Copied, not linked: a harness may write a live file in place,
-        // which would change a linked archive too.
-        for file in paths::ARCHIVED {
-            if let Some(bytes) = ws.read(&file)? {
-                let target = [paths::RUNS[0], paths::RUNS[1], folder.as_str(), file[1]];
-                ws.write(&target, &bytes)?;
-            }
-        }
+    if keep == 0 {
+        prune_runs(ws, 0, report)?;
+        return Ok(None);
     }
-    // Oldest first by modification time; remove beyond `keep`.
+    let folder = safe_component(&previous_run);
+    let runs = ws.ensure_dir(&paths::RUNS)?;
+    let mut kept = ws.list(&paths::RUNS)?;
+    if kept.len() >= keep && !kept.iter().any(|run| run.name == folder) {
+        kept.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
+        let oldest = &kept[0].name;
+        // Only a real folder is taken over, holding only what an archive
+        // holds; anything else there is removed.
+        match runs.ensure_dir(&[oldest.as_str()]) {
+            Ok(old) => {
+                for entry in old.list(&[])? {
+                    if !paths::ARCHIVED.iter().any(|file| file[1] == entry.name) {
+                        old.remove(&[entry.name.as_str()])?;
+                    }
+                }
+                runs.rename_entry(oldest, &folder)?;
+            }
+            Err(_) => runs.remove(&[oldest.as_str()])?,
+        }
+        report.removed(format!("{}/{oldest}", paths::RUNS.join("/")));
+    }
+    let archive = runs.ensure_dir(&[folder.as_str()])?;
+    archive.touch()?;
+    prune_runs(ws, keep, report)?;
+    Ok(Some(archive))
+}
+
+/// Remove the oldest folders of `.langbot/runs/` beyond `keep`.
+fn prune_runs(ws: &ConfinedDir, keep: usize, report: &mut Report) -> Result<(), ProjectionError> {
     let mut runs = ws.list(&paths::RUNS)?;
     runs.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
     let excess = runs.len().saturating_sub(keep);
@@ -200,6 +228,40 @@ fn archive_previous_run(
         report.removed(format!("{}/{}", paths::RUNS.join("/"), run.name));
     }
     Ok(())
+}
+
+/// Write one of the archived files (`path`, in `.langbot/`), the current
+/// one moving into `archive` as the new one takes its place: the new
+/// bytes are written into the archive's file (a spare: written over in
+/// place when it is one), then the two names are exchanged in one step.
+/// Nothing is copied or removed, and a reader of the workspace sees the
+/// old bytes or the new, never a missing file. Copied, not linked, so a
+/// harness writing a live file in place never changes the archive.
+fn write_archived(
+    ws: &ConfinedDir,
+    archive: Option<&ConfinedDir>,
+    path: [&str; 2],
+    bytes: &[u8],
+) -> Result<WriteOutcome, ProjectionError> {
+    let Some(archive) = archive else {
+        return ws.write(&path, bytes);
+    };
+    let name = path[1];
+    let langbot = ws.ensure_dir(&path[..1])?;
+    if !langbot.holds_file(name)? {
+        // Nothing there (nothing to keep), or not a file (a link, a
+        // folder): written as any file is, the archive without it.
+        archive.remove(&[name])?;
+        return ws.write(&path, bytes);
+    }
+    let current = ws.read(&path)?.unwrap_or_default();
+    if current == bytes {
+        archive.overwrite(name, &current)?;
+        return ws.write(&path, bytes);
+    }
+    archive.overwrite(name, bytes)?;
+    archive.exchange(name, &langbot, name)?;
+    Ok(WriteOutcome::Written)
 }
 
 /// Project a run's context into its conversation's workspace.
@@ -223,7 +285,7 @@ pub async fn project(
     let working_directory = ws.path().to_string_lossy().into_owned();
     ws.ensure_dir(&[paths::DIR])?;
     let mut report = Report::default();
-    archive_previous_run(
+    let archive = prepare_archive(
         &ws,
         &ctx.run_id,
         binding.keep_runs.unwrap_or(DEFAULT_KEEP_RUNS),
@@ -278,6 +340,7 @@ pub async fn project(
     )?;
     write_texts(
         &ws,
+        archive.as_ref(),
         request,
         &parts,
         &working_directory,
@@ -373,6 +436,7 @@ fn render_texts(
 /// the harness reads its own.
 fn write_texts(
     ws: &ConfinedDir,
+    archive: Option<&ConfinedDir>,
     request: &ProjectRequest<'_>,
     parts: &JsonMap,
     working_directory: &str,
@@ -398,7 +462,7 @@ fn write_texts(
         (paths::INSTRUCTIONS, instructions.as_bytes().to_vec()),
         (paths::TURN_PROMPT, format!("{turn_prompt}\n").into_bytes()),
     ] {
-        let outcome = ws.write(&path, &bytes)?;
+        let outcome = write_archived(ws, archive, path, &bytes)?;
         report.file(path.join("/"), outcome);
     }
     Ok(())

@@ -10,7 +10,7 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use tokio::process::ChildStdout;
+use crate::harness::spawn::Stdout;
 use tokio::time::Instant;
 
 use super::engine::{self, Engine, Event, Live, Stop, Watch};
@@ -75,7 +75,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
             usage: None,
         };
     }
-    let (process, stdout) = match HarnessProcess::spawn(launch) {
+    let (process, stdout) = match HarnessProcess::spawn(launch).await {
         Ok(spawned) => spawned,
         Err(e) => {
             tracing::error!(program = %launch.program.display(), error = %e, "cannot start the harness");
@@ -121,7 +121,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
 struct OneShot<'s> {
     spec: &'s AdapterSpec,
     process: HarnessProcess,
-    stdout: ChildStdout,
+    stdout: Stdout,
     decode: Box<dyn Decoder>,
     lines: LineBuffer,
     /// The output said the session to resume does not exist.
@@ -156,7 +156,7 @@ impl Engine for OneShot<'_> {
         }
     }
 
-    fn pipes(&mut self) -> (&mut ChildStdout, &mut HarnessProcess) {
+    fn pipes(&mut self) -> (&mut Stdout, &mut HarnessProcess) {
         (&mut self.stdout, &mut self.process)
     }
 

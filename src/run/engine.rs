@@ -12,8 +12,8 @@
 
 use std::process::ExitStatus;
 
+use crate::harness::spawn::Stdout;
 use tokio::io::AsyncReadExt;
-use tokio::process::ChildStdout;
 use tokio::time::Instant;
 
 use std::time::Duration;
@@ -107,7 +107,7 @@ pub(super) trait Engine {
     fn watch(&self) -> Watch;
 
     /// The harness's output pipe and process, watched by the loop.
-    fn pipes(&mut self) -> (&mut ChildStdout, &mut HarnessProcess);
+    fn pipes(&mut self) -> (&mut Stdout, &mut HarnessProcess);
 
     /// Act on one event; `Some` ends the loop.
     async fn on(&mut self, event: Event<'_>, io: &mut Live<'_>) -> Option<Self::Over>;

@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::harness::spawn::{Stdin, Stdout};
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt;
-use tokio::process::{ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
 use super::attempt::{self, AttemptEnd};
@@ -120,8 +120,8 @@ pub struct LiveProcess {
     /// closes the pipe: tokio's `shutdown` of a child's stdin flushes and
     /// leaves the descriptor open, so the harness would never see end of
     /// input.
-    stdin: Option<ChildStdin>,
-    stdout: ChildStdout,
+    stdin: Option<Stdin>,
+    stdout: Stdout,
     lines: LineBuffer,
     driver: Box<dyn LiveDriver>,
     /// The MCP token in its environment.
@@ -150,7 +150,7 @@ impl LiveProcess {
         resume: Option<&str>,
         setup: &Setup,
     ) -> std::io::Result<LiveProcess> {
-        let (process, stdout, stdin) = HarnessProcess::spawn_live(launch)?;
+        let (process, stdout, stdin) = HarnessProcess::spawn_live(launch).await?;
         let opening = driver.open(resume, setup);
         let mut live = LiveProcess {
             process,
@@ -526,7 +526,7 @@ impl Engine for LiveTurn<'_, '_> {
         }
     }
 
-    fn pipes(&mut self) -> (&mut ChildStdout, &mut HarnessProcess) {
+    fn pipes(&mut self) -> (&mut Stdout, &mut HarnessProcess) {
         (&mut self.process.stdout, &mut self.process.process)
     }
 

@@ -1,6 +1,6 @@
 //! Containment by cgroup v2: the bridge makes `harness-bridge-<bridge>`
 //! below its own cgroup, and each harness process starts in a child of it
-//! (`turn-<n>`), moved there between fork and exec. Whatever the harness
+//! (`turn-<n>`), moved there between clone and exec. Whatever the harness
 //! starts stays in that cgroup whatever it does with process groups and
 //! sessions, so at the end one write (`cgroup.kill`, Linux 5.14; before
 //! that: freeze, SIGKILL every member, thaw) ends all of it, and the
@@ -8,7 +8,6 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -175,10 +174,14 @@ impl Tree {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
+        let enter = group.enter_hook().map_err(|source| CgroupError::Probe {
+            dir: self.dir.clone(),
+            source,
+        })?;
         // SAFETY: the hook makes one async-signal-safe system call on a
-        // descriptor `group` keeps open until after the spawn.
+        // descriptor it owns.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut command, group.enter_hook());
+            std::os::unix::process::CommandExt::pre_exec(&mut command, enter);
         }
         let spawned = command.spawn();
         let (dir, kill_file) = group.into_parts();
@@ -241,26 +244,24 @@ impl Tree {
 pub struct Group {
     dir: PathBuf,
     /// Its `cgroup.procs`, opened (close-on-exec) before the spawn: the
-    /// forked child only has to write to it.
+    /// child only has to write to it.
     procs: fs::File,
     kill_file: bool,
 }
 
 impl Group {
-    /// What the forked child runs before exec to move itself in: one
-    /// `write` of "0" to the open `cgroup.procs`. It allocates nothing and
-    /// makes no other call, as code between fork and exec must; `self`
-    /// must stay alive until the spawn has returned.
-    pub fn enter_hook(&self) -> impl FnMut() -> io::Result<()> + Send + Sync + 'static {
-        let fd = self.procs.as_raw_fd();
-        move || {
-            // SAFETY: `fd` is open in the child: the parent holds it
-            // across the spawn (see above) and fork copied it.
-            let procs = unsafe { BorrowedFd::borrow_raw(fd) };
-            nix::unistd::write(procs, b"0")
+    /// What the child runs before exec to move itself in: one
+    /// `write` of "0" to `cgroup.procs`, through a descriptor of its own
+    /// (open until the hook is dropped, whoever waits for the spawn). It
+    /// allocates nothing and makes no other call, as code between clone
+    /// and exec must.
+    pub fn enter_hook(&self) -> io::Result<impl FnMut() -> io::Result<()> + Send + Sync + 'static> {
+        let procs = self.procs.try_clone()?;
+        Ok(move || {
+            nix::unistd::write(&procs, b"0")
                 .map(drop)
                 .map_err(io::Error::from)
-        }
+        })
     }
 
     /// The cgroup's directory.
@@ -481,7 +482,7 @@ mod tests {
         command.args(["-c", "sleep 300 & sleep 300 & wait"]);
         // SAFETY: as in `Tree::try_one`.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut command, group.enter_hook());
+            std::os::unix::process::CommandExt::pre_exec(&mut command, group.enter_hook().unwrap());
         }
         let mut child = command.spawn().unwrap();
         assert!(wait_for(Duration::from_secs(10), || members(&group.dir) == 3));

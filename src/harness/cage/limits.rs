@@ -20,14 +20,13 @@
 //!   `/metrics` (`harness_bridge_limits_enforced`).
 //!
 //! Every harness process of a conversation, one-shot or live, joins its
-//! group between fork and exec (descriptors opened before the fork, one
+//! group between clone and exec (descriptors opened before the clone, one
 //! write each). A turn's limit hits are read from the group's counters
 //! (`oom_kill`, `pids.events` `max`) before and after it, and the turn
 //! then fails `resource_limit` (`FailureCode::ResourceLimit`).
 
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use nix::sys::signal::{Signal, kill};
@@ -484,7 +483,7 @@ fn v1_own_dir(mountinfo: &str, cgroup: &str, controller: &str) -> Option<PathBuf
 }
 
 /// A conversation's group, for one harness launch: its folders (one per
-/// hierarchy), their `cgroup.procs` open for the forked child.
+/// hierarchy), their `cgroup.procs` open for the child.
 #[derive(Debug)]
 pub struct Quota {
     limits: Limits,
@@ -494,7 +493,6 @@ pub struct Quota {
     /// The distinct folders' `cgroup.procs`, opened (close-on-exec) before
     /// the spawn.
     procs: Vec<fs::File>,
-    fds: Vec<RawFd>,
 }
 
 impl Quota {
@@ -552,13 +550,11 @@ impl Quota {
         if procs.is_empty() {
             return Ok(None);
         }
-        let fds = procs.iter().map(AsRawFd::as_raw_fd).collect();
         Ok(Some(Quota {
             limits: *limits,
             version,
             dirs,
             procs,
-            fds,
         }))
     }
 
@@ -570,21 +566,22 @@ impl Quota {
             .flatten()
     }
 
-    /// What the forked child runs before exec to join the conversation's
-    /// groups: one `write` of "0" per open `cgroup.procs`. It allocates
-    /// nothing; `self` must stay alive until the spawn has returned.
-    pub fn enter_hook(&self) -> impl FnMut() -> io::Result<()> + Send + Sync + 'static {
-        let fds = self.fds.clone();
-        debug_assert_eq!(fds.len(), self.procs.len());
-        move || {
-            for fd in &fds {
-                // SAFETY: `fd` is open in the child: the parent holds it
-                // across the spawn (see above) and fork copied it.
-                let procs = unsafe { BorrowedFd::borrow_raw(*fd) };
-                nix::unistd::write(procs, b"0").map_err(io::Error::from)?;
+    /// What the child runs before exec to join the conversation's
+    /// groups: one `write` of "0" per `cgroup.procs`, through descriptors
+    /// of its own (open until the hook is dropped, whoever waits for the
+    /// spawn). It allocates nothing.
+    pub fn enter_hook(&self) -> io::Result<impl FnMut() -> io::Result<()> + Send + Sync + 'static> {
+        let procs = self
+            .procs
+            .iter()
+            .map(fs::File::try_clone)
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(move || {
+            for file in &procs {
+                nix::unistd::write(file, b"0").map_err(io::Error::from)?;
             }
             Ok(())
-        }
+        })
     }
 
     /// The group's counters now (what cannot be read counts as 0).

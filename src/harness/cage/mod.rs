@@ -34,7 +34,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+
+use super::spawn;
 
 use crate::host::Holder;
 pub use cgroup::CgroupError;
@@ -346,47 +347,39 @@ impl TurnCage {
         &self.marker
     }
 
-    /// Spawn `command` inside the cage: with the marker in its
+    /// Spawn `request` inside the cage: with the marker in its
     /// environment, in its conversation's limits (`quota`), (cgroup) in
     /// its cgroup, and behind the wall `plan` describes (none: uncaged,
     /// the operator's choice) before it runs anything. `quota` must be
     /// the one given to [`TurnCage::new`].
-    pub fn spawn(
+    pub async fn spawn(
         &mut self,
-        command: &mut Command,
+        mut request: spawn::Request<'_>,
         plan: Option<&Plan>,
         quota: Option<&Quota>,
-    ) -> io::Result<Child> {
+    ) -> io::Result<spawn::Spawned> {
         let wall = plan.map(wall::Wall::build).transpose()?;
-        command.env(TURN_ENV, &self.marker);
+        request
+            .env
+            .insert(TURN_ENV.to_string(), self.marker.clone());
+        // Each step makes only system calls, on descriptors and strings
+        // it owns. The limits first, so that on cgroup v2 the turn's own
+        // cgroup (below) is where the process ends.
         if let Some(quota) = quota {
-            // SAFETY: the hook makes one write per descriptor, which
-            // `quota` keeps open across the spawn. First, so that on
-            // cgroup v2 the turn's own cgroup (below) is where it ends.
-            unsafe {
-                command.pre_exec(quota.enter_hook());
-            }
+            request.hooks.push(Box::new(quota.enter_hook()?));
         }
         if let Some(group) = &self.group {
-            // SAFETY: the hook makes one async-signal-safe system call on
-            // a descriptor `self.group` keeps open across the spawn.
-            unsafe {
-                command.pre_exec(group.enter_hook());
-            }
+            request.hooks.push(Box::new(group.enter_hook()?));
         }
         if let Some(wall) = wall {
-            // SAFETY: the hook makes only system calls, on descriptors and
-            // strings the wall made before the fork and keeps open.
-            unsafe {
-                command.pre_exec(wall.enter_hook());
-            }
+            request.hooks.push(Box::new(wall.enter_hook()));
         }
-        let child = match self.mechanism {
-            Mechanism::Subreaper => subreaper::spawn(command)?,
-            Mechanism::Cgroup => command.spawn()?,
-        };
-        self.leader = child.id().and_then(|id| i32::try_from(id).ok());
-        Ok(child)
+        if self.mechanism == Mechanism::Subreaper {
+            request.around = Some(subreaper::noting);
+        }
+        let spawned = spawn::spawn(request, spawn::Method::chosen()).await?;
+        self.leader = i32::try_from(spawned.process.id()).ok();
+        Ok(spawned)
     }
 
     /// Once the harness has exited and been waited for: kill everything it

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::{Pid, getpgrp};
-use tokio::process::{Child, Command};
 
 use super::marker;
 use super::procs;
@@ -44,17 +43,17 @@ pub fn enable() -> Result<(), nix::errno::Errno> {
     nix::sys::prctl::set_child_subreaper(true)
 }
 
-/// Spawn `command`, noting the child as the launcher's own before any
-/// sweep can see it.
-pub fn spawn(command: &mut Command) -> std::io::Result<Child> {
+/// Around the launcher's `clone`: the child noted as the launcher's own
+/// before any sweep can see it exit (the lock is held across).
+pub fn noting(
+    clone: &mut dyn FnMut() -> std::io::Result<libc::pid_t>,
+) -> std::io::Result<libc::pid_t> {
     let mut own = own();
-    let child = command.spawn()?;
-    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok())
-        && let Some(stat) = procs::stat(pid)
-    {
+    let pid = clone()?;
+    if let Some(stat) = procs::stat(pid) {
         own.insert(pid, stat.start);
     }
-    Ok(child)
+    Ok(pid)
 }
 
 /// The launcher has waited for `pid`: it is no longer a child.

@@ -1,6 +1,6 @@
 //! The wall: what the kernel lets a harness process, and everything it
 //! starts, reach. Built by the bridge before the spawn and entered by the
-//! child between fork and exec, irrevocably:
+//! child between clone and exec, irrevocably:
 //!
 //! - **Landlock** (Linux 6.12+, ABI 6): files and folders read-write only
 //!   where the plan says (the conversation's workspace, with its home and
@@ -201,10 +201,10 @@ impl Wall {
         Ok(Wall { ruleset, user })
     }
 
-    /// What the child does between fork and exec: leave root (a root
+    /// What the child does between clone and exec: leave root (a root
     /// bridge), keep the parent-death signal the credential change
     /// cleared, then restrict itself for good. Only system calls on what
-    /// was prepared here: nothing allocates after the fork.
+    /// was prepared here: nothing allocates after the clone.
     pub fn enter_hook(self) -> impl FnMut() -> io::Result<()> + Send + Sync + 'static {
         move || {
             if let Some(user) = &self.user {
@@ -213,7 +213,7 @@ impl Wall {
             }
             nix::sys::prctl::set_no_new_privs()?;
             // SAFETY: the ruleset descriptor is open (owned by `self`,
-            // copied by the fork); the call takes it and a flags word.
+            // shared with the child or copied to it); the call takes it and a flags word.
             let done = unsafe {
                 libc::syscall(
                     libc::SYS_landlock_restrict_self,
@@ -231,7 +231,7 @@ impl Wall {
 
 /// A root bridge's harness leaves root: a user namespace of its own in
 /// which it is [`INSIDE_UID`], mapped to the bridge's uid outside. The
-/// strings are made before the fork.
+/// strings are made before the clone.
 #[derive(Debug)]
 struct UserSwitch {
     uid_map: CString,
@@ -271,10 +271,16 @@ impl UserSwitch {
         write(&self.setgroups, b"deny")?;
         write(&self.uid_map, &self.uid_line)?;
         write(&self.gid_map, &self.gid_line)?;
-        let gid = nix::unistd::Gid::from_raw(INSIDE_UID);
-        let uid = nix::unistd::Uid::from_raw(INSIDE_UID);
-        nix::unistd::setresgid(gid, gid, gid)?;
-        nix::unistd::setresuid(uid, uid, uid)?;
+        // The system calls themselves: the C library's wrappers would ask
+        // every thread of the bridge to change too (the child may share
+        // the bridge's memory, and with it the library's list of threads).
+        let id: libc::uid_t = INSIDE_UID;
+        for call in [libc::SYS_setresgid, libc::SYS_setresuid] {
+            // SAFETY: a system call with three integer arguments.
+            if unsafe { libc::syscall(call, id, id, id) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         Ok(())
     }
 }
