@@ -216,9 +216,9 @@ async fn instructions_are_stable_across_turns_and_earlier_runs_are_kept() {
     assert_eq!(std::fs::read_dir(&archived).unwrap().count(), 2);
 
     // Past `keep_runs`, the oldest folder is taken over by the newest
-    // archive, its files the spares the new files are written into: the
-    // workspace's file moves into the archive as the new one (the
-    // oldest's inode) takes its place. Nothing is made or removed.
+    // archive and its files written over in place: the same inodes, the
+    // previous run's bytes, nothing made or removed. Anything else a
+    // harness left in it goes.
     let inode = |file: &std::path::Path| {
         std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(file).unwrap())
     };
@@ -238,26 +238,40 @@ async fn instructions_are_stable_across_turns_and_earlier_runs_are_kept() {
                 })
                 .collect()
         };
-    let current = two.workspace.join(".langbot/agent-context.json");
     let before = kept(&archived);
-    let current_before = inode(&current);
     assert_eq!(before.keys().collect::<Vec<_>>(), ["run-3", "run-4"]);
+    std::fs::create_dir(before["run-3"].0.join("turn-prompt.md.d")).unwrap();
+    std::fs::remove_file(before["run-3"].0.join("instructions.md")).unwrap();
+    std::fs::create_dir(before["run-3"].0.join("instructions.md")).unwrap();
+    // (Which made run-3's folder the newer: run-4's is touched after.)
+    let touch = before["run-4"].0.join("touched");
+    std::fs::write(&touch, "").unwrap();
+    std::fs::remove_file(&touch).unwrap();
     run(root.path(), &ctx("run-6", "more", config.clone()), &t)
         .await
         .unwrap();
     let after = kept(&archived);
     assert_eq!(after.keys().collect::<Vec<_>>(), ["run-4", "run-5"]);
     assert_eq!(
-        after["run-5"].1, current_before,
-        "the workspace's file, moved"
-    );
-    assert_eq!(
-        inode(&current),
-        before["run-3"].1,
+        after["run-5"].1, before["run-3"].1,
         "the oldest's file, written over"
     );
-    let doc: Value = serde_json::from_slice(&std::fs::read(&current).unwrap()).unwrap();
-    assert_eq!(doc["run_id"], "run-6");
+    let five = &after["run-5"].0;
+    let mut names: Vec<String> = std::fs::read_dir(five)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "LANGBOT_CONTEXT.md",
+            "agent-context.json",
+            "instructions.md",
+            "turn-prompt.md"
+        ]
+    );
+    assert!(five.join("instructions.md").is_file());
     assert!(!before["run-3"].0.exists());
     assert_eq!(after["run-4"], before["run-4"]);
 }

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -38,7 +38,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
@@ -172,23 +171,7 @@ pub type Around = fn(&mut dyn FnMut() -> io::Result<libc::pid_t>) -> io::Result<
 /// cloned) means the bridge has ended.
 pub async fn spawn(request: Request<'_>, method: Method) -> io::Result<Spawned> {
     let (plan, parent_ends) = plan(request)?;
-    let (pid, pidfd) = Spawner::get()?.start(plan, method).await?;
-    let pidfd = Arc::new(pidfd);
-    let exited = match Reaper::get().and_then(|reaper| reaper.watch(pidfd.clone())) {
-        Ok(exited) => exited,
-        Err(e) => {
-            // Never left unwaited: killed and reaped here.
-            let _ = send_signal(&pidfd, libc::SIGKILL);
-            let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
-            return Err(e);
-        }
-    };
-    let process = Process {
-        pid,
-        pidfd,
-        exited,
-        status: None,
-    };
+    let process = Spawner::get()?.start(plan, method).await?;
     let [stdin, stdout, stderr] = parent_ends;
     Ok(Spawned {
         process,
@@ -277,7 +260,7 @@ fn start(mut plan: Plan, method: Method) -> io::Result<(libc::pid_t, OwnedFd)> {
     // EOF: the child called `exec`; four bytes: the errno it failed with.
     let mut failed = [0u8; 4];
     if read_full(&report, &mut failed) == failed.len() {
-        let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
+        let _ = reap(&pidfd, false);
         return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(failed)));
     }
     Ok((pid, pidfd))
@@ -502,15 +485,23 @@ impl Spawner {
             .map_err(|e| io::Error::other(e.clone()))
     }
 
-    /// Clone the child of `plan` on a spawner thread. Should the caller
-    /// stop waiting, a child started meanwhile is killed and reaped.
-    async fn start(&self, plan: Plan, method: Method) -> io::Result<(libc::pid_t, OwnedFd)> {
+    /// Clone the child of `plan` on a spawner thread, watched by the
+    /// reaper before it is handed over: should the caller stop waiting,
+    /// the `Process` is dropped wherever it is, which kills it, and the
+    /// reaper reaps it.
+    async fn start(&self, plan: Plan, method: Method) -> io::Result<Process> {
         let (reply, started) = oneshot::channel();
         let job: Job = Box::new(move || {
-            if let Err(Ok((_, pidfd))) = reply.send(start(plan, method)) {
-                let _ = send_signal(&pidfd, libc::SIGKILL);
-                let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
-            }
+            let process = start(plan, method).and_then(|(pid, pidfd)| {
+                Reaper::get()
+                    .and_then(|reaper| reaper.watch(pid, pidfd.try_clone()?))
+                    .inspect_err(|_| {
+                        // Never left unwaited: killed and reaped here.
+                        let _ = send_signal(&pidfd, libc::SIGKILL);
+                        let _ = reap(&pidfd, false);
+                    })
+            });
+            let _ = reply.send(process);
         });
         self.jobs
             .send(job)
@@ -527,8 +518,15 @@ impl Spawner {
 pub struct Process {
     pid: libc::pid_t,
     pidfd: Arc<OwnedFd>,
-    exited: oneshot::Receiver<ExitStatus>,
-    status: Option<ExitStatus>,
+    exit: Arc<Exit>,
+}
+
+/// Where the reaper puts a child's exit, and who it wakes.
+#[derive(Debug, Default)]
+struct Exit {
+    /// The exit; `None` when it was taken by another waiter.
+    status: OnceLock<Option<ExitStatus>>,
+    taken: tokio::sync::Notify,
 }
 
 impl Process {
@@ -537,37 +535,38 @@ impl Process {
         self.pid as u32
     }
 
-    /// Its exit, once it has been waited for.
+    /// Its exit, once it has exited (and been reaped).
     pub fn status(&self) -> Option<ExitStatus> {
-        self.status
+        self.exit.status.get().copied().flatten()
     }
 
     /// Its exit, if it has exited, without waiting.
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
-        if self.status.is_none() {
-            match self.exited.try_recv() {
-                Ok(status) => self.status = Some(status),
-                Err(oneshot::error::TryRecvError::Empty) => {}
-                Err(oneshot::error::TryRecvError::Closed) => return Err(reaped_elsewhere()),
-            }
+        match self.exit.status.get() {
+            None => Ok(None),
+            Some(Some(status)) => Ok(Some(*status)),
+            Some(None) => Err(reaped_elsewhere()),
         }
-        Ok(self.status)
     }
 
     /// Wait for the child to exit (cancel-safe).
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-        if let Some(status) = self.status {
-            return Ok(status);
+        let exit = self.exit.clone();
+        loop {
+            let taken = exit.taken.notified();
+            tokio::pin!(taken);
+            taken.as_mut().enable();
+            if let Some(status) = self.try_wait()? {
+                return Ok(status);
+            }
+            taken.await;
         }
-        let status = (&mut self.exited).await.map_err(|_| reaped_elsewhere())?;
-        self.status = Some(status);
-        Ok(status)
     }
 
     /// Send `signal` to the child, unless it has exited. By its pidfd, so
     /// the signal never reaches another process that took its pid.
     pub fn signal(&self, signal: c_int) -> io::Result<()> {
-        if self.status.is_some() {
+        if self.exit.status.get().is_some() {
             return Ok(());
         }
         send_signal(&self.pidfd, signal)
@@ -595,18 +594,59 @@ fn send_signal(pidfd: &OwnedFd, signal: c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// Reap the child behind `pidfd` if it has exited (or wait until it
+/// does, without `nohang`): its exit as the kernel said it, whatever the
+/// signal (a real-time one included).
+fn reap(pidfd: &OwnedFd, nohang: bool) -> io::Result<Option<ExitStatus>> {
+    let flags = libc::WEXITED | if nohang { libc::WNOHANG } else { 0 };
+    // SAFETY: a zeroed siginfo is valid for the kernel to fill.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `info` is a valid siginfo; the pidfd is open.
+        let done = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                flags,
+            )
+        };
+        if done == 0 {
+            break;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+    // SAFETY: the kernel filled a SIGCHLD siginfo (or left it zeroed).
+    let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if pid == 0 {
+        return Ok(None);
+    }
+    let raw = match info.si_code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_DUMPED => status | 0x80,
+        _ => status,
+    };
+    Ok(Some(ExitStatus::from_raw(raw)))
+}
+
 fn reaped_elsewhere() -> io::Error {
     io::Error::other("the harness's exit was taken by another waiter")
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        if matches!(self.try_wait(), Ok(None)) {
+        if self.exit.status.get().is_none() {
             // The reaper takes its exit when it dies.
             let _ = self.signal(libc::SIGKILL);
         }
     }
 }
+
+/// A child the reaper waits for: its pidfd, and where its exit goes.
+type Waiting = (Arc<OwnedFd>, Arc<Exit>);
 
 /// The one thread that reaps every started child the moment it exits,
 /// woken by the kernel through an epoll set of their pidfds. A run's own
@@ -618,54 +658,42 @@ struct Reaper {
     next: AtomicU64,
 }
 
-/// A child the reaper waits for, and where its exit goes.
-struct Waiting {
-    pidfd: Arc<OwnedFd>,
-    exited: oneshot::Sender<ExitStatus>,
-}
-
 impl Reaper {
     /// The process's reaper, its thread started on first use.
     fn get() -> io::Result<&'static Reaper> {
-        static REAPER: OnceLock<Result<Reaper, i32>> = OnceLock::new();
+        static REAPER: OnceLock<Result<&'static Reaper, String>> = OnceLock::new();
         let reaper = REAPER.get_or_init(|| {
-            let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| e as i32)?;
-            Ok(Reaper {
+            let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+                .map_err(|e| format!("cannot make the reaper's epoll: {e}"))?;
+            let reaper: &'static Reaper = Box::leak(Box::new(Reaper {
                 epoll,
                 waiting: Mutex::new(HashMap::new()),
                 next: AtomicU64::new(1),
-            })
+            }));
+            std::thread::Builder::new()
+                .name("harness-reaper".into())
+                .spawn(move || reaper.run())
+                .map_err(|e| format!("cannot start the reaper thread: {e}"))?;
+            Ok(reaper)
         });
-        let reaper = reaper
-            .as_ref()
-            .map_err(|e| io::Error::from_raw_os_error(*e))?;
-        static STARTED: OnceLock<io::Result<()>> = OnceLock::new();
-        STARTED
-            .get_or_init(|| {
-                std::thread::Builder::new()
-                    .name("harness-reaper".into())
-                    .spawn(move || reaper.run())
-                    .map(drop)
-            })
-            .as_ref()
-            .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
-        Ok(reaper)
+        reaper.clone().map_err(io::Error::other)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiting>> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Wait for the child behind `pidfd`; its exit is sent on the
-    /// returned receiver (at once if it has already exited).
-    fn watch(&self, pidfd: Arc<OwnedFd>) -> io::Result<oneshot::Receiver<ExitStatus>> {
-        let (exited, receiver) = oneshot::channel();
+    /// The child `pid` behind `pidfd`, waited for from now on (its exit
+    /// taken at once if it has already exited).
+    fn watch(&self, pid: libc::pid_t, pidfd: OwnedFd) -> io::Result<Process> {
+        let pidfd = Arc::new(pidfd);
+        let exit = Arc::new(Exit::default());
         let token = self.next.fetch_add(1, Ordering::Relaxed);
         let mut waiting = self.lock();
         self.epoll
             .add(&*pidfd, EpollEvent::new(EpollFlags::EPOLLIN, token))?;
-        waiting.insert(token, Waiting { pidfd, exited });
-        Ok(receiver)
+        waiting.insert(token, (pidfd.clone(), exit.clone()));
+        Ok(Process { pid, pidfd, exit })
     }
 
     fn run(&self) {
@@ -683,29 +711,20 @@ impl Reaper {
             let mut waiting = self.lock();
             for event in &events[..ready] {
                 let token = event.data();
-                let Some(child) = waiting.get(&token) else {
+                let Some((pidfd, _)) = waiting.get(&token) else {
                     continue;
                 };
-                let status = match waitid(
-                    Id::PIDFd(child.pidfd.as_fd()),
-                    WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG,
-                ) {
-                    Ok(WaitStatus::Exited(_, code)) => {
-                        Some(ExitStatus::from_raw((code & 0xff) << 8))
-                    }
-                    Ok(WaitStatus::Signaled(_, signal, core)) => Some(ExitStatus::from_raw(
-                        signal as i32 | if core { 0x80 } else { 0 },
-                    )),
+                let status = match reap(pidfd, true) {
+                    Ok(Some(status)) => Some(status),
                     // Woken early: still running.
-                    Ok(_) => continue,
+                    Ok(None) => continue,
                     // Not ours to wait for any more: its waiter is told.
                     Err(_) => None,
                 };
-                if let Some(child) = waiting.remove(&token) {
-                    let _ = self.epoll.delete(&*child.pidfd);
-                    if let Some(status) = status {
-                        let _ = child.exited.send(status);
-                    }
+                if let Some((pidfd, exit)) = waiting.remove(&token) {
+                    let _ = self.epoll.delete(&*pidfd);
+                    let _ = exit.status.set(status);
+                    exit.taken.notify_waiters();
                 }
             }
         }

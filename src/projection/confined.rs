@@ -318,39 +318,15 @@ impl ConfinedDir {
     /// Rename the entry `from` of this folder to `to`, in this folder,
     /// never over one that exists.
     pub fn rename_entry(&self, from: &str, to: &str) -> Result<(), ProjectionError> {
-        use nix::fcntl::RenameFlags;
-        self.rename2(from, self, to, RenameFlags::RENAME_NOREPLACE, "rename")
-    }
-
-    /// Exchange the names of `name` here and `other_name` in `other` (a
-    /// folder of the same workspace): both must exist.
-    pub fn exchange(
-        &self,
-        name: &str,
-        other: &ConfinedDir,
-        other_name: &str,
-    ) -> Result<(), ProjectionError> {
-        use nix::fcntl::RenameFlags;
-        self.rename2(
-            name,
-            other,
-            other_name,
-            RenameFlags::RENAME_EXCHANGE,
-            "exchange",
+        check_parts(&[from, to])?;
+        nix::fcntl::renameat2(
+            &*self.fd,
+            from,
+            &*self.fd,
+            to,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
         )
-    }
-
-    fn rename2(
-        &self,
-        name: &str,
-        other: &ConfinedDir,
-        other_name: &str,
-        flags: nix::fcntl::RenameFlags,
-        what: &'static str,
-    ) -> Result<(), ProjectionError> {
-        check_parts(&[name, other_name])?;
-        nix::fcntl::renameat2(&*self.fd, name, &*other.fd, other_name, flags)
-            .map_err(|e| ProjectionError::io(what, self.path.join(name))(e.into()))
+        .map_err(|e| ProjectionError::io("rename", self.path.join(from))(e.into()))
     }
 
     /// Whether `name` here is a regular file (a link is not followed).

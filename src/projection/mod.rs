@@ -158,24 +158,25 @@ fn json_bytes(value: &Value) -> Vec<u8> {
     bytes
 }
 
-/// Make `.langbot/runs/<run>/` ready for the files of the run that last
-/// wrote this workspace, when a different run is about to replace them,
-/// keeping only the newest `keep` such folders. `None`: nothing to keep.
+/// Copy the files of the run that last wrote this workspace into
+/// `.langbot/runs/<run>/`, before a different run replaces them, and keep
+/// only the newest `keep` such folders. The archive is whole before any
+/// file of the workspace changes, so a projection that fails midway is
+/// archived again, rightly, by the next one.
 ///
-/// The files are not copied here: each moves into the folder as the new
-/// one takes its place ([`write_archived`]). Once `keep` folders are
-/// kept, the oldest becomes the new one, its files the spares the new
-/// files are written into: a turn's archive then makes and removes no
-/// file. (A saturated bridge on ext4 spent half its time finding free
-/// inodes among the many a copy-and-prune archive freed every turn.)
-fn prepare_archive(
+/// Once `keep` folders are kept, the oldest becomes the new one and its
+/// files are written over in place: a turn's archive then makes and
+/// removes no file. (A saturated bridge on ext4 spent half its time
+/// finding free inodes among the many a copy-and-prune archive freed
+/// every turn.)
+fn archive_previous_run(
     ws: &ConfinedDir,
     run_id: &str,
     keep: usize,
     report: &mut Report,
-) -> Result<Option<ConfinedDir>, ProjectionError> {
+) -> Result<(), ProjectionError> {
     let Some(previous) = ws.read(&paths::AGENT_CONTEXT)? else {
-        return Ok(None);
+        return Ok(());
     };
     let previous_run = serde_json::from_slice::<Value>(&previous)
         .ok()
@@ -185,41 +186,29 @@ fn prepare_archive(
                 .map(str::to_string)
         });
     let Some(previous_run) = previous_run.filter(|r| r != run_id) else {
-        return Ok(None);
+        return Ok(());
     };
-    if keep == 0 {
-        prune_runs(ws, 0, report)?;
-        return Ok(None);
-    }
-    let folder = safe_component(&previous_run);
-    let runs = ws.ensure_dir(&paths::RUNS)?;
-    let mut kept = ws.list(&paths::RUNS)?;
-    if kept.len() >= keep && !kept.iter().any(|run| run.name == folder) {
-        kept.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
-        let oldest = &kept[0].name;
-        // Only a real folder is taken over, holding only what an archive
-        // holds; anything else there is removed.
-        match runs.ensure_dir(&[oldest.as_str()]) {
-            Ok(old) => {
-                for entry in old.list(&[])? {
-                    if !paths::ARCHIVED.iter().any(|file| file[1] == entry.name) {
-                        old.remove(&[entry.name.as_str()])?;
-                    }
-                }
-                runs.rename_entry(oldest, &folder)?;
-            }
-            Err(_) => runs.remove(&[oldest.as_str()])?,
+    if keep > 0 {
+        let folder = safe_component(&previous_run);
+        let runs = ws.ensure_dir(&paths::RUNS)?;
+        let mut kept = ws.list(&paths::RUNS)?;
+        if kept.len() >= keep && !kept.iter().any(|run| run.name == folder) {
+            kept.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
+            take_over(&runs, &kept[0].name, &folder)?;
+            report.removed(format!("{}/{}", paths::RUNS.join("/"), kept[0].name));
         }
-        report.removed(format!("{}/{oldest}", paths::RUNS.join("/")));
+        let archive = runs.ensure_dir(&[folder.as_str()])?;
+        // Copied, not linked: a harness may write a live file in place,
+        // which would change a linked archive too.
+        for file in paths::ARCHIVED {
+            match ws.read(&file)? {
+                Some(bytes) => archive.overwrite(file[1], &bytes)?,
+                None => archive.remove(&[file[1]])?,
+            }
+        }
+        archive.touch()?;
     }
-    let archive = runs.ensure_dir(&[folder.as_str()])?;
-    archive.touch()?;
-    prune_runs(ws, keep, report)?;
-    Ok(Some(archive))
-}
-
-/// Remove the oldest folders of `.langbot/runs/` beyond `keep`.
-fn prune_runs(ws: &ConfinedDir, keep: usize, report: &mut Report) -> Result<(), ProjectionError> {
+    // Oldest first by modification time; remove beyond `keep`.
     let mut runs = ws.list(&paths::RUNS)?;
     runs.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
     let excess = runs.len().saturating_sub(keep);
@@ -230,38 +219,20 @@ fn prune_runs(ws: &ConfinedDir, keep: usize, report: &mut Report) -> Result<(), 
     Ok(())
 }
 
-/// Write one of the archived files (`path`, in `.langbot/`), the current
-/// one moving into `archive` as the new one takes its place: the new
-/// bytes are written into the archive's file (a spare: written over in
-/// place when it is one), then the two names are exchanged in one step.
-/// Nothing is copied or removed, and a reader of the workspace sees the
-/// old bytes or the new, never a missing file. Copied, not linked, so a
-/// harness writing a live file in place never changes the archive.
-fn write_archived(
-    ws: &ConfinedDir,
-    archive: Option<&ConfinedDir>,
-    path: [&str; 2],
-    bytes: &[u8],
-) -> Result<WriteOutcome, ProjectionError> {
-    let Some(archive) = archive else {
-        return ws.write(&path, bytes);
+/// Make the archive folder `oldest` in `runs` the folder `folder`: only a
+/// real folder is taken over, holding only an archive's plain files
+/// (anything else there is removed first); anything else is removed.
+fn take_over(runs: &ConfinedDir, oldest: &str, folder: &str) -> Result<(), ProjectionError> {
+    let Ok(old) = runs.ensure_dir(&[oldest]) else {
+        return runs.remove(&[oldest]);
     };
-    let name = path[1];
-    let langbot = ws.ensure_dir(&path[..1])?;
-    if !langbot.holds_file(name)? {
-        // Nothing there (nothing to keep), or not a file (a link, a
-        // folder): written as any file is, the archive without it.
-        archive.remove(&[name])?;
-        return ws.write(&path, bytes);
+    for entry in old.list(&[])? {
+        let name = entry.name.as_str();
+        if !paths::ARCHIVED.iter().any(|file| file[1] == name) || !old.holds_file(name)? {
+            old.remove(&[name])?;
+        }
     }
-    let current = ws.read(&path)?.unwrap_or_default();
-    if current == bytes {
-        archive.overwrite(name, &current)?;
-        return ws.write(&path, bytes);
-    }
-    archive.overwrite(name, bytes)?;
-    archive.exchange(name, &langbot, name)?;
-    Ok(WriteOutcome::Written)
+    runs.rename_entry(oldest, folder)
 }
 
 /// Project a run's context into its conversation's workspace.
@@ -285,7 +256,7 @@ pub async fn project(
     let working_directory = ws.path().to_string_lossy().into_owned();
     ws.ensure_dir(&[paths::DIR])?;
     let mut report = Report::default();
-    let archive = prepare_archive(
+    archive_previous_run(
         &ws,
         &ctx.run_id,
         binding.keep_runs.unwrap_or(DEFAULT_KEEP_RUNS),
@@ -340,7 +311,6 @@ pub async fn project(
     )?;
     write_texts(
         &ws,
-        archive.as_ref(),
         request,
         &parts,
         &working_directory,
@@ -436,7 +406,6 @@ fn render_texts(
 /// the harness reads its own.
 fn write_texts(
     ws: &ConfinedDir,
-    archive: Option<&ConfinedDir>,
     request: &ProjectRequest<'_>,
     parts: &JsonMap,
     working_directory: &str,
@@ -462,7 +431,7 @@ fn write_texts(
         (paths::INSTRUCTIONS, instructions.as_bytes().to_vec()),
         (paths::TURN_PROMPT, format!("{turn_prompt}\n").into_bytes()),
     ] {
-        let outcome = write_archived(ws, archive, path, &bytes)?;
+        let outcome = ws.write(&path, &bytes)?;
         report.file(path.join("/"), outcome);
     }
     Ok(())
