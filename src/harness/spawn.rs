@@ -170,24 +170,21 @@ pub type Around = fn(&mut dyn FnMut() -> io::Result<libc::pid_t>) -> io::Result<
 /// the bridge, so the parent-death signal (which follows the thread that
 /// cloned) means the bridge has ended.
 pub async fn spawn(request: Request<'_>, method: Method) -> io::Result<Spawned> {
-    let (plan, parent_ends) = plan(request)?;
+    let (plan, (stdin, stdout, stderr)) = plan(request)?;
     let process = Spawner::get()?.start(plan, method).await?;
-    let [stdin, stdout, stderr] = parent_ends;
     Ok(Spawned {
         process,
         stdin: stdin.map(pipe::Sender::from_owned_fd).transpose()?,
-        stdout: pipe::Receiver::from_owned_fd(
-            stdout.ok_or_else(|| io::Error::other("no stdout"))?,
-        )?,
-        stderr: pipe::Receiver::from_owned_fd(
-            stderr.ok_or_else(|| io::Error::other("no stderr"))?,
-        )?,
+        stdout: pipe::Receiver::from_owned_fd(stdout)?,
+        stderr: pipe::Receiver::from_owned_fd(stderr)?,
     })
 }
 
-/// The plan for `request`, and the parent's ends of the child's streams
-/// (stdin only when piped).
-fn plan(request: Request<'_>) -> io::Result<(Plan, [Option<OwnedFd>; 3])> {
+/// The parent's ends of the child's stdin (when piped), stdout, stderr.
+type ParentEnds = (Option<OwnedFd>, OwnedFd, OwnedFd);
+
+/// The plan for `request`, and the parent's ends of the child's streams.
+fn plan(request: Request<'_>) -> io::Result<(Plan, ParentEnds)> {
     let cstring = |bytes: &[u8]| {
         CString::new(bytes).map_err(|_| {
             io::Error::new(
@@ -228,10 +225,7 @@ fn plan(request: Request<'_>) -> io::Result<(Plan, [Option<OwnedFd>; 3])> {
         hooks: request.hooks,
         around: request.around,
     };
-    Ok((
-        plan,
-        [stdin_parent, Some(stdout_parent), Some(stderr_parent)],
-    ))
+    Ok((plan, (stdin_parent, stdout_parent, stderr_parent)))
 }
 
 /// On a spawner thread: clone the child by `method`, wait until it has
@@ -760,15 +754,20 @@ mod tests {
         let script = "read line; echo \"$line|$(pwd)|$(env | grep -v '^PWD=\\|^SHLVL=\\|^_=' | sort | tr '\\n' ' ')|$(ps -o pgid= -p $$ | tr -d ' ')|$$\"; echo oops >&2; exit 3".to_string();
         let args = [String::from("-c"), script];
         for method in [Method::Vfork, Method::Fork] {
-            let mut spawned = spawn(request(&args, dir.path()), method).await.unwrap();
-            let mut stdin = spawned.stdin.take().unwrap();
+            let Spawned {
+                mut process,
+                stdin,
+                mut stdout,
+                stderr: mut err_pipe,
+            } = spawn(request(&args, dir.path()), method).await.unwrap();
+            let mut stdin = stdin.unwrap();
             stdin.write_all(b"hello\n").await.unwrap();
             drop(stdin);
-            let mut stderr = String::new();
-            let pid = spawned.process.id();
-            let mut err_pipe = std::mem::replace(&mut spawned.stderr, pipe::pipe().unwrap().1);
-            let (text, status) = output(spawned).await;
+            let (mut text, mut stderr) = (String::new(), String::new());
+            stdout.read_to_string(&mut text).await.unwrap();
             err_pipe.read_to_string(&mut stderr).await.unwrap();
+            let status = process.wait().await.unwrap();
+            let pid = process.id();
             let fields: Vec<&str> = text.trim_end().split('|').collect();
             assert_eq!(fields[0], "hello", "{method:?}: {text}");
             assert_eq!(
