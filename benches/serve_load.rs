@@ -8,8 +8,9 @@
 //! the bench builds first: it notes when it started and ended (in
 //! `harness-timing` in its workspace), waits `HB_FAKE_THINK_MS` (a model
 //! thinking) after its first line, and prints a recorded stream. A turn's
-//! added latency is what the client waited minus the harness's own time
-//! from `main` to exit, so starting the process counts against the bridge;
+//! added latency is what the client waited for its terminal result (what
+//! a person waits for) minus the harness's own time from `main` to exit,
+//! so starting the process counts against the bridge;
 //! the bench also reports what starting it directly costs, for scale.
 //!
 //! Conversations start spread over one harness turn, as people write at
@@ -74,7 +75,16 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Whether a result line is a run's terminal one.
+fn is_terminal(line: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(line)
+        .is_ok_and(|r| matches!(r["type"].as_str(), Some("run.completed" | "run.failed")))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[at.min(sorted.len() - 1)]
 }
@@ -99,6 +109,18 @@ fn main() {
     };
     if !quick {
         direct_launch_cost();
+        // The host's setting that decides what a launch's cgroup moves
+        // cost (`doctor` says the same): say which one was measured.
+        let favoured = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(" - ").map(|(_, tail)| tail))
+            .filter(|tail| tail.starts_with("cgroup"))
+            .any(|tail| tail.contains("favordynmods"));
+        println!(
+            "cgroup moves: favordynmods {} on this host",
+            if favoured { "on" } else { "off" }
+        );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -386,7 +408,7 @@ async fn load(
                     // Round-robin across the instances, each turn to the next.
                     let url = &urls[(conversation + index) % urls.len()];
                     let sent = Instant::now();
-                    let body = client
+                    let mut response = client
                         .post(format!("{url}/v1/runs"))
                         .header("content-type", "application/json")
                         .body(
@@ -395,11 +417,27 @@ async fn load(
                         )
                         .send()
                         .await
-                        .expect("answered")
-                        .text()
-                        .await
-                        .expect("body");
-                    let latency = sent.elapsed();
+                        .expect("answered");
+                    // A turn's latency ends at its terminal result, what a
+                    // person waits for (the LangBot plugin delivers then);
+                    // the stream ends a little later, once the run has
+                    // archived its files and kept its record.
+                    let mut bytes = Vec::new();
+                    let mut latency = None;
+                    while let Some(chunk) = response.chunk().await.expect("body") {
+                        bytes.extend_from_slice(&chunk);
+                        if latency.is_none()
+                            && bytes.ends_with(b"\n")
+                            && bytes
+                                .rsplit(|b| *b == b'\n')
+                                .nth(1)
+                                .is_some_and(is_terminal)
+                        {
+                            latency = Some(sent.elapsed());
+                        }
+                    }
+                    let latency = latency.unwrap_or_else(|| sent.elapsed());
+                    let body = String::from_utf8(bytes).expect("UTF-8");
                     let results: Vec<Value> = body
                         .lines()
                         .map(|l| serde_json::from_str(l).expect("a JSON line"))
@@ -432,7 +470,7 @@ async fn load(
         all.extend(task.await.expect("a client task"));
     }
     let wall = started.elapsed();
-    let (zombie_peak, zombie_longest) = zombies.stop();
+    let samples = zombies.stop();
     let (peak_kb, cpu_s) = instances
         .iter()
         .map(|i| usage(i.pid))
@@ -462,6 +500,8 @@ async fn load(
 
     // The harness's own time per turn, from its workspace.
     let mut own: HashMap<(usize, usize), f64> = HashMap::new();
+    // Each harness's pid and the moment it finished, for the zombie count.
+    let mut exits: Vec<(u32, u128)> = Vec::new();
     for entry in instances
         .iter()
         .flat_map(|i| walkdir::WalkDir::new(i.data.join("workspaces")))
@@ -475,6 +515,9 @@ async fn load(
             let mut parts = line.split(' ').filter_map(|v| v.parse::<u128>().ok());
             if let (Some(start), Some(end)) = (parts.next(), parts.next()) {
                 own.insert((conversation, index), (end - start) as f64 / 1e6);
+                if let Some(pid) = parts.next() {
+                    exits.push((pid as u32, end));
+                }
             }
         }
     }
@@ -486,6 +529,24 @@ async fn load(
         })
         .collect();
     assert_eq!(own.len(), all.len(), "a turn's harness timing is missing");
+    assert_eq!(exits.len(), all.len(), "a harness's pid is missing");
+    let (zombie_peak, zombie_longest) = unreaped(&samples, &exits);
+    // A conversation's first turn makes its workspace; the others find
+    // it made: the two apart, as a first turn is where the most is done.
+    let mut first: Vec<f64> = all
+        .iter()
+        .zip(&added)
+        .filter(|(t, _)| t.index == 0)
+        .map(|(_, a)| *a)
+        .collect();
+    first.sort_by(f64::total_cmp);
+    let mut later: Vec<f64> = all
+        .iter()
+        .zip(&added)
+        .filter(|(t, _)| t.index > 0)
+        .map(|(_, a)| *a)
+        .collect();
+    later.sort_by(f64::total_cmp);
     added.sort_by(f64::total_cmp);
     let mut latency: Vec<f64> = all.iter().map(|t| t.latency.as_secs_f64() * 1e3).collect();
     latency.sort_by(f64::total_cmp);
@@ -495,8 +556,9 @@ async fn load(
          {} runs in {:.2} s = {:.0} runs/s; {results} results, 0 lost, 0 duplicated\n  \
          turn latency p50 {:.1} ms, p99 {:.1} ms\n  \
          added by the bridge p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (target p99 < 20)\n  \
+         first turns (the workspace made) p50 {:.1} ms, p99 {:.1} ms; later turns p50 {:.1} ms, p99 {:.1} ms\n  \
          bridge peak RSS {:.1} MB (all instances; target < 150 each); bridge CPU {:.2} ms per run\n  \
-         finished harness processes waiting to be reaped: at most {zombie_peak} at once, none longer than {:.0} ms (sampled every {} ms)",
+         finished harness processes waiting to be reaped: at most {zombie_peak} at once, none longer than {:.0} ms from its last write to its reaping (sampled every {} ms)",
         all.len(),
         wall.as_secs_f64(),
         all.len() as f64 / wall.as_secs_f64(),
@@ -505,6 +567,10 @@ async fn load(
         percentile(&added, 0.5),
         percentile(&added, 0.99),
         added.last().copied().unwrap_or(0.0),
+        percentile(&first, 0.5),
+        percentile(&first, 0.99),
+        percentile(&later, 0.5),
+        percentile(&later, 0.99),
         peak_kb as f64 / 1024.0,
         cpu_s * 1e3 / all.len() as f64,
         zombie_longest.as_secs_f64() * 1e3,
@@ -534,12 +600,21 @@ fn conversation_of(workspace: &Path) -> usize {
         .expect("a load conversation")
 }
 
-/// Watches the bridges' children for ones that have exited and not yet
-/// been reaped (zombies): how many at once, and the longest one was seen,
-/// an upper bound of how long reaping kept it waiting.
+/// Watches the bridges' children: which are listed, sampled every
+/// [`Zombies::EVERY`]. Whether one has exited is told afterwards by its
+/// harness's own record of when it finished (its pid and end in
+/// `harness-timing`), so a sample reads only each thread's list of
+/// children: reading every child's state each time cost the bench a
+/// fifth of the machine and slowed the bridge it measures.
 struct Zombies {
     stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<(usize, Duration)>,
+    thread: std::thread::JoinHandle<Vec<Sample>>,
+}
+
+/// One look at the bridges' children: when (ns since the epoch), and whom.
+struct Sample {
+    at: u128,
+    children: HashSet<u32>,
 }
 
 impl Zombies {
@@ -549,42 +624,59 @@ impl Zombies {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::spawn(move || {
-            let mut seen: HashMap<String, (Instant, Instant)> = HashMap::new();
-            let mut peak = 0;
+            let mut samples = Vec::new();
             while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
-                let now = Instant::now();
-                let mut at_once = 0;
-                for pid in bridges.iter().flat_map(|b| children(*b)) {
-                    let stat =
-                        std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
-                    if state.is_some_and(|s| s.starts_with('Z')) {
-                        at_once += 1;
-                        seen.entry(pid).or_insert((now, now)).1 = now;
-                    }
-                }
-                peak = peak.max(at_once);
+                let children = bridges.iter().flat_map(|b| children(*b)).collect();
+                samples.push(Sample {
+                    at: now_ns(),
+                    children,
+                });
                 std::thread::sleep(Self::EVERY);
             }
-            // Seen in one sample only: under one interval.
-            let longest = seen
-                .values()
-                .map(|(first, last)| *last - *first + Self::EVERY)
-                .max()
-                .unwrap_or_default();
-            (peak, longest)
+            samples
         });
         Zombies { stop, thread }
     }
 
-    fn stop(self) -> (usize, Duration) {
+    fn stop(self) -> Vec<Sample> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.thread.join().expect("the zombie watch")
     }
 }
 
+/// From the samples and each harness's (pid, end): the most harnesses
+/// still listed after they finished, at once, and the longest any was
+/// (from its end to the first sample without it: an upper bound, within
+/// one interval).
+fn unreaped(samples: &[Sample], exits: &[(u32, u128)]) -> (usize, Duration) {
+    let mut longest = 0u128;
+    let mut at_once = vec![0usize; samples.len()];
+    for &(pid, end) in exits {
+        let first = samples.partition_point(|s| s.at < end);
+        let mut gone = None;
+        for (i, sample) in samples.iter().enumerate().skip(first) {
+            if !sample.children.contains(&pid) {
+                gone = Some(sample.at);
+                break;
+            }
+            at_once[i] += 1;
+        }
+        // Still listed in the last sample: waiting until the load's end.
+        let gone = gone.or(samples.last().map(|s| s.at)).unwrap_or(end);
+        longest = longest.max(gone.saturating_sub(end));
+    }
+    let peak = at_once.into_iter().max().unwrap_or(0);
+    (peak, Duration::from_nanos(longest as u64))
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
 /// The children of every thread of `pid`.
-fn children(pid: u32) -> Vec<String> {
+fn children(pid: u32) -> Vec<u32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
@@ -593,7 +685,7 @@ fn children(pid: u32) -> Vec<String> {
             std::fs::read_to_string(task.path().join("children"))
                 .unwrap_or_default()
                 .split_whitespace()
-                .map(str::to_string)
+                .filter_map(|c| c.parse().ok())
                 .collect::<Vec<_>>()
         })
         .collect()

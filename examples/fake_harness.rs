@@ -1,9 +1,10 @@
 //! The fake harness of the `serve_load` bench: a tiny program that plays
 //! one Claude Code turn. It reads its prompt, prints the recorded
 //! `stream-json` of a turn (waiting `HB_FAKE_THINK_MS` after the first
-//! line, as a model would), and appends `START_NS END_NS` (its own time,
-//! from `main` to exit) to `harness-timing` in its working directory, so
-//! the bench can tell the harness's time from the bridge's.
+//! line, as a model would), and appends `START_NS END_NS PID` (its own
+//! time, from `main` to exit, and who it was) to `harness-timing` in its
+//! working directory, so the bench can tell the harness's time from the
+//! bridge's, and how long it waited to be reaped.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -51,11 +52,15 @@ fn fake_harness(think: Duration) {
         let _ = writeln!(out, "{line}");
     }
     let _ = out.flush();
-    let end = now_ns();
+    // Opened before the end is noted, and the process exits right after
+    // the one write: the bench reads the end as when this harness
+    // finished, to measure how long it then waits to be reaped.
     let mut timing = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open("harness-timing")
         .expect("timing file");
-    let _ = writeln!(timing, "{start} {end}");
+    let end = now_ns();
+    let _ = timing.write_all(format!("{start} {end} {}\n", std::process::id()).as_bytes());
+    std::process::exit(0);
 }

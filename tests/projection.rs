@@ -276,6 +276,68 @@ async fn instructions_are_stable_across_turns_and_earlier_runs_are_kept() {
     assert_eq!(after["run-4"], before["run-4"]);
 }
 
+/// A run's end archives its files ahead of the next turn (what settle
+/// does once the person has the answer): the next projection finds the
+/// archive whole and leaves it as it is, and the workspace's own files
+/// keep their inodes from turn to turn. Nothing is made on the way from a
+/// message to its harness.
+#[tokio::test]
+async fn a_turn_archived_ahead_is_kept_as_it_is_by_the_next() {
+    let root = tempfile::tempdir().unwrap();
+    let t = target("claude-code");
+    let config = json!({"keep_runs": 3});
+    let one = run(root.path(), &ctx("run-1", "first", config.clone()), &t)
+        .await
+        .unwrap();
+    harness_bridge::projection::archive_ahead(&one.dir, one.keep_runs).unwrap();
+    let folder = one.workspace.join(".langbot/runs");
+    let names = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let archived = names(&folder);
+    assert_eq!(archived.len(), 1, "{archived:?}");
+    let file = folder.join(&archived[0]).join("turn-prompt.md");
+    let made = snapshot(&folder.join(&archived[0]));
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap().lines().last(),
+        Some("first")
+    );
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let prompt = one.workspace.join(".langbot/turn-prompt.md");
+    let prompt_inode = inode(&prompt);
+
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    run(root.path(), &ctx("run-2", "second", config.clone()), &t)
+        .await
+        .unwrap();
+    assert_eq!(names(&folder), archived, "no second archive of run-1");
+    assert_eq!(
+        snapshot(&folder.join(&archived[0])),
+        made,
+        "run-1's archive left as it was"
+    );
+    assert_eq!(inode(&prompt), prompt_inode, "the prompt written in place");
+    assert!(
+        std::fs::read_to_string(&prompt)
+            .unwrap()
+            .ends_with("second\n")
+    );
+    // The files a run ended without archiving are archived by the next.
+    run(root.path(), &ctx("run-3", "third", config), &t)
+        .await
+        .unwrap();
+    assert_eq!(
+        names(&folder).len(),
+        2,
+        "run-2's archive made at run-3's start"
+    );
+}
+
 #[tokio::test]
 async fn scopes_remove_parts_from_every_file_and_prompt() {
     let root = tempfile::tempdir().unwrap();

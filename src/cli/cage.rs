@@ -84,6 +84,9 @@ pub fn announce(policy: &CagePolicy) {
         // Containment failing stops the command with its own message.
         Err(_) => {}
     }
+    if let Some(line) = crate::harness::cage::slow_launches(&policy.limits) {
+        tracing::info!("launches: {line}");
+    }
     for resource in Resource::ALL {
         crate::metrics::global().set_limit_enforced(
             resource.name(),
@@ -109,6 +112,9 @@ pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
     }
     if let Ok((_, line)) = crate::harness::cage::limits_status(&policy.limits) {
         println!("limits: {line}");
+    }
+    if let Some(line) = crate::harness::cage::slow_launches(&policy.limits) {
+        println!("launches: {line}");
     }
     crate::harness::cage::release();
     if policy.enabled && crate::harness::cage::unavailable().is_some() {

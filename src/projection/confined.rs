@@ -155,6 +155,31 @@ fn open_file_at(parent: &OwnedFd, name: &OsStr) -> Result<(fs::File, fs::Metadat
     }
 }
 
+/// `parts` as its last name and the folders before it, every part checked.
+fn split_path<'p>(parts: &'p [&'p str]) -> Result<(&'p str, &'p [&'p str]), ProjectionError> {
+    let Some((name, folders)) = parts.split_last() else {
+        return Err(ProjectionError::UnsafePath {
+            path: String::new(),
+            reason: "empty path",
+        });
+    };
+    check_parts(parts)?;
+    Ok((name, folders))
+}
+
+/// Whether `file`, `len` bytes long, holds exactly `bytes` (read from
+/// where its handle stands, the start for a file just opened).
+fn holds(file: &fs::File, len: u64, bytes: &[u8], path: &Path) -> Result<bool, ProjectionError> {
+    if len != bytes.len() as u64 {
+        return Ok(false);
+    }
+    let mut current = Vec::with_capacity(bytes.len());
+    file.take(len + 1)
+        .read_to_end(&mut current)
+        .map_err(ProjectionError::io("read", path))?;
+    Ok(current == bytes)
+}
+
 /// Every part must be one plain name: callers pass checked components, and
 /// this is the last line of defence if one ever does not.
 fn check_parts(parts: &[&str]) -> Result<(), ProjectionError> {
@@ -249,13 +274,7 @@ impl ConfinedDir {
     /// last), atomically and 0600, unless the file already holds exactly
     /// these bytes.
     pub fn write(&self, parts: &[&str], bytes: &[u8]) -> Result<WriteOutcome, ProjectionError> {
-        let Some((file, folders)) = parts.split_last() else {
-            return Err(ProjectionError::UnsafePath {
-                path: String::new(),
-                reason: "empty path",
-            });
-        };
-        check_parts(parts)?;
+        let (file, folders) = split_path(parts)?;
         self.ensure_dir(folders)?.write_file(file, bytes)
     }
 
@@ -263,12 +282,7 @@ impl ConfinedDir {
         let path = self.path.join(name);
         match open_file_at(&self.fd, OsStr::new(name)) {
             Ok((file, meta)) if meta.len() == bytes.len() as u64 => {
-                let mut current = Vec::with_capacity(bytes.len());
-                (&file)
-                    .take(meta.len() + 1)
-                    .read_to_end(&mut current)
-                    .map_err(ProjectionError::io("read", &path))?;
-                if current == bytes {
+                if holds(&file, meta.len(), bytes, &path)? {
                     if meta.mode() & 0o777 == FILE_MODE {
                         return Ok(WriteOutcome::Unchanged);
                     }
@@ -289,30 +303,48 @@ impl ConfinedDir {
         self.replace(name, bytes, path)
     }
 
+    /// Write `bytes` at `parts` as [`write`](Self::write) does, except that
+    /// a plain file already there keeps its inode: it is written over in
+    /// place. For the files every turn rewrites (the turn's context and
+    /// prompt), which nothing reads while a projection runs: the
+    /// conversation's harness starts after it, or waits idle for the turn.
+    pub fn rewrite(&self, parts: &[&str], bytes: &[u8]) -> Result<WriteOutcome, ProjectionError> {
+        let (file, folders) = split_path(parts)?;
+        self.ensure_dir(folders)?.overwrite(file, bytes)
+    }
+
     /// Write `bytes` into the file `name` of this folder in place: its own
-    /// inode kept, truncated and written again. For a file no harness
-    /// reads while it changes (a run's archive): nothing is made and
-    /// nothing removed, where `write` makes a file and removes the one it
-    /// replaces (on a filesystem such as ext4, finding a free inode after
-    /// many were freed is costly). A file with a second name (linked in
-    /// from elsewhere), a link, or no file is replaced as `write` does.
-    pub fn overwrite(&self, name: &str, bytes: &[u8]) -> Result<(), ProjectionError> {
+    /// inode kept, written again and cut to length. For a file no harness
+    /// reads while it changes (a run's archive, a turn's context): nothing
+    /// is made and nothing removed, where `write` makes a file and removes
+    /// the one it replaces (on a filesystem such as ext4, finding a free
+    /// inode after many were freed is costly). A file with a second name
+    /// (linked in from elsewhere), another mode, a link, or no file is
+    /// replaced as `write` does.
+    pub fn overwrite(&self, name: &str, bytes: &[u8]) -> Result<WriteOutcome, ProjectionError> {
+        use std::os::unix::fs::FileExt;
         check_parts(&[name])?;
         let path = self.path.join(name);
-        let flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         if let Ok(fd) = openat(&*self.fd, name, flags, Mode::empty()) {
-            let mut file = fs::File::from(fd);
+            let file = fs::File::from(fd);
             let meta = file
                 .metadata()
                 .map_err(ProjectionError::io("inspect", &path))?;
             if meta.is_file() && meta.nlink() == 1 && meta.mode() & 0o777 == FILE_MODE {
+                if holds(&file, meta.len(), bytes, &path)? {
+                    return Ok(WriteOutcome::Unchanged);
+                }
+                // Written first and cut after: a file that shrinks is
+                // never empty on the way, and its blocks are kept.
                 return file
-                    .set_len(0)
-                    .and_then(|()| file.write_all(bytes))
+                    .write_all_at(bytes, 0)
+                    .and_then(|()| file.set_len(bytes.len() as u64))
+                    .map(|()| WriteOutcome::Written)
                     .map_err(ProjectionError::io("write", &path));
             }
         }
-        self.replace(name, bytes, path).map(drop)
+        self.replace(name, bytes, path)
     }
 
     /// Rename the entry `from` of this folder to `to`, in this folder,
@@ -384,13 +416,7 @@ impl ConfinedDir {
     /// old entry or the new link, never neither. Folders on the way are
     /// created and never followed through a link.
     pub fn symlink(&self, parts: &[&str], target: &Path) -> Result<WriteOutcome, ProjectionError> {
-        let Some((name, folders)) = parts.split_last() else {
-            return Err(ProjectionError::UnsafePath {
-                path: String::new(),
-                reason: "empty path",
-            });
-        };
-        check_parts(parts)?;
+        let (name, folders) = split_path(parts)?;
         if !target.is_absolute() {
             return Err(ProjectionError::UnsafePath {
                 path: target.to_string_lossy().escape_debug().take(200).collect(),
@@ -894,6 +920,67 @@ mod tests {
         ] {
             let read = read_beneath(root, Path::new(relative), 10);
             assert!(read.is_err(), "{relative} was read: {read:?}");
+        }
+    }
+
+    #[test]
+    fn rewrite_keeps_a_plain_files_inode_and_never_writes_through_a_link() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        let path = dir.path().join("ws/.langbot/turn.md");
+        let inode = |p: &Path| fs::symlink_metadata(p).unwrap().ino();
+
+        assert_eq!(
+            ws.rewrite(&[".langbot", "turn.md"], b"first, long")
+                .unwrap(),
+            WriteOutcome::Written
+        );
+        let first = inode(&path);
+        // Changed and shorter: the same file, cut to its new length.
+        assert_eq!(
+            ws.rewrite(&[".langbot", "turn.md"], b"second").unwrap(),
+            WriteOutcome::Written
+        );
+        assert_eq!(
+            (inode(&path), fs::read(&path).unwrap()),
+            (first, b"second".to_vec())
+        );
+        assert_eq!(
+            ws.rewrite(&[".langbot", "turn.md"], b"second").unwrap(),
+            WriteOutcome::Unchanged
+        );
+
+        // What a harness might leave in its place is replaced, and what it
+        // points at is never written: a hard link, a symlink, a FIFO.
+        let secret = outside.path().join("secret");
+        fs::write(&secret, b"key").unwrap();
+        fs::set_permissions(
+            &secret,
+            <fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
+        )
+        .unwrap();
+        for plant in ["hard", "symlink", "fifo"] {
+            fs::remove_file(&path).unwrap();
+            match plant {
+                "hard" => fs::hard_link(&secret, &path).unwrap(),
+                "symlink" => std::os::unix::fs::symlink(&secret, &path).unwrap(),
+                _ => nix::unistd::mkfifo(&path, Mode::S_IRUSR | Mode::S_IWUSR).unwrap(),
+            }
+            assert_eq!(
+                ws.rewrite(&[".langbot", "turn.md"], b"third").unwrap(),
+                WriteOutcome::Written,
+                "{plant}"
+            );
+            let meta = fs::symlink_metadata(&path).unwrap();
+            assert!(meta.is_file() && meta.nlink() == 1, "{plant} left in place");
+            assert_eq!(fs::read(&path).unwrap(), b"third", "{plant}");
+            assert_eq!(
+                fs::read(&secret).unwrap(),
+                b"key",
+                "written through the {plant}"
+            );
         }
     }
 

@@ -134,6 +134,8 @@ pub struct Projection {
     /// The same folder, held open: what the run does in it later (the
     /// outbox) is done beneath this handle, not by path.
     pub dir: ConfinedDir,
+    /// How many earlier runs' files the workspace keeps.
+    pub keep_runs: usize,
     /// What happened on disk.
     pub report: Report,
     /// Stable instructions for the harness's system-prompt channel.
@@ -150,6 +152,16 @@ pub struct Projection {
     /// The turn's event as the harness may see it (scoped, redacted): what
     /// the `get_current_event` tool answers.
     pub current_event: Value,
+}
+
+/// Archive the files of the run that last wrote the workspace `dir` now,
+/// once its person has the answer: the next turn's projection then finds
+/// the archive made and only checks it, so the files an archive makes
+/// (the costliest step of a projection where free inodes are slow to
+/// find) are made off the path between a message and its harness. A run
+/// that ends before this is archived by the next projection, as before.
+pub fn archive_ahead(dir: &ConfinedDir, keep_runs: usize) -> Result<(), ProjectionError> {
+    archive_previous_run(dir, None, keep_runs, &mut Report::default())
 }
 
 fn json_bytes(value: &Value) -> Vec<u8> {
@@ -169,9 +181,13 @@ fn json_bytes(value: &Value) -> Vec<u8> {
 /// removes no file. (A saturated bridge on ext4 spent half its time
 /// finding free inodes among the many a copy-and-prune archive freed
 /// every turn.)
+///
+/// `run_id` is the run about to write the workspace (a projection of the
+/// same run again archives nothing); `None` archives whatever run wrote
+/// it last, as a run's end does ahead of the next ([`archive_ahead`]).
 fn archive_previous_run(
     ws: &ConfinedDir,
-    run_id: &str,
+    run_id: Option<&str>,
     keep: usize,
     report: &mut Report,
 ) -> Result<(), ProjectionError> {
@@ -185,7 +201,7 @@ fn archive_previous_run(
                 .and_then(Value::as_str)
                 .map(str::to_string)
         });
-    let Some(previous_run) = previous_run.filter(|r| r != run_id) else {
+    let Some(previous_run) = previous_run.filter(|r| Some(r.as_str()) != run_id) else {
         return Ok(());
     };
     if keep > 0 {
@@ -202,7 +218,7 @@ fn archive_previous_run(
         // which would change a linked archive too.
         for file in paths::ARCHIVED {
             match ws.read(&file)? {
-                Some(bytes) => archive.overwrite(file[1], &bytes)?,
+                Some(bytes) => drop(archive.overwrite(file[1], &bytes)?),
                 None => archive.remove(&[file[1]])?,
             }
         }
@@ -256,12 +272,8 @@ pub async fn project(
     let working_directory = ws.path().to_string_lossy().into_owned();
     ws.ensure_dir(&[paths::DIR])?;
     let mut report = Report::default();
-    archive_previous_run(
-        &ws,
-        &ctx.run_id,
-        binding.keep_runs.unwrap_or(DEFAULT_KEEP_RUNS),
-        &mut report,
-    )?;
+    let keep_runs = binding.keep_runs.unwrap_or(DEFAULT_KEEP_RUNS);
+    archive_previous_run(&ws, Some(&ctx.run_id), keep_runs, &mut report)?;
 
     let input_files = if has(Scope::Input) {
         let max = binding.max_input_bytes.unwrap_or(DEFAULT_MAX_INPUT_BYTES);
@@ -330,6 +342,7 @@ pub async fn project(
         current_event: Value::Object(current_event),
         workspace: ws.path().to_path_buf(),
         dir: ws,
+        keep_runs,
         report,
         instructions,
         turn_prompt,
@@ -431,7 +444,9 @@ fn write_texts(
         (paths::INSTRUCTIONS, instructions.as_bytes().to_vec()),
         (paths::TURN_PROMPT, format!("{turn_prompt}\n").into_bytes()),
     ] {
-        let outcome = ws.write(&path, &bytes)?;
+        // Written in place: a turn changes them all, and replacing them
+        // would make and free four inodes a turn.
+        let outcome = ws.rewrite(&path, &bytes)?;
         report.file(path.join("/"), outcome);
     }
     Ok(())

@@ -116,6 +116,7 @@ impl Bridge {
         if let Some(session_id) = &session_id {
             self.keep_session_files(turn, session_id).await;
         }
+        archive_ahead(&turn.projection).await;
     }
 
     /// On a shared store, keep a copy of the session's files with the
@@ -312,6 +313,19 @@ fn terminal(
             ResultPayload::RunFailed(failed)
         }
         other => other,
+    }
+}
+
+/// Archive the turn's files for the next turn, off the runtime's workers;
+/// a failure is only logged (the next projection archives them).
+async fn archive_ahead(projection: &crate::projection::Projection) {
+    let (projection_dir, keep_runs) = (projection.dir.clone(), projection.keep_runs);
+    let archived = tokio::task::spawn_blocking(move || {
+        crate::projection::archive_ahead(&projection_dir, keep_runs)
+    })
+    .await;
+    if let Ok(Err(e)) = archived {
+        tracing::warn!("cannot archive the turn's files ahead of the next: {e}");
     }
 }
 

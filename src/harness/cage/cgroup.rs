@@ -106,6 +106,49 @@ fn own_dir_in(mountinfo: &str, cgroup: &str) -> Option<PathBuf> {
     })
 }
 
+/// What an operator does to make cgroup moves quick, when they are slow
+/// here. Every launch moves its harness into cgroups (a write to
+/// `cgroup.procs`), under one lock for all hierarchies whose first writer
+/// after a quiet spell waits for an RCU grace period: 10–15 ms measured
+/// on a launch, which a quiet bridge pays on each. A hierarchy mounted
+/// with `favordynmods` (Linux 6.0+) makes every move take microseconds.
+/// `None`: some hierarchy has it, or no cgroup is mounted.
+pub fn slow_moves() -> Option<String> {
+    slow_moves_in(&fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+fn slow_moves_in(mountinfo: &str) -> Option<String> {
+    let mut cgroup2 = None;
+    let mut any = false;
+    for line in mountinfo.lines() {
+        // `id parent dev root mount-point options... - fstype source opts`
+        let Some((mount, tail)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut tail = tail.split_whitespace();
+        let fstype = tail.next();
+        if !matches!(fstype, Some("cgroup" | "cgroup2")) {
+            continue;
+        }
+        let options = tail.nth(1).unwrap_or("");
+        if options.split(',').any(|o| o == "favordynmods") {
+            return None;
+        }
+        any = true;
+        if fstype == Some("cgroup2") && cgroup2.is_none() {
+            cgroup2 = mount.split_whitespace().nth(4).map(unescape);
+        }
+    }
+    any.then(|| match cgroup2 {
+        Some(point) => format!(
+            "`mount -o remount,favordynmods {point}` as root, or boot with \
+             cgroup_favordynmods=true (Linux 6.7+)"
+        ),
+        // A cgroup v1 hierarchy takes the option only when first mounted.
+        None => "boot with cgroup_favordynmods=true (Linux 6.7+)".to_string(),
+    })
+}
+
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
 fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
@@ -437,6 +480,29 @@ mod tests {
 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
+
+    #[test]
+    fn slow_moves_are_told_with_the_remedy_that_works_here() {
+        let remedy = slow_moves_in(MOUNTINFO).expect("no hierarchy favours moves");
+        assert!(
+            remedy.contains("remount,favordynmods /sys/fs/cgroup/unified"),
+            "{remedy}"
+        );
+        let favoured = MOUNTINFO.replace("cgroup2 cgroup2 rw", "cgroup2 cgroup2 rw,favordynmods");
+        assert_eq!(slow_moves_in(&favoured), None);
+        // Only v1: no remount takes the option, booting with it does.
+        let v1 = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n";
+        let remedy = slow_moves_in(v1).expect("v1 only");
+        assert!(!remedy.contains("remount"), "{remedy}");
+        assert!(remedy.contains("cgroup_favordynmods=true"), "{remedy}");
+        let v1_favoured = v1.replace("rw,memory", "rw,memory,favordynmods");
+        assert_eq!(slow_moves_in(&v1_favoured), None);
+        // No cgroup at all: nothing to say.
+        assert_eq!(
+            slow_moves_in("31 23 0:28 / /tmp rw - tmpfs tmpfs rw\n"),
+            None
+        );
+    }
 
     #[test]
     fn our_cgroup_is_found_under_the_cgroup2_mount() {

@@ -211,6 +211,26 @@ pub fn limits_status(limits: &Limits) -> Result<(bool, String), ContainError> {
     cage().map(|cage| cage.limits.describe(limits))
 }
 
+/// When launches here wait for the kernel to move each harness into its
+/// cgroups, a sentence saying so and what makes them quick; `None` when
+/// no cgroup is used (no containment by cgroup, no limit) or moves are
+/// quick. For the log at start and `doctor`: the wait is the host's
+/// setting, and only its operator can change it.
+pub fn slow_launches(limits: &Limits) -> Option<String> {
+    let cage = cage().ok()?;
+    let limited = Resource::ALL
+        .into_iter()
+        .any(|r| limits.of(r) > 0 && cage.limits.missing(r).is_none());
+    if cage.mechanism != Mechanism::Cgroup && !limited {
+        return None;
+    }
+    let remedy = cgroup::slow_moves()?;
+    Some(format!(
+        "each harness launch may wait 10-15 ms for the kernel to move it into its cgroups \
+         (no cgroup hierarchy is mounted with favordynmods); {remedy} makes a move take microseconds"
+    ))
+}
+
 /// Whether `resource` can be limited here (for `/metrics`).
 pub fn can_limit(resource: Resource) -> bool {
     cage().is_ok_and(|cage| cage.limits.missing(resource).is_none())
