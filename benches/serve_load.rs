@@ -34,7 +34,10 @@
 //! `THINK_MS` to change them, `STORES=sqlite` or `STORES=postgres` for one
 //! of the two, `INSTANCES` for another number of PostgreSQL instances,
 //! `SPAWNS=vfork` for one way of starting, `EXTRA_CONFIG` for more
-//! `bridge.yaml` lines). Without `--bench` (as `cargo
+//! `bridge.yaml` lines). Its folders go under `TMPDIR`: on ext4 without
+//! a journal, making files within minutes of many being removed (an
+//! earlier run's folders) is several times slower, so compare runs on a
+//! new filesystem each. Without `--bench` (as `cargo
 //! test --bench serve_load` runs it) it is a quick check of the whole path
 //! with every assertion: 4 conversations, 2 turns each, harness turns of
 //! 0 s, on both stores, by both ways of starting.
@@ -423,20 +426,19 @@ async fn load(
                     // the stream ends a little later, once the run has
                     // archived its files and kept its record.
                     let mut bytes = Vec::new();
+                    let mut read = 0;
                     let mut latency = None;
                     while let Some(chunk) = response.chunk().await.expect("body") {
                         bytes.extend_from_slice(&chunk);
-                        if latency.is_none()
-                            && bytes.ends_with(b"\n")
-                            && bytes
-                                .rsplit(|b| *b == b'\n')
-                                .nth(1)
-                                .is_some_and(is_terminal)
-                        {
-                            latency = Some(sent.elapsed());
+                        // Each line as it is completed, the terminal one timed.
+                        while let Some(end) = bytes[read..].iter().position(|b| *b == b'\n') {
+                            if latency.is_none() && is_terminal(&bytes[read..read + end]) {
+                                latency = Some(sent.elapsed());
+                            }
+                            read += end + 1;
                         }
                     }
-                    let latency = latency.unwrap_or_else(|| sent.elapsed());
+                    let latency = latency.expect("a terminal result");
                     let body = String::from_utf8(bytes).expect("UTF-8");
                     let results: Vec<Value> = body
                         .lines()

@@ -324,8 +324,10 @@ async fn archive_ahead(projection: &crate::projection::Projection) {
         crate::projection::archive_ahead(&projection_dir, keep_runs)
     })
     .await;
-    if let Ok(Err(e)) = archived {
-        tracing::warn!("cannot archive the turn's files ahead of the next: {e}");
+    match archived {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("cannot archive the turn's files ahead of the next: {e}"),
+        Err(e) => tracing::error!("archiving the turn's files ahead of the next failed: {e}"),
     }
 }
 

@@ -141,11 +141,11 @@ fn slow_moves_in(mountinfo: &str) -> Option<String> {
     }
     any.then(|| match cgroup2 {
         Some(point) => format!(
-            "`mount -o remount,favordynmods {point}` as root, or boot with \
-             cgroup_favordynmods=true (Linux 6.7+)"
+            "`mount -o remount,favordynmods {point}` as root on the host (Linux 6.0+), \
+             or booting with cgroup_favordynmods=true (Linux 6.7+)"
         ),
         // A cgroup v1 hierarchy takes the option only when first mounted.
-        None => "boot with cgroup_favordynmods=true (Linux 6.7+)".to_string(),
+        None => "booting with cgroup_favordynmods=true (Linux 6.7+)".to_string(),
     })
 }
 
