@@ -526,3 +526,100 @@ async fn a_binding_chooses_its_harnesss_network() {
     assert_eq!(said, ["NET:refused", "NET:reached", "NET:reached"]);
     drop(listener);
 }
+
+/// The files the bridge writes over in place every turn, attacked from
+/// inside the agent's own workspace: in `serve`, the real Claude Code in
+/// `bypassPermissions` gives `turn-prompt.md` a second name (the bridge
+/// must replace it, not write through, so the second name keeps the old
+/// turn), and another conversation's agent puts links to the victim's
+/// workspace and the operator's files, and a FIFO, where its next turn's
+/// files go (that turn fails; nothing the links point at changes, and no
+/// turn hangs on the FIFO).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_turns_files_written_in_place_are_never_written_through_what_an_agent_planted() {
+    let (model_url, fake) = fake_model(false).await;
+    let (server, home) = serve_claude(
+        model_url,
+        "default_config:\n  permission_mode: bypassPermissions\n",
+    )
+    .await;
+    let operator_file = home.path().join("operator-notes.txt");
+    std::fs::write(&operator_file, "the operator's").unwrap();
+    let b1 = turn(&server, "victim-b", &format!("Remember {SECRET}"), "pv-b-1").await;
+    completed(&b1);
+    let victim_prompt = workspace_of(&b1).join(".langbot/turn-prompt.md");
+    let victim_before = std::fs::read(&victim_prompt).unwrap();
+
+    // A second name for its own turn prompt, from its own shell.
+    fake.set_script(vec![(
+        "Bash",
+        json!({"command": "ln .langbot/turn-prompt.md second-name.md && echo PLANTED:hard_link",
+               "description": "link"}),
+    )]);
+    let seen = fake.requests.lock().unwrap().len();
+    let a1 = turn(&server, "attacker-a", "first words", "pv-a-1").await;
+    completed(&a1);
+    let sent: String = fake.requests.lock().unwrap()[seen..]
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    assert!(sent.contains("PLANTED:hard_link"), "not planted: {sent}");
+    fake.set_script(Vec::new());
+    let a2 = turn(&server, "attacker-a", "second words", "pv-a-2").await;
+    completed(&a2);
+    let own = workspace_of(&a1);
+    let second = std::fs::read_to_string(own.join("second-name.md")).unwrap();
+    assert!(
+        second.contains("first words") && !second.contains("second words"),
+        "{second}"
+    );
+    let prompt = std::fs::read_to_string(own.join(".langbot/turn-prompt.md")).unwrap();
+    assert!(prompt.contains("second words"), "{prompt}");
+    let links = std::os::unix::fs::MetadataExt::nlink(
+        &std::fs::metadata(own.join(".langbot/turn-prompt.md")).unwrap(),
+    );
+    assert_eq!(links, 1, "the prompt was not replaced");
+
+    // Links out of its workspace, and a FIFO, where its files go.
+    let plant = format!(
+        "cd .langbot && rm -f turn-prompt.md agent-context.json LANGBOT_CONTEXT.md \
+         && ln -s '{}' turn-prompt.md && ln -s '{}' agent-context.json \
+         && mkfifo LANGBOT_CONTEXT.md && echo PLANTED:links_and_fifo",
+        victim_prompt.display(),
+        operator_file.display()
+    );
+    fake.set_script(vec![(
+        "Bash",
+        json!({"command": plant, "description": "plant"}),
+    )]);
+    let seen = fake.requests.lock().unwrap().len();
+    let c1 = turn(&server, "attacker-c", "plant", "pv-c-1").await;
+    completed(&c1);
+    let sent: String = fake.requests.lock().unwrap()[seen..]
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    assert!(
+        sent.contains("PLANTED:links_and_fifo"),
+        "not planted: {sent}"
+    );
+    fake.set_script(Vec::new());
+    let c2 = tokio::time::timeout(
+        Duration::from_secs(60),
+        turn(&server, "attacker-c", "next", "pv-c-2"),
+    )
+    .await
+    .expect("a turn hung on what its agent planted");
+    let end = c2.last().expect("results");
+    assert_eq!(end["type"], "run.failed", "{c2:?}");
+    assert_eq!(end["data"]["code"], "workspace_error", "{c2:?}");
+    assert_eq!(std::fs::read(&victim_prompt).unwrap(), victim_before);
+    assert_eq!(
+        std::fs::read_to_string(&operator_file).unwrap(),
+        "the operator's"
+    );
+    // The victim goes on.
+    let b2 = turn(&server, "victim-b", "Still there?", "pv-b-2").await;
+    completed(&b2);
+}

@@ -121,8 +121,8 @@ impl HarnessProcess {
         // In a process group of its own, with the parent-death signal: if
         // the bridge itself is killed (SIGKILL leaves it no chance to
         // clean up), the harness still gets SIGTERM from the kernel. The
-        // signal follows the spawning *thread*: runs spawn from runtime
-        // worker threads, which live as long as the bridge.
+        // signal follows the cloning *thread*: `spawn` clones on spawner
+        // threads that live as long as the bridge.
         let request = spawn::Request {
             program: launch.program,
             args: launch.args,
