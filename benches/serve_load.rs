@@ -336,6 +336,10 @@ struct Turn {
     conversation: usize,
     index: usize,
     latency: Duration,
+    /// When it was posted, on the clock the fake harness notes its own
+    /// start by, so the bridge's share can be parted into before the
+    /// harness started and after it finished.
+    sent_ns: u128,
     run_id: String,
     results: usize,
 }
@@ -411,6 +415,7 @@ async fn load(
                     // Round-robin across the instances, each turn to the next.
                     let url = &urls[(conversation + index) % urls.len()];
                     let sent = Instant::now();
+                    let sent_ns = now_ns();
                     let mut response = client
                         .post(format!("{url}/v1/runs"))
                         .header("content-type", "application/json")
@@ -459,6 +464,7 @@ async fn load(
                         conversation,
                         index,
                         latency,
+                        sent_ns,
                         run_id: last["run_id"].as_str().unwrap_or("").to_string(),
                         results: results.len(),
                     });
@@ -501,7 +507,7 @@ async fn load(
     assert_eq!(mismatched, 0, "stream and record disagree");
 
     // The harness's own time per turn, from its workspace.
-    let mut own: HashMap<(usize, usize), f64> = HashMap::new();
+    let mut own: HashMap<(usize, usize), (u128, u128)> = HashMap::new();
     // Each harness's pid and the moment it finished, for the zombie count.
     let mut exits: Vec<(u32, u128)> = Vec::new();
     for entry in instances
@@ -516,20 +522,41 @@ async fn load(
         for (index, line) in text.lines().enumerate() {
             let mut parts = line.split(' ').filter_map(|v| v.parse::<u128>().ok());
             if let (Some(start), Some(end)) = (parts.next(), parts.next()) {
-                own.insert((conversation, index), (end - start) as f64 / 1e6);
+                own.insert((conversation, index), (start, end));
                 if let Some(pid) = parts.next() {
                     exits.push((pid as u32, end));
                 }
             }
         }
     }
+    let own_ms = |t: &Turn| {
+        own.get(&(t.conversation, t.index))
+            .map_or(0.0, |(start, end)| (end - start) as f64 / 1e6)
+    };
     let mut added: Vec<f64> = all
         .iter()
+        .map(|t| t.latency.as_secs_f64() * 1e3 - own_ms(t))
+        .collect();
+    // The bridge's share before the harness started (the request, the
+    // projection, the launch) and after it finished (the rest of its
+    // output, the terminal result's way to the client).
+    let mut before: Vec<f64> = all
+        .iter()
         .map(|t| {
-            let harness = own.get(&(t.conversation, t.index)).copied().unwrap_or(0.0);
-            t.latency.as_secs_f64() * 1e3 - harness
+            own.get(&(t.conversation, t.index))
+                .map_or(0.0, |(start, _)| {
+                    start.saturating_sub(t.sent_ns) as f64 / 1e6
+                })
         })
         .collect();
+    let mut after: Vec<f64> = all
+        .iter()
+        .zip(&added)
+        .zip(&before)
+        .map(|((_, a), b)| a - b)
+        .collect();
+    before.sort_by(f64::total_cmp);
+    after.sort_by(f64::total_cmp);
     assert_eq!(own.len(), all.len(), "a turn's harness timing is missing");
     assert_eq!(exits.len(), all.len(), "a harness's pid is missing");
     let (zombie_peak, zombie_longest) = unreaped(&samples, &exits);
@@ -559,6 +586,7 @@ async fn load(
          turn latency p50 {:.1} ms, p99 {:.1} ms\n  \
          added by the bridge p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (target p99 < 20)\n  \
          first turns (the workspace made) p50 {:.1} ms, p99 {:.1} ms; later turns p50 {:.1} ms, p99 {:.1} ms\n  \
+         of it, before the harness started p50 {:.1} ms, p99 {:.1} ms; after it finished p50 {:.1} ms, p99 {:.1} ms\n  \
          bridge peak RSS {:.1} MB (all instances; target < 150 each); bridge CPU {:.2} ms per run\n  \
          finished harness processes waiting to be reaped: at most {zombie_peak} at once, none longer than {:.0} ms from its last write to its reaping (sampled every {} ms)",
         all.len(),
@@ -573,6 +601,10 @@ async fn load(
         percentile(&first, 0.99),
         percentile(&later, 0.5),
         percentile(&later, 0.99),
+        percentile(&before, 0.5),
+        percentile(&before, 0.99),
+        percentile(&after, 0.5),
+        percentile(&after, 0.99),
         peak_kb as f64 / 1024.0,
         cpu_s * 1e3 / all.len() as f64,
         zombie_longest.as_secs_f64() * 1e3,

@@ -323,3 +323,37 @@ async fn run_prunes_audit_rows_past_the_retention_and_reading_them_does_not() {
     assert!(!after.contains("ancient"), "{after}");
     assert!(after.contains("recent"), "{after}");
 }
+
+#[test]
+fn serve_refuses_a_worker_count_it_cannot_use_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    for value in ["many", "0", "-2"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+            .args(["--data-dir"])
+            .arg(dir.path())
+            .arg("serve")
+            .env("TOKIO_WORKER_THREADS", value)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A serve that took the value would start and run on: stopped.
+        let started = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > std::time::Duration::from_secs(20) {
+                child.kill().unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "TOKIO_WORKER_THREADS is `{value}`; it must be a number of threads, 1 or more"
+            )),
+            "{value}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

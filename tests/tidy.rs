@@ -13,7 +13,10 @@ const MAX_FUNCTION_LINES: usize = 120;
 /// a process); and git, which the bridge runs for a project's worktrees
 /// with hooks and outside configuration off.
 const SPAWNERS: &[&str] = &[
-    "src/harness/spawn.rs",
+    "src/harness/spawn/mod.rs",
+    // A child that only tries whether the kernel lets it take its own
+    // part of a shared descriptor table, and ends.
+    "src/harness/spawn/table.rs",
     "src/harness/cage/cgroup.rs",
     "src/project/git.rs",
     // The operator's own command (a pull request), bridge-side by design.
@@ -231,7 +234,7 @@ fn processes_start_in_one_place() {
     }
     assert!(
         elsewhere.is_empty(),
-        "a process started outside src/harness/spawn.rs (the one spawn function: \
+        "a process started outside src/harness/spawn/ (the one spawn function: \
          its own group, the parent-death signal, the cage's steps, no copy of the bridge):\n{}",
         elsewhere.join("\n")
     );

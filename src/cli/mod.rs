@@ -169,6 +169,35 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))
 }
 
+/// The runtime of a long-running service: a worker per core (or
+/// `TOKIO_WORKER_THREADS`), since every turn's reading, decoding and
+/// relaying runs on them and a busy `serve` on many cores would
+/// otherwise queue behind two.
+fn service_runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // Read here, not by tokio, which panics on a value it cannot use.
+    if let Some(value) = std::env::var_os(WORKERS_ENV) {
+        let workers = value
+            .to_str()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                CliError::usage(format!(
+                    "{WORKERS_ENV} is `{}`; it must be a number of threads, 1 or more",
+                    value.to_string_lossy()
+                ))
+            })?;
+        builder.worker_threads(workers);
+    }
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))
+}
+
+/// The variable that sets a service's runtime workers (tokio's own name).
+const WORKERS_ENV: &str = "TOKIO_WORKER_THREADS";
+
 /// The embedded store and a runtime to drive it, or the exit code after
 /// saying why not: what every store-backed command starts with.
 fn open_store(
@@ -252,6 +281,14 @@ fn load_mcp_servers(
 /// broken one is reported and gives the exit code.
 fn load_templates(dir: Option<&std::path::Path>) -> Result<crate::projection::Templates, CliError> {
     crate::projection::Templates::load(dir).map_err(CliError::invalid)
+}
+
+/// Start the threads harness processes are cloned from before a service
+/// opens its stores and sockets, so each child's own part of the
+/// descriptor table stays small however many turns run.
+fn spawners_ready() -> Result<(), CliError> {
+    crate::harness::spawn::ready()
+        .map_err(|e| CliError::failure(format!("cannot start harness processes: {e}")))
 }
 
 /// A token cancelled by SIGTERM or Ctrl-C: how long-running commands

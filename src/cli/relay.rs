@@ -79,6 +79,7 @@ pub struct RelayArgs {
 pub fn run(args: RelayArgs, data_dir: &Path) -> Outcome {
     let adapters = super::load_adapters(args.adapters.as_deref())?;
     let templates = super::load_templates(args.templates.as_deref())?;
+    super::spawners_ready()?;
     let root = args.root.unwrap_or_else(|| data_dir.join("workspaces"));
     super::private_folder(&root).map_err(CliError::failure)?;
     let mut settings = Settings::new(root);

@@ -123,6 +123,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         );
         return Ok(exit::OK);
     }
+    super::spawners_ready()?;
     let store_at = config.store_at(data_dir);
     let store_dir = match &store_at {
         StoreAt::Folder(dir) => Some(dir.clone()),
@@ -134,7 +135,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     {
         super::private_folder(folder).map_err(CliError::failure)?;
     }
-    let runtime = super::runtime()?;
+    let runtime = super::service_runtime()?;
     let workspace_root = config
         .workspace_root
         .clone()

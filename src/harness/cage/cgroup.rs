@@ -8,6 +8,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::marker::BridgeId;
+use crate::harness::spawn::Hook;
 
 /// What a bridge's own cgroup is called, before its id.
 const PREFIX: &str = "harness-bridge-";
@@ -217,14 +219,11 @@ impl Tree {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
-        let enter = group.enter_hook().map_err(|source| CgroupError::Probe {
-            dir: self.dir.clone(),
-            source,
-        })?;
-        // SAFETY: the hook makes one async-signal-safe system call on a
-        // descriptor it owns.
+        // Open in this process until the spawn is over.
+        let procs = group.procs.as_raw_fd();
+        // SAFETY: one async-signal-safe system call on that descriptor.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut command, enter);
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || enter(procs));
         }
         let spawned = command.spawn();
         let (dir, kill_file) = group.into_parts();
@@ -282,6 +281,17 @@ impl Tree {
     }
 }
 
+/// Move the calling process into the cgroup whose `cgroup.procs` the
+/// child has open as `procs`: one `write` of "0", in the child before
+/// `exec`, as every hierarchy's move is made.
+pub(super) fn enter(procs: RawFd) -> io::Result<()> {
+    // SAFETY: a write of a static byte to a descriptor the child holds.
+    if unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// One harness process's cgroup.
 #[derive(Debug)]
 pub struct Group {
@@ -298,13 +308,11 @@ impl Group {
     /// (open until the hook is dropped, whoever waits for the spawn). It
     /// allocates nothing and makes no other call, as code between clone
     /// and exec must.
-    pub fn enter_hook(&self) -> io::Result<impl FnMut() -> io::Result<()> + Send + Sync + 'static> {
+    pub fn enter_hook(&self) -> io::Result<Hook> {
         let procs = self.procs.try_clone()?;
-        Ok(move || {
-            nix::unistd::write(&procs, b"0")
-                .map(drop)
-                .map_err(io::Error::from)
-        })
+        Ok(Hook::new(vec![procs.into()], |fds| {
+            fds.iter().try_for_each(|fd| enter(*fd))
+        }))
     }
 
     /// The cgroup's directory.
@@ -546,9 +554,10 @@ mod tests {
         let group = tree.group("turn-freeze-test").unwrap();
         let mut command = std::process::Command::new("sh");
         command.args(["-c", "sleep 300 & sleep 300 & wait"]);
+        let procs = group.procs.as_raw_fd();
         // SAFETY: as in `Tree::try_one`.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut command, group.enter_hook().unwrap());
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || enter(procs));
         }
         let mut child = command.spawn().unwrap();
         assert!(wait_for(Duration::from_secs(10), || members(&group.dir) == 3));

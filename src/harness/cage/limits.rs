@@ -27,6 +27,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use nix::sys::signal::{Signal, kill};
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::marker::BridgeId;
+use crate::harness::spawn::Hook;
 
 /// What the bridge's folder is called in each hierarchy, before its id.
 const PREFIX: &str = "harness-bridge-";
@@ -570,18 +572,15 @@ impl Quota {
     /// groups: one `write` of "0" per `cgroup.procs`, through descriptors
     /// of its own (open until the hook is dropped, whoever waits for the
     /// spawn). It allocates nothing.
-    pub fn enter_hook(&self) -> io::Result<impl FnMut() -> io::Result<()> + Send + Sync + 'static> {
+    pub fn enter_hook(&self) -> io::Result<Hook> {
         let procs = self
             .procs
             .iter()
-            .map(fs::File::try_clone)
+            .map(|file| file.try_clone().map(OwnedFd::from))
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(move || {
-            for file in &procs {
-                nix::unistd::write(file, b"0").map_err(io::Error::from)?;
-            }
-            Ok(())
-        })
+        Ok(Hook::new(procs, |fds| {
+            fds.iter().try_for_each(|fd| super::cgroup::enter(*fd))
+        }))
     }
 
     /// The group's counters now (what cannot be read counts as 0).

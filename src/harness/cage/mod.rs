@@ -386,13 +386,13 @@ impl TurnCage {
         // it owns. The limits first, so that on cgroup v2 the turn's own
         // cgroup (below) is where the process ends.
         if let Some(quota) = quota {
-            request.hooks.push(Box::new(quota.enter_hook()?));
+            request.hooks.push(quota.enter_hook()?);
         }
         if let Some(group) = &self.group {
-            request.hooks.push(Box::new(group.enter_hook()?));
+            request.hooks.push(group.enter_hook()?);
         }
         if let Some(wall) = wall {
-            request.hooks.push(Box::new(wall.enter_hook()));
+            request.hooks.push(wall.enter_hook());
         }
         if self.mechanism == Mechanism::Subreaper {
             request.around = Some(subreaper::noting);

@@ -24,9 +24,10 @@
 use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+use crate::harness::spawn::Hook;
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
     Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
@@ -205,27 +206,23 @@ impl Wall {
     /// bridge), keep the parent-death signal the credential change
     /// cleared, then restrict itself for good. Only system calls on what
     /// was prepared here: nothing allocates after the clone.
-    pub fn enter_hook(self) -> impl FnMut() -> io::Result<()> + Send + Sync + 'static {
-        move || {
-            if let Some(user) = &self.user {
+    pub fn enter_hook(self) -> Hook {
+        let Wall { ruleset, user } = self;
+        Hook::new(vec![ruleset], move |fds| {
+            if let Some(user) = &user {
                 user.enter()?;
                 nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)?;
             }
             nix::sys::prctl::set_no_new_privs()?;
-            // SAFETY: the ruleset descriptor is open (owned by `self`,
-            // shared with the child or copied to it); the call takes it and a flags word.
-            let done = unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_restrict_self,
-                    self.ruleset.as_raw_fd(),
-                    0u32,
-                )
-            };
+            // SAFETY: the ruleset's descriptor as the child has it (the
+            // hook owns it until the spawn is over); the call takes it
+            // and a flags word.
+            let done = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fds[0], 0u32) };
             if done != 0 {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
-        }
+        })
     }
 }
 

@@ -15,6 +15,12 @@
 //! library call could hold elsewhere, because the memory is the bridge's.
 //! An error is reported through a close-on-exec pipe.
 //!
+//! The child shares the bridge's descriptor table too, and its first step
+//! takes its own copy of only the few low numbers its streams and the
+//! cage's descriptors were put in ([`table`]): a copy of the whole table
+//! would hold, and `exec` close one by one, every descriptor of every
+//! other running turn.
+//!
 //! Exits are taken by one reaper thread, woken by the kernel through an
 //! epoll set of the children's pidfds (readable when a process has
 //! exited): each harness is reaped the moment it ends, however busy the
@@ -29,7 +35,7 @@ use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -40,6 +46,9 @@ use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
+
+mod table;
+use table::Slots;
 
 /// The variable that chooses how children are started: `vfork` (the
 /// default) or `fork`.
@@ -82,8 +91,30 @@ impl Method {
 }
 
 /// A step the child takes before `exec`: system calls only, on what was
-/// prepared before the spawn (see the module's doc).
-pub type Hook = Box<dyn FnMut() -> io::Result<()> + Send + Sync>;
+/// prepared before the spawn (see the module's doc). The descriptors it
+/// uses are given to it, not captured: in the child they may have other
+/// numbers (see [`Spawner`]).
+pub struct Hook {
+    fds: Vec<OwnedFd>,
+    step: Step,
+}
+
+/// A hook's system calls, given the numbers its descriptors have in the
+/// child, in the order they were handed to [`Hook::new`].
+type Step = Box<dyn FnMut(&[RawFd]) -> io::Result<()> + Send + Sync>;
+
+impl Hook {
+    /// A step on `fds` (owned by the hook until the spawn is over).
+    pub fn new(
+        fds: Vec<OwnedFd>,
+        step: impl FnMut(&[RawFd]) -> io::Result<()> + Send + Sync + 'static,
+    ) -> Hook {
+        Hook {
+            fds,
+            step: Box::new(step),
+        }
+    }
+}
 
 /// What to start.
 pub struct Request<'a> {
@@ -148,6 +179,36 @@ struct Plan {
     mask: libc::sigset_t,
     hooks: Vec<Hook>,
     around: Option<Around>,
+    /// The numbers the child's descriptors have in the child, filled in
+    /// just before the clone.
+    numbers: Numbers,
+}
+
+/// Where the child finds what it uses: its three streams, the report
+/// pipe, each hook's descriptors; and, when it shares the bridge's
+/// table until its first step, the number below which it keeps it.
+#[derive(Default)]
+struct Numbers {
+    ends: [RawFd; 3],
+    report: RawFd,
+    hooks: Vec<Vec<RawFd>>,
+    keep_below: Option<libc::c_uint>,
+}
+
+impl Numbers {
+    /// The descriptors' own numbers (the child gets a copy of the table).
+    fn own(plan: &Plan) -> Numbers {
+        Numbers {
+            ends: [0, 1, 2].map(|i| plan.ends[i].as_raw_fd()),
+            report: plan.report.1.as_raw_fd(),
+            hooks: plan
+                .hooks
+                .iter()
+                .map(|hook| hook.fds.iter().map(AsRawFd::as_raw_fd).collect())
+                .collect(),
+            keep_below: None,
+        }
+    }
 }
 
 // SAFETY: the raw pointers point into strings the plan itself owns (moved
@@ -161,7 +222,8 @@ pub type Around = fn(&mut dyn FnMut() -> io::Result<libc::pid_t>) -> io::Result<
 
 /// Start `request` by `method`: the child in a process group of its own,
 /// with the parent-death signal, its streams piped, and nothing else of
-/// the bridge but close-on-exec descriptors.
+/// the bridge's descriptors but a few close-on-exec ones below the
+/// spawners' slots (with `fork`: all of them, close-on-exec).
 ///
 /// The `clone` is made on one of the bridge's spawner threads, never on
 /// a runtime worker: the steps before `exec` can take milliseconds
@@ -178,6 +240,14 @@ pub async fn spawn(request: Request<'_>, method: Method) -> io::Result<Spawned> 
         stdout: pipe::Receiver::from_owned_fd(stdout)?,
         stderr: pipe::Receiver::from_owned_fd(stderr)?,
     })
+}
+
+/// Start the spawner threads now, while the bridge has few descriptors
+/// open: their slots are low numbers, and each child's own part of the
+/// table is small. `serve` calls it as it starts; otherwise the first
+/// spawn does.
+pub fn ready() -> io::Result<()> {
+    Spawner::get().map(drop)
 }
 
 /// The parent's ends of the child's stdin (when piped), stdout, stderr.
@@ -224,6 +294,7 @@ fn plan(request: Request<'_>) -> io::Result<(Plan, ParentEnds)> {
         mask: unsafe { std::mem::zeroed() },
         hooks: request.hooks,
         around: request.around,
+        numbers: Numbers::default(),
     };
     Ok((plan, (stdin_parent, stdout_parent, stderr_parent)))
 }
@@ -231,19 +302,36 @@ fn plan(request: Request<'_>) -> io::Result<(Plan, ParentEnds)> {
 /// On a spawner thread: clone the child by `method`, wait until it has
 /// called `exec` (or failed to: then it is reaped and its error
 /// returned). Its pid and pidfd.
-fn start(mut plan: Plan, method: Method) -> io::Result<(libc::pid_t, OwnedFd)> {
+fn start(
+    mut plan: Plan,
+    method: Method,
+    slots: Option<&Slots>,
+) -> io::Result<(libc::pid_t, OwnedFd)> {
     let mut stack = vec![0u8; CHILD_STACK];
     let around = plan.around.take();
+    // Shared memory only: a copy (`fork`) would go on after the clone
+    // while the slots it still shares are put back.
+    let placed = match slots {
+        Some(slots) if method == Method::Vfork => slots.place(&mut plan)?,
+        _ => None,
+    };
+    if placed.is_none() {
+        plan.numbers = Numbers::own(&plan);
+    }
     let mut pidfd = None;
     let mut clone = || -> io::Result<libc::pid_t> {
         let (pid, fd) = clone_child(&mut plan, &mut stack, method)?;
         pidfd = Some(fd);
         Ok(pid)
     };
-    let pid = match around {
-        Some(around) => around(&mut clone)?,
-        None => clone()?,
+    let cloned = match around {
+        Some(around) => around(&mut clone),
+        None => clone(),
     };
+    // The child has called `exec` or exited: what it took from the slots
+    // is its own, and the bridge's copies go back to being placeholders.
+    drop(placed);
+    let pid = cloned?;
     let pidfd = pidfd.ok_or_else(|| io::Error::other("the clone gave no pidfd"))?;
     let Plan {
         ends,
@@ -323,6 +411,9 @@ fn clone_child(
     let shared = match method {
         Method::Vfork => libc::CLONE_VM | libc::CLONE_VFORK,
         Method::Fork => 0,
+    } | match plan.numbers.keep_below {
+        Some(_) => libc::CLONE_FILES,
+        None => 0,
     };
     let mut pidfd: c_int = -1;
     // The stack grows down from its end, aligned to 16 bytes.
@@ -359,7 +450,7 @@ fn clone_child(
 extern "C" fn child(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the parent's `Plan`, alive until `exec` (above).
     let plan = unsafe { &mut *(arg as *mut Plan) };
-    let errno = match prepare(plan) {
+    let errno = match own_table(plan).and_then(|()| prepare(plan)) {
         Ok(()) => {
             // SAFETY: pointers into strings the parent keeps alive.
             unsafe {
@@ -378,13 +469,32 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
     let bytes = errno.to_ne_bytes();
     // SAFETY: a write on the report pipe, then the end of the child.
     unsafe {
-        libc::write(
-            plan.report.1.as_raw_fd(),
-            bytes.as_ptr().cast(),
-            bytes.len(),
-        );
+        libc::write(plan.numbers.report, bytes.as_ptr().cast(), bytes.len());
         libc::_exit(127)
     }
+}
+
+/// A child cloned sharing the bridge's descriptor table takes its own
+/// copy of the part below the slots' end, before anything else: the rest
+/// (every pipe, socket and folder of every other turn) it never holds, so
+/// its `exec` has nothing of them to close.
+fn own_table(plan: &Plan) -> io::Result<()> {
+    let Some(below) = plan.numbers.keep_below else {
+        return Ok(());
+    };
+    // SAFETY: a system call on integers.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            below,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_UNSHARE,
+        )
+    };
+    if done != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn prepare(plan: &mut Plan) -> io::Result<()> {
@@ -418,13 +528,13 @@ fn prepare(plan: &mut Plan) -> io::Result<()> {
         if libc::getppid() != plan.parent {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
-        for (target, fd) in plan.ends.iter().enumerate() {
-            check(libc::dup2(fd.as_raw_fd(), target as c_int))?;
+        for (target, fd) in plan.numbers.ends.iter().enumerate() {
+            check(libc::dup2(*fd, target as c_int))?;
         }
         check(libc::chdir(plan.cwd.as_ptr()))?;
     }
-    for hook in &mut plan.hooks {
-        hook()?;
+    for (hook, fds) in plan.hooks.iter_mut().zip(&plan.numbers.hooks) {
+        (hook.step)(fds)?;
     }
     // SAFETY: restores the caller's signal mask, saved before the clone.
     unsafe {
@@ -441,11 +551,14 @@ fn prepare(plan: &mut Plan) -> io::Result<()> {
 /// thread that clones is held until the child calls `exec`, and the
 /// child's parent-death signal follows that thread, so these threads
 /// live as long as the process.
+/// Each thread owns a few reserved low descriptor numbers its children
+/// take what they use from (see [`table`]).
 struct Spawner {
     jobs: mpsc::Sender<Job>,
 }
 
-type Job = Box<dyn FnOnce() + Send>;
+/// A spawn, given the slots of the thread that runs it.
+type Job = Box<dyn FnOnce(Option<&Slots>) + Send>;
 
 /// How many children can be between `clone` and `exec` at once (most of
 /// that time is spent waiting in the kernel, not on a core).
@@ -458,7 +571,9 @@ impl Spawner {
             .get_or_init(|| {
                 let (jobs, queue) = mpsc::channel::<Job>();
                 let queue = Arc::new(Mutex::new(queue));
-                for _ in 0..SPAWNERS {
+                let slots = table::reserve(SPAWNERS)
+                    .map_err(|e| format!("cannot reserve the spawners' descriptors: {e}"))?;
+                for slots in slots {
                     let queue = queue.clone();
                     std::thread::Builder::new()
                         .name("harness-spawn".into())
@@ -466,7 +581,7 @@ impl Spawner {
                             loop {
                                 let job = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
                                 match job {
-                                    Ok(job) => job(),
+                                    Ok(job) => job(slots.as_ref()),
                                     Err(_) => return,
                                 }
                             }
@@ -485,8 +600,8 @@ impl Spawner {
     /// reaper reaps it.
     async fn start(&self, plan: Plan, method: Method) -> io::Result<Process> {
         let (reply, started) = oneshot::channel();
-        let job: Job = Box::new(move || {
-            let process = start(plan, method).and_then(|(pid, pidfd)| {
+        let job: Job = Box::new(move |slots| {
+            let process = start(plan, method, slots).and_then(|(pid, pidfd)| {
                 Reaper::get()
                     .and_then(|reaper| reaper.watch(pid, pidfd.try_clone()?))
                     .inspect_err(|_| {
@@ -790,6 +905,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_child_holds_none_of_the_bridges_other_descriptors_and_its_hooks_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = [String::from("-c"), String::from("exit 0")];
+        ready().unwrap();
+        // Another turn's folder, far above the spawners' slots (as a busy
+        // serve's descriptors are), and a hook's own descriptor.
+        let other = std::fs::File::open(dir.path()).unwrap();
+        // SAFETY: duplicates a descriptor the test owns; the copy is owned below.
+        let high = unsafe { libc::fcntl(other.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4000) };
+        assert!(high >= 4000, "{}", io::Error::last_os_error());
+        // SAFETY: the descriptor was just made and nothing else owns it.
+        let other = unsafe { OwnedFd::from_raw_fd(high) };
+        let own: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        let mut request = request(&args, dir.path());
+        request.hooks.push(Hook::new(vec![own], move |fds| {
+            // SAFETY: flag queries on descriptor numbers.
+            let (own, other) = unsafe {
+                (
+                    libc::fcntl(fds[0], libc::F_GETFD),
+                    libc::fcntl(high, libc::F_GETFD),
+                )
+            };
+            match (own >= 0, other >= 0) {
+                (true, false) => Ok(()),
+                (false, _) => Err(io::Error::from_raw_os_error(libc::EBADF)),
+                (true, true) => Err(io::Error::from_raw_os_error(libc::EEXIST)),
+            }
+        }));
+        let (_, status) = output(spawn(request, Method::Vfork).await.unwrap()).await;
+        assert!(status.success());
+        // A copy of the bridge (`fork`) holds them all until `exec`.
+        let mut request = super::tests::request(&args, dir.path());
+        request.hooks.push(Hook::new(Vec::new(), move |_| {
+            // SAFETY: a flag query on a descriptor number.
+            match unsafe { libc::fcntl(high, libc::F_GETFD) } {
+                0.. => Ok(()),
+                _ => Err(io::Error::from_raw_os_error(libc::EBADF)),
+            }
+        }));
+        let (_, status) = output(spawn(request, Method::Fork).await.unwrap()).await;
+        assert!(status.success());
+        drop(other);
+    }
+
+    #[tokio::test]
     async fn what_fails_before_exec_is_an_error_naming_it_and_leaves_no_process() {
         let dir = tempfile::tempdir().unwrap();
         let args = [String::from("-c"), String::from("exit 0")];
@@ -804,9 +964,9 @@ mod tests {
             assert_eq!(error.kind(), io::ErrorKind::NotFound, "{method:?}: {error}");
 
             let mut refused = request(&args, dir.path());
-            refused
-                .hooks
-                .push(Box::new(|| Err(io::Error::from_raw_os_error(libc::EPERM))));
+            refused.hooks.push(Hook::new(Vec::new(), |_| {
+                Err(io::Error::from_raw_os_error(libc::EPERM))
+            }));
             let error = spawn(refused, method).await.unwrap_err();
             assert_eq!(error.raw_os_error(), Some(libc::EPERM), "{method:?}");
 
