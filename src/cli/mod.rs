@@ -180,10 +180,10 @@ fn service_runtime() -> Result<tokio::runtime::Runtime, CliError> {
         let workers = value
             .to_str()
             .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|n| *n > 0)
+            .filter(|n| (1..=MAX_WORKERS).contains(n))
             .ok_or_else(|| {
                 CliError::usage(format!(
-                    "{WORKERS_ENV} is `{}`; it must be a number of threads, 1 or more",
+                    "{WORKERS_ENV} is `{}`; it must be a number of threads from 1 to {MAX_WORKERS}",
                     value.to_string_lossy()
                 ))
             })?;
@@ -197,6 +197,8 @@ fn service_runtime() -> Result<tokio::runtime::Runtime, CliError> {
 
 /// The variable that sets a service's runtime workers (tokio's own name).
 const WORKERS_ENV: &str = "TOKIO_WORKER_THREADS";
+/// More workers than this is a typing error, not a machine.
+const MAX_WORKERS: usize = 1024;
 
 /// The embedded store and a runtime to drive it, or the exit code after
 /// saying why not: what every store-backed command starts with.

@@ -17,7 +17,7 @@
 //!
 //! The child shares the bridge's descriptor table too, and its first step
 //! takes its own copy of only the few low numbers its streams and the
-//! cage's descriptors were put in ([`table`]): a copy of the whole table
+//! cage's descriptors were put in (`table`): a copy of the whole table
 //! would hold, and `exec` close one by one, every descriptor of every
 //! other running turn.
 //!
@@ -93,7 +93,7 @@ impl Method {
 /// A step the child takes before `exec`: system calls only, on what was
 /// prepared before the spawn (see the module's doc). The descriptors it
 /// uses are given to it, not captured: in the child they may have other
-/// numbers (see [`Spawner`]).
+/// numbers (the spawner threads' slots).
 pub struct Hook {
     fds: Vec<OwnedFd>,
     step: Step,
@@ -186,13 +186,13 @@ struct Plan {
 
 /// Where the child finds what it uses: its three streams, the report
 /// pipe, each hook's descriptors; and, when it shares the bridge's
-/// table until its first step, the number below which it keeps it.
+/// table until its first step, what it keeps of it.
 #[derive(Default)]
 struct Numbers {
     ends: [RawFd; 3],
     report: RawFd,
     hooks: Vec<Vec<RawFd>>,
-    keep_below: Option<libc::c_uint>,
+    keep: Option<table::Keep>,
 }
 
 impl Numbers {
@@ -206,7 +206,7 @@ impl Numbers {
                 .iter()
                 .map(|hook| hook.fds.iter().map(AsRawFd::as_raw_fd).collect())
                 .collect(),
-            keep_below: None,
+            keep: None,
         }
     }
 }
@@ -221,9 +221,9 @@ unsafe impl Send for Plan {}
 pub type Around = fn(&mut dyn FnMut() -> io::Result<libc::pid_t>) -> io::Result<libc::pid_t>;
 
 /// Start `request` by `method`: the child in a process group of its own,
-/// with the parent-death signal, its streams piped, and nothing else of
-/// the bridge's descriptors but a few close-on-exec ones below the
-/// spawners' slots (with `fork`: all of them, close-on-exec).
+/// with the parent-death signal, its streams piped, and none of the
+/// bridge's other descriptors (with `fork`, or where the kernel refuses
+/// the shared table: a copy of all of them, close-on-exec).
 ///
 /// The `clone` is made on one of the bridge's spawner threads, never on
 /// a runtime worker: the steps before `exec` can take milliseconds
@@ -244,8 +244,8 @@ pub async fn spawn(request: Request<'_>, method: Method) -> io::Result<Spawned> 
 
 /// Start the spawner threads now, while the bridge has few descriptors
 /// open: their slots are low numbers, and each child's own part of the
-/// table is small. `serve` calls it as it starts; otherwise the first
-/// spawn does.
+/// table is small. `serve` and the relay call it as they start;
+/// otherwise the first spawn does.
 pub fn ready() -> io::Result<()> {
     Spawner::get().map(drop)
 }
@@ -312,7 +312,7 @@ fn start(
     // Shared memory only: a copy (`fork`) would go on after the clone
     // while the slots it still shares are put back.
     let placed = match slots {
-        Some(slots) if method == Method::Vfork => slots.place(&mut plan)?,
+        Some(slots) if method == Method::Vfork => slots.place(&mut plan),
         _ => None,
     };
     if placed.is_none() {
@@ -411,9 +411,11 @@ fn clone_child(
     let shared = match method {
         Method::Vfork => libc::CLONE_VM | libc::CLONE_VFORK,
         Method::Fork => 0,
-    } | match plan.numbers.keep_below {
-        Some(_) => libc::CLONE_FILES,
-        None => 0,
+    } | match (method, &plan.numbers.keep) {
+        // Only a child that holds its parent until `exec` may share the
+        // table: the slots are put back once the clone returns.
+        (Method::Vfork, Some(_)) => libc::CLONE_FILES,
+        _ => 0,
     };
     let mut pidfd: c_int = -1;
     // The stack grows down from its end, aligned to 16 bytes.
@@ -475,26 +477,15 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
 }
 
 /// A child cloned sharing the bridge's descriptor table takes its own
-/// copy of the part below the slots' end, before anything else: the rest
-/// (every pipe, socket and folder of every other turn) it never holds, so
-/// its `exec` has nothing of them to close.
+/// copy of the part below the slots' end, before anything else, and
+/// keeps only its own slots in it: the rest (every pipe, socket and
+/// folder of every other turn) it never holds, so its `exec` has nothing
+/// of them to close.
 fn own_table(plan: &Plan) -> io::Result<()> {
-    let Some(below) = plan.numbers.keep_below else {
-        return Ok(());
-    };
-    // SAFETY: a system call on integers.
-    let done = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            below,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_UNSHARE,
-        )
-    };
-    if done != 0 {
-        return Err(io::Error::last_os_error());
+    match &plan.numbers.keep {
+        Some(keep) => table::keep_only(keep),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn prepare(plan: &mut Plan) -> io::Result<()> {
@@ -571,9 +562,7 @@ impl Spawner {
             .get_or_init(|| {
                 let (jobs, queue) = mpsc::channel::<Job>();
                 let queue = Arc::new(Mutex::new(queue));
-                let slots = table::reserve(SPAWNERS)
-                    .map_err(|e| format!("cannot reserve the spawners' descriptors: {e}"))?;
-                for slots in slots {
+                for slots in table::reserve(SPAWNERS) {
                     let queue = queue.clone();
                     std::thread::Builder::new()
                         .name("harness-spawn".into())
@@ -913,27 +902,34 @@ mod tests {
         // serve's descriptors are), and a hook's own descriptor.
         let other = std::fs::File::open(dir.path()).unwrap();
         // SAFETY: duplicates a descriptor the test owns; the copy is owned below.
-        let high = unsafe { libc::fcntl(other.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4000) };
-        assert!(high >= 4000, "{}", io::Error::last_os_error());
+        let high = unsafe { libc::fcntl(other.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 1000) };
+        assert!(high >= 1000, "{}", io::Error::last_os_error());
         // SAFETY: the descriptor was just made and nothing else owns it.
         let other = unsafe { OwnedFd::from_raw_fd(high) };
         let own: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
-        let mut request = request(&args, dir.path());
-        request.hooks.push(Hook::new(vec![own], move |fds| {
+        // What the child holds from 3 up (its report pipe, its three
+        // streams' slots, the hook's descriptor: five), as an error
+        // code of 10,000 and the count when it is not just that; none of
+        // it may be the other turn's.
+        let held = move |fds: &[RawFd]| -> io::Result<()> {
             // SAFETY: flag queries on descriptor numbers.
-            let (own, other) = unsafe {
-                (
-                    libc::fcntl(fds[0], libc::F_GETFD),
-                    libc::fcntl(high, libc::F_GETFD),
-                )
-            };
-            match (own >= 0, other >= 0) {
-                (true, false) => Ok(()),
-                (false, _) => Err(io::Error::from_raw_os_error(libc::EBADF)),
-                (true, true) => Err(io::Error::from_raw_os_error(libc::EEXIST)),
+            let open = |fd: RawFd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+            let count = (3..1024).filter(|fd| open(*fd)).count() as i32;
+            match (open(fds[0]), open(high), count) {
+                (true, false, 5) => Ok(()),
+                _ => Err(io::Error::from_raw_os_error(10_000 + count)),
             }
-        }));
-        let (_, status) = output(spawn(request, Method::Vfork).await.unwrap()).await;
+        };
+        let mut request = request(&args, dir.path());
+        request.hooks.push(Hook::new(vec![own], held));
+        let spawned = spawn(request, Method::Vfork).await;
+        let held = spawned.as_ref().err().and_then(io::Error::raw_os_error);
+        assert!(
+            spawned.is_ok(),
+            "the child held {:?} descriptors",
+            held.map(|e| e - 10_000)
+        );
+        let (_, status) = output(spawned.unwrap()).await;
         assert!(status.success());
         // A copy of the bridge (`fork`) holds them all until `exec`.
         let mut request = super::tests::request(&args, dir.path());
