@@ -34,7 +34,7 @@
 //! `THINK_MS` to change them, `STORES=sqlite` or `STORES=postgres` for one
 //! of the two, `INSTANCES` for another number of PostgreSQL instances,
 //! `SPAWNS=vfork` for one way of starting, `EXTRA_CONFIG` for more
-//! `bridge.yaml` lines). Its folders go under `TMPDIR`: on ext4 without
+//! `bridge.yaml` lines, `FAKE_HARNESS` for a fake harness built already). Its folders go under `TMPDIR`: on ext4 without
 //! a journal, making files within minutes of many being removed (an
 //! earlier run's folders) is several times slower, so compare runs on a
 //! new filesystem each. Without `--bench` (as `cargo
@@ -263,11 +263,16 @@ fn usage(pid: u32) -> (u64, f64) {
     (peak_kb, cpu_s)
 }
 
-/// Build the fake harness (an example of this package) and return its path.
+/// Build the fake harness (an example of this package) and return its
+/// path; `FAKE_HARNESS` names one built already (the bench run where
+/// cargo cannot build, e.g. in a guest machine).
 fn fake_harness_binary() -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
+            if let Some(built) = std::env::var_os("FAKE_HARNESS") {
+                return built.into();
+            }
             // Quick mode takes the build `cargo test` has made already.
             let profile: &[&str] = if support::quick() {
                 &[]

@@ -43,6 +43,7 @@ fn spawn_once(runtime: &tokio::runtime::Runtime, method: Method) -> Duration {
             // A step before `exec`, as the cage's are.
             hooks: vec![Hook::new(Vec::new(), |_| Ok(()))],
             around: None,
+            cgroup: None,
         };
         let mut child = spawn(request, method).await.expect("/bin/true starts");
         let status = child.process.wait().await.expect("/bin/true ends");

@@ -17,6 +17,9 @@ const SPAWNERS: &[&str] = &[
     // A child that only tries whether the kernel lets it take its own
     // part of a shared descriptor table, and ends.
     "src/harness/spawn/table.rs",
+    // `clone3` into a cgroup, for the spawn function, and a child that
+    // only tries whether the kernel allows it, and ends.
+    "src/harness/spawn/clone3.rs",
     "src/harness/cage/cgroup.rs",
     "src/project/git.rs",
     // The operator's own command (a pull request), bridge-side by design.
@@ -222,6 +225,7 @@ fn processes_start_in_one_place() {
                 "Command::new(",
                 "posix_spawn",
                 "libc::clone(",
+                "SYS_clone3",
                 "libc::fork(",
                 "vfork(",
             ]

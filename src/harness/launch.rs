@@ -131,6 +131,7 @@ impl HarnessProcess {
             stdin: live || launch.stdin.is_some(),
             hooks: Vec::new(),
             around: None,
+            cgroup: None,
         };
         let spawned = cage.spawn(request, launch.wall, launch.quota).await?;
         let child = spawned.process;

@@ -25,10 +25,12 @@
 //! (`oom_kill`, `pids.events` `max`) before and after it, and the turn
 //! then fails `resource_limit` (`FailureCode::ResourceLimit`).
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -36,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::marker::BridgeId;
-use crate::harness::spawn::Hook;
+use crate::harness::spawn::{Cgroup, Hook};
 
 /// What the bridge's folder is called in each hierarchy, before its id.
 const PREFIX: &str = "harness-bridge-";
@@ -192,12 +194,34 @@ enum Version {
     V2,
 }
 
+impl Version {
+    /// The file a process writes "0" to in order to join a group. On v1,
+    /// `tasks`: a thread moving itself there is the one move the kernel
+    /// makes without its system-wide lock on every fork and exit (the
+    /// child between clone and exec is a single thread, so the thread is
+    /// the whole process); `cgroup.procs` takes that lock and, without
+    /// `favordynmods`, waits out a grace period while every other launch
+    /// and exit waits on it. On v2 a domain group takes only whole
+    /// processes.
+    fn entry_file(self) -> &'static str {
+        match self {
+            Version::V1 => "tasks",
+            Version::V2 => "cgroup.procs",
+        }
+    }
+}
+
 /// The process-wide choice: per resource, the bridge's folder in the
 /// hierarchy that limits it, or why there is none.
 #[derive(Debug)]
 pub struct Backend {
     version: Option<Version>,
     places: [Result<PathBuf, String>; 3],
+    /// What this bridge last wrote to each limit file, so a turn writes
+    /// only what changed: setting a CPU quota walks the scheduler's
+    /// groups under a lock of its own (the first kernel symbol of the
+    /// runtime's profile at 1,024 conversations when every turn did).
+    written: Mutex<HashMap<PathBuf, String>>,
 }
 
 impl Backend {
@@ -210,6 +234,7 @@ impl Backend {
                     return Backend {
                         version: Some(Version::V2),
                         places: Resource::ALL.map(|_| Ok(dir.to_path_buf())),
+                        written: Mutex::default(),
                     };
                 }
                 Err(why) => why,
@@ -222,7 +247,23 @@ impl Backend {
         };
         let places = places.map(|place| place.map_err(|why| format!("{why}; cgroup v2: {v2_why}")));
         let version = places.iter().any(Result::is_ok).then_some(Version::V1);
-        Backend { version, places }
+        Backend {
+            version,
+            places,
+            written: Mutex::default(),
+        }
+    }
+
+    /// Write `value` to the limit file `path` unless this bridge wrote
+    /// that very value there and the group was not made anew since.
+    fn set(&self, path: PathBuf, value: &str, made: bool) -> io::Result<()> {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if !made && written.get(&path).is_some_and(|was| was == value) {
+            return Ok(());
+        }
+        fs::write(&path, value)?;
+        written.insert(path, value.to_string());
+        Ok(())
     }
 
     /// Why `resource` cannot be limited here, if it cannot.
@@ -450,7 +491,7 @@ fn probe(dir: &Path, resource: Resource) -> Result<(), String> {
         .and_then(|()| {
             fs::OpenOptions::new()
                 .write(true)
-                .open(probe.join("cgroup.procs"))
+                .open(probe.join(Version::V1.entry_file()))
                 .map(drop)
                 .map_err(|e| format!("cannot move processes into {}: {e}", dir.display()))
         });
@@ -485,21 +526,23 @@ fn v1_own_dir(mountinfo: &str, cgroup: &str, controller: &str) -> Option<PathBuf
 }
 
 /// A conversation's group, for one harness launch: its folders (one per
-/// hierarchy), their `cgroup.procs` open for the child.
+/// hierarchy), their entry files open for the child.
 #[derive(Debug)]
 pub struct Quota {
     limits: Limits,
     version: Version,
     /// Per resource: the conversation's folder where it is limited.
     dirs: [Option<PathBuf>; 3],
-    /// The distinct folders' `cgroup.procs`, opened (close-on-exec) before
-    /// the spawn.
+    /// The distinct folders' entry files ([`Version::entry_file`]),
+    /// opened (close-on-exec) before the spawn.
     procs: Vec<fs::File>,
+    /// On v2, the one folder, open: where a clone can put the process.
+    folder: Option<fs::File>,
 }
 
 impl Quota {
-    /// The group of the conversation working in `workspace` (made and its
-    /// limits written the first time), or `None` when no limit is asked
+    /// The group of the conversation working in `workspace` (made, and
+    /// its limits written when made or changed), or `None` when no limit is asked
     /// or none can be enforced here (said at start).
     pub fn open(backend: &Backend, workspace: &Path, limits: &Limits) -> io::Result<Option<Quota>> {
         let Some(version) = backend.version else {
@@ -518,9 +561,9 @@ impl Quota {
                 continue;
             };
             let dir = place.join(&name);
-            match fs::create_dir(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            let made = match fs::create_dir(&dir) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
                 Err(e) => {
                     return Err(io::Error::new(
                         e.kind(),
@@ -530,9 +573,9 @@ impl Quota {
                         ),
                     ));
                 }
-            }
+            };
             for (file, value) in limits.settings(resource, version == Version::V2) {
-                fs::write(dir.join(file), &value).map_err(|e| {
+                backend.set(dir.join(file), &value, made).map_err(|e| {
                     io::Error::new(
                         e.kind(),
                         format!("cannot set the conversation's {file} to {value}: {e}"),
@@ -543,7 +586,7 @@ impl Quota {
                 procs.push(
                     fs::OpenOptions::new()
                         .write(true)
-                        .open(dir.join("cgroup.procs"))?,
+                        .open(dir.join(version.entry_file()))?,
                 );
                 opened.push(dir.clone());
             }
@@ -552,11 +595,16 @@ impl Quota {
         if procs.is_empty() {
             return Ok(None);
         }
+        let folder = match (version, opened.first()) {
+            (Version::V2, Some(dir)) => Some(fs::File::open(dir)?),
+            _ => None,
+        };
         Ok(Some(Quota {
             limits: *limits,
             version,
             dirs,
             procs,
+            folder,
         }))
     }
 
@@ -568,19 +616,40 @@ impl Quota {
             .flatten()
     }
 
-    /// What the child runs before exec to join the conversation's
-    /// groups: one `write` of "0" per `cgroup.procs`, through descriptors
-    /// of its own (open until the hook is dropped, whoever waits for the
-    /// spawn). It allocates nothing.
-    pub fn enter_hook(&self) -> io::Result<Hook> {
+    /// On cgroup v2, how a harness process with no turn cgroup of its
+    /// own starts in the conversation's: cloned into it, else moved by
+    /// its first step. (One with a turn cgroup starts in that one, below
+    /// this: see [`Quota::v2_dir`].)
+    pub fn start_in(&self) -> io::Result<Option<Cgroup>> {
+        let (Some(folder), Some(procs)) = (&self.folder, self.procs.first()) else {
+            return Ok(None);
+        };
+        let procs: OwnedFd = procs.try_clone()?.into();
+        Ok(Some(Cgroup {
+            dir: folder.try_clone()?.into(),
+            enter: Hook::new(vec![procs], |fds| {
+                fds.iter().try_for_each(|fd| super::cgroup::enter(*fd))
+            }),
+        }))
+    }
+
+    /// On cgroup v1, what the child runs before exec to join the
+    /// conversation's groups: one `write` of "0" per hierarchy's
+    /// `tasks`, through descriptors of its own (open until the hook is
+    /// dropped, whoever waits for the spawn). It allocates nothing.
+    /// `None` on v2 (see [`Quota::start_in`]).
+    pub fn enter_hook(&self) -> io::Result<Option<Hook>> {
+        if self.version == Version::V2 {
+            return Ok(None);
+        }
         let procs = self
             .procs
             .iter()
             .map(|file| file.try_clone().map(OwnedFd::from))
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(Hook::new(procs, |fds| {
+        Ok(Some(Hook::new(procs, |fds| {
             fds.iter().try_for_each(|fd| super::cgroup::enter(*fd))
-        }))
+        })))
     }
 
     /// The group's counters now (what cannot be read counts as 0).
@@ -783,6 +852,35 @@ mod tests {
             )
             .unwrap();
         }
+    }
+
+    /// A turn writes only the limits that changed: the same value again is
+    /// not written (what is in the file stays), a new value is, and so is
+    /// every value of a group made anew.
+    #[test]
+    fn a_limit_is_written_when_it_changes_or_its_group_is_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cpu.cfs_quota_us");
+        let backend = Backend {
+            version: None,
+            places: Resource::ALL.map(|_| Err(String::new())),
+            written: Mutex::default(),
+        };
+        let read = || fs::read_to_string(&file).unwrap();
+        backend.set(file.clone(), "100000", true).unwrap();
+        assert_eq!(read(), "100000");
+        fs::write(&file, "left as it was").unwrap();
+        backend.set(file.clone(), "100000", false).unwrap();
+        assert_eq!(
+            read(),
+            "left as it was",
+            "the same value is not written again"
+        );
+        backend.set(file.clone(), "50000", false).unwrap();
+        assert_eq!(read(), "50000", "a new value is written");
+        fs::write(&file, "a group made anew").unwrap();
+        backend.set(file.clone(), "50000", true).unwrap();
+        assert_eq!(read(), "50000", "a new group gets every value");
     }
 
     #[test]

@@ -214,10 +214,16 @@ pub fn limits_status(limits: &Limits) -> Result<(bool, String), ContainError> {
 /// When launches here wait for the kernel to move each harness into its
 /// cgroups, a sentence saying so and what makes them quick; `None` when
 /// no cgroup is used (no containment by cgroup, no limit) or moves are
-/// quick. For the log at start and `doctor`: the wait is the host's
-/// setting, and only its operator can change it.
+/// quick: where each harness is cloned into its cgroup v2 (and joins v1
+/// hierarchies by the move the kernel makes without its lock), or a
+/// hierarchy is mounted with `favordynmods`. For the log at start and
+/// `doctor`: the wait is the host's setting, and only its operator can
+/// change it.
 pub fn slow_launches(limits: &Limits) -> Option<String> {
     let cage = cage().ok()?;
+    if spawn::clones_into_cgroups() {
+        return None;
+    }
     let limited = Resource::ALL
         .into_iter()
         .any(|r| limits.of(r) > 0 && cage.limits.missing(r).is_none());
@@ -383,13 +389,16 @@ impl TurnCage {
             .env
             .insert(TURN_ENV.to_string(), self.marker.clone());
         // Each step makes only system calls, on descriptors and strings
-        // it owns. The limits first, so that on cgroup v2 the turn's own
-        // cgroup (below) is where the process ends.
-        if let Some(quota) = quota {
-            request.hooks.push(quota.enter_hook()?);
-        }
-        if let Some(group) = &self.group {
-            request.hooks.push(group.enter_hook()?);
+        // it owns. The process starts in its cgroup v2 (the turn's own,
+        // below its conversation's limits, or those alone), then joins
+        // the limits' v1 hierarchies, then enters the wall.
+        request.cgroup = match (&self.group, quota) {
+            (Some(group), _) => Some(group.start_in()?),
+            (None, Some(quota)) => quota.start_in()?,
+            (None, None) => None,
+        };
+        if let Some(hook) = quota.map(Quota::enter_hook).transpose()?.flatten() {
+            request.hooks.push(hook);
         }
         if let Some(wall) = wall {
             request.hooks.push(wall.enter_hook());

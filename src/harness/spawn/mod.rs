@@ -15,6 +15,10 @@
 //! library call could hold elsewhere, because the memory is the bridge's.
 //! An error is reported through a close-on-exec pipe.
 //!
+//! A child that has a cgroup v2 of its own is cloned into it (`clone3`
+//! with `CLONE_INTO_CGROUP`, see `clone3`): a move after the clone takes
+//! a lock every fork and exit of the machine waits on.
+//!
 //! The child shares the bridge's descriptor table too, and its first step
 //! takes its own copy of only the few low numbers its streams and the
 //! cage's descriptors were put in (`table`): a copy of the whole table
@@ -47,8 +51,11 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+mod clone3;
 mod table;
 use table::Slots;
+
+pub use clone3::{probe as can_clone_into, usable as clones_into_cgroups};
 
 /// The variable that chooses how children are started: `vfork` (the
 /// default) or `fork`.
@@ -133,6 +140,18 @@ pub struct Request<'a> {
     pub hooks: Vec<Hook>,
     /// What runs around the clone (see [`Around`]).
     pub around: Option<Around>,
+    /// The cgroup v2 the child starts in, if any.
+    pub cgroup: Option<Cgroup>,
+}
+
+/// A cgroup v2 a child starts in: put there by the clone where the kernel
+/// can ([`clones_into_cgroups`]), else moved there by `enter`, its first
+/// step before the request's hooks.
+pub struct Cgroup {
+    /// The cgroup's folder, open (not `O_PATH`: the clone takes it).
+    pub dir: OwnedFd,
+    /// How the child moves itself in where the clone cannot put it.
+    pub enter: Hook,
 }
 
 impl std::fmt::Debug for Request<'_> {
@@ -177,8 +196,14 @@ struct Plan {
     report: (OwnedFd, OwnedFd),
     parent: libc::pid_t,
     mask: libc::sigset_t,
+    /// The steps before `exec`; with a cgroup, its `enter` first.
     hooks: Vec<Hook>,
     around: Option<Around>,
+    /// The cgroup's folder the clone puts the child in.
+    cgroup: Option<OwnedFd>,
+    /// The clone put the child in its cgroup: it skips the first hook
+    /// (the cgroup's `enter`).
+    placed: bool,
     /// The numbers the child's descriptors have in the child, filled in
     /// just before the clone.
     numbers: Numbers,
@@ -226,9 +251,9 @@ pub type Around = fn(&mut dyn FnMut() -> io::Result<libc::pid_t>) -> io::Result<
 /// the shared table: a copy of all of them, close-on-exec).
 ///
 /// The `clone` is made on one of the bridge's spawner threads, never on
-/// a runtime worker: the steps before `exec` can take milliseconds
-/// (moving a process into a cgroup v1 waits for the kernel), during which
-/// the thread that cloned is held. The spawner threads live as long as
+/// a runtime worker: the steps before `exec` can take milliseconds (a
+/// move into a cgroup, where the clone cannot place the child, waits for
+/// the kernel), during which the thread that cloned is held. The spawner threads live as long as
 /// the bridge, so the parent-death signal (which follows the thread that
 /// cloned) means the bridge has ended.
 pub async fn spawn(request: Request<'_>, method: Method) -> io::Result<Spawned> {
@@ -281,6 +306,13 @@ fn plan(request: Request<'_>) -> io::Result<(Plan, ParentEnds)> {
     let (stdout_parent, stdout_child) = pipe_above_stdio()?;
     let (stderr_parent, stderr_child) = pipe_above_stdio()?;
     let report = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (cgroup, hooks) = match request.cgroup {
+        Some(Cgroup { dir, enter }) => (
+            Some(dir),
+            std::iter::once(enter).chain(request.hooks).collect(),
+        ),
+        None => (None, request.hooks),
+    };
     let plan = Plan {
         argv: pointers(&args),
         envp: pointers(&vars),
@@ -292,8 +324,10 @@ fn plan(request: Request<'_>) -> io::Result<(Plan, ParentEnds)> {
         parent: nix::unistd::getpid().as_raw(),
         // SAFETY: a zeroed sigset is a valid value, filled before use.
         mask: unsafe { std::mem::zeroed() },
-        hooks: request.hooks,
+        hooks,
         around: request.around,
+        cgroup,
+        placed: false,
         numbers: Numbers::default(),
     };
     Ok((plan, (stdin_parent, stdout_parent, stderr_parent)))
@@ -418,29 +452,49 @@ fn clone_child(
         _ => 0,
     };
     let mut pidfd: c_int = -1;
-    // The stack grows down from its end, aligned to 16 bytes.
-    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    let into = plan.cgroup.as_ref().map(AsRawFd::as_raw_fd);
+    // Read by the child: set before the clone, cleared if it is refused.
+    plan.placed = into.is_some();
+    let arg = plan as *mut Plan as *mut c_void;
     // SAFETY: `child` runs on `stack`, which lives past the call (the
     // parent is held until the child has called `exec` or exited when the
     // memory is shared; a copy has its own); `plan` likewise. The child
-    // makes only system calls (see `child`).
-    let pid = unsafe {
-        libc::clone(
+    // makes only system calls (see `child`) and never returns.
+    let cloned = into.and_then(|dir| unsafe {
+        clone3::clone_into(
             child,
-            top as *mut c_void,
-            shared | libc::CLONE_PIDFD | libc::SIGCHLD,
-            plan as *mut Plan as *mut c_void,
-            &mut pidfd as *mut c_int,
+            arg,
+            stack,
+            shared | libc::CLONE_PIDFD,
+            &mut pidfd,
+            dir,
         )
-    };
-    let error = io::Error::last_os_error();
+    });
+    let cloned = cloned.unwrap_or_else(|| {
+        plan.placed = false;
+        // The stack grows down from its end, aligned to 16 bytes.
+        let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+        // SAFETY: as above.
+        let pid = unsafe {
+            libc::clone(
+                child,
+                top as *mut c_void,
+                shared | libc::CLONE_PIDFD | libc::SIGCHLD,
+                arg,
+                &mut pidfd as *mut c_int,
+            )
+        };
+        if pid < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(pid)
+        }
+    });
     // SAFETY: restores the mask saved above.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
     }
-    if pid < 0 {
-        return Err(error);
-    }
+    let pid = cloned?;
     // SAFETY: with CLONE_PIDFD the kernel stored a new descriptor there.
     Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
 }
@@ -524,7 +578,8 @@ fn prepare(plan: &mut Plan) -> io::Result<()> {
         }
         check(libc::chdir(plan.cwd.as_ptr()))?;
     }
-    for (hook, fds) in plan.hooks.iter_mut().zip(&plan.numbers.hooks) {
+    let placed = usize::from(plan.placed);
+    for (hook, fds) in plan.hooks.iter_mut().zip(&plan.numbers.hooks).skip(placed) {
         (hook.step)(fds)?;
     }
     // SAFETY: restores the caller's signal mask, saved before the clone.
@@ -843,6 +898,7 @@ mod tests {
             stdin: true,
             hooks: Vec::new(),
             around: None,
+            cgroup: None,
         }
     }
 
