@@ -84,7 +84,7 @@ pub fn announce(policy: &CagePolicy) {
         // Containment failing stops the command with its own message.
         Err(_) => {}
     }
-    if let Some(line) = crate::harness::cage::slow_launches(&policy.limits) {
+    if let Some(line) = crate::harness::cage::slow_launches() {
         tracing::info!("launches: {line}");
     }
     for resource in Resource::ALL {
@@ -113,7 +113,7 @@ pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
     if let Ok((_, line)) = crate::harness::cage::limits_status(&policy.limits) {
         println!("limits: {line}");
     }
-    if let Some(line) = crate::harness::cage::slow_launches(&policy.limits) {
+    if let Some(line) = crate::harness::cage::slow_launches() {
         println!("launches: {line}");
     }
     crate::harness::cage::release();

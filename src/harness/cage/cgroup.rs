@@ -1,6 +1,7 @@
 //! Containment by cgroup v2: the bridge makes `harness-bridge-<bridge>`
 //! below its own cgroup, and each harness process starts in a child of it
-//! (`turn-<n>`), moved there between clone and exec. Whatever the harness
+//! (`turn-<n>`), born there (`clone3` into the cgroup; where the kernel
+//! refuses it, moved there between clone and exec). Whatever the harness
 //! starts stays in that cgroup whatever it does with process groups and
 //! sessions, so at the end one write (`cgroup.kill`, Linux 5.14; before
 //! that: freeze, SIGKILL every member, thaw) ends all of it, and the

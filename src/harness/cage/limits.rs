@@ -19,9 +19,12 @@
 //! - else none, which the bridge says at start, in `doctor` and in
 //!   `/metrics` (`harness_bridge_limits_enforced`).
 //!
-//! Every harness process of a conversation, one-shot or live, joins its
-//! group between clone and exec (descriptors opened before the clone, one
-//! write each). A turn's limit hits are read from the group's counters
+//! Every harness process of a conversation, one-shot or live, is in its
+//! group before it runs anything: on v2 it is born in its turn cgroup
+//! below the group (`clone3` into a cgroup; a conversation at its process
+//! limit cannot start one more, the clone fails with EAGAIN), on v1 it
+//! joins each hierarchy between clone and exec (descriptors opened before
+//! the clone, one write of "0" to `tasks` each). A turn's limit hits are read from the group's counters
 //! (`oom_kill`, `pids.events` `max`) before and after it, and the turn
 //! then fails `resource_limit` (`FailureCode::ResourceLimit`).
 
@@ -221,6 +224,8 @@ pub struct Backend {
     /// only what changed: setting a CPU quota walks the scheduler's
     /// groups under a lock of its own (the first kernel symbol of the
     /// runtime's profile at 1,024 conversations when every turn did).
+    /// The groups are the bridge's own, so a value is not read back; one
+    /// entry per limit file of each conversation seen, as the groups are.
     written: Mutex<HashMap<PathBuf, String>>,
 }
 
@@ -536,8 +541,6 @@ pub struct Quota {
     /// The distinct folders' entry files ([`Version::entry_file`]),
     /// opened (close-on-exec) before the spawn.
     procs: Vec<fs::File>,
-    /// On v2, the one folder, open: where a clone can put the process.
-    folder: Option<fs::File>,
 }
 
 impl Quota {
@@ -552,6 +555,9 @@ impl Quota {
         let mut dirs: [Option<PathBuf>; 3] = [None, None, None];
         let mut procs = Vec::new();
         let mut opened: Vec<PathBuf> = Vec::new();
+        // Folders made by this call: on v2 (and co-mounted v1 controllers)
+        // the resources share one, made for the first of them.
+        let mut made_now: Vec<PathBuf> = Vec::new();
         let asked = limits.requested().collect::<Vec<_>>();
         if asked.is_empty() {
             return Ok(None);
@@ -562,8 +568,11 @@ impl Quota {
             };
             let dir = place.join(&name);
             let made = match fs::create_dir(&dir) {
-                Ok(()) => true,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+                Ok(()) => {
+                    made_now.push(dir.clone());
+                    true
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => made_now.contains(&dir),
                 Err(e) => {
                     return Err(io::Error::new(
                         e.kind(),
@@ -595,16 +604,11 @@ impl Quota {
         if procs.is_empty() {
             return Ok(None);
         }
-        let folder = match (version, opened.first()) {
-            (Version::V2, Some(dir)) => Some(fs::File::open(dir)?),
-            _ => None,
-        };
         Ok(Some(Quota {
             limits: *limits,
             version,
             dirs,
             procs,
-            folder,
         }))
     }
 
@@ -621,12 +625,12 @@ impl Quota {
     /// its first step. (One with a turn cgroup starts in that one, below
     /// this: see [`Quota::v2_dir`].)
     pub fn start_in(&self) -> io::Result<Option<Cgroup>> {
-        let (Some(folder), Some(procs)) = (&self.folder, self.procs.first()) else {
+        let (Some(dir), Some(procs)) = (self.v2_dir(), self.procs.first()) else {
             return Ok(None);
         };
         let procs: OwnedFd = procs.try_clone()?.into();
         Ok(Some(Cgroup {
-            dir: folder.try_clone()?.into(),
+            dir: fs::File::open(dir)?.into(),
             enter: Hook::new(vec![procs], |fds| {
                 fds.iter().try_for_each(|fd| super::cgroup::enter(*fd))
             }),

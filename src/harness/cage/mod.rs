@@ -212,22 +212,18 @@ pub fn limits_status(limits: &Limits) -> Result<(bool, String), ContainError> {
 }
 
 /// When launches here wait for the kernel to move each harness into its
-/// cgroups, a sentence saying so and what makes them quick; `None` when
-/// no cgroup is used (no containment by cgroup, no limit) or moves are
-/// quick: where each harness is cloned into its cgroup v2 (and joins v1
-/// hierarchies by the move the kernel makes without its lock), or a
-/// hierarchy is mounted with `favordynmods`. For the log at start and
+/// cgroup, a sentence saying so and what makes them quick; `None` when
+/// they do not: no containment cgroup (v1 limits are joined by a move of
+/// the child's only thread, which takes no lock), each harness cloned
+/// into its cgroup v2, or a hierarchy mounted with `favordynmods`. For the log at start and
 /// `doctor`: the wait is the host's setting, and only its operator can
 /// change it.
-pub fn slow_launches(limits: &Limits) -> Option<String> {
+pub fn slow_launches() -> Option<String> {
     let cage = cage().ok()?;
-    if spawn::clones_into_cgroups() {
-        return None;
-    }
-    let limited = Resource::ALL
-        .into_iter()
-        .any(|r| limits.of(r) > 0 && cage.limits.missing(r).is_none());
-    if cage.mechanism != Mechanism::Cgroup && !limited {
+    // Only a move into a cgroup v2 takes the lock (v1 limits are joined
+    // by a move of the child's only thread), and v2 limits come with the
+    // containment's cgroup tree.
+    if cage.mechanism != Mechanism::Cgroup || spawn::clones_into_cgroups() {
         return None;
     }
     let remedy = cgroup::slow_moves()?;

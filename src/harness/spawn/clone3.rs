@@ -7,7 +7,9 @@
 //! after a quiet spell waits for an RCU grace period while every other
 //! launch and exit waits on it: at 256 conversations of 2 s turns that
 //! was most of the bridge's p99. A child the clone itself puts in the
-//! cgroup takes only the reader's side.
+//! cgroup takes only the reader's side (and the cgroup mutex, as any
+//! cgroup write does). Its fork is charged to that cgroup: where its
+//! process limit is reached, the clone fails with EAGAIN.
 //!
 //! The C library has no wrapper that runs a function on a new stack, so
 //! the call is made here, on x86_64, in a few instructions: the child
@@ -92,7 +94,7 @@ pub unsafe fn clone_into(
     // SAFETY: the caller's contract; `args` lives across the call.
     let result = unsafe { raw(&mut args, child, arg) };
     if result >= 0 {
-        return libc::pid_t::try_from(result).ok().map(Ok);
+        return Some(libc::pid_t::try_from(result).map_err(io::Error::other));
     }
     let errno = c_int::try_from(-result).unwrap_or(libc::EIO);
     match errno {
@@ -175,16 +177,24 @@ pub fn probe(cgroup: RawFd) -> bool {
     }
     let mut stack = vec![0u8; 16 * 1024];
     let mut pidfd: c_int = -1;
-    // SAFETY: the child only exits; the stack outlives the held clone.
+    // SAFETY: the child only exits, with every signal blocked (no handler
+    // of the bridge's runs on its stack); the stack outlives the held
+    // clone; the mask is restored after.
     let cloned = unsafe {
-        clone_into(
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let cloned = clone_into(
             exit_at_once,
             std::ptr::null_mut(),
             &mut stack,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD,
             &mut pidfd,
             cgroup,
-        )
+        );
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        cloned
     };
     match cloned {
         Some(Ok(pid)) => {

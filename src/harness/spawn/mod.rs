@@ -148,7 +148,7 @@ pub struct Request<'a> {
 /// can ([`clones_into_cgroups`]), else moved there by `enter`, its first
 /// step before the request's hooks.
 pub struct Cgroup {
-    /// The cgroup's folder, open (not `O_PATH`: the clone takes it).
+    /// The cgroup's folder, open.
     pub dir: OwnedFd,
     /// How the child moves itself in where the clone cannot put it.
     pub enter: Hook,
