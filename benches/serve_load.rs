@@ -34,13 +34,14 @@
 //! `THINK_MS` to change them, `STORES=sqlite` or `STORES=postgres` for one
 //! of the two, `INSTANCES` for another number of PostgreSQL instances,
 //! `SPAWNS=vfork` for one way of starting, `EXTRA_CONFIG` for more
-//! `bridge.yaml` lines, `FAKE_HARNESS` for a fake harness built already). Its folders go under `TMPDIR`: on ext4 without
-//! a journal, making files within minutes of many being removed (an
-//! earlier run's folders) is several times slower, so compare runs on a
-//! new filesystem each. Without `--bench` (as `cargo
-//! test --bench serve_load` runs it) it is a quick check of the whole path
-//! with every assertion: 4 conversations, 2 turns each, harness turns of
-//! 0 s, on both stores, by both ways of starting.
+//! `bridge.yaml` lines, `FAKE_HARNESS` for a fake harness built
+//! already). Its folders go under `TMPDIR`: on ext4 without a journal,
+//! making files within minutes of many being removed (an earlier run's
+//! folders) is several times slower, so compare runs on a new filesystem
+//! each. Without `--bench` (as `cargo test --bench serve_load` runs it)
+//! it is a quick check of the whole path with every assertion: 4
+//! conversations, 2 turns each, harness turns of 0 s, on both stores, by
+//! both ways of starting.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -162,8 +162,16 @@ enum Command {
 /// The runtime a command drives its work on, or the exit code after
 /// saying why not.
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    build_runtime(Some(2))
+}
+
+/// A multi-thread runtime with `workers` (`None`: one per core).
+fn build_runtime(workers: Option<usize>) -> Result<tokio::runtime::Runtime, CliError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder
         .enable_all()
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))
@@ -174,25 +182,22 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 /// relaying runs on them and a busy `serve` on many cores would
 /// otherwise queue behind two.
 fn service_runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
     // Read here, not by tokio, which panics on a value it cannot use.
-    if let Some(value) = std::env::var_os(WORKERS_ENV) {
-        let workers = value
-            .to_str()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|n| (1..=MAX_WORKERS).contains(n))
-            .ok_or_else(|| {
-                CliError::usage(format!(
-                    "{WORKERS_ENV} is `{}`; it must be a number of threads from 1 to {MAX_WORKERS}",
-                    value.to_string_lossy()
-                ))
-            })?;
-        builder.worker_threads(workers);
-    }
-    builder
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))
+    let workers = std::env::var_os(WORKERS_ENV)
+        .map(|value| {
+            value
+                .to_str()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|n| (1..=MAX_WORKERS).contains(n))
+                .ok_or_else(|| {
+                    CliError::usage(format!(
+                        "{WORKERS_ENV} is `{}`; it must be a number of threads from 1 to {MAX_WORKERS}",
+                        value.to_string_lossy()
+                    ))
+                })
+        })
+        .transpose()?;
+    build_runtime(workers)
 }
 
 /// The variable that sets a service's runtime workers (tokio's own name).

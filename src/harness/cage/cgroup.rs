@@ -9,7 +9,7 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -290,10 +290,27 @@ impl Tree {
     }
 }
 
-/// Move the calling process into the cgroup whose `cgroup.procs` the
-/// child has open as `procs`: one `write` of "0", in the child before
-/// `exec`, as every hierarchy's move is made.
-pub(super) fn enter(procs: RawFd) -> io::Result<()> {
+/// How a harness process starts in the cgroup v2 open as `folder`: cloned
+/// into it, else moving itself in through `procs` (its `cgroup.procs`).
+pub(super) fn start_in(folder: OwnedFd, procs: &fs::File) -> io::Result<Cgroup> {
+    Ok(Cgroup {
+        dir: folder,
+        enter: enter_hook(vec![procs.try_clone()?.into()]),
+    })
+}
+
+/// What the child runs before exec to join the cgroups whose entry files
+/// (`cgroup.procs`, or a v1 hierarchy's `tasks`) are `files`: one `write`
+/// of "0" to each, through descriptors the hook owns until the spawn is
+/// over. It allocates nothing and makes no other call, as code between
+/// clone and exec must.
+pub(super) fn enter_hook(files: Vec<OwnedFd>) -> Hook {
+    Hook::new(files, |fds| fds.iter().try_for_each(|fd| enter(*fd)))
+}
+
+/// Move the calling process into the cgroup whose entry file the child
+/// has open as `procs`: one `write` of "0".
+fn enter(procs: RawFd) -> io::Result<()> {
     // SAFETY: a write of a static byte to a descriptor the child holds.
     if unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) } < 0 {
         return Err(io::Error::last_os_error());
@@ -314,20 +331,9 @@ pub struct Group {
 }
 
 impl Group {
-    /// How a harness process starts in this cgroup: cloned into it, or
-    /// where the kernel cannot, moving itself in before exec by one
-    /// `write` of "0" to `cgroup.procs` through a descriptor of its own
-    /// (open until the hook is dropped, whoever waits for the spawn),
-    /// which allocates nothing and makes no other call, as code between
-    /// clone and exec must.
+    /// How a harness process starts in this cgroup (see [`start_in`]).
     pub fn start_in(&self) -> io::Result<Cgroup> {
-        let procs = self.procs.try_clone()?;
-        Ok(Cgroup {
-            dir: self.folder.try_clone()?.into(),
-            enter: Hook::new(vec![procs.into()], |fds| {
-                fds.iter().try_for_each(|fd| enter(*fd))
-            }),
-        })
+        start_in(self.folder.try_clone()?.into(), &self.procs)
     }
 
     /// The cgroup's directory.

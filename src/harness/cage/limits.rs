@@ -24,9 +24,10 @@
 //! below the group (`clone3` into a cgroup; a conversation at its process
 //! limit cannot start one more, the clone fails with EAGAIN), on v1 it
 //! joins each hierarchy between clone and exec (descriptors opened before
-//! the clone, one write of "0" to `tasks` each). A turn's limit hits are read from the group's counters
-//! (`oom_kill`, `pids.events` `max`) before and after it, and the turn
-//! then fails `resource_limit` (`FailureCode::ResourceLimit`).
+//! the clone, one write of "0" to `tasks` each). A turn's limit hits are
+//! read from the group's counters (`oom_kill`, `pids.events` `max`)
+//! before and after it, and the turn then fails `resource_limit`
+//! (`FailureCode::ResourceLimit`).
 
 use std::collections::HashMap;
 use std::fs;
@@ -545,8 +546,8 @@ pub struct Quota {
 
 impl Quota {
     /// The group of the conversation working in `workspace` (made, and
-    /// its limits written when made or changed), or `None` when no limit is asked
-    /// or none can be enforced here (said at start).
+    /// its limits written when made or changed), or `None` when no limit
+    /// is asked or none can be enforced here (said at start).
     pub fn open(backend: &Backend, workspace: &Path, limits: &Limits) -> io::Result<Option<Quota>> {
         let Some(version) = backend.version else {
             return Ok(None);
@@ -628,13 +629,7 @@ impl Quota {
         let (Some(dir), Some(procs)) = (self.v2_dir(), self.procs.first()) else {
             return Ok(None);
         };
-        let procs: OwnedFd = procs.try_clone()?.into();
-        Ok(Some(Cgroup {
-            dir: fs::File::open(dir)?.into(),
-            enter: Hook::new(vec![procs], |fds| {
-                fds.iter().try_for_each(|fd| super::cgroup::enter(*fd))
-            }),
-        }))
+        super::cgroup::start_in(fs::File::open(dir)?.into(), procs).map(Some)
     }
 
     /// On cgroup v1, what the child runs before exec to join the
@@ -651,9 +646,7 @@ impl Quota {
             .iter()
             .map(|file| file.try_clone().map(OwnedFd::from))
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(Some(Hook::new(procs, |fds| {
-            fds.iter().try_for_each(|fd| super::cgroup::enter(*fd))
-        })))
+        Ok(Some(super::cgroup::enter_hook(procs)))
     }
 
     /// The group's counters now (what cannot be read counts as 0).

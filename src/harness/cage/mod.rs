@@ -215,9 +215,9 @@ pub fn limits_status(limits: &Limits) -> Result<(bool, String), ContainError> {
 /// cgroup, a sentence saying so and what makes them quick; `None` when
 /// they do not: no containment cgroup (v1 limits are joined by a move of
 /// the child's only thread, which takes no lock), each harness cloned
-/// into its cgroup v2, or a hierarchy mounted with `favordynmods`. For the log at start and
-/// `doctor`: the wait is the host's setting, and only its operator can
-/// change it.
+/// into its cgroup v2, or a hierarchy mounted with `favordynmods`. For
+/// the log at start and `doctor`: the wait is the host's setting, and
+/// only its operator can change it.
 pub fn slow_launches() -> Option<String> {
     let cage = cage().ok()?;
     // Only a move into a cgroup v2 takes the lock (v1 limits are joined

@@ -166,49 +166,41 @@ unsafe fn raw(
     -libc::c_long::from(libc::ENOSYS)
 }
 
-/// Whether a child can be cloned into the cgroup v2 folder open as
-/// `cgroup` here (a throwaway child that exits at once): asked as the
-/// cage starts, so that what the log says of launches is known before the
-/// first. A refusal is remembered as every later one is.
-pub fn probe(cgroup: RawFd) -> bool {
+/// Ask the kernel whether a child can be cloned into the cgroup v2
+/// folder open as `cgroup` (a throwaway child that exits at once), as the
+/// cage starts, so that [`usable`], and what the log and `doctor` say of
+/// launches, are known before the first. A refusal is remembered as
+/// every later one is.
+pub fn probe(cgroup: RawFd) {
     extern "C" fn exit_at_once(_: *mut c_void) -> c_int {
         // SAFETY: ends the child; nothing else is touched.
         unsafe { libc::_exit(0) }
     }
     let mut stack = vec![0u8; 16 * 1024];
-    let mut pidfd: c_int = -1;
-    // SAFETY: the child only exits, with every signal blocked (no handler
-    // of the bridge's runs on its stack); the stack outlives the held
-    // clone; the mask is restored after.
+    let mut unused: c_int = -1;
+    let blocked = super::SignalsBlocked::new();
+    // SAFETY: the child only exits, with every signal blocked; the stack
+    // outlives the held clone.
     let cloned = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let cloned = clone_into(
+        clone_into(
             exit_at_once,
             std::ptr::null_mut(),
             &mut stack,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD,
-            &mut pidfd,
+            libc::CLONE_VM | libc::CLONE_VFORK,
+            &mut unused,
             cgroup,
-        );
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        cloned
+        )
     };
+    drop(blocked);
     match cloned {
         Some(Ok(pid)) => {
-            // SAFETY: the pidfd the clone stored, owned here from now on.
-            drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) });
             let mut status = 0;
             // SAFETY: waits for (and reaps) the child made here.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            true
+            while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+                && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+            {}
         }
-        Some(Err(e)) => {
-            tracing::info!("a probe could not be cloned into a cgroup: {e}");
-            false
-        }
-        None => false,
+        Some(Err(e)) => tracing::info!("a probe could not be cloned into a cgroup: {e}"),
+        None => {}
     }
 }

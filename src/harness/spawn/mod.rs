@@ -203,7 +203,7 @@ struct Plan {
     cgroup: Option<OwnedFd>,
     /// The clone put the child in its cgroup: it skips the first hook
     /// (the cgroup's `enter`).
-    placed: bool,
+    born_in_cgroup: bool,
     /// The numbers the child's descriptors have in the child, filled in
     /// just before the clone.
     numbers: Numbers,
@@ -253,9 +253,9 @@ pub type Around = fn(&mut dyn FnMut() -> io::Result<libc::pid_t>) -> io::Result<
 /// The `clone` is made on one of the bridge's spawner threads, never on
 /// a runtime worker: the steps before `exec` can take milliseconds (a
 /// move into a cgroup, where the clone cannot place the child, waits for
-/// the kernel), during which the thread that cloned is held. The spawner threads live as long as
-/// the bridge, so the parent-death signal (which follows the thread that
-/// cloned) means the bridge has ended.
+/// the kernel), during which the thread that cloned is held. The spawner
+/// threads live as long as the bridge, so the parent-death signal (which
+/// follows the thread that cloned) means the bridge has ended.
 pub async fn spawn(request: Request<'_>, method: Method) -> io::Result<Spawned> {
     let (plan, (stdin, stdout, stderr)) = plan(request)?;
     let process = Spawner::get()?.start(plan, method).await?;
@@ -327,7 +327,7 @@ fn plan(request: Request<'_>) -> io::Result<(Plan, ParentEnds)> {
         hooks,
         around: request.around,
         cgroup,
-        placed: false,
+        born_in_cgroup: false,
         numbers: Numbers::default(),
     };
     Ok((plan, (stdin_parent, stdout_parent, stderr_parent)))
@@ -427,6 +427,36 @@ fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> usize {
     got
 }
 
+/// Every signal blocked on the calling thread until dropped: a child
+/// cloned meanwhile starts with them blocked, so no handler of the
+/// bridge's runs in it (on memory it may share) before it has set its
+/// own.
+struct SignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl SignalsBlocked {
+    fn new() -> SignalsBlocked {
+        // SAFETY: plain calls on local sigsets (a zeroed one is valid).
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            SignalsBlocked { old }
+        }
+    }
+}
+
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `new`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        }
+    }
+}
+
 /// `clone` the child onto `stack` with every signal blocked in the
 /// calling thread (restored after): the child's pid and pidfd.
 fn clone_child(
@@ -434,14 +464,9 @@ fn clone_child(
     stack: &mut [u8],
     method: Method,
 ) -> io::Result<(libc::pid_t, OwnedFd)> {
-    let mut all: libc::sigset_t;
-    // SAFETY: plain calls on local sigsets; the old mask is saved in the
-    // plan for the child to restore, and restored here after the clone.
-    unsafe {
-        all = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut plan.mask);
-    }
+    let blocked = SignalsBlocked::new();
+    // The child restores the bridge's mask once its handlers are reset.
+    plan.mask = blocked.old;
     let shared = match method {
         Method::Vfork => libc::CLONE_VM | libc::CLONE_VFORK,
         Method::Fork => 0,
@@ -454,7 +479,7 @@ fn clone_child(
     let mut pidfd: c_int = -1;
     let into = plan.cgroup.as_ref().map(AsRawFd::as_raw_fd);
     // Read by the child: set before the clone, cleared if it is refused.
-    plan.placed = into.is_some();
+    plan.born_in_cgroup = into.is_some();
     let arg = plan as *mut Plan as *mut c_void;
     // SAFETY: `child` runs on `stack`, which lives past the call (the
     // parent is held until the child has called `exec` or exited when the
@@ -471,7 +496,7 @@ fn clone_child(
         )
     });
     let cloned = cloned.unwrap_or_else(|| {
-        plan.placed = false;
+        plan.born_in_cgroup = false;
         // The stack grows down from its end, aligned to 16 bytes.
         let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
         // SAFETY: as above.
@@ -490,10 +515,7 @@ fn clone_child(
             Ok(pid)
         }
     });
-    // SAFETY: restores the mask saved above.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
-    }
+    drop(blocked);
     let pid = cloned?;
     // SAFETY: with CLONE_PIDFD the kernel stored a new descriptor there.
     Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
@@ -578,8 +600,9 @@ fn prepare(plan: &mut Plan) -> io::Result<()> {
         }
         check(libc::chdir(plan.cwd.as_ptr()))?;
     }
-    let placed = usize::from(plan.placed);
-    for (hook, fds) in plan.hooks.iter_mut().zip(&plan.numbers.hooks).skip(placed) {
+    // A child the clone put in its cgroup skips the cgroup's `enter`.
+    let skip = usize::from(plan.born_in_cgroup);
+    for (hook, fds) in plan.hooks.iter_mut().zip(&plan.numbers.hooks).skip(skip) {
         (hook.step)(fds)?;
     }
     // SAFETY: restores the caller's signal mask, saved before the clone.

@@ -21,7 +21,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
-use super::{Numbers, Plan};
+use super::{Numbers, Plan, SignalsBlocked};
 
 /// Slots per spawner thread: three streams, the report pipe, and the
 /// cage's descriptors (up to three cgroup v1 hierarchies, the turn's
@@ -260,25 +260,19 @@ fn unshares_below(below: c_uint) -> bool {
     };
     let mut stack = vec![0u8; 64 * 1024];
     let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
-    let mut all: libc::sigset_t;
-    let mut old: libc::sigset_t;
-    // SAFETY: the child runs `probe` on `stack` with every signal blocked
-    // (no handler of the bridge runs in it), the parent held until it
-    // exits; it makes two system calls and returns, which ends it.
+    let blocked = SignalsBlocked::new();
+    // SAFETY: the child runs `probe` on `stack` with every signal blocked,
+    // the parent held until it exits; it makes two system calls and
+    // returns, which ends it.
     let pid = unsafe {
-        all = std::mem::zeroed();
-        old = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let pid = libc::clone(
+        libc::clone(
             probe,
             top as *mut c_void,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD,
             (&mut arg as *mut Probe).cast(),
-        );
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        pid
+        )
     };
+    drop(blocked);
     if pid < 0 {
         return false;
     }
