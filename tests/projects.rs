@@ -890,34 +890,9 @@ async fn put_away_after_a_week(
     }
     let worktree = workspace_of(&serve.workspaces(), conversation);
     meddle(&worktree);
-    let own = repo.join(".git/harness-bridge");
-    let records: Vec<PathBuf> = std::fs::read_dir(&own)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "worktree"))
-        .collect();
-    assert_eq!(records.len(), 1, "{records:?}");
     let week_and_a_day = Duration::from_secs(8 * 24 * 3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&records[0])
-        .unwrap()
-        .set_modified(std::time::SystemTime::now() - week_and_a_day)
-        .unwrap();
     let env = [("PATH", path_with(&_dir.path().join("tools")))];
-    let serve = serve.restart(&env).await;
-    // The record goes last, once the files are gone and the `.away` note
-    // is written: the put-away is over.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while records[0].exists() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        let log = serve.log.lock().unwrap().join("\n");
-        panic!("the idle worktree is put away at serve's start; serve said:\n{log}")
-    });
+    let serve = serve.restart_after_idle(&repo, week_and_a_day, &env).await;
     (Setup { serve, repo, _dir }, worktree)
 }
 
@@ -1920,5 +1895,54 @@ async fn codex_resumes_its_session_on_the_instance_that_takes_the_conversation_o
             .contains("Codex adds alpha"),
         "the resumed session did not hold the first turn: {}",
         requests[asked]["input"]
+    );
+}
+
+/// The peak resident memory of process `pid`, in bytes (`VmHWM`).
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM");
+    kb * 1024
+}
+
+/// A turn that writes a 96 MiB text file: the person gets the summary
+/// and the diff cut at its bound, and the bridge reads no more of git's
+/// answer than that (its peak memory grows by far less than the diff).
+#[tokio::test]
+async fn a_huge_diff_is_cut_where_the_bridge_stops_reading_it() {
+    let Setup { serve, _dir, .. } = serve_with_project().await;
+    let warm = serve.results(turn("hal", "WRITE:alpha", "web")).await;
+    assert_eq!(terminal(&warm)["type"], "run.completed", "{warm:#?}");
+    let pid = serve.child.id().expect("serve runs");
+    let before = peak_memory(pid);
+    let text = "SH:[yes 'a line of text the agent wrote, over and over, to make a diff that is large' \
+                | head -c 100663296 > big.txt]";
+    let huge = serve.results(turn("hal", text, "web")).await;
+    assert_eq!(terminal(&huge)["type"], "run.completed", "{huge:#?}");
+    let told = summary_of(&huge);
+    assert!(told.contains("big.txt (+"), "{told}");
+    let file = of_type(&huge, "artifact.created")
+        .into_iter()
+        .find(|r| {
+            r["data"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(".diff"))
+        })
+        .unwrap_or_else(|| panic!("the diff is sent as a file: {huge:#?}"));
+    let size = file["data"]["size_bytes"].as_u64().unwrap_or_default();
+    assert!(
+        (8 * 1024 * 1024..9 * 1024 * 1024).contains(&size),
+        "the diff sent is {size} bytes"
+    );
+    let grew = peak_memory(pid).saturating_sub(before);
+    assert!(
+        grew < 80 * 1024 * 1024,
+        "the bridge's peak memory grew by {} MiB for a 96 MiB diff",
+        grew / (1024 * 1024)
     );
 }

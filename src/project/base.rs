@@ -31,7 +31,8 @@ impl Project {
             return None;
         }
         // The main worktree: its git folder is the repository's own.
-        let status = Git::worktree(&self.common_dir, &self.common_dir, checkout)
+        let status = Git::bare(&self.common_dir)
+            .with_work_tree(checkout)
             .run(&["status", "--porcelain", "--untracked-files=no"])
             .await;
         let changed = match status {

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use super::watch::{Handover, Watch};
@@ -19,8 +18,9 @@ use super::{GitError, ProjectError};
 
 /// Largest diff sent with a summary; past it the file says where it was cut.
 const MAX_DIFF_BYTES: usize = 8 * 1024 * 1024;
-/// Largest worktree index copied for a snapshot.
-const MAX_INDEX_BYTES: u64 = 256 * 1024 * 1024;
+/// Most of git's answer to [`DIFF`] read: the files' counts, then the
+/// patch up to [`MAX_DIFF_BYTES`]. Past it git is stopped, unread.
+const MAX_LOOK_BYTES: usize = 2 * MAX_DIFF_BYTES;
 /// How git writes the bridge's own index: without the checksum of its
 /// whole content (git 2.40 and later; an older git ignores it), which no
 /// one but the bridge reads (a quarter of a turn's look at 10,000 files).
@@ -92,24 +92,22 @@ pub struct Changes {
     pub commits: Vec<String>,
     /// The whole diff, cut past [`MAX_DIFF_BYTES`].
     pub diff: Vec<u8>,
-    /// Why the turn's commits could not be carried, when they could not.
-    pub not_carried: Option<String>,
+    /// What else the person should hear: why the turn's commits could
+    /// not be taken in or carried, a record the agent broke and mended.
+    pub notes: Vec<String>,
 }
 
 impl Checkout {
-    /// The worktree as it is now (every file read that changed since the
-    /// bridge's index last saw it).
-    pub async fn snapshot(&self) -> Result<Snapshot, ProjectError> {
+    /// The worktree's files as they are now, as a tree (every file read
+    /// that changed since the bridge's index last saw it), read through
+    /// the bridge's own repository for the worktree.
+    pub(super) async fn snapshot_tree(&self) -> Result<String, ProjectError> {
         let index = self.own_index().map_err(|e| self.index_failed(e))?;
-        let git = self.git().with_index(&index);
-        let (added, head) = tokio::join!(
-            git.run(&[OWN_INDEX[0], OWN_INDEX[1], "add", "--all", "--", "."]),
-            self.head()
-        );
-        added.map_err(|e| self.at_git(e))?;
-        let head = head?;
-        let tree = self.tree_of(&git, &index).await?;
-        Ok(Snapshot { tree, head })
+        let git = self.worktree_git().with_index(&index);
+        git.run(&[OWN_INDEX[0], OWN_INDEX[1], "add", "--all", "--", "."])
+            .await
+            .map_err(|e| self.at_git(e))?;
+        self.tree_of(&git, &index).await
     }
 
     /// The worktree as it is now, from `before` and the paths a watch
@@ -132,13 +130,15 @@ impl Checkout {
             return Ok((After::Known(unchanged), None));
         }
         let index = self.own_index().map_err(|e| self.index_failed(e))?;
-        let mut env = self.bridge_git_env();
-        env.extend(FEW_PATHS.map(|(k, v)| (k.to_string(), v.to_string())));
-        let git = self.git().with_env(env).with_index(&index);
+        let env = FEW_PATHS
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .to_vec();
+        let git = self.worktree_git().with_env(env).with_index(&index);
         let seen = index_seen(&index);
         if let Err(e) = self.stage(&git, paths).await {
             tracing::debug!(error = %e, "git looks at the whole worktree");
-            return Ok((After::Known(self.snapshot().await?), None));
+            let tree = self.snapshot_tree().await?;
+            return Ok((After::Known(Snapshot { tree, head }), None));
         }
         if index_seen(&index) == seen {
             // git left its index as it was: nothing the paths hold changed.
@@ -147,7 +147,7 @@ impl Checkout {
         }
         let mut args = DIFF.to_vec();
         args.extend(["--cached", &before.tree]);
-        let look = Look::parse(git.run(&args).await.map_err(|e| self.at_git(e))?);
+        let look = Look::read(&git, &args).await.map_err(|e| self.at_git(e))?;
         if look.files.is_empty() && look.diff.is_empty() {
             // The index holds the tree as it was before.
             let unchanged = Snapshot {
@@ -256,24 +256,6 @@ impl Checkout {
         ))
     }
 
-    /// The commit the worktree's HEAD names: read from its record when it
-    /// is a commit id, as the bridge leaves it and a commit moves it;
-    /// asked of git when the harness made it a name.
-    pub(super) async fn head(&self) -> Result<String, ProjectError> {
-        let recorded = std::fs::read_to_string(self.admin.join("HEAD")).unwrap_or_default();
-        let recorded = recorded.trim();
-        if recorded.len() >= 40 && recorded.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(recorded.to_string());
-        }
-        self.git()
-            .line(&["rev-parse", "--verify", "HEAD^{commit}"])
-            .await
-            .map_err(|source| ProjectError::Git {
-                name: self.project.clone(),
-                source,
-            })
-    }
-
     /// The worktree before a turn: as the last turn left it (kept by the
     /// bridge where the harness cannot write), or, before the first, the
     /// branch's commit as checked out. Between turns nothing runs in it,
@@ -306,25 +288,17 @@ impl Checkout {
             }
             return Ok(kept);
         }
-        let out = self
-            .git()
-            .line(&["rev-parse", "HEAD^{tree}", "HEAD^{commit}"])
+        // HEAD was made a commit of the repository as the turn began.
+        let head = self
+            .head_commit()
             .await
-            .map_err(|source| ProjectError::Git {
-                name: self.project.clone(),
-                source,
-            })?;
-        let mut ids = out.split_whitespace();
-        match (ids.next(), ids.next()) {
-            (Some(tree), Some(head)) => Ok(Snapshot {
-                tree: tree.into(),
-                head: head.into(),
-            }),
-            _ => Err(ProjectError::Workspace {
-                name: self.project.clone(),
-                why: format!("git named no commit for the worktree's HEAD: {out}"),
-            }),
-        }
+            .map_err(|why| self.fail(why.to_string()))?;
+        let tree = self
+            .own_git()
+            .line(&["rev-parse", "--verify", &format!("{head}^{{tree}}")])
+            .await
+            .map_err(|e| self.at_git(e))?;
+        Ok(Snapshot { tree, head })
     }
 
     /// Once the state the last turn left is kept (its tree is written after
@@ -347,11 +321,14 @@ impl Checkout {
             .map(|kept| kept.head)
     }
 
-    /// What changed since `before`; `None` when nothing did. The state
-    /// after is kept as the next turn's before.
+    /// What changed since `before`; `None` when nothing did and there is
+    /// nothing to say. The commits the harness made are taken in first
+    /// ([`Checkout::settle_head`]). The state after is kept as the next
+    /// turn's before.
     pub async fn changes_since(&self, before: &Snapshot) -> Result<Option<Changes>, ProjectError> {
         let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let head = self.head().await?;
+        let (head, note) = self.settle_head(&before.head).await?;
+        let notes: Vec<String> = note.into_iter().collect();
         // A turn that moved the branch is looked at whole: every commit's
         // content is then in the summary, whatever a watch missed.
         let watched = watch
@@ -360,31 +337,44 @@ impl Checkout {
             .filter(|_| head == before.head);
         let (after, looked) = match watched {
             Some(paths) => self.look_at(before, head, &paths).await?,
-            None => (After::Known(self.snapshot().await?), None),
+            None => {
+                let tree = self.snapshot_tree().await?;
+                (After::Known(Snapshot { tree, head }), None)
+            }
         };
         let after = match self.keep_after(after, watch) {
-            Some(after) if after == *before => return Ok(None),
+            Some(after) if after == *before => {
+                return Ok((!notes.is_empty()).then(|| Changes {
+                    branch: self.branch.clone(),
+                    files: Vec::new(),
+                    commits: Vec::new(),
+                    diff: Vec::new(),
+                    notes,
+                }));
+            }
             Some(after) => after,
             // Its tree is being written: the look says what changed, and
             // the branch did not move.
             None => before.clone(),
         };
         let moved = after.head != before.head;
-        let not_carried = match moved {
-            true => self.take_in(&after.head).await?,
-            false => None,
-        };
-        let git = self.git();
+        let git = self.own_git();
         let mut diff_args = DIFF.to_vec();
         diff_args.extend([before.tree.as_str(), after.tree.as_str()]);
         let range = format!("{}..{}", before.head, after.head);
-        let log_args = ["log", "--no-decorate", "--format=%h %s", &range];
+        let log_args = [
+            "log",
+            "--no-decorate",
+            "--no-show-signature",
+            "--format=%h %s",
+            &range,
+        ];
         // The questions left for git at once: a turn waits for the slowest.
         let (look, log) = tokio::join!(
             async {
                 match looked {
                     Some(look) => Ok(look),
-                    None => git.run(&diff_args).await.map(Look::parse),
+                    None => Look::read(&git, &diff_args).await,
                 }
             },
             async {
@@ -394,7 +384,7 @@ impl Checkout {
                 }
             }
         );
-        let Look { files, mut diff } = look.map_err(|e| self.at_git(e))?;
+        let Look { files, diff } = look.map_err(|e| self.at_git(e))?;
         let mut commits: Vec<String> = match log.map_err(|e| self.at_git(e))? {
             Some(log) => String::from_utf8_lossy(&log)
                 .lines()
@@ -403,50 +393,25 @@ impl Checkout {
             None => Vec::new(),
         };
         commits.reverse();
-        if diff.len() > MAX_DIFF_BYTES {
-            let total = diff.len();
-            diff.truncate(MAX_DIFF_BYTES);
-            diff.extend(
-                format!("\n[the diff was cut here: it is {total} bytes, over {MAX_DIFF_BYTES}]\n")
-                    .as_bytes(),
-            );
-        }
         Ok(Some(Changes {
             branch: self.branch.clone(),
             files,
             commits,
             diff,
-            not_carried,
+            notes,
         }))
     }
 
     /// The bridge's own index for this worktree, kept between turns in
     /// the repository's git folder (which the harness cannot write), so a
     /// snapshot reads again only the files that changed since the last.
-    /// The first is a copy of the worktree's index, when that is a plain
-    /// file (the harness can replace it with anything, a link included).
+    /// The first is the one the bridge's checkout wrote; the worktree's
+    /// own index is the harness's, and never read.
     fn own_index(&self) -> std::io::Result<PathBuf> {
-        let dir = self.own_dir();
-        let own = self.own_index_path();
-        if std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file()) {
-            return Ok(own);
-        }
-        std::fs::create_dir_all(&dir)?;
-        let from = self.admin.join("index");
-        if let Ok(meta) = std::fs::symlink_metadata(&from)
-            && meta.is_file()
-            && meta.len() <= MAX_INDEX_BYTES
-        {
-            let mut bytes = Vec::new();
-            std::fs::File::open(&from)?
-                .take(MAX_INDEX_BYTES)
-                .read_to_end(&mut bytes)?;
-            let mut file = tempfile::NamedTempFile::new_in(&dir)?;
-            std::io::Write::write_all(&mut file, &bytes)?;
-            file.persist(&own).map_err(|e| e.error)?;
-        }
-        // No usable index: git builds one from the files (slower, once).
-        Ok(own)
+        std::fs::create_dir_all(self.own_dir())?;
+        // None yet (a worktree made before the bridge kept one): git
+        // builds one from the files (slower, once).
+        Ok(self.own_index_path())
     }
 }
 
@@ -468,7 +433,7 @@ impl Checkout {
         std::fs::write(self.kept_path(), state.text())
     }
 
-    fn own_index_path(&self) -> PathBuf {
+    pub(super) fn own_index_path(&self) -> PathBuf {
         let name = self.admin.file_name().unwrap_or_default();
         self.own_dir().join(name).with_extension("index")
     }
@@ -514,9 +479,19 @@ impl Changes {
             .fold((0, 0), |(a, r), (fa, fr)| (a + fa, r + fr))
     }
 
+    /// Whether the turn changed nothing and there is only something to
+    /// say ([`Changes::notes`]).
+    pub fn is_only_notes(&self) -> bool {
+        self.files.is_empty() && self.commits.is_empty() && self.diff.is_empty()
+    }
+
     /// The summary the person reads: the branch, the files with their
-    /// lines, the new commits, and where the whole diff is.
+    /// lines, the new commits, and where the whole diff is; or only the
+    /// notes, when nothing changed.
     pub fn summary(&self, diff_name: Option<&str>) -> String {
+        if self.is_only_notes() {
+            return self.notes.join("\n");
+        }
         let (added, removed) = self.totals();
         let n = self.files.len();
         let mut text = format!(
@@ -547,8 +522,8 @@ impl Changes {
         if let Some(name) = diff_name {
             let _ = write!(text, "\nThe whole diff is in {name}.");
         }
-        if let Some(why) = &self.not_carried {
-            let _ = write!(text, "\n{why}");
+        for note in &self.notes {
+            let _ = write!(text, "\n{note}");
         }
         text
     }
@@ -562,6 +537,21 @@ struct Look {
 }
 
 impl Look {
+    /// git's answer to `args` (a [`DIFF`]), read up to [`MAX_LOOK_BYTES`]:
+    /// a patch past it is cut where git was stopped.
+    async fn read(git: &super::git::Git, args: &[&str]) -> Result<Look, GitError> {
+        let answer = git.run_capped(args, MAX_LOOK_BYTES).await?;
+        let mut look = Look::parse(answer.bytes);
+        if answer.cut || look.diff.len() > MAX_DIFF_BYTES {
+            look.diff.truncate(MAX_DIFF_BYTES);
+            look.diff.extend(
+                format!("\n[the diff was cut here: it is over {MAX_DIFF_BYTES} bytes]\n")
+                    .as_bytes(),
+            );
+        }
+        Ok(look)
+    }
+
     /// `-z`'s counts end with an empty entry before the patch: the first
     /// two NULs in a row (no path is empty, and none holds a NUL).
     fn parse(mut out: Vec<u8>) -> Look {
@@ -756,7 +746,7 @@ mod tests {
             files: parse_numstat(b"3\t1\tsrc/a.rs\0-\t-\tlogo.png\0"),
             commits: vec!["abc1234 Fix the greeting".into()],
             diff: Vec::new(),
-            not_carried: None,
+            notes: Vec::new(),
         };
         assert_eq!(
             changes.summary(Some("changes.diff")),

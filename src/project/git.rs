@@ -1,13 +1,18 @@
 //! The one place the bridge runs git.
 //!
-//! A harness may write its worktree, the objects and its worktree's own
-//! git folder, so git here reads nothing that could make the bridge run a
-//! program of the harness's choice: the folders are given by variables
-//! (never found from the worktree's `.git` file, which the harness can
-//! rewrite), hooks and fsmonitor are off, external diff drivers and text
-//! conversions are not used, and only the repository's own configuration
-//! is read (not the system's or the bridge user's). Every call is bounded
-//! in time.
+//! A harness may write its worktree, its own object folder and its
+//! worktree's record in the repository (`worktrees/<name>`), so git here
+//! reads nothing it wrote that could make the bridge run a program or read
+//! outside the project: a worktree's files are read through the bridge's
+//! own repository for it ([`super::private`]), whose configuration is the
+//! bridge's (no filter, driver, signature program, include or hook); the
+//! record's HEAD is read by the bridge itself, checked, never followed
+//! ([`super::record`]); the harness's objects come in only through a
+//! copy that follows no link ([`super::intake`]). The repository's own
+//! configuration is read only for calls on the repository alone (refs,
+//! fetch, push), never the system's or the bridge user's; hooks and
+//! fsmonitor are off everywhere. Every call is bounded in time, and an
+//! answer can be bounded in size.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -42,7 +47,6 @@ pub enum GitError {
 #[derive(Debug, Clone)]
 pub struct Git {
     git_dir: PathBuf,
-    common_dir: Option<PathBuf>,
     work_tree: Option<PathBuf>,
     index: Option<PathBuf>,
     /// Variables a call needs beyond the safe ones (a push's credentials).
@@ -50,26 +54,21 @@ pub struct Git {
 }
 
 impl Git {
-    /// The repository alone: refs, objects, worktrees' records.
-    pub fn bare(common_dir: &Path) -> Git {
+    /// The repository alone: refs, objects.
+    pub fn bare(git_dir: &Path) -> Git {
         Git {
-            git_dir: common_dir.to_path_buf(),
-            common_dir: None,
+            git_dir: git_dir.to_path_buf(),
             work_tree: None,
             index: None,
             env: Vec::new(),
         }
     }
 
-    /// A linked worktree: its own git folder (`worktrees/<name>`) in the
-    /// repository's, and its files.
-    pub fn worktree(admin: &Path, common_dir: &Path, work_tree: &Path) -> Git {
+    /// The same, with `work_tree`'s files as its worktree.
+    pub fn with_work_tree(&self, work_tree: &Path) -> Git {
         Git {
-            git_dir: admin.to_path_buf(),
-            common_dir: Some(common_dir.to_path_buf()),
             work_tree: Some(work_tree.to_path_buf()),
-            index: None,
-            env: Vec::new(),
+            ..self.clone()
         }
     }
 
@@ -100,11 +99,37 @@ impl Git {
 
     /// Run `git args…`; its standard output.
     pub async fn run(&self, args: &[&str]) -> Result<Vec<u8>, GitError> {
+        output(self.command(args), args.join(" "), None)
+            .await
+            .map(|out| out.bytes)
+    }
+
+    /// Run `git args…` and read at most `cap` bytes of its output: past
+    /// them git is stopped, and what was read is said to be cut.
+    pub async fn run_capped(&self, args: &[&str], cap: usize) -> Result<Capped, GitError> {
+        output(self.command(args), args.join(" "), Some(cap)).await
+    }
+
+    /// Run `git args…` with `input` on its standard input; its output.
+    pub async fn run_with_input(&self, args: &[&str], input: Vec<u8>) -> Result<Vec<u8>, GitError> {
+        let mut command = self.command(args);
+        command.stdin(Stdio::piped());
+        let shown = args.join(" ");
+        let mut child = command.spawn().map_err(GitError::Spawn)?;
+        let stdin = child.stdin.take();
+        let feed = async move {
+            if let Some(mut stdin) = stdin {
+                // git may stop reading early (and say why on stderr).
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut stdin, &input).await;
+            }
+        };
+        let (_, out) = tokio::join!(feed, collect(child, shown, None));
+        out.map(|out| out.bytes)
+    }
+
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut command = safe_command();
         command.env("GIT_DIR", &self.git_dir).args(args);
-        if let Some(common) = &self.common_dir {
-            command.env("GIT_COMMON_DIR", common);
-        }
         if let Some(work_tree) = &self.work_tree {
             command
                 .env("GIT_WORK_TREE", work_tree)
@@ -116,7 +141,7 @@ impl Git {
             command.env("GIT_INDEX_FILE", index);
         }
         command.envs(self.env.iter().map(|(k, v)| (k, v)));
-        output(command, args.join(" ")).await
+        command
     }
 
     /// Run and read the output as one trimmed line of text.
@@ -168,30 +193,91 @@ fn safe_command() -> tokio::process::Command {
     command
 }
 
+/// A git answer read up to a cap.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Capped {
+    /// What was read: all of it, or the first `cap` bytes.
+    pub bytes: Vec<u8>,
+    /// Whether git had more to say (and was stopped).
+    pub cut: bool,
+}
+
+/// The most of git's standard error kept: its last lines say why.
+const MAX_STDERR_BYTES: usize = 64 * 1024;
+
 /// Run a git command to its end (bounded by [`TIMEOUT`]); its standard
-/// output, or git's last words.
-async fn output(mut command: tokio::process::Command, shown: String) -> Result<Vec<u8>, GitError> {
+/// output (up to `cap` bytes, when given), or git's last words.
+async fn output(
+    mut command: tokio::process::Command,
+    shown: String,
+    cap: Option<usize>,
+) -> Result<Capped, GitError> {
     let child = command.spawn().map_err(GitError::Spawn)?;
-    let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+    collect(child, shown, cap).await
+}
+
+/// Read a started git's output (up to `cap` bytes) and its last words,
+/// and wait for it, all bounded by [`TIMEOUT`]. Past the cap git is
+/// killed: what it would still say is never read nor held.
+async fn collect(
+    mut child: tokio::process::Child,
+    shown: String,
+    cap: Option<usize>,
+) -> Result<Capped, GitError> {
+    use tokio::io::AsyncReadExt as _;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(GitError::Spawn(std::io::Error::other(
+            "git's output was not piped",
+        )));
+    };
+    let read_out = async move {
+        let limit = cap.map_or(u64::MAX, |cap| cap as u64 + 1);
+        let mut bytes = Vec::new();
+        stdout.take(limit).read_to_end(&mut bytes).await?;
+        let cut = cap.is_some_and(|cap| bytes.len() > cap);
+        if let Some(cap) = cap {
+            bytes.truncate(cap);
+        }
+        Ok::<_, std::io::Error>(Capped { bytes, cut })
+    };
+    let read_err = async move {
+        let mut bytes = Vec::new();
+        let _ = stderr
+            .take(MAX_STDERR_BYTES as u64)
+            .read_to_end(&mut bytes)
+            .await;
+        bytes
+    };
+    let run = async {
+        let (out, err) = tokio::join!(read_out, read_err);
+        let out = out.map_err(GitError::Spawn)?;
+        if out.cut {
+            // Stopped at the cap: its exit says nothing of the answer.
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Ok(out);
+        }
+        let status = child.wait().await.map_err(GitError::Spawn)?;
+        if !status.success() {
+            let stderr = String::from_utf8_lossy(&err);
+            let said: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            let said = said[said.len().saturating_sub(3)..].join("; ");
+            return Err(GitError::Failed {
+                args: shown.clone(),
+                said: if said.is_empty() {
+                    format!("exit {status}")
+                } else {
+                    said
+                },
+            });
+        }
+        Ok(out)
+    };
+    tokio::time::timeout(TIMEOUT, run)
         .await
         .map_err(|_| GitError::TimedOut {
             args: shown.clone(),
         })?
-        .map_err(GitError::Spawn)?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let said: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-        let said = said[said.len().saturating_sub(3)..].join("; ");
-        return Err(GitError::Failed {
-            args: shown,
-            said: if said.is_empty() {
-                format!("exit {}", output.status)
-            } else {
-                said
-            },
-        });
-    }
-    Ok(output.stdout)
 }
 
 /// Clone `url` into `dest` (a folder that does not exist yet), with
@@ -204,20 +290,13 @@ pub async fn clone(url: &str, dest: &Path, env: Vec<(String, String)>) -> Result
     if let Some(parent) = dest.parent() {
         command.current_dir(parent);
     }
-    output(command, args.join(" ")).await.map(drop)
+    output(command, args.join(" "), None).await.map(drop)
 }
 
 /// The git folder that holds a repository's objects and refs (its
 /// `.git`), found from the operator's folder once at start.
 pub async fn common_dir(repository: &Path) -> Result<PathBuf, GitError> {
-    let git = Git {
-        git_dir: repository.join(".git"),
-        common_dir: None,
-        work_tree: None,
-        index: None,
-        env: Vec::new(),
-    };
-    let dir = git
+    let dir = Git::bare(&repository.join(".git"))
         .line(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
         .await?;
     Ok(PathBuf::from(dir))

@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use super::BRIDGE_DIR;
 use super::git::Git;
-use super::own::{OWN_OBJECTS, remove_if_there};
+use super::own::{OWN_OBJECTS, TakenIn, remove_if_there};
 use super::worktree::{MADE, admin_name, write_replacing};
 use super::{Checkout, Project, ProjectError};
 
@@ -95,21 +95,12 @@ impl Project {
             tracing::warn!(record = %record.display(), "a worktree record names another folder; it is left alone");
             return Ok(false);
         }
-        let checkout = Checkout {
-            project: self.name.clone(),
-            common_dir: self.common_dir.clone(),
-            admin: self.common_dir.join("worktrees").join(name),
-            work_tree,
-            branch: branch.to_string(),
-            notes: Vec::new(),
-            carry: self.carry.clone(),
-            in_use: None,
-            watch: Default::default(),
-            kept_watches: self.watches.clone(),
-        };
+        let checkout = Checkout::of(self, &work_tree, branch.to_string());
         let fail = |e: std::io::Error| checkout.fail(format!("cannot put the worktree away: {e}"));
         let Ok(folder) = std::fs::File::open(&checkout.work_tree) else {
-            // Its folder is gone with its conversation: so is the worktree.
+            // Its folder is gone with its conversation: so is the
+            // worktree, its record and the bridge's repository for it.
+            checkout.remove_records().map_err(fail)?;
             remove_if_there(record).map_err(fail)?;
             return Ok(false);
         };
@@ -120,17 +111,16 @@ impl Project {
         if !idle(record, retention) {
             return Ok(false);
         }
-        if !checkout.is_made() {
+        if !checkout.has_record() {
             remove_if_there(record).map_err(fail)?;
             return Ok(false);
         }
         let last_turn = std::fs::metadata(record)
             .and_then(|m| m.modified())
             .map_err(fail)?;
+        checkout.ready_private()?;
         checkout.keep_changes(self).await?;
-        let records = checkout.take_records().await?;
         checkout.remove_files().map_err(fail)?;
-        drop(records);
         let last_turn = unix_seconds(last_turn);
         write_replacing(&checkout.away_path(), &format!("{last_turn}\n")).map_err(fail)?;
         remove_if_there(record).map_err(fail)?;
@@ -185,51 +175,61 @@ impl Checkout {
     }
 
     /// The commits and the changes not committed of a worktree about to
-    /// be put away, kept in the repository.
+    /// be put away, kept in the repository: commits no turn's end took in
+    /// are taken in (or, when they cannot be, HEAD goes back where the
+    /// bridge last saw it), and the files as they are become a commit of
+    /// the bridge's on HEAD's.
     async fn keep_changes(&self, project: &Project) -> Result<(), ProjectError> {
-        if self.objects_are_a_link() {
-            // Pointed elsewhere by its harness: nothing there is the
-            // worktree's own, and its files are read afresh.
-            remove_if_there(&self.work_tree.join(OWN_OBJECTS))
-                .and_then(|()| self.forget_own_index())
-                .map_err(|e| self.fail(format!("cannot remove a link to objects: {e}")))?;
-        }
-        let now = self.snapshot().await?;
-        if self.last_head().as_deref() != Some(now.head.as_str()) {
-            self.take_in(&now.head).await?;
-        }
-        let repo = Git::bare(&self.common_dir);
-        let head_tree = repo
-            .line(&["rev-parse", &format!("{}^{{tree}}", now.head)])
+        let last = match self.last_head() {
+            Some(head) => head,
+            None => self.branch_commit().await?,
+        };
+        let tree = self.snapshot_tree().await?;
+        let (head, _) = self.settle_head(&last).await?;
+        let git = self.own_git();
+        let head_tree = git
+            .line(&["rev-parse", "--verify", &format!("{head}^{{tree}}")])
             .await
             .map_err(|e| self.at_git(e))?;
-        if head_tree == now.tree {
+        if head_tree == tree {
             return Ok(());
         }
-        // The commit is written by the bridge's git, which reads the
-        // harness's objects, and fetched in like a turn's commits.
-        let mut env = self.bridge_git_env();
-        env.extend(
-            project
-                .git_env()
-                .into_iter()
-                .filter(|(var, _)| {
-                    var.starts_with("GIT_AUTHOR_") || var.starts_with("GIT_COMMITTER_")
-                })
-                .map(|(var, value)| (var.to_string(), value)),
-        );
+        // Written in the bridge's repository for the worktree, which holds
+        // the snapshot's objects, and fetched in like a turn's commits.
+        let env = project
+            .git_env()
+            .into_iter()
+            .filter(|(var, _)| var.starts_with("GIT_AUTHOR_") || var.starts_with("GIT_COMMITTER_"))
+            .map(|(var, value)| (var.to_string(), value))
+            .collect();
         let message = format!(
             "harness-bridge: what branch {} had not committed when its worktree was put away",
             self.branch
         );
-        let commit = self
-            .git()
+        let commit = git
             .with_env(env)
-            .line(&["commit-tree", &now.tree, "-p", &now.head, "-m", &message])
+            .line(&["commit-tree", &tree, "-p", &head, "-m", &message])
             .await
             .map_err(|e| self.at_git(e))?;
-        self.fetch_in(&commit, &self.wip_ref()).await?;
-        Ok(())
+        match self.fetch_in(&commit, &self.wip_ref()).await? {
+            TakenIn::At { .. } => Ok(()),
+            TakenIn::Refused(why) => Err(self.fail(why)),
+        }
+    }
+
+    /// Remove the worktree's record and the bridge's repository for it
+    /// (whatever they hold was taken in), and the bridge's notes of its
+    /// state. Links in them are removed, never followed.
+    fn remove_records(&self) -> std::io::Result<()> {
+        if self.has_record() {
+            std::fs::remove_dir_all(&self.admin)?;
+        }
+        let private = self.private_dir();
+        if std::fs::symlink_metadata(&private).is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir_all(&private)?;
+        }
+        self.forget_own_index()?;
+        remove_if_there(&self.kept_path())
     }
 
     /// Remove the worktree's record, then its files: everything in the
@@ -237,9 +237,7 @@ impl Checkout {
     /// objects (taken in) and the note that the files were checked out.
     fn remove_files(&self) -> std::io::Result<()> {
         // The record first: a folder half removed is then made again.
-        std::fs::remove_dir_all(&self.admin)?;
-        self.forget_own_index()?;
-        remove_if_there(&self.kept_path())?;
+        self.remove_records()?;
         for entry in std::fs::read_dir(&self.work_tree)? {
             let entry = entry?;
             if entry.file_name() == BRIDGE_DIR {
@@ -303,14 +301,18 @@ impl Checkout {
             )));
         };
         let at_git = |e| self.at_git(e);
-        let head = self.head().await?;
-        let parent = repo
-            .line(&["rev-parse", &format!("{wip}^")])
+        let head = self
+            .head_commit()
+            .await
+            .map_err(|why| self.fail(why.to_string()))?;
+        let own = self.own_git();
+        let parent = own
+            .line(&["rev-parse", "--verify", &format!("{wip}^")])
             .await
             .map_err(at_git)?;
         let tree = match parent == head {
             true => Some(
-                repo.line(&["rev-parse", &format!("{wip}^{{tree}}")])
+                own.line(&["rev-parse", "--verify", &format!("{wip}^{{tree}}")])
                     .await
                     .map_err(at_git)?,
             ),
@@ -320,14 +322,7 @@ impl Checkout {
         };
         match tree {
             Some(tree) => {
-                let git = self.git();
-                git.run(&["read-tree", "--reset", "-u", &tree])
-                    .await
-                    .map_err(at_git)?;
-                // Back as changes not committed, on the branch's commit.
-                git.run(&["reset", "--quiet", "HEAD"])
-                    .await
-                    .map_err(at_git)?;
+                self.put_back(&tree, &head).await?;
                 self.keep_state(&tree, &head)
                     .map_err(|e| self.fail(format!("cannot keep the worktree's state: {e}")))?;
                 repo.run(&["update-ref", "-d", &wip_ref])
@@ -367,11 +362,37 @@ impl Checkout {
         }
     }
 
+    /// The worktree's files made `tree`'s (its checkout being `head`'s)
+    /// and back as changes not committed: the bridge's index holds `tree`,
+    /// the harness's `head`'s, each with what it knows of the files.
+    async fn put_back(&self, tree: &str, head: &str) -> Result<(), ProjectError> {
+        let at_git = |e| self.at_git(e);
+        let index = self.own_index_path();
+        self.worktree_git()
+            .with_index(&index)
+            .run(&["read-tree", "--reset", "-u", tree])
+            .await
+            .map_err(at_git)?;
+        // Files unchanged since `head` keep what the index knows of them.
+        let theirs = self.private_dir().join("worktree.index");
+        std::fs::copy(&index, &theirs)
+            .map_err(|e| self.fail(format!("cannot make the worktree's index: {e}")))?;
+        self.worktree_git()
+            .with_index(&theirs)
+            .run(&["read-tree", "-m", head])
+            .await
+            .map_err(at_git)?;
+        self.install_index(&theirs)?;
+        remove_if_there(&theirs)
+            .map_err(|e| self.fail(format!("cannot tidy the bridge's repository: {e}")))
+    }
+
     /// The tree of `theirs` merged onto `ours` from `base`; `None` when
     /// they conflict (or git cannot tell).
     async fn merged(&self, base: &str, ours: &str, theirs: &str) -> Option<String> {
         let base = format!("--merge-base={base}");
-        let out = Git::bare(&self.common_dir)
+        let out = self
+            .own_git()
             .run(&[
                 "merge-tree",
                 "--write-tree",
@@ -393,7 +414,7 @@ impl Checkout {
     /// ` (in a, b)`: the files both the branch's new commits and the kept
     /// changes touched, for the sentence; empty when git cannot tell.
     async fn changed_on_both(&self, base: &str, ours: &str, theirs: &str) -> String {
-        let repo = Git::bare(&self.common_dir);
+        let repo = self.own_git();
         let names = |to: String| {
             let repo = repo.clone();
             let base = base.to_string();
@@ -402,6 +423,7 @@ impl Checkout {
                     .run(&[
                         "diff",
                         "--no-ext-diff",
+                        "--no-textconv",
                         "--no-renames",
                         "--name-only",
                         &base,

@@ -8,10 +8,12 @@
 //! the base branch on its first turn and kept across turns; what a turn
 //! changed there is summed up for the person ([`Changes`]).
 //!
-//! The bridge runs git itself ([`git`]) with the repository's hooks and
-//! the caller's git configuration switched off: the harness may write the
-//! worktree and the objects, so nothing git reads from there may make the
-//! bridge run a program.
+//! The bridge runs git itself ([`git`]) with hooks and every
+//! configuration but its own switched off: the harness may write the
+//! worktree, its record and its objects, so git reads a worktree only
+//! through the bridge's own repository for it ([`private`]), the record
+//! only as the bridge checked it ([`record`]), and the harness's objects
+//! only as copied in without following a link ([`intake`]).
 
 mod base;
 mod carry;
@@ -19,8 +21,11 @@ mod changes;
 mod command;
 mod git;
 mod idle;
+mod intake;
 mod own;
+mod private;
 mod publish;
+mod record;
 mod remote;
 mod watch;
 mod worktree;
@@ -252,6 +257,9 @@ pub struct Project {
     pub carry: Option<Remote>,
     /// How long a worktree may go without a turn before it is put away.
     pub retention: Option<std::time::Duration>,
+    /// The configuration of the bridge's own repository for each of its
+    /// worktrees (from the repository's, without anything that runs).
+    private_config: std::sync::Arc<str>,
     /// Held by the turn working in a shared project's worktree: turns of
     /// several conversations take it in the order they asked.
     turn: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -321,6 +329,13 @@ impl Project {
         }
         let author = parse_author(&spec.author)
             .ok_or_else(|| invalid(format!("author `{}` is not `Name <email>`", spec.author)))?;
+        let private_config =
+            private::config_for(&common_dir)
+                .await
+                .map_err(|source| ProjectError::Git {
+                    name: name.into(),
+                    source,
+                })?;
         let repo = git::Git::bare(&common_dir);
         let publish = match &spec.publish {
             Some(spec) => Some(Remote::open(name, "publish", spec, Some(&repo)).await?),
@@ -342,6 +357,7 @@ impl Project {
             retention: (spec.worktree_retention_hours > 0).then(|| {
                 std::time::Duration::from_secs(spec.worktree_retention_hours.saturating_mul(3600))
             }),
+            private_config: private_config.into(),
             turn: std::sync::Arc::default(),
             watches: Default::default(),
         })

@@ -6,34 +6,47 @@
 //! commit moves only it), and its git writes objects into a folder of the
 //! conversation's workspace (`GIT_OBJECT_DIRECTORY`, with the
 //! repository's objects as an alternate to read). After a turn the bridge
-//! fetches what that HEAD reaches into the repository, which makes git
-//! check every object on the way in, so an object a harness forged never
-//! reaches another conversation, and moves the conversation's branch
-//! there ([`Checkout::take_in`]).
+//! copies what it finds there as plain files into its own repository for
+//! the worktree ([`super::intake`]: no link followed) and fetches what the
+//! HEAD reaches into the repository, which makes git check every object
+//! on the way in, so an object a harness forged or linked in never
+//! reaches another conversation; then it moves the conversation's branch
+//! there ([`Checkout::take_in`]). A HEAD that names what cannot be taken
+//! in, or a record the harness broke, is put back where the bridge last
+//! saw the branch, and the person is told.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::git::Git;
-use super::worktree::write_replacing;
+use super::private::TURN_REF;
+use super::record::Head;
 use super::{Checkout, ProjectError};
 
 /// The harness's object folder, in the workspace (the bridge's `.langbot/`
 /// is kept out of git).
 pub(super) const OWN_OBJECTS: &str = ".langbot/git-objects";
+/// The same, folder by folder.
+const OWN_OBJECTS_PARTS: [&str; 2] = [".langbot", "git-objects"];
 
-/// The ref the bridge fetches from, in its own copy of the turn's commits.
-const TURN_REF: &str = "refs/heads/turn";
+/// What taking a worktree's commits in came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum TakenIn {
+    /// The ref is at the commit (moved there now, or already); why the
+    /// branch could not be carried to another instance, if it could not.
+    At {
+        /// Whether the ref moved.
+        moved: bool,
+        /// What the person should hear of the carry.
+        not_carried: Option<String>,
+    },
+    /// Not taken in; why, for the person.
+    Refused(String),
+}
 
 impl Checkout {
     fn own_objects(&self) -> PathBuf {
         self.work_tree.join(OWN_OBJECTS)
-    }
-
-    /// Where the bridge takes the turn's commits from: a repository of its
-    /// own (the harness cannot write it) reading the harness's objects.
-    fn source(&self) -> PathBuf {
-        let name = self.admin.file_name().unwrap_or_default();
-        self.own_dir().join(name).with_extension("git")
     }
 
     /// The variables the harness's git runs with in this worktree: where
@@ -51,109 +64,210 @@ impl Checkout {
         ]
     }
 
-    /// The variables the bridge's own git needs to read the harness's
-    /// objects in this worktree.
-    pub(super) fn bridge_git_env(&self) -> Vec<(String, String)> {
-        vec![(
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES".into(),
-            self.own_objects().display().to_string(),
-        )]
-    }
-
-    /// Before a turn: the object folder ready (with no alternates of the
-    /// harness's own), and HEAD detached at its commit: at the branch's
-    /// the first time, where the last turn left it after.
-    pub(super) async fn own_head(&self) -> Result<(), ProjectError> {
-        let objects = self.own_objects();
-        if self.objects_are_a_link() {
-            // Pointed elsewhere by the harness: nothing there is its own.
-            std::fs::remove_file(&objects)
-                .map_err(|e| self.fail(format!("cannot remove a link to objects: {e}")))?;
-        }
-        std::fs::create_dir_all(&objects)
-            .and_then(|()| remove_if_there(&objects.join("info").join("alternates")))
-            .map_err(|e| self.fail(format!("cannot make the worktree's object folder: {e}")))?;
-        let head = std::fs::read_to_string(self.admin.join("HEAD")).unwrap_or_default();
-        let head = head.trim();
-        if head.len() >= 40 && head.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(());
-        }
-        let at = self
-            .git()
-            .line(&["rev-parse", "--verify", "HEAD^{commit}"])
-            .await
-            .map_err(|source| self.at_git(source))?;
-        write_replacing(&self.admin.join("HEAD"), &format!("{at}\n"))
-            .map_err(|e| self.fail(format!("cannot detach the worktree's HEAD: {e}")))
-    }
-
-    /// After a turn (or when the agent asks to publish): the commits
-    /// `head` reaches fetched into the repository, checked by git on the
-    /// way in, and the conversation's branch moved to it; what the person
-    /// should hear when the branch could not be carried.
-    pub(super) async fn take_in(&self, head: &str) -> Result<Option<String>, ProjectError> {
-        let branch_ref = format!("refs/heads/{}", self.branch);
-        if self.fetch_in(head, &branch_ref).await? {
-            return Ok(self.carry_out().await);
-        }
-        Ok(None)
-    }
-
-    /// The objects `commit` reaches fetched into the repository from the
-    /// worktree's (checked by git on the way in), and `dest` moved to it;
-    /// whether it moved.
-    pub(super) async fn fetch_in(&self, commit: &str, dest: &str) -> Result<bool, ProjectError> {
+    /// Before a turn: the object folder ready and HEAD a commit of the
+    /// repository, detached. What the last turn left is taken in if no
+    /// turn's end took it (a turn cut short); a HEAD that names what
+    /// cannot be taken in, or that is no commit at all, is put back at
+    /// the branch's commit as the bridge last saw it, and the person told.
+    pub(super) async fn own_head(&mut self) -> Result<(), ProjectError> {
+        self.ready_own_objects()?;
         let repo = Git::bare(&self.common_dir);
-        let at_git = |source| self.at_git(source);
+        let branch_ref = format!("refs/heads/{}", self.branch);
+        let last = match self.last_head() {
+            Some(head) if repo.has_commit(&head).await => head,
+            _ => repo
+                .line(&["rev-parse", "--verify", &format!("{branch_ref}^{{commit}}")])
+                .await
+                .map_err(|e| self.at_git(e))?,
+        };
+        let why = match self.head_commit().await {
+            Ok(head) if repo.has_commit(&head).await => {
+                if !matches!(self.read_head(), Ok(Head::Commit(_))) {
+                    self.set_head(&head)?;
+                }
+                return Ok(());
+            }
+            Ok(head) => match self.take_in(&head).await? {
+                TakenIn::At { not_carried, .. } => {
+                    self.notes.extend(not_carried);
+                    return Ok(());
+                }
+                TakenIn::Refused(why) => why,
+            },
+            Err(why) => self.broken_record(&why, &last),
+        };
+        self.set_head(&last)?;
+        tracing::warn!(project = %self.project, branch = %self.branch, "{why}");
+        self.notes.push(why);
+        Ok(())
+    }
+
+    /// After a turn: the commit HEAD names, taken into the repository as
+    /// the branch's when it moved; when it cannot be (it names what the
+    /// harness did not write, or the record was broken), HEAD is put back
+    /// at `before` and the person is told why. The branch's commit, and
+    /// what the person should hear.
+    pub(super) async fn settle_head(
+        &self,
+        before: &str,
+    ) -> Result<(String, Option<String>), ProjectError> {
+        let head = match self.head_commit().await {
+            Ok(head) if head == before => return Ok((head, None)),
+            Ok(head) => head,
+            Err(why) => {
+                let why = self.broken_record(&why, before);
+                tracing::warn!(project = %self.project, branch = %self.branch, "{why}");
+                self.set_head(before)?;
+                return Ok((before.to_string(), Some(why)));
+            }
+        };
+        match self.take_in(&head).await? {
+            TakenIn::At { not_carried, .. } => Ok((head, not_carried)),
+            TakenIn::Refused(why) => {
+                tracing::warn!(project = %self.project, branch = %self.branch, "{why}");
+                self.set_head(before)?;
+                Ok((before.to_string(), Some(why)))
+            }
+        }
+    }
+
+    /// A sentence for a record the harness broke: what was wrong, and
+    /// where the worktree's HEAD is put back.
+    fn broken_record(&self, why: &super::record::Broken, at: &str) -> String {
+        format!(
+            "This conversation's worktree record had been changed outside git ({why}); its HEAD \
+             is put back at `{}` on branch `{}`, and its files are as the agent left them.",
+            crate::interaction::short(at),
+            self.branch
+        )
+    }
+
+    /// The commits `head` reaches taken into the repository as the
+    /// conversation's branch, and the branch carried to another instance
+    /// when the project carries branches.
+    pub(super) async fn take_in(&self, head: &str) -> Result<TakenIn, ProjectError> {
+        let branch_ref = format!("refs/heads/{}", self.branch);
+        match self.fetch_in(head, &branch_ref).await? {
+            TakenIn::At { moved: true, .. } => Ok(TakenIn::At {
+                moved: true,
+                not_carried: self.carry_out().await,
+            }),
+            other => Ok(other),
+        }
+    }
+
+    /// The objects `commit` reaches fetched into the repository from what
+    /// the harness wrote as plain files in its object folder (copied into
+    /// the bridge's repository for the worktree, no link followed; git
+    /// checks every object on the way in), and `dest` moved to it.
+    pub(super) async fn fetch_in(&self, commit: &str, dest: &str) -> Result<TakenIn, ProjectError> {
+        let repo = Git::bare(&self.common_dir);
         let now = repo
             .line(&["rev-parse", "--verify", "--quiet", dest])
             .await
             .unwrap_or_default();
         if now == commit {
-            return Ok(false);
+            return Ok(TakenIn::At {
+                moved: false,
+                not_carried: None,
+            });
         }
-        if self.objects_are_a_link() {
-            return Err(self.fail(
-                "the worktree's object folder was replaced by a link; its commits are not taken in"
-                    .into(),
-            ));
+        self.ready_private()?;
+        let links = self.copy_in_objects().await?;
+        let own = self.own_git();
+        let refused = |e: super::GitError| {
+            tracing::warn!(project = %self.project, branch = %self.branch, error = %e, "the worktree's commits are not taken in");
+            let links = match links.is_empty() {
+                true => String::new(),
+                false => format!(
+                    " (its object folder held links, which are never followed: {})",
+                    super::intake::named(&links)
+                ),
+            };
+            TakenIn::Refused(format!(
+                "The worktree's new commits are not taken in: commit `{}`, or what it reaches, \
+                 is in none of the objects the agent wrote itself{links}. Branch `{}` stays \
+                 where it was, and so does the worktree's HEAD; its files are as the agent left \
+                 them.",
+                crate::interaction::short(commit),
+                self.branch
+            ))
+        };
+        if let Err(e) = own.run(&["update-ref", TURN_REF, commit]).await {
+            return Ok(refused(e));
         }
-        let source = self.source();
-        let own = Git::bare(&source);
-        if !source.join("HEAD").is_file() {
-            std::fs::create_dir_all(&source)
-                .map_err(|e| self.fail(format!("cannot make the bridge's copy: {e}")))?;
-            own.run(&["init", "--bare", "--quiet"])
-                .await
-                .map_err(at_git)?;
-        }
-        // Only the harness's objects and the repository's: an alternate
-        // the harness added to its folder is not followed.
-        remove_if_there(&self.own_objects().join("info").join("alternates"))
-            .and_then(|()| {
-                write_replacing(
-                    &source.join("objects").join("info").join("alternates"),
-                    &format!(
-                        "{}\n{}\n",
-                        self.own_objects().display(),
-                        self.common_dir.join("objects").display()
-                    ),
-                )
-            })
-            .map_err(|e| self.fail(format!("cannot read the turn's commits: {e}")))?;
-        own.run(&["update-ref", TURN_REF, commit])
-            .await
-            .map_err(at_git)?;
-        let source_arg = source.display().to_string();
+        let source = self.private_dir().display().to_string();
         let refspec = format!("+{TURN_REF}:{dest}");
         let mut args = super::git::FETCH.to_vec();
-        args.extend(["--update-head-ok", &source_arg, &refspec]);
-        repo.run(&args).await.map_err(at_git)?;
-        Ok(true)
+        args.extend(["--update-head-ok", &source, &refspec]);
+        match repo.run(&args).await {
+            Ok(_) => Ok(TakenIn::At {
+                moved: true,
+                not_carried: None,
+            }),
+            Err(e) => Ok(refused(e)),
+        }
     }
 
-    pub(super) fn objects_are_a_link(&self) -> bool {
-        std::fs::symlink_metadata(self.own_objects()).is_ok_and(|m| m.file_type().is_symlink())
+    /// Copy what the harness wrote as plain files in its object folder,
+    /// and git lacks, into the bridge's repository for the worktree; the
+    /// links found there instead.
+    async fn copy_in_objects(&self) -> Result<Vec<String>, ProjectError> {
+        let fail = |e: String| self.fail(format!("cannot read the worktree's objects: {e}"));
+        let workspace = self.work_tree.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            super::intake::walk(&workspace, &OWN_OBJECTS_PARTS)
+        })
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(e.to_string()))?;
+        let ids: Vec<&str> = found.loose_ids().collect();
+        let mut missing = BTreeSet::new();
+        if !ids.is_empty() {
+            let asked = format!("{}\n", ids.join("\n")).into_bytes();
+            let said = self
+                .own_git()
+                .run_with_input(&["cat-file", "--batch-check=%(objectname)"], asked)
+                .await
+                .map_err(|e| self.at_git(e))?;
+            missing.extend(
+                String::from_utf8_lossy(&said)
+                    .lines()
+                    .filter_map(|l| l.strip_suffix(" missing"))
+                    .map(str::to_string),
+            );
+        }
+        let dest = self.private_dir().join("objects");
+        let links = found.links.clone();
+        tokio::task::spawn_blocking(move || found.copy_into(&dest, &missing))
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(links)
+    }
+
+    /// The harness's object folder, a folder of its own: a link the
+    /// harness put there is removed (never followed), and the folder made.
+    fn ready_own_objects(&self) -> Result<(), ProjectError> {
+        let bridge_dir = self.work_tree.join(super::BRIDGE_DIR);
+        if !std::fs::symlink_metadata(&bridge_dir).is_ok_and(|m| m.is_dir()) {
+            return Err(self.fail(format!(
+                "the workspace's {} is not a folder of the bridge's",
+                super::BRIDGE_DIR
+            )));
+        }
+        let objects = self.own_objects();
+        match std::fs::symlink_metadata(&objects) {
+            Ok(meta) if meta.is_dir() => return Ok(()),
+            Ok(_) => std::fs::remove_file(&objects).map_err(|e| {
+                self.fail(format!(
+                    "cannot remove what replaced the object folder: {e}"
+                ))
+            })?,
+            Err(_) => {}
+        }
+        std::fs::create_dir(&objects)
+            .map_err(|e| self.fail(format!("cannot make the worktree's object folder: {e}")))
     }
 
     pub(super) fn at_git(&self, source: super::GitError) -> ProjectError {

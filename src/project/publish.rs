@@ -42,14 +42,23 @@ impl Publishable {
             name: project.name.clone(),
             source,
         };
-        let git = self.checkout.git();
-        let head = git
-            .line(&["rev-parse", "--verify", "HEAD^{commit}"])
+        let checkout = &self.checkout;
+        let head = checkout
+            .head_commit()
+            .await
+            .map_err(|why| checkout.fail(format!("the worktree's {why}")))?;
+        // The card's commit is in the repository before anyone sees it.
+        if let super::own::TakenIn::Refused(why) = checkout.take_in(&head).await? {
+            return Err(checkout.fail(why));
+        }
+        let base = format!("refs/heads/{}^{{commit}}", project.base);
+        let base = Git::bare(&project.common_dir)
+            .line(&["rev-parse", "--verify", &base])
             .await
             .map_err(at_git)?;
-        // The card's commit is in the repository before anyone sees it.
-        self.checkout.take_in(&head).await?;
-        let base = format!("refs/heads/{}", project.base);
+        // Read in the bridge's repository for the worktree: no program of
+        // the repository's configuration runs over the agent's commits.
+        let git = checkout.own_git();
         let range = format!("{base}..{head}");
         let count: u64 = git
             .line(&["rev-list", "--count", &range])
@@ -69,6 +78,7 @@ impl Publishable {
             .run(&[
                 "log",
                 "--no-decorate",
+                "--no-show-signature",
                 "--format=%h %s",
                 "-n",
                 &listed,
@@ -85,6 +95,7 @@ impl Publishable {
             .run(&[
                 "diff",
                 "--no-ext-diff",
+                "--no-textconv",
                 "--no-renames",
                 "--numstat",
                 "-z",

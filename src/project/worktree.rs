@@ -2,11 +2,12 @@
 //! project on a branch of its own, made on the first turn and kept.
 //!
 //! The workspace already holds the bridge's files (`.langbot/`, the
-//! skills, the MCP file) when the worktree is made, and `git worktree add`
-//! wants an empty folder; so the worktree is added, unchecked-out, in a
-//! folder beneath the bridge's, its `.git` file moved up, and its files
-//! checked out in place. The bridge's files are listed in the
-//! repository's `info/exclude`, so they never show in a diff or a commit.
+//! skills, the MCP file) when the worktree is made: the bridge makes the
+//! worktree's record itself ([`super::record`]), points the workspace's
+//! `.git` file at it, and checks the branch's files out in place through
+//! its own repository for the worktree ([`super::private`]). The bridge's
+//! files are listed in the repository's `info/exclude`, so they never
+//! show in a diff or a commit.
 //!
 //! The worktree's record in the repository (`worktrees/<name>`) is named
 //! from the workspace's path, so the bridge finds it again without reading
@@ -15,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use super::git::Git;
-use super::{BRIDGE_DIR, Project, ProjectError};
+use super::{Project, ProjectError};
 
 /// The lines the bridge keeps in the repository's `info/exclude`, between
 /// these markers.
@@ -45,6 +46,8 @@ pub struct Checkout {
     /// Where the project carries conversations' branches between
     /// instances.
     pub carry: Option<super::Remote>,
+    /// The configuration of the bridge's own repository for the worktree.
+    pub(super) private_config: std::sync::Arc<str>,
     /// The worktree's lock, held (shared) by the turn while it works
     /// there, so that it is not put away under the turn.
     pub(super) in_use: Option<std::sync::Arc<std::fs::File>>,
@@ -72,25 +75,16 @@ impl Checkout {
                 repository: project.common_dir.display().to_string(),
             });
         }
-        let name = admin_name(workspace);
-        let mut checkout = Checkout {
-            project: project.name.clone(),
-            common_dir: project.common_dir.clone(),
-            admin: project.common_dir.join("worktrees").join(&name),
-            work_tree: workspace.to_path_buf(),
-            branch,
-            notes: Vec::new(),
-            carry: project.carry.clone(),
-            in_use: None,
-            watch: Default::default(),
-            kept_watches: project.watches.clone(),
-        };
+        let mut checkout = Checkout::of(project, workspace, branch);
         checkout.hold().await?;
         checkout.exclude(bridge_paths)?;
-        if checkout.is_made() {
-            // The harness may have rewritten its `.git` file: git run by
-            // the harness finds its record through it, so it is put back.
-            checkout.write_links()?;
+        checkout.ready_private()?;
+        if checkout.has_record() {
+            // The harness may have rewritten its `.git` file or its record's
+            // ways: git run by the harness finds its record through them.
+            if let Some(note) = checkout.write_links()? {
+                checkout.notes.push(note);
+            }
             if let Some(note) = checkout.restore_branch(project).await? {
                 checkout.notes.push(note);
             }
@@ -98,7 +92,9 @@ impl Checkout {
                 // The record is there but the folder was removed (by
                 // hand, or a clean-up): nothing uncommitted is left to
                 // lose, and the branch's files come back.
-                checkout.check_out_files().await?;
+                let head = checkout.branch_commit().await?;
+                checkout.set_head(&head)?;
+                checkout.check_out_files(&head).await?;
                 tracing::info!(project = %checkout.project, branch = %checkout.branch, "the conversation's worktree folder was gone; its branch is checked out again");
             }
             checkout.own_head().await?;
@@ -107,7 +103,7 @@ impl Checkout {
         // Made here for the first time: the conversation may have worked
         // on another instance before.
         checkout.carry_in().await;
-        let new_branch = checkout.make(project, &name).await?;
+        let new_branch = checkout.make(project).await?;
         checkout.own_head().await?;
         if let Some(note) = checkout.bring_back().await? {
             checkout.notes.push(note);
@@ -118,10 +114,26 @@ impl Checkout {
         Ok(checkout)
     }
 
-    /// The git of this worktree, found by the bridge's own paths.
-    pub(super) fn git(&self) -> Git {
-        Git::worktree(&self.admin, &self.common_dir, &self.work_tree)
-            .with_env(self.bridge_git_env())
+    /// The worktree of `workspace` in `project`, as the bridge names it:
+    /// its record's name is fixed by the workspace's path, so it is found
+    /// again without reading the `.git` file the harness may rewrite.
+    pub(super) fn of(project: &Project, workspace: &Path, branch: String) -> Checkout {
+        Checkout {
+            project: project.name.clone(),
+            common_dir: project.common_dir.clone(),
+            admin: project
+                .common_dir
+                .join("worktrees")
+                .join(admin_name(workspace)),
+            work_tree: workspace.to_path_buf(),
+            branch,
+            notes: Vec::new(),
+            carry: project.carry.clone(),
+            private_config: project.private_config.clone(),
+            in_use: None,
+            watch: Default::default(),
+            kept_watches: project.watches.clone(),
+        }
     }
 
     /// What the harness must reach to commit: it reads the repository's
@@ -132,12 +144,6 @@ impl Checkout {
         (vec![self.common_dir.clone()], vec![self.admin.clone()])
     }
 
-    pub(super) fn is_made(&self) -> bool {
-        let recorded = std::fs::read_to_string(self.admin.join("gitdir")).ok();
-        recorded.is_some_and(|path| Path::new(path.trim()) == self.work_tree.join(".git"))
-            && self.admin.join("HEAD").is_file()
-    }
-
     pub(super) fn fail(&self, why: String) -> ProjectError {
         ProjectError::Workspace {
             name: self.project.clone(),
@@ -145,23 +151,13 @@ impl Checkout {
         }
     }
 
-    /// The worktree's `.git` file and its record's way back to it.
-    fn write_links(&self) -> Result<(), ProjectError> {
-        let dot_git = self.work_tree.join(".git");
-        if std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_dir()) {
-            return Err(self.fail(format!(
-                "the workspace {} holds a repository of its own (a .git folder), not the project's worktree",
-                self.work_tree.display()
-            )));
-        }
-        write_replacing(&dot_git, &format!("gitdir: {}\n", self.admin.display()))
-            .and_then(|()| {
-                write_replacing(
-                    &self.admin.join("gitdir"),
-                    &format!("{}\n", dot_git.display()),
-                )
-            })
-            .map_err(|e| self.fail(format!("cannot link the worktree: {e}")))
+    /// The commit the conversation's branch is at.
+    pub(super) async fn branch_commit(&self) -> Result<String, ProjectError> {
+        let rev = format!("refs/heads/{}^{{commit}}", self.branch);
+        Git::bare(&self.common_dir)
+            .line(&["rev-parse", "--verify", &rev])
+            .await
+            .map_err(|e| self.at_git(e))
     }
 
     /// A conversation's branch deleted under the bridge (its worktree
@@ -217,65 +213,33 @@ impl Checkout {
         )))
     }
 
-    /// Add the worktree beside the bridge's files and check it out;
-    /// whether its branch was made too (from the base).
-    async fn make(&self, project: &Project, name: &str) -> Result<bool, ProjectError> {
+    /// Make the worktree beside the bridge's files: its branch (from the
+    /// base) when it has none, its record, its files checked out; whether
+    /// the branch was made too. No git worktree command runs: they read
+    /// every other conversation's record.
+    async fn make(&self, project: &Project) -> Result<bool, ProjectError> {
         let repo = Git::bare(&self.common_dir);
-        let at_git = |source| ProjectError::Git {
-            name: self.project.clone(),
-            source,
-        };
-        let records = self.take_records().await?;
-        // A record left by a worktree whose folder is gone.
-        repo.run(&["worktree", "prune"]).await.map_err(at_git)?;
-        if self.admin.exists() {
-            return Err(self.fail(format!(
-                "a worktree record `{name}` already exists for another folder; \
-                 remove it with `git worktree remove` in the repository"
-            )));
-        }
-        let staging = self.work_tree.join(BRIDGE_DIR).join(name);
-        let staging_arg = staging.to_string_lossy().into_owned();
         let branch_ref = format!("refs/heads/{}", self.branch);
         let exists = repo.has_commit(&branch_ref).await;
-        if !exists
-            && !repo
-                .has_commit(&format!("refs/heads/{}", project.base))
+        if !exists {
+            let base = format!("refs/heads/{}^{{commit}}", project.base);
+            let Ok(base) = repo
+                .line(&["rev-parse", "--verify", "--quiet", &base])
                 .await
-        {
-            return Err(ProjectError::BaseGone {
-                name: self.project.clone(),
-                base: project.base.clone(),
-            });
+            else {
+                return Err(ProjectError::BaseGone {
+                    name: self.project.clone(),
+                    base: project.base.clone(),
+                });
+            };
+            // Made only where there is no such branch yet.
+            repo.run(&["update-ref", &branch_ref, &base, ""])
+                .await
+                .map_err(|e| self.at_git(e))?;
         }
-        let mut args = vec!["worktree", "add", "--no-checkout", "--quiet"];
-        if exists {
-            args.extend([staging_arg.as_str(), self.branch.as_str()]);
-        } else {
-            args.extend([
-                "-b",
-                self.branch.as_str(),
-                staging_arg.as_str(),
-                project.base.as_str(),
-            ]);
-        }
-        repo.run(&args).await.map_err(at_git)?;
-        let made = project.common_dir.join("worktrees").join(name);
-        if made != self.admin {
-            return Err(self.fail(format!(
-                "git named the worktree's record {} instead of {}",
-                made.display(),
-                self.admin.display()
-            )));
-        }
-        // The record points at the worktree's place before the staging
-        // folder goes: a record pointing at no folder is pruned.
-        self.write_links()?;
-        drop(records);
-        std::fs::remove_file(staging.join(".git"))
-            .and_then(|()| std::fs::remove_dir(&staging))
-            .map_err(|e| self.fail(format!("cannot move the worktree into place: {e}")))?;
-        self.check_out_files().await?;
+        let head = self.branch_commit().await?;
+        self.make_record(&head)?;
+        self.check_out_files(&head).await?;
         tracing::info!(
             project = %self.project,
             branch = %self.branch,
@@ -284,45 +248,23 @@ impl Checkout {
         Ok(!exists)
     }
 
-    /// The repository's worktree records, the bridge's alone while held.
-    ///
-    /// Git's worktree commands are not safe against each other on one
-    /// repository: `worktree prune` removes a record another `worktree
-    /// add` is still making, and `add` fails reading a record being
-    /// removed. So conversations (on every instance of this machine) make
-    /// and remove records one at a time, through a lock in the bridge's
-    /// part of the repository.
-    pub(super) async fn take_records(&self) -> Result<std::fs::File, ProjectError> {
-        let path = self.own_dir().join("worktrees.lock");
-        tokio::task::spawn_blocking(move || {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let file = std::fs::File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)?;
-            file.lock()?;
-            Ok::<_, std::io::Error>(file)
-        })
-        .await
-        .map_err(|e| self.fail(format!("cannot wait for the worktree records' lock: {e}")))?
-        .map_err(|e| self.fail(format!("cannot take the worktree records' lock: {e}")))
-    }
-
-    /// Check the branch's files out in place, and note that they are.
-    async fn check_out_files(&self) -> Result<(), ProjectError> {
+    /// Check `head`'s files out in place through the bridge's own
+    /// repository (its index becomes the bridge's index of the worktree,
+    /// and a copy the harness's), and note that they are.
+    async fn check_out_files(&self, head: &str) -> Result<(), ProjectError> {
         // What a turn left is gone with the folder: the next turn starts
         // from the branch's commit.
         self.forget_last_state()?;
-        self.git()
-            .run(&["reset", "--quiet", "--hard", "HEAD"])
+        let index = self.own_index_path();
+        std::fs::create_dir_all(self.own_dir())
+            .and_then(|()| self.forget_own_index())
+            .map_err(|e| self.fail(format!("cannot start the bridge's index: {e}")))?;
+        self.worktree_git()
+            .with_index(&index)
+            .run(&["read-tree", "--reset", "-u", head])
             .await
-            .map_err(|source| ProjectError::Git {
-                name: self.project.clone(),
-                source,
-            })?;
+            .map_err(|e| self.at_git(e))?;
+        self.install_index(&index)?;
         write_replacing(&self.work_tree.join(MADE), "")
             .map_err(|e| self.fail(format!("cannot note the worktree as made: {e}")))
     }
@@ -414,7 +356,7 @@ mod tests {
         let makes = (0..16).map(|n| {
             let (project, workspace) = (project.clone(), dir.path().join(format!("c{n}")));
             tokio::spawn(async move {
-                std::fs::create_dir_all(workspace.join(BRIDGE_DIR)).unwrap();
+                std::fs::create_dir_all(workspace.join(super::super::BRIDGE_DIR)).unwrap();
                 let made = Checkout::ensure(
                     &project,
                     &workspace,

@@ -230,6 +230,7 @@ async fn tell_changes(ctx: &AgentRunContext, turn: &Prepared<'_>, emit: &mut Emi
     }
     let text = match checkout.changes_since(before).await {
         Ok(None) => return,
+        Ok(Some(changes)) if changes.is_only_notes() => changes.summary(None),
         Ok(Some(changes)) => {
             let name = format!("changes-{}.diff", safe_component(&ctx.run_id));
             let summary = changes.summary(Some(&name));

@@ -344,3 +344,42 @@ pub async fn stream_of(client: reqwest::Client, url: String, run_id: String) -> 
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+impl ServeProcess {
+    /// An operator's restart after the one worktree of `repo` went `idle`
+    /// without a turn (its use backdated): serve puts it away as it
+    /// starts, and this returns once it has (its record, which goes last,
+    /// gone).
+    pub async fn restart_after_idle(
+        self,
+        repo: &std::path::Path,
+        idle: Duration,
+        env: &[(&str, String)],
+    ) -> ServeProcess {
+        let own = repo.join(".git/harness-bridge");
+        let records: Vec<std::path::PathBuf> = std::fs::read_dir(&own)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "worktree"))
+            .collect();
+        assert_eq!(records.len(), 1, "{records:?}");
+        std::fs::File::options()
+            .write(true)
+            .open(&records[0])
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - idle)
+            .unwrap();
+        let serve = self.restart(env).await;
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while records[0].exists() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            let log = serve.log.lock().unwrap().join("\n");
+            panic!("the idle worktree is put away at serve's start; serve said:\n{log}")
+        });
+        serve
+    }
+}
