@@ -80,7 +80,8 @@ fn main() {
             carry: None,
             worktree_retention_hours: 0,
         };
-        let project = Project::open("bench", &spec).await.expect("project");
+        // The bridge's own worktrees: no harness runs here.
+        let project = Project::open("bench", &spec, None).await.expect("project");
         let bridge_paths = [".langbot/".to_string()];
         let workspace = |n: usize| {
             let ws = dir.path().join(format!("ws/{n}"));

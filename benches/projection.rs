@@ -75,6 +75,7 @@ impl<'a> Fixed<'a> {
             mcp_servers: &NO_SERVERS,
             host: Some(self.host),
             env: &NO_ENV,
+            owner: None,
         }
     }
 }

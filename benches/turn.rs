@@ -157,6 +157,7 @@ async fn same_config() -> SameConfig {
             mcp_servers: &Default::default(),
             host: None,
             env: &Default::default(),
+            owner: None,
         },
         &Templates::load(None).expect("templates"),
     )

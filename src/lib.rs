@@ -27,6 +27,7 @@
 )]
 pub mod cli;
 pub mod command;
+pub mod disk;
 pub mod harness;
 pub mod host;
 pub mod interaction;
@@ -34,6 +35,7 @@ pub mod keys;
 pub mod listen;
 pub mod mcp;
 pub mod metrics;
+pub mod owner;
 pub mod project;
 pub mod projection;
 pub mod protocol;

@@ -104,11 +104,11 @@ struct Machine {
 
 impl Machine {
     fn new(agent: Agent) -> Machine {
-        let adapters = tempfile::tempdir().unwrap();
+        let adapters = common::tempdir();
         if agent == Agent::ClaudeAcp {
             std::fs::write(adapters.path().join("claude-acp.yaml"), SPEC).unwrap();
         }
-        let home = tempfile::tempdir().unwrap();
+        let home = common::tempdir();
         // Claude's agent tells a session whose model is not Anthropic's own
         // endpoint about auto mode's billing, in the reply, until it is
         // acknowledged: it is, as a person would have done once.
@@ -203,7 +203,7 @@ impl Machine {
 
     /// `serve` with `extra` in its bridge.yaml.
     async fn serve_with(&self, model_url: &str, extra: &str) -> ServeProcess {
-        let data = Arc::new(tempfile::tempdir().unwrap());
+        let data = Arc::new(common::tempdir());
         seed_decision(data.path(), CONVERSATION).await;
         let config = format!(
             "adapters: {}\nharness_binaries:\n  {}: {}\nshutdown_grace_seconds: 5\n{extra}",
@@ -555,7 +555,7 @@ async fn run_drives_kilo_for_one_turn_and_resumes_it_the_next() {
 #[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn kilos_shell_writes_in_its_workspace_and_nowhere_else() {
     use common::anthropic::{CALLS_DONE, fake_model_calling};
-    let outside = tempfile::tempdir().unwrap();
+    let outside = common::tempdir();
     std::fs::write(outside.path().join("probe"), "the test may write here").unwrap();
     let escaped = outside.path().join("escaped");
     let bash = |command: String| {
@@ -570,7 +570,7 @@ async fn kilos_shell_writes_in_its_workspace_and_nowhere_else() {
     ])
     .await;
     let machine = Machine::new(Agent::Kilo);
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let bin = Agent::Kilo.binary().display().to_string();
     let args = [
         "--harness",
@@ -616,7 +616,7 @@ async fn kilos_shell_writes_in_its_workspace_and_nowhere_else() {
 async fn run_turns(agent: Agent) {
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
     let machine = Machine::new(agent);
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     seed_decision(data.path(), CONVERSATION).await;
     let adapters = machine.adapters.path().display().to_string();
     let acp = agent.binary().display().to_string();
@@ -741,11 +741,11 @@ async fn run_turns(agent: Agent) {
 /// ended, and any SIGTERM.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_closes_an_acp_agents_input_and_never_signals_it() {
-    let tools = tempfile::tempdir().unwrap();
+    let tools = common::tempdir_for_harnesses();
     let agent = common::scripted::install_acp(tools.path());
     let adapters = tools.path().join("adapters");
     let log = tools.path().join("agent.log");
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let args = [
         "--adapters",
         adapters.to_str().unwrap(),
@@ -796,7 +796,7 @@ async fn an_image_sent_with_a_turn_reaches_the_agents_model() {
     const DOT: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
     let (model_url, fake) = fake_model(false).await;
     let machine = Machine::new(Agent::ClaudeAcp);
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let mut ctx = serde_json::to_value(common::context("acp-img-1", CONVERSATION)).unwrap();
     ctx["input"]["text"] = json!("What is in the picture?");
     ctx["input"]["attachments"] =
@@ -841,13 +841,13 @@ async fn an_image_sent_with_a_turn_reaches_the_agents_model() {
 async fn codex_runs_through_its_acp_adapter_added_by_yaml() {
     use common::openai::{ANSWER, ASK, FOLLOW_UP, SECOND_ANSWER, codex_home, fake_model};
     let (model_url, fake) = fake_model(false).await;
-    let adapters = tempfile::tempdir().unwrap();
+    let adapters = common::tempdir();
     std::fs::write(
         adapters.path().join("codex-acp.yaml"),
         include_str!("../examples/adapters/codex-acp.yaml"),
     )
     .unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     let codex = home.path().join(".codex");
     std::fs::create_dir_all(&codex).unwrap();
     codex_home(&codex, &model_url);
@@ -857,7 +857,7 @@ async fn codex_runs_through_its_acp_adapter_added_by_yaml() {
         ("CODEX_HOME", codex.display().to_string()),
         ("OPENAI_API_KEY", "test-key".to_string()),
     ];
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     seed_decision(data.path(), CONVERSATION).await;
     let adapters = adapters.path().display().to_string();
     let bin = common::cli("codex-acp").display().to_string();

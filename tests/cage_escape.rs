@@ -41,6 +41,10 @@ p list_terminals ls /dev/pts/
 p connect_bridge_api bash -c 'exec 3<>/dev/tcp/127.0.0.1/$API_PORT'
 p listen_tcp python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 18931)); s.listen()'
 p abstract_socket python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0escape-probe")'
+p read_shadow cat /etc/shadow
+p read_root_only_in_readable_folder cat "$R/root-only.txt"
+echo "CONTROL:readable=$(cat "$R/readable.txt")"
+echo "CONTROL:outside=$(awk -v u="$(id -u)" '$1 <= u && u < $1 + $3 { print $2 + u - $1 }' /proc/self/uid_map)"
 if [ -n "$VICTIM_PID" ]; then
   p read_victim_environ cat "/proc/$VICTIM_PID/environ"
   p read_victim_fd_target readlink "/proc/$VICTIM_PID/fd/1"
@@ -74,11 +78,15 @@ fn probe_lines(requests: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// Every probe held, the control ran as a plain user, and the secret never
-/// reached the attacker's model.
+/// Every probe held, the control ran as a plain user (inside its
+/// namespace and outside it) and read what the operator lets it, and the
+/// secret never reached the attacker's model.
 fn assert_held(lines: &[String], requests: &[Value], names: &[&str]) {
     let escaped: Vec<&String> = lines.iter().filter(|l| l.starts_with("ESCAPED:")).collect();
     assert!(escaped.is_empty(), "escaped: {escaped:?} (all: {lines:?})");
+    let names = names
+        .iter()
+        .chain(&["read_shadow", "read_root_only_in_readable_folder"]);
     for name in names {
         assert!(
             lines.iter().any(|l| l == &format!("HELD:{name}")),
@@ -96,6 +104,17 @@ fn assert_held(lines: &[String], requests: &[Value], names: &[&str]) {
         .find(|id| id.parse::<u32>().is_ok())
         .unwrap_or_else(|| panic!("no id: {lines:?}"));
     assert_ne!(uid, "0", "the harness ran as root");
+    assert!(
+        lines.iter().any(|l| l == "CONTROL:readable=anyone"),
+        "the folder the operator lets it read: {lines:?}"
+    );
+    // The harness's uid outside its namespace (its own, where it has none).
+    let outside = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("CONTROL:outside="))
+        .find(|id| id.parse::<u32>().is_ok())
+        .unwrap_or_else(|| panic!("no uid outside: {lines:?}"));
+    assert_ne!(outside, "0", "the harness is root outside its namespace");
     let sent: String = requests.iter().map(Value::to_string).collect();
     assert!(
         !sent.contains(SECRET),
@@ -117,6 +136,19 @@ fn attack(vars: &[(&str, String)]) -> String {
 fn operator_home(home: &Path) {
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     std::fs::write(home.join(".ssh/id_rsa"), format!("KEY {SECRET}")).unwrap();
+}
+
+/// A folder the operator lets harnesses read (`cage.read_only`), holding
+/// a file every user may read and one only root may.
+fn readable_folder() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = common::tempdir();
+    std::fs::write(dir.path().join("readable.txt"), "anyone").unwrap();
+    let shut = dir.path().join("root-only.txt");
+    std::fs::write(&shut, format!("ROOT ONLY {SECRET}")).unwrap();
+    std::fs::set_permissions(&shut, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::lchown(&shut, Some(0), Some(0)).unwrap();
+    dir
 }
 
 fn workspace_of(results: &[Value]) -> PathBuf {
@@ -149,12 +181,30 @@ async fn turn(server: &ServeProcess, conversation: &str, text: &str, run_id: &st
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
     let (model_url, fake) = fake_model(false).await;
+    let readable = readable_folder();
     let (server, home) = serve_claude(
         model_url,
-        "default_config:\n  permission_mode: bypassPermissions\n",
+        &format!(
+            "default_config:\n  permission_mode: bypassPermissions\ncage:\n  read_only: [{}]\n",
+            readable.path().display()
+        ),
     )
     .await;
     operator_home(home.path());
+    // The operator's Claude Code settings, root's alone: given to the
+    // harness (a copy its user may read, when the bridge is root).
+    let settings = home.path().join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(
+        &settings,
+        r#"{"env": {"CARRIED_MARK": "carried-settings-7d1"}}"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &settings,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
 
     // B, the victim, on an idle bridge: its workspace, session, live process.
     let started = Instant::now();
@@ -173,14 +223,16 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
     let api_port = server.url.rsplit(':').next().unwrap().to_string();
 
     // A, the attacker: shell probes, then the harness's own tools.
-    let script = attack(&[
+    let mut script = attack(&[
         ("B", victim.display().to_string()),
         ("D", server.data.path().display().to_string()),
         ("H", home.path().display().to_string()),
+        ("R", readable.path().display().to_string()),
         ("API_PORT", api_port),
         ("VICTIM_PID", victim_pid.to_string()),
         ("BRIDGE_PID", server.child.id().unwrap().to_string()),
     ]);
+    script.push_str("echo \"CONTROL:carried=$CARRIED_MARK\"\n");
     let context_md = victim.join(".langbot/LANGBOT_CONTEXT.md");
     fake.set_script(vec![
         ("Bash", json!({"command": script, "description": "probe"})),
@@ -236,6 +288,13 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
     // Claude Code's own tools were refused by the kernel too.
     assert!(!victim.join("CLAUDE.md").exists());
     assert!(!victim.join(".claude/settings.json").exists());
+    // The operator's settings reached the harness all the same.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "CONTROL:carried=carried-settings-7d1"),
+        "{lines:?}"
+    );
 
     // B goes on: same process, nothing of A's in its workspace.
     fake.set_script(Vec::new());
@@ -265,8 +324,9 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_serve() {
 async fn a_conversations_agent_reaches_nothing_of_another_in_run_as_a_plain_user() {
     const UID: u32 = 20001;
     let claude = common::cli("claude");
-    let data = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
+    let home = common::tempdir();
+    let readable = readable_folder();
     operator_home(home.path());
     // Run as root (as CI is), the bridge is started as uid 20001; run as
     // an ordinary user, it already is one.
@@ -284,6 +344,7 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_run_as_a_plain_user
         let claude = claude.clone();
         let data = data.path().to_path_buf();
         let home = home.path().to_path_buf();
+        let readable = readable.path().to_path_buf();
         async move {
             let mut config = serde_json::Map::new();
             config.insert("permission_mode".into(), json!("bypassPermissions"));
@@ -306,6 +367,8 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_run_as_a_plain_user
                 .arg(&data)
                 .args(["run", "--harness", "claude-code", "--bin"])
                 .arg(&claude)
+                .arg("--read-only")
+                .arg(&readable)
                 .arg("--context")
                 .arg(&file)
                 .env_clear()
@@ -339,6 +402,7 @@ async fn a_conversations_agent_reaches_nothing_of_another_in_run_as_a_plain_user
         ("B", victim.display().to_string()),
         ("D", data.path().display().to_string()),
         ("H", home.path().display().to_string()),
+        ("R", readable.path().display().to_string()),
         ("API_PORT", private_port.to_string()),
         ("VICTIM_PID", String::new()),
         ("BRIDGE_PID", "1".to_string()),
@@ -386,7 +450,7 @@ fn chown_tree(dir: &Path, uid: u32) {
 async fn a_codex_agent_reaches_nothing_of_another_conversation_in_serve() {
     use common::openai::{self, RUN};
     let (model_url, fake) = openai::fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     openai::codex_home(home.path(), &model_url);
     operator_home(home.path());
     let codex = common::cli("codex");
@@ -400,7 +464,12 @@ async fn a_codex_agent_reaches_nothing_of_another_conversation_in_serve() {
         "harness_binaries:\n  codex: {}\ndefault_harness: codex\nshutdown_grace_seconds: 5\n",
         codex.display()
     );
-    let data = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let readable = readable_folder();
+    let config = format!(
+        "{config}cage:\n  read_only: [{}]\n",
+        readable.path().display()
+    );
+    let data = std::sync::Arc::new(common::tempdir());
     let server = ServeProcess::spawn(data, &config, &env).await;
 
     let b1 = turn(&server, "victim-b", &format!("Remember {SECRET}"), "b-1").await;
@@ -415,6 +484,7 @@ async fn a_codex_agent_reaches_nothing_of_another_conversation_in_serve() {
         ("B", victim.display().to_string()),
         ("D", server.data.path().display().to_string()),
         ("H", home.path().display().to_string()),
+        ("R", readable.path().display().to_string()),
         ("API_PORT", api_port),
         ("VICTIM_PID", victim_pid.to_string()),
         ("BRIDGE_PID", server.child.id().unwrap().to_string()),
@@ -465,8 +535,8 @@ async fn a_binding_chooses_its_harnesss_network() {
         "if bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'; then echo NET:reached; else echo NET:refused; fi"
     );
     let claude = common::cli("claude");
-    let data = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
+    let home = common::tempdir();
     let mut said = Vec::new();
     for (conversation, config) in [
         ("net-default", json!({})),

@@ -31,11 +31,11 @@ struct Machine {
 
 impl Machine {
     async fn new(model_url: String) -> Machine {
-        let data = tempfile::tempdir().unwrap();
+        let data = common::tempdir();
         seed_decision(data.path(), CONVERSATION).await;
         Machine {
             data,
-            home: tempfile::tempdir().unwrap(),
+            home: common::tempdir(),
             model_url,
         }
     }
@@ -817,10 +817,10 @@ async fn claude_searches_the_operators_knowledge_folder_under_serve() {
         json!({"kb_id": "handbook", "query": "deployments freeze"}),
     )])
     .await;
-    let docs = tempfile::tempdir().unwrap();
+    let docs = common::tempdir();
     std::fs::write(docs.path().join("deploy.md"), PASSAGE).unwrap();
     std::fs::write(docs.path().join("lunch.md"), "Lunch is at noon.").unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     let config = format!(
         "no_auth: true\nknowledge_bases:\n  handbook: {}\nharness_binaries:\n  claude-code: {}\n",
         docs.path().display(),
@@ -837,7 +837,7 @@ async fn claude_searches_the_operators_knowledge_folder_under_serve() {
         ("ANTHROPIC_API_KEY", "test-key".to_string()),
         ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
     ];
-    let data = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let data = std::sync::Arc::new(common::tempdir());
     let mut serve = ServeProcess::spawn(data, &config, &env).await;
     let response = serve
         .client

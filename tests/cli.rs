@@ -252,7 +252,7 @@ fn adapters_list_show_and_refuse_a_malformed_spec() {
     );
     assert_eq!(bridge(&["adapters", "show", "vim"]).status.code(), Some(2));
 
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     std::fs::write(
         dir.path().join("broken.yaml"),
         "name: x\nbinary: [unclosed\n",
@@ -326,7 +326,7 @@ async fn run_prunes_audit_rows_past_the_retention_and_reading_them_does_not() {
 
 #[test]
 fn serve_refuses_a_worker_count_it_cannot_use_with_the_reason() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     for value in ["many", "0", "-2", "100000"] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
             .args(["--data-dir"])

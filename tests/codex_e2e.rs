@@ -30,9 +30,9 @@ struct Machine {
 
 impl Machine {
     async fn new(model_url: &str) -> Machine {
-        let data = tempfile::tempdir().unwrap();
+        let data = common::tempdir();
         seed_decision(data.path(), CONVERSATION).await;
-        let home = tempfile::tempdir().unwrap();
+        let home = common::tempdir();
         openai::codex_home(home.path(), model_url);
         Machine { data, home }
     }

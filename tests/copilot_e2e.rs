@@ -26,11 +26,11 @@ struct Machine {
 
 impl Machine {
     async fn new(model_url: String) -> Machine {
-        let data = tempfile::tempdir().unwrap();
+        let data = common::tempdir();
         seed_decision(data.path(), CONVERSATION).await;
         Machine {
             data,
-            home: tempfile::tempdir().unwrap(),
+            home: common::tempdir(),
             model_url,
         }
     }

@@ -92,9 +92,9 @@ struct Machine {
 
 impl Machine {
     async fn new(cli: Cli, model_url: String) -> Machine {
-        let data = tempfile::tempdir().unwrap();
+        let data = common::tempdir();
         seed_decision(data.path(), CONVERSATION).await;
-        let home = tempfile::tempdir().unwrap();
+        let home = common::tempdir();
         if let Cli::Qwen = cli {
             // The operator picks the OpenAI-compatible auth once, in the
             // user settings, as Qwen's docs say.

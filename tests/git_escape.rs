@@ -82,7 +82,10 @@ const PROGRAM_KEYS: &str = r#"[filter "x"]
 /// What the agent runs in its worktree: its program and every hook, the
 /// keys above in its record's `config.worktree` (directly, and through
 /// `include` and `includeIf`), every file of the worktree through them
-/// (`.gitattributes`), committed with a signature-looking header.
+/// (`.gitattributes`), committed with a signature-looking header; and a
+/// repository nested in the worktree whose own configuration names the
+/// program (its files changed since its commit), and a folder whose
+/// `.git` file points at the worktree's record.
 fn plant(mark: &Path) -> String {
     let keys = PROGRAM_KEYS.replace("EVIL", "$EVIL");
     format!(
@@ -109,6 +112,12 @@ git update-ref --no-deref HEAD "$signed"
 {{ printf '[include]\n\tpath = %s\n[includeIf "gitdir:/"]\n\tpath = %s\n' "$EVIL/inc" "$EVIL/inc"; cat "$EVIL/inc"; }} > "$ADMIN/config.worktree"
 echo "uncommitted" > notes.txt
 git add notes.txt 2>/dev/null; git reset -q notes.txt 2>/dev/null
+mkdir -p nested linked
+git init -q nested && git -C nested config filter.x.clean "$EVIL/run nested-filter" && git -C nested config core.fsmonitor "$EVIL/run nested-fsmonitor"
+printf '* filter=x\n' > nested/.gitattributes && echo inside > nested/file
+git -C nested add -A 2>/dev/null; git -C nested -c user.name=A -c user.email=a@example.org commit -q -m nested 2>/dev/null
+echo changed >> nested/file
+printf 'gitdir: %s\n' "$ADMIN" > linked/.git
 git log -1 --format=%s
 "#,
         program = evil_program(mark),
@@ -134,7 +143,7 @@ struct Attacked {
 /// another; the first turn of `erin` plants everything and asks to
 /// publish.
 async fn attacked() -> Attacked {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     git(&repo, &["config", "core.repositoryformatversion", "1"]);
     git(&repo, &["config", "extensions.worktreeConfig", "true"]);
@@ -347,7 +356,7 @@ async fn nothing_an_agent_plants_in_its_worktree_runs_in_the_bridges_git() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn objects_an_agent_links_in_from_another_repository_are_never_taken_in() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let other = dir.path().join("other");
     std::fs::create_dir_all(&other).unwrap();
@@ -425,7 +434,7 @@ ls -la "$OWN" | head -3"#,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_worktree_record_the_agent_broke_is_mended_from_what_the_bridge_kept() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let remote = dir.path().join("web.git");
     git(dir.path(), &["init", "-q", "--bare", "web.git"]);

@@ -621,7 +621,7 @@ async fn a_run_id_cannot_be_opened_twice_while_open() {
 
 #[tokio::test]
 async fn audit_rows_are_written_before_the_store_closes() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     {
         let store = harness_bridge::host::sqlite::SqliteHost::open(dir.path()).unwrap();
         let grants = harness_bridge::host::Grants::new(std::sync::Arc::new(store));

@@ -36,7 +36,7 @@ enum Backend {
 
 impl Backend {
     async fn sqlite() -> Self {
-        Backend::Sqlite(tempfile::tempdir().expect("temp dir"))
+        Backend::Sqlite(common::tempdir())
     }
 
     async fn postgres() -> Self {

@@ -69,7 +69,7 @@ async fn artifact_contents_are_files_named_by_digest() {
 /// not opened and guessed at; one this build knows opens as it was.
 #[tokio::test]
 async fn a_store_from_a_newer_build_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     drop(harness_bridge::host::sqlite::SqliteHost::open(dir.path()).unwrap());
     let db = rusqlite::Connection::open(dir.path().join("host.db")).unwrap();
     let known: i64 = db
@@ -91,7 +91,7 @@ async fn a_store_from_a_newer_build_is_refused() {
 
 #[tokio::test]
 async fn store_reopens_with_its_data_and_cursor_secret() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let cursor = {
         let store = harness_bridge::host::sqlite::SqliteHost::open(dir.path()).unwrap();
         load(&store, "c1", 5).await;
@@ -133,7 +133,7 @@ async fn store_reopens_with_its_data_and_cursor_secret() {
 /// the other's write lock rather than failing with "database is locked".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_stores_on_one_folder_never_find_it_locked() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = dir.path().to_path_buf();
     let writers: Vec<_> = (0..4)
         .map(|w| {

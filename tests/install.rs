@@ -114,7 +114,7 @@ fn version_names_the_commit_the_bridge_was_built_from() {
 #[test]
 #[ignore = "tier install: needs a second build of the bridge (cargo install resolves features without the dev-dependencies: 1m45s on 2 cores the first time, 2 s after); scripts/test runs it"]
 fn cargo_install_from_the_checkout_installs_a_working_bridge() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = run(Command::new(cargo)
         .args(["install", "--locked", "--debug", "--path"])
@@ -181,7 +181,7 @@ fn the_release_script_teaches_and_refuses_what_it_cannot_do() {
 
 #[test]
 fn a_release_lists_each_file_it_made_with_its_checksum() {
-    let out_dir = tempfile::tempdir().unwrap();
+    let out_dir = common::tempdir();
     // A file of an earlier release is replaced; another file is left alone.
     let binary = format!(
         "harness-bridge-{}-{}-linux",
@@ -234,7 +234,7 @@ fn a_release_packs_the_bridge_it_ships_into_the_langbot_package() {
     // A bridge built elsewhere (`--bridge`): a small stand-in, as the dev
     // build is too large for the package and a dist build takes half an
     // hour. The release runs its `--version` and packs its bytes.
-    let scratch = tempfile::tempdir().unwrap();
+    let scratch = common::tempdir();
     let stand_in = scratch.path().join("harness-bridge");
     let said = format!(
         "harness-bridge {} (0123456789ab 2026-01-02)",
@@ -492,7 +492,7 @@ fn the_container_file_builds_a_non_root_service_with_its_data_in_a_volume() {
 
     // The command line it gives the bridge is one the bridge takes, on the
     // config it ships (paths moved into a throwaway folder).
-    let scratch = tempfile::tempdir().unwrap();
+    let scratch = common::tempdir();
     let config_copy = scratch.path().join("bridge.yaml");
     std::fs::write(&config_copy, &config).unwrap();
     let store = scratch.path().join("data");
@@ -600,7 +600,7 @@ fn the_unit_keeps_what_the_cage_and_the_shutdown_need() {
         "TimeoutStopSec={stop}, the bridge needs {needed}"
     );
     // The command line is one the bridge takes (paths moved aside).
-    let scratch = tempfile::tempdir().unwrap();
+    let scratch = common::tempdir();
     let config = scratch.path().join("bridge.yaml");
     std::fs::write(&config, &example).unwrap();
     let store = scratch.path().join("data");
@@ -632,7 +632,7 @@ fn systemd_tool(name: &str) -> PathBuf {
 /// A throwaway root with systemd's own units, the unit, and `bridge` (if
 /// any) where its ExecStart runs it.
 fn unit_root(bridge: Option<&str>) -> tempfile::TempDir {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let units = ["/usr/lib/systemd/system", "/lib/systemd/system"]
         .iter()
         .map(Path::new)
@@ -689,7 +689,7 @@ fn systemd_verifies_the_unit_and_makes_its_user() {
     // The user the unit runs as, as systemd-sysusers makes it: its home
     // is the data folder.
     let keys = unit_keys(&read("packaging/harness-bridge.service"));
-    let users = tempfile::tempdir().unwrap();
+    let users = common::tempdir();
     std::fs::create_dir(users.path().join("etc")).unwrap();
     // The file on stdin: a file argument is read inside --root.
     let file = std::fs::File::open(checkout().join("packaging/harness-bridge.sysusers")).unwrap();

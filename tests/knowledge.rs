@@ -41,8 +41,8 @@ fn texts(results: &[Value]) -> Vec<String> {
 #[tokio::test]
 async fn folders_are_indexed_by_digest_and_searched_through_the_grant() {
     let f = fixture();
-    let docs = tempfile::tempdir().unwrap();
-    let outside = tempfile::tempdir().unwrap();
+    let docs = common::tempdir();
+    let outside = common::tempdir();
     std::fs::write(
         docs.path().join("deploy.md"),
         "# Deploys\n\nDeployments freeze on the last Friday of each month.\n\nRollbacks need two approvals.",
@@ -143,8 +143,8 @@ async fn folders_are_indexed_by_digest_and_searched_through_the_grant() {
 #[tokio::test]
 async fn a_hard_link_in_a_knowledge_folder_is_not_indexed() {
     let f = fixture();
-    let docs = tempfile::tempdir().unwrap();
-    let outside = tempfile::tempdir().unwrap();
+    let docs = common::tempdir();
+    let outside = common::tempdir();
     std::fs::write(docs.path().join("own.md"), "Our own runbook words.").unwrap();
     std::fs::write(docs.path().join("later.md"), "Quarterly figures draft.").unwrap();
     std::fs::write(outside.path().join("key.md"), "Zanzibar private passphrase").unwrap();
@@ -171,7 +171,7 @@ async fn a_hard_link_in_a_knowledge_folder_is_not_indexed() {
 #[tokio::test]
 async fn a_context_narrows_the_hosts_bases_and_adds_none() {
     let f = fixture();
-    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (common::tempdir(), common::tempdir());
     std::fs::write(a.path().join("a.md"), "alpha notes").unwrap();
     std::fs::write(b.path().join("b.md"), "beta notes").unwrap();
     let bases = BTreeMap::from([

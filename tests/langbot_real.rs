@@ -1001,7 +1001,7 @@ async fn codex_bot(
 #[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
 async fn a_follow_up_sent_while_codex_works_steers_its_turn_in_a_pipeline() {
     let (model_url, fake) = openai::fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     openai::codex_home(home.path(), &model_url);
     let mut langbot = langbot().await;
     let bot = codex_bot(&mut langbot, "pipeline", &model_url, home.path(), false).await;
@@ -1049,7 +1049,7 @@ async fn a_follow_up_sent_while_codex_works_steers_its_turn_in_a_pipeline() {
 #[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
 async fn a_codex_approval_is_asked_in_the_chat_and_runs_once_approved_in_a_pipeline() {
     let (model_url, _fake) = openai::fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     openai::codex_home(home.path(), &model_url);
     let mut langbot = langbot().await;
     let bot = codex_bot(&mut langbot, "pipeline", &model_url, home.path(), true).await;
@@ -1289,7 +1289,7 @@ fn bridge_host(home: &Path, args: &[&str]) -> String {
 #[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
 async fn a_stop_sent_while_codex_works_ends_its_turn_in_a_pipeline() {
     let (model_url, fake) = openai::fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     openai::codex_home(home.path(), &model_url);
     let mut langbot = langbot().await;
     let bot = codex_bot(&mut langbot, "pipeline", &model_url, home.path(), false).await;

@@ -13,6 +13,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("throttle", 0),
     ("metrics", 0),
     ("keys", 0),
+    ("owner", 0),
+    ("disk", 0),
     ("interaction", 1),
     ("listen", 1),
     ("command", 1),

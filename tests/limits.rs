@@ -65,7 +65,7 @@ install_hint: "it is written by the test"
 /// folder (the cage lets a harness read its installation, nothing of the
 /// bridge's).
 fn install() -> tempfile::TempDir {
-    let tools = tempfile::tempdir().unwrap();
+    let tools = common::tempdir();
     let script = tools.path().join("limited-harness");
     std::fs::write(&script, SCRIPT).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -100,7 +100,7 @@ fn workspace_saying(root: &Path, word: &str) -> Option<PathBuf> {
 #[ignore = "tier limits: needs cgroup memory, pids and cpu limits the bridge may set (root); scripts/test runs it"]
 async fn a_memory_hog_past_its_limit_fails_resource_limit() {
     let tools = install();
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let adapters = tools.path().join("adapters").display().to_string();
     let args = [
         "--adapters",
@@ -191,7 +191,7 @@ async fn a_fork_bomb_is_held_at_its_limit_and_another_conversation_goes_on() {
         "adapters: {}\ndefault_harness: limited\nkill_grace_seconds: 1\ncage:\n  limits:\n    processes: 50\n    memory_mb: 256\n",
         tools.path().join("adapters").display()
     );
-    let data = Arc::new(tempfile::tempdir().unwrap());
+    let data = Arc::new(common::tempdir());
     let server = ServeProcess::spawn(data, &config, &[("PATH", path_with(tools.path()))]).await;
     let metrics = server.get_text("/metrics").await;
     for limit in ["memory", "processes", "cpu"] {
@@ -244,8 +244,13 @@ async fn claude_codes_bomb_is_held_while_another_conversation_answers() {
     let (model_url, _fake) = common::anthropic::fake_model_running(&command).await;
     // Claude Code's Bash tool writes below its config folder: one the
     // operator lets every harness write (the cage refuses the rest).
-    let config = tempfile::tempdir().unwrap();
+    let config = common::tempdir_for_harnesses();
     std::fs::create_dir(config.path().join(".claude")).unwrap();
+    std::fs::set_permissions(
+        config.path().join(".claude"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let extra = format!(
         "default_config:\n  permission_mode: bypassPermissions\nset_env:\n  HOME: {dir}\n  CLAUDE_CONFIG_DIR: {dir}/.claude\ncage:\n  read_write: [{dir}]\n  limits:\n    processes: 160\n",
         dir = config.path().display()

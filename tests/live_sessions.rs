@@ -857,10 +857,10 @@ while IFS= read -r line; do
   esac
 done
 "#;
-    let tools = tempfile::tempdir().unwrap();
+    let tools = common::tempdir_for_harnesses();
     let harness = common::scripted::install_live(tools.path(), "stubborn", SCRIPT);
     let log = tools.path().join("starts.log");
-    let data = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let data = std::sync::Arc::new(common::tempdir());
     let config = format!(
         "{harness}kill_grace_seconds: 1\nshutdown_grace_seconds: 5\nset_env:\n  STUBBORN_LOG: {}\n\
          cage:\n  read_write: [{}]\n",

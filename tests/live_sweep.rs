@@ -43,7 +43,7 @@ mod alone {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_restarted_serve_ends_the_idle_live_harness_a_killed_one_left() {
-        let tools = tempfile::tempdir().unwrap();
+        let tools = common::tempdir_for_harnesses();
         let harness = common::scripted::install_live(tools.path(), "clingy", SCRIPT);
         let pids_file = tools.path().join("pids");
         let config = format!(
@@ -52,7 +52,7 @@ mod alone {
             tools.path().display()
         );
         let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
-        let data = Arc::new(tempfile::tempdir().unwrap());
+        let data = Arc::new(common::tempdir());
         let mut server = ServeProcess::spawn(data.clone(), &config, &env).await;
 
         let first = server

@@ -193,7 +193,7 @@ async fn the_official_conformance_suite_passes_where_it_applies() {
     let suite = installed("@modelcontextprotocol/conformance/dist/index.js");
     let preload = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/bearer.mjs");
 
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let store = SqliteHost::open(dir.path()).unwrap();
     let grants = Arc::new(Grants::new(Arc::new(store)));
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();

@@ -29,7 +29,7 @@ struct Server {
 }
 
 async fn server() -> Server {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let store = SqliteHost::open(dir.path()).unwrap();
     for (conv, text) in [
         ("c1", "we ship on friday"),
@@ -491,8 +491,8 @@ async fn every_tool_returns_the_stores_data() {
         .unwrap();
     // The run's workspace with its inline copies; the harness can replace
     // a copy with a link to something outside, which must not be read.
-    let ws = tempfile::tempdir().unwrap();
-    let outside = tempfile::tempdir().unwrap();
+    let ws = common::tempdir();
+    let outside = common::tempdir();
     std::fs::write(outside.path().join("secret"), "do not leak").unwrap();
     std::fs::create_dir_all(ws.path().join(".langbot/inputs")).unwrap();
     std::fs::write(ws.path().join(".langbot/inputs/up.txt"), "inline upload").unwrap();
@@ -783,8 +783,8 @@ async fn every_refusal_is_one_audit_row() {
         )
         .unwrap();
     // An input copy the harness replaced with a link: reading it is refused.
-    let ws = tempfile::tempdir().unwrap();
-    let outside = tempfile::tempdir().unwrap();
+    let ws = common::tempdir();
+    let outside = common::tempdir();
     std::fs::write(outside.path().join("secret"), "do not leak").unwrap();
     std::fs::create_dir_all(ws.path().join(".langbot/inputs")).unwrap();
     std::os::unix::fs::symlink(

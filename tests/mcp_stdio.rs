@@ -20,7 +20,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shim_relays_and_exits_when_the_run_ends() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let store = SqliteHost::open(dir.path()).unwrap();
     store
         .append_transcript(NewTranscriptItem {

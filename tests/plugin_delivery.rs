@@ -177,7 +177,7 @@ impl Case {
 }
 
 fn run_cases(cases: Vec<Value>) -> Vec<Case> {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let plugin = common::copy_plugin(dir.path());
     let file = dir.path().join("scenario.json");
     let scenario = json!({"plugin_dir": plugin, "cases": cases});

@@ -68,7 +68,7 @@ fn the_plugin_manifests_and_the_bridge_catalog_agree() {
 #[test]
 #[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn an_operators_specs_become_runners_of_the_plugin() {
-    let work = tempfile::tempdir().unwrap();
+    let work = common::tempdir();
     let plugin = work.path().join("plugin");
     let runners = plugin.join("components/runner");
     std::fs::create_dir_all(&runners).unwrap();
@@ -197,7 +197,7 @@ fn the_plugins_runner_files_are_generated_from_the_catalog() {
 /// does not offer, naming each; `--builtin` writes them back.
 #[test]
 fn the_check_names_a_runner_file_that_differs() {
-    let work = tempfile::tempdir().unwrap();
+    let work = common::tempdir();
     let plugin = work.path();
     let runners = plugin.join("components/runner");
     std::fs::create_dir_all(&runners).unwrap();

@@ -51,6 +51,7 @@ async fn run(
         mcp_servers: &operator_servers(),
         host: None,
         env: &Default::default(),
+        owner: None,
     };
     project(&request, &templates).await
 }
@@ -100,7 +101,7 @@ fn skills_config() -> Value {
 
 #[tokio::test]
 async fn identical_input_gives_identical_bytes_and_untouched_mtimes() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let c = ctx("run-1", "hello", skills_config());
     let first = run(root.path(), &c, &target("claude-code")).await.unwrap();
     assert!(
@@ -160,7 +161,7 @@ async fn identical_input_gives_identical_bytes_and_untouched_mtimes() {
 
 #[tokio::test]
 async fn instructions_are_stable_across_turns_and_earlier_runs_are_kept() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let t = target("claude-code");
     let mut config = skills_config();
     config["keep_runs"] = json!(2);
@@ -283,7 +284,7 @@ async fn instructions_are_stable_across_turns_and_earlier_runs_are_kept() {
 /// message to its harness.
 #[tokio::test]
 async fn a_turn_archived_ahead_is_kept_as_it_is_by_the_next() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let t = target("claude-code");
     let config = json!({"keep_runs": 3});
     let one = run(root.path(), &ctx("run-1", "first", config.clone()), &t)
@@ -340,7 +341,7 @@ async fn a_turn_archived_ahead_is_kept_as_it_is_by_the_next() {
 
 #[tokio::test]
 async fn scopes_remove_parts_from_every_file_and_prompt() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let mut c = ctx("run-1", "only the input", json!({"scopes": ["input"]}));
     c.actor.as_mut().unwrap().actor_name = Some("ZEBRA-ACTOR".into());
     c.event.data.insert("marker".into(), json!("ZEBRA-EVENT"));
@@ -397,7 +398,7 @@ async fn scopes_remove_parts_from_every_file_and_prompt() {
 
 #[tokio::test]
 async fn secrets_are_never_projected() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let mut c = ctx(
         "run-1",
         "hi",
@@ -438,7 +439,7 @@ async fn secrets_are_never_projected() {
 
 #[tokio::test]
 async fn hostile_ids_never_leave_the_root() {
-    let outer = tempfile::tempdir().unwrap();
+    let outer = common::tempdir();
     let root = outer.path().join("root");
     let long = "z".repeat(4096);
     let ids = [
@@ -495,7 +496,7 @@ async fn hostile_ids_never_leave_the_root() {
 
 #[tokio::test]
 async fn hostile_skills_are_skipped_with_clear_warnings() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let long = "d".repeat(300);
     let config = json!({"skills": [
         {"name": "../escape", "content": "x"},
@@ -563,7 +564,7 @@ async fn skills_cannot_carry_a_harness_configuration() {
         {"name": "fine", "content": "ok", "files": {"docs/settings.md": "a", "config.toml.txt": "b"}}
     ]});
     for harness in ["claude-code", "codex"] {
-        let root = tempfile::tempdir().unwrap();
+        let root = common::tempdir();
         let t = target(harness);
         let p = run(root.path(), &ctx("run-1", "x", config.clone()), &t)
             .await
@@ -613,7 +614,7 @@ async fn workspace_files_and_folders_are_the_owners_only() {
     // A permissive umask, as a service may well run with: the modes must
     // not come from it.
     let previous = umask(Mode::from_bits_truncate(0o022));
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let t = target("claude-code");
     let mut c = ctx("run-1", "x", skills_config());
     c.input.attachments = serde_json::from_value(json!([
@@ -656,8 +657,8 @@ async fn workspace_files_and_folders_are_the_owners_only() {
 #[tokio::test]
 async fn each_conversation_has_its_own_home_with_the_operators_files_linked_in() {
     const SECRET: &str = "sk-operator-secret-in-auth-json";
-    let root = tempfile::tempdir().unwrap();
-    let operator = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
+    let operator = common::tempdir();
     let codex_home = operator.path().join("codex");
     std::fs::create_dir_all(&codex_home).unwrap();
     std::fs::write(codex_home.join("config.toml"), "model = \"m\"\n").unwrap();
@@ -695,6 +696,7 @@ async fn each_conversation_has_its_own_home_with_the_operators_files_linked_in()
                 mcp_servers: &Default::default(),
                 host: None,
                 env,
+                owner: None,
             };
             project(&request, templates).await
         }
@@ -757,8 +759,8 @@ async fn each_conversation_has_its_own_home_with_the_operators_files_linked_in()
 
 #[tokio::test]
 async fn planted_symlinks_are_refused() {
-    let root = tempfile::tempdir().unwrap();
-    let outside = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
+    let outside = common::tempdir();
     let c = ctx("run-1", "x", skills_config());
     let t = target("claude-code");
     let ws = run(root.path(), &c, &t).await.unwrap().workspace;
@@ -823,8 +825,8 @@ async fn a_process_swapping_folders_for_links_during_projections_never_gets_the_
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     use std::time::Duration;
 
-    let root = tempfile::tempdir().unwrap();
-    let outside = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
+    let outside = common::tempdir();
     let t = target("claude-code");
     // Two skills, then one without its extra file: every other turn removes
     // a skill folder and a file, and every turn archives the previous run
@@ -949,7 +951,7 @@ async fn a_process_swapping_folders_for_links_during_projections_never_gets_the_
 
 #[tokio::test]
 async fn skills_no_longer_authorized_are_removed_and_nothing_else() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let t = target("claude-code");
     let p = run(root.path(), &ctx("run-1", "x", skills_config()), &t)
         .await
@@ -989,7 +991,7 @@ async fn skills_no_longer_authorized_are_removed_and_nothing_else() {
 /// with a warning and the others are written.
 #[tokio::test]
 async fn a_skill_folder_the_bridge_did_not_write_is_left_as_it_is() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let t = target("claude-code");
     let p = run(root.path(), &ctx("run-1", "x", json!({})), &t)
         .await
@@ -1028,7 +1030,7 @@ async fn output_validates_against_the_schema() {
     let schema: Value =
         serde_json::from_str(include_str!("../projections/agent-context.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let everything = json!({"scopes": ["trigger", "event", "conversation", "actor", "subject", "input", "delivery", "resources", "context", "state", "runtime", "adapter", "metadata"]});
     for config in [json!({}), json!({"scopes": ["input"]}), everything] {
         let mut c = ctx("run-1", "x", config);
@@ -1057,7 +1059,7 @@ async fn output_validates_against_the_schema() {
 #[tokio::test]
 async fn input_files_are_copied_through_the_grant_with_stable_ids() {
     let f = fixture();
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let art = f
         .store
         .put_artifact(
@@ -1120,6 +1122,7 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
         mcp_servers: &Default::default(),
         host: Some(&host),
         env: &Default::default(),
+        owner: None,
     };
     let p = project(&request, &templates).await.unwrap();
 
@@ -1183,6 +1186,7 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
         ctx: &c2,
         host: Some(&host),
         env: &Default::default(),
+        owner: None,
         ..request
     };
     let again = project(&request, &templates).await.unwrap();
@@ -1195,7 +1199,7 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
 /// with the harness's secrets).
 #[tokio::test]
 async fn a_binding_cannot_define_an_mcp_server() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     for harness in ["claude-code", "codex"] {
         let hostile = json!({"mcp_servers": {"x": {"command": "/bin/sh", "args": ["-c", "id"], "env": {"CODEX_HOME": "/tmp/planted"}}}});
         let err = run(root.path(), &ctx("run-1", "x", hostile), &target(harness))
@@ -1216,7 +1220,7 @@ async fn a_binding_cannot_define_an_mcp_server() {
 
 #[tokio::test]
 async fn mcp_config_matches_each_harness() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let config = json!({"mcp_servers": ["search"]});
     let claude = run(
         root.path(),
@@ -1303,14 +1307,14 @@ async fn mcp_config_matches_each_harness() {
 
 #[tokio::test]
 async fn operator_templates_override_the_built_ins() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     std::fs::write(
         dir.path().join("turn-prompt.md"),
         "Q: {{ input_text }} ({{ harness }})",
     )
     .unwrap();
     let templates = Templates::load(Some(dir.path())).unwrap();
-    let root = tempfile::tempdir().unwrap();
+    let root = common::tempdir();
     let c = ctx("run-1", "why?", json!({}));
     let t = target("codex");
     let request = ProjectRequest {
@@ -1325,6 +1329,7 @@ async fn operator_templates_override_the_built_ins() {
         mcp_servers: &Default::default(),
         host: None,
         env: &Default::default(),
+        owner: None,
     };
     let p = project(&request, &templates).await.unwrap();
     assert_eq!(p.turn_prompt, "Q: why? (codex)");
@@ -1338,7 +1343,7 @@ async fn operator_templates_override_the_built_ins() {
 
 #[test]
 fn cli_project_prints_the_workspace_and_files() {
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let bin = env!("CARGO_BIN_EXE_harness-bridge");
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/context.json");
     let out = std::process::Command::new(bin)

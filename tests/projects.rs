@@ -120,7 +120,7 @@ fn path_with(tools: &Path) -> String {
 /// [`serve_with_project_as`] with bridge.yaml's own `top` settings and
 /// more of serve's environment.
 async fn serve_with_project_and(settings: &str, top: &str, env: &[(&str, String)]) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let other = dir.path().join("other");
     std::fs::create_dir_all(&other).unwrap();
@@ -138,7 +138,7 @@ async fn serve_with_project_and(settings: &str, top: &str, env: &[(&str, String)
     let path = path_with(&tools);
     let mut env = env.to_vec();
     env.push(("PATH", path));
-    let serve = ServeProcess::spawn(Arc::new(tempfile::tempdir().unwrap()), &config, &env).await;
+    let serve = ServeProcess::spawn(Arc::new(common::tempdir()), &config, &env).await;
     Setup {
         serve,
         repo,
@@ -541,7 +541,7 @@ fn summary_of(results: &[Value]) -> String {
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn claude_code_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
     use common::anthropic::{BASH_DONE, fake_model_running};
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let (model_url, _fake) = fake_model_running(
         "echo 'hello from claude' >> greeting.txt && git commit -qam 'Claude greets'",
@@ -592,10 +592,10 @@ async fn claude_code_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
 #[ignore = "tier clis: needs the pinned codex (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn codex_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
     use common::openai::{self, RUN};
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let (model_url, _fake) = openai::fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     openai::codex_home(home.path(), &model_url);
     let env = [
         ("PATH", std::env::var("PATH").unwrap_or_default()),
@@ -609,7 +609,7 @@ async fn codex_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
         common::cli("codex").display(),
         repo.display()
     );
-    let serve = ServeProcess::spawn(Arc::new(tempfile::tempdir().unwrap()), &config, &env).await;
+    let serve = ServeProcess::spawn(Arc::new(common::tempdir()), &config, &env).await;
     let command = "echo 'hello from codex' >> greeting.txt && git commit -qam 'Codex greets'";
     let results = serve
         .results(json!({"conversation": "frank", "text": format!("{RUN}{command}")}))
@@ -657,11 +657,11 @@ struct TwoClis {
 
 async fn serve_claude_and_codex(settings: &str, claude_runs: &str) -> TwoClis {
     use common::{anthropic, openai};
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let (claude_model, claude_fake) = anthropic::fake_model_running(claude_runs).await;
     let (codex_model, codex_fake) = openai::fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     let codex_home = home.path().join(".codex");
     std::fs::create_dir_all(&codex_home).unwrap();
     openai::codex_home(&codex_home, &codex_model);
@@ -685,7 +685,7 @@ async fn serve_claude_and_codex(settings: &str, claude_runs: &str) -> TwoClis {
         common::cli("codex").display(),
         repo.display()
     );
-    let serve = ServeProcess::spawn(Arc::new(tempfile::tempdir().unwrap()), &config, &env).await;
+    let serve = ServeProcess::spawn(Arc::new(common::tempdir()), &config, &env).await;
     TwoClis {
         serve,
         repo,
@@ -900,7 +900,7 @@ async fn put_away_after_a_week(
 async fn a_worktree_idle_past_its_retention_is_put_away_and_comes_back_as_it_was() {
     // What its harness could leave behind: links out of the worktree,
     // one where the bridge removes a folder of its own.
-    let victim = tempfile::tempdir().unwrap();
+    let victim = common::tempdir();
     std::fs::write(victim.path().join("keep.txt"), "not the bridge's\n").unwrap();
     let meddle = |worktree: &Path| {
         std::os::unix::fs::symlink(victim.path(), worktree.join("escape")).unwrap();
@@ -1253,7 +1253,7 @@ fn remote_branches(remote: &Path) -> String {
 
 #[tokio::test]
 async fn a_publish_request_becomes_a_card_and_only_the_askers_approval_pushes_it() {
-    let remote_dir = tempfile::tempdir().unwrap();
+    let remote_dir = common::tempdir();
     let remote = remote_dir.path().join("web.git");
     git(remote_dir.path(), &["init", "-q", "--bare", "web.git"]);
     // The operator even lets harnesses inherit the token's variable: the
@@ -1401,7 +1401,7 @@ async fn a_publish_request_becomes_a_card_and_only_the_askers_approval_pushes_it
 
 #[tokio::test]
 async fn nothing_to_publish_is_refused_and_a_project_without_publish_offers_no_tool() {
-    let remote_dir = tempfile::tempdir().unwrap();
+    let remote_dir = common::tempdir();
     let remote = remote_dir.path().join("web.git");
     git(remote_dir.path(), &["init", "-q", "--bare", "web.git"]);
     let settings = format!("    publish:\n      remote: {}\n", remote.display());
@@ -1443,7 +1443,7 @@ async fn nothing_to_publish_is_refused_and_a_project_without_publish_offers_no_t
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn claude_asks_to_publish_and_the_bridge_pushes_once_the_asker_approves() {
     use common::anthropic::{CALLS_DONE, fake_model_calling};
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let remote = dir.path().join("web.git");
     git(dir.path(), &["init", "-q", "--bare", "web.git"]);
@@ -1576,11 +1576,11 @@ fn run_once(data: &Path, tools: &Path, text: &str, extra: &[&str]) -> std::proce
 
 #[tokio::test]
 async fn a_one_off_run_works_on_a_project_from_its_file() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let tools = write_tools(dir.path());
     let projects = projects_file(dir.path(), &repo);
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let run = |extra: &[&str]| run_once(data.path(), &tools, "WRITE:alpha COMMIT", extra);
     let projects_arg = projects.display().to_string();
     let out = run(&["--projects", &projects_arg, "--project", "web"]);
@@ -1617,7 +1617,7 @@ async fn a_one_off_run_works_on_a_project_from_its_file() {
 /// read beside them.
 #[tokio::test]
 async fn a_repositorys_own_instructions_file_is_left_as_the_team_wrote_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = repository(dir.path());
     let team = "# Team rules\nRun the tests before you commit.\n";
     std::fs::write(repo.join("AGENTS.md"), team).unwrap();
@@ -1630,7 +1630,7 @@ async fn a_repositorys_own_instructions_file_is_left_as_the_team_wrote_it() {
     )
     .unwrap();
     let projects = projects_file(dir.path(), &repo);
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let projects = projects.display().to_string();
     let run = |text: &str| -> Vec<Value> {
         let extra = ["--projects", projects.as_str(), "--project", "web"];
@@ -1676,7 +1676,7 @@ async fn a_repositorys_own_instructions_file_is_left_as_the_team_wrote_it() {
 /// over, and the person hears that this turn's commits stayed here.
 #[tokio::test]
 async fn commits_that_cannot_be_carried_are_said_in_the_chat() {
-    let remotes = tempfile::tempdir().unwrap();
+    let remotes = common::tempdir();
     let remote = remotes.path().join("web.git");
     git(
         remotes.path(),
@@ -1764,7 +1764,7 @@ fn instance_yaml(db_url: &str, name: &str, dir: &Path, remote: &Path) -> String 
 #[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn a_conversation_taken_over_by_another_instance_finds_its_work_there() {
     let db = common::pg::database().await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let remote = bare_remote(dir.path());
     let tools = write_tools(dir.path());
     // Each instance has its own clone of the project, made at its start.
@@ -1776,7 +1776,7 @@ async fn a_conversation_taken_over_by_another_instance_finds_its_work_there() {
         );
         let path = path_with(&tools);
         async move {
-            let data = Arc::new(tempfile::tempdir().unwrap());
+            let data = Arc::new(common::tempdir());
             ServeProcess::spawn(data, &config, &[("PATH", path)]).await
         }
     };
@@ -1833,10 +1833,10 @@ async fn a_conversation_taken_over_by_another_instance_finds_its_work_there() {
 async fn codex_resumes_its_session_on_the_instance_that_takes_the_conversation_over() {
     use common::openai::{self, RUN};
     let db = common::pg::database().await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let remote = bare_remote(dir.path());
     let (model_url, fake) = openai::fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     openai::codex_home(home.path(), &model_url);
     let start = |name: &'static str| {
         let config = format!(
@@ -1852,7 +1852,7 @@ async fn codex_resumes_its_session_on_the_instance_that_takes_the_conversation_o
             ("OPENAI_API_KEY", "test-key".to_string()),
         ];
         async move {
-            let data = Arc::new(tempfile::tempdir().unwrap());
+            let data = Arc::new(common::tempdir());
             ServeProcess::spawn(data, &config, &env).await
         }
     };
@@ -1945,4 +1945,145 @@ async fn a_huge_diff_is_cut_where_the_bridge_stops_reading_it() {
         "the bridge's peak memory grew by {} MiB for a 96 MiB diff",
         grew / (1024 * 1024)
     );
+}
+
+/// A harness plants a loose object named for a file it will write later
+/// but holding other bytes, and commits something else: the next turn's
+/// summary shows the file as it is, never what the planted object says.
+#[tokio::test]
+async fn an_object_the_harness_named_falsely_never_speaks_for_a_file() {
+    let Setup { serve, _dir, .. } = serve_with_project().await;
+    let plant = "SH:[real=$(printf 'the real plan' | git hash-object --stdin) && \
+                 printf 'nothing to see' > decoy.txt && decoy=$(git hash-object -w decoy.txt) && \
+                 rm decoy.txt && o=.langbot/git-objects && mkdir -p $o/$(echo $real | cut -c1-2) && \
+                 cp $o/$(echo $decoy | cut -c1-2)/$(echo $decoy | cut -c3-) $o/$(echo $real | cut -c1-2)/$(echo $real | cut -c3-)] \
+                 WRITE:alpha COMMIT";
+    let planted = serve.results(turn("fay", plant, "web")).await;
+    assert!(summary_of(&planted).contains("Greet alpha"), "{planted:#?}");
+    let write = serve
+        .results(turn("fay", "SH:[printf 'the real plan' > plan.txt]", "web"))
+        .await;
+    let told = diff(&write);
+    assert!(told.contains("+the real plan"), "{told}");
+    assert!(!told.contains("nothing to see"), "{told}");
+}
+
+/// A token in a remote's URL or an `http.extraHeader` of the project's
+/// repository is every agent's to read: `serve` says so as it starts, and
+/// `doctor --config` too, each naming the keys and the way out.
+#[tokio::test]
+async fn credentials_in_a_projects_git_configuration_are_said_at_start() {
+    let dir = common::tempdir();
+    let repo = repository(dir.path());
+    git(
+        &repo,
+        &[
+            "remote",
+            "add",
+            "origin",
+            "https://bot:tok3n@example.org/web.git",
+        ],
+    );
+    git(
+        &repo,
+        &["config", "http.extraHeader", "Authorization: Bearer tok3n"],
+    );
+    let tools = write_tools(dir.path());
+    let config = format!(
+        "adapters: {}\ndefault_harness: editor\nprojects:\n  web:\n    repository: {}\n",
+        tools.join("adapters").display(),
+        repo.display()
+    );
+    let env = [("PATH", path_with(&tools))];
+    let serve = ServeProcess::spawn(Arc::new(common::tempdir()), &config, &env).await;
+    serve
+        .wait_for_log("remote.origin.url, http.extraheader")
+        .await;
+    let warned = serve.log.lock().unwrap().join("\n");
+    assert!(warned.contains("token_env"), "{warned}");
+    assert!(
+        !warned.contains("tok3n"),
+        "the credential itself is never said: {warned}"
+    );
+
+    let file = serve.data.path().join("bridge.yaml");
+    let doctor = std::process::Command::new(common::bridge_bin())
+        .args(["doctor", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        said.contains("project web: the repository's git configuration holds credentials")
+            && !said.contains("tok3n"),
+        "{said}"
+    );
+}
+
+/// The folder's disk use, counted by what it holds (`du`).
+fn held(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .sum()
+}
+
+/// Turn after turn a harness writes 30 MiB nobody commits, then removes
+/// it: the operator's repository holds none of it, and the bridge's own
+/// snapshots of it are pruned once they grow.
+#[tokio::test]
+async fn what_nobody_committed_never_grows_the_repository_and_old_snapshots_go() {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    let objects = repo.join(".git/objects");
+    let first = serve.results(turn("una", "WRITE:alpha", "web")).await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
+    let before = held(&objects);
+    for n in 0..3 {
+        let text = format!("SH:[head -c 31457280 /dev/urandom > big{n}.bin && rm -f big*.bin.old]");
+        let wrote = serve.results(turn("una", &text, "web")).await;
+        assert!(
+            summary_of(&wrote).contains(&format!("big{n}.bin")),
+            "{wrote:#?}"
+        );
+        let mv = format!("SH:[mv big{n}.bin big{n}.bin.old]");
+        serve.results(turn("una", &mv, "web")).await;
+    }
+    let gone = serve.results(turn("una", "SH:[rm -f big*]", "web")).await;
+    assert_eq!(terminal(&gone)["type"], "run.completed", "{gone:#?}");
+    serve.results(turn("una", "WRITE:beta", "web")).await;
+    let grew = held(&objects).saturating_sub(before);
+    assert!(
+        grew < 1 << 20,
+        "the repository's objects grew by {grew} bytes"
+    );
+    let own = repo.join(".git/harness-bridge");
+    let kept = held(&own);
+    assert!(
+        kept < 64 << 20,
+        "the bridge keeps {} MiB of snapshots for 180 MiB written and removed",
+        kept >> 20
+    );
+}
+
+/// A conversation whose files pass its disk limit: the turn that passed
+/// it fails `resource_limit` saying so, its work kept; the next turn runs
+/// and, once it has removed them, ends as usual.
+#[tokio::test]
+async fn a_turn_past_its_conversations_disk_limit_fails_and_the_next_can_clean_up() {
+    let Setup { serve, _dir, .. } =
+        serve_with_project_and("", "cage:\n  limits:\n    disk_mb: 16\n", &[]).await;
+    let big = "SH:[head -c 25165824 /dev/urandom > big.bin]";
+    let over = serve.results(turn("val", big, "web")).await;
+    let end = terminal(&over);
+    assert_eq!(end["type"], "run.failed", "{over:#?}");
+    assert_eq!(end["data"]["code"], "resource_limit", "{end}");
+    let said = end["data"]["error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("over its limit of 16 MiB") && said.contains("next turn can remove"),
+        "{said}"
+    );
+    let cleaned = serve.results(turn("val", "SH:[rm big.bin]", "web")).await;
+    assert_eq!(terminal(&cleaned)["type"], "run.completed", "{cleaned:#?}");
 }

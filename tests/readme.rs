@@ -62,7 +62,7 @@ async fn the_readmes_first_command_works_verbatim_and_resumes() {
     let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let _data = DataFolder::take(&checkout);
     let (url, fake) = fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     let clis = checkout.join("tests/clis/node_modules/.bin");
     assert!(
         clis.join("claude").exists(),
@@ -130,8 +130,8 @@ async fn the_readmes_serving_example_works_verbatim() {
     assert!(post.starts_with("curl"), "{post}");
 
     let (url, _fake) = fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
-    let folder = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
+    let folder = common::tempdir();
     std::fs::write(
         folder.path().join("bridge.yaml"),
         "workspace_root: ./workspaces\n",

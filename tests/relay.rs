@@ -26,9 +26,9 @@ struct Plugin {
 
 impl Plugin {
     async fn start() -> Plugin {
-        let tools = tempfile::tempdir().unwrap();
+        let tools = common::tempdir();
         common::scripted::install(tools.path());
-        Plugin::start_on(tempfile::tempdir().unwrap(), tools).await
+        Plugin::start_on(common::tempdir(), tools).await
     }
 
     async fn start_on(data: tempfile::TempDir, tools: tempfile::TempDir) -> Plugin {
@@ -555,7 +555,7 @@ async fn claude_behind_the_relay_reads_the_hosts_history_and_resumes_from_its_st
     const HOST_ONLY: &str = "HOST TRANSCRIPT: the launch code is tulip";
     let claude = common::cli("claude");
     let (model_url, fake) = fake_model(false).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = common::tempdir();
     let mut plugin = Plugin::start().await;
     plugin.hello().await;
     let env = json!({
@@ -774,7 +774,7 @@ async fn a_silent_host_does_not_delay_a_stopped_turns_end() {
 /// pick one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_picks_a_project_its_plugin_declared() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = common::repo::repository(dir.path());
     let projects = json!({
         "web": {"repository": repo},
@@ -839,7 +839,7 @@ async fn a_run_picks_a_project_its_plugin_declared() {
 /// stays, and the run that opened the project is not held up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_started_again_puts_away_idle_worktrees_when_a_run_opens_their_project() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = common::repo::repository(dir.path());
     let projects = json!({"web": {"repository": repo}});
     let run = |plugin: &Plugin, run_id: &str, conversation: &str| {

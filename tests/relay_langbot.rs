@@ -147,7 +147,7 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
     let (model_url, fake) = fake_model(false).await;
     // A model that never answers, for a run LangBot cancels.
     let (stuck_url, stuck) = fake_model(true).await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let workspaces = dir.path().join("bridge");
     let home = dir.path().join("home");
     let config = json!({
@@ -258,7 +258,7 @@ async fn the_real_plugin_worker_relays_two_resumed_claude_turns() {
 #[ignore = "tier sdk+clis: needs the SDK venv (target/sdk-venv) and the pinned claude and claude-agent-acp (tests/clis); scripts/test runs it"]
 async fn an_operators_agent_runs_through_the_plugin_by_its_spec() {
     let (model_url, fake) = fake_model(false).await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let workspaces = dir.path().join("bridge");
     let home = dir.path().join("home");
     // Acknowledged once, as a person would: the adapter's notice about
@@ -376,7 +376,7 @@ async fn the_hosts_tools_and_knowledge_reach_claude_through_the_plugin() {
         ),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let workspaces = dir.path().join("bridge");
     let home = dir.path().join("home");
     let config = json!({

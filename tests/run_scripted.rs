@@ -21,10 +21,10 @@ struct Setup {
 
 impl Setup {
     fn new() -> Setup {
-        let tools = tempfile::tempdir().unwrap();
+        let tools = common::tempdir();
         common::scripted::install(tools.path());
         Setup {
-            data: tempfile::tempdir().unwrap(),
+            data: common::tempdir(),
             tools,
         }
     }
@@ -405,7 +405,7 @@ async fn ctrl_c_cancels_the_run_and_stops_the_whole_group() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_context_is_invalid_argument_with_its_path() {
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let file = data.path().join("turn.json");
     std::fs::write(
         &file,
@@ -428,7 +428,7 @@ async fn an_invalid_context_is_invalid_argument_with_its_path() {
 /// caller's to fix before anything is written for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_conversation_id_is_refused_before_anything_is_written() {
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let typed = bridge_run(data.path(), &["--conversation", " ", "--text", "hi"], &[]).await;
     let failed = typed.assert_failed("invalid_argument");
     assert!(
@@ -732,7 +732,7 @@ async fn failures_sent_to_the_client_name_no_path_of_the_bridges_machine() {
 
     // The harness swapped its .langbot folder for a link: refused, and
     // named relative to the workspaces.
-    let elsewhere = tempfile::tempdir().unwrap();
+    let elsewhere = common::tempdir();
     std::fs::rename(workspace.join(".langbot"), workspace.join("moved")).unwrap();
     std::os::unix::fs::symlink(elsewhere.path(), workspace.join(".langbot")).unwrap();
     private(
@@ -769,7 +769,9 @@ async fn failures_sent_to_the_client_name_no_path_of_the_bridges_machine() {
 
 /// Transcripts, state, the cursor secret and workspaces are the owner's
 /// alone: a data folder others could read is made private (with a
-/// warning), and everything a turn creates under it is 0600 / 0700.
+/// warning), and nothing a turn creates under it can another user read
+/// or write (a root bridge's caged harness, another user, owns its own
+/// workspace; the folders that lead there it may only pass through).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_folder_and_what_a_turn_writes_are_private() {
     use std::os::unix::fs::PermissionsExt;
@@ -779,14 +781,14 @@ async fn the_data_folder_and_what_a_turn_writes_are_private() {
     turn.completed();
     assert!(turn.stderr.contains("now 0700"), "{}", turn.stderr);
     let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode(setup.data.path()), 0o700);
+    assert_eq!(mode(setup.data.path()) & 0o766, 0o700);
     let mut open = Vec::new();
     for entry in walkdir::WalkDir::new(setup.data.path()).min_depth(1) {
         let entry = entry.unwrap();
         if entry.file_type().is_symlink() {
             continue;
         }
-        if mode(entry.path()) & 0o077 != 0 {
+        if mode(entry.path()) & 0o066 != 0 {
             open.push(format!(
                 "{:o} {}",
                 mode(entry.path()),
@@ -1006,7 +1008,7 @@ async fn relative_operator_paths_are_taken_from_where_the_command_ran() {
     .unwrap();
     // The harness is installed elsewhere, as a real one is: the cage
     // never lets a harness read a folder that holds the data folder.
-    let programs = tempfile::tempdir().unwrap();
+    let programs = common::tempdir();
     std::fs::copy(
         folder.join("scripted-harness"),
         programs.path().join("scripted-harness"),

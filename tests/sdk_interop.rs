@@ -178,7 +178,7 @@ fn our_manifest_validates_in_the_sdk() {
 #[test]
 #[ignore = "tier sdk: needs the langbot-plugin SDK venv (target/sdk-venv or HARNESS_BRIDGE_SDK_PYTHON); scripts/test runs it"]
 fn cli_validates_sdk_contexts_and_rejects_a_broken_one() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let bin = env!("CARGO_BIN_EXE_harness-bridge");
     for sample in sdk("samples", "").iter().filter(|s| s["kind"] == "context") {
         let path = dir

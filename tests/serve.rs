@@ -38,15 +38,9 @@ impl std::ops::DerefMut for Server {
 impl Server {
     /// A server whose harness (`scripted`) acts as `mode` says.
     async fn start(mode: &str, extra: &str) -> Server {
-        let tools = tempfile::tempdir().unwrap();
+        let tools = common::tempdir();
         common::scripted::install(tools.path());
-        Server::start_in(
-            Arc::new(tempfile::tempdir().unwrap()),
-            Arc::new(tools),
-            mode,
-            extra,
-        )
-        .await
+        Server::start_in(Arc::new(common::tempdir()), Arc::new(tools), mode, extra).await
     }
 
     /// A server on an existing data folder (a restart).
@@ -443,9 +437,9 @@ async fn cancel_stops_the_run_and_its_process_group() {
 #[ignore = "tier cgroup: needs a cgroup v2 the bridge may write (root or delegated); scripts/test runs it"]
 async fn a_turn_that_ends_leaves_another_turns_processes_alone() {
     for mechanism in common::MECHANISMS {
-        let tools = tempfile::tempdir().unwrap();
+        let tools = common::tempdir();
         common::scripted::install(tools.path());
-        let data = Arc::new(tempfile::tempdir().unwrap());
+        let data = Arc::new(common::tempdir());
         let server =
             Server::start_contained(data, Arc::new(tools), "hang", "", Some(mechanism)).await;
         let first = server.post_run_in_background("first", "a", "hi");
@@ -641,9 +635,9 @@ mod alone {
     }
 
     async fn a_crash_is_recovered_from(mechanism: &str) {
-        let tools = tempfile::tempdir().unwrap();
+        let tools = common::tempdir();
         common::scripted::install(tools.path());
-        let (data, tools) = (Arc::new(tempfile::tempdir().unwrap()), Arc::new(tools));
+        let (data, tools) = (Arc::new(common::tempdir()), Arc::new(tools));
         let mut server =
             Server::start_contained(data.clone(), tools.clone(), "hang", "", Some(mechanism)).await;
         let run = server.post_in_background();
@@ -741,7 +735,7 @@ async fn an_unknown_harness_is_refused_before_it_queues() {
 /// says where, and what was meant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_does_not_start_on_a_mistyped_setting_and_says_what_was_meant() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     for (text, said) in [
         (
             "listen: 127.0.0.1:0\nfixed_config:\n  permision_mode: default\n",
@@ -928,7 +922,7 @@ async fn the_api_needs_the_token_serve_keeps_unless_auth_is_off() {
     let again = Server::start_in(data, tools.clone(), "quiet", "").await;
     assert_eq!(again.token.as_deref(), Some(token.as_str()));
     let open = Server::start_in(
-        Arc::new(tempfile::tempdir().unwrap()),
+        Arc::new(common::tempdir()),
         tools,
         "quiet",
         "no_auth: true\n",
@@ -1025,7 +1019,7 @@ async fn a_request_picks_the_operators_mcp_servers_by_name_and_defines_none() {
     let (status, body) = server.post_json(ctx).await;
     assert_eq!(status, 422, "{body}");
     assert!(
-        !server.workspaces().exists(),
+        server.holds_no_workspace(),
         "a refused request starts nothing and writes no workspace"
     );
 
@@ -1282,7 +1276,7 @@ async fn pages_of_other_sites_cannot_drive_the_api() {
         .body(body.clone());
     assert_eq!(status(rebound.send().await.unwrap()), 403);
     assert!(
-        !server.workspaces().exists(),
+        server.holds_no_workspace(),
         "no refused request started a turn"
     );
     let logged = server.log.lock().unwrap().join("\n");
@@ -1329,7 +1323,7 @@ async fn pages_of_other_sites_cannot_drive_the_api() {
 /// The scripted harness with a spec that passes the model on, to see what
 /// reached it.
 fn tools_passing_the_model() -> Arc<tempfile::TempDir> {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     common::scripted::install(dir.path());
     let spec = std::fs::read_to_string(dir.path().join("adapters/scripted.yaml")).unwrap();
     std::fs::write(
@@ -1359,7 +1353,7 @@ fn harness_args(server: &Server) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requests_unknown_config_key_is_refused_and_a_harness_gets_its_own_defaults() {
     let server = Server::start_in(
-        Arc::new(tempfile::tempdir().unwrap()),
+        Arc::new(common::tempdir()),
         tools_passing_the_model(),
         "quiet",
         "default_config:\n  model: everyone\nharness_config:\n  scripted:\n    model: scripted-own\n",
@@ -1422,7 +1416,7 @@ async fn a_requests_unknown_config_key_is_refused_and_a_harness_gets_its_own_def
     drop(server);
     // Let through where the operator says so: such a key is ignored.
     let server = Server::start_in(
-        Arc::new(tempfile::tempdir().unwrap()),
+        Arc::new(common::tempdir()),
         tools_passing_the_model(),
         "quiet",
         "ignore_unknown_config_keys: true\n",
@@ -1439,7 +1433,7 @@ async fn a_requests_unknown_config_key_is_refused_and_a_harness_gets_its_own_def
 async fn fixed_config_wins_over_every_request() {
     let tools = tools_passing_the_model();
     let server = Server::start_in(
-        Arc::new(tempfile::tempdir().unwrap()),
+        Arc::new(common::tempdir()),
         tools,
         "quiet",
         "fixed_config:\n  model: operator-model\n",
@@ -1516,20 +1510,14 @@ async fn a_card_answer_needs_an_open_request_and_says_so_in_a_sentence() {
 /// without the token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_reads_runs_conversations_usage_and_live_processes() {
-    let tools = tempfile::tempdir().unwrap();
+    let tools = common::tempdir();
     common::scripted::install(tools.path());
     // A harness whose program is nowhere: listed, but not installed.
     let absent = common::scripted::SPEC
         .replace("name: scripted", "name: absent")
         .replace("binary: scripted-harness", "binary: no-such-harness-here");
     std::fs::write(tools.path().join("adapters/absent.yaml"), absent).unwrap();
-    let server = Server::start_in(
-        Arc::new(tempfile::tempdir().unwrap()),
-        Arc::new(tools),
-        "slow",
-        "",
-    )
-    .await;
+    let server = Server::start_in(Arc::new(common::tempdir()), Arc::new(tools), "slow", "").await;
     let running = server.post_body_in_background(
         json!({"conversation": "c-ann", "actor": "ann", "text": "hi", "run_id": "run-ann"}),
     );

@@ -358,7 +358,7 @@ async fn an_approval_card_on_the_page_lets_the_command_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
 async fn a_project_turn_on_the_page_shows_the_reply_the_changes_and_the_diff() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let repo = common::repo::repository(dir.path());
     let (model_url, _fake) =
         common::anthropic::fake_model_running("echo 'hello from the page' >> greeting.txt").await;

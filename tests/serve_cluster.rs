@@ -88,7 +88,7 @@ struct Cluster {
 impl Cluster {
     async fn new(think: &'static str, lease: u64) -> Cluster {
         let db = common::pg::database().await;
-        let tools = tempfile::tempdir().unwrap();
+        let tools = common::tempdir_for_harnesses();
         std::fs::create_dir(tools.path().join("adapters")).unwrap();
         std::fs::write(tools.path().join("adapters/scripted.yaml"), SPEC).unwrap();
         let script = tools.path().join("cluster-harness");
@@ -96,6 +96,8 @@ impl Cluster {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let log = tools.path().join("turns.log");
         std::fs::write(&log, "").unwrap();
+        // Every harness writes it, whichever user it is.
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
         Cluster {
             url: db.url,
             tools,
@@ -123,7 +125,7 @@ impl Cluster {
 
     /// Start instance `name` with `limits`, or what it said when it did not.
     async fn try_instance(&self, name: &str, limits: &str) -> Result<ServeProcess, Vec<String>> {
-        let data = Arc::new(tempfile::tempdir().unwrap());
+        let data = Arc::new(common::tempdir());
         let config = format!(
             "store: {url}\ninstance_id: {name}\nlease_seconds: {lease}\nadapters: {adapters}\n\
              harness_binaries:\n  scripted: {script}\ndefault_harness: scripted\n\
@@ -1252,7 +1254,7 @@ async fn a_conversation_is_taken_over_when_its_instance_dies() {
     let start = |name: &'static str, copy_mib: u32| {
         let (url, model_url, claude) = (db.url.clone(), model_url.clone(), claude.clone());
         async move {
-            let data = Arc::new(tempfile::tempdir().unwrap());
+            let data = Arc::new(common::tempdir());
             let home = data.path().join("home");
             std::fs::create_dir(&home).unwrap();
             let config = format!(
@@ -1368,7 +1370,7 @@ fn command(data: &Path, args: &[&str]) -> (i32, String, String) {
 #[ignore = "tier postgres: needs PostgreSQL's initdb and postgres (apt-get install postgresql, or HARNESS_BRIDGE_PG_BIN); scripts/test runs it"]
 async fn migrate_and_host_work_on_the_shared_store() {
     let cluster = Cluster::new("0.05", 10).await;
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let (code, out, err) = command(data.path(), &["migrate", "--store", &cluster.url]);
     assert_eq!(code, 0, "{err}");
     // Every step of the host store's schema, in order.
@@ -1543,7 +1545,7 @@ async fn budgets_hold_exactly_across_instances() {
     assert_eq!(started.len(), 5, "refused turns never started: {started:?}");
     assert!(!started.contains(&"TURN:ann.2".to_string()));
 
-    let data = tempfile::tempdir().unwrap();
+    let data = common::tempdir();
     let (code, audit, err) = command(
         data.path(),
         &["host", "audit", "--store", &cluster.url, "--limit", "500"],

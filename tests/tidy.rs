@@ -20,6 +20,9 @@ const SPAWNERS: &[&str] = &[
     // `clone3` into a cgroup, for the spawn function, and a child that
     // only tries whether the kernel allows it, and ends.
     "src/harness/spawn/clone3.rs",
+    // A child born in a new user namespace that only waits while the
+    // bridge writes its maps, and ends.
+    "src/harness/spawn/userns.rs",
     "src/harness/cage/cgroup.rs",
     "src/project/git.rs",
     // The operator's own command (a pull request), bridge-side by design.

@@ -1,10 +1,12 @@
 //! The cage flags `run` and `relay` share (`serve` reads the same policy
 //! from `bridge.yaml`'s `cage:`): one declaration, one start-up line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use super::error::{CliError, Outcome};
+use super::exit;
 use crate::harness::cage::{CagePolicy, Limits, Network, Resource};
 
 /// How harnesses are caged (see README, "Security").
@@ -42,6 +44,11 @@ pub struct CageArgs {
     /// 0: no limit).
     #[arg(long = "cpu-percent", value_name = "PERCENT", default_value_t = Limits::default().cpu_percent)]
     cpu_percent: u64,
+    /// Disk each conversation's files may take, in MiB (0: no limit),
+    /// measured after each turn: past it the turn fails `resource_limit`
+    /// and the next one may remove files.
+    #[arg(long = "disk-mb", value_name = "MIB", default_value_t = Limits::default().disk_mb)]
+    disk_mb: u64,
 }
 
 fn parse_network(text: &str) -> Result<Network, String> {
@@ -63,6 +70,7 @@ impl CageArgs {
             read_write: self.read_write.clone(),
             limits: Limits {
                 memory_mb: self.memory_mb,
+                disk_mb: self.disk_mb,
                 processes: self.max_processes,
                 cpu_percent: self.cpu_percent,
             },
@@ -77,6 +85,9 @@ pub fn announce(policy: &CagePolicy) {
         tracing::info!("cage: {line}");
     } else {
         tracing::warn!("cage: {line}");
+    }
+    if let Some(line) = user_line(policy) {
+        tracing::warn!("user: {line}");
     }
     match crate::harness::cage::limits_status(&policy.limits) {
         Ok((true, line)) => tracing::info!("limits: {line}"),
@@ -97,15 +108,27 @@ pub fn announce(policy: &CagePolicy) {
 
 /// `doctor`: which protections a harness gets here, and what is missing.
 pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
-    let policy = match config {
-        Some(file) => {
-            crate::serve::ServeConfig::load(Some(file))
-                .map_err(super::error::CliError::invalid)?
-                .cage
-        }
-        None => CagePolicy::default(),
+    let loaded = match config {
+        Some(file) => Some(
+            crate::serve::ServeConfig::load(Some(file)).map_err(super::error::CliError::invalid)?,
+        ),
+        None => None,
     };
+    let policy = loaded
+        .as_ref()
+        .map_or_else(CagePolicy::default, |config| config.cage.clone());
     println!("cage: {}", policy.describe());
+    if let Some(line) = user_line(&policy) {
+        println!("user: {line}");
+    }
+    if let Some(config) = &loaded {
+        let runtime = super::runtime()?;
+        for (name, spec) in &config.projects {
+            if let Some(said) = runtime.block_on(crate::project::credentials_in(&spec.repository)) {
+                println!("project {name}: {said}");
+            }
+        }
+    }
     match crate::harness::cage::mechanism() {
         Ok(mechanism) => println!("containment: {}", mechanism.describe()),
         Err(e) => println!("containment: none ({e})"),
@@ -121,4 +144,99 @@ pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
         return Ok(super::exit::FAILURE);
     }
     Ok(super::exit::OK)
+}
+
+/// What the operator should hear of the user a root bridge's harnesses
+/// are outside their namespace, when it is `nobody`: other programs may
+/// run as it, and its workspaces are its own.
+pub fn user_line(policy: &CagePolicy) -> Option<String> {
+    let owner = policy.owner().filter(|owner| !owner.is_own_account())?;
+    Some(format!(
+        "harnesses run as {} outside their namespace, which other programs of this machine may \
+         run as too (and so reach the workspaces it owns): make the account {} for them alone \
+         (`systemd-sysusers` with packaging/harness-bridge.sysusers, or `useradd --system \
+         --no-create-home --shell /usr/sbin/nologin {}`) and restart",
+        owner.describe(),
+        crate::owner::CAGE_ACCOUNT,
+        crate::owner::CAGE_ACCOUNT
+    ))
+}
+
+/// The folders that lead to the workspaces, open to pass through (0711)
+/// for a root bridge's caged harnesses, which are another user outside
+/// their namespace ([`crate::owner`]): the data folder (when it holds
+/// them) and the workspaces' root. Refused, with the folder in the way
+/// named, when they cannot reach their workspaces whatever the bridge
+/// does (a home folder shut to others above the data folder).
+pub fn open_to_harnesses(policy: &CagePolicy, data_dir: &Path, root: &Path) -> Outcome {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(owner) = policy.owner() else {
+        return Ok(exit::OK);
+    };
+    super::private_folder(root).map_err(CliError::failure)?;
+    let passable = |dir: &Path| -> std::io::Result<()> {
+        let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+        if mode & 0o001 == 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o711))?;
+        }
+        Ok(())
+    };
+    // The root, and every folder above it up to the data folder when it
+    // is there (the bridge's own folders).
+    let root_real = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let data_real = data_dir
+        .canonicalize()
+        .unwrap_or_else(|_| data_dir.to_path_buf());
+    let folders: Vec<&Path> = match root_real.starts_with(&data_real) {
+        true => root_real
+            .ancestors()
+            .take_while(|dir| dir.starts_with(&data_real))
+            .collect(),
+        false => vec![root],
+    };
+    for dir in folders {
+        passable(dir).map_err(|e| {
+            CliError::failure(format!(
+                "cannot open {} to pass through: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    // What the operator lets harnesses read or write, they must reach as
+    // their own user: said now, with the fix, rather than by a failing
+    // tool in a turn.
+    let listed = policy
+        .read_only
+        .iter()
+        .map(|path| (path, crate::owner::Want::Read))
+        .chain(
+            policy
+                .read_write
+                .iter()
+                .map(|path| (path, crate::owner::Want::Write)),
+        );
+    for (path, want) in listed {
+        if let Some(blocked) = owner.cannot_reach(path, want) {
+            tracing::warn!(
+                "cage: {} is listed for harnesses, which run as {} outside their namespace: {blocked}; \
+                 give it to that user or let every user {}",
+                path.display(),
+                owner.describe(),
+                blocked.what
+            );
+        }
+    }
+    owner.let_pass(root, "to reach its workspaces");
+    match owner.cannot_reach(root, crate::owner::Want::Pass) {
+        None => Ok(exit::OK),
+        Some(blocked) => Err(CliError::invalid(format!(
+            "harnesses run as {who} outside their namespace (the bridge runs as root) and \
+             cannot reach their workspaces in {root}: {blocked}. Give the data folder \
+             (--data-dir) or `workspace_root` a place other users may pass through, let \
+             them pass (`chmod o+x` on that folder), or run the bridge as an ordinary user \
+             (packaging/harness-bridge.service)",
+            who = owner.describe(),
+            root = root.display()
+        ))),
+    }
 }

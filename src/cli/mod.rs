@@ -410,9 +410,10 @@ pub enum FolderError {
 
 /// Make sure a folder that holds transcripts, state, secrets or
 /// workspaces exists and is the owner's alone (0700): created so, or put
-/// right (with a warning) when another user could read or enter it. What
+/// right (with a warning) when another user could read or write it. What
 /// is inside then needs no mode of its own to be private; new files are
-/// 0600 anyway (the process's umask).
+/// 0600 anyway (the process's umask). Others may only pass through where
+/// a root bridge's caged harnesses must (0711, `cage::open_to_harnesses`).
 pub(crate) fn private_folder(dir: &std::path::Path) -> Result<(), FolderError> {
     use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
     let folder = || dir.to_path_buf();
@@ -431,13 +432,14 @@ pub(crate) fn private_folder(dir: &std::path::Path) -> Result<(), FolderError> {
         })?
         .permissions()
         .mode();
-    if mode & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700 | 0o700))
-            .map_err(|source| FolderError::Exposed {
+    if mode & 0o066 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(
+            |source| FolderError::Exposed {
                 dir: folder(),
                 mode: mode & 0o777,
                 source,
-            })?;
+            },
+        )?;
         tracing::warn!(
             folder = %dir.display(),
             "the folder could be read by other users (mode {:o}); it is now 0700",

@@ -140,6 +140,9 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> Outcome {
         mcp_servers: &servers,
         host: Some(&granted),
         env: &env,
+        // Written for a person to look at: the bridge's own; a caged
+        // turn in it later gives it to its harness.
+        owner: None,
     };
     let result = runtime.block_on(project(&request, &templates));
     grants.close_run(&ctx.run_id);

@@ -217,13 +217,14 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
     settings.mcp_servers = servers;
     settings.cage = args.cage.policy();
     super::cage::announce(&settings.cage);
+    super::cage::open_to_harnesses(&settings.cage, data_dir, &settings.workspace_root)?;
     if let Some(bin) = args.bin {
         settings.binaries.insert(args.harness.clone(), bin);
     }
     let format = args.format;
     let harness = args.harness;
     runtime.block_on(async move {
-        settings.projects = crate::project::open_all(&projects)
+        settings.projects = crate::project::open_all(&projects, settings.cage.owner())
             .await
             .map_err(|e| CliError::invalid(e.to_string()))?;
         let bridge = Bridge::start(Arc::new(store), adapters, templates, settings)

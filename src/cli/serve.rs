@@ -110,7 +110,10 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     }
     if args.check {
         let projects = super::runtime()?
-            .block_on(crate::project::open_all(&config.projects))
+            .block_on(crate::project::open_all(
+                &config.projects,
+                config.cage.owner(),
+            ))
             .map_err(|e| CliError::invalid(format!("bridge.yaml: {e}")))?;
         let file = args
             .config
@@ -141,6 +144,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         .clone()
         .unwrap_or_else(|| data_dir.join("workspaces"));
     let retention = Duration::from_secs(config.retention_hours.saturating_mul(3600));
+    super::cage::open_to_harnesses(&config.cage, data_dir, &workspace_root)?;
     let settings = run_settings(&config, workspace_root, &store_at);
 
     // The store, the record of runs and how turns wait: the embedded
@@ -156,7 +160,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     super::contain()?;
     let result = runtime.block_on(async move {
         let mut settings = settings;
-        settings.projects = crate::project::open_all(&config.projects)
+        settings.projects = crate::project::open_all(&config.projects, config.cage.owner())
             .await
             .map_err(|e| format!("bridge.yaml: {e}"))?;
         let bridge = Bridge::start(

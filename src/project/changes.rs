@@ -18,7 +18,7 @@ use super::{GitError, ProjectError};
 
 /// Largest diff sent with a summary; past it the file says where it was cut.
 const MAX_DIFF_BYTES: usize = 8 * 1024 * 1024;
-/// Most of git's answer to [`DIFF`] read: the files' counts, then the
+/// Most of git's answer to [`diff_args`] read: the files' counts, then the
 /// patch up to [`MAX_DIFF_BYTES`]. Past it git is stopped, unread.
 const MAX_LOOK_BYTES: usize = 2 * MAX_DIFF_BYTES;
 /// How git writes the bridge's own index: without the checksum of its
@@ -40,17 +40,23 @@ const FEW_PATHS: [(&str, &str); 6] = [
 /// The bridge's own folder in the repository's git folder, which
 /// harnesses read but cannot write.
 pub(super) const OWN_DIR: &str = "harness-bridge";
-/// How the bridge asks git for a diff: its files' lines counted (`-z`),
-/// then the patch, in one answer; no program of the repository's run.
-const DIFF: [&str; 7] = [
+/// How the bridge asks git what a diff changes: its files' lines counted
+/// (`-z`); no program of the repository's run.
+pub(super) const NUMSTAT: [&str; 6] = [
     "diff",
     "--no-ext-diff",
     "--no-textconv",
     "--no-renames",
     "--numstat",
     "-z",
-    "-p",
 ];
+/// How the bridge asks git for a diff: [`NUMSTAT`], then the patch, in
+/// one answer.
+fn diff_args() -> Vec<&'static str> {
+    let mut args = NUMSTAT.to_vec();
+    args.push("-p");
+    args
+}
 /// Files and commits named in a summary; the rest are counted.
 const LISTED: usize = 10;
 
@@ -88,8 +94,10 @@ pub struct Changes {
     pub branch: String,
     /// The files, in path order.
     pub files: Vec<FileChange>,
-    /// The commits the turn made (`short-id subject`), oldest first.
+    /// The last commits the turn made (`short-id subject`), oldest first.
     pub commits: Vec<String>,
+    /// How many more it made before them.
+    pub more_commits: usize,
     /// The whole diff, cut past [`MAX_DIFF_BYTES`].
     pub diff: Vec<u8>,
     /// What else the person should hear: why the turn's commits could
@@ -104,6 +112,7 @@ impl Checkout {
     pub(super) async fn snapshot_tree(&self) -> Result<String, ProjectError> {
         let index = self.own_index().map_err(|e| self.index_failed(e))?;
         let git = self.worktree_git().with_index(&index);
+        drop_gitlinks(&git).await.map_err(|e| self.at_git(e))?;
         git.run(&[OWN_INDEX[0], OWN_INDEX[1], "add", "--all", "--", "."])
             .await
             .map_err(|e| self.at_git(e))?;
@@ -145,9 +154,14 @@ impl Checkout {
             let tree = self.tree_of(&git, &index).await?;
             return Ok((After::Known(Snapshot { tree, head }), None));
         }
-        let mut args = DIFF.to_vec();
+        let mut args = diff_args();
         args.extend(["--cached", &before.tree]);
-        let look = Look::read(&git, &args).await.map_err(|e| self.at_git(e))?;
+        // Without the worktree: its `.gitattributes` says nothing of how
+        // the diff reads, as for a turn looked at whole.
+        let of_index = self.own_git().with_index(&index);
+        let look = Look::read(&of_index, &args)
+            .await
+            .map_err(|e| self.at_git(e))?;
         if look.files.is_empty() && look.diff.is_empty() {
             // The index holds the tree as it was before.
             let unchanged = Snapshot {
@@ -205,6 +219,7 @@ impl Checkout {
     /// Bring the bridge's index up to date with the named `paths`: those
     /// gone are taken out of it, the others added (a folder whole).
     async fn stage(&self, git: &super::git::Git, paths: &BTreeSet<String>) -> Result<(), GitError> {
+        drop_gitlinks(git).await?;
         let (present, gone): (Vec<&str>, Vec<&str>) = paths
             .iter()
             .map(String::as_str)
@@ -286,6 +301,11 @@ impl Checkout {
                 };
                 *self.watch.lock().unwrap_or_else(|p| p.into_inner()) = watch;
             }
+            // Nothing writes the bridge's repository for the worktree
+            // until the turn is over: old snapshots can go now.
+            if let Err(e) = self.prune_snapshots(&kept.tree, false).await {
+                tracing::warn!(error = %e, "cannot prune the snapshots of the worktree");
+            }
             return Ok(kept);
         }
         // HEAD was made a commit of the repository as the turn began.
@@ -315,10 +335,14 @@ impl Checkout {
 
     /// The branch's commit as the last turn left it, when the bridge kept it.
     pub(super) fn last_head(&self) -> Option<String> {
+        self.kept_state().map(|kept| kept.head)
+    }
+
+    /// The worktree as the last turn left it, when the bridge kept it.
+    pub(super) fn kept_state(&self) -> Option<Snapshot> {
         std::fs::read_to_string(self.kept_path())
             .ok()
             .and_then(|text| Snapshot::parse(&text))
-            .map(|kept| kept.head)
     }
 
     /// What changed since `before`; `None` when nothing did and there is
@@ -348,6 +372,7 @@ impl Checkout {
                     branch: self.branch.clone(),
                     files: Vec::new(),
                     commits: Vec::new(),
+                    more_commits: 0,
                     diff: Vec::new(),
                     notes,
                 }));
@@ -359,16 +384,20 @@ impl Checkout {
         };
         let moved = after.head != before.head;
         let git = self.own_git();
-        let mut diff_args = DIFF.to_vec();
+        let mut diff_args = diff_args();
         diff_args.extend([before.tree.as_str(), after.tree.as_str()]);
         let range = format!("{}..{}", before.head, after.head);
+        let listed = LISTED.to_string();
         let log_args = [
             "log",
             "--no-decorate",
             "--no-show-signature",
-            "--format=%h %s",
+            "--format=%h %<(200,trunc)%s",
+            "-n",
+            &listed,
             &range,
         ];
+        let count_args = ["rev-list", "--count", &range];
         // The questions left for git at once: a turn waits for the slowest.
         let (look, log) = tokio::join!(
             async {
@@ -388,15 +417,27 @@ impl Checkout {
         let mut commits: Vec<String> = match log.map_err(|e| self.at_git(e))? {
             Some(log) => String::from_utf8_lossy(&log)
                 .lines()
-                .map(str::to_string)
+                .map(|line| line.trim_end().to_string())
                 .collect(),
             None => Vec::new(),
         };
         commits.reverse();
+        // Only the last few are listed (and read): the rest counted.
+        let more_commits = match commits.len() >= LISTED {
+            true => git
+                .line(&count_args)
+                .await
+                .map_err(|e| self.at_git(e))?
+                .parse::<usize>()
+                .unwrap_or(LISTED)
+                .saturating_sub(commits.len()),
+            false => 0,
+        };
         Ok(Some(Changes {
             branch: self.branch.clone(),
             files,
             commits,
+            more_commits,
             diff,
             notes,
         }))
@@ -442,8 +483,8 @@ impl Checkout {
     /// it, once the worktree's files are gone.
     pub(super) fn forget_own_index(&self) -> std::io::Result<()> {
         let index = self.own_index_path();
-        super::own::remove_if_there(&index)?;
-        super::own::remove_if_there(&index.with_extension("tree"))
+        super::worktree::remove_if_there(&index)?;
+        super::worktree::remove_if_there(&index.with_extension("tree"))
     }
 
     /// Where the state a turn left is kept for the next (forgotten when
@@ -500,7 +541,7 @@ impl Changes {
             if n == 1 { "" } else { "s" }
         );
         if !self.commits.is_empty() {
-            let c = self.commits.len();
+            let c = self.commits.len() + self.more_commits;
             let _ = write!(text, ", {c} new commit{}", if c == 1 { "" } else { "s" });
         }
         text.push('.');
@@ -513,11 +554,11 @@ impl Changes {
         if n > LISTED {
             let _ = write!(text, "\n- and {} more", n - LISTED);
         }
-        for commit in self.commits.iter().take(LISTED) {
-            let _ = write!(text, "\n* {commit}");
+        if self.more_commits > 0 {
+            let _ = write!(text, "\n* {} earlier ones, then:", self.more_commits);
         }
-        if self.commits.len() > LISTED {
-            let _ = write!(text, "\n* and {} more", self.commits.len() - LISTED);
+        for commit in &self.commits {
+            let _ = write!(text, "\n* {commit}");
         }
         if let Some(name) = diff_name {
             let _ = write!(text, "\nThe whole diff is in {name}.");
@@ -529,7 +570,7 @@ impl Changes {
     }
 }
 
-/// git's answer to [`DIFF`]: the files with their lines, and the patch.
+/// git's answer to [`diff_args`]: the files with their lines, and the patch.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Look {
     files: Vec<FileChange>,
@@ -537,11 +578,15 @@ struct Look {
 }
 
 impl Look {
-    /// git's answer to `args` (a [`DIFF`]), read up to [`MAX_LOOK_BYTES`]:
+    /// git's answer to `args` (a [`diff_args`]), read up to [`MAX_LOOK_BYTES`]:
     /// a patch past it is cut where git was stopped.
     async fn read(git: &super::git::Git, args: &[&str]) -> Result<Look, GitError> {
         let answer = git.run_capped(args, MAX_LOOK_BYTES).await?;
         let mut look = Look::parse(answer.bytes);
+        if answer.cut && look.diff.is_empty() {
+            // Cut among the files' counts: the last may be half a path.
+            look.files.pop();
+        }
         if answer.cut || look.diff.len() > MAX_DIFF_BYTES {
             look.diff.truncate(MAX_DIFF_BYTES);
             look.diff.extend(
@@ -573,6 +618,50 @@ impl Look {
             },
         }
     }
+}
+
+/// Most of the bridge's index listed when looking for nested repositories.
+const MAX_LISTED_INDEX_BYTES: usize = 256 * 1024 * 1024;
+
+/// Take every gitlink (a repository nested in the worktree) out of the
+/// bridge's index before git looks at the files: an `add` that finds one
+/// there asks the nested repository's own git whether it changed, which
+/// reads that repository's configuration (the harness's to write) and
+/// runs the programs it names, outside the cage. Taken out, a nested
+/// repository is added back as its commit id alone, no other git asked.
+async fn drop_gitlinks(git: &super::git::Git) -> Result<(), GitError> {
+    let listed = git
+        .run_capped(&["ls-files", "--stage", "-z"], MAX_LISTED_INDEX_BYTES)
+        .await?;
+    if listed.cut {
+        return Err(GitError::Failed {
+            args: "ls-files --stage".into(),
+            said: "the worktree holds more files than the bridge looks at".into(),
+        });
+    }
+    let mut links = Vec::new();
+    for entry in listed.bytes.split(|b| *b == 0) {
+        if let Some(path) = entry.strip_prefix(b"160000 ").and_then(|rest| {
+            rest.iter()
+                .position(|b| *b == b'\t')
+                .map(|at| &rest[at + 1..])
+        }) {
+            links.extend_from_slice(path);
+            links.push(0);
+        }
+    }
+    if links.is_empty() {
+        return Ok(());
+    }
+    let args = [
+        OWN_INDEX[0],
+        OWN_INDEX[1],
+        "update-index",
+        "--force-remove",
+        "-z",
+        "--stdin",
+    ];
+    git.run_with_input(&args, links).await.map(drop)
 }
 
 /// What tells one state of an index file from another: git writes a
@@ -745,6 +834,7 @@ mod tests {
             branch: "chat/c-1".into(),
             files: parse_numstat(b"3\t1\tsrc/a.rs\0-\t-\tlogo.png\0"),
             commits: vec!["abc1234 Fix the greeting".into()],
+            more_commits: 0,
             diff: Vec::new(),
             notes: Vec::new(),
         };

@@ -185,6 +185,11 @@ fn safe_command() -> tokio::process::Command {
             "diff.external=",
             "-c",
             "core.pager=cat",
+            // What it writes in a repository, every user may read (a root
+            // bridge's harnesses are another user outside their
+            // namespace); folders hold it.
+            "-c",
+            "core.sharedRepository=0644",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -202,7 +207,7 @@ pub struct Capped {
     pub cut: bool,
 }
 
-/// The most of git's standard error kept: its last lines say why.
+/// The most of git's standard error kept (its end): its last lines say why.
 const MAX_STDERR_BYTES: usize = 64 * 1024;
 
 /// Run a git command to its end (bounded by [`TIMEOUT`]); its standard
@@ -240,13 +245,22 @@ async fn collect(
         }
         Ok::<_, std::io::Error>(Capped { bytes, cut })
     };
+    // Read to its end (a git stopped from writing its warnings would die
+    // of a broken pipe), keeping only the last words.
     let read_err = async move {
-        let mut bytes = Vec::new();
-        let _ = stderr
-            .take(MAX_STDERR_BYTES as u64)
-            .read_to_end(&mut bytes)
-            .await;
-        bytes
+        let mut stderr = stderr;
+        let mut kept = Vec::new();
+        let mut chunk = vec![0u8; 16 * 1024];
+        while let Ok(n) = stderr.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            kept.extend_from_slice(&chunk[..n]);
+            if kept.len() > 2 * MAX_STDERR_BYTES {
+                kept.drain(..kept.len() - MAX_STDERR_BYTES);
+            }
+        }
+        kept
     };
     let run = async {
         let (out, err) = tokio::join!(read_out, read_err);

@@ -33,8 +33,8 @@ use std::time::{Duration, SystemTime};
 
 use super::BRIDGE_DIR;
 use super::git::Git;
-use super::own::{OWN_OBJECTS, TakenIn, remove_if_there};
-use super::worktree::{MADE, admin_name, write_replacing};
+use super::own::{OWN_OBJECTS, TakenIn};
+use super::worktree::{MADE, Reader, admin_name, remove_if_there, write_replacing};
 use super::{Checkout, Project, ProjectError};
 
 /// Where a put-away worktree's changes not committed wait for its next
@@ -48,11 +48,10 @@ const NAMED: usize = 5;
 impl Project {
     /// Put away the worktrees of this project that have gone without a
     /// turn for its retention; how many. Run now and then by the service;
-    /// a worktree in use is left for the next look.
+    /// a worktree in use is left for the next look. The records of
+    /// worktrees whose folder is gone (with its conversation) are removed
+    /// whatever the retention.
     pub async fn put_away_idle(&self) -> usize {
-        let Some(retention) = self.retention else {
-            return 0;
-        };
         let Ok(entries) = std::fs::read_dir(self.common_dir.join(super::changes::OWN_DIR)) else {
             return 0;
         };
@@ -60,11 +59,10 @@ impl Project {
             .flatten()
             .map(|entry| entry.path())
             .filter(|path| path.extension().is_some_and(|ext| ext == "worktree"))
-            .filter(|path| idle(path, retention))
             .collect();
         let mut put_away = 0;
         for record in records {
-            match self.put_away(&record, retention).await {
+            match self.put_away(&record, self.retention).await {
                 Ok(true) => put_away += 1,
                 Ok(false) => {}
                 Err(e) => tracing::warn!(
@@ -78,9 +76,14 @@ impl Project {
         put_away
     }
 
-    /// Put away the worktree `record` names, when it is still idle and not
-    /// in use; whether it was.
-    async fn put_away(&self, record: &Path, retention: Duration) -> Result<bool, ProjectError> {
+    /// Put away the worktree `record` names, when it is idle past
+    /// `retention` and not in use; whether it was. One whose folder is
+    /// gone is forgotten.
+    async fn put_away(
+        &self,
+        record: &Path,
+        retention: Option<Duration>,
+    ) -> Result<bool, ProjectError> {
         let text = std::fs::read_to_string(record).unwrap_or_default();
         let mut lines = text.lines();
         let (Some(name), Some(branch), Some(folder)) = (
@@ -104,11 +107,10 @@ impl Project {
             remove_if_there(record).map_err(fail)?;
             return Ok(false);
         };
-        if folder.try_lock().is_err() {
-            return Ok(false);
-        }
-        // A turn may have begun, and ended, since the first look.
-        if !idle(record, retention) {
+        // In use by a turn, or not idle (a turn may have begun, and
+        // ended, since the look began): the lock is taken first.
+        if folder.try_lock().is_err() || !retention.is_some_and(|retention| idle(record, retention))
+        {
             return Ok(false);
         }
         if !checkout.has_record() {
@@ -122,7 +124,12 @@ impl Project {
         checkout.keep_changes(self).await?;
         checkout.remove_files().map_err(fail)?;
         let last_turn = unix_seconds(last_turn);
-        write_replacing(&checkout.away_path(), &format!("{last_turn}\n")).map_err(fail)?;
+        write_replacing(
+            &checkout.away_path(),
+            format!("{last_turn}\n"),
+            Reader::Bridge,
+        )
+        .map_err(fail)?;
         remove_if_there(record).map_err(fail)?;
         tracing::info!(
             project = %self.name,
@@ -154,7 +161,8 @@ impl Checkout {
             .and_then(|()| {
                 write_replacing(
                     &self.own_file("worktree"),
-                    &format!("{}\n{}\n", self.branch, self.work_tree.display()),
+                    format!("{}\n{}\n", self.branch, self.work_tree.display()),
+                    Reader::Bridge,
                 )
             })
             .map_err(|e| self.fail(format!("cannot note the worktree's use: {e}")))
@@ -373,18 +381,10 @@ impl Checkout {
             .run(&["read-tree", "--reset", "-u", tree])
             .await
             .map_err(at_git)?;
-        // Files unchanged since `head` keep what the index knows of them.
-        let theirs = self.private_dir().join("worktree.index");
-        std::fs::copy(&index, &theirs)
-            .map_err(|e| self.fail(format!("cannot make the worktree's index: {e}")))?;
-        self.worktree_git()
-            .with_index(&theirs)
-            .run(&["read-tree", "-m", head])
-            .await
-            .map_err(at_git)?;
-        self.install_index(&theirs)?;
-        remove_if_there(&theirs)
-            .map_err(|e| self.fail(format!("cannot tidy the bridge's repository: {e}")))
+        // Before the files change hands (and their times with it): git
+        // takes the worktree as its index knows it.
+        self.give_index_at(head).await?;
+        self.give_files()
     }
 
     /// The tree of `theirs` merged onto `ours` from `base`; `None` when

@@ -2,14 +2,18 @@
 //!
 //! A harness writes its commits' objects in a folder of its workspace
 //! (`.langbot/git-objects`), which it can fill with anything — links to
-//! another repository's objects among them. The bridge never hands that
-//! folder to git. It walks it itself, each folder opened beneath the one
-//! before without following a link, and copies into its own repository
-//! for the worktree ([`super::private`]) only plain files named as git
-//! names objects (loose objects, and packs with their index) that git
-//! does not have already; every link it meets is named, never followed.
-//! So what git then takes into the project's repository is what the
-//! harness wrote itself, or what the repository already held.
+//! another repository's objects among them, or files named for objects
+//! they are not. The bridge never hands that folder to git. It walks it
+//! itself, each folder opened beneath the one before without following a
+//! link, and copies into a repository made for this one intake (beside
+//! the bridge's own for the worktree, removed once the fetch is over)
+//! only plain files named as git names objects (loose objects, and packs
+//! with their index) that git does not have already, up to a bound;
+//! every link it meets is named, never followed. git then fetches from
+//! there into the project's repository, checking every object on the way
+//! in, so what comes in is what the harness wrote itself, or what the
+//! repository already held; and nothing the harness named is ever read
+//! as an object by another git of the bridge's.
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -22,10 +26,12 @@ use nix::dir::Dir;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, SFlag, fstat};
 
-use super::record::{is_object_id, write_bytes_replacing};
+use super::record::is_object_id;
 
-/// Largest file copied: a loose object or a pack.
-const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+/// Most bytes copied in one intake, every file together (a turn's
+/// commits): past it nothing more is copied, and the fetch says what is
+/// missing.
+const MAX_INTAKE_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
 /// What a walk of a harness's object folder found.
 #[derive(Debug, Default)]
@@ -145,54 +151,53 @@ impl Found {
         self.loose.iter().map(|(id, _)| id.as_str())
     }
 
-    /// Copy into `dest` (a repository's `objects` folder) the loose
-    /// objects in `wanted` and every pack `dest` does not have: plain
-    /// files only, each opened beneath its folder without following a
-    /// link. How many files were copied.
+    /// Copy into `dest` (an intake repository's `objects` folder) the
+    /// loose objects in `wanted` and every pack: plain files only, each
+    /// opened beneath its folder without following a link, streamed, no
+    /// more than [`MAX_INTAKE_BYTES`] in all. How many files were copied.
     pub(super) fn copy_into(
         &self,
         dest: &Path,
         wanted: &BTreeSet<String>,
     ) -> std::io::Result<usize> {
+        let mut budget = MAX_INTAKE_BYTES;
         let mut copied = 0;
         for (id, folder) in self.loose.iter().filter(|(id, _)| wanted.contains(id)) {
             let (fan_out, rest) = id.split_at(2);
-            let to = dest.join(fan_out).join(rest);
-            if to.exists() {
-                continue;
-            }
-            if let Some(bytes) = read_plain(&self.folders[*folder], rest)? {
-                std::fs::create_dir_all(dest.join(fan_out))?;
-                write_bytes_replacing(&to, &bytes)?;
+            std::fs::create_dir_all(dest.join(fan_out))?;
+            if copy_plain(
+                &self.folders[*folder],
+                rest,
+                &dest.join(fan_out),
+                &mut budget,
+            )? {
                 copied += 1;
             }
         }
         if let Some(folder) = &self.pack_folder {
+            let packs = dest.join("pack");
+            std::fs::create_dir_all(&packs)?;
             for pack in &self.packs {
-                let index = dest.join("pack").join(format!("{pack}.idx"));
-                if index.exists() {
-                    continue;
-                }
-                let (Some(data), Some(idx)) = (
-                    read_plain(folder, &format!("{pack}.pack"))?,
-                    read_plain(folder, &format!("{pack}.idx"))?,
-                ) else {
-                    continue;
-                };
-                std::fs::create_dir_all(dest.join("pack"))?;
                 // The pack first: git finds a pack by its index.
-                write_bytes_replacing(&dest.join("pack").join(format!("{pack}.pack")), &data)?;
-                write_bytes_replacing(&index, &idx)?;
-                copied += 2;
+                let data = format!("{pack}.pack");
+                if copy_plain(folder, &data, &packs, &mut budget)?
+                    && copy_plain(folder, &format!("{pack}.idx"), &packs, &mut budget)?
+                {
+                    copied += 2;
+                }
             }
         }
         Ok(copied)
     }
 }
 
-/// The bytes of `name` beneath `dir` when it is a plain file of one name
-/// (not a link, a pipe or a second name of another file), not too large.
-fn read_plain(dir: &OwnedFd, name: &str) -> std::io::Result<Option<Vec<u8>>> {
+/// Copy `name` beneath `dir` into the folder `to` under the same name,
+/// streamed, when it is a plain file of one name (not a link, a pipe or
+/// a second name of another file), holding the bytes its size says (not
+/// a sparse file, which would cost the bridge what cost the harness
+/// nothing), within `budget` (what is left of it after). Whether it was
+/// copied.
+fn copy_plain(dir: &OwnedFd, name: &str, to: &Path, budget: &mut u64) -> std::io::Result<bool> {
     let fd = match openat(
         dir,
         name,
@@ -200,25 +205,38 @@ fn read_plain(dir: &OwnedFd, name: &str) -> std::io::Result<Option<Vec<u8>>> {
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(nix::Error::ELOOP | nix::Error::ENOENT | nix::Error::ENXIO) => return Ok(None),
+        Err(nix::Error::ELOOP | nix::Error::ENOENT | nix::Error::ENXIO) => return Ok(false),
         Err(e) => return Err(e.into()),
     };
     let stat = fstat(&fd)?;
     let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
-    if kind != SFlag::S_IFREG || stat.st_nlink != 1 || stat.st_size as u64 > MAX_FILE_BYTES {
-        return Ok(None);
+    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    let held = u64::try_from(stat.st_blocks)
+        .unwrap_or(0)
+        .saturating_mul(512);
+    // Small files may live in their folder's own blocks (inline data).
+    let sparse = size > 64 * 1024 && held < size / 2;
+    if kind != SFlag::S_IFREG || stat.st_nlink != 1 || size > *budget || sparse {
+        return Ok(false);
     }
-    let mut bytes = Vec::with_capacity(stat.st_size as usize);
-    std::fs::File::from(fd)
-        .take(MAX_FILE_BYTES)
-        .read_to_end(&mut bytes)?;
-    Ok(Some(bytes))
+    let mut file = tempfile::NamedTempFile::new_in(to)?;
+    let copied = std::io::copy(&mut std::fs::File::from(fd).take(size), &mut file)?;
+    *budget -= copied;
+    file.persist(to.join(name)).map_err(|e| e.error)?;
+    Ok(true)
 }
 
 /// `a`, `b` and 3 more: links named in a sentence.
 pub(super) fn named(links: &[String]) -> String {
     const NAMED: usize = 3;
-    let mut words: Vec<String> = links.iter().take(NAMED).map(|l| format!("`{l}`")).collect();
+    // A harness chose these names: shown as plain text, nothing in them
+    // read as the chat's formatting.
+    let plain = |l: &String| l.escape_debug().to_string().replace('`', "'");
+    let mut words: Vec<String> = links
+        .iter()
+        .take(NAMED)
+        .map(|l| format!("`{}`", plain(l)))
+        .collect();
     if links.len() > NAMED {
         words.push(format!("{} more", links.len() - NAMED));
     }
@@ -264,7 +282,22 @@ mod tests {
             std::fs::read(dest.join("12").join("3".repeat(38))).unwrap(),
             b"mine"
         );
-        assert_eq!(found.copy_into(&dest, &wanted).unwrap(), 0, "once");
+        let nothing = dir.path().join("nothing");
+        assert_eq!(found.copy_into(&nothing, &BTreeSet::new()).unwrap(), 0);
+
+        // A file that holds none of the bytes its size says is not read.
+        std::fs::File::create(objects.join("12").join("5".repeat(38)))
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+        let found = walk(dir.path(), &[".langbot", "git-objects"]).unwrap();
+        let sparse: BTreeSet<String> = [format!("12{}", "5".repeat(38))].into();
+        assert_eq!(
+            found
+                .copy_into(&dir.path().join("sparse"), &sparse)
+                .unwrap(),
+            0
+        );
 
         // The folder itself a link: nothing in it is taken.
         std::fs::remove_dir_all(&objects).unwrap();

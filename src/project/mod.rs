@@ -260,6 +260,9 @@ pub struct Project {
     /// The configuration of the bridge's own repository for each of its
     /// worktrees (from the repository's, without anything that runs).
     private_config: std::sync::Arc<str>,
+    /// Who its harnesses are outside their namespace, when not the
+    /// bridge's user (a root bridge's cage): what they write is theirs.
+    owner: Option<&'static crate::owner::Owner>,
     /// Held by the turn working in a shared project's worktree: turns of
     /// several conversations take it in the order they asked.
     turn: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -269,8 +272,14 @@ pub struct Project {
 
 impl Project {
     /// Check a declared project once, at start: the repository is one, its
-    /// base branch exists, the template and author make sense.
-    pub async fn open(name: &str, spec: &ProjectSpec) -> Result<Project, ProjectError> {
+    /// base branch exists, the template and author make sense, and its
+    /// harnesses, as `owner` outside their namespace (a root bridge's
+    /// cage), can read it.
+    pub async fn open(
+        name: &str,
+        spec: &ProjectSpec,
+        owner: Option<&'static crate::owner::Owner>,
+    ) -> Result<Project, ProjectError> {
         let invalid = |why: String| ProjectError::Invalid {
             name: name.into(),
             why,
@@ -282,21 +291,7 @@ impl Project {
             )));
         }
         if let Some(carry) = spec.carry.as_ref().filter(|_| !spec.repository.exists()) {
-            // Each instance keeps its own clone of a carried project.
-            let remote = Remote::open(name, "carry", carry, None).await?;
-            if let Some(parent) = spec.repository.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| ProjectError::Invalid {
-                    name: name.into(),
-                    why: format!("cannot make {}: {e}", parent.display()),
-                })?;
-            }
-            git::clone(&remote.url, &spec.repository, remote.env())
-                .await
-                .map_err(|source| ProjectError::Git {
-                    name: name.into(),
-                    source,
-                })?;
-            tracing::info!(project = %name, from = %remote.shown, "the project's repository is cloned");
+            clone_carried(name, &spec.repository, carry, owner).await?;
         }
         let common_dir =
             git::common_dir(&spec.repository)
@@ -329,13 +324,29 @@ impl Project {
         }
         let author = parse_author(&spec.author)
             .ok_or_else(|| invalid(format!("author `{}` is not `Name <email>`", spec.author)))?;
-        let private_config =
-            private::config_for(&common_dir)
+        if let Some(owner) = owner {
+            for_harnesses(&common_dir, owner).map_err(invalid)?;
+        }
+        let config =
+            private::read_config(&common_dir)
                 .await
                 .map_err(|source| ProjectError::Git {
                     name: name.into(),
                     source,
                 })?;
+        if config.partial {
+            return Err(invalid(format!(
+                "{} is a partial clone (extensions.partialClone): a conversation's worktree \
+                 needs every object of its branch, and a caged agent cannot fetch the missing \
+                 ones; fetch them all (`git fetch --refetch` with no filter, or clone it whole) \
+                 and restart",
+                spec.repository.display()
+            )));
+        }
+        if !config.credentials.is_empty() {
+            tracing::warn!(project = %name, keys = %config.credentials.join(", "), "{}", credentials_warning(&config.credentials));
+        }
+        let private_config = config.private;
         let repo = git::Git::bare(&common_dir);
         let publish = match &spec.publish {
             Some(spec) => Some(Remote::open(name, "publish", spec, Some(&repo)).await?),
@@ -358,6 +369,7 @@ impl Project {
                 std::time::Duration::from_secs(spec.worktree_retention_hours.saturating_mul(3600))
             }),
             private_config: private_config.into(),
+            owner,
             turn: std::sync::Arc::default(),
             watches: Default::default(),
         })
@@ -404,6 +416,155 @@ impl Project {
     }
 }
 
+/// Each instance keeps its own clone of a carried project: made at
+/// `repository` from `carry` (readable by every user, with the folders
+/// made for it, when the harnesses are `owner`, another user).
+async fn clone_carried(
+    name: &str,
+    repository: &std::path::Path,
+    carry: &RemoteSpec,
+    owner: Option<&'static crate::owner::Owner>,
+) -> Result<(), ProjectError> {
+    let remote = Remote::open(name, "carry", carry, None).await?;
+    // The folders made here: the clone, then its parents.
+    let made: Vec<PathBuf> = repository
+        .ancestors()
+        .take_while(|dir| !dir.exists())
+        .map(PathBuf::from)
+        .collect();
+    if let Some(parent) = repository.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| ProjectError::Invalid {
+            name: name.into(),
+            why: format!("cannot make {}: {e}", parent.display()),
+        })?;
+    }
+    git::clone(&remote.url, repository, remote.env())
+        .await
+        .map_err(|source| ProjectError::Git {
+            name: name.into(),
+            source,
+        })?;
+    if owner.is_some() {
+        open_to_read(&made).map_err(|e| ProjectError::Invalid {
+            name: name.into(),
+            why: format!("cannot let its harnesses read its clone: {e}"),
+        })?;
+    }
+    tracing::info!(project = %name, from = %remote.shown, "the project's repository is cloned");
+    Ok(())
+}
+
+/// The repository at `common_dir` made ready for harnesses that are
+/// `owner` outside their namespace (a root bridge's cage): they must read
+/// it and pass into `worktrees/` to their record, and must not read the
+/// bridge's own folder in it (other conversations' indexes and states).
+/// Why not, in a sentence that names the fix.
+fn for_harnesses(common_dir: &std::path::Path, owner: &crate::owner::Owner) -> Result<(), String> {
+    use crate::owner::Want;
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    owner.let_pass(common_dir, "to read the repository");
+    for path in [common_dir.to_path_buf(), common_dir.join("objects")] {
+        if let Some(blocked) = owner.cannot_reach(&path, Want::Read) {
+            return Err(format!(
+                "its harnesses, which run as {who} outside their namespace, cannot read the \
+                 repository: {blocked}. Let other users pass through (and read) it (`chmod o+rx`), \
+                 keep it elsewhere, or run the bridge as an ordinary user \
+                 (packaging/harness-bridge.service)",
+                who = owner.describe()
+            ));
+        }
+    }
+    let made = |dir: std::path::PathBuf, mode: u32| {
+        std::fs::DirBuilder::new()
+            .mode(mode)
+            .create(&dir)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Ok(()),
+                _ => Err(e),
+            })
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)))
+            .map_err(|e| format!("cannot make {} ready for its harnesses: {e}", dir.display()))
+    };
+    made(common_dir.join("worktrees"), 0o711)?;
+    made(common_dir.join(changes::OWN_DIR), 0o700)?;
+    // What git wrote under the bridge's umask before (0600), readable.
+    let shared: Vec<PathBuf> = ["objects", "refs", "HEAD", "config", "packed-refs", "info"]
+        .iter()
+        .map(|name| common_dir.join(name))
+        .filter(|path| path.exists())
+        .collect();
+    let mut opened = 0;
+    for path in &shared {
+        opened += open_tree_to_read(path)
+            .map_err(|e| format!("cannot let its harnesses read {}: {e}", path.display()))?;
+    }
+    if opened > 0 {
+        tracing::info!(repository = %common_dir.display(), entries = opened, "files of the repository only its owner could read are made readable to the caged harnesses");
+    }
+    Ok(())
+}
+
+/// The folders in `made` (the clone, then the parents made for it)
+/// readable by every user, the whole clone (the bridge's own making)
+/// with them: a root bridge's harnesses are another user outside their
+/// namespace, and read the repository.
+fn open_to_read(made: &[PathBuf]) -> std::io::Result<()> {
+    for dir in made.iter().skip(1) {
+        open_one(dir, &std::fs::symlink_metadata(dir)?)?;
+    }
+    match made.first() {
+        Some(clone) => open_tree_to_read(clone).map(drop),
+        None => Ok(()),
+    }
+}
+
+/// `path`, and all below it, readable by every user (folders entered);
+/// links are not followed. How many entries changed.
+fn open_tree_to_read(path: &std::path::Path) -> std::io::Result<usize> {
+    let mut opened = 0;
+    for entry in walkdir::WalkDir::new(path) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        if !entry.file_type().is_symlink() {
+            let meta = entry.metadata().map_err(std::io::Error::other)?;
+            opened += usize::from(open_one(entry.path(), &meta)?);
+        }
+    }
+    Ok(opened)
+}
+
+/// One file (`o+r`) or folder (`o+rx`) readable by every user; whether it
+/// changed.
+fn open_one(path: &std::path::Path, meta: &std::fs::Metadata) -> std::io::Result<bool> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = meta.permissions().mode() & 0o7777;
+    let more = if meta.is_dir() { 0o055 } else { 0o044 };
+    if mode & more == more {
+        return Ok(false);
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | more))?;
+    Ok(true)
+}
+
+/// What the operator hears of credentials in a repository's configuration
+/// (`keys`), and what to do.
+fn credentials_warning(keys: &[String]) -> String {
+    format!(
+        "the repository's git configuration holds credentials ({}), which every conversation's \
+         agent of the project can read (it reads the repository's git folder): take them out; \
+         give publishing its token in `token_env` or its key in `ssh_key`, and keep any other \
+         credential in a helper or file outside the repository",
+        keys.join(", ")
+    )
+}
+
+/// What `doctor` says of the credentials in the git configuration of
+/// `repository` (a project's folder), if it holds any.
+pub async fn credentials_in(repository: &std::path::Path) -> Option<String> {
+    let common_dir = git::common_dir(repository).await.ok()?;
+    let config = private::read_config(&common_dir).await.ok()?;
+    (!config.credentials.is_empty()).then(|| credentials_warning(&config.credentials))
+}
+
 /// `Name <email>` → its parts.
 fn parse_author(author: &str) -> Option<(String, String)> {
     let (name, rest) = author.split_once('<')?;
@@ -421,18 +582,30 @@ fn parse_author(author: &str) -> Option<(String, String)> {
 /// relay started again (its plugin restarted) would otherwise wait an
 /// hour for its first look.
 #[derive(Debug, Default)]
-pub struct OpenedProjects(tokio::sync::Mutex<BTreeMap<String, (ProjectSpec, Project)>>);
+pub struct OpenedProjects {
+    opened: tokio::sync::Mutex<BTreeMap<String, (ProjectSpec, Project)>>,
+    owner: Option<&'static crate::owner::Owner>,
+}
 
 impl OpenedProjects {
+    /// None opened yet; their harnesses are `owner` outside their
+    /// namespace (see [`Project::open`]).
+    pub fn new(owner: Option<&'static crate::owner::Owner>) -> OpenedProjects {
+        OpenedProjects {
+            opened: Default::default(),
+            owner,
+        }
+    }
+
     /// The project `name` as `spec` declares it, checked the first time.
     pub async fn open(&self, name: &str, spec: &ProjectSpec) -> Result<Project, ProjectError> {
-        let mut opened = self.0.lock().await;
+        let mut opened = self.opened.lock().await;
         if let Some((kept, project)) = opened.get(name)
             && kept == spec
         {
             return Ok(project.clone());
         }
-        let project = Project::open(name, spec).await?;
+        let project = Project::open(name, spec, self.owner).await?;
         opened.insert(name.to_string(), (spec.clone(), project.clone()));
         let idle = project.clone();
         tokio::spawn(async move {
@@ -450,7 +623,7 @@ impl OpenedProjects {
     /// Put away the idle worktrees of the projects opened so far; how many.
     pub async fn put_away_idle(&self) -> usize {
         let projects: Vec<Project> = self
-            .0
+            .opened
             .lock()
             .await
             .values()
@@ -465,11 +638,15 @@ impl OpenedProjects {
 }
 
 /// Every declared project, checked: the service does not start on one it
-/// cannot use.
-pub async fn open_all(projects: &Projects) -> Result<BTreeMap<String, Project>, ProjectError> {
+/// cannot use. Their harnesses are `owner` outside their namespace (see
+/// [`Project::open`]).
+pub async fn open_all(
+    projects: &Projects,
+    owner: Option<&'static crate::owner::Owner>,
+) -> Result<BTreeMap<String, Project>, ProjectError> {
     let mut opened = BTreeMap::new();
     for (name, spec) in projects {
-        opened.insert(name.clone(), Project::open(name, spec).await?);
+        opened.insert(name.clone(), Project::open(name, spec, owner).await?);
     }
     Ok(opened)
 }
@@ -521,7 +698,7 @@ pub(crate) mod testing {
         git(&repo, &["commit", "-q", "-m", "Hello"]);
         let spec: ProjectSpec =
             serde_yaml::from_str(&format!("repository: {}\n{extra}", repo.display())).unwrap();
-        Project::open("web", &spec).await.unwrap()
+        Project::open("web", &spec, None).await.unwrap()
     }
 }
 

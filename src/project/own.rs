@@ -158,8 +158,10 @@ impl Checkout {
 
     /// The objects `commit` reaches fetched into the repository from what
     /// the harness wrote as plain files in its object folder (copied into
-    /// the bridge's repository for the worktree, no link followed; git
-    /// checks every object on the way in), and `dest` moved to it.
+    /// an intake repository made for this fetch, no link followed; git
+    /// checks every object on the way in), or from the bridge's own
+    /// repository for the worktree (a put-away's commit), and `dest`
+    /// moved to it.
     pub(super) async fn fetch_in(&self, commit: &str, dest: &str) -> Result<TakenIn, ProjectError> {
         let repo = Git::bare(&self.common_dir);
         let now = repo
@@ -173,8 +175,22 @@ impl Checkout {
             });
         }
         self.ready_private()?;
-        let links = self.copy_in_objects().await?;
-        let own = self.own_git();
+        let intake = self.fresh_intake()?;
+        let taken = self.fetch_through(&intake, commit, dest).await;
+        if let Err(e) = super::private::remove_repo(&intake) {
+            tracing::warn!(project = %self.project, error = %e, "cannot remove an intake repository");
+        }
+        taken
+    }
+
+    /// [`Checkout::fetch_in`] through the intake repository `intake`.
+    async fn fetch_through(
+        &self,
+        intake: &std::path::Path,
+        commit: &str,
+        dest: &str,
+    ) -> Result<TakenIn, ProjectError> {
+        let links = self.copy_in_objects(intake).await?;
         let refused = |e: super::GitError| {
             tracing::warn!(project = %self.project, branch = %self.branch, error = %e, "the worktree's commits are not taken in");
             let links = match links.is_empty() {
@@ -193,14 +209,17 @@ impl Checkout {
                 self.branch
             ))
         };
-        if let Err(e) = own.run(&["update-ref", TURN_REF, commit]).await {
+        if let Err(e) = Git::bare(intake)
+            .run(&["update-ref", TURN_REF, commit])
+            .await
+        {
             return Ok(refused(e));
         }
-        let source = self.private_dir().display().to_string();
+        let source = intake.display().to_string();
         let refspec = format!("+{TURN_REF}:{dest}");
         let mut args = super::git::FETCH.to_vec();
         args.extend(["--update-head-ok", &source, &refspec]);
-        match repo.run(&args).await {
+        match Git::bare(&self.common_dir).run(&args).await {
             Ok(_) => Ok(TakenIn::At {
                 moved: true,
                 not_carried: None,
@@ -210,9 +229,9 @@ impl Checkout {
     }
 
     /// Copy what the harness wrote as plain files in its object folder,
-    /// and git lacks, into the bridge's repository for the worktree; the
-    /// links found there instead.
-    async fn copy_in_objects(&self) -> Result<Vec<String>, ProjectError> {
+    /// and git lacks, into the intake repository `intake`; the links
+    /// found there instead.
+    async fn copy_in_objects(&self, intake: &std::path::Path) -> Result<Vec<String>, ProjectError> {
         let fail = |e: String| self.fail(format!("cannot read the worktree's objects: {e}"));
         let workspace = self.work_tree.clone();
         let found = tokio::task::spawn_blocking(move || {
@@ -225,8 +244,7 @@ impl Checkout {
         let mut missing = BTreeSet::new();
         if !ids.is_empty() {
             let asked = format!("{}\n", ids.join("\n")).into_bytes();
-            let said = self
-                .own_git()
+            let said = Git::bare(intake)
                 .run_with_input(&["cat-file", "--batch-check=%(objectname)"], asked)
                 .await
                 .map_err(|e| self.at_git(e))?;
@@ -237,7 +255,7 @@ impl Checkout {
                     .map(str::to_string),
             );
         }
-        let dest = self.private_dir().join("objects");
+        let dest = intake.join("objects");
         let links = found.links.clone();
         tokio::task::spawn_blocking(move || found.copy_into(&dest, &missing))
             .await
@@ -267,6 +285,10 @@ impl Checkout {
             Err(_) => {}
         }
         std::fs::create_dir(&objects)
+            .and_then(|()| match self.owner {
+                Some(owner) => owner.give(&std::fs::File::open(&objects)?),
+                None => Ok(()),
+            })
             .map_err(|e| self.fail(format!("cannot make the worktree's object folder: {e}")))
     }
 
@@ -275,12 +297,5 @@ impl Checkout {
             name: self.project.clone(),
             source,
         }
-    }
-}
-
-pub(super) fn remove_if_there(path: &std::path::Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
     }
 }

@@ -13,6 +13,8 @@ use crate::interaction::{PublishRequest, short};
 
 /// Most commits a card lists; the rest are counted.
 const LISTED_COMMITS: usize = 10;
+/// Most of git's count of the files a card's commits change that is read.
+const MAX_NUMSTAT_BYTES: usize = 16 * 1024 * 1024;
 /// Longest the pull request command may take.
 const PULL_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
@@ -79,7 +81,7 @@ impl Publishable {
                 "log",
                 "--no-decorate",
                 "--no-show-signature",
-                "--format=%h %s",
+                "--format=%h %<(200,trunc)%s",
                 "-n",
                 &listed,
                 &range,
@@ -88,21 +90,17 @@ impl Publishable {
             .map_err(at_git)?;
         let commits: Vec<String> = String::from_utf8_lossy(&log)
             .lines()
-            .map(str::to_string)
+            .map(|line| line.trim_end().to_string())
             .collect();
         let three_dots = format!("{base}...{head}");
+        // Counted up to a bound: a card names the files' number and lines.
+        let mut args = super::changes::NUMSTAT.to_vec();
+        args.push(&three_dots);
         let numstat = git
-            .run(&[
-                "diff",
-                "--no-ext-diff",
-                "--no-textconv",
-                "--no-renames",
-                "--numstat",
-                "-z",
-                &three_dots,
-            ])
+            .run_capped(&args, MAX_NUMSTAT_BYTES)
             .await
-            .map_err(at_git)?;
+            .map_err(at_git)?
+            .bytes;
         let files = super::changes::parse_numstat(&numstat);
         let (added, removed) = files
             .iter()

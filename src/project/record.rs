@@ -18,7 +18,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use super::git::Git;
-use super::worktree::write_replacing;
+use super::worktree::{Reader, write_replacing};
 use super::{Checkout, ProjectError};
 
 /// The way from the record to the repository, as git writes it.
@@ -83,6 +83,10 @@ impl Checkout {
     /// the repository and back to the worktree.
     pub(super) fn make_record(&self, commit: &str) -> Result<(), ProjectError> {
         std::fs::create_dir_all(&self.admin)
+            .and_then(|()| match self.owner {
+                Some(owner) => owner.give(&std::fs::File::open(&self.admin)?),
+                None => Ok(()),
+            })
             .map_err(|e| self.fail(format!("cannot make the worktree's record: {e}")))?;
         self.set_head(commit)?;
         self.write_links().map(drop)
@@ -100,12 +104,11 @@ impl Checkout {
             Ok(meta) if meta.is_dir() => Some(self.move_aside(&dot_git)?),
             _ => None,
         };
-        let wrote = write_replacing(&dot_git, &format!("gitdir: {}\n", self.admin.display()))
+        let link = format!("gitdir: {}\n", self.admin.display());
+        let wrote = write_replacing(&dot_git, link, Reader::Harness(self.owner))
             .and_then(|()| {
-                write_replacing(
-                    &self.admin.join("gitdir"),
-                    &format!("{}\n", dot_git.display()),
-                )
+                let back = format!("{}\n", dot_git.display());
+                self.write_in_record("gitdir", back.as_bytes())
             })
             .and_then(|()| self.replace_unless_same("commondir", COMMON_DIR.as_bytes()));
         wrote.map_err(|e| self.fail(format!("cannot link the worktree: {e}")))?;
@@ -146,7 +149,7 @@ impl Checkout {
     /// Point the record's HEAD at `commit` (detached: a commit in the
     /// worktree moves only its HEAD, no branch the repository shares).
     pub(super) fn set_head(&self, commit: &str) -> Result<(), ProjectError> {
-        write_replacing(&self.admin.join("HEAD"), &format!("{commit}\n"))
+        self.write_in_record("HEAD", format!("{commit}\n").as_bytes())
             .map_err(|e| self.fail(format!("cannot set the worktree's HEAD: {e}")))
     }
 
@@ -155,9 +158,47 @@ impl Checkout {
     pub(super) fn install_index(&self, index: &Path) -> Result<(), ProjectError> {
         let bytes = std::fs::read(index)
             .map_err(|e| self.fail(format!("cannot read the bridge's index: {e}")))?;
-        let dest = self.admin.join("index");
-        write_bytes_replacing(&dest, &bytes)
+        self.write_in_record("index", &bytes)
             .map_err(|e| self.fail(format!("cannot give the worktree its index: {e}")))
+    }
+
+    /// Give the harness's git an index of `head`'s tree that keeps what
+    /// the bridge's own index knows of the files unchanged since (its
+    /// `git status` reads no more than what changed): the worktree's files
+    /// show as changed where they differ from `head`.
+    pub(super) async fn give_index_at(&self, head: &str) -> Result<(), ProjectError> {
+        let theirs = self.private_dir().join("worktree.index");
+        let own = self.own_index_path();
+        let copied = match own.is_file() {
+            true => std::fs::copy(&own, &theirs).map(drop),
+            false => super::worktree::remove_if_there(&theirs),
+        };
+        copied.map_err(|e| self.fail(format!("cannot make the worktree's index: {e}")))?;
+        self.worktree_git()
+            .with_index(&theirs)
+            .run(&["read-tree", "-m", head])
+            .await
+            .map_err(|e| self.at_git(e))?;
+        self.install_index(&theirs)?;
+        super::worktree::remove_if_there(&theirs)
+            .map_err(|e| self.fail(format!("cannot tidy the bridge's repository: {e}")))
+    }
+
+    /// The harness's index made again at `head` when the harness put
+    /// something else in its place (a link, a folder); what the person
+    /// should hear of it.
+    pub(super) async fn mend_index(&self, head: &str) -> Result<Option<String>, ProjectError> {
+        match std::fs::symlink_metadata(self.admin.join("index")) {
+            Ok(meta) if !meta.is_file() => {}
+            _ => return Ok(None),
+        }
+        self.give_index_at(head).await?;
+        Ok(Some(format!(
+            "This conversation's worktree record had been changed outside git (its index was \
+             replaced); the index is made again at `{}`, and the files are as the agent left \
+             them.",
+            crate::interaction::short(head)
+        )))
     }
 
     /// Whether the record is there, a folder of the repository's.
@@ -228,18 +269,22 @@ impl Checkout {
                 .unwrap_or(false);
         match same {
             true => Ok(()),
-            false => write_bytes_replacing(&path, bytes),
+            false => self.write_in_record(name, bytes),
         }
     }
 }
 
-/// Write `path` whole through a temporary file renamed over it.
-pub(super) fn write_bytes_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut file, bytes)?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+impl Checkout {
+    /// Write the record's file `name` whole, through a temporary file
+    /// renamed over it: a link there is replaced, never followed, and a
+    /// folder the harness made in its place removed first.
+    fn write_in_record(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let path = self.admin.join(name);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir_all(&path)?;
+        }
+        write_replacing(&path, bytes, Reader::Harness(self.owner))
+    }
 }
 
 #[cfg(test)]

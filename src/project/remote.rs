@@ -190,6 +190,32 @@ fn is_address(remote: &str) -> bool {
     remote.contains(['/', ':', '\\'])
 }
 
+/// Whether the git setting `key` (as `git config --list` names it) holds a
+/// credential: an HTTP header of its own (`http.extraHeader`, which
+/// carries a token), a key named for a secret, or a URL with a user part
+/// over HTTP (a token stands in the user's place as often as a
+/// password after it).
+pub(super) fn holds_credential(key: &str, value: &str) -> bool {
+    let named = ["token", "password", "secret"].iter().any(|word| {
+        key.rsplit('.')
+            .next()
+            .is_some_and(|last| last.contains(word))
+    });
+    let header = key.starts_with("http.") && key.ends_with(".extraheader");
+    let url = key.ends_with(".url") || key.ends_with(".pushurl") || key.starts_with("url.");
+    let in_url = |text: &str| {
+        has_password(text)
+            || text.split_once("://").is_some_and(|(scheme, rest)| {
+                scheme.starts_with("http")
+                    && rest
+                        .split('/')
+                        .next()
+                        .is_some_and(|authority| authority.contains('@'))
+            })
+    };
+    named || header || (url && (in_url(value) || in_url(key)))
+}
+
 /// `scheme://user:password@host…`
 fn has_password(url: &str) -> bool {
     url.split_once("://")
@@ -213,6 +239,41 @@ fn without_user(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_a_repositorys_configuration_are_found() {
+        for (key, value) in [
+            (
+                "remote.origin.url",
+                "https://bot:s3cret@example.org/web.git",
+            ),
+            (
+                "remote.origin.pushurl",
+                "https://ghp_token123@example.org/web.git",
+            ),
+            ("http.extraheader", "Authorization: Bearer x"),
+            (
+                "http.https://example.org/.extraheader",
+                "Authorization: Basic y",
+            ),
+            (
+                "url.https://user:pw@example.org/.insteadof",
+                "https://example.org/",
+            ),
+            ("lfs.accesstoken", "abc"),
+        ] {
+            assert!(holds_credential(key, value), "{key}");
+        }
+        for (key, value) in [
+            ("remote.origin.url", "https://example.org/web.git"),
+            ("remote.origin.url", "git@example.org:team/web.git"),
+            ("remote.origin.url", "ssh://git@example.org/team/web.git"),
+            ("user.email", "a@example.org"),
+            ("core.autocrlf", "input"),
+        ] {
+            assert!(!holds_credential(key, value), "{key}");
+        }
+    }
 
     #[test]
     fn a_url_shows_without_its_user_and_a_password_is_found() {

@@ -48,6 +48,9 @@ pub struct Checkout {
     pub carry: Option<super::Remote>,
     /// The configuration of the bridge's own repository for the worktree.
     pub(super) private_config: std::sync::Arc<str>,
+    /// Who the harness is outside its namespace, when not the bridge's
+    /// user: what it must write is given to it.
+    pub(super) owner: Option<&'static crate::owner::Owner>,
     /// The worktree's lock, held (shared) by the turn while it works
     /// there, so that it is not put away under the turn.
     pub(super) in_use: Option<std::sync::Arc<std::fs::File>>,
@@ -98,6 +101,13 @@ impl Checkout {
                 tracing::info!(project = %checkout.project, branch = %checkout.branch, "the conversation's worktree folder was gone; its branch is checked out again");
             }
             checkout.own_head().await?;
+            let head = checkout
+                .head_commit()
+                .await
+                .map_err(|why| checkout.fail(why.to_string()))?;
+            if let Some(note) = checkout.mend_index(&head).await? {
+                checkout.notes.push(note);
+            }
             return Ok(checkout);
         }
         // Made here for the first time: the conversation may have worked
@@ -130,6 +140,7 @@ impl Checkout {
             notes: Vec::new(),
             carry: project.carry.clone(),
             private_config: project.private_config.clone(),
+            owner: project.owner,
             in_use: None,
             watch: Default::default(),
             kept_watches: project.watches.clone(),
@@ -265,8 +276,35 @@ impl Checkout {
             .await
             .map_err(|e| self.at_git(e))?;
         self.install_index(&index)?;
-        write_replacing(&self.work_tree.join(MADE), "")
+        self.give_files()?;
+        // Into the bridge's folder only when it is one (never through a
+        // link the harness put in its place).
+        let bridge_dir = self.work_tree.join(super::BRIDGE_DIR);
+        if !std::fs::symlink_metadata(&bridge_dir).is_ok_and(|m| m.is_dir()) {
+            return Err(self.fail(format!(
+                "the workspace's {} is not a folder of the bridge's",
+                super::BRIDGE_DIR
+            )));
+        }
+        write_replacing(&self.work_tree.join(MADE), "", Reader::Bridge)
             .map_err(|e| self.fail(format!("cannot note the worktree as made: {e}")))
+    }
+
+    /// The worktree's files (but the bridge's folder, given as it is
+    /// made) given to the harness's user, when it is not the bridge's:
+    /// the bridge's git wrote them.
+    pub(super) fn give_files(&self) -> Result<(), ProjectError> {
+        let Some(owner) = self.owner else {
+            return Ok(());
+        };
+        std::fs::File::open(&self.work_tree)
+            .and_then(|folder| owner.give_tree(&folder, &[super::BRIDGE_DIR]))
+            .map(drop)
+            .map_err(|e| {
+                self.fail(format!(
+                    "cannot give the worktree's files to its harness: {e}"
+                ))
+            })
     }
 
     /// Forget the worktree as the last turn left it: the next turn's
@@ -318,7 +356,7 @@ impl Checkout {
         out.push_str(EXCLUDE_END);
         out.push('\n');
         std::fs::create_dir_all(self.common_dir.join("info"))
-            .and_then(|()| write_replacing(&file, &out))
+            .and_then(|()| write_replacing(&file, &out, Reader::Anyone))
             .map_err(|e| self.fail(format!("cannot keep the bridge's files out of git: {e}")))
     }
 }
@@ -330,14 +368,46 @@ pub(super) fn admin_name(workspace: &Path) -> String {
     format!("hb-{}", hex::encode(&digest[..6]))
 }
 
-/// Write `path` whole through a temporary file renamed over it: a link
-/// the harness left there is replaced, never followed.
-pub(super) fn write_replacing(path: &Path, text: &str) -> std::io::Result<()> {
+/// Who may read a file the bridge writes whole.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Reader {
+    /// The bridge alone (0600).
+    Bridge,
+    /// Every user (0644): what the harness's git reads in the repository.
+    Anyone,
+    /// The harness, which may also write it: given to the cage's owner
+    /// when there is one (a root bridge's), else the bridge's (0600).
+    Harness(Option<&'static crate::owner::Owner>),
+}
+
+/// Write `path` whole through a temporary file renamed over it, for
+/// `reader`: a link the harness left there is replaced, never followed.
+pub(super) fn write_replacing(
+    path: &Path,
+    bytes: impl AsRef<[u8]>,
+    reader: Reader,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    std::io::Write::write_all(&mut file, bytes.as_ref())?;
+    match reader {
+        Reader::Bridge | Reader::Harness(None) => {}
+        Reader::Anyone => file
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?,
+        Reader::Harness(Some(owner)) => owner.give(file.as_file())?,
+    }
     file.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Remove the file (or link) at `path`, if there is one.
+pub(super) fn remove_if_there(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,11 @@
 //!
 //! A write is skipped when the file already holds the bytes, so an
 //! unchanged file keeps its mtime. Files are 0600 and the folders made
-//! here 0700: a workspace holds a conversation, for its owner only.
+//! here 0700: a workspace holds a conversation, for its owner only. In a
+//! root bridge that owner is the caged harness's uid outside its
+//! namespace ([`crate::owner`]): everything made in a workspace is given
+//! to it as it is made, and the folders that lead to a workspace are made
+//! 0711, to pass through and never to list.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -33,11 +37,15 @@ use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use super::ProjectionError;
+use crate::owner::Owner;
 
 /// Mode of every file written: the owner's only.
 const FILE_MODE: u32 = 0o600;
 /// Mode of every folder made.
 const DIR_MODE: u32 = 0o700;
+/// Mode of the folders that lead to a workspace given to another owner:
+/// it passes through, and lists nothing.
+const PASS_MODE: u32 = 0o711;
 /// Deepest folder tree removed or walked (each level holds a handle).
 const MAX_DEPTH: usize = 64;
 /// Largest file [`ConfinedDir::read`] reads: what the bridge reads back
@@ -60,6 +68,9 @@ pub enum WriteOutcome {
 pub struct ConfinedDir {
     fd: Arc<OwnedFd>,
     path: PathBuf,
+    /// Who is given everything made here (a root bridge's caged
+    /// harness), if anyone but the bridge.
+    owner: Option<&'static Owner>,
 }
 
 /// A file or folder found by [`ConfinedDir::list`] or [`ConfinedDir::files`].
@@ -197,8 +208,15 @@ fn check_parts(parts: &[&str]) -> Result<(), ProjectionError> {
 impl ConfinedDir {
     /// Create (if needed) `base/parts...` and confine to it. `base` is the
     /// operator's root and is trusted as is; every part below it is created
-    /// here (0700) and must not be a symlink.
-    pub fn create(base: &Path, parts: &[&str]) -> Result<Self, ProjectionError> {
+    /// here (0700) and must not be a symlink. With an `owner`, the folders
+    /// on the way are made 0711, and the last one and all made below it
+    /// are given to the owner (the whole folder once, when it was the
+    /// bridge's: a workspace made before its harness ran as another uid).
+    pub fn create(
+        base: &Path,
+        parts: &[&str],
+        owner: Option<&'static Owner>,
+    ) -> Result<Self, ProjectionError> {
         fs::create_dir_all(base).map_err(ProjectionError::io("create folder", base))?;
         let fd = open(
             base,
@@ -209,8 +227,37 @@ impl ConfinedDir {
         let root = ConfinedDir {
             fd: Arc::new(fd),
             path: base.to_path_buf(),
+            owner: None,
         };
-        root.ensure_dir(parts)
+        let Some(owner) = owner else {
+            return root.ensure_dir(parts);
+        };
+        let (way, last) = parts.split_at(parts.len().saturating_sub(1));
+        let mut leaf = root.make_dirs(way, PASS_MODE)?;
+        leaf.owner = Some(owner);
+        let leaf = leaf.ensure_dir(last)?;
+        leaf.given_whole()?;
+        Ok(leaf)
+    }
+
+    /// Give this folder, and once everything in it, to its owner when it
+    /// is not the owner's yet.
+    fn given_whole(&self) -> Result<(), ProjectionError> {
+        let Some(owner) = self.owner else {
+            return Ok(());
+        };
+        let stat = nix::sys::stat::fstat(&*self.fd)
+            .map_err(|e| ProjectionError::io("inspect", &self.path)(e.into()))?;
+        if stat.st_uid != owner.uid {
+            let given = owner
+                .give_tree(&*self.fd, &[])
+                .map_err(ProjectionError::io(
+                    "give to the harness's user",
+                    &self.path,
+                ))?;
+            tracing::info!(folder = %self.path.display(), entries = given, owner = %owner.describe(), "a workspace is given to the caged harness's user");
+        }
+        Ok(())
     }
 
     /// The folder's path (for display and for the harness's working
@@ -224,7 +271,19 @@ impl ConfinedDir {
         Ok(ConfinedDir {
             fd: Arc::new(open_dir_at(&self.fd, name)?),
             path: self.path.join(name),
+            owner: self.owner,
         })
+    }
+
+    /// Give the entry `name` made here to the owner, if there is one.
+    fn give(&self, name: &OsStr) -> Result<(), ProjectionError> {
+        match self.owner {
+            Some(owner) => owner.give_at(&*self.fd, name).map_err(ProjectionError::io(
+                "give to the harness's user",
+                self.path.join(name),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The folder `parts` below this one; `None` when some part does not
@@ -243,9 +302,13 @@ impl ConfinedDir {
     }
 
     /// Create the folders `parts` below this one, one level at a time
-    /// (0700), refusing symlinks and files in the way. Returns the last
-    /// folder, held open.
+    /// (0700, the owner's), refusing symlinks and files in the way.
+    /// Returns the last folder, held open.
     pub fn ensure_dir(&self, parts: &[&str]) -> Result<ConfinedDir, ProjectionError> {
+        self.make_dirs(parts, DIR_MODE)
+    }
+
+    fn make_dirs(&self, parts: &[&str], mode: u32) -> Result<ConfinedDir, ProjectionError> {
         check_parts(parts)?;
         let mut dir = self.clone();
         for part in parts {
@@ -253,9 +316,10 @@ impl ConfinedDir {
             dir = match dir.child(name) {
                 Ok(child) => child,
                 Err(Refused::Missing) => {
-                    match mkdirat(dir.fd.as_fd(), name, Mode::from_bits_truncate(DIR_MODE)) {
+                    match mkdirat(dir.fd.as_fd(), name, Mode::from_bits_truncate(mode)) {
+                        Ok(()) => dir.give(name)?,
                         // Made meanwhile by someone else: opened and checked below.
-                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(Errno::EEXIST) => {}
                         Err(e) => {
                             let path = dir.path.join(part);
                             return Err(ProjectionError::io("create folder", path)(e.into()));
@@ -266,8 +330,30 @@ impl ConfinedDir {
                 }
                 Err(refused) => return Err(refused.error(dir.path.join(part), "folder")),
             };
+            if mode == PASS_MODE {
+                dir.passable()?;
+            }
         }
         Ok(dir)
+    }
+
+    /// Let others pass through this folder (whatever the umask made of
+    /// it, or an older bridge left).
+    fn passable(&self) -> Result<(), ProjectionError> {
+        let stat = nix::sys::stat::fstat(&*self.fd)
+            .map_err(|e| ProjectionError::io("inspect", &self.path)(e.into()))?;
+        let have = stat.st_mode & 0o7777;
+        if have & PASS_MODE != PASS_MODE {
+            fchmod(&*self.fd, Mode::from_bits_truncate(have | PASS_MODE))
+                .map_err(|e| ProjectionError::io("set permissions of", &self.path)(e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a file of `meta` is this folder's owner's (the bridge's
+    /// when there is no other): one that is not is replaced, never kept.
+    fn owns(&self, meta: &fs::Metadata) -> bool {
+        self.owner.is_none_or(|owner| meta.uid() == owner.uid)
     }
 
     /// Write `bytes` at the relative path `parts` (folders first, file
@@ -282,7 +368,7 @@ impl ConfinedDir {
         let path = self.path.join(name);
         match open_file_at(&self.fd, OsStr::new(name)) {
             Ok((file, meta)) if meta.len() == bytes.len() as u64 => {
-                if holds(&file, meta.len(), bytes, &path)? {
+                if holds(&file, meta.len(), bytes, &path)? && self.owns(&meta) {
                     if meta.mode() & 0o777 == FILE_MODE {
                         return Ok(WriteOutcome::Unchanged);
                     }
@@ -331,7 +417,11 @@ impl ConfinedDir {
             let meta = file
                 .metadata()
                 .map_err(ProjectionError::io("inspect", &path))?;
-            if meta.is_file() && meta.nlink() == 1 && meta.mode() & 0o777 == FILE_MODE {
+            if meta.is_file()
+                && meta.nlink() == 1
+                && meta.mode() & 0o777 == FILE_MODE
+                && self.owns(&meta)
+            {
                 if holds(&file, meta.len(), bytes, &path)? {
                     return Ok(WriteOutcome::Unchanged);
                 }
@@ -453,7 +543,13 @@ impl ConfinedDir {
         for _ in 0..8 {
             let name = Self::temp_name(&self.path)?;
             match symlinkat(target, &*self.fd, name.as_str()) {
-                Ok(()) => return Ok(name),
+                Ok(()) => {
+                    if let Err(e) = self.give(OsStr::new(&name)) {
+                        let _ = unlinkat(&*self.fd, name.as_str(), UnlinkatFlags::NoRemoveDir);
+                        return Err(e);
+                    }
+                    return Ok(name);
+                }
                 Err(Errno::EEXIST) => last = Errno::EEXIST,
                 Err(errno) => {
                     last = errno;
@@ -516,7 +612,18 @@ impl ConfinedDir {
                 flags,
                 Mode::from_bits_truncate(FILE_MODE),
             ) {
-                Ok(fd) => return Ok((name, fs::File::from(fd))),
+                Ok(fd) => {
+                    if let Some(owner) = self.owner
+                        && let Err(e) = owner.give(&fd)
+                    {
+                        let _ = unlinkat(&*self.fd, name.as_str(), UnlinkatFlags::NoRemoveDir);
+                        return Err(ProjectionError::io(
+                            "give to the harness's user",
+                            &self.path,
+                        )(e));
+                    }
+                    return Ok((name, fs::File::from(fd)));
+                }
                 Err(Errno::EEXIST) => last = Errno::EEXIST,
                 Err(errno) => {
                     last = errno;
@@ -876,6 +983,7 @@ pub fn read_beneath(root: &Path, relative: &Path, max: u64) -> std::io::Result<H
     let dir = ConfinedDir {
         fd: Arc::new(fd),
         path: root.to_path_buf(),
+        owner: None,
     };
     dir.read_head(relative, max)
 }
@@ -928,7 +1036,7 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
-        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"], None).unwrap();
         let path = dir.path().join("ws/.langbot/turn.md");
         let inode = |p: &Path| fs::symlink_metadata(p).unwrap().ino();
 
@@ -994,7 +1102,7 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         let secret = outside.path().join("auth.json");
         fs::write(&secret, b"key").unwrap();
-        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"], None).unwrap();
         let parts = ["home", ".codex", "auth.json"];
         assert_eq!(ws.symlink(&parts, &secret).unwrap(), WriteOutcome::Written);
         let link = dir.path().join("ws/home/.codex/auth.json");
@@ -1023,7 +1131,7 @@ mod tests {
         let (a, b) = (outside.path().join("a"), outside.path().join("b"));
         fs::write(&a, b"a").unwrap();
         fs::write(&b, b"b").unwrap();
-        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"], None).unwrap();
         ws.write(&["home", "config.toml"], b"made by the harness")
             .unwrap();
         assert_eq!(
@@ -1051,7 +1159,7 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         let secret = outside.path().join("auth.json");
         fs::write(&secret, b"key").unwrap();
-        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"], None).unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("ws/home")).unwrap();
         let err = ws.symlink(&["home", "auth.json"], &secret).unwrap_err();
         assert!(matches!(err, ProjectionError::Symlink { .. }), "{err}");
@@ -1069,7 +1177,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         let gone = outside.path().join("gone.json");
-        let ws = ConfinedDir::create(dir.path(), &["ws"]).unwrap();
+        let ws = ConfinedDir::create(dir.path(), &["ws"], None).unwrap();
         // A stale link (its target missing) is removed, not followed.
         ws.symlink(&["home", "stale.json"], &gone).unwrap();
         assert!(ws.remove_link(&["home", "stale.json"]).unwrap());

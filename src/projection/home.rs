@@ -9,9 +9,12 @@
 //!
 //! What the operator set up in the usual home (credentials, the model's
 //! provider) is carried in as symbolic links to the operator's files:
-//! never copied, as they may hold secrets and no secret is written into
-//! the workspace. A file the operator does not have is not linked, and a
-//! link left from an earlier turn whose file is gone is removed.
+//! never copied into the workspace, as they may hold secrets and no
+//! secret is written there. A root bridge's harness, another user outside
+//! its namespace, is linked to a copy it may read, kept beside the
+//! workspaces ([`super::carried`]), where it could not read the
+//! operator's file. A file the operator does not have is not linked, and
+//! a link left from an earlier turn whose file is gone is removed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -129,11 +132,14 @@ fn under(sub: &str) -> Result<Vec<&str>, ProjectionError> {
 
 /// Write the home in `ws`: its folders, its files, the links to the
 /// operator's files that exist in `env` (the harness's environment
-/// before the home replaces the operator's values).
+/// before the home replaces the operator's values), or, with `copies`,
+/// to copies in that folder for the harness's user where it could not
+/// read them.
 pub(super) fn project_home(
     ws: &ConfinedDir,
     home: &Home,
     env: &BTreeMap<String, String>,
+    copies: Option<(&Path, &crate::owner::Owner)>,
     report: &mut Report,
 ) -> Result<ProjectedHome, ProjectionError> {
     ws.ensure_dir(&paths::HOME)?;
@@ -166,6 +172,12 @@ pub(super) fn project_home(
             let target = folder.as_ref().map(|f| f.join(file)).filter(|target| {
                 std::fs::metadata(target).is_ok_and(|m| m.is_file() || m.is_dir())
             });
+            let target = match (target, copies) {
+                (Some(target), Some((dir, owner))) => {
+                    Some(super::carried::readable(&target, dir, owner)?)
+                }
+                (target, _) => target,
+            };
             match target {
                 Some(target) => {
                     let outcome = ws.symlink(&parts, &target)?;
@@ -223,10 +235,10 @@ mod tests {
         // $HOME/.codex has one too: CODEX_HOME, being set, wins.
         std::fs::create_dir_all(operator.path().join(".codex")).unwrap();
         std::fs::write(operator.path().join(".codex/auth.json"), "{}").unwrap();
-        let ws = ConfinedDir::create(root.path(), &["ws"]).unwrap();
+        let ws = ConfinedDir::create(root.path(), &["ws"], None).unwrap();
         let env = env(&[("HOME", operator.path()), ("CODEX_HOME", &codex)]);
         let mut report = Report::default();
-        let home = project_home(&ws, &codex_home(), &env, &mut report).unwrap();
+        let home = project_home(&ws, &codex_home(), &env, None, &mut report).unwrap();
         let path = root.path().join("ws/.langbot/home");
         assert_eq!(home.path, path);
         assert_eq!(
@@ -246,7 +258,7 @@ mod tests {
         // CODEX_HOME unset: $HOME/.codex; the link to the other file goes.
         let env = super::tests::env(&[("HOME", operator.path())]);
         let mut report = Report::default();
-        let home = project_home(&ws, &codex_home(), &env, &mut report).unwrap();
+        let home = project_home(&ws, &codex_home(), &env, None, &mut report).unwrap();
         assert_eq!(home.carried, [operator.path().join(".codex/auth.json")]);
         assert!(std::fs::symlink_metadata(path.join(".codex/config.toml")).is_err());
         assert_eq!(report.removed, [".langbot/home/.codex/config.toml"]);

@@ -8,6 +8,7 @@
 //! [`ConfinedDir`], so nothing is written or followed outside the workspace.
 
 mod binding;
+mod carried;
 mod confined;
 mod error;
 mod home;
@@ -100,6 +101,9 @@ pub struct ProjectRequest<'a> {
     /// (the operator's `HOME`, `CODEX_HOME`…): where the operator's files
     /// carried into the home are found.
     pub env: &'a BTreeMap<String, String>,
+    /// Who the workspace is given to: a root bridge's caged harness, as
+    /// it is outside its namespace ([`crate::owner`]); `None`: the bridge's.
+    pub owner: Option<&'static crate::owner::Owner>,
 }
 
 /// Files written, kept and removed, and warnings, as the projection goes.
@@ -268,7 +272,7 @@ pub async fn project(
         None => workspace::components(ctx, request.runner),
     };
     let component_refs: Vec<&str> = components.iter().map(String::as_str).collect();
-    let ws = ConfinedDir::create(request.root, &component_refs)?;
+    let ws = ConfinedDir::create(request.root, &component_refs, request.owner)?;
     let working_directory = ws.path().to_string_lossy().into_owned();
     ws.ensure_dir(&[paths::DIR])?;
     let mut report = Report::default();
@@ -308,7 +312,20 @@ pub async fn project(
         report.file(file.path.join("/"), outcome);
     }
     let home = match &target.home {
-        Some(home) => Some(home::project_home(&ws, home, request.env, &mut report)?),
+        Some(home) => {
+            let copies = request.owner.map(|owner| {
+                let dir = request.root.join(carried::COPIES);
+                (dir, owner)
+            });
+            let copies = copies.as_ref().map(|(dir, owner)| (dir.as_path(), *owner));
+            Some(home::project_home(
+                &ws,
+                home,
+                request.env,
+                copies,
+                &mut report,
+            )?)
+        }
         None => None,
     };
 

@@ -380,6 +380,7 @@ impl Session {
         limits: Limits,
     ) -> Result<Session, RelayError> {
         settings.record_turns = false;
+        let projects = Arc::new(OpenedProjects::new(settings.cage.owner()));
         let bridge = Arc::new(Bridge::start(host.clone(), adapters, templates, settings).await?);
         let scheduler = Scheduler::new(
             limits.max_concurrent_runs.max(1),
@@ -391,7 +392,7 @@ impl Session {
             host,
             bridge,
             runs: HashMap::new(),
-            projects: Arc::default(),
+            projects,
             board: Arc::default(),
             tasks: JoinSet::new(),
             scheduler,

@@ -182,14 +182,10 @@ impl Bridge {
             once.shutdown().await;
         }
         let mut end = end;
-        if let (Some(quota), Some(before)) = (&turn.quota, &turn.counted) {
-            // Read after the harness (one-shot) and all it left are gone,
-            // or after the live turn: the counts are this turn's.
-            if let Some(hit) = quota.hit_since(before) {
-                tracing::warn!("{hit}");
-                if !cancel.is_cancelled() {
-                    end.terminal = ResultPayload::RunFailed(fail(FailureCode::ResourceLimit, hit));
-                }
+        if let Some(hit) = Self::limit_hit(turn) {
+            tracing::warn!("{hit}");
+            if !cancel.is_cancelled() {
+                end.terminal = ResultPayload::RunFailed(fail(FailureCode::ResourceLimit, hit));
             }
         }
         for name in io.outbox.sweep() {
@@ -201,6 +197,14 @@ impl Bridge {
             notice,
             process,
         })
+    }
+
+    /// The conversation's limit the turn hit, if it hit one: its group's
+    /// counts, read after the harness (one-shot) and all it left are gone,
+    /// or after the live turn: they are this turn's.
+    fn limit_hit(turn: &Prepared<'_>) -> Option<String> {
+        let (quota, before) = turn.quota.as_ref().zip(turn.counted.as_ref())?;
+        quota.hit_since(before)
     }
 
     /// What the spec's argv templates are filled with for this attempt.

@@ -162,8 +162,12 @@ pub(super) async fn keep(
 }
 
 /// Write each file at its place below `workspace`, no link followed.
-fn write_all(workspace: &Path, places: &[(PathBuf, Vec<u8>)]) -> Result<(), NotFollowed> {
-    let root = ConfinedDir::create(workspace, &[])
+fn write_all(
+    workspace: &Path,
+    places: &[(PathBuf, Vec<u8>)],
+    owner: Option<&'static crate::owner::Owner>,
+) -> Result<(), NotFollowed> {
+    let root = ConfinedDir::create(workspace, &[], owner)
         .map_err(|e| format!("the workspace cannot be written ({e})"))?;
     for (place, bytes) in places {
         let parts: Vec<&str> = place
@@ -187,6 +191,7 @@ pub(super) async fn bring(
     env: &BTreeMap<String, String>,
     workspace: &Path,
     pointer: &ResumePointer,
+    owner: Option<&'static crate::owner::Owner>,
 ) -> Result<ResumePointer, NotFollowed> {
     let store = spec.session_store;
     let below = folder_within(store, env, workspace)
@@ -228,7 +233,7 @@ pub(super) async fn bring(
         places.push((below.join(name), bytes));
     }
     let root = workspace.to_path_buf();
-    let written = tokio::task::spawn_blocking(move || write_all(&root, &places))
+    let written = tokio::task::spawn_blocking(move || write_all(&root, &places, owner))
         .await
         .map_err(|e| format!("its files could not be written here ({e})"))?;
     written?;
@@ -285,7 +290,7 @@ mod tests {
             session_id: id.into(),
             working_directory: from.display().to_string(),
         };
-        bring(host, &scope(), spec, &home_env(to), to, &pointer).await
+        bring(host, &scope(), spec, &home_env(to), to, &pointer, None).await
     }
 
     const CLAUDE_ID: &str = "0b5d0c6e-8c1a-4c59-9b55-0a0e4c7c2a11";

@@ -404,7 +404,7 @@ mod tests {
     use super::*;
 
     fn open(workspace: &Path) -> ConfinedDir {
-        ConfinedDir::create(workspace, &[]).unwrap()
+        ConfinedDir::create(workspace, &[], None).unwrap()
     }
 
     #[tokio::test]

@@ -122,6 +122,37 @@ async fn lookup_pointer(
     }
 }
 
+/// Whether the harness's `program` can be run by `owner`, the user a
+/// root bridge's caged harness is outside its namespace: passage given
+/// through folders shut to others on the way (an entry for that user
+/// alone); where it still cannot, the turn fails saying so (the paths in
+/// the log).
+fn runnable_by(
+    owner: &crate::owner::Owner,
+    program: &std::path::Path,
+    spec: &AdapterSpec,
+) -> Result<(), RunFailed> {
+    owner.let_pass(program, "to run the harness");
+    let Some(blocked) = owner.cannot_reach(program, crate::owner::Want::Run) else {
+        return Ok(());
+    };
+    tracing::error!(
+        program = %program.display(),
+        "{} cannot run the harness: {blocked}; install it where every user may run it \
+         (e.g. `npm install -g` as root, into /usr/local), or run the bridge as an ordinary user",
+        owner.describe()
+    );
+    Err(fail(
+        FailureCode::HarnessNotFound,
+        format!(
+            "{} cannot be run by the user the bridge's caged harnesses are ({}): the bridge's log \
+             says where it is kept and how to fix it",
+            spec.label,
+            owner.describe()
+        ),
+    ))
+}
+
 /// A turn in a project's worktree: its git's variables for the harness,
 /// and what the `publish` tool reads when the run may ask to publish.
 fn in_worktree(
@@ -559,6 +590,7 @@ impl Bridge {
                 mcp_servers: &servers,
                 host: Some(&granted),
                 env,
+                owner: self.settings.cage.owner(),
             },
             &self.templates,
         )
@@ -739,6 +771,9 @@ impl Bridge {
             own_port,
             project: (&repo_read, &repo_write),
         });
+        if let Some(owner) = cage.owner() {
+            runnable_by(owner, program, spec)?;
+        }
         // Every process of the conversation, in its limits; a turn that
         // hits one fails `resource_limit`, named by the group's counters.
         let quota = crate::harness::cage::quota(workspace, &self.settings.cage.limits)
@@ -834,7 +869,15 @@ impl Bridge {
         let scope = &open.grant.scope;
         let brought = tokio::time::timeout_at(
             wait,
-            follow::bring(host, scope, spec, env, workspace, &found),
+            follow::bring(
+                host,
+                scope,
+                spec,
+                env,
+                workspace,
+                &found,
+                self.settings.cage.owner(),
+            ),
         )
         .await
         .unwrap_or_else(|_| Err("the store did not answer in time".into()));

@@ -102,6 +102,13 @@ impl Bridge {
             "process": process,
             "notice": notice,
         }});
+        // Its files measured once the bridge's snapshot of them is kept.
+        if let Some(over) = self.over_disk(turn).await
+            && !cancel.is_cancelled()
+        {
+            tracing::warn!("{over}");
+            end.terminal = ResultPayload::RunFailed(super::fail(FailureCode::ResourceLimit, over));
+        }
         let terminal = terminal(
             end.terminal,
             asked.is_some() && !cancel.is_cancelled(),
@@ -117,6 +124,42 @@ impl Bridge {
             self.keep_session_files(turn, session_id).await;
         }
         archive_ahead(&turn.projection).await;
+    }
+
+    /// Why the conversation's files are over its disk limit after the
+    /// turn, if they are (`cage.limits.disk_mb`, measured: its workspace
+    /// and what the bridge keeps for its worktree).
+    async fn over_disk(&self, turn: &Prepared<'_>) -> Option<String> {
+        let limit_mb = self.settings.cage.limits.disk_mb;
+        if limit_mb == 0 {
+            return None;
+        }
+        let limit = limit_mb.saturating_mul(1024 * 1024);
+        let mut paths = vec![turn.projection.workspace.clone()];
+        if let Some((checkout, _)) = &turn.checkout {
+            paths.extend(checkout.kept_elsewhere());
+        }
+        let measure = |paths: Vec<std::path::PathBuf>| async move {
+            tokio::task::spawn_blocking(move || crate::disk::used(&paths, limit))
+                .await
+                .unwrap_or(0)
+        };
+        let mut used = measure(paths.clone()).await;
+        if used > limit
+            && let Some((checkout, _)) = &turn.checkout
+        {
+            // Snapshots of files the turn removed may still be kept.
+            checkout.release_snapshots().await;
+            used = measure(paths).await;
+        }
+        (used > limit).then(|| {
+            format!(
+                "the conversation's files take more than {} of disk, over its limit of {limit_mb} \
+                 MiB (cage.limits.disk_mb); the turn's work is kept, and its next turn can \
+                 remove files",
+                crate::disk::amount(limit)
+            )
+        })
     }
 
     /// On a shared store, keep a copy of the session's files with the

@@ -56,7 +56,7 @@ pub struct Fixture {
 }
 
 pub fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = crate::tempdir();
     let store = SqliteHost::open(dir.path()).expect("store opens");
     let grants = Grants::new(Arc::new(store.clone()));
     Fixture {

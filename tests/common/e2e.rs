@@ -1,112 +1,11 @@
-//! What every real harness is held to the same way: an open run in
-//! process (store, grant, MCP server, projected workspace) for a CLI to
-//! work in, its stdout decoded by the bridge's decoder, and the shared
-//! checks — the history reached the model, a lost session falls back, the
+//! What every real harness is held to the same way: its stdout decoded
+//! by the bridge's decoder, and the shared checks — the history reached the model, a lost session falls back, the
 //! deadline and Ctrl-C leave nothing running, a missing binary is
 //! `harness_not_found`.
 
-use std::sync::Arc;
-
-use harness_bridge::host::prelude::*;
-use harness_bridge::host::{GrantPolicy, Grants, NewTranscriptItem, OpenRun};
-
 use super::bridge::{BridgeTurn, bridge_run};
-use super::context::{ALL_ASKING, DECISION, Fixture, RUNNER, all_permissions, context, fixture};
+use super::context::DECISION;
 use super::procs::processes_under;
-
-/// Everything a real-harness test needs: a store holding [`DECISION`] in
-/// conversation `group-1`, the MCP server, an open run, and its projected
-/// workspace for `harness`.
-pub struct E2e {
-    pub fixture: Fixture,
-    pub grants: Arc<Grants>,
-    pub http: harness_bridge::mcp::McpHttpServer,
-    pub run: OpenRun,
-    pub projection: harness_bridge::projection::Projection,
-    pub _root: tempfile::TempDir,
-}
-
-impl E2e {
-    pub async fn new(harness: &str, run_id: &str) -> E2e {
-        use harness_bridge::projection::{ProjectRequest, Templates, project};
-        let fixture = fixture();
-        fixture
-            .store
-            .append_transcript(NewTranscriptItem {
-                event_id: "old".into(),
-                conversation_id: "group-1".into(),
-                role: "user".into(),
-                content: Some(DECISION.into()),
-                ..NewTranscriptItem::default()
-            })
-            .await
-            .expect("seed transcript");
-        let grants = Arc::new(Grants::new(Arc::new(fixture.store.clone())));
-        let tools = harness_bridge::mcp::RunTools::default();
-        let http = harness_bridge::mcp::McpHttpServer::start(
-            grants.clone(),
-            tools,
-            "127.0.0.1:0".parse().expect("addr"),
-        )
-        .await
-        .expect("MCP server");
-        let ctx = context(run_id, "group-1");
-        let run = grants
-            .open_run(&ctx, RUNNER, &all_permissions(), &GrantPolicy::default())
-            .expect("open run");
-        let root = tempfile::tempdir().expect("root");
-        let target = harness_bridge::harness::find(harness)
-            .expect("harness")
-            .target();
-        let names = harness_bridge::mcp::tool_names(&run.grant.apis, ALL_ASKING);
-        let request = ProjectRequest {
-            ctx: &ctx,
-            target: &target,
-            runner: harness,
-            shared: None,
-            root: root.path(),
-            tools: &names,
-            project: None,
-            mcp_url: http.url(),
-            mcp_servers: &Default::default(),
-            host: None,
-            env: &Default::default(),
-        };
-        let projection = project(&request, &Templates::load(None).expect("templates"))
-            .await
-            .expect("projection");
-        E2e {
-            fixture,
-            grants,
-            http,
-            run,
-            projection,
-            _root: root,
-        }
-    }
-
-    /// The harness's history call reached the store through the grant.
-    pub async fn assert_history_read(&self) {
-        let run_id = self.run.grant.run_id().to_string();
-        let audit = self
-            .fixture
-            .store
-            .audit_tail(Some(run_id), 20)
-            .await
-            .expect("audit");
-        assert!(
-            audit
-                .iter()
-                .any(|r| r.entry.action == "history_page" && r.entry.outcome == "ok"),
-            "{audit:?}"
-        );
-    }
-
-    pub async fn finish(self) {
-        self.grants.close_run(self.run.grant.run_id());
-        self.http.shutdown().await;
-    }
-}
 
 /// What a model request carries back from calls of the bridge's
 /// `history_page` tool (each CLI names it its own way: the name's ending
@@ -260,7 +159,7 @@ pub fn assert_killed_at_deadline(turn: &BridgeTurn, workspaces: &std::path::Path
 
 /// `harness` cannot be found: `harness_not_found` with its install hint.
 pub async fn assert_harness_not_found(harness: &str, hint: &str) {
-    let data = tempfile::tempdir().expect("data dir");
+    let data = crate::tempdir();
     let turn = bridge_run(
         data.path(),
         &["--conversation", "c", "--text", "hi", "--harness", harness],

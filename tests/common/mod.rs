@@ -31,3 +31,26 @@ pub mod tools;
 pub mod wire;
 
 pub use self::{bridge::*, context::*, e2e::*, loopback::*, procs::*, tools::*};
+
+/// A temporary folder other users may pass through (0711), not list: a
+/// root bridge's caged harnesses run as another user outside their
+/// namespace (`harness_bridge::owner`), and must reach what a test puts
+/// below it (their program, the repository, the workspaces).
+pub fn tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o711))
+        .tempdir()
+        .expect("a temporary folder")
+}
+
+/// A temporary folder every harness may write (0777), whichever user it
+/// is: what a test lists in `cage.read_write` for its harnesses to leave
+/// notes in (a root bridge's harness is another user than the test).
+pub fn tempdir_for_harnesses() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempdir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
+        .expect("a folder every user may write");
+    dir
+}

@@ -225,6 +225,13 @@ impl ServeProcess {
         self.data.path().join("workspaces")
     }
 
+    /// Whether no turn has made a workspace yet (the folder that holds
+    /// them may be there: a root bridge makes it at start, for its
+    /// harnesses to pass through).
+    pub fn holds_no_workspace(&self) -> bool {
+        std::fs::read_dir(self.workspaces()).map_or(true, |mut entries| entries.next().is_none())
+    }
+
     /// Stop this serve and start another on the same data folder and
     /// bridge.yaml, with `env`: an operator's restart.
     pub async fn restart(mut self, env: &[(&str, String)]) -> ServeProcess {
@@ -275,9 +282,9 @@ pub async fn serve_claude_with(
     more_env: &[(&str, String)],
 ) -> (ServeProcess, tempfile::TempDir) {
     let claude = super::cli("claude");
-    let data = Arc::new(tempfile::tempdir().unwrap());
+    let data = Arc::new(crate::tempdir());
     super::seed_decision(data.path(), super::anthropic::CONVERSATION).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = crate::tempdir();
     let config = format!(
         "harness_binaries:\n  claude-code: {}\nshutdown_grace_seconds: 5\n{extra}",
         claude.display()

@@ -50,8 +50,8 @@ const PREFIX: &str = "harness-bridge-";
 const CPU_PERIOD_US: u64 = 100_000;
 
 /// The operator's limits for each conversation (`bridge.yaml`
-/// `cage: limits:`, `--memory-mb`, `--max-processes`, `--cpu-percent`);
-/// 0 is no limit.
+/// `cage: limits:`, `--memory-mb`, `--max-processes`, `--cpu-percent`,
+/// `--disk-mb`); 0 is no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -61,6 +61,10 @@ pub struct Limits {
     pub processes: u64,
     /// CPU share in percent of one core (200: two cores' worth).
     pub cpu_percent: u64,
+    /// Disk the conversation's files take (its workspace and what the
+    /// bridge keeps for its worktree), in MiB: measured after each turn
+    /// ([`super::disk`]), not a cgroup's.
+    pub disk_mb: u64,
 }
 
 impl Default for Limits {
@@ -69,6 +73,7 @@ impl Default for Limits {
             memory_mb: 4096,
             processes: 512,
             cpu_percent: 100,
+            disk_mb: 10 * 1024,
         }
     }
 }
@@ -900,6 +905,7 @@ mod tests {
             memory_mb: 512,
             processes: 50,
             cpu_percent: 0,
+            disk_mb: 0,
         };
         let zero = Counters::default();
         assert_eq!(hit(&limits, &zero, &zero), None);
@@ -927,6 +933,7 @@ mod tests {
             memory_mb: 64,
             processes: 0,
             cpu_percent: 50,
+            disk_mb: 0,
         };
         assert_eq!(
             limits.settings(Resource::Memory, false),

@@ -77,6 +77,13 @@ pub struct Subject<'a> {
 }
 
 impl CagePolicy {
+    /// Who a caged harness is outside its namespace when that is not the
+    /// bridge's own user (a root bridge's): what it must write is given
+    /// to it. `None` uncaged, or for an ordinary user's bridge.
+    pub fn owner(&self) -> Option<&'static crate::owner::Owner> {
+        self.enabled.then(crate::owner::of_cage).flatten()
+    }
+
     /// The wall for `subject`, or `None` when the operator runs harnesses
     /// uncaged.
     pub fn plan(&self, subject: &Subject<'_>) -> Option<Plan> {
@@ -176,13 +183,13 @@ impl CagePolicy {
             Network::Open => "any TCP port".to_string(),
             Network::Ports => "only its model endpoints' ports and the MCP endpoint".to_string(),
         };
-        let user = if nix::unistd::geteuid().is_root() {
-            format!(
-                "; as uid {} in a user namespace of its own (not root)",
-                wall::INSIDE_UID
-            )
-        } else {
-            String::new()
+        let user = match crate::owner::of_cage() {
+            Some(owner) => format!(
+                "; as uid {} in a user namespace, {} outside (never root)",
+                wall::INSIDE_UID,
+                owner.describe()
+            ),
+            None => String::new(),
         };
         format!(
             "caged (Landlock ABI {}): each harness writes only its conversation's workspace, reads the system and its installation, connects to {network}, signals and traces only what it started{user}",

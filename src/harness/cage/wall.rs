@@ -12,20 +12,22 @@
 //!   the bridge) cannot be signalled, traced or have its `/proc/PID`
 //!   secrets (environ, memory, fds) read.
 //! - **Not root**: a bridge running as root starts the harness in a user
-//!   namespace of its own as uid [`INSIDE_UID`] with no capabilities
-//!   (root outside, owner of nothing more than before): CLIs that refuse
-//!   their most permissive mode as root run, and nothing a capability
-//!   would allow (reading any process's environ) is left.
+//!   namespace as uid [`INSIDE_UID`] with no capabilities and no
+//!   supplementary group, which outside is the cage's owner
+//!   ([`crate::owner`]: an unprivileged account, never root): CLIs that
+//!   refuse their most permissive mode as root run, nothing a capability
+//!   would allow (reading any process's environ) is left, and a file or
+//!   socket only root may use stays shut to it wherever it may read.
 //!
 //! Landlock needs no privilege and nothing prepared by root; it was
 //! chosen over bubblewrap for that and for its cost (measured in
 //! BENCHMARKS.md): see docs/decisions.md.
 
 use std::collections::BTreeSet;
-use std::ffi::CString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::harness::spawn::Hook;
 use landlock::{
@@ -38,7 +40,7 @@ use landlock::{
 pub const NEEDED_ABI: i32 = 6;
 
 /// The uid a harness started by a root bridge has inside its user
-/// namespace (root outside, without capabilities).
+/// namespace (the cage's owner outside, without capabilities).
 pub const INSIDE_UID: u32 = 1000;
 
 /// What one harness process may reach.
@@ -195,10 +197,7 @@ impl Wall {
         let ruleset: Option<OwnedFd> = created.into();
         let ruleset =
             ruleset.ok_or_else(|| io::Error::other("Landlock gave no ruleset to enforce"))?;
-        let user = nix::unistd::geteuid()
-            .is_root()
-            .then(UserSwitch::new)
-            .transpose()?;
+        let user = crate::owner::of_cage().map(UserSwitch::new).transpose()?;
         Ok(Wall { ruleset, user })
     }
 
@@ -208,9 +207,11 @@ impl Wall {
     /// was prepared here: nothing allocates after the clone.
     pub fn enter_hook(self) -> Hook {
         let Wall { ruleset, user } = self;
-        Hook::new(vec![ruleset], move |fds| {
-            if let Some(user) = &user {
-                user.enter()?;
+        let mut fds = vec![ruleset];
+        fds.extend(user.map(|user| user.namespace));
+        Hook::new(fds, move |fds| {
+            if let Some(&namespace) = fds.get(1) {
+                UserSwitch::enter(namespace)?;
                 nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)?;
             }
             nix::sys::prctl::set_no_new_privs()?;
@@ -226,51 +227,50 @@ impl Wall {
     }
 }
 
-/// A root bridge's harness leaves root: a user namespace of its own in
-/// which it is [`INSIDE_UID`], mapped to the bridge's uid outside. The
-/// strings are made before the clone.
+/// A root bridge's harness leaves root: it enters the cage's user
+/// namespace, made once (`spawn::userns`), in which it is [`INSIDE_UID`],
+/// the cage's owner outside.
 #[derive(Debug)]
 struct UserSwitch {
-    uid_map: CString,
-    gid_map: CString,
-    setgroups: CString,
-    uid_line: Vec<u8>,
-    gid_line: Vec<u8>,
+    /// The namespace, this child's own descriptor of it.
+    namespace: OwnedFd,
 }
 
 impl UserSwitch {
-    fn new() -> io::Result<UserSwitch> {
-        let path = |p: &str| CString::new(p).map_err(io::Error::other);
-        let uid = nix::unistd::geteuid().as_raw();
-        let gid = nix::unistd::getegid().as_raw();
-        Ok(UserSwitch {
-            uid_map: path("/proc/self/uid_map")?,
-            gid_map: path("/proc/self/gid_map")?,
-            setgroups: path("/proc/self/setgroups")?,
-            uid_line: format!("{INSIDE_UID} {uid} 1\n").into_bytes(),
-            gid_line: format!("{INSIDE_UID} {gid} 1\n").into_bytes(),
-        })
+    fn new(owner: &crate::owner::Owner) -> io::Result<UserSwitch> {
+        static HELD: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+        let held = HELD.get_or_init(|| {
+            crate::harness::spawn::hold_user_namespace(INSIDE_UID, owner.uid, owner.gid)
+                .map_err(|e| e.to_string())
+        });
+        match held {
+            Ok(fd) => Ok(UserSwitch {
+                namespace: fd.try_clone()?,
+            }),
+            Err(why) => Err(io::Error::other(format!(
+                "cannot make the cage's user namespace (uid {INSIDE_UID} inside, {} outside): {why}",
+                owner.describe()
+            ))),
+        }
     }
 
-    fn enter(&self) -> io::Result<()> {
-        use nix::fcntl::{OFlag, open};
-        use nix::sys::stat::Mode;
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)?;
-        let write = |path: &CString, bytes: &[u8]| -> io::Result<()> {
-            let fd = open(
-                path.as_c_str(),
-                OFlag::O_WRONLY | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )?;
-            nix::unistd::write(&fd, bytes)?;
-            Ok(())
-        };
-        write(&self.setgroups, b"deny")?;
-        write(&self.uid_map, &self.uid_line)?;
-        write(&self.gid_map, &self.gid_line)?;
+    /// In the child: no supplementary group (root's, while they can still
+    /// be dropped), the namespace, then uid and gid [`INSIDE_UID`] in it.
+    fn enter(namespace: RawFd) -> io::Result<()> {
         // The system calls themselves: the C library's wrappers would ask
         // every thread of the bridge to change too (the child may share
         // the bridge's memory, and with it the library's list of threads).
+        // SAFETY: setgroups with no list (a null pointer and a size of 0).
+        if unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) }
+            != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the namespace's descriptor as the child has it, and a
+        // flag word.
+        if unsafe { libc::syscall(libc::SYS_setns, namespace, libc::CLONE_NEWUSER) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
         let id: libc::uid_t = INSIDE_UID;
         for call in [libc::SYS_setresgid, libc::SYS_setresuid] {
             // SAFETY: a system call with three integer arguments.

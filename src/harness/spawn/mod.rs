@@ -53,9 +53,11 @@ use tokio::sync::oneshot;
 
 mod clone3;
 mod table;
+mod userns;
 use table::Slots;
 
 pub use clone3::{probe as can_clone_into, usable as clones_into_cgroups};
+pub use userns::hold as hold_user_namespace;
 
 /// The variable that chooses how children are started: `vfork` (the
 /// default) or `fork`.
