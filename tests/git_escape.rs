@@ -113,9 +113,10 @@ git update-ref --no-deref HEAD "$signed"
 echo "uncommitted" > notes.txt
 git add notes.txt 2>/dev/null; git reset -q notes.txt 2>/dev/null
 mkdir -p nested linked
-git init -q nested && git -C nested config filter.x.clean "$EVIL/run nested-filter" && git -C nested config core.fsmonitor "$EVIL/run nested-fsmonitor"
+ngit() {{ env -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES git -C nested "$@"; }}
+ngit init -q && ngit config filter.x.clean "$EVIL/run nested-filter" && ngit config core.fsmonitor "$EVIL/run nested-fsmonitor"
 printf '* filter=x\n' > nested/.gitattributes && echo inside > nested/file
-git -C nested add -A 2>/dev/null; git -C nested -c user.name=A -c user.email=a@example.org commit -q -m nested 2>/dev/null
+ngit add -A 2>/dev/null; ngit -c user.name=A -c user.email=a@example.org commit -q -m nested 2>/dev/null
 echo changed >> nested/file
 printf 'gitdir: %s\n' "$ADMIN" > linked/.git
 git log -1 --format=%s

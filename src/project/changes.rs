@@ -112,7 +112,9 @@ impl Checkout {
     pub(super) async fn snapshot_tree(&self) -> Result<String, ProjectError> {
         let index = self.own_index().map_err(|e| self.index_failed(e))?;
         let git = self.worktree_git().with_index(&index);
-        drop_gitlinks(&git).await.map_err(|e| self.at_git(e))?;
+        drop_gitlinks(&git, &index, self.hash_len())
+            .await
+            .map_err(|e| self.at_git(e))?;
         git.run(&[OWN_INDEX[0], OWN_INDEX[1], "add", "--all", "--", "."])
             .await
             .map_err(|e| self.at_git(e))?;
@@ -219,7 +221,7 @@ impl Checkout {
     /// Bring the bridge's index up to date with the named `paths`: those
     /// gone are taken out of it, the others added (a folder whole).
     async fn stage(&self, git: &super::git::Git, paths: &BTreeSet<String>) -> Result<(), GitError> {
-        drop_gitlinks(git).await?;
+        drop_gitlinks(git, &self.own_index_path(), self.hash_len()).await?;
         let (present, gone): (Vec<&str>, Vec<&str>) = paths
             .iter()
             .map(String::as_str)
@@ -624,34 +626,28 @@ impl Look {
 const MAX_LISTED_INDEX_BYTES: usize = 256 * 1024 * 1024;
 
 /// Take every gitlink (a repository nested in the worktree) out of the
-/// bridge's index before git looks at the files: an `add` that finds one
-/// there asks the nested repository's own git whether it changed, which
-/// reads that repository's configuration (the harness's to write) and
-/// runs the programs it names, outside the cage. Taken out, a nested
-/// repository is added back as its commit id alone, no other git asked.
-async fn drop_gitlinks(git: &super::git::Git) -> Result<(), GitError> {
-    let listed = git
-        .run_capped(&["ls-files", "--stage", "-z"], MAX_LISTED_INDEX_BYTES)
-        .await?;
-    if listed.cut {
-        return Err(GitError::Failed {
-            args: "ls-files --stage".into(),
-            said: "the worktree holds more files than the bridge looks at".into(),
-        });
-    }
-    let mut links = Vec::new();
-    for entry in listed.bytes.split(|b| *b == 0) {
-        if let Some(path) = entry.strip_prefix(b"160000 ").and_then(|rest| {
-            rest.iter()
-                .position(|b| *b == b'\t')
-                .map(|at| &rest[at + 1..])
-        }) {
-            links.extend_from_slice(path);
-            links.push(0);
-        }
-    }
+/// bridge's index at `index` before git looks at the files (see
+/// [`super::index`]): found by reading the index, or, for one this does
+/// not read, by asking git to list it.
+async fn drop_gitlinks(
+    git: &super::git::Git,
+    index: &Path,
+    hash_len: usize,
+) -> Result<(), GitError> {
+    let links = match std::fs::read(index) {
+        Err(_) => return Ok(()),
+        Ok(bytes) => match super::index::gitlinks(&bytes, hash_len) {
+            Some(links) => links,
+            None => listed_gitlinks(git).await?,
+        },
+    };
     if links.is_empty() {
         return Ok(());
+    }
+    let mut paths = Vec::new();
+    for link in links {
+        paths.extend(link);
+        paths.push(0);
     }
     let args = [
         OWN_INDEX[0],
@@ -661,7 +657,29 @@ async fn drop_gitlinks(git: &super::git::Git) -> Result<(), GitError> {
         "-z",
         "--stdin",
     ];
-    git.run_with_input(&args, links).await.map(drop)
+    git.run_with_input(&args, paths).await.map(drop)
+}
+
+/// The gitlinks of the bridge's index, as git lists them.
+async fn listed_gitlinks(git: &super::git::Git) -> Result<Vec<Vec<u8>>, GitError> {
+    let listed = git
+        .run_capped(&["ls-files", "--stage", "-z"], MAX_LISTED_INDEX_BYTES)
+        .await?;
+    if listed.cut {
+        return Err(GitError::Failed {
+            args: "ls-files --stage".into(),
+            said: "the worktree holds more files than the bridge looks at".into(),
+        });
+    }
+    Ok(listed
+        .bytes
+        .split(|b| *b == 0)
+        .filter_map(|entry| {
+            let rest = entry.strip_prefix(b"160000 ")?;
+            let at = rest.iter().position(|b| *b == b'\t')?;
+            Some(rest[at + 1..].to_vec())
+        })
+        .collect())
 }
 
 /// What tells one state of an index file from another: git writes a

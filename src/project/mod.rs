@@ -21,6 +21,7 @@ mod changes;
 mod command;
 mod git;
 mod idle;
+mod index;
 mod intake;
 mod own;
 mod private;
@@ -634,6 +635,16 @@ impl OpenedProjects {
             put_away += project.put_away_idle().await;
         }
         put_away
+    }
+}
+
+/// What the text of a worktree record's HEAD (the harness's to write)
+/// names, as the bridge reads it: a commit id, or the full name of a ref;
+/// `None` for anything else. For the fuzz target.
+pub fn head_named(text: &str) -> Option<String> {
+    match record::parse_head(text).ok()? {
+        record::Head::Commit(id) => Some(id),
+        record::Head::Ref(name) => Some(name),
     }
 }
 

@@ -165,6 +165,14 @@ impl Checkout {
         vec![self.private_dir()]
     }
 
+    /// How many bytes an object id of the project's repository takes.
+    pub(super) fn hash_len(&self) -> usize {
+        match self.private_config.contains("objectformat = sha256") {
+            true => 32,
+            false => 20,
+        }
+    }
+
     /// git on the bridge's repository for this worktree: its objects (the
     /// repository's among them) and the ref being taken in.
     pub(super) fn own_git(&self) -> Git {
