@@ -71,9 +71,18 @@ impl Checkout {
     /// the branch's commit as the bridge last saw it, and the person told.
     pub(super) async fn own_head(&mut self) -> Result<(), ProjectError> {
         self.ready_own_objects()?;
+        let kept = self.last_head();
+        // The usual turn: HEAD a commit id where the last turn's end left
+        // it, which the bridge checked then (in the repository, which no
+        // harness may write): no git asked.
+        if let (Ok(Head::Commit(head)), Some(last)) = (self.read_head(), &kept)
+            && head == *last
+        {
+            return Ok(());
+        }
         let repo = Git::bare(&self.common_dir);
         let branch_ref = format!("refs/heads/{}", self.branch);
-        let last = match self.last_head() {
+        let last = match kept {
             Some(head) if repo.has_commit(&head).await => head,
             _ => repo
                 .line(&["rev-parse", "--verify", &format!("{branch_ref}^{{commit}}")])
