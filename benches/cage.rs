@@ -12,6 +12,10 @@
 //!   `cage: {enabled: false}`: the wall is built once, at the process's
 //!   start, so a warm turn should show nothing of it.
 //!
+//! Each also in a network of its own (`network: isolated`: a network
+//! namespace made in the child, its door handed to the bridge, unix
+//! sockets refused), against the default wall.
+//!
 //! Reproduce: `cargo bench --bench cage` (`TURNS=40` for more turns, 20 by
 //! default; `LAUNCHES`, 300). Without `--bench` (as `cargo test --bench
 //! cage` runs it) a few of each, as a check that every path still works.
@@ -26,7 +30,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness_bridge::harness::cage::{CagePolicy, Subject};
+use harness_bridge::harness::cage::{CagePolicy, Network, Subject};
 use harness_bridge::harness::{HarnessProcess, Launch};
 use serde_json::json;
 
@@ -56,6 +60,7 @@ async fn launch(workspace: &Path, wall: Option<&harness_bridge::harness::cage::P
         stdin: None,
         wall,
         quota: None,
+        door: None,
     })
     .await
     .expect("the launch");
@@ -65,8 +70,17 @@ async fn launch(workspace: &Path, wall: Option<&harness_bridge::harness::cage::P
     start.elapsed()
 }
 
+/// How a turn is caged: not at all, the default wall, or the wall in a
+/// network of its own.
+#[derive(Clone, Copy)]
+enum Caging {
+    Uncaged,
+    Caged,
+    Isolated,
+}
+
 /// One `harness-bridge run` turn with the scripted harness.
-fn one_shot(tools: &Path, data: &Path, caged: bool, turn: usize) -> Duration {
+fn one_shot(tools: &Path, data: &Path, caging: Caging, turn: usize) -> Duration {
     let conversation = format!("bench-{turn}");
     let mut command = Command::new(env!("CARGO_BIN_EXE_harness-bridge"));
     command
@@ -89,9 +103,11 @@ fn one_shot(tools: &Path, data: &Path, caged: bool, turn: usize) -> Duration {
         .env("FAKE_MODE", "quiet")
         .stdin(Stdio::null())
         .stderr(Stdio::null());
-    if !caged {
-        command.arg("--uncaged");
-    }
+    match caging {
+        Caging::Uncaged => command.arg("--uncaged"),
+        Caging::Caged => &mut command,
+        Caging::Isolated => command.args(["--network", "isolated"]),
+    };
     support::timed_bridge_run(&mut command)
 }
 
@@ -137,92 +153,121 @@ fn main() {
         .expect("a runtime");
     harness_bridge::harness::cage::start().expect("containment");
 
-    // Launch: the wall against none.
+    // Launch: the wall against none, and in a network of its own.
     let workspace = tempfile::tempdir().expect("workspace");
     let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    let subject = Subject {
+        workspace: workspace.path(),
+        program: Path::new("/bin/true"),
+        env: &env,
+        carried: &[],
+        own_port: None,
+        project: (&[], &[]),
+    };
     let plan = CagePolicy::default()
-        .plan(&Subject {
-            workspace: workspace.path(),
-            program: Path::new("/bin/true"),
-            env: &env,
-            carried: &[],
-            own_port: None,
-            project: (&[], &[]),
-        })
+        .plan(&subject)
         .expect("caged by default");
-    let (mut bare, mut walled) = (Vec::new(), Vec::new());
+    let isolated_plan = CagePolicy {
+        network: Network::Isolated,
+        ..CagePolicy::default()
+    }
+    .plan(&subject)
+    .expect("caged");
+    let (mut bare, mut walled, mut isolated) = (Vec::new(), Vec::new(), Vec::new());
     runtime.block_on(async {
         launch(workspace.path(), Some(&plan)).await;
+        launch(workspace.path(), Some(&isolated_plan)).await;
         launch(workspace.path(), None).await;
         for _ in 0..launches {
             bare.push(launch(workspace.path(), None).await);
             walled.push(launch(workspace.path(), Some(&plan)).await);
+            isolated.push(launch(workspace.path(), Some(&isolated_plan)).await);
         }
     });
-    let (bare, walled) = (median(&mut bare), median(&mut walled));
+    let (bare, walled, isolated) = (
+        median(&mut bare),
+        median(&mut walled),
+        median(&mut isolated),
+    );
 
     // One-shot turn: `run` caged against `run --uncaged`.
     let tools = tempfile::tempdir().expect("tools");
     common::scripted::install(tools.path());
     let data = tempfile::tempdir().expect("data");
-    one_shot(tools.path(), data.path(), true, 0);
-    one_shot(tools.path(), data.path(), false, 0);
-    let (mut open_runs, mut caged_runs) = (Vec::new(), Vec::new());
-    for turn in 1..=turns {
-        open_runs.push(one_shot(tools.path(), data.path(), false, turn));
-        caged_runs.push(one_shot(tools.path(), data.path(), true, turn));
+    for caging in [Caging::Caged, Caging::Uncaged, Caging::Isolated] {
+        one_shot(tools.path(), data.path(), caging, 0);
     }
-    let (open_run, caged_run) = (median(&mut open_runs), median(&mut caged_runs));
+    let (mut open_runs, mut caged_runs, mut isolated_runs) = (Vec::new(), Vec::new(), Vec::new());
+    for turn in 1..=turns {
+        open_runs.push(one_shot(tools.path(), data.path(), Caging::Uncaged, turn));
+        caged_runs.push(one_shot(tools.path(), data.path(), Caging::Caged, turn));
+        isolated_runs.push(one_shot(tools.path(), data.path(), Caging::Isolated, turn));
+    }
+    let (open_run, caged_run, isolated_run) = (
+        median(&mut open_runs),
+        median(&mut caged_runs),
+        median(&mut isolated_runs),
+    );
 
-    // Live turn: two `serve`s, each with a kept process.
-    let (open_live, caged_live) = runtime.block_on(async {
+    // Live turn: three `serve`s, each with a kept process.
+    let (open_live, caged_live, isolated_live) = runtime.block_on(async {
         let live_tools = tempfile::tempdir().expect("tools");
         let harness = common::scripted::install_live(live_tools.path(), "benchlive", LIVE);
         let env = [("PATH", std::env::var("PATH").unwrap_or_default())];
-        let open_data = Arc::new(tempfile::tempdir().expect("data"));
-        let caged_data = Arc::new(tempfile::tempdir().expect("data"));
-        let open = common::server::ServeProcess::spawn(
-            open_data,
-            &format!("{harness}cage:\n  enabled: false\n"),
-            &env,
-        )
-        .await;
-        let caged = common::server::ServeProcess::spawn(caged_data, &harness, &env).await;
-        live_turn(&open, 0).await;
-        live_turn(&caged, 0).await;
-        let (mut open_turns, mut caged_turns) = (Vec::new(), Vec::new());
-        for turn in 1..=turns {
-            open_turns.push(live_turn(&open, turn).await);
-            caged_turns.push(live_turn(&caged, turn).await);
+        let serve = |cage: &str| {
+            let config = format!("{harness}{cage}");
+            let env = env.clone();
+            async move {
+                let data = Arc::new(tempfile::tempdir().expect("data"));
+                common::server::ServeProcess::spawn(data, &config, &env).await
+            }
+        };
+        let open = serve("cage:\n  enabled: false\n").await;
+        let caged = serve("").await;
+        let isolated = serve("cage:\n  network: isolated\n").await;
+        for server in [&open, &caged, &isolated] {
+            live_turn(server, 0).await;
         }
-        (median(&mut open_turns), median(&mut caged_turns))
+        let mut samples = [Vec::new(), Vec::new(), Vec::new()];
+        for turn in 1..=turns {
+            for (server, taken) in [&open, &caged, &isolated].into_iter().zip(&mut samples) {
+                taken.push(live_turn(server, turn).await);
+            }
+        }
+        let [mut a, mut b, mut c] = samples;
+        (median(&mut a), median(&mut b), median(&mut c))
     });
     harness_bridge::harness::cage::release();
 
     if quick {
         println!(
-            "cage: launch {:.2}/{:.2} ms, run {:.0}/{:.0} ms, live turn {:.1}/{:.1} ms (uncaged/caged)",
+            "cage: launch {:.2}/{:.2}/{:.2} ms, run {:.0}/{:.0}/{:.0} ms, live turn {:.1}/{:.1}/{:.1} ms (uncaged/caged/isolated)",
             ms(bare),
             ms(walled),
+            ms(isolated),
             ms(open_run),
             ms(caged_run),
+            ms(isolated_run),
             ms(open_live),
-            ms(caged_live)
+            ms(caged_live),
+            ms(isolated_live)
         );
         return;
     }
     println!("cage cost, medians ({launches} launches, {turns} turns each way):");
-    println!("                         uncaged     caged     added");
-    for (what, open, caged) in [
-        ("launch (/bin/true)", bare, walled),
-        ("one-shot run turn", open_run, caged_run),
-        ("live turn (warm)", open_live, caged_live),
+    println!("                         uncaged     caged  isolated  caged-uncaged  isolated-caged");
+    for (what, open, caged, own) in [
+        ("launch (/bin/true)", bare, walled, isolated),
+        ("one-shot run turn", open_run, caged_run, isolated_run),
+        ("live turn (warm)", open_live, caged_live, isolated_live),
     ] {
         println!(
-            "  {what:<20} {:>8.2} ms {:>8.2} ms {:>+8.2} ms",
+            "  {what:<20} {:>8.2} ms {:>8.2} ms {:>8.2} ms {:>+11.2} ms {:>+12.2} ms",
             ms(open),
             ms(caged),
-            ms(caged) - ms(open)
+            ms(own),
+            ms(caged) - ms(open),
+            ms(own) - ms(caged)
         );
     }
 }

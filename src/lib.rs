@@ -5,7 +5,7 @@
 //! Data flows one way: [`protocol`] (wire types) → [`interaction`],
 //! [`command`] →
 //! [`host`] (the host proxy API, run grants, the embedded store) →
-//! [`projection`] → [`harness`] → [`mcp`] → [`run`] → `relay` / [`serve`] →
+//! [`projection`] → [`harness`] → [`mcp`], [`door`] → [`run`] → `relay` / [`serve`] →
 //! [`cli`]; `tests/layers.rs` keeps it so. See `ARCHITECTURE.md` for the map
 //! and the invariants.
 
@@ -28,6 +28,7 @@
 pub mod cli;
 pub mod command;
 pub mod disk;
+pub mod door;
 pub mod harness;
 pub mod host;
 pub mod interaction;

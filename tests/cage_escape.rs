@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::anthropic::{CALLS_DONE, fake_model, fake_model_running};
+use common::probe_lines;
 use common::server::{ServeProcess, serve_claude};
 use serde_json::{Value, json};
 
@@ -57,26 +58,6 @@ p signal_bridge kill -0 "$BRIDGE_PID"
 echo "CONTROL:id=$(id -u)"
 echo mine > own-file.txt && echo "CONTROL:own=$(cat own-file.txt)"
 "#;
-
-/// The probe lines the attacker's model got back, from every request it
-/// was sent (the tool results).
-fn probe_lines(requests: &[Value]) -> Vec<String> {
-    let text: String = requests.iter().map(Value::to_string).collect();
-    let text = text.replace("\\n", "\n");
-    text.lines()
-        .filter_map(|l| {
-            ["HELD:", "ESCAPED:", "CONTROL:"]
-                .iter()
-                .find_map(|tag| l.find(tag).map(|at| &l[at..]))
-        })
-        .map(|l| {
-            l.split(|c: char| c == '"' || c == '\\' || c.is_whitespace())
-                .next()
-                .unwrap_or("")
-                .to_string()
-        })
-        .collect()
-}
 
 /// Every probe held, the control ran as a plain user (inside its
 /// namespace and outside it) and read what the operator lets it, and the

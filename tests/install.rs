@@ -715,3 +715,35 @@ fn systemd_verifies_the_unit_and_makes_its_user() {
         "{group}"
     );
 }
+
+/// The AppArmor profile lets the program the unit runs make user
+/// namespaces (what a harness's network of its own needs where they are
+/// restricted), and nothing else changes for it.
+#[test]
+fn the_apparmor_profile_covers_the_units_program_and_allows_user_namespaces() {
+    let keys = unit_keys(&read("packaging/harness-bridge.service"));
+    let program = one(&keys, "ExecStart")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let profile = read("packaging/apparmor/harness-bridge");
+    let header = profile
+        .lines()
+        .find(|l| l.starts_with("profile "))
+        .expect("a profile");
+    assert!(
+        header.contains(&format!(" {program} ")) && header.contains("flags=(unconfined)"),
+        "{header}"
+    );
+    let rules: Vec<&str> = profile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(rules.contains(&"userns,"), "{rules:?}");
+    assert!(
+        profile.contains("install -m 0644 packaging/apparmor/harness-bridge"),
+        "the profile says how to install it"
+    );
+}

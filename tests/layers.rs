@@ -23,6 +23,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("project", 3),
     ("harness", 4),
     ("mcp", 5),
+    ("door", 5),
     ("run", 6),
     ("relay", 7),
     ("serve", 7),

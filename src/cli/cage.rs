@@ -18,8 +18,10 @@ pub struct CageArgs {
     uncaged: bool,
     /// `ports`: a harness connects only to its model endpoints' ports
     /// (from the URLs it is configured with; HTTPS otherwise), the MCP
-    /// endpoint and --allow-port; `open`: any TCP port.
-    #[arg(long, value_name = "ports|open", default_value = "ports", value_parser = parse_network)]
+    /// endpoint and --allow-port; `open`: any TCP port; `isolated`: a
+    /// network namespace of its own, whose one way out is the bridge's
+    /// door (the MCP endpoint, and the model gateway that holds the keys).
+    #[arg(long, value_name = "ports|open|isolated", default_value = "ports", value_parser = parse_network)]
     network: Network,
     /// Also let harnesses connect to this TCP port. Repeatable.
     #[arg(long = "allow-port", value_name = "PORT")]
@@ -55,7 +57,8 @@ fn parse_network(text: &str) -> Result<Network, String> {
     match text {
         "ports" => Ok(Network::Ports),
         "open" => Ok(Network::Open),
-        other => Err(format!("`{other}`: it must be ports or open")),
+        "isolated" => Ok(Network::Isolated),
+        other => Err(format!("`{other}`: it must be ports, open or isolated")),
     }
 }
 
@@ -98,6 +101,24 @@ pub fn announce(policy: &CagePolicy) {
     if let Some(line) = crate::harness::cage::slow_launches() {
         tracing::info!("launches: {line}");
     }
+    if policy.enabled && policy.network == Network::Isolated {
+        // Tried once at start, on a thread of its own: the callers may be
+        // inside a runtime already.
+        let works = std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .and_then(|runtime| runtime.block_on(crate::harness::cage::own_network_works()))
+        })
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the probe did not finish")));
+        match works {
+            Ok(()) => tracing::info!("network: each harness has a network of its own"),
+            Err(why) => tracing::warn!(
+                "network: harnesses cannot have a network of their own here, so none can start: {why}"
+            ),
+        }
+    }
     for resource in Resource::ALL {
         crate::metrics::global().set_limit_enforced(
             resource.name(),
@@ -139,11 +160,23 @@ pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
     if let Some(line) = crate::harness::cage::slow_launches() {
         println!("launches: {line}");
     }
+    println!("network: {}", network_line(&super::runtime()?));
     crate::harness::cage::release();
     if policy.enabled && crate::harness::cage::unavailable().is_some() {
         return Ok(super::exit::FAILURE);
     }
     Ok(super::exit::OK)
+}
+
+/// Whether a harness can have a network of its own here, in a line.
+fn network_line(runtime: &tokio::runtime::Runtime) -> String {
+    match runtime.block_on(crate::harness::cage::own_network_works()) {
+        Ok(()) => format!(
+            "a harness can have a network of its own here (`cage.network: isolated`: its one way out the bridge's door on 127.0.0.1:{}, which holds the model keys)",
+            crate::harness::cage::DOOR_PORT
+        ),
+        Err(why) => format!("a harness cannot have a network of its own here: {why}"),
+    }
 }
 
 /// What the operator should hear of the user a root bridge's harnesses

@@ -118,6 +118,25 @@ pub struct CarryFiles {
     pub files: Vec<String>,
 }
 
+/// A model endpoint the CLI reads from its environment. In a cage with a
+/// network of its own the variable points at the bridge's model gateway
+/// (at the harness's door) and each key variable holds a stand-in for the
+/// turn: the operator's key stays with the bridge, which puts it on the
+/// call on its way to `upstream` (or to the URL the operator set).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEndpoint {
+    /// The gateway's name for it: calls come to `/model/<provider>/…`.
+    pub provider: String,
+    /// The variable the CLI reads its base URL from.
+    pub base_url: String,
+    /// Where calls go when the operator set no base URL.
+    pub upstream: String,
+    /// The variables that hold its key (passed through when set).
+    #[serde(default)]
+    pub keys: Vec<String>,
+}
+
 /// A spec file as written: the family, and what is the operator's to say.
 /// The decoder and the MCP format are the family's alone; the skills
 /// folder, instructions file, tool naming and session facts default to
@@ -160,6 +179,8 @@ struct SpecFile {
     acp: Option<AcpSpec>,
     #[serde(default)]
     home: HomeAdditions,
+    #[serde(default)]
+    models: Vec<ModelEndpoint>,
 }
 
 /// One harness: its spec file over its family's facts.
@@ -220,6 +241,9 @@ pub struct AdapterSpec {
     /// The conversation's own home: the family's, with what the spec
     /// adds (a variable the spec names again takes the spec's path).
     pub home: Home,
+    /// The model endpoints it reads from its environment (see
+    /// [`ModelEndpoint`]).
+    pub models: Vec<ModelEndpoint>,
 }
 
 /// Why a harness does not take a permission mode: a sentence for whoever
@@ -494,7 +518,20 @@ impl AdapterSpec {
             live,
             acp: raw.acp,
             home: with_additions(family.home.home(), raw.home),
+            models: raw.models,
         };
+        if let Some(bad) = spec.models.iter().find(|m| {
+            m.provider.is_empty()
+                || !m
+                    .provider
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        }) {
+            return Err(fail(format!(
+                "models: provider `{}` must be lowercase letters, digits or `-`",
+                bad.provider.escape_debug()
+            )));
+        }
         spec.check(file)?;
         Ok(spec)
     }

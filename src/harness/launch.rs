@@ -37,6 +37,17 @@ pub struct Launch<'a> {
     pub wall: Option<&'a Plan>,
     /// The conversation's resource limits the harness joins; `None`: none.
     pub quota: Option<&'a Quota>,
+    /// Who answers the door of a harness in a network of its own
+    /// (`wall.own_network`); without one its door stays shut.
+    pub door: Option<&'a std::sync::Arc<dyn DoorKeeper>>,
+}
+
+/// Who answers a harness's door (its one way out of a network namespace
+/// of its own): given the listening socket made inside, serves it until
+/// the returned guard is dropped, which the harness process holds.
+pub trait DoorKeeper: Send + Sync + std::fmt::Debug {
+    /// Serve `listener` (the door, in the harness's namespace).
+    fn open(&self, listener: tokio::net::TcpListener) -> tokio_util::sync::DropGuard;
 }
 
 /// The environment a harness gets: the spec's whitelist (names, or
@@ -95,6 +106,8 @@ pub struct HarnessProcess {
     cage: TurnCage,
     stderr: StderrTail,
     stderr_done: Option<tokio::task::JoinHandle<()>>,
+    /// The door served while the harness lives (dropped: shut).
+    _door: Option<tokio_util::sync::DropGuard>,
 }
 
 impl HarnessProcess {
@@ -134,6 +147,12 @@ impl HarnessProcess {
             cgroup: None,
         };
         let spawned = cage.spawn(request, launch.wall, launch.quota).await?;
+        let door = match (cage.take_door(), launch.door) {
+            (Some(listener), Some(keeper)) => {
+                Some(keeper.open(tokio::net::TcpListener::from_std(listener)?))
+            }
+            _ => None,
+        };
         let child = spawned.process;
         let pgid = i32::try_from(child.id()).ok().map(Pid::from_raw);
         let stdout = spawned.stdout;
@@ -161,6 +180,7 @@ impl HarnessProcess {
                 cage,
                 stderr,
                 stderr_done,
+                _door: door,
             },
             stdout,
             kept,

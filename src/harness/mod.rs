@@ -17,11 +17,13 @@ pub mod spawn;
 mod stderr;
 
 pub use adapter::{
-    AdapterError, AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, LiveSpec, SpecError, Stdin,
-    TurnValues,
+    AdapterError, AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, LiveSpec, ModelEndpoint,
+    SpecError, Stdin, TurnValues,
 };
 pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
-pub use launch::{HarnessProcess, Launch, child_env, env_pattern_matches, find_program};
+pub use launch::{
+    DoorKeeper, HarnessProcess, Launch, child_env, env_pattern_matches, find_program,
+};
 pub use session::{
     EARLIER_SESSIONS_KEY, HARNESS_KEY, OVERRIDES_KEY, ResumePointer, SESSION_FILES_KEY,
     SESSION_ID_KEY, SessionFiles, SessionIdFormat, SessionStore, WORKING_DIRECTORY_KEY,

@@ -45,6 +45,9 @@ pub struct McpHttpServer {
     addr: SocketAddr,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    /// The same server as a harness's door answers it (see
+    /// [`McpHttpServer::door_app`]).
+    door_app: Router,
 }
 
 /// The token of an `Authorization` value: the scheme is case-insensitive
@@ -423,10 +426,20 @@ impl McpHttpServer {
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        let guard = Guard { grants, addr };
-        let app = Router::new()
-            .nest_service("/mcp", service)
-            .layer(middleware::from_fn_with_state(guard, authenticate));
+        let app_at = |addr: SocketAddr| {
+            let guard = Guard {
+                grants: grants.clone(),
+                addr,
+            };
+            Router::new()
+                .nest_service("/mcp", service.clone())
+                .layer(middleware::from_fn_with_state(guard, authenticate))
+        };
+        let app = app_at(addr);
+        let door_app = app_at(SocketAddr::from((
+            std::net::Ipv4Addr::LOCALHOST,
+            crate::harness::cage::DOOR_PORT,
+        )));
         // Any local process can connect: the same bounds as the API, so
         // idle or trickling connections cannot starve the harnesses' calls.
         let limits = crate::listen::Limits::default();
@@ -437,7 +450,16 @@ impl McpHttpServer {
             addr,
             stop,
             task,
+            door_app,
         })
+    }
+
+    /// The server's routes as a harness behind its door reaches them
+    /// (`http://127.0.0.1:DOOR_PORT/mcp` inside its namespace): the same
+    /// tools, tokens and checks; who holds a connection is read in the
+    /// harness's own namespace.
+    pub fn door_app(&self) -> Router {
+        self.door_app.clone()
     }
 
     /// The endpoint a harness connects to.

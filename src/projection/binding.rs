@@ -204,6 +204,8 @@ pub enum NetworkChoice {
     Ports,
     /// Any TCP port.
     Open,
+    /// A network namespace of its own with the bridge's door alone.
+    Isolated,
 }
 
 fn port_numbers<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<u16>, D::Error> {

@@ -56,6 +56,8 @@ struct LiveTurn<'a> {
     wall: Option<&'a crate::harness::cage::Plan>,
     /// The conversation's resource limits (`None`: none).
     quota: Option<&'a crate::harness::cage::Quota>,
+    /// Who answers its door, in a network of its own.
+    door: Option<&'a Arc<dyn crate::harness::DoorKeeper>>,
     /// The MCP servers for a driver that names them in its protocol.
     mcp_session: Option<&'a serde_json::Value>,
 }
@@ -71,6 +73,7 @@ impl LiveTurn<'_> {
             stdin: None,
             wall: self.wall,
             quota: self.quota,
+            door: self.door,
         }
     }
 }
@@ -149,6 +152,7 @@ impl Bridge {
                         mcp_session: turn.projection.mcp.session.as_ref(),
                         wall: turn.wall.as_ref(),
                         quota: turn.quota.as_ref(),
+                        door: turn.door.as_ref(),
                     };
                     let (end, warm, facts) = self
                         .live_attempt(spec, &live_turn, &values, &mut io)
@@ -264,6 +268,7 @@ impl Bridge {
             stdin: (spec.stdin == Stdin::Prompt).then_some(turn.projection.turn_prompt.as_str()),
             wall: turn.wall.as_ref(),
             quota: turn.quota.as_ref(),
+            door: turn.door.as_ref(),
         };
         let mut end = attempt::attempt(spec, &launch, io).await;
         if let Some((file, before)) = counted {

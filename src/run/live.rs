@@ -75,8 +75,8 @@ impl LiveKey {
 
 impl LiveKey {
     /// The key of a process for `workspace` started as `launch` with
-    /// `tools`, asking the person before it acts or not; the MCP token is
-    /// left out (each turn lends its own grant).
+    /// `tools`, asking the person before it acts or not; the MCP token and
+    /// the values made of it are left out (each turn lends its own grant).
     pub fn new(
         spec: &AdapterSpec,
         launch: &Launch<'_>,
@@ -93,7 +93,13 @@ impl LiveKey {
         for arg in launch.args {
             part(arg.as_bytes());
         }
-        for (name, value) in launch.env.iter().filter(|(n, _)| *n != token_env) {
+        // The token, and what is made of it (the model keys' stand-ins
+        // behind a door), are the process's first turn's.
+        let token = launch.env.get(token_env).filter(|t| !t.is_empty());
+        let own = |(name, value): &(&String, &String)| {
+            *name != token_env && token.is_none_or(|token| !value.contains(token.as_str()))
+        };
+        for (name, value) in launch.env.iter().filter(own) {
             part(name.as_bytes());
             part(value.as_bytes());
         }

@@ -65,6 +65,8 @@ pub(super) struct Prepared<'a> {
     pub own_port: Option<u16>,
     /// The wall the harness runs behind (`None`: uncaged).
     pub wall: Option<Plan>,
+    /// Who answers its door, in a network of its own.
+    pub door: Option<std::sync::Arc<dyn crate::harness::DoorKeeper>>,
     /// The conversation's resource limits, and their counts before the turn.
     pub quota: Option<Quota>,
     pub counted: Option<Counters>,
@@ -265,17 +267,17 @@ impl Bridge {
             return Ok(None);
         };
         let asking = asking(&binding, project, &open);
-        let timeout = binding
-            .timeout_seconds
-            .filter(|s| *s > 0)
-            .map_or(self.settings.turn_timeout, std::time::Duration::from_secs);
-        let deadline = Instant::now() + timeout.min(open.grant.remaining());
+        let deadline = self.deadline(&binding, &open);
 
         let tools = tool_names(&open.grant.apis, asking);
         let turn_ctx = answered.as_ref().unwrap_or(ctx);
         let shared_turn = wait_for_project(project, deadline, cancel).await?;
+        let door = self.behind_door(&binding);
+        let mcp_url = self.mcp_url(door);
         let projection = self
-            .project_turn(turn_ctx, spec, project, &open, &tools, options, &env)
+            .project_turn(
+                turn_ctx, spec, project, &open, &tools, options, &env, &mcp_url,
+            )
             .await?;
         let workspace = projection.workspace.clone();
         summary.workspace = Some(workspace.clone());
@@ -291,7 +293,8 @@ impl Bridge {
                 )
             })?;
         }
-        let filled = self.harness_env(spec, &mut env, &projection, &open)?;
+        let filled = self.harness_env(spec, &mut env, &projection, &open, &mcp_url)?;
+        let door = door.then(|| self.door_keeper(spec, &mut env, &open));
 
         let pointer = lookup_pointer(host, &open, ctx, deadline, cancel).await?;
         let (pointer, not_followed) = self
@@ -334,6 +337,7 @@ impl Bridge {
             session,
             own_port,
             wall,
+            door,
             quota,
             counted,
             mcp_config,
@@ -564,6 +568,7 @@ impl Bridge {
         tools: &[&str],
         options: &RunOptions,
         env: &BTreeMap<String, String>,
+        mcp_url: &str,
     ) -> Result<Projection, RunFailed> {
         let granted = self.grants.granted(open.grant.clone());
         let mut servers = self.settings.mcp_servers.clone();
@@ -586,7 +591,7 @@ impl Bridge {
                 root: &self.settings.workspace_root,
                 tools,
                 project: project_note.as_ref(),
-                mcp_url: self.mcp.url(),
+                mcp_url,
                 mcp_servers: &servers,
                 host: Some(&granted),
                 env,
@@ -661,6 +666,7 @@ impl Bridge {
         env: &mut BTreeMap<String, String>,
         projection: &Projection,
         open: &OpenRun,
+        mcp_url: &str,
     ) -> Result<Option<FilledMcpFile>, RunFailed> {
         // The conversation's own home replaces the operator's (`HOME`,
         // `CODEX_HOME`…): before anything reads `env` for the harness's
@@ -695,7 +701,7 @@ impl Bridge {
         }
         env.extend(projection.mcp.child_env.clone());
         env.insert(TOKEN_ENV.into(), open.token.expose().to_string());
-        env.insert(URL_ENV.into(), self.mcp.url().to_string());
+        env.insert(URL_ENV.into(), mcp_url.to_string());
         // A harness that cannot expand `${VAR}` in its MCP file reads the
         // token from the file itself, for this turn only.
         match &projection.mcp.file {
@@ -707,6 +713,67 @@ impl Bridge {
                 }),
             _ => Ok(None),
         }
+    }
+
+    /// The operator's cage with the binding's choice of network for its
+    /// own harness.
+    fn cage_policy(&self, binding: &Binding<'_>) -> crate::harness::cage::CagePolicy {
+        let mut cage = self.settings.cage.clone();
+        if let Some(choice) = binding.network {
+            cage.network = match choice {
+                NetworkChoice::Ports => Network::Ports,
+                NetworkChoice::Open => Network::Open,
+                NetworkChoice::Isolated => Network::Isolated,
+            };
+        }
+        cage.ports.extend(&binding.network_ports);
+        cage
+    }
+
+    /// Whether the turn's harness runs in a network of its own, reaching
+    /// out only through its door (the MCP endpoint and the model gateway
+    /// there).
+    fn behind_door(&self, binding: &Binding<'_>) -> bool {
+        let cage = self.cage_policy(binding);
+        cage.enabled && cage.network == Network::Isolated
+    }
+
+    /// When the turn must be over: the binding's time, else the bridge's,
+    /// and never past its grant.
+    fn deadline(&self, binding: &Binding<'_>, open: &OpenRun) -> Instant {
+        let timeout = binding
+            .timeout_seconds
+            .filter(|s| *s > 0)
+            .map_or(self.settings.turn_timeout, std::time::Duration::from_secs);
+        Instant::now() + timeout.min(open.grant.remaining())
+    }
+
+    /// Where the harness reaches the run's MCP endpoint: its door, or the
+    /// bridge's own port.
+    fn mcp_url(&self, door: bool) -> String {
+        if door {
+            crate::door::mcp_url()
+        } else {
+            self.mcp.url().to_string()
+        }
+    }
+
+    /// Who answers the door of a harness in a network of its own: its MCP
+    /// endpoint, and its model endpoints (in `env`) made the gateway's,
+    /// its keys stand-ins (the keys stay here).
+    fn door_keeper(
+        &self,
+        spec: &AdapterSpec,
+        env: &mut BTreeMap<String, String>,
+        open: &OpenRun,
+    ) -> std::sync::Arc<dyn crate::harness::DoorKeeper> {
+        let gateway = crate::door::Gateway::prepare(
+            &spec.models,
+            env,
+            open.token.expose(),
+            self.grants.clone(),
+        );
+        crate::door::Keeper::new(self.mcp.door_app(), gateway).shared()
     }
 
     /// The cage for this turn: its own temp folder, its own port where it
@@ -750,15 +817,7 @@ impl Bridge {
         } else {
             None
         };
-        // The binding may choose the network of its own harness.
-        let mut cage = self.settings.cage.clone();
-        if let Some(choice) = binding.network {
-            cage.network = match choice {
-                NetworkChoice::Ports => Network::Ports,
-                NetworkChoice::Open => Network::Open,
-            };
-        }
-        cage.ports.extend(&binding.network_ports);
+        let cage = self.cage_policy(binding);
         let (repo_read, repo_write) = checkout.map(Checkout::cage_paths).unwrap_or_default();
         let wall = cage.plan(&Subject {
             workspace,

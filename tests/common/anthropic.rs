@@ -63,6 +63,8 @@ pub struct Fake {
     pub pause_on: Option<(String, Duration)>,
     /// Tool calls the test sets between turns ([`Fake::set_script`]).
     pub script: Arc<Mutex<Script>>,
+    /// The key each request came with (`x-api-key`, `authorization`).
+    pub keys: Arc<Mutex<Vec<String>>>,
 }
 
 /// Tool calls the model makes one after another from the first request
@@ -369,9 +371,18 @@ pub async fn fake_model_hanging_on(word: &str) -> (String, Fake) {
     .await
 }
 
-async fn messages(State(fake): State<Fake>, body: String) -> Response<Body> {
+async fn messages(
+    State(fake): State<Fake>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Response<Body> {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     fake.requests.lock().unwrap().push(request.clone());
+    for name in ["x-api-key", "authorization"] {
+        if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
+            fake.keys.lock().unwrap().push(value.to_string());
+        }
+    }
     if fake.fail.load(Ordering::SeqCst) {
         let error = json!({"type": "error", "error": {"type": "api_error", "message": OUTAGE}});
         return Response::builder()

@@ -54,3 +54,26 @@ pub fn tempdir_for_harnesses() -> tempfile::TempDir {
         .expect("a folder every user may write");
     dir
 }
+
+/// The lines an escape test's shell probes printed, as the model got
+/// them back (its tool results, in every request it was sent):
+/// `HELD:name` when an attempt failed, `ESCAPED:name` when it worked,
+/// `CONTROL:…` for what must work. (The script's own text is in the
+/// requests too: a control's output must differ from its source.)
+pub fn probe_lines(requests: &[serde_json::Value]) -> Vec<String> {
+    let text: String = requests.iter().map(serde_json::Value::to_string).collect();
+    let text = text.replace("\\n", "\n");
+    text.lines()
+        .filter_map(|l| {
+            ["HELD:", "ESCAPED:", "CONTROL:"]
+                .iter()
+                .find_map(|tag| l.find(tag).map(|at| &l[at..]))
+        })
+        .map(|l| {
+            l.split(|c: char| c == '"' || c == '\\' || c.is_whitespace())
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}

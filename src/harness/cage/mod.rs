@@ -17,6 +17,7 @@
 //! bridge that is gone.
 
 mod cgroup;
+mod door;
 mod limits;
 mod marker;
 mod policy;
@@ -39,13 +40,14 @@ use super::spawn;
 
 use crate::host::Holder;
 pub use cgroup::CgroupError;
+pub use door::DOOR_PORT;
 pub use limits::{Counters, Limits, Quota, Resource};
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};
 pub use policy::{CagePolicy, Network, Subject};
 pub use wall::{
-    INSIDE_UID, NEEDED_ABI, Plan, SYSTEM_READ_ONLY, SYSTEM_READ_WRITE, free_loopback_port,
-    installation, kernel_abi, unavailable, url_ports,
+    INSIDE_UID, NEEDED_ABI, Plan, SYSTEM_READ_ONLY, SYSTEM_READ_WRITE, USERNS_FIX,
+    free_loopback_port, installation, kernel_abi, unavailable, url_ports,
 };
 
 /// The variable that chooses the mechanism: `cgroup`, `subreaper`, or
@@ -233,6 +235,52 @@ pub fn slow_launches() -> Option<String> {
     ))
 }
 
+/// Whether a harness can have a network of its own here (`network:
+/// isolated`), found by starting one (`/bin/true`, in a folder of its
+/// own) that way; the error says why not and what makes it work. For the
+/// start-up log and `doctor`.
+pub async fn own_network_works() -> io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let env = std::collections::BTreeMap::new();
+    let program = Path::new("/bin/true");
+    let policy = CagePolicy {
+        network: Network::Isolated,
+        ..CagePolicy::default()
+    };
+    let plan = policy.plan(&Subject {
+        workspace: dir.path(),
+        program,
+        env: &env,
+        carried: &[],
+        own_port: None,
+        project: (&[], &[]),
+    });
+    let mut turn = TurnCage::new(None)?;
+    let request = spawn::Request {
+        program,
+        args: &[],
+        cwd: dir.path(),
+        env: env.clone(),
+        stdin: false,
+        hooks: Vec::new(),
+        around: None,
+        cgroup: None,
+    };
+    let outcome = match turn.spawn(request, plan.as_ref(), None).await {
+        Ok(mut spawned) => {
+            let status = spawned.process.wait().await?;
+            match (turn.take_door(), status.success()) {
+                (Some(_), true) => Ok(()),
+                (None, _) => Err(io::Error::other("the harness's door never came")),
+                (_, false) => Err(io::Error::other(format!("the probe ended {status}"))),
+            }
+        }
+        Err(e) => Err(io::Error::new(e.kind(), format!("{e}. {USERNS_FIX}"))),
+    };
+    turn.clear().await;
+    outcome
+}
+
 /// Whether `resource` can be limited here (for `/metrics`).
 pub fn can_limit(resource: Resource) -> bool {
     cage().is_ok_and(|cage| cage.limits.missing(resource).is_none())
@@ -299,6 +347,8 @@ pub struct TurnCage {
     mechanism: Mechanism,
     leader: Option<i32>,
     done: bool,
+    /// The harness's door (see [`TurnCage::take_door`]).
+    door: Option<std::net::TcpListener>,
 }
 
 /// What is left to end, owned, so it can run on another thread.
@@ -356,7 +406,14 @@ impl TurnCage {
             mechanism: cage.mechanism,
             leader: None,
             done: false,
+            door: None,
         })
+    }
+
+    /// The door the harness's network namespace was made with (its
+    /// listening socket, inside), taken once to be served.
+    pub fn take_door(&mut self) -> Option<std::net::TcpListener> {
+        self.door.take()
     }
 
     /// How this turn is contained.
@@ -396,14 +453,28 @@ impl TurnCage {
         if let Some(hook) = quota.map(Quota::enter_hook).transpose()?.flatten() {
             request.hooks.push(hook);
         }
+        let mut door = None;
         if let Some(wall) = wall {
-            request.hooks.push(wall.enter_hook());
+            let (hook, made) = wall.enter_hook();
+            request.hooks.push(hook);
+            door = made;
         }
         if self.mechanism == Mechanism::Subreaper {
             request.around = Some(subreaper::noting);
         }
         let spawned = spawn::spawn(request, spawn::Method::chosen()).await?;
         self.leader = i32::try_from(spawned.process.id()).ok();
+        if let Some(door) = door {
+            match door.receive() {
+                Ok(listener) => self.door = Some(listener),
+                Err(e) => {
+                    if let Some(leader) = self.leader {
+                        let _ = killpg(Pid::from_raw(leader), Signal::SIGKILL);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok(spawned)
     }
 
@@ -484,7 +555,14 @@ struct CageHolder {
 
 impl Holder for CageHolder {
     fn holds(&self, client: SocketAddr, server: SocketAddr) -> bool {
-        let Some(inode) = procs::tcp_socket_inode(client, server) else {
+        // Read in the harness's own network (behind a door, its own
+        // namespace; else the bridge's).
+        // (When the harness itself has gone, what it left is read in the
+        // bridge's.)
+        let me = std::process::id() as i32;
+        let Some(inode) = procs::tcp_socket_inode(client, server, self.leader)
+            .or_else(|| procs::tcp_socket_inode(client, server, me))
+        else {
             return false;
         };
         let members = match &self.cgroup {

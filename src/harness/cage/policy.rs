@@ -21,6 +21,11 @@ pub enum Network {
     Ports,
     /// Any TCP port (file and process walls stay).
     Open,
+    /// A network namespace of its own: nothing but its own loopback and
+    /// the bridge's door in it (the run's MCP endpoint, the model
+    /// gateway, which holds the operator's keys so the harness never
+    /// does); no new unix socket.
+    Isolated,
 }
 
 /// How harnesses are caged.
@@ -129,8 +134,9 @@ impl CagePolicy {
         read_write.extend(self.read_write.iter().cloned());
         read_write.extend(subject.project.1.iter().cloned());
 
+        // In a namespace of its own every port is its own loopback's.
         let connect = match self.network {
-            Network::Open => None,
+            Network::Open | Network::Isolated => None,
             Network::Ports => Some(self.ports_for(subject)),
         };
         Some(Plan {
@@ -138,6 +144,7 @@ impl CagePolicy {
             read_only,
             connect,
             bind: subject.own_port.into_iter().collect(),
+            own_network: self.network == Network::Isolated,
         })
     }
 
@@ -182,6 +189,10 @@ impl CagePolicy {
         let network = match self.network {
             Network::Open => "any TCP port".to_string(),
             Network::Ports => "only its model endpoints' ports and the MCP endpoint".to_string(),
+            Network::Isolated => format!(
+                "nothing but its own loopback, in a network namespace of its own, and the bridge's door there (127.0.0.1:{}: the MCP endpoint and the model gateway, which holds the model keys); no unix socket outside it",
+                super::door::DOOR_PORT
+            ),
         };
         let user = match crate::owner::of_cage() {
             Some(owner) => format!(

@@ -162,15 +162,17 @@ mod tests {
 }
 
 /// The inode of the TCP socket whose local end is `local` and remote end
-/// `remote`, from the kernel's table (`/proc/net/tcp`, `tcp6`): on one
-/// machine a loopback connection's client side is the line whose local
-/// address is the client's. `None` when no such socket is open.
-pub fn tcp_socket_inode(local: SocketAddr, remote: SocketAddr) -> Option<u64> {
+/// `remote`, from the kernel's table of the network namespace process
+/// `within` is in (`/proc/PID/net/tcp`, `tcp6`: a harness in a network of
+/// its own has its own): a loopback connection's client side is the line
+/// whose local address is the client's. `None` when no such socket is
+/// open.
+pub fn tcp_socket_inode(local: SocketAddr, remote: SocketAddr, within: i32) -> Option<u64> {
     let table = match local {
-        SocketAddr::V4(_) => "/proc/net/tcp",
-        SocketAddr::V6(_) => "/proc/net/tcp6",
+        SocketAddr::V4(_) => "tcp",
+        SocketAddr::V6(_) => "tcp6",
     };
-    let text = std::fs::read_to_string(table).ok()?;
+    let text = std::fs::read_to_string(format!("/proc/{within}/net/{table}")).ok()?;
     let (local, remote) = (proc_net_addr(local), proc_net_addr(remote));
     text.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -262,7 +264,9 @@ mod socket_tests {
         let server = listener.local_addr().unwrap();
         let client = std::net::TcpStream::connect(server).unwrap();
         let _accepted = listener.accept().unwrap();
-        let inode = tcp_socket_inode(client.local_addr().unwrap(), server).expect("in the table");
+        let me = std::process::id() as i32;
+        let inode =
+            tcp_socket_inode(client.local_addr().unwrap(), server, me).expect("in the table");
         let me = std::process::id() as i32;
         assert!(any_holds_socket(&[me], inode));
         assert!(!any_holds_socket(&[1], inode) || me == 1);

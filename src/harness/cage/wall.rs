@@ -29,6 +29,7 @@ use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::door::{Door, DoorPair};
 use crate::harness::spawn::Hook;
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
@@ -55,6 +56,9 @@ pub struct Plan {
     /// TCP ports it may listen on besides one the kernel picks (with the
     /// network limited).
     pub bind: BTreeSet<u16>,
+    /// A network namespace of its own, with the bridge's door its only
+    /// way out ([`super::door`]); no new unix socket.
+    pub own_network: bool,
 }
 
 /// The system a program needs to run: its libraries, the system's
@@ -119,6 +123,7 @@ pub fn unavailable() -> Option<String> {
 pub struct Wall {
     ruleset: OwnedFd,
     user: Option<UserSwitch>,
+    door: Option<DoorPair>,
 }
 
 impl Wall {
@@ -197,24 +202,60 @@ impl Wall {
         let ruleset: Option<OwnedFd> = created.into();
         let ruleset =
             ruleset.ok_or_else(|| io::Error::other("Landlock gave no ruleset to enforce"))?;
-        let user = crate::owner::of_cage().map(UserSwitch::new).transpose()?;
-        Ok(Wall { ruleset, user })
+        let user = match crate::owner::of_cage() {
+            Some(owner) => Some(UserSwitch::new(owner)?),
+            None if plan.own_network => Some(UserSwitch::own()?),
+            None => None,
+        };
+        let door = plan.own_network.then(DoorPair::new).transpose()?;
+        Ok(Wall {
+            ruleset,
+            user,
+            door,
+        })
     }
 
-    /// What the child does between clone and exec: leave root (a root
-    /// bridge), keep the parent-death signal the credential change
-    /// cleared, then restrict itself for good. Only system calls on what
-    /// was prepared here: nothing allocates after the clone.
-    pub fn enter_hook(self) -> Hook {
-        let Wall { ruleset, user } = self;
+    /// What the child does between clone and exec: enter the cage's user
+    /// namespace (a root bridge's harness leaves root there), make its
+    /// own network with the door (with `own_network`), become its uid
+    /// and keep the parent-death signal the credential change cleared,
+    /// then restrict itself for good. Only system calls on what was
+    /// prepared here: nothing allocates after the clone. With the hook,
+    /// the bridge's end of the door, if there is one.
+    pub fn enter_hook(self) -> (Hook, Option<Door>) {
+        let Wall {
+            ruleset,
+            user,
+            door,
+        } = self;
+        let (door, door_end) = match door.map(DoorPair::split) {
+            Some((door, end)) => (Some(door), Some(end)),
+            None => (None, None),
+        };
         let mut fds = vec![ruleset];
-        fds.extend(user.map(|user| user.namespace));
-        Hook::new(fds, move |fds| {
-            if let Some(&namespace) = fds.get(1) {
-                UserSwitch::enter(namespace)?;
+        let switch = user.map(|user| {
+            fds.push(user.namespace);
+            (fds.len() - 1, user.inside, user.drop_groups)
+        });
+        let door_at = door_end.map(|end| {
+            fds.push(end);
+            fds.len() - 1
+        });
+        let hook = Hook::new(fds, move |fds| {
+            if let Some((at, _, drop_groups)) = switch {
+                UserSwitch::enter(fds[at], drop_groups)?;
+            }
+            if let Some(at) = door_at {
+                super::door::open_in_child(fds[at])?;
+            }
+            if let Some((_, inside, _)) = switch {
+                UserSwitch::become_inside(inside)?;
                 nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)?;
             }
             nix::sys::prctl::set_no_new_privs()?;
+            if door_at.is_some() {
+                super::door::refuse_unix_sockets()?;
+            }
             // SAFETY: the ruleset's descriptor as the child has it (the
             // hook owns it until the spawn is over); the call takes it
             // and a flags word.
@@ -223,17 +264,24 @@ impl Wall {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
-        })
+        });
+        (hook, door)
     }
 }
 
-/// A root bridge's harness leaves root: it enters the cage's user
-/// namespace, made once (`spawn::userns`), in which it is [`INSIDE_UID`],
-/// the cage's owner outside.
+/// The harness enters the cage's user namespace, made once
+/// (`spawn::userns`): a root bridge's to leave root (it is [`INSIDE_UID`]
+/// there, the cage's owner outside), an ordinary user's to hold the
+/// capabilities that make a network namespace (it stays its own uid).
 #[derive(Debug)]
 struct UserSwitch {
     /// The namespace, this child's own descriptor of it.
     namespace: OwnedFd,
+    /// The uid and gid the harness takes inside.
+    inside: u32,
+    /// Whether the supplementary groups are dropped first (root's; an
+    /// ordinary user cannot, and keeps its own).
+    drop_groups: bool,
 }
 
 impl UserSwitch {
@@ -246,6 +294,8 @@ impl UserSwitch {
         match held {
             Ok(fd) => Ok(UserSwitch {
                 namespace: fd.try_clone()?,
+                inside: INSIDE_UID,
+                drop_groups: true,
             }),
             Err(why) => Err(io::Error::other(format!(
                 "cannot make the cage's user namespace (uid {INSIDE_UID} inside, {} outside): {why}",
@@ -254,15 +304,40 @@ impl UserSwitch {
         }
     }
 
+    /// An ordinary user's bridge: its own uid and gid on both sides.
+    fn own() -> io::Result<UserSwitch> {
+        static HELD: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+        let (uid, gid) = (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
+        let held = HELD.get_or_init(|| {
+            crate::harness::spawn::hold_user_namespace(uid, uid, gid).map_err(|e| e.to_string())
+        });
+        match held {
+            Ok(fd) => Ok(UserSwitch {
+                namespace: fd.try_clone()?,
+                inside: uid,
+                drop_groups: false,
+            }),
+            Err(why) => Err(io::Error::other(format!(
+                "cannot make a user namespace for the cage's own network: {why}. {USERNS_FIX}"
+            ))),
+        }
+    }
+
     /// In the child: no supplementary group (root's, while they can still
-    /// be dropped), the namespace, then uid and gid [`INSIDE_UID`] in it.
-    fn enter(namespace: RawFd) -> io::Result<()> {
+    /// be dropped), then the namespace, in which it holds every
+    /// capability until [`UserSwitch::become_inside`].
+    fn enter(namespace: RawFd, drop_groups: bool) -> io::Result<()> {
         // The system calls themselves: the C library's wrappers would ask
         // every thread of the bridge to change too (the child may share
         // the bridge's memory, and with it the library's list of threads).
         // SAFETY: setgroups with no list (a null pointer and a size of 0).
-        if unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) }
-            != 0
+        if drop_groups
+            && unsafe {
+                libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>())
+            } != 0
         {
             return Err(io::Error::last_os_error());
         }
@@ -271,7 +346,13 @@ impl UserSwitch {
         if unsafe { libc::syscall(libc::SYS_setns, namespace, libc::CLONE_NEWUSER) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let id: libc::uid_t = INSIDE_UID;
+        Ok(())
+    }
+
+    /// In the child, in the namespace: uid and gid `inside`; `exec` then
+    /// leaves it no capability (a uid other than 0).
+    fn become_inside(inside: u32) -> io::Result<()> {
+        let id: libc::uid_t = inside;
         for call in [libc::SYS_setresgid, libc::SYS_setresuid] {
             // SAFETY: a system call with three integer arguments.
             if unsafe { libc::syscall(call, id, id, id) } != 0 {
@@ -281,6 +362,10 @@ impl UserSwitch {
         Ok(())
     }
 }
+
+/// What lets an ordinary user make user namespaces where a distribution
+/// restricts them.
+pub const USERNS_FIX: &str = "Where the system restricts user namespaces (Ubuntu 23.10 and later, through AppArmor), install the bridge's AppArmor profile (packaging/apparmor/harness-bridge) or run the bridge from its systemd unit; elsewhere check `sysctl kernel.unprivileged_userns_clone` and `user.max_user_namespaces`. Or set `cage: {network: ports}`";
 
 /// A loopback TCP port free right now, for a harness that serves itself
 /// (`{own_port}`): the cage lets it listen there and connect there.
