@@ -117,24 +117,27 @@ impl Targets {
     }
 }
 
-/// Every probe ran and was held.
-fn assert_held(lines: &[String]) {
+/// Every probe named ran and was held, and none escaped.
+fn assert_held(lines: &[String], names: &[&str]) {
     let escaped: Vec<&String> = lines.iter().filter(|l| l.starts_with("ESCAPED:")).collect();
     assert!(escaped.is_empty(), "escaped: {escaped:?} (all: {lines:?})");
-    for name in [
-        "tcp_host_loopback",
-        "tcp_https_anywhere",
-        "tcp_other_address",
-        "unix_socket_outside",
-        "abstract_socket",
-        "resolve_a_name",
-    ] {
+    for name in names {
         assert!(
             lines.iter().any(|l| l == &format!("HELD:{name}")),
             "probe {name} did not run: {lines:?}"
         );
     }
 }
+
+/// The probes of [`PROBES`].
+const WAYS_OUT: &[&str] = &[
+    "tcp_host_loopback",
+    "tcp_https_anywhere",
+    "tcp_other_address",
+    "unix_socket_outside",
+    "abstract_socket",
+    "resolve_a_name",
+];
 
 /// Its door and its own socket pairs work; its key is a stand-in and the
 /// operator's is nowhere it read (its environment went whole to the
@@ -208,7 +211,7 @@ async fn nothing_leaves_an_isolated_cage_but_through_its_door() {
 
     let requests: Vec<Value> = fake.requests.lock().unwrap().clone();
     let lines = probe_lines(&requests);
-    assert_held(&lines);
+    assert_held(&lines, WAYS_OUT);
     targets.assert_untouched();
     assert_stand_ins(&lines, &requests, &fake.keys.lock().unwrap());
     // The MCP call went through the door and was the turn's.
@@ -301,7 +304,182 @@ async fn nothing_leaves_an_isolated_cage_in_run_as_a_plain_user() {
     );
     let requests = fake.requests.lock().unwrap().clone();
     let lines = probe_lines(&requests);
-    assert_held(&lines);
+    assert_held(&lines, WAYS_OUT);
     targets.assert_untouched();
     assert_stand_ins(&lines, &requests, &fake.keys.lock().unwrap());
+}
+
+/// An address of the host's loopback device that counts as public (a
+/// documentation network): what an allowed destination on the internet is
+/// to the proxy, reachable here without a network. Taken away on drop.
+struct PublicAddress(&'static str);
+
+impl PublicAddress {
+    fn add() -> PublicAddress {
+        let address = "203.0.113.77";
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "del", &format!("{address}/32"), "dev", "lo"])
+            .output();
+        let out = std::process::Command::new("ip")
+            .args(["addr", "add", &format!("{address}/32"), "dev", "lo"])
+            .output()
+            .expect("ip (iproute2) runs");
+        assert!(
+            out.status.success(),
+            "the tests run as root to add an address: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PublicAddress(address)
+    }
+}
+
+impl Drop for PublicAddress {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "del", &format!("{}/32", self.0), "dev", "lo"])
+            .output();
+    }
+}
+
+/// What the agent does through its door's proxy: fetch from the allowed
+/// host (plain HTTP and through a CONNECT tunnel), clone a repository
+/// there with git, and try what it may not.
+const THROUGH_THE_PROXY: &str = r#"
+p() { n=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "ESCAPED:$n"; else echo "HELD:$n"; fi; }
+p unlisted_port curl -sf --max-time 5 "http://$HOST:$OTHER/note.txt"
+p name_of_a_private_address curl -sf --max-time 5 --noproxy '' -x "$HTTP_PROXY" "http://localhost:$LOCAL/"
+p around_the_proxy curl -sf --max-time 5 --noproxy '*' "http://$HOST:$PORT/note.txt"
+echo "CONTROL:why=$(curl -s --max-time 5 --noproxy '' -x "$HTTP_PROXY" "http://localhost:$LOCAL/" | tr ' ' '_')"
+echo "CONTROL:fetched=$(curl -sf --max-time 5 "http://$HOST:$PORT/note.txt")"
+echo "CONTROL:tunnel=$(curl -sf --max-time 5 -p "http://$HOST:$PORT/note.txt")"
+git clone -q "http://$HOST:$PORT/repo.git" cloned 2>&1 | tail -2
+echo "CONTROL:cloned=$(cat cloned/README)"
+"#;
+
+/// The egress proxy at the door: the operator's destination is reached —
+/// by curl, plain and tunnelled, and by `git clone` — while another port
+/// of it, a name that resolves to this machine and a connection around
+/// the proxy are refused, the refusal saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
+    let public = PublicAddress::add();
+    // The allowed host: a repository served over plain HTTP, and a file.
+    let site = common::tempdir();
+    let served = site.path().join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    std::fs::write(served.join("note.txt"), "through-the-door").unwrap();
+    let work = site.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    common::repo::git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("README"), "cloned-through-the-door").unwrap();
+    common::repo::git(&work, &["add", "README"]);
+    common::repo::git(
+        &work,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "one",
+        ],
+    );
+    let bare = served.join("repo.git");
+    common::repo::git(
+        site.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            &work.display().to_string(),
+            &bare.display().to_string(),
+        ],
+    );
+    common::repo::git(&bare, &["update-server-info"]);
+    let port = {
+        let probe = std::net::TcpListener::bind((public.0, 0)).unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let mut server = tokio::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            public.0,
+            "--directory",
+        ])
+        .arg(&served)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 serves the files");
+    let up = std::time::Instant::now();
+    while std::net::TcpStream::connect((public.0, port)).is_err() {
+        assert!(up.elapsed().as_secs() < 10, "the file server did not start");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let local = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    local.set_nonblocking(true).unwrap();
+
+    let script = format!(
+        "HOST={}\nPORT={port}\nOTHER={}\nLOCAL={}\n{THROUGH_THE_PROXY}",
+        public.0,
+        port + 1,
+        local.local_addr().unwrap().port()
+    );
+    let (model_url, fake) = fake_model(false).await;
+    let (server_process, _home): (ServeProcess, _) = serve_claude_with(
+        model_url,
+        &format!(
+            "default_config:\n  permission_mode: bypassPermissions\ncage:\n  network: isolated\n  egress:\n    allow: [\"{}:{port}\", \"localhost:{}\"]\n",
+            public.0,
+            local.local_addr().unwrap().port()
+        ),
+        &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
+    )
+    .await;
+    fake.set_script(vec![(
+        "Bash",
+        json!({"command": script, "description": "fetch"}),
+    )]);
+    let results = server_process
+        .results(json!({"conversation": "door-out", "text": "Fetch it", "run_id": "out-1"}))
+        .await;
+    assert_eq!(
+        results.last().unwrap()["type"],
+        "run.completed",
+        "{results:?}"
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    let lines = probe_lines(&requests);
+    assert_held(
+        &lines,
+        &[
+            "unlisted_port",
+            "name_of_a_private_address",
+            "around_the_proxy",
+        ],
+    );
+    for want in [
+        "CONTROL:fetched=through-the-door",
+        "CONTROL:tunnel=through-the-door",
+        "CONTROL:cloned=cloned-through-the-door",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want}: {lines:?}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("CONTROL:why=harness-bridge:_localhost_resolves_to_127.0.0.1")),
+        "{lines:?}"
+    );
+    assert!(
+        local.accept().is_err(),
+        "the private destination was reached"
+    );
+    let _ = server.kill().await;
 }

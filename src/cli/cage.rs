@@ -23,6 +23,12 @@ pub struct CageArgs {
     /// door (the MCP endpoint, and the model gateway that holds the keys).
     #[arg(long, value_name = "ports|open|isolated", default_value = "ports", value_parser = parse_network)]
     network: Network,
+    /// With `--network isolated`: a destination harnesses may reach
+    /// through their door's proxy (`example.org`, `*.example.org`,
+    /// `example.org:8443`; no port: 80 and 443), never at a private
+    /// address. Repeatable.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]", value_parser = parse_host_rule)]
+    allow_host: Vec<String>,
     /// Also let harnesses connect to this TCP port. Repeatable.
     #[arg(long = "allow-port", value_name = "PORT")]
     allow_port: Vec<u16>,
@@ -53,6 +59,17 @@ pub struct CageArgs {
     disk_mb: u64,
 }
 
+fn parse_host_rule(text: &str) -> Result<String, String> {
+    let rules = crate::harness::cage::Egress {
+        allow: vec![text.to_string()],
+        deny: Vec::new(),
+    };
+    rules
+        .check_rules()
+        .map(|()| text.to_string())
+        .map_err(|e| e.0)
+}
+
 fn parse_network(text: &str) -> Result<Network, String> {
     match text {
         "ports" => Ok(Network::Ports),
@@ -76,6 +93,10 @@ impl CageArgs {
                 disk_mb: self.disk_mb,
                 processes: self.max_processes,
                 cpu_percent: self.cpu_percent,
+            },
+            egress: crate::harness::cage::Egress {
+                allow: self.allow_host.clone(),
+                deny: Vec::new(),
             },
         }
     }
@@ -101,29 +122,36 @@ pub fn announce(policy: &CagePolicy) {
     if let Some(line) = crate::harness::cage::slow_launches() {
         tracing::info!("launches: {line}");
     }
-    if policy.enabled && policy.network == Network::Isolated {
-        // Tried once at start, on a thread of its own: the callers may be
-        // inside a runtime already.
-        let works = std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .and_then(|runtime| runtime.block_on(crate::harness::cage::own_network_works()))
-        })
-        .join()
-        .unwrap_or_else(|_| Err(std::io::Error::other("the probe did not finish")));
-        match works {
-            Ok(()) => tracing::info!("network: each harness has a network of its own"),
-            Err(why) => tracing::warn!(
-                "network: harnesses cannot have a network of their own here, so none can start: {why}"
-            ),
-        }
-    }
     for resource in Resource::ALL {
         crate::metrics::global().set_limit_enforced(
             resource.name(),
             policy.limits.of(resource) > 0 && crate::harness::cage::can_limit(resource),
         );
+    }
+}
+
+/// For a long-running bridge (`serve`, the relay) with `network:
+/// isolated`: whether harnesses can have a network of their own here,
+/// tried once at start and said in the log (`run` leaves it to its turn,
+/// which fails saying why).
+pub fn announce_network(policy: &CagePolicy) {
+    if !(policy.enabled && policy.network == Network::Isolated) {
+        return;
+    }
+    // On a thread of its own: the callers may be inside a runtime.
+    let works = std::thread::spawn(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .and_then(|runtime| runtime.block_on(crate::harness::cage::own_network_works()))
+    })
+    .join()
+    .unwrap_or_else(|_| Err(std::io::Error::other("the probe did not finish")));
+    match works {
+        Ok(()) => tracing::info!("network: each harness has a network of its own"),
+        Err(why) => tracing::warn!(
+            "network: harnesses cannot have a network of their own here, so none can start: {why}"
+        ),
     }
 }
 

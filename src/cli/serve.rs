@@ -231,6 +231,7 @@ fn run_settings(config: &ServeConfig, workspace_root: PathBuf, store_at: &StoreA
     settings.live = config.live();
     settings.cage = config.cage.clone();
     super::cage::announce(&settings.cage);
+    super::cage::announce_network(&settings.cage);
     // Only a shared store moves a conversation between instances.
     if matches!(store_at, StoreAt::Postgres(_)) && config.session_copy_max_mib > 0 {
         settings.follow_sessions = Some(config.session_copy_max_mib.saturating_mul(1024 * 1024));

@@ -294,7 +294,7 @@ impl Bridge {
             })?;
         }
         let filled = self.harness_env(spec, &mut env, &projection, &open, &mcp_url)?;
-        let door = door.then(|| self.door_keeper(spec, &mut env, &open));
+        let door = door.then(|| self.door_keeper(spec, &binding, &mut env, &open));
 
         let pointer = lookup_pointer(host, &open, ctx, deadline, cancel).await?;
         let (pointer, not_followed) = self
@@ -759,21 +759,24 @@ impl Bridge {
     }
 
     /// Who answers the door of a harness in a network of its own: its MCP
-    /// endpoint, and its model endpoints (in `env`) made the gateway's,
-    /// its keys stand-ins (the keys stay here).
+    /// endpoint; its model endpoints (in `env`) made the gateway's, its
+    /// keys stand-ins (the keys stay here); its proxy variables the door,
+    /// to the operator's destinations.
     fn door_keeper(
         &self,
         spec: &AdapterSpec,
+        binding: &Binding<'_>,
         env: &mut BTreeMap<String, String>,
         open: &OpenRun,
     ) -> std::sync::Arc<dyn crate::harness::DoorKeeper> {
-        let gateway = crate::door::Gateway::prepare(
-            &spec.models,
-            env,
-            open.token.expose(),
-            self.grants.clone(),
-        );
-        crate::door::Keeper::new(self.mcp.door_app(), gateway).shared()
+        let token = open.token.expose();
+        let gateway = crate::door::Gateway::prepare(&spec.models, env, token, self.grants.clone());
+        for (name, value) in crate::door::proxy_env() {
+            env.insert(name.to_string(), value);
+        }
+        let egress = self.cage_policy(binding).egress;
+        let proxy = crate::door::Proxy::new(egress, token, self.grants.clone());
+        crate::door::Keeper::new(self.mcp.door_app(), gateway, proxy).shared()
     }
 
     /// The cage for this turn: its own temp folder, its own port where it

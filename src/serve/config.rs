@@ -411,6 +411,7 @@ impl ServeConfig {
         self.check_project_names()?;
         self.budgets.check().map_err(|e| e.0)?;
         self.prices.check().map_err(|e| e.0)?;
+        self.cage.egress.check_rules().map_err(|e| e.0)?;
         for id in self.knowledge_bases.keys() {
             let fits = !id.is_empty()
                 && id.len() <= 64

@@ -18,6 +18,7 @@
 
 mod cgroup;
 mod door;
+mod egress;
 mod limits;
 mod marker;
 mod policy;
@@ -41,6 +42,7 @@ use super::spawn;
 use crate::host::Holder;
 pub use cgroup::CgroupError;
 pub use door::DOOR_PORT;
+pub use egress::{Egress, Verdict, is_public};
 pub use limits::{Counters, Limits, Quota, Resource};
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};

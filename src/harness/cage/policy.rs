@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::egress::Egress;
 use super::limits::Limits;
 use super::wall::{self, Plan};
 
@@ -47,6 +48,9 @@ pub struct CagePolicy {
     /// Memory, processes and CPU of each conversation's processes
     /// together (`harness::cage::limits`); apply caged or not.
     pub limits: Limits,
+    /// Where a harness in a network of its own may connect through its
+    /// door's proxy (`network: isolated`).
+    pub egress: Egress,
 }
 
 impl Default for CagePolicy {
@@ -58,6 +62,7 @@ impl Default for CagePolicy {
             read_only: Vec::new(),
             read_write: Vec::new(),
             limits: Limits::default(),
+            egress: Egress::default(),
         }
     }
 }
