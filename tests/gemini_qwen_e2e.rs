@@ -205,6 +205,27 @@ async fn two_turns(cli: Cli) -> (Machine, Fake, BridgeTurn) {
     (machine, fake, first)
 }
 
+/// One turn in a network of its own (`--network isolated`): the CLI
+/// reaches its model only through the bridge's gateway, with a stand-in
+/// for its key, and its MCP tool through the door.
+async fn a_turn_behind_the_door(cli: Cli) {
+    let (model_url, fake) = fake_model(cli.wire(), None).await;
+    let machine = Machine::new(cli, model_url).await;
+    let turn = machine.turn(ASK, &["--network", "isolated"]).await;
+    let end = turn.terminal();
+    assert_eq!(end["type"], "run.completed", "{}", turn.stderr);
+    assert!(end.to_string().contains(ANSWER), "{end}");
+    let requests = fake.requests.lock().unwrap().clone();
+    common::assert_history_reached_model(&requests, &turn.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned gemini and qwen (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn gemini_and_qwen_reach_their_model_through_the_gateway_behind_the_door() {
+    a_turn_behind_the_door(Cli::Gemini).await;
+    a_turn_behind_the_door(Cli::Qwen).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned gemini (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn two_turns_resume_one_gemini_session_and_read_the_real_history() {

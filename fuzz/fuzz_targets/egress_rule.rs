@@ -25,7 +25,10 @@ fuzz_target!(|data: &[u8]| {
             deny: vec![rule.to_string()],
         };
         if verdict == Verdict::Allowed {
-            assert_eq!(denied.verdict(host, port), Verdict::Denied(rule.to_string()));
+            assert_eq!(
+                denied.verdict(host, port),
+                Verdict::Denied(rule.to_string())
+            );
         }
     }
 });

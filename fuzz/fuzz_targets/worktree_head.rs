@@ -15,12 +15,17 @@ fuzz_target!(|data: &[u8]| {
     };
     let line = text.strip_suffix('\n').unwrap_or(text);
     let id = matches!(named.len(), 40 | 64)
-        && named.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        && named
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if id {
         assert_eq!(line, named, "{text:?}");
     } else {
         assert_eq!(line, format!("ref: {named}"), "{text:?}");
-        assert!(named.starts_with("refs/") && !named.contains(".."), "{named:?}");
+        assert!(
+            named.starts_with("refs/") && !named.contains(".."),
+            "{named:?}"
+        );
         assert!(
             named.bytes().all(|b| b.is_ascii_graphic() && b != b'\\'),
             "{named:?}"
