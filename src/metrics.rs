@@ -45,6 +45,28 @@ struct ToolLabels {
     outcome: String,
 }
 
+/// A model call through the gateway: its provider and outcome (the
+/// upstream's status class, or `unreachable`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    provider: String,
+    outcome: String,
+}
+
+/// A model provider at the gateway.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+}
+
+/// The buckets of a model call's wait for its answer's headers: a
+/// cached answer in tens of milliseconds, a long prompt in seconds.
+fn model_call_buckets() -> Histogram {
+    Histogram::new([
+        0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    ])
+}
+
 /// A label set of one `reason` or `start`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Why {
@@ -75,6 +97,8 @@ pub struct Metrics {
     live_turns: Family<Why, Counter>,
     live_stopped: Family<Why, Counter>,
     limits: Family<Limit, Gauge>,
+    model_calls: Family<CallLabels, Counter>,
+    model_call_seconds: Family<ProviderLabels, Histogram, fn() -> Histogram>,
 }
 
 /// One kind of per-conversation limit.
@@ -175,9 +199,26 @@ impl Metrics {
             "Whether each per-conversation limit (memory, processes, cpu) is in force: 1 set and enforced, 0 not set or not enforceable here (the start-up log says why)",
             limits.clone(),
         );
+        let model_calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "model_calls",
+            "Model calls through the gateway of harnesses in a network of their own, by provider and outcome (the upstream's status class: 2xx, 4xx, 5xx; or unreachable)",
+            model_calls.clone(),
+        );
+        let model_call_seconds =
+            Family::<ProviderLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                model_call_buckets,
+            );
+        registry.register(
+            "model_call_seconds",
+            "Time from a model call's arrival at the gateway to its upstream's answer headers, by provider",
+            model_call_seconds.clone(),
+        );
         Metrics {
             registry,
             limits,
+            model_calls,
+            model_call_seconds,
             runs,
             run_seconds,
             tokens,
@@ -190,6 +231,24 @@ impl Metrics {
             live_process_rss,
             live_turns,
             live_stopped,
+        }
+    }
+
+    /// A model call through the gateway ended: its provider, outcome and,
+    /// when the upstream answered, how long its headers took.
+    pub fn model_call(&self, provider: &str, outcome: &str, seconds: Option<f64>) {
+        self.model_calls
+            .get_or_create(&CallLabels {
+                provider: provider.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        if let Some(seconds) = seconds {
+            self.model_call_seconds
+                .get_or_create(&ProviderLabels {
+                    provider: provider.to_string(),
+                })
+                .observe(seconds);
         }
     }
 

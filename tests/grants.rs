@@ -11,7 +11,7 @@ use harness_bridge::host::calls::{
 };
 use harness_bridge::host::prelude::*;
 use harness_bridge::host::{
-    Api, EventQuery, GrantCaps, GrantPolicy, HistoryQuery, NewArtifact, NewEvent,
+    Api, EventQuery, GrantCaps, GrantPolicy, Grants, HistoryQuery, NewArtifact, NewEvent,
 };
 use harness_bridge::protocol::{
     AgentRunnerPermissions, ErrorCode, HistoryOperation, StateScope, StorageKind,
@@ -742,4 +742,109 @@ async fn a_lent_token_serves_each_turn_and_nothing_between_them() {
     );
     // The turn's own token died with it too.
     assert!(f.grants.authorize(second.token.expose()).await.is_err());
+}
+
+/// A harness behind its door holds a stand-in made of its run's token:
+/// while the run is open the gateway turns it into the operator's key on
+/// the way to the model; once the run has closed, the same call (and the
+/// same token at the door's proxy) reaches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_read_during_a_turn_is_dead_at_the_door_after_it() {
+    use harness_bridge::door::{Gateway, Keeper, Proxy};
+    use harness_bridge::harness::DoorKeeper as _;
+    use harness_bridge::harness::ModelEndpoint;
+    use harness_bridge::harness::cage::Egress;
+    use std::sync::{Arc, Mutex};
+
+    // The model: records the key each call came with.
+    let keys = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = keys.clone();
+    let model = axum::Router::new().route(
+        "/v1/messages",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let key = headers
+                    .get("x-api-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                seen.lock().unwrap().push(key);
+                "{}"
+            }
+        }),
+    );
+    let model_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let model_url = format!("http://{}", model_listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(model_listener, model).await });
+
+    let dir = common::tempdir();
+    let store = harness_bridge::host::sqlite::SqliteHost::open(dir.path()).unwrap();
+    let grants = Arc::new(Grants::new(Arc::new(store)));
+    let run = grants
+        .open_run(
+            &context("door-run", "c1"),
+            RUNNER,
+            &all_permissions(),
+            &GrantPolicy::default(),
+        )
+        .unwrap();
+    let token = run.token.expose().to_string();
+    let mut env = std::collections::BTreeMap::from([
+        (
+            "ANTHROPIC_API_KEY".to_string(),
+            "sk-the-operators".to_string(),
+        ),
+        ("ANTHROPIC_BASE_URL".to_string(), model_url),
+    ]);
+    let models = [ModelEndpoint {
+        provider: "anthropic".into(),
+        base_url: "ANTHROPIC_BASE_URL".into(),
+        upstream: "https://api.anthropic.com".into(),
+        keys: vec!["ANTHROPIC_API_KEY".into()],
+    }];
+    let gateway = Gateway::prepare(&models, &mut env, &token, grants.clone());
+    let stand_in = env["ANTHROPIC_API_KEY"].clone();
+    assert_ne!(stand_in, "sk-the-operators");
+    let allow_all = Egress {
+        allow: vec!["*".into()],
+        deny: Vec::new(),
+    };
+    let proxy = Proxy::new(allow_all, &token, grants.clone());
+    let door = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = door.local_addr().unwrap();
+    let _open = Keeper::new(axum::Router::new(), gateway, proxy).open(door);
+
+    let call = || {
+        reqwest::Client::new()
+            .post(format!("http://{at}/model/anthropic/v1/messages"))
+            .header("x-api-key", &stand_in)
+            .body("{}")
+            .send()
+    };
+    assert_eq!(call().await.unwrap().status(), 200);
+    assert_eq!(*keys.lock().unwrap(), ["sk-the-operators"]);
+
+    assert!(grants.close_run("door-run"));
+    let after = call().await.unwrap();
+    assert_eq!(after.status(), 401);
+    let said = after.text().await.unwrap();
+    assert!(said.contains("only during a turn"), "{said}");
+    assert_eq!(
+        keys.lock().unwrap().len(),
+        1,
+        "the model heard nothing more"
+    );
+    // Nor does the door's proxy take it anywhere.
+    let mut tunnel = tokio::net::TcpStream::connect(at).await.unwrap();
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    tunnel
+        .write_all(b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = vec![0u8; 512];
+    let n = tunnel.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("between turns"), "{answer}");
 }

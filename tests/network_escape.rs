@@ -214,6 +214,17 @@ async fn nothing_leaves_an_isolated_cage_but_through_its_door() {
     assert_held(&lines, WAYS_OUT);
     targets.assert_untouched();
     assert_stand_ins(&lines, &requests, &fake.keys.lock().unwrap());
+    // The gateway counted the calls it passed on.
+    let metrics = server.get_text("/metrics").await;
+    assert!(
+        metrics
+            .contains("harness_bridge_model_calls_total{provider=\"anthropic\",outcome=\"2xx\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("harness_bridge_model_call_seconds_count{provider=\"anthropic\"}"),
+        "{metrics}"
+    );
     // The MCP call went through the door and was the turn's.
     let store = SqliteHost::open(server.data.path()).unwrap();
     let scope = RunScope {

@@ -215,15 +215,22 @@ async fn forward(
             );
         }
     };
+    let started = std::time::Instant::now();
     let sent = client
         .request(parts.method, &url)
         .headers(headers)
         .body(body)
         .send()
         .await;
+    let metrics = crate::metrics::global();
     let answer = match sent {
-        Ok(answer) => answer,
+        Ok(answer) => {
+            let class = format!("{}xx", answer.status().as_u16() / 100);
+            metrics.model_call(&provider, &class, Some(started.elapsed().as_secs_f64()));
+            answer
+        }
         Err(e) => {
+            metrics.model_call(&provider, "unreachable", None);
             // The upstream's address, never the key (not in the URL: keys
             // ride headers, or a query the words below leave out).
             let said = format!(
