@@ -367,7 +367,8 @@ git clone -q "http://$HOST:$PORT/repo.git" cloned 2>&1 | tail -2
 echo "CONTROL:cloned=$(cat cloned/README)"
 "#;
 
-/// The egress proxy at the door: the operator's destination is reached —
+/// The egress proxy at the door (the operator's destinations, and the
+/// binding's added to them): the operator's destination is reached —
 /// by curl, plain and tunnelled, and by `git clone` — while another port
 /// of it, a name that resolves to this machine and a connection around
 /// the proxy are refused, the refusal saying why.
@@ -446,9 +447,9 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
     let (server_process, _home): (ServeProcess, _) = serve_claude_with(
         model_url,
         &format!(
-            "default_config:\n  permission_mode: bypassPermissions\ncage:\n  network: isolated\n  egress:\n    allow: [\"{}:{port}\", \"localhost:{}\"]\n",
-            public.0,
-            local.local_addr().unwrap().port()
+            "default_config:\n  permission_mode: bypassPermissions\n  egress:\n    allow: [\"localhost:{}\"]\ncage:\n  network: isolated\n  egress:\n    allow: [\"{}:{port}\"]\n",
+            local.local_addr().unwrap().port(),
+            public.0
         ),
         &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
     )

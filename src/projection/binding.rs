@@ -148,6 +148,11 @@ pub struct Binding<'a> {
     /// one text of numbers separated by commas).
     #[serde(default, deserialize_with = "port_numbers")]
     pub network_ports: Vec<u16>,
+    /// More destinations for this binding's harness through its door's
+    /// proxy (`network: isolated`), added to the bridge's `cage.egress`
+    /// (whose `deny` still wins).
+    #[serde(default)]
+    pub egress: Option<EgressChoice>,
     /// The operator's project, by name, the conversation works on: its
     /// workspace is then a worktree of that repository on a branch of its
     /// own. Empty: no project.
@@ -193,6 +198,18 @@ fn project_name<'de, D: Deserializer<'de>>(de: D) -> Result<Option<String>, D::E
              declared in bridge.yaml's `projects`; it cannot give a repository or a path",
         )),
     }
+}
+
+/// A binding's destinations (`egress`), added to the operator's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressChoice {
+    /// What its harness may also reach.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// What its harness may not, whatever the lists allow.
+    #[serde(default)]
+    pub deny: Vec<String>,
 }
 
 /// A binding's choice of network for its harness (the cage's `network`).

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 pub use binding::{
-    Approvals, Binding, BindingConfig, NetworkChoice, Questions, SkillSpec, check_keys, unknown_key,
+    Approvals, Binding, BindingConfig, EgressChoice, NetworkChoice, Questions, SkillSpec,
+    check_keys, unknown_key,
 };
 pub use confined::{ConfinedDir, Entry, HardLinked, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;

@@ -727,6 +727,10 @@ impl Bridge {
             };
         }
         cage.ports.extend(&binding.network_ports);
+        if let Some(egress) = &binding.egress {
+            cage.egress.allow.extend(egress.allow.iter().cloned());
+            cage.egress.deny.extend(egress.deny.iter().cloned());
+        }
         cage
     }
 
@@ -821,6 +825,12 @@ impl Bridge {
             None
         };
         let cage = self.cage_policy(binding);
+        cage.egress.check_rules().map_err(|e| {
+            fail(
+                FailureCode::InvalidArgument,
+                format!("the binding's egress (over the bridge's): {e}"),
+            )
+        })?;
         let (repo_read, repo_write) = checkout.map(Checkout::cage_paths).unwrap_or_default();
         let wall = cage.plan(&Subject {
             workspace,
