@@ -291,17 +291,12 @@ impl UserSwitch {
             crate::harness::spawn::hold_user_namespace(INSIDE_UID, owner.uid, owner.gid)
                 .map_err(|e| e.to_string())
         });
-        match held {
-            Ok(fd) => Ok(UserSwitch {
-                namespace: fd.try_clone()?,
-                inside: INSIDE_UID,
-                drop_groups: true,
-            }),
-            Err(why) => Err(io::Error::other(format!(
+        Self::entering(held, INSIDE_UID, true).map_err(|why| {
+            io::Error::other(format!(
                 "cannot make the cage's user namespace (uid {INSIDE_UID} inside, {} outside): {why}",
                 owner.describe()
-            ))),
-        }
+            ))
+        })
     }
 
     /// An ordinary user's bridge: its own uid and gid on both sides.
@@ -314,16 +309,26 @@ impl UserSwitch {
         let held = HELD.get_or_init(|| {
             crate::harness::spawn::hold_user_namespace(uid, uid, gid).map_err(|e| e.to_string())
         });
-        match held {
-            Ok(fd) => Ok(UserSwitch {
-                namespace: fd.try_clone()?,
-                inside: uid,
-                drop_groups: false,
-            }),
-            Err(why) => Err(io::Error::other(format!(
+        Self::entering(held, uid, false).map_err(|why| {
+            io::Error::other(format!(
                 "cannot make a user namespace for the cage's own network: {why}. {USERNS_FIX}"
-            ))),
-        }
+            ))
+        })
+    }
+
+    /// A switch into the namespace `held` (made once per process), as
+    /// uid `inside`; why not, when it could not be made.
+    fn entering(
+        held: &Result<OwnedFd, String>,
+        inside: u32,
+        drop_groups: bool,
+    ) -> Result<UserSwitch, String> {
+        let fd = held.as_ref().map_err(Clone::clone)?;
+        Ok(UserSwitch {
+            namespace: fd.try_clone().map_err(|e| e.to_string())?,
+            inside,
+            drop_groups,
+        })
     }
 
     /// In the child: no supplementary group (root's, while they can still
