@@ -14,7 +14,7 @@
 //!
 //! Each also in a network of its own (`network: isolated`: a network
 //! namespace made in the child, its door handed to the bridge, unix
-//! sockets refused), against the default wall.
+//! sockets refused; the default), against the wall with `network: ports`.
 //!
 //! Reproduce: `cargo bench --bench cage` (`TURNS=40` for more turns, 20 by
 //! default; `LAUNCHES`, 300). Without `--bench` (as `cargo test --bench
@@ -70,7 +70,7 @@ async fn launch(workspace: &Path, wall: Option<&harness_bridge::harness::cage::P
     start.elapsed()
 }
 
-/// How a turn is caged: not at all, the default wall, or the wall in a
+/// How a turn is caged: not at all, the wall with `network: ports`, or the wall in a
 /// network of its own.
 #[derive(Clone, Copy)]
 enum Caging {
@@ -105,7 +105,7 @@ fn one_shot(tools: &Path, data: &Path, caging: Caging, turn: usize) -> Duration 
         .stderr(Stdio::null());
     match caging {
         Caging::Uncaged => command.arg("--uncaged"),
-        Caging::Caged => &mut command,
+        Caging::Caged => command.args(["--network", "ports"]),
         Caging::Isolated => command.args(["--network", "isolated"]),
     };
     support::timed_bridge_run(&mut command)
@@ -164,9 +164,12 @@ fn main() {
         own_port: None,
         project: (&[], &[]),
     };
-    let plan = CagePolicy::default()
-        .plan(&subject)
-        .expect("caged by default");
+    let plan = CagePolicy {
+        network: Network::Ports,
+        ..CagePolicy::default()
+    }
+    .plan(&subject)
+    .expect("caged");
     let isolated_plan = CagePolicy {
         network: Network::Isolated,
         ..CagePolicy::default()
@@ -223,7 +226,7 @@ fn main() {
             }
         };
         let open = serve("cage:\n  enabled: false\n").await;
-        let caged = serve("").await;
+        let caged = serve("cage:\n  network: ports\n").await;
         let isolated = serve("cage:\n  network: isolated\n").await;
         for server in [&open, &caged, &isolated] {
             live_turn(server, 0).await;

@@ -32,6 +32,11 @@ pub enum Command {
     Model,
     /// Switch the conversation's permission mode among the operator's.
     Mode,
+    /// Let the agent reach the destination its door holds, once or for
+    /// the conversation.
+    Allow,
+    /// Refuse the destination the agent's door holds.
+    Deny,
 }
 
 /// One command as the person and the operator read it.
@@ -51,7 +56,7 @@ pub struct Declaration {
 }
 
 /// Every command, in the order `/help` lists them.
-pub const COMMANDS: [Declaration; 8] = [
+pub const COMMANDS: [Declaration; 10] = [
     Declaration {
         command: Command::Help,
         word: "help",
@@ -107,6 +112,22 @@ pub const COMMANDS: [Declaration; 8] = [
         args: "[NAME]",
         summary: "show or switch the permission mode, among those the operator allows",
         open: false,
+    },
+    // Anyone may send them; only the person whose turn asked (or an
+    // approver the operator named) is heard.
+    Declaration {
+        command: Command::Allow,
+        word: "allow",
+        args: "[always]",
+        summary: "let the agent reach the destination it asked for: this once, or always in this conversation",
+        open: true,
+    },
+    Declaration {
+        command: Command::Deny,
+        word: "deny",
+        args: "",
+        summary: "refuse the destination the agent asked for",
+        open: true,
     },
 ];
 

@@ -505,8 +505,9 @@ async fn a_codex_agent_reaches_nothing_of_another_conversation_in_serve() {
 }
 
 /// A binding chooses its harness's network over the bridge's: by default
-/// a local port is out of reach; `network_ports` opens that one port,
-/// `network: open` any. (Claude Code's Bash tool, in `run`.)
+/// (a network of its own) a local port is out of reach; `network: ports`
+/// with `network_ports` opens that one port, `network: open` any.
+/// (Claude Code's Bash tool, in `run`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_binding_chooses_its_harnesss_network() {
@@ -521,7 +522,10 @@ async fn a_binding_chooses_its_harnesss_network() {
     let mut said = Vec::new();
     for (conversation, config) in [
         ("net-default", json!({})),
-        ("net-port", json!({"network_ports": port.to_string()})),
+        (
+            "net-port",
+            json!({"network": "ports", "network_ports": port.to_string()}),
+        ),
         ("net-open", json!({"network": "open"})),
     ] {
         let (model_url, fake) = fake_model_running(&command).await;

@@ -208,3 +208,27 @@ async fn a_missing_copilot_binary_is_harness_not_found() {
         "{end}"
     );
 }
+
+/// In a network of its own Copilot answers with the bridge's history tool
+/// (at its door) and reaches its own provider only through the gateway:
+/// what the model hears is the operator's key, never the stand-in
+/// Copilot held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned copilot (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn copilot_reaches_its_model_through_the_gateway_behind_its_door() {
+    let (model_url, fake) = fake_model(false).await;
+    let machine = Machine::new(model_url).await;
+    let turn = machine.turn(ASK, &["--network", "isolated"]).await;
+    let end = turn.terminal();
+    assert_eq!(end["type"], "run.completed", "{}", turn.stderr);
+    assert!(end.to_string().contains(ANSWER), "{end}");
+    let requests = fake.requests.lock().unwrap().clone();
+    common::assert_history_reached_model(&requests, &turn.stderr);
+    let keys = fake.keys.lock().unwrap().clone();
+    assert!(!keys.is_empty(), "no call reached the model");
+    assert!(
+        keys.iter().all(|k| k.ends_with("test-key-for-the-fake")),
+        "the model heard {keys:?}"
+    );
+    assert!(processes_under(&machine.data.path().join("workspaces")).is_empty());
+}

@@ -751,8 +751,8 @@ async fn a_lent_token_serves_each_turn_and_nothing_between_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_read_during_a_turn_is_dead_at_the_door_after_it() {
     use harness_bridge::door::{Gateway, Keeper, Proxy};
+    use harness_bridge::harness::Adapters;
     use harness_bridge::harness::DoorKeeper as _;
-    use harness_bridge::harness::ModelEndpoint;
     use harness_bridge::harness::cage::Egress;
     use std::sync::{Arc, Mutex};
 
@@ -797,18 +797,14 @@ async fn a_token_read_during_a_turn_is_dead_at_the_door_after_it() {
         ),
         ("ANTHROPIC_BASE_URL".to_string(), model_url),
     ]);
-    let models = [ModelEndpoint {
-        provider: "anthropic".into(),
-        base_url: "ANTHROPIC_BASE_URL".into(),
-        upstream: "https://api.anthropic.com".into(),
-        keys: vec!["ANTHROPIC_API_KEY".into()],
-    }];
-    let gateway = Gateway::prepare(&models, &mut env, &token, grants.clone());
+    let spec = Adapters::builtin().find("claude-code").unwrap();
+    let (gateway, _) = Gateway::prepare(spec, &[], &mut env, &token, grants.clone());
     let stand_in = env["ANTHROPIC_API_KEY"].clone();
     assert_ne!(stand_in, "sk-the-operators");
     let allow_all = Egress {
         allow: vec!["*".into()],
         deny: Vec::new(),
+        ..Default::default()
     };
     let proxy = Proxy::new(allow_all, &token, grants.clone());
     let door = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -580,12 +580,15 @@ async fn what_a_live_turn_detaches_ends_with_the_turn() {
 /// agent could, from `/proc/<pid>/environ`) and presented from another
 /// process while that conversation's turn runs, it is refused (403) and
 /// the attempt is in that run's audit; the process's own calls go on.
+/// With `network: ports`, where the harness reaches the bridge's own MCP
+/// port, which every local process can reach too (behind its door, the
+/// default, no other process reaches the harness's endpoint at all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_live_harnesss_token_opens_nothing_from_another_process() {
     use common::anthropic::{ASK, CONVERSATION};
     let (model_url, fake) = fake_model_hanging_on("HANG").await;
-    let (mut server, _home) = serve_claude(model_url, "").await;
+    let (mut server, _home) = serve_claude(model_url, "cage:\n  network: ports\n").await;
     // Its own history call works: the transcript reaches the model.
     let first = server
         .results(json!({"conversation": CONVERSATION, "text": ASK, "run_id": "steal-1"}))

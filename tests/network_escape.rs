@@ -322,33 +322,45 @@ async fn nothing_leaves_an_isolated_cage_in_run_as_a_plain_user() {
 
 /// An address of the host's loopback device that counts as public (a
 /// documentation network): what an allowed destination on the internet is
-/// to the proxy, reachable here without a network. Taken away on drop.
+/// to the proxy, reachable here without a network. Shared by the tests
+/// that run at once: added by the first, taken away when the last is done.
 struct PublicAddress(&'static str);
+
+/// How many tests hold the public address now.
+static HOLDERS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
 
 impl PublicAddress {
     fn add() -> PublicAddress {
         let address = "203.0.113.77";
-        let _ = std::process::Command::new("ip")
-            .args(["addr", "del", &format!("{address}/32"), "dev", "lo"])
-            .output();
-        let out = std::process::Command::new("ip")
-            .args(["addr", "add", &format!("{address}/32"), "dev", "lo"])
-            .output()
-            .expect("ip (iproute2) runs");
-        assert!(
-            out.status.success(),
-            "the tests run as root to add an address: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut holders = HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
+        if *holders == 0 {
+            let _ = std::process::Command::new("ip")
+                .args(["addr", "del", &format!("{address}/32"), "dev", "lo"])
+                .output();
+            let out = std::process::Command::new("ip")
+                .args(["addr", "add", &format!("{address}/32"), "dev", "lo"])
+                .output()
+                .expect("ip (iproute2) runs");
+            assert!(
+                out.status.success(),
+                "the tests run as root to add an address: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        *holders += 1;
         PublicAddress(address)
     }
 }
 
 impl Drop for PublicAddress {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["addr", "del", &format!("{}/32", self.0), "dev", "lo"])
-            .output();
+        let mut holders = HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
+        *holders -= 1;
+        if *holders == 0 {
+            let _ = std::process::Command::new("ip")
+                .args(["addr", "del", &format!("{}/32", self.0), "dev", "lo"])
+                .output();
+        }
     }
 }
 
@@ -371,7 +383,8 @@ echo "CONTROL:cloned=$(cat cloned/README)"
 /// binding's added to them): the operator's destination is reached —
 /// by curl, plain and tunnelled, and by `git clone` — while another port
 /// of it, a name that resolves to this machine and a connection around
-/// the proxy are refused, the refusal saying why.
+/// the proxy are refused, the refusal saying why (`egress.ask: off`: at
+/// once, asking no one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
@@ -410,30 +423,7 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
         ],
     );
     common::repo::git(&bare, &["update-server-info"]);
-    let port = {
-        let probe = std::net::TcpListener::bind((public.0, 0)).unwrap();
-        probe.local_addr().unwrap().port()
-    };
-    let mut server = tokio::process::Command::new("python3")
-        .args([
-            "-m",
-            "http.server",
-            &port.to_string(),
-            "--bind",
-            public.0,
-            "--directory",
-        ])
-        .arg(&served)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 serves the files");
-    let up = std::time::Instant::now();
-    while std::net::TcpStream::connect((public.0, port)).is_err() {
-        assert!(up.elapsed().as_secs() < 10, "the file server did not start");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let (mut server, port) = serve_files(&public, &served).await;
     let local = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     local.set_nonblocking(true).unwrap();
 
@@ -447,7 +437,7 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
     let (server_process, _home): (ServeProcess, _) = serve_claude_with(
         model_url,
         &format!(
-            "default_config:\n  permission_mode: bypassPermissions\n  egress:\n    allow: [\"localhost:{}\"]\ncage:\n  network: isolated\n  egress:\n    allow: [\"{}:{port}\"]\n",
+            "default_config:\n  permission_mode: bypassPermissions\n  egress:\n    allow: [\"localhost:{}\"]\ncage:\n  network: isolated\n  egress:\n    allow: [\"{}:{port}\"]\n    ask: off\n",
             local.local_addr().unwrap().port(),
             public.0
         ),
@@ -494,4 +484,449 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
         "the private destination was reached"
     );
     let _ = server.kill().await;
+}
+
+/// A file server at the public address, serving `dir`; its port.
+async fn serve_files(
+    public: &PublicAddress,
+    dir: &std::path::Path,
+) -> (tokio::process::Child, u16) {
+    let port = {
+        let probe = std::net::TcpListener::bind((public.0, 0)).unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let server = tokio::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            public.0,
+            "--directory",
+        ])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 serves the files");
+    let up = std::time::Instant::now();
+    while std::net::TcpStream::connect((public.0, port)).is_err() {
+        assert!(up.elapsed().as_secs() < 10, "the file server did not start");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    (server, port)
+}
+
+/// The card a running turn sent about a destination, once it has: its id
+/// and title.
+async fn card_of(server: &ServeProcess, run_id: &str) -> (String, String) {
+    for _ in 0..600 {
+        let run = server.get_json(&format!("/v1/runs/{run_id}")).await;
+        let card = run["results"].as_array().into_iter().flatten().find(|r| {
+            r["type"] == "action.requested"
+                && r["data"]["payload"]["interaction_id"]
+                    .as_str()
+                    .is_some_and(|id| id.starts_with("egress-"))
+        });
+        if let Some(card) = card {
+            let payload = &card["data"]["payload"];
+            return (
+                payload["interaction_id"].as_str().unwrap().to_string(),
+                payload["title"].as_str().unwrap().to_string(),
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("no card came for {run_id}");
+}
+
+/// What an answer's run says.
+fn said(results: &[Value]) -> String {
+    results.last().unwrap()["data"]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A destination no rule covers is asked of the person whose turn it is,
+/// while the agent's connection waits at its door: another member's
+/// "allow" changes nothing and the connection still waits; the asker's
+/// "allow" lets it through; "deny" (typed) fails it at once with words;
+/// "allow for this conversation" lets it through and, kept in the
+/// conversation's state, the next turn reaches it without a card. Every
+/// answer is audited. (The real Claude Code in `bypassPermissions`, its
+/// shell's curl going through the door's proxy.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_new_destination_is_the_askers_to_allow_while_its_connection_waits() {
+    let public = PublicAddress::add();
+    let site = common::tempdir();
+    std::fs::write(site.path().join("note.txt"), "asked-and-allowed").unwrap();
+    let (mut files, port) = serve_files(&public, site.path()).await;
+    let (model_url, fake) = fake_model(false).await;
+    let (server, _home): (ServeProcess, _) = serve_claude_with(
+        model_url,
+        "default_config:\n  permission_mode: bypassPermissions\n",
+        &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
+    )
+    .await;
+    let destination = format!("{}:{port}", public.0);
+    // Each turn's fetch says its number: what a turn got is told apart
+    // from the earlier turns the resumed session carries.
+    let turn = |n: u32| {
+        let fetch = json!({
+            "command": format!("echo \"GOT-{n}=$(curl -s --max-time 100 http://{destination}/note.txt)\""),
+            "description": "fetch",
+        });
+        fake.set_script(vec![("Bash", fetch)]);
+        server.spawn_results(json!({
+            "conversation": "ask-1", "actor": "ann", "text": format!("Fetch it ({n})"),
+            "run_id": format!("ask-{n}"),
+        }))
+    };
+    let answer = |actor: &str, body: Value| {
+        let mut body = body;
+        body["conversation"] = json!("ask-1");
+        body["actor"] = json!(actor);
+        server.results(body)
+    };
+    let reached = |n: u32| {
+        let requests = fake.requests.lock().unwrap();
+        requests.iter().any(|r| {
+            r.to_string()
+                .contains(&format!("GOT-{n}=asked-and-allowed"))
+        })
+    };
+
+    // 1: Bob's "allow" is not heard; Ann's is, and the fetch goes through.
+    let first = turn(1);
+    let (id, title) = card_of(&server, "ask-1").await;
+    assert_eq!(title, format!("Claude Code wants to reach {destination}"));
+    let bob = answer(
+        "bob",
+        json!({"interaction": {"interaction_id": id, "action_id": "allow"}}),
+    )
+    .await;
+    assert!(said(&bob).starts_with("Only "), "{bob:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let status = server.get_json("/v1/runs/ask-1").await;
+    assert_eq!(status["status"], "running", "{status}");
+    assert!(!reached(1), "reached before the asker answered");
+    let ann = answer(
+        "ann",
+        json!({"interaction": {"interaction_id": id, "action_id": "allow"}}),
+    )
+    .await;
+    assert_eq!(
+        said(&ann),
+        format!("Allowed {destination}, this once."),
+        "{ann:?}"
+    );
+    let first = first.await.unwrap();
+    assert_eq!(first.last().unwrap()["type"], "run.completed", "{first:?}");
+    assert!(reached(1), "the allowed fetch did not reach the model");
+
+    // 2: allowed once only: asked again; Ann's typed "/deny" fails it at
+    // once, with words.
+    let asked = fake.requests.lock().unwrap().len();
+    let second = turn(2);
+    card_of(&server, "ask-2").await;
+    let denied_at = std::time::Instant::now();
+    let deny = answer("ann", json!({"text": "/deny"})).await;
+    assert_eq!(said(&deny), format!("Refused {destination}."), "{deny:?}");
+    let second = second.await.unwrap();
+    assert_eq!(
+        second.last().unwrap()["type"],
+        "run.completed",
+        "{second:?}"
+    );
+    assert!(
+        denied_at.elapsed().as_secs() < 60,
+        "the refused connection waited"
+    );
+    assert!(!reached(2), "the refused fetch reached the model");
+    let told = fake.requests.lock().unwrap()[asked..].iter().any(|r| {
+        r.to_string().contains("GOT-2=")
+            && r.to_string().contains("refused by the person in the chat")
+    });
+    assert!(told, "the agent was not told why");
+
+    // 3: allowed for the conversation; 4: reached without a card.
+    let third = turn(3);
+    let (id, _) = card_of(&server, "ask-3").await;
+    let always = answer(
+        "ann",
+        json!({"interaction": {"interaction_id": id, "action_id": "allow_always"}}),
+    )
+    .await;
+    assert_eq!(
+        said(&always),
+        format!("Allowed {destination} for this conversation.")
+    );
+    assert_eq!(
+        third.await.unwrap().last().unwrap()["type"],
+        "run.completed"
+    );
+    let fourth = turn(4).await.unwrap();
+    assert_eq!(
+        fourth.last().unwrap()["type"],
+        "run.completed",
+        "{fourth:?}"
+    );
+    assert!(reached(4), "the conversation's destination was not reached");
+    assert!(
+        !fourth.iter().any(|r| r["type"] == "action.requested"),
+        "asked again: {fourth:?}"
+    );
+    let status = said(&answer("ann", json!({"text": "/status"})).await);
+    assert!(
+        status.contains(&format!("allowed here: {destination}")),
+        "{status}"
+    );
+
+    // Every answer, heard or not, is audited.
+    let store = SqliteHost::open(server.data.path()).unwrap();
+    let rows: Vec<String> = store
+        .audit_tail(None, 500)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r.entry.resource, r.entry.outcome, r.entry.detail
+            )
+        })
+        .collect();
+    for command in ["command:allow", "command:deny"] {
+        assert!(
+            rows.iter().any(|r| r.starts_with(command)),
+            "{command}: {rows:?}"
+        );
+    }
+    assert!(
+        rows.iter()
+            .filter(|r| r.starts_with("command:allow"))
+            .count()
+            >= 3,
+        "{rows:?}"
+    );
+    let _ = files.kill().await;
+}
+
+/// `/etc/hosts` names for the public address while a test runs: the
+/// proxy resolves a name the way any program here does.
+struct HostNames(Vec<&'static str>);
+
+impl HostNames {
+    fn add(names: &[&'static str]) -> HostNames {
+        let hosts = std::fs::read_to_string("/etc/hosts").unwrap();
+        let mut kept: String = hosts
+            .lines()
+            .filter(|l| !l.ends_with("# harness-bridge test"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        for name in names {
+            kept.push_str(&format!("203.0.113.77 {name} # harness-bridge test\n"));
+        }
+        std::fs::write("/etc/hosts", kept).expect("the tests run as root to name an address");
+        HostNames(names.to_vec())
+    }
+}
+
+impl Drop for HostNames {
+    fn drop(&mut self) {
+        if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
+            let kept: String = hosts
+                .lines()
+                .filter(|l| !l.ends_with("# harness-bridge test"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let _ = std::fs::write("/etc/hosts", kept);
+        }
+        let _ = &self.0;
+    }
+}
+
+/// Builds a package of each kind in `dir`: an npm tarball with its
+/// registry document, a wheel with its simple index, a bare repository
+/// served the dumb way (what `python3` prints: nothing).
+const BUILD_PACKAGES: &str = r#"
+import base64, hashlib, io, json, os, sys, tarfile, zipfile
+dir, base = sys.argv[1], sys.argv[2]
+os.makedirs(f"{dir}/npm", exist_ok=True)
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    for name, text in [("package/package.json", json.dumps({"name": "hb-probe", "version": "1.0.0", "main": "index.js"})), ("package/index.js", "module.exports = 'npm-through-the-door';\n")]:
+        data = text.encode(); info = tarfile.TarInfo(name); info.size = len(data); info.mode = 0o644
+        tar.addfile(info, io.BytesIO(data))
+tgz = buf.getvalue()
+open(f"{dir}/npm/hb-probe-1.0.0.tgz", "wb").write(tgz)
+doc = {"name": "hb-probe", "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": {"name": "hb-probe", "version": "1.0.0", "main": "index.js", "dist": {"tarball": f"{base}/hb-probe/-/hb-probe-1.0.0.tgz", "shasum": hashlib.sha1(tgz).hexdigest(), "integrity": "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode()}}}}
+open(f"{dir}/npm/hb-probe.json", "w").write(json.dumps(doc))
+os.makedirs(f"{dir}/simple/hb-probe", exist_ok=True)
+wheel = "hb_probe-1.0.0-py3-none-any.whl"
+files = {"hb_probe/__init__.py": "WORDS = 'pip-through-the-door'\n", "hb_probe-1.0.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: hb-probe\nVersion: 1.0.0\n", "hb_probe-1.0.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},{len(t.encode())}\n" for n, t in files.items()) + "hb_probe-1.0.0.dist-info/RECORD,,\n"
+files["hb_probe-1.0.0.dist-info/RECORD"] = record
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w") as z:
+    for n, t in files.items(): z.writestr(n, t)
+whl = buf.getvalue()
+open(f"{dir}/simple/{wheel}", "wb").write(whl)
+open(f"{dir}/simple/hb-probe/index.html", "w").write(f'<html><body><a href="/simple/{wheel}#sha256={hashlib.sha256(whl).hexdigest()}">{wheel}</a></body></html>')
+"#;
+
+/// What the agent installs through its door's proxy, from the allowed
+/// registry (npm, pip) and repository (git), and from one no rule names.
+const INSTALLS: &str = r#"
+p() { n=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "ESCAPED:$n"; else echo "HELD:$n"; fi; }
+export npm_config_cache="$PWD/.npm-cache" npm_config_update_notifier=false
+npm install --no-audit --no-fund --registry "http://registry.test:$PORT/" --prefix ./npm hb-probe >/dev/null 2>&1
+echo "CONTROL:npm=$(node -e "console.log(require('./npm/node_modules/hb-probe'))")"
+/usr/bin/python3 -m pip install -q --no-cache-dir --disable-pip-version-check --trusted-host registry.test --index-url "http://registry.test:$PORT/simple" --target ./py hb-probe >/dev/null 2>&1
+echo "CONTROL:pip=$(cd py && /usr/bin/python3 -c 'import hb_probe; print(hb_probe.WORDS)')"
+git clone -q "http://registry.test:$PORT/repo.git" cloned >/dev/null 2>&1
+echo "CONTROL:git=$(cat cloned/README)"
+p npm_unlisted npm install --no-audit --no-fund --registry "http://unlisted.test:$PORT/" --prefix ./npm2 hb-probe
+p pip_unlisted /usr/bin/python3 -m pip install -q --no-cache-dir --disable-pip-version-check --retries 0 --trusted-host unlisted.test --index-url "http://unlisted.test:$PORT/simple" --target ./py2 hb-probe
+p git_unlisted git clone -q "http://unlisted.test:$PORT/repo.git" cloned2
+echo "CONTROL:why=$(curl -s "http://unlisted.test:$PORT/hb-probe" | tr ' ' '_')"
+"#;
+
+/// npm, pip and git install from a registry and a repository the operator
+/// allows by name (served by the test at a public address that name
+/// resolves to), through the door's proxy; from a name no rule covers,
+/// each is refused, and the refusal says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis), npm and python3; scripts/test runs it"]
+async fn npm_pip_and_git_install_from_an_allowed_name_and_nothing_else() {
+    let public = PublicAddress::add();
+    let _names = HostNames::add(&["registry.test", "unlisted.test"]);
+    let site = common::tempdir();
+    let port = {
+        let probe = std::net::TcpListener::bind((public.0, 0)).unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let built = std::process::Command::new("python3")
+        .args(["-c", BUILD_PACKAGES])
+        .arg(site.path())
+        .arg(format!("http://registry.test:{port}"))
+        .output()
+        .expect("python3 builds the packages");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // The repository, served the dumb way.
+    let work = site.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    common::repo::git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("README"), "git-through-the-door").unwrap();
+    common::repo::git(&work, &["add", "README"]);
+    common::repo::git(
+        &work,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "one",
+        ],
+    );
+    let bare = site.path().join("repo.git");
+    common::repo::git(
+        site.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            &work.display().to_string(),
+            &bare.display().to_string(),
+        ],
+    );
+    common::repo::git(&bare, &["update-server-info"]);
+    let root = site.path().to_path_buf();
+    let files = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let root = root.clone();
+        async move {
+            let path = uri.path().trim_start_matches('/');
+            let file = match path {
+                "hb-probe" => root.join("npm/hb-probe.json"),
+                "hb-probe/-/hb-probe-1.0.0.tgz" => root.join("npm/hb-probe-1.0.0.tgz"),
+                "simple/hb-probe/" | "simple/hb-probe" => root.join("simple/hb-probe/index.html"),
+                other if other.starts_with("simple/") || other.starts_with("repo.git/") => {
+                    root.join(other)
+                }
+                _ => {
+                    return (
+                        axum::http::StatusCode::NOT_FOUND,
+                        [("content-type", "text/plain")],
+                        Vec::new(),
+                    );
+                }
+            };
+            // pip reads an index only when it says it is HTML.
+            let kind = if file.extension().is_some_and(|e| e == "html") {
+                "text/html"
+            } else {
+                "application/octet-stream"
+            };
+            match std::fs::read(&file) {
+                Ok(bytes) => (axum::http::StatusCode::OK, [("content-type", kind)], bytes),
+                Err(_) => (
+                    axum::http::StatusCode::NOT_FOUND,
+                    [("content-type", kind)],
+                    Vec::new(),
+                ),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind((public.0, port))
+        .await
+        .unwrap();
+    tokio::spawn(async move { axum::serve(listener, files).await });
+
+    let (model_url, fake) = fake_model(false).await;
+    let (server, _home): (ServeProcess, _) = serve_claude_with(
+        model_url,
+        &format!(
+            "default_config:\n  permission_mode: bypassPermissions\ncage:\n  egress:\n    allow: [\"registry.test:{port}\"]\n    ask: off\n"
+        ),
+        &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
+    )
+    .await;
+    fake.set_script(vec![(
+        "Bash",
+        json!({"command": format!("PORT={port}\n{INSTALLS}"), "description": "install", "timeout": 300000}),
+    )]);
+    let results = server
+        .results(json!({"conversation": "installs", "text": "Install it", "run_id": "inst-1"}))
+        .await;
+    assert_eq!(
+        results.last().unwrap()["type"],
+        "run.completed",
+        "{results:?}"
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    let lines = probe_lines(&requests);
+    for want in [
+        "CONTROL:npm=npm-through-the-door",
+        "CONTROL:pip=pip-through-the-door",
+        "CONTROL:git=git-through-the-door",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want}: {lines:?}");
+    }
+    assert_held(&lines, &["npm_unlisted", "pip_unlisted", "git_unlisted"]);
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("CONTROL:why=harness-bridge:_unlisted.test:")
+                && l.contains("not_among_the_destinations")
+        ),
+        "{lines:?}"
+    );
 }

@@ -151,23 +151,32 @@ async fn the_harness_gets_the_whitelist_the_prompt_and_its_outbox_back() {
 
     // Environment: the spec's whitelist, its fixed values and the run's
     // own variables (MCP token and endpoint, turn marker, the home of the
-    // conversation's own); nothing else from the bridge's environment.
+    // conversation's own, the proxy at its door); nothing else from the
+    // bridge's environment.
     let mut names = env_of(&workspace);
     names.retain(|n| !n.is_empty() && n != "PWD" && n != "SHLVL" && n != "_");
     names.sort();
     assert_eq!(
         names,
         vec![
+            "ALL_PROXY",
             "CLAUDE_CONFIG_DIR",
             "FAKE_MODE",
             "FAKE_VISIBLE",
             "FIXED_BY_SPEC",
             "HARNESS_BRIDGE_TURN",
             "HOME",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
             "LANGBOT_MCP_TOKEN",
             "LANGBOT_MCP_URL",
+            "NO_PROXY",
             "PATH",
-            "TMPDIR"
+            "TMPDIR",
+            "all_proxy",
+            "http_proxy",
+            "https_proxy",
+            "no_proxy"
         ]
     );
     let received = std::fs::read_to_string(workspace.join("received-env")).unwrap();

@@ -16,13 +16,15 @@ pub struct CageArgs {
     /// (other conversations, the store, the network). Logged at start.
     #[arg(long)]
     uncaged: bool,
-    /// `ports`: a harness connects only to its model endpoints' ports
-    /// (from the URLs it is configured with; HTTPS otherwise), the MCP
-    /// endpoint and --allow-port; `open`: any TCP port; `isolated`: a
-    /// network namespace of its own, whose one way out is the bridge's
-    /// door (the MCP endpoint, and the model gateway that holds the keys).
-    #[arg(long, value_name = "ports|open|isolated", default_value = "ports", value_parser = parse_network)]
-    network: Network,
+    /// `isolated` (the default): a network namespace of its own, whose one
+    /// way out is the bridge's door (the MCP endpoint, the model gateway
+    /// that holds the keys, and a proxy to --allow-host destinations);
+    /// where none can be made here, `ports`, said at start. `ports`: a
+    /// harness connects only to its model endpoints' ports (from the URLs
+    /// it is configured with; HTTPS otherwise), the MCP endpoint and
+    /// --allow-port, and holds the keys; `open`: any TCP port.
+    #[arg(long, value_name = "isolated|ports|open", value_parser = parse_network)]
+    network: Option<Network>,
     /// With `--network isolated`: a destination harnesses may reach
     /// through their door's proxy (`example.org`, `*.example.org`,
     /// `example.org:8443`; no port: 80 and 443), never at a private
@@ -63,6 +65,7 @@ fn parse_host_rule(text: &str) -> Result<String, String> {
     let rules = crate::harness::cage::Egress {
         allow: vec![text.to_string()],
         deny: Vec::new(),
+        ..Default::default()
     };
     rules
         .check_rules()
@@ -80,11 +83,17 @@ fn parse_network(text: &str) -> Result<Network, String> {
 }
 
 impl CageArgs {
+    /// Whether `--network` was given: the operator's choice, kept even
+    /// where it cannot be had (a turn then fails saying why).
+    pub fn network_chosen(&self) -> bool {
+        self.network.is_some()
+    }
+
     /// The policy these flags say.
     pub fn policy(&self) -> CagePolicy {
         CagePolicy {
             enabled: !self.uncaged,
-            network: self.network,
+            network: self.network.unwrap_or_default(),
             ports: self.allow_port.clone(),
             read_only: self.read_only.clone(),
             read_write: self.read_write.clone(),
@@ -97,6 +106,7 @@ impl CageArgs {
             egress: crate::harness::cage::Egress {
                 allow: self.allow_host.clone(),
                 deny: Vec::new(),
+                ..Default::default()
             },
         }
     }
@@ -130,11 +140,12 @@ pub fn announce(policy: &CagePolicy) {
     }
 }
 
-/// For a long-running bridge (`serve`, the relay) with `network:
-/// isolated`: whether harnesses can have a network of their own here,
-/// tried once at start and said in the log (`run` leaves it to its turn,
-/// which fails saying why).
-pub fn announce_network(policy: &CagePolicy) {
+/// With `network: isolated` (the default), whether harnesses can have a
+/// network of their own here, tried once at start. Where they cannot and
+/// `chosen` is false, they get `ports` instead for as long as the bridge
+/// runs, said with the fix; a chosen `isolated` stays, and a turn fails
+/// saying why.
+pub fn settle_network(policy: &mut CagePolicy, chosen: bool) {
     if !(policy.enabled && policy.network == Network::Isolated) {
         return;
     }
@@ -148,10 +159,17 @@ pub fn announce_network(policy: &CagePolicy) {
     .join()
     .unwrap_or_else(|_| Err(std::io::Error::other("the probe did not finish")));
     match works {
-        Ok(()) => tracing::info!("network: each harness has a network of its own"),
-        Err(why) => tracing::warn!(
+        Ok(()) => tracing::debug!("network: each harness has a network of its own"),
+        Err(why) if chosen => tracing::warn!(
             "network: harnesses cannot have a network of their own here, so none can start: {why}"
         ),
+        Err(why) => {
+            policy.network = Network::Ports;
+            tracing::warn!(
+                "network: harnesses cannot have a network of their own here, so they connect \
+                 to their model endpoints' ports instead, holding the model keys: {why}"
+            );
+        }
     }
 }
 
@@ -203,7 +221,9 @@ fn network_line(runtime: &tokio::runtime::Runtime) -> String {
             "a harness can have a network of its own here (`cage.network: isolated`: its one way out the bridge's door on 127.0.0.1:{}, which holds the model keys)",
             crate::harness::cage::DOOR_PORT
         ),
-        Err(why) => format!("a harness cannot have a network of its own here: {why}"),
+        Err(why) => format!(
+            "a harness cannot have a network of its own here, so under the default (`cage.network: isolated`) harnesses get `ports`: they connect to their model endpoints' ports and hold the model keys: {why}"
+        ),
     }
 }
 

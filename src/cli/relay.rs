@@ -86,8 +86,8 @@ pub fn run(args: RelayArgs, data_dir: &Path) -> Outcome {
     settings.pass_env = args.pass_env;
     settings.kill_grace = Duration::from_secs(args.kill_grace);
     settings.cage = args.cage.policy();
+    super::cage::settle_network(&mut settings.cage, args.cage.network_chosen());
     super::cage::announce(&settings.cage);
-    super::cage::announce_network(&settings.cage);
     super::cage::open_to_harnesses(&settings.cage, data_dir, &settings.workspace_root)?;
     settings.live = (args.max_live_sessions > 0).then(|| crate::run::LiveLimits {
         max_sessions: args.max_live_sessions,

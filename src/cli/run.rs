@@ -216,6 +216,7 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
     settings.kill_grace = Duration::from_secs(args.kill_grace);
     settings.mcp_servers = servers;
     settings.cage = args.cage.policy();
+    super::cage::settle_network(&mut settings.cage, args.cage.network_chosen());
     super::cage::announce(&settings.cage);
     super::cage::open_to_harnesses(&settings.cage, data_dir, &settings.workspace_root)?;
     if let Some(bin) = args.bin {

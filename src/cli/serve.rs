@@ -230,8 +230,8 @@ fn run_settings(config: &ServeConfig, workspace_root: PathBuf, store_at: &StoreA
     settings.kill_grace = Duration::from_secs(config.kill_grace_seconds);
     settings.live = config.live();
     settings.cage = config.cage.clone();
+    super::cage::settle_network(&mut settings.cage, false);
     super::cage::announce(&settings.cage);
-    super::cage::announce_network(&settings.cage);
     // Only a shared store moves a conversation between instances.
     if matches!(store_at, StoreAt::Postgres(_)) && config.session_copy_max_mib > 0 {
         settings.follow_sessions = Some(config.session_copy_max_mib.saturating_mul(1024 * 1024));

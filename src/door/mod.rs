@@ -35,7 +35,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::harness::DoorKeeper;
 pub use crate::harness::cage::DOOR_PORT;
 pub use gateway::Gateway;
-pub use proxy::Proxy;
+pub use proxy::{Approver, Proxy};
 
 /// The run's MCP endpoint as a harness behind its door reaches it.
 pub fn mcp_url() -> String {
@@ -71,6 +71,7 @@ pub fn proxy_env() -> Vec<(&'static str, String)> {
 pub struct Keeper {
     app: Router,
     proxy: Arc<Proxy>,
+    identity: [u8; 32],
 }
 
 impl std::fmt::Debug for Keeper {
@@ -83,9 +84,14 @@ impl Keeper {
     /// A door that answers `mcp` (the MCP server's routes, as served at
     /// the door), `gateway`'s providers and `proxy`'s destinations.
     pub fn new(mcp: Router, gateway: Gateway, proxy: Proxy) -> Keeper {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        gateway.identify(&mut hash);
+        proxy.identify(&mut hash);
         Keeper {
             app: mcp.nest("/model", gateway.router()),
             proxy: Arc::new(proxy),
+            identity: hash.finalize().into(),
         }
     }
 
@@ -105,6 +111,10 @@ impl DoorKeeper for Keeper {
             stop.clone(),
         ));
         stop.drop_guard()
+    }
+
+    fn identity(&self) -> [u8; 32] {
+        self.identity
     }
 }
 

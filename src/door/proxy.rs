@@ -18,6 +18,7 @@ use axum::body::Body;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -25,18 +26,34 @@ use crate::harness::cage::{Egress, Verdict, is_public};
 use crate::host::Grants;
 use crate::protocol::{AgentAPIError, ErrorCode};
 
+/// Each way's buffer in a tunnel: a large download passes in few reads.
+const TUNNEL_BUFFER: usize = 256 * 1024;
+
 /// How long a name lookup and a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One harness's proxy.
 pub struct Proxy {
     egress: Egress,
+    /// What the harness reaches for on its own (its spec's
+    /// `own_traffic`), refused without asking, and its name for the words.
+    own: (Egress, String),
+    /// Who is asked about a destination no rule covers (none: refused).
+    approver: Option<Arc<dyn Approver>>,
     /// The run's token: the proxy works while its run is open, and its
     /// refusals are audited against it.
     token: String,
     grants: Arc<Grants>,
     /// Ends the tunnels when the door shuts.
     stop: CancellationToken,
+}
+
+/// Who decides a destination no rule covers while its connection waits:
+/// the person in the chat, through the turn the harness serves.
+#[async_trait::async_trait]
+pub trait Approver: Send + Sync {
+    /// `Ok` once the harness may reach `host:port`; else why not.
+    async fn approve(&self, host: &str, port: u16) -> Result<(), String>;
 }
 
 /// Whether `request` asks the door to reach elsewhere (a proxy request)
@@ -50,6 +67,8 @@ impl Proxy {
     pub fn new(egress: Egress, token: &str, grants: Arc<Grants>) -> Proxy {
         Proxy {
             egress,
+            own: (Egress::default(), String::new()),
+            approver: None,
             token: token.to_string(),
             grants,
             stop: CancellationToken::new(),
@@ -59,6 +78,41 @@ impl Proxy {
     /// Ends every tunnel (the door is shut).
     pub fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// The destinations `harness` (its label) reaches for on its own:
+    /// refused without asking, said as its own.
+    pub fn with_own_traffic(mut self, harness: &str, rules: &[String]) -> Proxy {
+        self.own = (
+            Egress {
+                allow: rules.to_vec(),
+                deny: Vec::new(),
+                ..Default::default()
+            },
+            harness.to_string(),
+        );
+        self
+    }
+
+    /// A destination no rule covers is asked of `approver` (the
+    /// operator's `egress.ask: on`).
+    pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Proxy {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// Add its destinations and whether it asks to `hash`.
+    pub fn identify(&self, hash: &mut sha2::Sha256) {
+        use sha2::Digest as _;
+        let rules = [&self.egress.allow, &self.egress.deny, &self.own.0.allow];
+        for list in rules {
+            for rule in list {
+                hash.update(rule.as_bytes());
+                hash.update([0]);
+            }
+            hash.update([1]);
+        }
+        hash.update([u8::from(self.approver.is_some())]);
     }
 
     /// Answer one proxy request.
@@ -112,11 +166,20 @@ impl Proxy {
                     "{host}:{port} is refused by the operator's rule `{rule}` (cage.egress.deny)"
                 ));
             }
-            Verdict::Unlisted => {
+            Verdict::Unlisted if self.own.0.verdict(host, port) == Verdict::Allowed => {
                 return Err(format!(
-                    "{host}:{port} is not among the destinations this harness may reach; the operator may add it to cage.egress.allow"
+                    "{host}:{port} is what {} reaches for on its own (its spec's own_traffic), refused without asking anyone; the operator may add it to cage.egress.allow",
+                    self.own.1
                 ));
             }
+            Verdict::Unlisted => match &self.approver {
+                Some(approver) => approver.approve(host, port).await?,
+                None => {
+                    return Err(format!(
+                        "{host}:{port} is not among the destinations this harness may reach; the operator may add it to cage.egress.allow"
+                    ));
+                }
+            },
         }
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let addresses: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
@@ -153,9 +216,26 @@ impl Proxy {
             let Ok(upgraded) = hyper::upgrade::on(request).await else {
                 return;
             };
-            let mut harness = TokioIo::new(upgraded);
+            // The harness's own socket when hyper hands it back (what it
+            // read past the request first): the bytes then pass between
+            // two sockets, in large pieces.
+            let copied = match upgraded.downcast::<TokioIo<TcpStream>>() {
+                Ok(parts) => {
+                    let mut harness = parts.io.into_inner();
+                    if upstream.write_all(&parts.read_buf).await.is_err() {
+                        return;
+                    }
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional_with_sizes(&mut harness, &mut upstream, TUNNEL_BUFFER, TUNNEL_BUFFER) => {}
+                        () = stop.cancelled() => {}
+                    }
+                    return;
+                }
+                Err(upgraded) => upgraded,
+            };
+            let mut harness = TokioIo::new(copied);
             tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut harness, &mut upstream) => {}
+                _ = tokio::io::copy_bidirectional_with_sizes(&mut harness, &mut upstream, TUNNEL_BUFFER, TUNNEL_BUFFER) => {}
                 () = stop.cancelled() => {}
             }
         });

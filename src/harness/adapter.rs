@@ -130,11 +130,44 @@ pub struct ModelEndpoint {
     pub provider: String,
     /// The variable the CLI reads its base URL from.
     pub base_url: String,
-    /// Where calls go when the operator set no base URL.
-    pub upstream: String,
+    /// Where calls go when the operator set no base URL; none: the
+    /// endpoint is the gateway's only when the operator set one (a
+    /// provider the CLI uses only when told to, e.g. Copilot's own).
+    #[serde(default)]
+    pub upstream: Option<String>,
     /// The variables that hold its key (passed through when set).
     #[serde(default)]
     pub keys: Vec<String>,
+}
+
+/// Model providers a CLI reads from a configuration of its own rather
+/// than one variable per endpoint. The bridge reads the operator's
+/// providers there (the carried files, never the conversation's copies,
+/// which the agent may have written) and points each at the gateway in
+/// the form the CLI takes, keeping the upstream and the key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "format", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ModelConfig {
+    /// Codex's `config.toml` (`model_provider`, `[model_providers.<id>]`
+    /// with `base_url` and `env_key`): the chosen provider is pointed at
+    /// the gateway by config overrides; the built-in OpenAI one, when a
+    /// key variable is set, by a provider of the bridge's own.
+    CodexToml {
+        /// The variable that takes the overrides as a JSON object of
+        /// dotted keys (an adapter that starts Codex itself, e.g.
+        /// `CODEX_CONFIG`); none: `-c` items in `{config_overrides}`.
+        #[serde(default)]
+        json_env: Option<String>,
+    },
+    /// opencode's JSON (`provider.<id>.options.baseURL` and `apiKey`),
+    /// from the carried files and the variable `content`, which the
+    /// harness gets holding the operator's content with every such
+    /// provider pointed at the gateway.
+    OpencodeJson {
+        /// The variable the CLI reads inline configuration from (it
+        /// wins over its files).
+        content: String,
+    },
 }
 
 /// A spec file as written: the family, and what is the operator's to say.
@@ -181,6 +214,10 @@ struct SpecFile {
     home: HomeAdditions,
     #[serde(default)]
     models: Vec<ModelEndpoint>,
+    #[serde(default)]
+    model_config: Option<ModelConfig>,
+    #[serde(default)]
+    own_traffic: Vec<String>,
 }
 
 /// One harness: its spec file over its family's facts.
@@ -244,6 +281,15 @@ pub struct AdapterSpec {
     /// The model endpoints it reads from its environment (see
     /// [`ModelEndpoint`]).
     pub models: Vec<ModelEndpoint>,
+    /// Where it reads more model providers from, if anywhere (see
+    /// [`ModelConfig`]).
+    pub model_config: Option<ModelConfig>,
+    /// What it reaches for on its own (update checks, plugin lists,
+    /// experiments), as egress rules: behind its door these are refused
+    /// without asking the person (audited as its own), unless the
+    /// operator allows them, so a question in the chat is only ever about
+    /// what the agent chose to do.
+    pub own_traffic: Vec<String>,
 }
 
 /// Why a harness does not take a permission mode: a sentence for whoever
@@ -519,6 +565,8 @@ impl AdapterSpec {
             acp: raw.acp,
             home: with_additions(family.home.home(), raw.home),
             models: raw.models,
+            model_config: raw.model_config,
+            own_traffic: raw.own_traffic,
         };
         if let Some(bad) = spec.models.iter().find(|m| {
             m.provider.is_empty()
@@ -544,6 +592,14 @@ impl AdapterSpec {
                 reason,
             })
         };
+        let own = crate::harness::cage::Egress {
+            allow: self.own_traffic.clone(),
+            deny: Vec::new(),
+            ..Default::default()
+        };
+        if let Err(bad) = own.check_rules() {
+            return fail(format!("own_traffic: {}", bad.0));
+        }
         if self.live_only() {
             // An agent with only a live mode: the protocol carries the
             // session, its end and its "not found".

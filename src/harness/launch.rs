@@ -48,6 +48,12 @@ pub struct Launch<'a> {
 pub trait DoorKeeper: Send + Sync + std::fmt::Debug {
     /// Serve `listener` (the door, in the harness's namespace).
     fn open(&self, listener: tokio::net::TcpListener) -> tokio_util::sync::DropGuard;
+
+    /// A digest of where the door leads (the model endpoints and keys
+    /// behind its gateway, its proxy's destinations): the harness's
+    /// environment names only the door, so a process kept for later turns
+    /// is known by this too.
+    fn identity(&self) -> [u8; 32];
 }
 
 /// The environment a harness gets: the spec's whitelist (names, or

@@ -17,8 +17,8 @@ pub mod spawn;
 mod stderr;
 
 pub use adapter::{
-    AdapterError, AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, LiveSpec, ModelEndpoint,
-    SpecError, Stdin, TurnValues,
+    AdapterError, AdapterSpec, Adapters, ArgItem, Argv, EnvSpec, LiveSpec, ModelConfig,
+    ModelEndpoint, SpecError, Stdin, TurnValues,
 };
 pub use catalog::{PLUGIN_AUTHOR, PLUGIN_NAME, discovery, find, requested_permissions, runner_id};
 pub use launch::{

@@ -310,6 +310,8 @@ pub struct RunGrant {
     visible: Mutex<HashSet<String>>,
     /// Calls with this run's token after it closed, audited throttled.
     closed_refusals: Mutex<RefusalThrottle>,
+    /// What its model calls through the gateway used.
+    pub meter: super::meter::Meter,
 }
 
 impl std::fmt::Debug for RunGrant {
@@ -641,6 +643,7 @@ impl Grants {
             }),
             visible: Mutex::new(HashSet::new()),
             closed_refusals: Mutex::new(RefusalThrottle::default()),
+            meter: super::meter::Meter::default(),
         });
         runs.insert(token_key(&token), (grant.clone(), None, None));
         tracing::info!(run_id = %ctx.run_id, apis = ?grant.apis, "run opened");

@@ -14,6 +14,7 @@ pub mod budget;
 pub mod calls;
 mod cursor;
 mod grant;
+pub mod meter;
 pub mod migrations;
 pub mod owners;
 pub mod paging;

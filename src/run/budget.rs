@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::host::budget::{Admission, Headroom, Limit, LimitHit, MidTurn, Per, Price};
+use crate::host::budget::{Admission, Headroom, Limit, LimitHit, MidTurn, Per, Price, Prices};
 use crate::host::{AuditEntry, HostApi, now_ms};
 use crate::protocol::{AgentRunContext, ErrorCode, FailureCode, RunFailed, TokenUsage};
 
@@ -19,6 +19,9 @@ pub(crate) struct SpendWatch {
     /// The price of the binding's model, for a cost limit when the
     /// harness reports no cost while it runs.
     price: Option<Price>,
+    /// The operator's prices, for a turn whose binding names no model:
+    /// the price of the model the gateway saw answer.
+    prices: Prices,
     /// Said once: the stop is made once.
     fired: AtomicBool,
 }
@@ -36,7 +39,16 @@ impl SpendWatch {
             .extra
             .get("total_cost_usd")
             .and_then(serde_json::Value::as_f64);
-        let cost = reported.or_else(|| self.price.as_ref().map(|p| p.cost_of(usage)));
+        let answered = || {
+            let models = usage.extra.get("models")?.as_array()?;
+            models.iter().find_map(|m| self.prices.0.get(m.as_str()?))
+        };
+        let cost = reported.or_else(|| {
+            self.price
+                .as_ref()
+                .or_else(answered)
+                .map(|p| p.cost_of(usage))
+        });
         let over = self.left.iter().find(|h| match h.limit {
             Limit::TokensPerDay | Limit::TokensPerMonth => tokens as f64 > h.left,
             Limit::CostUsdPerDay | Limit::CostUsdPerMonth => cost.is_some_and(|c| c > h.left),
@@ -97,6 +109,7 @@ pub(super) async fn admit(
                 .and_then(serde_json::Value::as_str)
                 .and_then(|m| settings.prices.0.get(m))
                 .cloned(),
+            prices: settings.prices.clone(),
             fired: AtomicBool::new(false),
         }));
     };

@@ -101,13 +101,15 @@ impl Bridge {
             Some(inbox) => Some(inbox.0.lock().await),
             None => None,
         };
-        let token = &turn.open.token;
         let bind = |process: &crate::harness::HarnessProcess| {
             if let Some(holder) = process.holder() {
-                self.grants.bind(token, holder);
+                self.grants.bind(&turn.open.token, holder);
             }
         };
+        // What its door holds is asked of the person through this turn.
+        let (_asking, mut notes) = self.ask_through(ctx, turn);
         let mut io = engine::Live {
+            notices: &mut notes,
             emit,
             outbox,
             host: turn.host,
@@ -119,6 +121,7 @@ impl Bridge {
             bind: &bind,
             steer: inbox.as_deref_mut(),
             spend: turn.spend,
+            meter: &turn.open.grant.meter,
         };
         let spec = turn.spec;
         // A live-only harness (an ACP agent) where no processes are kept
@@ -186,6 +189,9 @@ impl Bridge {
             once.shutdown().await;
         }
         let mut end = end;
+        // The gateway counted every model call that passed it: its counts
+        // are the turn's, whatever the harness said (or did not).
+        Self::metered(turn, &mut end, cancel.is_cancelled()).await;
         if let Some(hit) = Self::limit_hit(turn) {
             tracing::warn!("{hit}");
             if !cancel.is_cancelled() {
@@ -201,6 +207,58 @@ impl Bridge {
             notice,
             process,
         })
+    }
+
+    /// The turn's usage: the gateway's counts of every model call that
+    /// passed it (for a turn that completed, the answers still streaming
+    /// at its end awaited a moment; a stopped one never waits), over what
+    /// the harness said, or did not.
+    async fn metered(turn: &Prepared<'_>, end: &mut AttemptEnd, cancelled: bool) {
+        let meter = &turn.open.grant.meter;
+        if !cancelled && matches!(end.terminal, ResultPayload::RunCompleted(_)) {
+            meter.settled(std::time::Duration::from_secs(2)).await;
+        }
+        end.usage = crate::host::meter::metered_over(end.usage.take(), meter.usage());
+    }
+
+    /// This turn asks the person about the destinations its harness's
+    /// door holds (behind a door, in a conversation), until the guard
+    /// is dropped; its cards come out of the receiver.
+    fn ask_through(
+        &self,
+        ctx: &AgentRunContext,
+        turn: &Prepared<'_>,
+    ) -> (
+        Option<super::destinations::Registered>,
+        tokio::sync::mpsc::UnboundedReceiver<ResultPayload>,
+    ) {
+        let (notices, cards) = tokio::sync::mpsc::unbounded_channel();
+        (self.asking(ctx, turn, notices), cards)
+    }
+
+    fn asking(
+        &self,
+        ctx: &AgentRunContext,
+        turn: &Prepared<'_>,
+        notices: tokio::sync::mpsc::UnboundedSender<ResultPayload>,
+    ) -> Option<super::destinations::Registered> {
+        turn.door.as_ref()?;
+        let conversation = ctx.conversation_id()?;
+        let asked_by = ctx.actor.as_ref().and_then(|a| {
+            Some(interaction::Asker {
+                id: a.actor_id.clone()?,
+                name: a.actor_name.clone(),
+            })
+        });
+        let asking = super::destinations::Turn {
+            notices,
+            conversation: conversation.to_string(),
+            asked_by,
+            harness: turn.spec.label.clone(),
+            prefix: turn.binding.commands.prefix.clone(),
+            deadline: turn.deadline,
+        };
+        Some(self.asks.register(&ctx.run_id, asking))
     }
 
     /// The conversation's limit the turn hit, if it hit one: its group's
@@ -232,7 +290,7 @@ impl Bridge {
             model: turn.binding.model.as_deref(),
             permission_mode: turn.binding.permission_mode.as_deref(),
             permission_prompt_tool: turn.approvals.then_some(PROMPT_TOOL),
-            config_overrides: &turn.projection.mcp.overrides,
+            config_overrides: &turn.config_overrides,
             own_port: turn.own_port,
             sandbox: spec.family.sandbox.map(|modes| {
                 if self.settings.cage.enabled {

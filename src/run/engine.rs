@@ -31,6 +31,9 @@ use crate::protocol::ResultPayload;
 pub struct Live<'a> {
     /// Where results go.
     pub emit: &'a mut Emitter,
+    /// Results that come from beside the harness while it runs: a card
+    /// asking the person about a destination its door holds.
+    pub notices: &'a mut tokio::sync::mpsc::UnboundedReceiver<ResultPayload>,
     /// The workspace's outbox.
     pub outbox: &'a mut Outbox,
     /// For outbox files too large to send inline.
@@ -52,6 +55,9 @@ pub struct Live<'a> {
     pub steer: Option<&'a mut tokio::sync::mpsc::Receiver<super::Steer>>,
     /// What the turn may spend before it is stopped (`mid_turn: stop`).
     pub spend: Option<&'a super::budget::SpendWatch>,
+    /// What the turn's model calls through the gateway used, as each
+    /// ends: its spending whatever the harness reports.
+    pub meter: &'a crate::host::meter::Meter,
 }
 
 /// Queue one outbox file as `artifact.created` (a file that cannot be read
@@ -140,25 +146,32 @@ pub(super) async fn pump<E: Engine>(engine: &mut E, io: &mut Live<'_>) -> E::Ove
                 push_artifact(io, name).await;
                 None
             }
+            () = io.meter.changed(), if io.spend.is_some() => Some(Woke::Metered),
+            Some(notice) = io.notices.recv() => {
+                io.emit.push(vec![notice]);
+                None
+            }
         };
         let event = match woke {
             None => continue,
-            Some(Woke::Cancelled) => Event::Cancelled,
-            Some(Woke::Timer) => Event::Timer,
-            Some(Woke::Steer(steer)) => Event::Steer(steer),
-            Some(Woke::Read(n)) => Event::Output(&buf[..n]),
-            Some(Woke::Exited(status)) => Event::Exited(status),
+            Some(Woke::Metered) => None,
+            Some(Woke::Cancelled) => Some(Event::Cancelled),
+            Some(Woke::Timer) => Some(Event::Timer),
+            Some(Woke::Steer(steer)) => Some(Event::Steer(steer)),
+            Some(Woke::Read(n)) => Some(Event::Output(&buf[..n])),
+            Some(Woke::Exited(status)) => Some(Event::Exited(status)),
         };
-        if let Some(over) = engine.on(event, io).await {
+        if let Some(event) = event
+            && let Some(over) = engine.on(event, io).await
+        {
             break over;
         }
         // Past a budget's headroom: stopped as a cancel is, said as the
-        // budget it crossed.
-        if let Some(why) = io
-            .spend
-            .and_then(|watch| watch.crossed(engine.spent().as_ref()))
-        {
+        // budget it crossed; the gateway refuses the calls after it.
+        let spent = crate::host::meter::metered_over(engine.spent(), io.meter.usage());
+        if let Some(why) = io.spend.and_then(|watch| watch.crossed(spent.as_ref())) {
             tracing::info!("the turn went past a budget; stopping it");
+            io.meter.refuse(why.error.clone());
             io.emit.stopping_because(why);
             if let Some(over) = engine.on(Event::Cancelled, io).await {
                 break over;
@@ -171,6 +184,8 @@ pub(super) async fn pump<E: Engine>(engine: &mut E, io: &mut Live<'_>) -> E::Ove
 
 /// A branch of the loop that fired, before its bytes are lent out.
 enum Woke {
+    /// A model call through the gateway ended.
+    Metered,
     Cancelled,
     Timer,
     Steer(Steer),

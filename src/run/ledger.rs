@@ -41,6 +41,17 @@ pub(super) fn row(
     };
     if let Some(usage) = usage {
         row.count(usage);
+        // A binding that names no model: the model the gateway saw
+        // answer (its price then counts).
+        if row.model.is_none() {
+            row.model = usage
+                .extra
+                .get("models")
+                .and_then(serde_json::Value::as_array)
+                .and_then(|models| models.first())
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string);
+        }
     }
     row
 }

@@ -107,6 +107,10 @@ impl LiveKey {
             part(tool.as_bytes());
         }
         part(&[u8::from(asks)]);
+        // Behind a door the endpoints and keys are the door's.
+        if let Some(door) = launch.door {
+            part(&door.identity());
+        }
         LiveKey {
             workspace: launch.cwd.to_path_buf(),
             harness: spec.name.clone(),

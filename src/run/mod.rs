@@ -10,6 +10,7 @@ mod answers;
 mod attempt;
 mod budget;
 mod commands;
+mod destinations;
 mod dispatch;
 mod drive;
 mod emit;
@@ -243,6 +244,8 @@ pub struct Bridge {
     templates: Templates,
     settings: Settings,
     live: Option<Arc<LiveSessions>>,
+    /// Destinations asked of the person while their connections wait.
+    asks: Arc<destinations::Asks>,
 }
 
 fn fail(code: FailureCode, error: impl Into<String>) -> RunFailed {
@@ -326,6 +329,7 @@ impl Bridge {
             templates,
             settings,
             live,
+            asks: Arc::default(),
         })
     }
 

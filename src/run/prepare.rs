@@ -67,6 +67,9 @@ pub(super) struct Prepared<'a> {
     pub wall: Option<Plan>,
     /// Who answers its door, in a network of its own.
     pub door: Option<std::sync::Arc<dyn crate::harness::DoorKeeper>>,
+    /// The `{config_overrides}` items: the MCP servers' and the model
+    /// gateway's.
+    pub config_overrides: Vec<String>,
     /// The conversation's resource limits, and their counts before the turn.
     pub quota: Option<Quota>,
     pub counted: Option<Counters>,
@@ -294,7 +297,8 @@ impl Bridge {
             })?;
         }
         let filled = self.harness_env(spec, &mut env, &projection, &open, &mcp_url)?;
-        let door = door.then(|| self.door_keeper(spec, &binding, &mut env, &open));
+        let (door, config_overrides) =
+            self.door_keeper(door, spec, &binding, &mut env, &projection, &open);
 
         let pointer = lookup_pointer(host, &open, ctx, deadline, cancel).await?;
         let (pointer, not_followed) = self
@@ -338,6 +342,7 @@ impl Bridge {
             own_port,
             wall,
             door,
+            config_overrides,
             quota,
             counted,
             mcp_config,
@@ -717,7 +722,7 @@ impl Bridge {
 
     /// The operator's cage with the binding's choice of network for its
     /// own harness.
-    fn cage_policy(&self, binding: &Binding<'_>) -> crate::harness::cage::CagePolicy {
+    pub(super) fn cage_policy(&self, binding: &Binding<'_>) -> crate::harness::cage::CagePolicy {
         let mut cage = self.settings.cage.clone();
         if let Some(choice) = binding.network {
             cage.network = match choice {
@@ -765,22 +770,46 @@ impl Bridge {
     /// Who answers the door of a harness in a network of its own: its MCP
     /// endpoint; its model endpoints (in `env`) made the gateway's, its
     /// keys stand-ins (the keys stay here); its proxy variables the door,
-    /// to the operator's destinations.
+    /// to the operator's destinations; none when it is not `behind` one.
+    /// Returns the config overrides too: the MCP servers' and the
+    /// gateway's.
     fn door_keeper(
         &self,
+        behind: bool,
         spec: &AdapterSpec,
         binding: &Binding<'_>,
         env: &mut BTreeMap<String, String>,
+        projection: &Projection,
         open: &OpenRun,
-    ) -> std::sync::Arc<dyn crate::harness::DoorKeeper> {
+    ) -> (
+        Option<std::sync::Arc<dyn crate::harness::DoorKeeper>>,
+        Vec<String>,
+    ) {
+        let mut overrides = projection.mcp.overrides.clone();
+        if !behind {
+            return (None, overrides);
+        }
         let token = open.token.expose();
-        let gateway = crate::door::Gateway::prepare(&spec.models, env, token, self.grants.clone());
+        let carried = projection.home.as_ref().map_or(&[][..], |h| &h.carried[..]);
+        let (gateway, more) =
+            crate::door::Gateway::prepare(spec, carried, env, token, self.grants.clone());
+        overrides.extend(more);
         for (name, value) in crate::door::proxy_env() {
             env.insert(name.to_string(), value);
         }
         let egress = self.cage_policy(binding).egress;
-        let proxy = crate::door::Proxy::new(egress, token, self.grants.clone());
-        crate::door::Keeper::new(self.mcp.door_app(), gateway, proxy).shared()
+        let asks = egress.ask == crate::harness::cage::Ask::On;
+        let mut proxy = crate::door::Proxy::new(egress, token, self.grants.clone())
+            .with_own_traffic(&spec.label, &spec.own_traffic);
+        if asks {
+            proxy = proxy.with_approver(std::sync::Arc::new(super::destinations::DoorApprover {
+                asks: self.asks.clone(),
+                grants: self.grants.clone(),
+                token: token.to_string(),
+            }));
+        }
+        let keeper = crate::door::Keeper::new(self.mcp.door_app(), gateway, proxy);
+        (Some(keeper.shared()), overrides)
     }
 
     /// The cage for this turn: its own temp folder, its own port where it

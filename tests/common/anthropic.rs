@@ -65,6 +65,8 @@ pub struct Fake {
     pub script: Arc<Mutex<Script>>,
     /// The key each request came with (`x-api-key`, `authorization`).
     pub keys: Arc<Mutex<Vec<String>>>,
+    /// The tokens its answers reported, summed (input, output).
+    pub reported: Arc<Mutex<(u64, u64)>>,
 }
 
 /// Tool calls the model makes one after another from the first request
@@ -146,6 +148,22 @@ fn sse(events: &[Value]) -> String {
             )
         })
         .collect()
+}
+
+/// Add what an answer's events report to [`Fake::reported`]: the input
+/// its start says, the output at its largest (it grows as it streams).
+fn report<'e>(fake: &Fake, events: impl IntoIterator<Item = &'e Value>) {
+    let (mut input, mut output) = (0, 0);
+    for event in events {
+        let usage = [&event["usage"], &event["message"]["usage"]];
+        for usage in usage {
+            input = input.max(usage["input_tokens"].as_u64().unwrap_or(0));
+            output = output.max(usage["output_tokens"].as_u64().unwrap_or(0));
+        }
+    }
+    let mut reported = fake.reported.lock().unwrap();
+    reported.0 += input;
+    reported.1 += output;
 }
 
 /// A message id of its own per answer, as a real model gives: a harness
@@ -415,6 +433,7 @@ async fn messages(
             .find_map(|e| e["delta"]["text"].as_str())
             .unwrap_or("ok");
         let message = json!({"id": message_id(), "type": "message", "role": "assistant", "model": "fake-model", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 7}});
+        report(&fake, [&message]);
         return Response::builder()
             .header("content-type", "application/json")
             .body(Body::from(message.to_string()))
@@ -425,6 +444,7 @@ async fn messages(
     } else {
         Duration::ZERO
     };
+    report(&fake, head.iter().chain(&tail));
     let parts = vec![(Duration::ZERO, sse(&head)), (pause, sse(&tail))];
     let stream = futures::stream::iter(parts).then(|(delay, chunk)| async move {
         tokio::time::sleep(delay).await;

@@ -37,6 +37,8 @@ pub const PAUSE: Duration = Duration::from_millis(1500);
 pub struct Fake {
     pub requests: Arc<Mutex<Vec<Value>>>,
     pub hang: bool,
+    /// The `authorization` header of each request, as it came.
+    pub keys: Arc<Mutex<Vec<String>>>,
 }
 
 impl Fake {
@@ -77,7 +79,7 @@ fn events(request: &Value) -> (Duration, Vec<Value>) {
     });
     let usage = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15});
     let created = json!({"type": "response.created", "response": {"id": "resp_fake", "status": "in_progress"}});
-    let completed = json!({"type": "response.completed", "response": {"id": "resp_fake", "status": "completed", "usage": usage}});
+    let completed = json!({"type": "response.completed", "response": {"id": "resp_fake", "status": "completed", "model": "gpt-5-codex", "usage": usage}});
     let say = |text: &str| {
         let m = message("msg_fake", text);
         vec![
@@ -145,9 +147,16 @@ fn events(request: &Value) -> (Duration, Vec<Value>) {
     (Duration::ZERO, say(SECOND_ANSWER))
 }
 
-async fn responses(State(fake): State<Fake>, body: String) -> Response<Body> {
+async fn responses(
+    State(fake): State<Fake>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Response<Body> {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     fake.requests.lock().unwrap().push(request.clone());
+    if let Some(key) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        fake.keys.lock().unwrap().push(key.to_string());
+    }
     // A turn whose prompt says HANG is never answered (the last input
     // item is the turn's own message).
     let last = request["input"]

@@ -23,6 +23,20 @@ pub struct Egress {
     pub allow: Vec<String>,
     /// What may not, whatever `allow` says.
     pub deny: Vec<String>,
+    /// Whether a destination no rule covers is asked of the person in the
+    /// chat while its connection waits (`on`), or refused at once.
+    pub ask: Ask,
+}
+
+/// Whether the person in the chat is asked about a new destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ask {
+    /// Asked: a card, answered by the asker (or an approver).
+    #[default]
+    On,
+    /// Refused at once.
+    Off,
 }
 
 /// A rule that cannot be read, named with why.
@@ -198,6 +212,7 @@ mod tests {
         Egress {
             allow: allow.iter().map(|s| s.to_string()).collect(),
             deny: deny.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
         }
     }
 

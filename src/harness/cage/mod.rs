@@ -42,7 +42,7 @@ use super::spawn;
 use crate::host::Holder;
 pub use cgroup::CgroupError;
 pub use door::DOOR_PORT;
-pub use egress::{Egress, Verdict, is_public};
+pub use egress::{Ask, Egress, Verdict, is_public};
 pub use limits::{Counters, Limits, Quota, Resource};
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};

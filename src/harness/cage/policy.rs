@@ -18,14 +18,14 @@ use super::wall::{self, Plan};
 pub enum Network {
     /// Only the ports of the model endpoints the harness is configured
     /// with (HTTPS when none is), the bridge's MCP endpoint and `ports`.
-    #[default]
     Ports,
     /// Any TCP port (file and process walls stay).
     Open,
     /// A network namespace of its own: nothing but its own loopback and
     /// the bridge's door in it (the run's MCP endpoint, the model
     /// gateway, which holds the operator's keys so the harness never
-    /// does); no new unix socket.
+    /// does); no new unix socket. The default.
+    #[default]
     Isolated,
 }
 
@@ -36,7 +36,7 @@ pub struct CagePolicy {
     /// `false` runs harnesses uncaged: every conversation's agent reaches
     /// what the bridge's user reaches. Logged at start.
     pub enabled: bool,
-    /// `ports` (default) or `open`.
+    /// `isolated` (default), `ports` or `open`.
     pub network: Network,
     /// More TCP ports a harness may connect to (with `network: ports`).
     pub ports: Vec<u16>,
@@ -57,7 +57,7 @@ impl Default for CagePolicy {
     fn default() -> Self {
         CagePolicy {
             enabled: true,
-            network: Network::Ports,
+            network: Network::Isolated,
             ports: Vec::new(),
             read_only: Vec::new(),
             read_write: Vec::new(),
@@ -222,8 +222,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_is_caged_to_the_endpoints_ports() {
-        let policy = CagePolicy::default();
+    fn ports_cages_to_the_endpoints_ports() {
+        let policy = CagePolicy {
+            network: Network::Ports,
+            ..CagePolicy::default()
+        };
         let env = BTreeMap::from([
             (
                 "ANTHROPIC_BASE_URL".to_string(),

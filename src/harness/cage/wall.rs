@@ -147,9 +147,15 @@ impl Wall {
             .set_compatibility(CompatLevel::HardRequirement)
             .handle_access(AccessFs::from_all(abi))
             .map_err(|e| fail(&e))?;
+        // Listening is held to the kernel's pick (and its own port) in a
+        // network of its own too: the same rule wherever a harness runs.
         if plan.connect.is_some() {
             ruleset = ruleset
                 .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+                .map_err(|e| fail(&e))?;
+        } else if plan.own_network {
+            ruleset = ruleset
+                .handle_access(AccessNet::BindTcp)
                 .map_err(|e| fail(&e))?;
         }
         let mut created = ruleset
@@ -184,7 +190,7 @@ impl Wall {
                     .map_err(|e| fail(&e))?;
             }
         }
-        if plan.connect.is_some() {
+        if plan.connect.is_some() || plan.own_network {
             // Port 0: a port the kernel picks (a CLI's own loopback server);
             // nothing outside the cage may connect to it (connect is held
             // to the plan's ports everywhere else).

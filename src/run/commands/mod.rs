@@ -9,6 +9,7 @@
 //! Who may use a command is the operator's (a binding's `commands`); every
 //! command, done or refused, is one audit row.
 
+mod destinations;
 mod sessions;
 mod status;
 mod switch;
@@ -108,6 +109,8 @@ struct Asked<'a> {
     binding: crate::projection::Binding<'a>,
     conversation: String,
     actor: Option<&'a str>,
+    /// The card this run answers, when it is a card's submission.
+    card: Option<String>,
 }
 
 impl Bridge {
@@ -124,7 +127,15 @@ impl Bridge {
     /// is the harness's.
     pub async fn answer_command(&self, asking: &Asking<'_>) -> Option<Answer> {
         let text = asking.ctx.input.to_text();
-        let invocation = Self::command_in(asking.ctx, &text)?;
+        // A card about a destination answered: the bridge's, never a turn.
+        let card = destinations::card_answered(asking.ctx);
+        let invocation = match &card {
+            Some((_, command, args)) => Invocation {
+                command: *command,
+                args,
+            },
+            None => Self::command_in(asking.ctx, &text)?,
+        };
         let binding = crate::projection::Binding::from_config(&asking.ctx.config).ok()?;
         let asked = Asked {
             asking,
@@ -138,6 +149,7 @@ impl Bridge {
                 .actor
                 .as_ref()
                 .and_then(|a| a.actor_id.as_deref()),
+            card: card.map(|(id, _, _)| id),
         };
         let command = invocation.command;
         let who = asked.access.who(command);
@@ -190,6 +202,9 @@ impl Bridge {
             Command::Resume => sessions::resume(self, asked, invocation.args).await,
             Command::Model => switch::model(self, asked, invocation.args).await,
             Command::Mode => switch::mode(self, asked, invocation.args).await,
+            Command::Allow | Command::Deny => {
+                destinations::answer(self, asked, command, invocation.args).await
+            }
         };
         Answer {
             command,

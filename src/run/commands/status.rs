@@ -100,6 +100,9 @@ pub(super) async fn status(bridge: &Bridge, asked: &Asked<'_>) -> String {
             ));
         }
     }
+    if let Some(line) = reach(bridge, asked).await {
+        lines.push(line);
+    }
     if let Some(pending) = record::pending(asked.host, &asked.scope).await {
         let what = match &pending.ask {
             Ask::Question { question, .. } => format!("the question \"{question}\""),
@@ -240,4 +243,41 @@ pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
         }
     }
     lines.join("\n")
+}
+
+/// Where the conversation's agent may connect behind its door: the
+/// operator's destinations (with the binding's), those this conversation
+/// allowed, what waits for an answer, and what happens to the rest.
+async fn reach(bridge: &Bridge, asked: &Asked<'_>) -> Option<String> {
+    let cage = bridge.cage_policy(&asked.binding);
+    if !(cage.enabled && cage.network == crate::harness::cage::Network::Isolated) {
+        return None;
+    }
+    let listed = |list: &[String]| {
+        if list.is_empty() {
+            "none".to_string()
+        } else {
+            list.join(", ")
+        }
+    };
+    let allowed = crate::run::destinations::allowed(asked.host, &asked.scope).await;
+    let waiting = bridge.asks.waiting(&asked.conversation);
+    let rest = match cage.egress.ask {
+        crate::harness::cage::Ask::On => "any other is asked of the person whose turn it is",
+        crate::harness::cage::Ask::Off => "any other is refused",
+    };
+    let mut line = format!(
+        "Reaches: its model and the bridge through its door; the operator's destinations: {}{}; allowed here: {}; {rest}.",
+        listed(&cage.egress.allow),
+        if cage.egress.deny.is_empty() {
+            String::new()
+        } else {
+            format!(" (never {})", cage.egress.deny.join(", "))
+        },
+        listed(&allowed),
+    );
+    if !waiting.is_empty() {
+        line.push_str(&format!(" Waiting for an answer: {}.", waiting.join(", ")));
+    }
+    Some(line)
 }
