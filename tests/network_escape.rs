@@ -143,23 +143,28 @@ const WAYS_OUT: &[&str] = &[
 /// operator's is nowhere it read (its environment went whole to the
 /// model), while every model call came with the operator's key.
 fn assert_stand_ins(lines: &[String], requests: &[Value], keys: &[String]) {
-    // Its door works; pairs of sockets of its own too.
-    assert!(lines.iter().any(|l| l == "CONTROL:door=open"), "{lines:?}");
-    assert!(lines.iter().any(|l| l == "CONTROL:pair=ok"), "{lines:?}");
     assert!(
         lines
             .iter()
             .any(|l| l == "CONTROL:base=http://127.0.0.1:8119/model/anthropic"),
         "{lines:?}"
     );
-    // The key it holds is a stand-in; the operator's is nowhere it read
-    // (its environment whole went to the model), and every model call
-    // reached the model with the operator's key.
+    assert_key_stays_out(lines, requests, keys, OPERATOR_KEY);
+}
+
+/// Its door and its own socket pairs work; the key it holds is a
+/// stand-in, the operator's is nowhere it read (`read`: what went back to
+/// the model, its environment whole among it), and every model call
+/// reached the model with the operator's key (as the header said it:
+/// `heard`).
+fn assert_key_stays_out(lines: &[String], read: &[Value], keys: &[String], heard: &str) {
+    assert!(lines.iter().any(|l| l == "CONTROL:door=open"), "{lines:?}");
+    assert!(lines.iter().any(|l| l == "CONTROL:pair=ok"), "{lines:?}");
     assert!(
         lines.iter().any(|l| l.starts_with("CONTROL:key=hb-")),
         "{lines:?}"
     );
-    let sent: String = requests.iter().map(Value::to_string).collect();
+    let sent: String = read.iter().map(Value::to_string).collect();
     assert!(
         sent.contains("LANGBOT_MCP_TOKEN="),
         "the environment was read"
@@ -169,7 +174,7 @@ fn assert_stand_ins(lines: &[String], requests: &[Value], keys: &[String]) {
         "the operator's key reached the agent"
     );
     assert!(!keys.is_empty());
-    assert!(keys.iter().all(|k| k == OPERATOR_KEY), "{keys:?}");
+    assert!(keys.iter().all(|k| k == heard), "{keys:?}");
 }
 
 /// In `serve`, the harness in a network of its own: every way out but
@@ -929,4 +934,57 @@ async fn npm_pip_and_git_install_from_an_allowed_name_and_nothing_else() {
         ),
         "{lines:?}"
     );
+}
+
+/// Codex in `serve` (its live app-server, commands run unasked, its own
+/// sandbox left to the cage), its shell aimed at the same ways out: all
+/// held and nothing arrived; its key a stand-in, the operator's nowhere
+/// it read, while every model call reached the model with the
+/// operator's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned codex (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn nothing_leaves_a_codex_cage_but_through_its_door() {
+    use common::openai::{self, RUN};
+    // Port 443 is the Claude test's, which may run beside this one.
+    let targets = Targets::new(false);
+    let (model_url, fake) = openai::fake_model(false).await;
+    let home = common::tempdir();
+    openai::codex_home(home.path(), &model_url);
+    let env = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", home.path().display().to_string()),
+        ("CODEX_HOME", home.path().display().to_string()),
+        ("OPENAI_API_KEY", OPERATOR_KEY.to_string()),
+    ];
+    let config = format!(
+        "harness_binaries:\n  codex: {}\ndefault_harness: codex\nshutdown_grace_seconds: 5\ncage:\n  read_only: [{}]\n",
+        common::cli("codex").display(),
+        targets.sockets.path().display()
+    );
+    let server = ServeProcess::spawn(std::sync::Arc::new(common::tempdir()), &config, &env).await;
+    // The probes read the key the way they read Claude's.
+    let script = format!(
+        "ANTHROPIC_API_KEY=\"$OPENAI_API_KEY\"\n{}",
+        targets.script()
+    );
+    let results = server
+        .results(json!({"conversation": "codex-door", "text": format!("{RUN}{script}"), "run_id": "cx-1"}))
+        .await;
+    assert_eq!(
+        results.last().unwrap()["type"],
+        "run.completed",
+        "{results:?}"
+    );
+    let requests = fake.requests.lock().unwrap().clone();
+    // Only what came back from the shell (the prompt holds the script).
+    let outputs: Vec<Value> = requests
+        .iter()
+        .flat_map(|r| r["input"].as_array().cloned().unwrap_or_default())
+        .filter(|item| item["type"] == "function_call_output")
+        .collect();
+    let lines = probe_lines(&outputs);
+    assert_held(&lines, WAYS_OUT);
+    targets.assert_untouched();
+    let keys = fake.keys.lock().unwrap().clone();
+    assert_key_stays_out(&lines, &outputs, &keys, &format!("Bearer {OPERATOR_KEY}"));
 }

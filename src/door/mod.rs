@@ -18,6 +18,7 @@
 
 pub mod gateway;
 pub mod proxy;
+mod splice;
 
 use std::convert::Infallible;
 use std::sync::Arc;

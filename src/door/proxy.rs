@@ -218,15 +218,16 @@ impl Proxy {
             };
             // The harness's own socket when hyper hands it back (what it
             // read past the request first): the bytes then pass between
-            // two sockets, in large pieces.
+            // the two sockets inside the kernel; else copied, in large
+            // pieces.
             let copied = match upgraded.downcast::<TokioIo<TcpStream>>() {
                 Ok(parts) => {
-                    let mut harness = parts.io.into_inner();
+                    let harness = parts.io.into_inner();
                     if upstream.write_all(&parts.read_buf).await.is_err() {
                         return;
                     }
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional_with_sizes(&mut harness, &mut upstream, TUNNEL_BUFFER, TUNNEL_BUFFER) => {}
+                        _ = super::splice::both_ways(&harness, &upstream) => {}
                         () = stop.cancelled() => {}
                     }
                     return;

@@ -139,6 +139,16 @@ impl Meter {
         *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
+    /// The turn is over and its usage is being counted: from now on every
+    /// call is refused (unless a budget refused them already), so what
+    /// passed is exactly what is counted.
+    pub fn close(&self) {
+        let mut refusal = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        if refusal.is_none() {
+            *refusal = Some("the turn is over: a model call goes through only during one".into());
+        }
+    }
+
     /// Why calls are refused, once they are.
     pub fn refusal(&self) -> Option<String> {
         self.refusal

@@ -215,6 +215,8 @@ impl Bridge {
     /// the harness said, or did not.
     async fn metered(turn: &Prepared<'_>, end: &mut AttemptEnd, cancelled: bool) {
         let meter = &turn.open.grant.meter;
+        // No call after this one's count: what passed is what is counted.
+        meter.close();
         if !cancelled && matches!(end.terminal, ResultPayload::RunCompleted(_)) {
             meter.settled(std::time::Duration::from_secs(2)).await;
         }
