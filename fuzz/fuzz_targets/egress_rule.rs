@@ -15,6 +15,7 @@ fuzz_target!(|data: &[u8]| {
         let allowed = Egress {
             allow: vec![rule.to_string()],
             deny: Vec::new(),
+            ..Egress::default()
         };
         let verdict = allowed.verdict(host, port);
         if allowed.check_rules().is_err() {
@@ -23,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
         let denied = Egress {
             allow: vec![rule.to_string()],
             deny: vec![rule.to_string()],
+            ..Egress::default()
         };
         if verdict == Verdict::Allowed {
             assert_eq!(
