@@ -399,35 +399,8 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
     let served = site.path().join("served");
     std::fs::create_dir_all(&served).unwrap();
     std::fs::write(served.join("note.txt"), "through-the-door").unwrap();
-    let work = site.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    common::repo::git(&work, &["init", "-q", "-b", "main"]);
-    std::fs::write(work.join("README"), "cloned-through-the-door").unwrap();
-    common::repo::git(&work, &["add", "README"]);
-    common::repo::git(
-        &work,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "one",
-        ],
-    );
     let bare = served.join("repo.git");
-    common::repo::git(
-        site.path(),
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            &work.display().to_string(),
-            &bare.display().to_string(),
-        ],
-    );
-    common::repo::git(&bare, &["update-server-info"]);
+    dumb_repo(site.path(), &bare, "cloned-through-the-door");
     let (mut server, port) = serve_files(&public, &served).await;
     let local = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     local.set_nonblocking(true).unwrap();
@@ -489,6 +462,29 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
         "the private destination was reached"
     );
     let _ = server.kill().await;
+}
+
+/// A bare repository at `bare` whose README says `readme`, ready to be
+/// served as plain files (git's dumb HTTP), made in `site`.
+fn dumb_repo(site: &std::path::Path, bare: &std::path::Path, readme: &str) {
+    let work = site.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    common::repo::git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("README"), readme).unwrap();
+    common::repo::git(&work, &["add", "README"]);
+    let commit = [
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "one",
+    ];
+    common::repo::git(&work, &commit);
+    let (from, to) = (work.display().to_string(), bare.display().to_string());
+    common::repo::git(site, &["clone", "-q", "--bare", &from, &to]);
+    common::repo::git(bare, &["update-server-info"]);
 }
 
 /// A file server at the public address, serving `dir`; its port.
@@ -826,35 +822,8 @@ async fn npm_pip_and_git_install_from_an_allowed_name_and_nothing_else() {
         String::from_utf8_lossy(&built.stderr)
     );
     // The repository, served the dumb way.
-    let work = site.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    common::repo::git(&work, &["init", "-q", "-b", "main"]);
-    std::fs::write(work.join("README"), "git-through-the-door").unwrap();
-    common::repo::git(&work, &["add", "README"]);
-    common::repo::git(
-        &work,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "one",
-        ],
-    );
     let bare = site.path().join("repo.git");
-    common::repo::git(
-        site.path(),
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            &work.display().to_string(),
-            &bare.display().to_string(),
-        ],
-    );
-    common::repo::git(&bare, &["update-server-info"]);
+    dumb_repo(site.path(), &bare, "git-through-the-door");
     let root = site.path().to_path_buf();
     let files = axum::Router::new().fallback(move |uri: axum::http::Uri| {
         let root = root.clone();
