@@ -422,18 +422,7 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
         &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
     )
     .await;
-    fake.set_script(vec![(
-        "Bash",
-        json!({"command": script, "description": "fetch"}),
-    )]);
-    let results = server_process
-        .results(json!({"conversation": "door-out", "text": "Fetch it", "run_id": "out-1"}))
-        .await;
-    assert_eq!(
-        results.last().unwrap()["type"],
-        "run.completed",
-        "{results:?}"
-    );
+    bash_turn(&server_process, &fake, &script, "door-out").await;
     let requests = fake.requests.lock().unwrap().clone();
     let lines = probe_lines(&requests);
     assert_held(
@@ -716,6 +705,28 @@ async fn a_new_destination_is_the_askers_to_allow_while_its_connection_waits() {
     let _ = files.kill().await;
 }
 
+/// One turn in `conversation` whose agent runs `script` in its shell,
+/// completed.
+async fn bash_turn(
+    server: &ServeProcess,
+    fake: &common::anthropic::Fake,
+    script: &str,
+    conversation: &str,
+) {
+    fake.set_script(vec![(
+        "Bash",
+        json!({"command": script, "description": "run"}),
+    )]);
+    let results = server
+        .results(json!({"conversation": conversation, "text": "Run it", "run_id": format!("{conversation}-1")}))
+        .await;
+    assert_eq!(
+        results.last().unwrap()["type"],
+        "run.completed",
+        "{results:?}"
+    );
+}
+
 /// `/etc/hosts` names for the public address while a test runs: the
 /// proxy resolves a name the way any program here does.
 struct HostNames(Vec<&'static str>);
@@ -956,4 +967,75 @@ async fn nothing_leaves_a_codex_cage_but_through_its_door() {
     targets.assert_untouched();
     let keys = fake.keys.lock().unwrap().clone();
     assert_key_stays_out(&lines, &outputs, &keys, &format!("Bearer {OPERATOR_KEY}"));
+}
+
+/// The binding's `models` bound what its harness calls through its door:
+/// the agent calling its gateway by hand, with the stand-in it holds, for
+/// a model the binding does not list is refused (with words, audited) and
+/// the model never hears it; the listed model, dated, is let through; the
+/// turn's own calls, on the picked model, pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_model_the_binding_does_not_list_is_refused_at_the_door() {
+    const CALL: &str = r#"
+for m in claude-opus-4-1 claude-sonnet-4-5-20250929; do
+  code=$(curl -s -o answer.json -w '%{http_code}' -H "x-api-key: $ANTHROPIC_API_KEY" \
+    -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \
+    -d "{\"model\":\"$m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"FORGED-$m\"}]}" \
+    "$ANTHROPIC_BASE_URL/v1/messages")
+  echo "CONTROL:$m=$code"
+  grep -q 'may call only the models its binding lists (claude-sonnet-4-5' answer.json && echo "CONTROL:$m=said-why"
+done
+"#;
+    let (model_url, fake) = fake_model(false).await;
+    let (server, _home): (ServeProcess, _) = serve_claude_with(
+        model_url,
+        "default_config:\n  permission_mode: bypassPermissions\n  model: claude-sonnet-4-5\n  models: [claude-sonnet-4-5]\n",
+        &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
+    )
+    .await;
+    bash_turn(&server, &fake, CALL, "models-a").await;
+
+    let requests: Vec<Value> = fake.requests.lock().unwrap().clone();
+    let lines = probe_lines(&requests);
+    for line in [
+        "CONTROL:claude-opus-4-1=403",
+        "CONTROL:claude-opus-4-1=said-why",
+        "CONTROL:claude-sonnet-4-5-20250929=200",
+    ] {
+        assert!(lines.iter().any(|l| l == line), "{line}: {lines:?}");
+    }
+    let asked: Vec<&str> = requests
+        .iter()
+        .filter_map(|r| r["model"].as_str())
+        .collect();
+    assert!(!asked.contains(&"claude-opus-4-1"), "{asked:?}");
+    assert!(asked.contains(&"claude-sonnet-4-5-20250929"), "{asked:?}");
+    assert!(
+        asked.contains(&"claude-sonnet-4-5"),
+        "the turn's own: {asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .all(|m| m.starts_with("claude-sonnet-4-5") || m.starts_with("claude-haiku-4-5")),
+        "{asked:?}"
+    );
+
+    let store = SqliteHost::open(server.data.path()).unwrap();
+    let rows = store.audit_tail(None, 200).await.unwrap();
+    assert!(
+        rows.iter().any(|r| r.entry.action == "model_call"
+            && r.entry
+                .detail
+                .contains("(claude-sonnet-4-5), not `claude-opus-4-1`")),
+        "{rows:?}"
+    );
+    let metrics = server.get_text("/metrics").await;
+    assert!(
+        metrics.contains(
+            "harness_bridge_model_calls_total{provider=\"anthropic\",outcome=\"refused\"}"
+        ),
+        "{metrics}"
+    );
 }

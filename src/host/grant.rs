@@ -312,6 +312,9 @@ pub struct RunGrant {
     closed_refusals: Mutex<RefusalThrottle>,
     /// What its model calls through the gateway used.
     pub meter: super::meter::Meter,
+    /// The models its harness may call through the gateway (the
+    /// binding's `models` and its `model`); unset: any.
+    models: std::sync::OnceLock<Vec<String>>,
 }
 
 impl std::fmt::Debug for RunGrant {
@@ -346,6 +349,17 @@ impl RunGrant {
     /// Time left before the deadline (zero once past it).
     pub fn remaining(&self) -> Duration {
         Duration::from_millis((self.deadline_ms - now_ms()).max(0) as u64)
+    }
+
+    /// Bound the models its harness may call to `models` (set once, as
+    /// the turn is decided; later calls change nothing).
+    pub fn bound_models(&self, models: Vec<String>) {
+        let _ = self.models.set(models);
+    }
+
+    /// The models its harness may call, when they are bounded.
+    pub fn models(&self) -> Option<&[String]> {
+        self.models.get().map(Vec::as_slice)
     }
 
     /// Calls made so far, refused ones included.
@@ -644,6 +658,7 @@ impl Grants {
             visible: Mutex::new(HashSet::new()),
             closed_refusals: Mutex::new(RefusalThrottle::default()),
             meter: super::meter::Meter::default(),
+            models: std::sync::OnceLock::new(),
         });
         runs.insert(token_key(&token), (grant.clone(), None, None));
         tracing::info!(run_id = %ctx.run_id, apis = ?grant.apis, "run opened");

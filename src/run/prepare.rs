@@ -259,6 +259,17 @@ impl Bridge {
             program,
         } = self.admit(ctx, harness, options)?;
         let (open, guard) = self.open_grant(ctx, spec, options)?;
+        if !binding.models.is_empty() {
+            // What its harness may call through the gateway: the models a
+            // person may pick here, the picked one among them.
+            let mut models = binding.models.clone();
+            if let Some(picked) = &binding.model
+                && !models.contains(picked)
+            {
+                models.push(picked.clone());
+            }
+            open.grant.bound_models(models);
+        }
         let host = options
             .host
             .as_deref()

@@ -11,6 +11,7 @@
 //! headers and query is replaced by its key, and it goes to the upstream
 //! the operator configured; the answer streams back as it comes.
 
+mod bound;
 mod codex_toml;
 mod opencode_json;
 mod tally;
@@ -29,7 +30,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde_json::json;
 
 use crate::harness::{AdapterSpec, ModelConfig};
-use crate::host::{Grants, RunGrant};
+use crate::host::{GrantedHost, Grants, RunGrant};
 use tally::Tally;
 
 /// The largest call body taken (a long conversation with images).
@@ -270,9 +271,9 @@ fn client() -> Result<&'static reqwest::Client, String> {
 async fn admit<'g>(
     gateway: &'g Gateway,
     provider: &str,
-) -> Result<(Arc<RunGrant>, &'g str), Response> {
-    let grant = match gateway.grants.authorize(&gateway.token).await {
-        Ok(granted) => granted.grant().clone(),
+) -> Result<(GrantedHost, &'g str), Response> {
+    let granted = match gateway.grants.authorize(&gateway.token).await {
+        Ok(granted) => granted,
         Err(e) => {
             return Err(refusal(
                 StatusCode::UNAUTHORIZED,
@@ -285,7 +286,7 @@ async fn admit<'g>(
         }
     };
     // Past a budget (`mid_turn: stop`): no more calls this turn.
-    if let Some(why) = grant.meter.refusal() {
+    if let Some(why) = granted.grant().meter.refusal() {
         crate::metrics::global().model_call(provider, "refused", None);
         return Err(refusal(StatusCode::FORBIDDEN, "permission_error", why));
     }
@@ -300,7 +301,47 @@ async fn admit<'g>(
             ),
         ));
     };
-    Ok((grant, upstream))
+    Ok((granted, upstream))
+}
+
+/// The call's body, whole, when it asks for a model the turn may call;
+/// the refusal (audited) when it does not.
+async fn checked_body(
+    granted: &GrantedHost,
+    provider: &str,
+    rest: &str,
+    body: Body,
+) -> Result<Bytes, Response> {
+    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                format!(
+                    "the bridge's model gateway takes calls of at most {} MiB: {e}",
+                    MAX_BODY_BYTES >> 20
+                ),
+            )
+        })?;
+    let Some(listed) = granted.grant().models() else {
+        return Ok(body);
+    };
+    let why = match bound::requested(rest, &body) {
+        Ok(Some(asked)) if bound::allows(listed, &asked) => return Ok(body),
+        Ok(None) => return Ok(body),
+        Ok(Some(asked)) => format!(
+            "this conversation's harness may call only the models its binding lists ({}), not `{asked}`; the operator adds a model to the binding's `models`",
+            listed.join(", ")
+        ),
+        Err(why) => format!(
+            "this conversation's harness may call only the models its binding lists, and this call cannot be checked: {why}"
+        ),
+    };
+    crate::metrics::global().model_call(provider, "refused", None);
+    let denied = crate::protocol::AgentAPIError::unauthorized(why.clone());
+    granted.refused("model_call", provider, &denied).await;
+    Err(refusal(StatusCode::FORBIDDEN, "permission_error", why))
 }
 
 /// The call sent on to `upstream`, its stand-ins made keys: the answer
@@ -310,9 +351,9 @@ async fn send(
     provider: &str,
     upstream: &str,
     rest: &str,
-    request: Request,
+    parts: http::request::Parts,
+    body: Bytes,
 ) -> Result<reqwest::Response, Response> {
-    let (parts, body) = request.into_parts();
     let mut url = format!("{upstream}/{rest}");
     if let Some(query) = parts.uri.query() {
         url.push('?');
@@ -332,19 +373,6 @@ async fn send(
         };
         headers.append(name.clone(), value);
     }
-    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(body) => body,
-        Err(e) => {
-            return Err(refusal(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                format!(
-                    "the bridge's model gateway takes calls of at most {} MiB: {e}",
-                    MAX_BODY_BYTES >> 20
-                ),
-            ));
-        }
-    };
     let client = match client() {
         Ok(client) => client,
         Err(why) => {
@@ -389,13 +417,19 @@ async fn forward(
     Path((provider, rest)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    let (grant, upstream) = match admit(&gateway, &provider).await {
+    let (granted, upstream) = match admit(&gateway, &provider).await {
         Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
+    let (parts, body) = request.into_parts();
+    let body = match checked_body(&granted, &provider, &rest, body).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    let grant = granted.grant().clone();
     // Counted from here: a call that gets no answer ends here too.
     grant.meter.begin();
-    let answer = match send(&gateway, &provider, upstream, &rest, request).await {
+    let answer = match send(&gateway, &provider, upstream, &rest, parts, body).await {
         Ok(answer) => answer,
         Err(refused) => {
             grant
