@@ -422,7 +422,7 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
         &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
     )
     .await;
-    bash_turn(&server_process, &fake, &script, "door-out").await;
+    bash_turn(&server_process, &fake, &script, "door-out", json!({})).await;
     let requests = fake.requests.lock().unwrap().clone();
     let lines = probe_lines(&requests);
     assert_held(
@@ -705,20 +705,21 @@ async fn a_new_destination_is_the_askers_to_allow_while_its_connection_waits() {
     let _ = files.kill().await;
 }
 
-/// One turn in `conversation` whose agent runs `script` in its shell,
-/// completed.
+/// One turn in `conversation` (with this binding `config`) whose agent
+/// runs `script` in its shell, completed.
 async fn bash_turn(
     server: &ServeProcess,
     fake: &common::anthropic::Fake,
     script: &str,
     conversation: &str,
+    config: Value,
 ) {
     fake.set_script(vec![(
         "Bash",
         json!({"command": script, "description": "run"}),
     )]);
     let results = server
-        .results(json!({"conversation": conversation, "text": "Run it", "run_id": format!("{conversation}-1")}))
+        .results(json!({"conversation": conversation, "text": "Run it", "run_id": format!("{conversation}-1"), "config": config}))
         .await;
     assert_eq!(
         results.last().unwrap()["type"],
@@ -994,7 +995,7 @@ done
         &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
     )
     .await;
-    bash_turn(&server, &fake, CALL, "models-a").await;
+    bash_turn(&server, &fake, CALL, "models-a", json!({})).await;
 
     let requests: Vec<Value> = fake.requests.lock().unwrap().clone();
     let lines = probe_lines(&requests);
@@ -1038,4 +1039,79 @@ done
         ),
         "{metrics}"
     );
+}
+
+/// A binding's `network` word chooses what its door's proxy reaches, the
+/// harness in a network of its own whichever it is: `none` not even the
+/// operator's destination; `allowlist` (the default) that and nothing
+/// else; `open` any public address and port, still never this machine's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_bindings_network_word_chooses_what_its_door_reaches() {
+    let public = PublicAddress::add();
+    let site = common::tempdir();
+    std::fs::write(site.path().join("note.txt"), "reached").unwrap();
+    let (mut listed, port) = serve_files(&public, site.path()).await;
+    let (mut other, other_port) = serve_files(&public, site.path()).await;
+    let local = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    local.set_nonblocking(true).unwrap();
+    let script = format!(
+        r#"
+echo "CONTROL:listed=$(curl -sf --max-time 5 http://{host}:{port}/note.txt || echo no)"
+echo "CONTROL:other=$(curl -sf --max-time 5 http://{host}:{other_port}/note.txt || echo no)"
+echo "CONTROL:local=$(curl -sf --max-time 5 http://127.0.0.1:{local}/ || echo no)"
+echo "CONTROL:key=$ANTHROPIC_API_KEY"
+"#,
+        host = public.0,
+        local = local.local_addr().unwrap().port()
+    );
+    let (model_url, fake) = fake_model(false).await;
+    let (server, _home): (ServeProcess, _) = serve_claude_with(
+        model_url,
+        &format!(
+            "default_config:\n  permission_mode: bypassPermissions\ncage:\n  egress:\n    allow: [\"{}:{port}\"]\n    ask: off\n",
+            public.0
+        ),
+        &[("ANTHROPIC_API_KEY", OPERATOR_KEY.to_string())],
+    )
+    .await;
+    let mut reached = Vec::new();
+    for word in ["none", "allowlist", "open"] {
+        let before = fake.requests.lock().unwrap().len();
+        bash_turn(
+            &server,
+            &fake,
+            &script,
+            &format!("net-{word}"),
+            json!({"network": word}),
+        )
+        .await;
+        let requests = fake.requests.lock().unwrap()[before..].to_vec();
+        let lines = probe_lines(&requests);
+        assert!(
+            lines.iter().any(|l| l.starts_with("CONTROL:key=hb-")),
+            "{word}: the key is a stand-in: {lines:?}"
+        );
+        let got = |what: &str| {
+            lines
+                .iter()
+                .any(|l| l == &format!("CONTROL:{what}=reached"))
+        };
+        reached.push((word, got("listed"), got("other"), got("local")));
+    }
+    assert_eq!(
+        reached,
+        [
+            ("none", false, false, false),
+            ("allowlist", true, false, false),
+            ("open", true, true, false),
+        ]
+    );
+    assert!(local.accept().is_err(), "this machine's port was reached");
+    assert!(
+        fake.keys.lock().unwrap().iter().all(|k| k == OPERATOR_KEY),
+        "every model call carried the operator's key"
+    );
+    let _ = listed.kill().await;
+    let _ = other.kill().await;
 }

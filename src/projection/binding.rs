@@ -214,17 +214,25 @@ pub struct EgressChoice {
     pub deny: Vec<String>,
 }
 
-/// A binding's choice of network for its harness (the cage's `network`).
+/// A binding's choice of network for its harness, over the bridge's
+/// `cage.network`. The first three keep it in a network of its own, the
+/// model keys outside; they differ in what its door's proxy reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkChoice {
-    /// Only the harness's endpoints' ports, the MCP endpoint and the
-    /// listed ports.
-    Ports,
-    /// Any TCP port.
+    /// Its door's MCP endpoint and model gateway, nothing else: no
+    /// destination through the proxy, none asked for.
+    None,
+    /// The operator's destinations (`egress`), and those the person in
+    /// the chat allows when asked. The bridge's default.
+    #[serde(alias = "isolated")]
+    Allowlist,
+    /// Any public address on any port through the proxy: never this
+    /// machine's, a private network's or the cloud's metadata service.
     Open,
-    /// A network namespace of its own with the bridge's door alone.
-    Isolated,
+    /// No network of its own: only the harness's model endpoints' ports,
+    /// the MCP endpoint and the listed ports, the model keys inside.
+    Ports,
 }
 
 fn port_numbers<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<u16>, D::Error> {

@@ -735,17 +735,24 @@ impl Bridge {
     /// own harness.
     pub(super) fn cage_policy(&self, binding: &Binding<'_>) -> crate::harness::cage::CagePolicy {
         let mut cage = self.settings.cage.clone();
-        if let Some(choice) = binding.network {
-            cage.network = match choice {
-                NetworkChoice::Ports => Network::Ports,
-                NetworkChoice::Open => Network::Open,
-                NetworkChoice::Isolated => Network::Isolated,
-            };
-        }
         cage.ports.extend(&binding.network_ports);
         if let Some(egress) = &binding.egress {
             cage.egress.allow.extend(egress.allow.iter().cloned());
             cage.egress.deny.extend(egress.deny.iter().cloned());
+        }
+        match binding.network {
+            None => {}
+            Some(NetworkChoice::Ports) => cage.network = Network::Ports,
+            Some(NetworkChoice::Allowlist) => cage.network = Network::Isolated,
+            Some(NetworkChoice::None) => {
+                cage.network = Network::Isolated;
+                cage.egress.allow.clear();
+                cage.egress.ask = crate::harness::cage::Ask::Off;
+            }
+            Some(NetworkChoice::Open) => {
+                cage.network = Network::Isolated;
+                cage.egress.allow.push("*:*".into());
+            }
         }
         cage
     }

@@ -59,7 +59,18 @@ pub enum Verdict {
 #[derive(Debug, PartialEq, Eq)]
 struct Rule {
     host: Host,
-    port: Option<u16>,
+    port: Port,
+}
+
+/// The ports a rule covers.
+#[derive(Debug, PartialEq, Eq)]
+enum Port {
+    /// No port given: the web's ([`WEB_PORTS`]).
+    Web,
+    /// `:443`.
+    One(u16),
+    /// `:*`.
+    Any,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -102,8 +113,9 @@ impl Egress {
 impl Rule {
     fn covers(&self, host: &str, port: u16) -> bool {
         let port_ok = match self.port {
-            Some(p) => p == port,
-            None => WEB_PORTS.contains(&port),
+            Port::One(p) => p == port,
+            Port::Web => WEB_PORTS.contains(&port),
+            Port::Any => true,
         };
         let host_ok = match &self.host {
             Host::Any => true,
@@ -128,15 +140,16 @@ fn normal(host: &str) -> String {
 fn parse(rule: &str) -> Result<Rule, String> {
     let rule = rule.trim();
     let (host, port) = match rule.rsplit_once(':') {
+        Some((host, "*")) if !host.contains(':') || host.ends_with(']') => (host, Port::Any),
         Some((host, port)) if !host.contains(':') || host.ends_with(']') => {
             let port = port
                 .parse::<u16>()
                 .ok()
                 .filter(|p| *p > 0)
-                .ok_or("the port is a number from 1 to 65535")?;
-            (host, Some(port))
+                .ok_or("the port is a number from 1 to 65535, or `*` for any")?;
+            (host, Port::One(port))
         }
-        _ => (rule, None),
+        _ => (rule, Port::Web),
     };
     let host = normal(host);
     let name = |name: &str| {
@@ -242,6 +255,12 @@ mod tests {
         assert_eq!(
             egress(&[], &[]).verdict("example.org", 443),
             Verdict::Unlisted
+        );
+        let any_port = egress(&["*:*"], &["*:25"]);
+        assert_eq!(any_port.verdict("any.where", 5432), Verdict::Allowed);
+        assert_eq!(
+            any_port.verdict("mail.example", 25),
+            Verdict::Denied("*:25".into())
         );
     }
 
