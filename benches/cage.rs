@@ -161,6 +161,7 @@ fn main() {
         program: Path::new("/bin/true"),
         env: &env,
         carried: &[],
+        named: &[],
         own_port: None,
         project: (&[], &[]),
     };

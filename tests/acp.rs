@@ -781,6 +781,70 @@ async fn run_closes_an_acp_agents_input_and_never_signals_it() {
     );
 }
 
+/// What a harness needs to start, the cage lets it read: an agent its
+/// spec runs as `sh SCRIPT` (the script in a folder of its own, on no
+/// PATH) answers its turn; the same script given as the program from
+/// inside the bridge's data folder, which holds the workspaces, is
+/// refused before it starts, in words naming the setting, never as a
+/// bare `Permission denied`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_harness_needs_to_start_is_readable_or_refused_in_words() {
+    let tools = common::tempdir_for_harnesses();
+    let script = common::scripted::install_acp(tools.path());
+    let agent = tools.path().join("agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    let named = agent.join("acpscript");
+    std::fs::rename(&script, &named).unwrap();
+    let spec = std::fs::read_to_string(tools.path().join("adapters/acpscript.yaml"))
+        .unwrap()
+        .replace("binary: acpscript", "binary: sh")
+        .replace("  argv: []", &format!("  argv: [{}]", named.display()));
+    std::fs::write(tools.path().join("adapters/acpscript.yaml"), spec).unwrap();
+    let adapters = tools.path().join("adapters");
+    let data = common::tempdir();
+    let run = |program: Option<String>| {
+        let mut args = vec![
+            "--adapters".to_string(),
+            adapters.display().to_string(),
+            "--harness".into(),
+            "acpscript".into(),
+            "--conversation".into(),
+            "acp-start".into(),
+            "--text".into(),
+            "Hello".into(),
+        ];
+        if let Some(program) = program {
+            args.extend(["--bin".to_string(), program]);
+        }
+        let data = data.path().to_path_buf();
+        async move { bridge_run(&data, &args_of(&args), &[]).await }
+    };
+    let turn = run(None).await;
+    let end = turn.terminal();
+    assert_eq!(end["type"], "run.completed", "{}", turn.stderr);
+    assert_eq!(end["data"]["message"]["content"], "Done.", "{end}");
+
+    let inside = data.path().join("acpscript");
+    std::fs::copy(&named, &inside).unwrap();
+    let turn = run(Some(inside.display().to_string())).await;
+    let end = turn.terminal();
+    assert_eq!(end["type"], "run.failed", "{}", turn.stderr);
+    let said = end["data"]["error"].as_str().unwrap();
+    assert!(
+        said.contains("cannot start in its cage, which would not let it read `acpscript`")
+            && said.contains("`harness_binaries`"),
+        "{said}"
+    );
+    assert!(
+        turn.stderr.contains(&format!(
+            "{}, which holds the conversations' workspaces",
+            data.path().display()
+        )),
+        "{}",
+        turn.stderr
+    );
+}
+
 fn args_of(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }

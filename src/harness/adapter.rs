@@ -737,6 +737,31 @@ impl AdapterSpec {
         live || items(&self.argv.new) || items(&self.argv.resume)
     }
 
+    /// The absolute paths its argvs name as they are (a script an
+    /// interpreter runs, a settings file): the cage lets it read them.
+    pub fn named_paths(&self) -> Vec<PathBuf> {
+        let live = self.live.as_ref();
+        let lists = [
+            &self.argv.new[..],
+            &self.argv.resume[..],
+            live.map_or(&[][..], |l| &l.args[..]),
+            live.and_then(|l| l.argv.as_deref()).unwrap_or_default(),
+        ];
+        let mut paths: Vec<PathBuf> = lists
+            .into_iter()
+            .flatten()
+            .flat_map(|item| match item {
+                ArgItem::One(text) => std::slice::from_ref(text),
+                ArgItem::Group(group) => &group[..],
+            })
+            .filter(|text| text.starts_with('/') && !text.contains('{'))
+            .map(PathBuf::from)
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
     /// Whether the harness runs only live: an ACP agent, whose protocol
     /// is the only way in (`run` then drives one live turn and stops it).
     pub fn live_only(&self) -> bool {

@@ -176,8 +176,32 @@ impl LiveProcess {
             started_ms: crate::host::now_ms(),
             conversation: None,
         };
-        live.write(&opening).await?;
+        if let Err(e) = live.write(&opening).await {
+            return Err(live.died_at_start(e).await);
+        }
         Ok(live)
+    }
+
+    /// Why a process that could not take its first words ended: its exit
+    /// and the last of its stderr (what it said of a file it could not
+    /// read, a flag it does not know), not the `Broken pipe` of writing
+    /// to a process that is gone.
+    async fn died_at_start(&mut self, error: std::io::Error) -> std::io::Error {
+        if error.kind() != std::io::ErrorKind::BrokenPipe {
+            return error;
+        }
+        let status = tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await;
+        let exit = match status {
+            Ok(Ok(status)) => format!("it exited at start ({status})"),
+            _ => "it stopped reading its input at start".to_string(),
+        };
+        let said = self.process.stderr_tail().await;
+        let said = said.iter().rev().take(3).rev().cloned().collect::<Vec<_>>();
+        if said.is_empty() {
+            std::io::Error::other(format!("{exit}, saying nothing on stderr"))
+        } else {
+            std::io::Error::other(format!("{exit}; its stderr ends: {}", said.join(" / ")))
+        }
     }
 
     /// The harness's pid.

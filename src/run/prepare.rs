@@ -158,6 +158,44 @@ fn runnable_by(
     ))
 }
 
+/// Refuse, in words, a start the cage would refuse with a bare error: a
+/// file the harness needs to start (its program, a script's interpreter,
+/// a file its command line names) that its wall would not let it read.
+fn readable_start(
+    spec: &AdapterSpec,
+    wall: &crate::harness::cage::Plan,
+    needs: &[PathBuf],
+    workspace: &std::path::Path,
+) -> Result<(), RunFailed> {
+    let Some(blocked) = crate::harness::cage::unreadable(wall, needs, workspace) else {
+        return Ok(());
+    };
+    let fix = blocked.fix();
+    tracing::error!(
+        file = %blocked.path.display(),
+        "{} cannot start in its cage, which would not let it read {}: {fix}",
+        spec.label,
+        blocked.path.display()
+    );
+    let name = blocked.path.file_name().map_or_else(
+        || blocked.path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let key = if blocked.holds_workspaces {
+        "install it outside the folder that holds the workspaces and point `harness_binaries` there"
+    } else {
+        "add its folder to `cage.read_only`"
+    };
+    Err(fail(
+        FailureCode::HarnessNotFound,
+        format!(
+            "{} cannot start in its cage, which would not let it read `{name}`: {key} (the bridge's \
+             log says where it is)",
+            spec.label
+        ),
+    ))
+}
+
 /// A turn in a project's worktree: its git's variables for the harness,
 /// and what the `publish` tool reads when the run may ask to publish.
 fn in_worktree(
@@ -879,7 +917,8 @@ impl Bridge {
             )
         })?;
         let (repo_read, repo_write) = checkout.map(Checkout::cage_paths).unwrap_or_default();
-        let wall = cage.plan(&Subject {
+        let named = spec.named_paths();
+        let subject = Subject {
             workspace,
             program,
             env,
@@ -887,9 +926,14 @@ impl Bridge {
                 .home
                 .as_ref()
                 .map_or(&[][..], |home| home.carried.as_slice()),
+            named: &named,
             own_port,
             project: (&repo_read, &repo_write),
-        });
+        };
+        let wall = cage.plan(&subject);
+        if let Some(wall) = &wall {
+            readable_start(spec, wall, &cage.needs(&subject), workspace)?;
+        }
         if let Some(owner) = cage.owner() {
             runnable_by(owner, program, spec)?;
         }

@@ -23,6 +23,7 @@ mod limits;
 mod marker;
 mod policy;
 mod procs;
+mod start;
 mod subreaper;
 mod wall;
 
@@ -47,6 +48,7 @@ pub use limits::{Counters, Limits, Quota, Resource};
 pub use marker::TURN_ENV;
 use marker::{BridgeId, Marker};
 pub use policy::{CagePolicy, Network, Subject};
+pub use start::{Unreadable, unreadable};
 pub use wall::{
     INSIDE_UID, NEEDED_ABI, Plan, SYSTEM_READ_ONLY, SYSTEM_READ_WRITE, USERNS_FIX,
     free_loopback_port, installation, kernel_abi, unavailable, url_ports,
@@ -254,6 +256,7 @@ pub async fn own_network_works() -> io::Result<()> {
         program,
         env: &env,
         carried: &[],
+        named: &[],
         own_port: None,
         project: (&[], &[]),
     });

@@ -79,6 +79,8 @@ pub struct Subject<'a> {
     /// Files of the operator's that the harness is given to read (its
     /// carried settings and credentials); the URLs in them count too.
     pub carried: &'a [PathBuf],
+    /// The paths its command line names (a script its interpreter runs).
+    pub named: &'a [PathBuf],
     /// The port it is told to serve itself on (`{own_port}`), if any.
     pub own_port: Option<u16>,
     /// What its conversation's project lets it read and write besides the
@@ -115,7 +117,9 @@ impl CagePolicy {
             !workspace.starts_with(&real)
         };
         read_only.extend(
-            std::iter::once(wall::installation(subject.program))
+            self.needs(subject)
+                .iter()
+                .map(|path| wall::installation(path))
                 .chain(
                     subject
                         .env
@@ -151,6 +155,16 @@ impl CagePolicy {
             bind: subject.own_port.into_iter().collect(),
             own_network: self.network == Network::Isolated,
         })
+    }
+
+    /// What `subject`'s harness must read to start: its program, the
+    /// interpreter of a script, the files its command line names.
+    pub fn needs(&self, subject: &Subject<'_>) -> Vec<PathBuf> {
+        super::start::needs(
+            subject.program,
+            subject.named,
+            subject.env.get("PATH").map(String::as_str),
+        )
     }
 
     /// The TCP ports a harness may reach with `network: ports`: those of
@@ -240,6 +254,7 @@ mod tests {
                 program: Path::new("/usr/bin/true"),
                 env: &env,
                 carried: &[],
+                named: &[],
                 own_port: None,
                 project: (&[], &[]),
             })
@@ -261,6 +276,7 @@ mod tests {
             program: Path::new("/usr/bin/true"),
             env: &env,
             carried: &[],
+            named: &[],
             own_port: None,
             project: (&[], &[]),
         };
