@@ -357,3 +357,56 @@ fn serve_refuses_a_worker_count_it_cannot_use_with_the_reason() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// `doctor` says, for each harness installed, where its model key lives:
+/// a sign-in file the bridge would carry into every conversation's home
+/// (readable by its agent) is named with the variable that keeps the key
+/// outside instead; with that variable set, the key is the gateway's.
+#[test]
+fn doctor_says_where_each_harnesss_key_lives() {
+    let home = common::tempdir();
+    let codex = home.path().join(".codex");
+    std::fs::create_dir_all(&codex).unwrap();
+    let config = home.path().join("bridge.yaml");
+    std::fs::write(&config, "harness_binaries:\n  codex: /bin/true\n").unwrap();
+    let doctor = |key: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_harness-bridge"));
+        command
+            .args(["doctor", "--config"])
+            .arg(&config)
+            .env_clear()
+            .env("HOME", home.path())
+            .env("PATH", "/usr/bin:/bin");
+        if let Some(key) = key {
+            command.env("OPENAI_API_KEY", key);
+        }
+        let said = stdout(&command.output().expect("doctor runs"));
+        said.lines()
+            .find(|l| l.starts_with("sign-in: Codex: "))
+            .unwrap_or_else(|| panic!("no line for Codex:\n{said}"))
+            .to_string()
+    };
+    let nothing = doctor(None);
+    assert!(
+        nothing.contains("no key and no sign-in found: set OPENAI_API_KEY"),
+        "{nothing}"
+    );
+    std::fs::write(codex.join("auth.json"), "{}").unwrap();
+    let signed_in = doctor(None);
+    assert!(
+        signed_in.contains(&format!(
+            "it signs in with {}, carried into each conversation's home, where its agent can read it",
+            codex.join("auth.json").display()
+        )) && signed_in.contains("set OPENAI_API_KEY or CODEX_API_KEY for the bridge instead"),
+        "{signed_in}"
+    );
+    std::fs::remove_file(codex.join("auth.json")).unwrap();
+    let keyed = doctor(Some("sk-not-said"));
+    assert!(
+        keyed.contains(
+            "its key (OPENAI_API_KEY) is held by the model gateway and never enters a cage"
+        ),
+        "{keyed}"
+    );
+    assert!(!keyed.contains("sk-not-said"));
+}

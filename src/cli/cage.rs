@@ -206,7 +206,15 @@ pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
     if let Some(line) = crate::harness::cage::slow_launches() {
         println!("launches: {line}");
     }
-    println!("network: {}", network_line(&super::runtime()?));
+    let own_network = super::runtime()?.block_on(crate::harness::cage::own_network_works());
+    println!("network: {}", network_line(own_network.as_ref().err()));
+    let behind_door = policy.enabled && policy.network == Network::Isolated && own_network.is_ok();
+    let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    for line in super::sign_in::lines(loaded.as_ref(), &env, behind_door) {
+        println!("sign-in: {line}");
+    }
     crate::harness::cage::release();
     if policy.enabled && crate::harness::cage::unavailable().is_some() {
         return Ok(super::exit::FAILURE);
@@ -214,14 +222,15 @@ pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
     Ok(super::exit::OK)
 }
 
-/// Whether a harness can have a network of its own here, in a line.
-fn network_line(runtime: &tokio::runtime::Runtime) -> String {
-    match runtime.block_on(crate::harness::cage::own_network_works()) {
-        Ok(()) => format!(
+/// Whether a harness can have a network of its own here (`why` not), in
+/// a line.
+fn network_line(why: Option<&std::io::Error>) -> String {
+    match why {
+        None => format!(
             "a harness can have a network of its own here (`cage.network: isolated`: its one way out the bridge's door on 127.0.0.1:{}, which holds the model keys)",
             crate::harness::cage::DOOR_PORT
         ),
-        Err(why) => format!(
+        Some(why) => format!(
             "a harness cannot have a network of its own here, so under the default (`cage.network: isolated`) harnesses get `ports`: they connect to their model endpoints' ports and hold the model keys: {why}"
         ),
     }

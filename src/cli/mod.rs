@@ -22,6 +22,7 @@ mod project;
 mod relay;
 mod run;
 mod serve;
+mod sign_in;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -116,6 +116,10 @@ pub struct CarryFiles {
     pub from: Vec<String>,
     /// The files, relative to both folders.
     pub files: Vec<String>,
+    /// Those of them that hold a sign-in (tokens, a key): `doctor` says
+    /// they enter each conversation's cage.
+    #[serde(default)]
+    pub sign_in: Vec<String>,
 }
 
 /// A model endpoint the CLI reads from its environment. In a cage with a
@@ -168,6 +172,20 @@ pub enum ModelConfig {
         /// wins over its files).
         content: String,
     },
+}
+
+impl ModelConfig {
+    /// The variables Codex's built-in OpenAI provider reads its key from.
+    pub const CODEX_KEYS: [&'static str; 2] = ["OPENAI_API_KEY", "CODEX_API_KEY"];
+
+    /// The key variables this configuration reads besides a spec's
+    /// `models`.
+    pub fn keys(&self) -> &'static [&'static str] {
+        match self {
+            ModelConfig::CodexToml { .. } => &Self::CODEX_KEYS,
+            ModelConfig::OpencodeJson { .. } => &[],
+        }
+    }
 }
 
 /// A spec file as written: the family, and what is the operator's to say.
@@ -412,6 +430,7 @@ fn with_additions(mut home: Home, added: HomeAdditions) -> Home {
         into: c.into,
         from: c.from,
         files: c.files,
+        sign_in: c.sign_in,
     }));
     home
 }
@@ -443,6 +462,11 @@ fn check_home(home: &Home) -> Result<(), String> {
             if crate::projection::relative_components(file).is_err() {
                 return Err(format!("`{file}` must be a plain relative path"));
             }
+        }
+        if let Some(file) = carry.sign_in.iter().find(|f| !carry.files.contains(f)) {
+            return Err(format!(
+                "sign_in: `{file}` is not one of the carried `files`"
+            ));
         }
     }
     Ok(())
@@ -760,6 +784,22 @@ impl AdapterSpec {
         paths.sort();
         paths.dedup();
         paths
+    }
+
+    /// Every variable it may read a model key from: its `models`' and
+    /// its model configuration's.
+    pub fn key_vars(&self) -> Vec<&str> {
+        let mut vars: Vec<&str> = self
+            .models
+            .iter()
+            .flat_map(|model| &model.keys)
+            .map(String::as_str)
+            .collect();
+        if let Some(config) = &self.model_config {
+            vars.extend(config.keys().iter().copied());
+        }
+        vars.dedup();
+        vars
     }
 
     /// Whether the harness runs only live: an ACP agent, whose protocol

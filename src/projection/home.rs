@@ -47,6 +47,9 @@ pub struct Carry {
     pub from: Vec<String>,
     /// The files (or folders) carried, relative to both folders.
     pub files: Vec<String>,
+    /// Those of them that hold a sign-in (tokens, a key), which its agent
+    /// can read like every carried file.
+    pub sign_in: Vec<String>,
 }
 
 /// The home as projected: what the harness's environment gets, and what
@@ -112,6 +115,17 @@ fn source(from: &[String], env: &BTreeMap<String, String>) -> Option<PathBuf> {
         });
     }
     None
+}
+
+/// The operator's sign-in files `home` carries into each conversation's
+/// home, by `env` (the harness's environment): those that are there.
+pub fn sign_ins(home: &Home, env: &BTreeMap<String, String>) -> Vec<PathBuf> {
+    home.carry
+        .iter()
+        .filter_map(|carry| Some((carry, source(&carry.from, env)?)))
+        .flat_map(|(carry, folder)| carry.sign_in.iter().map(move |file| folder.join(file)))
+        .filter(|path| path.is_file())
+        .collect()
 }
 
 /// `parts` split from `/`-separated `path` (empty for an empty path).
@@ -221,8 +235,21 @@ mod tests {
                 into: ".codex".into(),
                 from: vec!["$CODEX_HOME".into(), "$HOME/.codex".into()],
                 files: vec!["config.toml".into(), "auth.json".into()],
+                sign_in: vec!["auth.json".into()],
             }],
         }
+    }
+
+    #[test]
+    fn the_sign_ins_are_those_of_the_operators_folder_that_are_there() {
+        let operator = tempfile::tempdir().unwrap();
+        let codex = operator.path().join(".codex");
+        std::fs::create_dir_all(&codex).unwrap();
+        std::fs::write(codex.join("config.toml"), "").unwrap();
+        let vars = env(&[("HOME", operator.path())]);
+        assert!(sign_ins(&codex_home(), &vars).is_empty());
+        std::fs::write(codex.join("auth.json"), "{}").unwrap();
+        assert_eq!(sign_ins(&codex_home(), &vars), [codex.join("auth.json")]);
     }
 
     #[test]

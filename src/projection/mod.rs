@@ -31,7 +31,9 @@ pub use binding::{
 };
 pub use confined::{ConfinedDir, Entry, HardLinked, HeadRead, WriteOutcome, read_beneath};
 pub use error::ProjectionError;
-pub use home::{Carry, Home, ProjectedHome, check_source as check_home_source, is_var_name};
+pub use home::{
+    Carry, Home, ProjectedHome, check_source as check_home_source, is_var_name, sign_ins,
+};
 pub use inputs::{DEFAULT_MAX_INPUT_BYTES, InputFile, input_file_id};
 pub use mcp_config::{
     BRIDGE_SERVER, ExtraServer, McpCatalog, McpFile, McpFormat, McpServer, RenderedMcp, TOKEN_ENV,

@@ -21,7 +21,7 @@ use super::Routes;
 /// Where the built-in provider's calls go.
 const OPENAI: &str = "https://api.openai.com/v1";
 /// The variables Codex reads the built-in provider's key from.
-const OPENAI_KEYS: [&str; 2] = ["OPENAI_API_KEY", "CODEX_API_KEY"];
+const OPENAI_KEYS: [&str; 2] = crate::harness::ModelConfig::CODEX_KEYS;
 /// The name of the provider the bridge gives a turn in the built-in's
 /// place.
 const OWN: &str = "bridge-openai";

@@ -29,6 +29,7 @@ pub const FAMILY: Family = Family {
             into: ".claude",
             from: &["$CLAUDE_CONFIG_DIR", "$HOME/.claude"],
             files: &[".credentials.json", "settings.json"],
+            sign_in: &[".credentials.json"],
         }],
     },
     usage_file: None,

@@ -30,6 +30,7 @@ pub const FAMILY: Family = Family {
             into: ".codex",
             from: &["$CODEX_HOME", "$HOME/.codex"],
             files: &["config.toml", "auth.json"],
+            sign_in: &["auth.json"],
         }],
     },
     usage_file: None,

@@ -27,6 +27,7 @@ pub const FAMILY: Family = Family {
             into: ".copilot",
             from: &["$COPILOT_HOME", "$HOME/.copilot"],
             files: &["config.json"],
+            sign_in: &["config.json"],
         }],
     },
     usage_file: Some(UsageFile::CopilotSession),

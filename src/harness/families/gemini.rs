@@ -29,6 +29,7 @@ pub const FAMILY: Family = Family {
             into: ".gemini",
             from: &["$GEMINI_CLI_HOME/.gemini", "$HOME/.gemini"],
             files: &["oauth_creds.json", "google_accounts.json", ".env"],
+            sign_in: &["oauth_creds.json", "google_accounts.json", ".env"],
         }],
     },
     usage_file: None,

@@ -123,6 +123,8 @@ pub struct CarrySpec {
     pub from: &'static [&'static str],
     /// The files, relative to both folders.
     pub files: &'static [&'static str],
+    /// Those of them that hold a sign-in (tokens, a key).
+    pub sign_in: &'static [&'static str],
 }
 
 impl HomeSpec {
@@ -146,6 +148,7 @@ impl HomeSpec {
                     into: c.into.to_string(),
                     from: c.from.iter().map(|f| f.to_string()).collect(),
                     files: c.files.iter().map(|f| f.to_string()).collect(),
+                    sign_in: c.sign_in.iter().map(|f| f.to_string()).collect(),
                 })
                 .collect(),
         }

@@ -26,6 +26,7 @@ pub const FAMILY: Family = Family {
             into: ".qwen",
             from: &["$QWEN_HOME", "$HOME/.qwen"],
             files: &["settings.json", "oauth_creds.json", ".env"],
+            sign_in: &["oauth_creds.json", ".env"],
         }],
     },
     usage_file: None,
