@@ -4,8 +4,13 @@
 //! - **a model call**: 64 clients at once, each making its calls one after
 //!   another on a connection it keeps (as a CLI does), a streamed answer of
 //!   a dozen server-sent events, through the gateway (the stand-in swapped
-//!   for the key, the run's grant checked each call) and straight to the
-//!   model: p50 and p99 of each, and what the gateway adds;
+//!   for the key, the run's grant checked each call, the answer read for
+//!   its usage) and straight to the model: p50 and p99 of each, and what
+//!   the gateway adds. Twice: with the model's events spread over
+//!   `PACE_MS` (50 by default: a model streams, and 64 streams of one are
+//!   64 mostly waiting connections), and with no pause at all, which keeps
+//!   every core busy with HTTP alone (the worst case: the gateway's own
+//!   work then queues behind everyone's);
 //! - **a large download** through the egress proxy (a `CONNECT` tunnel,
 //!   and plain HTTP forwarded) and straight from the server: MB/s, and the
 //!   proxy's share of the direct rate.
@@ -15,7 +20,8 @@
 //! the bench runs as root, as the network tests do.
 //!
 //! Reproduce: `cargo bench --bench door` (`CALLS=40` calls per client, 20
-//! by default; `STREAMS`, 64; `DOWNLOAD_MB`, 512; `ROUNDS`, 3). Without `--bench` (as
+//! by default; `STREAMS`, 64; `PACE_MS`, 50; `DOWNLOAD_MB`, 512; `ROUNDS`,
+//! 3). Without `--bench` (as
 //! `cargo test --bench door` runs it) a few of each, as a check that every
 //! path still works.
 
@@ -31,6 +37,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::routing::{get, post};
+use futures_util::StreamExt as _;
 use harness_bridge::door::{Gateway, Keeper, Proxy};
 use harness_bridge::harness::cage::Egress;
 use harness_bridge::harness::{Adapters, DoorKeeper as _};
@@ -93,18 +100,38 @@ fn answer() -> String {
     body
 }
 
-/// The model and the download server, at `PUBLIC`.
+/// The model and the download server, at `PUBLIC`. The model sends its
+/// answer's events spread over `?pace=MS` (none: all at once).
 async fn server(download: usize) -> SocketAddr {
     let answer = answer();
     let app = Router::new()
         .route(
             "/v1/messages",
-            post(move || {
+            post(move |uri: http::Uri| {
                 let answer = answer.clone();
+                let pace = uri
+                    .query()
+                    .and_then(|q| q.strip_prefix("pace="))
+                    .and_then(|ms| ms.parse::<u64>().ok())
+                    .unwrap_or(0);
                 async move {
+                    let events: Vec<String> =
+                        answer.split_inclusive("\n\n").map(str::to_string).collect();
+                    let gap = Duration::from_millis(pace) / events.len() as u32;
+                    let stream = futures_util::stream::iter(events).then(move |event| async move {
+                        if !gap.is_zero() {
+                            tokio::time::sleep(gap).await;
+                        }
+                        Ok::<_, std::io::Error>(event)
+                    });
+                    let body = if pace == 0 {
+                        Body::from(answer)
+                    } else {
+                        Body::from_stream(stream)
+                    };
                     http::Response::builder()
                         .header("content-type", "text/event-stream")
-                        .body(Body::from(answer))
+                        .body(body)
                         .expect("response")
                 }
             }),
@@ -161,6 +188,48 @@ async fn calls(url: &str, key: &str, calls: usize) -> Vec<Duration> {
         all.extend(task.await.expect("a client"));
     }
     all
+}
+
+/// The calls of `STREAMS` clients straight to the model and through the
+/// gateway, alternating, `rounds` times; their times said in a line.
+async fn model_calls(
+    direct_url: &str,
+    door_url: &str,
+    stand_in: &str,
+    per_client: usize,
+    rounds: usize,
+    pace: u64,
+) {
+    // Warm both ways (connections, the allocator) before measuring.
+    calls(direct_url, "sk-bench", 1).await;
+    calls(door_url, stand_in, 1).await;
+    let (mut direct, mut through) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            direct.extend(calls(direct_url, "sk-bench", per_client).await);
+            through.extend(calls(door_url, stand_in, per_client).await);
+        } else {
+            through.extend(calls(door_url, stand_in, per_client).await);
+            direct.extend(calls(direct_url, "sk-bench", per_client).await);
+        }
+    }
+    let (d50, d99) = (percentile(&mut direct, 0.5), percentile(&mut direct, 0.99));
+    let (g50, g99) = (
+        percentile(&mut through, 0.5),
+        percentile(&mut through, 0.99),
+    );
+    println!(
+        "model call, {} streams, answers over {pace} ms, {} calls each way: direct p50 {:.3} ms \
+         p99 {:.3} ms; through the gateway p50 {:.3} ms p99 {:.3} ms; added p50 {:+.3} ms p99 {:+.3} ms",
+        streams(),
+        direct.len(),
+        ms(d50),
+        ms(d99),
+        ms(g50),
+        ms(g99),
+        ms(g50) - ms(d50),
+        ms(g99) - ms(d99)
+    );
 }
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
@@ -279,38 +348,15 @@ fn main() {
         let door = listener.local_addr().expect("addr");
         let _open = Keeper::new(Router::new(), gateway, proxy).open(listener);
 
-        let direct_url = format!("http://{server}/v1/messages");
-        let door_url = format!("http://{door}/model/anthropic/v1/messages");
-        // Warm both ways (connections, the allocator) before measuring.
-        calls(&direct_url, "sk-bench", 1).await;
-        calls(&door_url, &stand_in, 1).await;
-        let (mut direct, mut through) = (Vec::new(), Vec::new());
-        for round in 0..rounds {
-            if round % 2 == 0 {
-                direct.extend(calls(&direct_url, "sk-bench", per_client).await);
-                through.extend(calls(&door_url, &stand_in, per_client).await);
-            } else {
-                through.extend(calls(&door_url, &stand_in, per_client).await);
-                direct.extend(calls(&direct_url, "sk-bench", per_client).await);
-            }
+        let pace: u64 = std::env::var("PACE_MS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(50);
+        for pace in [pace, 0] {
+            let direct_url = format!("http://{server}/v1/messages?pace={pace}");
+            let door_url = format!("http://{door}/model/anthropic/v1/messages?pace={pace}");
+            model_calls(&direct_url, &door_url, &stand_in, per_client, rounds, pace).await;
         }
-        let (d50, d99) = (percentile(&mut direct, 0.5), percentile(&mut direct, 0.99));
-        let (g50, g99) = (
-            percentile(&mut through, 0.5),
-            percentile(&mut through, 0.99),
-        );
-        println!(
-            "model call, {} streams, {} calls each way: direct p50 {:.3} ms p99 {:.3} ms; \
-             through the gateway p50 {:.3} ms p99 {:.3} ms; added p50 {:+.3} ms p99 {:+.3} ms",
-            streams(),
-            direct.len(),
-            ms(d50),
-            ms(d99),
-            ms(g50),
-            ms(g99),
-            ms(g50) - ms(d50),
-            ms(g99) - ms(d99)
-        );
 
         let (mut straight, mut tunnel, mut forwarded) = (Vec::new(), Vec::new(), Vec::new());
         download(server, door, Way::Direct).await;

@@ -88,6 +88,12 @@ impl Tally {
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
+        // Most events are text on its way: only one that names a usage
+        // or a model is read whole.
+        let names = |word: &[u8]| memchr::memmem::find(data, word).is_some();
+        if !(names(b"sage") || names(b"odel")) {
+            return;
+        }
         if let Ok(value) = serde_json::from_slice::<Value>(data.trim_ascii()) {
             self.take(&value);
         }
