@@ -32,6 +32,15 @@ impl Plugin {
     }
 
     async fn start_on(data: tempfile::TempDir, tools: tempfile::TempDir) -> Plugin {
+        Plugin::start_on_with(data, tools, &[]).await
+    }
+
+    /// [`Plugin::start_on`], the relay given `flags` besides.
+    async fn start_on_with(
+        data: tempfile::TempDir,
+        tools: tempfile::TempDir,
+        flags: &[&str],
+    ) -> Plugin {
         let mut child = tokio::process::Command::new(common::bridge_bin())
             .arg("--data-dir")
             .arg(data.path())
@@ -40,6 +49,7 @@ impl Plugin {
             .arg(tools.path().join("adapters"))
             .arg("--kill-grace")
             .arg("1")
+            .args(flags)
             .env_clear()
             .env(
                 "PATH",
@@ -990,4 +1000,57 @@ async fn commands_are_answered_beside_a_running_turn_and_a_stop_follow_up_ends_i
     assert!(said.starts_with("Stopped the running turn"), "{said}");
     let end = results["run-again"].last().unwrap();
     assert_eq!(end["data"]["code"], "cancelled", "{end}");
+}
+
+/// The real Claude Code behind the relay, in `bypassPermissions`, in a
+/// network of its own (the relay's default): its shell's ways out — TCP
+/// to the host's loopback and to another address, UDP, a name lookup, a
+/// pathname and an abstract unix socket — are all held and nothing
+/// arrives; its key is a stand-in and the operator's, sent in the run
+/// frame, is nowhere it read, while every model call reached the model
+/// with the operator's key through the gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn nothing_leaves_claudes_cage_behind_the_relay_but_through_its_door() {
+    use common::escape::{OPERATOR_KEY, Targets, WAYS_OUT, assert_held, assert_stand_ins};
+    let claude = common::cli("claude");
+    let targets = Targets::new(false);
+    let (model_url, fake) = common::anthropic::fake_model_running(&targets.script()).await;
+    let home = common::tempdir();
+    let tools = common::tempdir();
+    common::scripted::install(tools.path());
+    let data = common::tempdir();
+    let mut plugin = Plugin::start_on_with(
+        data,
+        tools,
+        &["--read-only", &targets.sockets.path().display().to_string()],
+    )
+    .await;
+    plugin.hello().await;
+    let mut ctx = serde_json::to_value(common::context("relay-door", "door-relay")).unwrap();
+    ctx["input"]["text"] = json!("Look around");
+    ctx["config"] = json!({"permission_mode": "bypassPermissions"});
+    plugin
+        .send(json!({
+            "type": "run", "run_id": "relay-door", "harness": "claude-code", "context": ctx,
+            "binary": claude,
+            "env": {
+                "PATH": std::env::var("PATH").unwrap_or_default(),
+                "HOME": home.path(),
+                "ANTHROPIC_BASE_URL": model_url,
+                "ANTHROPIC_API_KEY": OPERATOR_KEY,
+                "CLAUDE_CODE_MAX_RETRIES": "0",
+            },
+        }))
+        .await;
+    let (results, _) = plugin
+        .until_done(&["relay-door"], |_| json!({"data": null}))
+        .await;
+    let results = &results["relay-door"];
+    assert_eq!(kinds(results).last(), Some(&"run.completed"), "{results:?}");
+    let requests = fake.requests.lock().unwrap().clone();
+    let lines = common::probe_lines(&requests);
+    assert_held(&lines, WAYS_OUT);
+    targets.assert_untouched();
+    assert_stand_ins(&lines, &requests, &fake.keys.lock().unwrap());
 }

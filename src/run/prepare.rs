@@ -158,6 +158,21 @@ fn runnable_by(
     ))
 }
 
+/// What the turn's harness may call through the gateway, when its binding
+/// lists models: those a person may pick here, the picked one among them.
+fn bound_models(binding: &Binding<'_>, open: &OpenRun) {
+    if binding.models.is_empty() {
+        return;
+    }
+    let mut models = binding.models.clone();
+    if let Some(picked) = &binding.model
+        && !models.contains(picked)
+    {
+        models.push(picked.clone());
+    }
+    open.grant.bound_models(models);
+}
+
 /// Refuse, in words, a start the cage would refuse with a bare error: a
 /// file the harness needs to start (its program, a script's interpreter,
 /// a file its command line names) that its wall would not let it read.
@@ -296,18 +311,7 @@ impl Bridge {
             mut env,
             program,
         } = self.admit(ctx, harness, options)?;
-        let (open, guard) = self.open_grant(ctx, spec, options)?;
-        if !binding.models.is_empty() {
-            // What its harness may call through the gateway: the models a
-            // person may pick here, the picked one among them.
-            let mut models = binding.models.clone();
-            if let Some(picked) = &binding.model
-                && !models.contains(picked)
-            {
-                models.push(picked.clone());
-            }
-            open.grant.bound_models(models);
-        }
+        let (open, guard) = self.open_grant(ctx, spec, &binding, options)?;
         let host = options
             .host
             .as_deref()
@@ -492,13 +496,15 @@ impl Bridge {
         })
     }
 
-    /// The run's grant (closed again however the turn ends); a turn whose
+    /// The run's grant (closed again however the turn ends), the models
+    /// its harness may call bounded by its binding; a turn whose
     /// deadline passed while it waited (in a host's queue, in ours) starts
     /// nothing: its answer would come too late anyway.
     fn open_grant(
         &self,
         ctx: &AgentRunContext,
         spec: &AdapterSpec,
+        binding: &Binding<'_>,
         options: &RunOptions,
     ) -> Result<(OpenRun, RunGuard<'_>), RunFailed> {
         let open = self
@@ -511,6 +517,7 @@ impl Bridge {
                 options.host.clone(),
             )
             .map_err(|e| fail(FailureCode::InvalidArgument, e.message))?;
+        bound_models(binding, &open);
         let guard = RunGuard {
             bridge: self,
             run_id: ctx.run_id.clone(),

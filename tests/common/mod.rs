@@ -4,6 +4,7 @@
 //! - [`bridge`]: `harness-bridge run` as a user runs it ([`BridgeTurn`]);
 //! - [`server`]: `harness-bridge serve` as a child process;
 //! - [`e2e`]: an open run for a real CLI, and the checks every harness passes;
+//! - [`escape`]: the network probes an agent runs, and what they must show;
 //! - [`procs`]: processes seen from `/proc` (what is left running);
 //! - [`tools`]: where the environment tiers' tools are (CLIs, venvs);
 //! - [`scripted`]: a shell script playing a harness;
@@ -20,6 +21,7 @@ pub mod anthropic;
 pub mod bridge;
 pub mod context;
 pub mod e2e;
+pub mod escape;
 pub mod loopback;
 pub mod openai;
 pub mod pg;

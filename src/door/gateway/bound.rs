@@ -8,7 +8,7 @@ use serde::Deserialize;
 /// others' in their JSON body. `Err` when the body cannot be read for it
 /// (not JSON, or a `model` given twice): such a call is refused where
 /// models are bounded, since the upstream may read it otherwise.
-pub(super) fn requested(rest: &str, body: &[u8]) -> Result<Option<String>, String> {
+pub(super) fn requested(rest: &str, body: &[u8]) -> Result<Option<String>, Unreadable> {
     if let Some(after) = rest.split("models/").nth(1) {
         let name = after.split([':', '/', '?']).next().unwrap_or_default();
         if !name.is_empty() {
@@ -24,8 +24,13 @@ pub(super) fn requested(rest: &str, body: &[u8]) -> Result<Option<String>, Strin
     }
     serde_json::from_slice::<Named>(body)
         .map(|named| named.model)
-        .map_err(|e| format!("its body does not say its model once, in JSON ({e})"))
+        .map_err(Unreadable)
 }
+
+/// A call whose body does not say its model once, in JSON.
+#[derive(Debug, thiserror::Error)]
+#[error("its body does not say its model once, in JSON ({0})")]
+pub(super) struct Unreadable(serde_json::Error);
 
 /// Whether `asked` is one of the `listed` models: the same name; the
 /// same with a dated or `-latest` suffix (`claude-sonnet-4-5` covers
@@ -72,21 +77,25 @@ mod tests {
 
     #[test]
     fn a_call_names_its_model_in_its_path_or_its_body_once() {
+        let named = |rest: &str, body: &[u8]| requested(rest, body).ok().flatten();
         assert_eq!(
-            requested("v1beta/models/gemini-2.5-pro:streamGenerateContent", b"{}"),
-            Ok(Some("gemini-2.5-pro".into()))
+            named("v1beta/models/gemini-2.5-pro:streamGenerateContent", b"{}"),
+            Some("gemini-2.5-pro".into())
         );
         assert_eq!(
-            requested("v1/messages", br#"{"model":"claude-x","max_tokens":1}"#),
-            Ok(Some("claude-x".into()))
+            named("v1/messages", br#"{"model":"claude-x","max_tokens":1}"#),
+            Some("claude-x".into())
         );
-        assert_eq!(requested("v1/models", b""), Ok(None));
-        assert_eq!(requested("v1/messages", br#"{"max_tokens":1}"#), Ok(None));
+        assert!(matches!(requested("v1/models", b""), Ok(None)));
+        assert!(matches!(
+            requested("v1/messages", br#"{"max_tokens":1}"#),
+            Ok(None)
+        ));
         assert!(requested("v1/messages", br#"{"model":"a","model":"b"}"#).is_err());
         assert!(requested("v1/messages", b"model=a").is_err());
         assert_eq!(
-            requested("v1/messages", br#"{"mo\u0064el":"escaped"}"#),
-            Ok(Some("escaped".into()))
+            named("v1/messages", br#"{"mo\u0064el":"escaped"}"#),
+            Some("escaped".into())
         );
     }
 
