@@ -221,6 +221,8 @@ p() { n=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "ESCAPED:$n"; else ech
 p unlisted_port curl -sf --max-time 5 "http://$HOST:$OTHER/note.txt"
 p name_of_a_private_address curl -sf --max-time 5 --noproxy '' -x "$HTTP_PROXY" "http://localhost:$LOCAL/"
 p around_the_proxy curl -sf --max-time 5 --noproxy '*' "http://$HOST:$PORT/note.txt"
+p cloud_metadata curl -sf --max-time 5 "http://169.254.169.254/latest/meta-data/"
+p cloud_metadata_tunnel curl -sf --max-time 5 -p "http://169.254.169.254/latest/meta-data/"
 echo "CONTROL:why=$(curl -s --max-time 5 --noproxy '' -x "$HTTP_PROXY" "http://localhost:$LOCAL/" | tr ' ' '_')"
 echo "CONTROL:fetched=$(curl -sf --max-time 5 "http://$HOST:$PORT/note.txt")"
 echo "CONTROL:tunnel=$(curl -sf --max-time 5 -p "http://$HOST:$PORT/note.txt")"
@@ -231,8 +233,8 @@ echo "CONTROL:cloned=$(cat cloned/README)"
 /// The egress proxy at the door (the operator's destinations, and the
 /// binding's added to them): the operator's destination is reached —
 /// by curl, plain and tunnelled, and by `git clone` — while another port
-/// of it, a name that resolves to this machine and a connection around
-/// the proxy are refused, the refusal saying why (`egress.ask: off`: at
+/// of it, a name that resolves to this machine, the cloud's metadata
+/// address (listed, even) and a connection around the proxy are refused, the refusal saying why (`egress.ask: off`: at
 /// once, asking no one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
@@ -259,7 +261,7 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
     let (server_process, _home): (ServeProcess, _) = serve_claude_with(
         model_url,
         &format!(
-            "default_config:\n  permission_mode: bypassPermissions\n  egress:\n    allow: [\"localhost:{}\"]\ncage:\n  network: isolated\n  egress:\n    allow: [\"{}:{port}\"]\n    ask: off\n",
+            "default_config:\n  permission_mode: bypassPermissions\n  egress:\n    allow: [\"localhost:{}\", \"169.254.169.254\"]\ncage:\n  network: isolated\n  egress:\n    allow: [\"{}:{port}\"]\n    ask: off\n",
             local.local_addr().unwrap().port(),
             public.0
         ),
@@ -275,6 +277,8 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
             "unlisted_port",
             "name_of_a_private_address",
             "around_the_proxy",
+            "cloud_metadata",
+            "cloud_metadata_tunnel",
         ],
     );
     for want in [
