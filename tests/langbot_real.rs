@@ -21,6 +21,8 @@
 //! - The operator's budgets, set in the plugin's settings: a person over
 //!   their turn rate is told so in the chat and nothing runs; another
 //!   person goes on; both persons' runs are in the bridge's ledger.
+//! - A destination the agent reaches for mid-turn, asked of the person in
+//!   the chat while the turn waits, and let through by their `/allow`.
 //! - Through the Agent debug chat, across a LangBot restart: deltas stream
 //!   into LangBot, the history tool returns LangBot's own transcript, the
 //!   session pointer sits in LangBot's conversation state, and every turn
@@ -1491,6 +1493,72 @@ async fn status_during_a_claude_turn_is_answered_while_it_works_on_a_streaming_s
     }
     let said = fake.people_said();
     assert!(!said.iter().any(|t| t.contains("/status")), "{said:?}");
+}
+
+/// A destination the agent reaches for mid-turn is asked of the person
+/// in the chat while its turn waits: the real Claude Code (its Bash tool
+/// unasked) fetches from an address no rule lists; its door holds the
+/// connection, and the card's words reach the chat (LangBot's HTTP bot
+/// adapter, a Pipeline) before anyone answers; the person's `/allow` lets
+/// it through and the turn ends with what was fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier langbot+sdk+clis: needs the LangBot venv (target/langbot-venv or HARNESS_BRIDGE_LANGBOT_PYTHON), the SDK venv and the pinned claude and codex (tests/clis); scripts/test runs it"]
+async fn a_destination_the_agent_reaches_for_is_asked_in_the_chat_while_its_turn_waits() {
+    use common::escape::{PublicAddress, serve_files};
+    let public = PublicAddress::add("203.0.113.79");
+    let site = common::tempdir();
+    std::fs::write(site.path().join("note.txt"), "fetched-once-allowed").unwrap();
+    let (mut files, port) = serve_files(&public, site.path()).await;
+    let destination = format!("{}:{port}", public.0);
+    let (model_url, fake) = fake_model_running(&format!(
+        "curl -s --max-time 100 http://{destination}/note.txt"
+    ))
+    .await;
+    let mut langbot = langbot().await;
+    let target = langbot.call(json!({"cmd": "pipeline", "model_url": model_url, "bash": true}));
+    let bot = langbot.call(json!({
+        "cmd": "bot", "adapter": "http", "target_type": "pipeline", "target_uuid": target["uuid"],
+    }));
+    let bot = bot["uuid"].as_str().unwrap().to_string();
+    let user = 40041;
+    let working =
+        langbot.call(json!({"cmd": "send", "bot": bot, "user_id": user, "text": "Fetch the note"}));
+    // The model asks for the command; the command's connection then
+    // waits at the door for the person.
+    let asked = fake
+        .until_asked("Fetch the note", std::time::Duration::from_secs(120))
+        .await;
+    assert!(asked, "{}", langbot.logs());
+    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    let allow_sent = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let allowed = message_since(&mut langbot, &bot, user, "/allow", working);
+    let card = allowed
+        .actions
+        .iter()
+        .find(|a| {
+            a["text"].as_str().is_some_and(|t| {
+                t.contains(&format!("wants to reach {destination}")) && t.contains("/allow")
+            })
+        })
+        .unwrap_or_else(|| panic!("the card never reached the chat: {:?}", allowed.actions));
+    assert!(
+        card["at"].as_f64().unwrap() < allow_sent,
+        "the card came only after the answer: {card}"
+    );
+    assert!(
+        allowed.sent.iter().any(|t| t.contains(BASH_DONE)),
+        "{:?}",
+        allowed.sent
+    );
+    assert!(
+        fake.until_asked("fetched-once-allowed", std::time::Duration::ZERO)
+            .await,
+        "the held connection never went through"
+    );
+    let _ = files.kill().await;
 }
 
 /// Send `/stop` while the turn `working` (its `send`) runs: the person

@@ -15,8 +15,13 @@ use harness_bridge::protocol::StateScope;
 
 use common::anthropic::{CALLS_DONE, fake_model};
 use common::escape::{
-    OPERATOR_KEY, Targets, WAYS_OUT, assert_held, assert_key_stays_out, assert_stand_ins,
+    OPERATOR_KEY, PublicAddress, Targets, WAYS_OUT, assert_held, assert_key_stays_out,
+    assert_stand_ins, serve_files,
 };
+
+/// The address these tests' destinations stand at (a documentation
+/// network, added to the loopback).
+const PUBLIC: &str = "203.0.113.77";
 use common::probe_lines;
 use common::server::{ServeProcess, serve_claude_with};
 use serde_json::{Value, json};
@@ -169,50 +174,6 @@ async fn nothing_leaves_an_isolated_cage_in_run_as_a_plain_user() {
     assert_stand_ins(&lines, &requests, &fake.keys.lock().unwrap());
 }
 
-/// An address of the host's loopback device that counts as public (a
-/// documentation network): what an allowed destination on the internet is
-/// to the proxy, reachable here without a network. Shared by the tests
-/// that run at once: added by the first, taken away when the last is done.
-struct PublicAddress(&'static str);
-
-/// How many tests hold the public address now.
-static HOLDERS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
-
-impl PublicAddress {
-    fn add() -> PublicAddress {
-        let address = "203.0.113.77";
-        let mut holders = HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
-        if *holders == 0 {
-            let _ = std::process::Command::new("ip")
-                .args(["addr", "del", &format!("{address}/32"), "dev", "lo"])
-                .output();
-            let out = std::process::Command::new("ip")
-                .args(["addr", "add", &format!("{address}/32"), "dev", "lo"])
-                .output()
-                .expect("ip (iproute2) runs");
-            assert!(
-                out.status.success(),
-                "the tests run as root to add an address: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        *holders += 1;
-        PublicAddress(address)
-    }
-}
-
-impl Drop for PublicAddress {
-    fn drop(&mut self) {
-        let mut holders = HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
-        *holders -= 1;
-        if *holders == 0 {
-            let _ = std::process::Command::new("ip")
-                .args(["addr", "del", &format!("{}/32", self.0), "dev", "lo"])
-                .output();
-        }
-    }
-}
-
 /// What the agent does through its door's proxy: fetch from the allowed
 /// host (plain HTTP and through a CONNECT tunnel), clone a repository
 /// there with git, and try what it may not.
@@ -239,7 +200,7 @@ echo "CONTROL:cloned=$(cat cloned/README)"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
-    let public = PublicAddress::add();
+    let public = PublicAddress::add(PUBLIC);
     // The allowed host: a repository served over plain HTTP, and a file.
     let site = common::tempdir();
     let served = site.path().join("served");
@@ -324,38 +285,6 @@ fn dumb_repo(site: &std::path::Path, bare: &std::path::Path, readme: &str) {
     common::repo::git(bare, &["update-server-info"]);
 }
 
-/// A file server at the public address, serving `dir`; its port.
-async fn serve_files(
-    public: &PublicAddress,
-    dir: &std::path::Path,
-) -> (tokio::process::Child, u16) {
-    let port = {
-        let probe = std::net::TcpListener::bind((public.0, 0)).unwrap();
-        probe.local_addr().unwrap().port()
-    };
-    let server = tokio::process::Command::new("python3")
-        .args([
-            "-m",
-            "http.server",
-            &port.to_string(),
-            "--bind",
-            public.0,
-            "--directory",
-        ])
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 serves the files");
-    let up = std::time::Instant::now();
-    while std::net::TcpStream::connect((public.0, port)).is_err() {
-        assert!(up.elapsed().as_secs() < 10, "the file server did not start");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    (server, port)
-}
-
 /// The card a running turn sent about a destination, once it has: its id
 /// and title.
 async fn card_of(server: &ServeProcess, run_id: &str) -> (String, String) {
@@ -368,6 +297,8 @@ async fn card_of(server: &ServeProcess, run_id: &str) -> (String, String) {
                     .is_some_and(|id| id.starts_with("egress-"))
         });
         if let Some(card) = card {
+            // Marked as one the running turn waits on: shown at once.
+            assert_eq!(card["in_turn"], true, "{card}");
             let payload = &card["data"]["payload"];
             return (
                 payload["interaction_id"].as_str().unwrap().to_string(),
@@ -398,7 +329,7 @@ fn said(results: &[Value]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_new_destination_is_the_askers_to_allow_while_its_connection_waits() {
-    let public = PublicAddress::add();
+    let public = PublicAddress::add(PUBLIC);
     let site = common::tempdir();
     std::fs::write(site.path().join("note.txt"), "asked-and-allowed").unwrap();
     let (mut files, port) = serve_files(&public, site.path()).await;
@@ -663,7 +594,7 @@ echo "CONTROL:why=$(curl -s "http://unlisted.test:$PORT/hb-probe" | tr ' ' '_')"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis), npm and python3; scripts/test runs it"]
 async fn npm_pip_and_git_install_from_an_allowed_name_and_nothing_else() {
-    let public = PublicAddress::add();
+    let public = PublicAddress::add(PUBLIC);
     let _names = HostNames::add(&["registry.test", "unlisted.test"]);
     let site = common::tempdir();
     let port = {
@@ -896,7 +827,7 @@ done
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn a_bindings_network_word_chooses_what_its_door_reaches() {
-    let public = PublicAddress::add();
+    let public = PublicAddress::add(PUBLIC);
     let site = common::tempdir();
     std::fs::write(site.path().join("note.txt"), "reached").unwrap();
     let (mut listed, port) = serve_files(&public, site.path()).await;

@@ -97,6 +97,18 @@ impl Emitter {
         }
     }
 
+    /// Queue a payload said while the turn waits on its answer (a card
+    /// about a connection its door holds): marked `in_turn: true`, so a
+    /// front end that keeps a turn's questions for after its reply shows
+    /// this one at once.
+    pub fn push_in_turn(&mut self, payload: ResultPayload) {
+        let before = self.waiting.len();
+        self.push(vec![payload]);
+        for result in self.waiting.iter_mut().skip(before) {
+            result.extra.insert("in_turn".into(), true.into());
+        }
+    }
+
     /// Whether results wait for the consumer.
     pub fn pending(&self) -> bool {
         !self.waiting.is_empty()

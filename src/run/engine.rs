@@ -148,7 +148,7 @@ pub(super) async fn pump<E: Engine>(engine: &mut E, io: &mut Live<'_>) -> E::Ove
             }
             () = io.meter.changed(), if io.spend.is_some() => Some(Woke::Metered),
             Some(notice) = io.notices.recv() => {
-                io.emit.push(vec![notice]);
+                io.emit.push_in_turn(notice);
                 None
             }
         };

@@ -167,3 +167,82 @@ pub fn assert_key_stays_out(lines: &[String], read: &[Value], keys: &[String], h
     assert!(!keys.is_empty());
     assert!(keys.iter().all(|k| k == heard), "{keys:?}");
 }
+
+/// An address of the host's loopback device that counts as public (a
+/// documentation network): what an allowed destination on the internet is
+/// to the proxy, reachable here without a network. Shared by the tests
+/// that run at once: added by the first, taken away when the last is done.
+/// Each test binary names its own (`203.0.113.77` the network tests',
+/// another for another binary), as binaries may run at once.
+pub struct PublicAddress(pub &'static str);
+
+/// How many tests hold the public address now.
+static HOLDERS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
+impl PublicAddress {
+    /// `address` on the loopback while this is held (the tests run as
+    /// root to add it).
+    pub fn add(address: &'static str) -> PublicAddress {
+        let mut holders = HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
+        if *holders == 0 {
+            let _ = std::process::Command::new("ip")
+                .args(["addr", "del", &format!("{address}/32"), "dev", "lo"])
+                .output();
+            let out = std::process::Command::new("ip")
+                .args(["addr", "add", &format!("{address}/32"), "dev", "lo"])
+                .output()
+                .expect("ip (iproute2) runs");
+            assert!(
+                out.status.success(),
+                "the tests run as root to add an address: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        *holders += 1;
+        PublicAddress(address)
+    }
+}
+
+impl Drop for PublicAddress {
+    fn drop(&mut self) {
+        let mut holders = HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
+        *holders -= 1;
+        if *holders == 0 {
+            let _ = std::process::Command::new("ip")
+                .args(["addr", "del", &format!("{}/32", self.0), "dev", "lo"])
+                .output();
+        }
+    }
+}
+
+/// A file server at the public address, serving `dir`; its port.
+pub async fn serve_files(
+    public: &PublicAddress,
+    dir: &std::path::Path,
+) -> (tokio::process::Child, u16) {
+    let port = {
+        let probe = std::net::TcpListener::bind((public.0, 0)).unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let server = tokio::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            public.0,
+            "--directory",
+        ])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 serves the files");
+    let up = std::time::Instant::now();
+    while std::net::TcpStream::connect((public.0, port)).is_err() {
+        assert!(up.elapsed().as_secs() < 10, "the file server did not start");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    (server, port)
+}

@@ -238,3 +238,49 @@ def test_a_turns_last_words_followed_by_a_commands_answer_stay_its_answer():
     said = [r["data"]["message"]["content"] for r in out if r["type"] == "message.completed"]
     assert said == ["Running: a turn of claude for 3 s.",
                     "Running: a turn of claude for 3 s.\n\nFirst answer.\n\nSecond answer."]
+
+
+def waiting_card(text):
+    payload = {"interaction_id": "egress-1", "kind": "confirmation", "title": "Claude Code wants to reach x.org:443",
+               "actions": [{"id": "allow", "label": "Allow once", "style": "primary"}], "fallback_text": text}
+    return {"run_id": "r1", "type": "action.requested", "in_turn": True,
+            "data": {"action": "interaction.requested", "payload": payload}}
+
+
+def test_a_question_the_turn_waits_on_is_shown_at_once_where_langbot_delivers():
+    card = waiting_card("Claude Code wants to reach x.org:443. Reply /allow.")
+    out = shape(Ctx(automatic=True), [message("half"), card, message("done"), completed()])
+    said = [(r["data"].get("message") or {}).get("content") for r in out if r["type"] == "message.completed"]
+    # Before the words held back, and again in the run's last message
+    # (all some surfaces show).
+    assert said[0] == "Claude Code wants to reach x.org:443. Reply /allow."
+    assert "Reply /allow." in said[-1] and said[-1].endswith("done")
+    assert not any(r["type"] == "action.requested" for r in out)
+
+
+def test_a_question_the_turn_waits_on_is_sent_at_once_where_the_runner_replies():
+    ctx = Ctx(automatic=False)
+    card = waiting_card("Claude Code wants to reach x.org:443. Reply /allow.")
+
+    async def source():
+        yield message("half")
+        yield card
+        # The runner has sent it before the turn goes on.
+        assert ctx.replies == ["Claude Code wants to reach x.org:443. Reply /allow."]
+        yield message("done")
+        yield completed()
+
+    async def collect():
+        return [r async for r in Delivery(ctx, "Claude Code").shape(source())]
+
+    asyncio.run(collect())
+    assert ctx.replies == ["Claude Code wants to reach x.org:443. Reply /allow.", "done"]
+
+
+def test_a_card_the_turn_waits_on_is_yielded_at_once_without_the_bridges_mark():
+    ctx = Ctx(automatic=True)
+    ctx.delivery.interactions = SimpleNamespace()
+    card = waiting_card("Reply /allow.")
+    out = shape(ctx, [message("half"), card, message("done"), completed()])
+    assert out[0]["type"] == "action.requested"
+    assert "in_turn" not in out[0]

@@ -22,7 +22,10 @@ after it where the runner sends, at the end of the final message where
 LangBot delivers. A question or an approval the harness asks
 (`interaction.requested`) follows the reply too: as a card where the surface draws cards
 (`ctx.delivery.interactions`), else as its text, which says how to answer
-in words; the bridge reads the next message as the answer.
+in words; the bridge reads the next message as the answer. A question the
+running turn waits on (marked `in_turn`: a connection the agent's door
+holds until the person allows it) is shown at once instead, the same way,
+its text sent by the runner where LangBot does not deliver.
 """
 
 from __future__ import annotations
@@ -316,6 +319,11 @@ class Delivery:
             if line is not None:
                 yield _log(result.get("run_id"), *line)
             return
+        if kind == "action.requested" and data.get("action") == INTERACTION_REQUESTED and result.get("in_turn"):
+            # The running turn waits on the answer: shown now.
+            async for out in self._ask_now(result, data):
+                yield out
+            return
         if kind == "action.requested" and data.get("action") == INTERACTION_REQUESTED:
             # Kept for after the reply; a held message stays held.
             self._ask(result, data)
@@ -382,21 +390,50 @@ class Delivery:
         async for out in self._take(result):
             yield out
 
-    def _ask(self, result: dict[str, Any], data: dict[str, Any]) -> None:
-        """Keep the turn's question: a card LangBot accepts (checked here:
-        LangBot fails the whole run on one it refuses, and an Agent
-        binding's person then hears nothing), else its text."""
+    async def _ask_now(self, result: dict[str, Any], data: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """A question the running turn waits on, shown at once: a card
+        where the surface draws one (the bridge's mark left off: LangBot
+        drops a result with a field it does not know), else its text —
+        yielded where LangBot delivers (and kept for the run's last
+        message, which is all some surfaces show), sent where the runner
+        replies."""
+        drawn, text = self._question_of(data)
+        if drawn:
+            yield {k: v for k, v in result.items() if k != "in_turn"}
+            return
+        if not text:
+            return
+        if self.automatic:
+            self._earlier.append(text)
+            message = {"role": "assistant", "content": text}
+            yield {"run_id": result.get("run_id"), "type": "message.completed", "data": {"message": message}}
+        elif self.reply is not None and self.reply.granted:
+            try:
+                await self.ctx.reply(text)
+            except Exception as exc:  # noqa: BLE001 - said in the run's record
+                yield _log(result.get("run_id"), f"the question could not reach the chat: {exc}", "warning")
+
+    def _question_of(self, data: dict[str, Any]) -> tuple[bool, str]:
+        """Whether a question is drawn as a card here (one LangBot accepts,
+        checked here: LangBot fails the whole run on one it refuses, and an
+        Agent binding's person then hears nothing), and its text."""
         payload = data.get("payload") if isinstance(data.get("payload"), dict) else {}
         text = str(payload.get("fallback_text") or payload.get("title") or "").strip()
-        if self.cards:
-            try:
-                InteractionRequest.model_validate(payload)
-            except Exception:  # noqa: BLE001 - the text still asks
-                pass
-            else:
-                self._card = result
-                return
-        self._question = text
+        if not self.cards:
+            return False, text
+        try:
+            InteractionRequest.model_validate(payload)
+        except Exception:  # noqa: BLE001 - the text still asks
+            return False, text
+        return True, text
+
+    def _ask(self, result: dict[str, Any], data: dict[str, Any]) -> None:
+        """Keep the turn's question: its card, else its text."""
+        drawn, text = self._question_of(data)
+        if drawn:
+            self._card = result
+        else:
+            self._question = text
 
     def _after_earlier(self, last: str) -> str:
         """`last` after the run's earlier turns' words and in-turn answers,
