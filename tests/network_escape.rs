@@ -181,6 +181,7 @@ const THROUGH_THE_PROXY: &str = r#"
 p() { n=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "ESCAPED:$n"; else echo "HELD:$n"; fi; }
 p unlisted_port curl -sf --max-time 5 "http://$HOST:$OTHER/note.txt"
 p name_of_a_private_address curl -sf --max-time 5 --noproxy '' -x "$HTTP_PROXY" "http://localhost:$LOCAL/"
+p name_of_a_private_address_tunnel curl -sf --max-time 5 --noproxy '' -p -x "$HTTP_PROXY" "http://localhost:$LOCAL/"
 p around_the_proxy curl -sf --max-time 5 --noproxy '*' "http://$HOST:$PORT/note.txt"
 p cloud_metadata curl -sf --max-time 5 "http://169.254.169.254/latest/meta-data/"
 p cloud_metadata_tunnel curl -sf --max-time 5 -p "http://169.254.169.254/latest/meta-data/"
@@ -237,6 +238,7 @@ async fn the_door_reaches_the_operators_destinations_and_nothing_else() {
         &[
             "unlisted_port",
             "name_of_a_private_address",
+            "name_of_a_private_address_tunnel",
             "around_the_proxy",
             "cloud_metadata",
             "cloud_metadata_tunnel",
