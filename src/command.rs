@@ -222,21 +222,50 @@ impl<'de> Deserialize<'de> for Who {
             Word(String),
             List(Vec<String>),
         }
-        let ids = |list: Vec<String>| {
-            list.into_iter()
-                .map(|id| id.trim().to_string())
+        let ids = |list: Vec<String>| -> Result<Vec<String>, D::Error> {
+            list.iter()
+                .map(|id| id.trim())
                 .filter(|id| !id.is_empty())
-                .collect::<Vec<_>>()
+                .map(|id| listed_id(id).map_err(serde::de::Error::custom))
+                .collect()
         };
         Ok(match Form::deserialize(de)? {
-            Form::Word(word) => match word.trim() {
+            Form::Word(word) => match word.trim().to_ascii_lowercase().as_str() {
                 "everyone" => Who::Everyone,
                 "participants" => Who::Participants,
                 "nobody" | "" => Who::Nobody,
-                text => Who::Listed(ids(text.split(',').map(str::to_string).collect())),
+                _ => Who::Listed(ids(word.split(',').map(str::to_string).collect())?),
             },
-            Form::List(list) => Who::Listed(ids(list)),
+            Form::List(list) => Who::Listed(ids(list)?),
         })
+    }
+}
+
+/// The words that say who without naming anyone.
+const WHO_WORDS: [&str; 3] = ["everyone", "participants", "nobody"];
+
+/// One listed actor id or `role:NAME`; `id:NAME` names an actor whose id
+/// reads like a typo of a word. A typo of one of [`WHO_WORDS`] is refused:
+/// taken as an id, it would let no one in and say the typo to everyone.
+fn listed_id(item: &str) -> Result<String, String> {
+    if let Some(id) = item.strip_prefix("id:") {
+        return Ok(id.trim().to_string());
+    }
+    let lower = item.to_ascii_lowercase();
+    let typo = WHO_WORDS.iter().find(|word| {
+        let distance = strsim::damerau_levenshtein(&lower, word);
+        distance <= (word.len() / 6).max(1)
+    });
+    match typo {
+        Some(word) if lower == *word => Err(format!(
+            "`{item}` is a word of its own here, not one of a list of ids: give it alone"
+        )),
+        Some(word) => Err(format!(
+            "`{item}` is neither an actor id nor a word (did you mean `{word}`?): the words are \
+             {}; an actor whose id this is: `id:{item}`",
+            WHO_WORDS.join(", ")
+        )),
+        None => Ok(item.to_string()),
     }
 }
 
@@ -359,6 +388,29 @@ mod tests {
             "an empty prefix turns commands off"
         );
         assert_eq!(parse("#stop", "#").unwrap().command, Command::Stop);
+    }
+
+    #[test]
+    fn a_mistyped_word_of_who_is_refused_and_an_id_may_say_it_is_one() {
+        let who = |value: serde_json::Value| serde_json::from_value::<Who>(value);
+        let typo = who(serde_json::json!("partcipants")).unwrap_err().to_string();
+        assert!(
+            typo.contains("did you mean `participants`?") && typo.contains("`id:partcipants`"),
+            "{typo}"
+        );
+        assert!(who(serde_json::json!(["ann", "Everyon"])).is_err());
+        assert!(who(serde_json::json!("ann, nobdy")).is_err());
+        assert!(who(serde_json::json!(["ann", "everyone"])).is_err());
+        assert_eq!(who(serde_json::json!("Everyone")).unwrap(), Who::Everyone);
+        assert_eq!(
+            who(serde_json::json!("id:partcipants, nobby, eve, 10023")).unwrap(),
+            Who::Listed(vec![
+                "partcipants".into(),
+                "nobby".into(),
+                "eve".into(),
+                "10023".into()
+            ])
+        );
     }
 
     #[test]

@@ -2087,3 +2087,36 @@ async fn a_turn_past_its_conversations_disk_limit_fails_and_the_next_can_clean_u
     let cleaned = serve.results(turn("val", "SH:[rm big.bin]", "web")).await;
     assert_eq!(terminal(&cleaned)["type"], "run.completed", "{cleaned:#?}");
 }
+
+/// `/status` names the branch the conversation's worktree is on — the
+/// conversation's id made a safe name with its digest, as git has it —
+/// for a plain id and for one that would climb out of `chat/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_branch_the_worktree_is_on() {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    for conversation in ["c1", "../../etc"] {
+        let first = serve
+            .results(turn(conversation, "WRITE:alpha", "web"))
+            .await;
+        assert_eq!(terminal(&first)["type"], "run.completed", "{first:?}");
+        let status = serve.results(turn(conversation, "/status", "web")).await;
+        let said = terminal(&status)["data"]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let named = said
+            .split("branch ")
+            .nth(1)
+            .and_then(|rest| rest.strip_suffix('.'))
+            .unwrap_or_else(|| panic!("{said}"));
+        let branches = git(&repo, &["branch", "--format=%(refname:short)"]);
+        assert!(
+            branches.lines().any(|b| b == named),
+            "{conversation}: /status says {named}, git has {branches}"
+        );
+        assert!(
+            named.starts_with("chat/") && !named.contains(".."),
+            "{named}"
+        );
+    }
+}

@@ -758,6 +758,10 @@ async fn serve_does_not_start_on_a_mistyped_setting_and_says_what_was_meant() {
             "default_config:\n  permission_mode: yolo\n",
             "default_config: `yolo` is not a permission mode of Claude Code",
         ),
+        (
+            "default_config:\n  commands:\n    allow:\n      stop: partcipants\n",
+            "`partcipants` is neither an actor id nor a word (did you mean `participants`?)",
+        ),
     ] {
         std::fs::write(dir.path().join("bridge.yaml"), text).unwrap();
         for check in [&[][..], &["--check"][..]] {

@@ -29,7 +29,7 @@ use crate::mcp::tool_names;
 use crate::project::{Checkout, Project, ProjectMode, Publishable, Snapshot};
 use crate::projection::{
     Approvals, Binding, NetworkChoice, ProjectNote, ProjectRequest, Projection, ProjectionError,
-    TOKEN_ENV, URL_ENV, paths, safe_component, shared_workspace,
+    TOKEN_ENV, URL_ENV, paths, shared_workspace,
 };
 use crate::protocol::{
     AgentRunContext, FailureCode, InteractionSubmission, Message, ResultPayload, RunCompleted,
@@ -230,15 +230,6 @@ fn in_worktree(
         project: project.clone(),
         checkout: checkout.clone(),
     })
-}
-
-/// The branch of the turn's conversation (and thread) in `project`.
-fn conversation_branch(ctx: &AgentRunContext, project: &Project, spec: &AdapterSpec) -> String {
-    let conversation = match ctx.thread_id() {
-        Some(thread) => format!("{}/{thread}", ctx.conversation_id().unwrap_or_default()),
-        None => ctx.conversation_id().unwrap_or_default().to_string(),
-    };
-    project.branch_for(&safe_component(&conversation), &spec.name)
 }
 
 /// What the run may ask the person: the binding's choices, and to
@@ -639,7 +630,7 @@ impl Bridge {
             .map(|p| shared_workspace(&p.name));
         let project_note = project.map(|p| ProjectNote {
             name: p.name.clone(),
-            branch: conversation_branch(ctx, p, spec),
+            branch: p.conversation_branch(ctx, &spec.name),
             base: p.base.clone(),
             publishes: tools.contains(&"publish"),
         });
@@ -684,7 +675,7 @@ impl Bridge {
         let Some(project) = project else {
             return Ok(None);
         };
-        let branch = conversation_branch(ctx, project, spec);
+        let branch = project.conversation_branch(ctx, &spec.name);
         let target = spec.target();
         let mut bridge_paths = vec![
             format!("{}/", paths::DIR),
