@@ -393,7 +393,9 @@ mod tests {
     #[test]
     fn a_mistyped_word_of_who_is_refused_and_an_id_may_say_it_is_one() {
         let who = |value: serde_json::Value| serde_json::from_value::<Who>(value);
-        let typo = who(serde_json::json!("partcipants")).unwrap_err().to_string();
+        let typo = who(serde_json::json!("partcipants"))
+            .unwrap_err()
+            .to_string();
         assert!(
             typo.contains("did you mean `participants`?") && typo.contains("`id:partcipants`"),
             "{typo}"

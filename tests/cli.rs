@@ -38,6 +38,16 @@ fn help_lists_commands_and_exit_codes() {
     ] {
         assert!(text.contains(needle), "help lacks {needle}:\n{text}");
     }
+    // Every built-in harness, by the name its spec gives it (the help
+    // wraps its lines: compared with single spaces).
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for spec in harness_bridge::harness::Adapters::builtin().all() {
+        assert!(
+            words.contains(&spec.label),
+            "help lacks {}:\n{text}",
+            spec.label
+        );
+    }
     assert_eq!(bridge(&["frobnicate"]).status.code(), Some(2));
     let missing = bridge(&["context", "validate", "/nonexistent/context.json"]);
     assert_eq!(missing.status.code(), Some(3));

@@ -660,3 +660,46 @@ fn the_scanners_read_what_documents_write() {
     assert_eq!(said, ["relay", "run", "serve"]);
     assert_eq!(code.iter().find(|(_, c)| c.contains("serve")).unwrap().0, 2);
 }
+
+/// `serve --help` lists every route `serve` answers: an operator reads the
+/// API there first. (Each `.route("…")` of `src/serve/http.rs`, its
+/// parameters compared by place, not name.)
+#[test]
+fn serve_help_lists_every_route() {
+    let help = help_of(&["serve"]);
+    let shape = |path: &str| {
+        let mut out = String::new();
+        let mut inside = false;
+        for c in path.chars() {
+            match c {
+                '{' => {
+                    inside = true;
+                    out.push_str("{}");
+                }
+                '}' => inside = false,
+                _ if inside => {}
+                // A query starts where the path ends.
+                '?' => break,
+                c => out.push(c),
+            }
+        }
+        out
+    };
+    let listed: BTreeSet<String> = help
+        .split_whitespace()
+        .filter(|word| word.starts_with('/'))
+        .map(shape)
+        .collect();
+    let routes = read("src/serve/http.rs");
+    let mut missing = Vec::new();
+    for piece in routes.split(".route(\"").skip(1) {
+        let path = piece.split('"').next().unwrap_or_default();
+        if !listed.contains(&shape(path)) {
+            missing.push(path.to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "serve --help does not list {missing:?}:\n{help}"
+    );
+}

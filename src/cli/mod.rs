@@ -71,8 +71,8 @@ pub const VERSION: &str = concat!(
 );
 
 /// Plug code-agent CLIs (Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen
-/// Code, Kimi Code, opencode, any ACP agent) into IM bots through LangBot's
-/// AgentRunner Protocol v1.
+/// Code, Kimi Code, opencode, Kilo Code, any ACP agent) into IM bots
+/// through LangBot's AgentRunner Protocol v1.
 #[derive(Debug, Parser)]
 #[command(name = "harness-bridge", version = VERSION, after_help = AFTER_HELP, propagate_version = true)]
 pub struct Cli {

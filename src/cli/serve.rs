@@ -42,8 +42,20 @@ sites are refused):
                             from the first, with Accept: application/x-ndjson
                             or text/event-stream)
   POST /v1/runs/{id}/cancel stop a run (run.failed, code cancelled)
-  GET  /v1/runners          the runner discovery JSON
+  GET  /v1/runs?actor=&conversation=&harness=&limit=&before=
+                            the runs that ended, newest first, with who
+                            asked, how they ended and what they cost
+                            (`next` pages on)
+  GET  /v1/conversations?actor=&harness=&days=&limit=
+                            the conversations, most recently active first
+  GET  /v1/conversations/{id}
+                            one conversation: usage, resume pointer, open
+                            request, live process, runs
   GET  /v1/conversations/{id}/history?limit=N
+  GET  /v1/usage?by=actor|day|harness|model|conversation&days=&actor=&harness=
+                            the ledger summed by what is asked
+  GET  /v1/live             this instance's live harness processes
+  GET  /v1/runners          the runner discovery JSON
   GET  /healthz
   GET  /metrics             Prometheus text: runs by outcome, queue depth,
                             run durations, MCP calls by tool and outcome
@@ -119,10 +131,14 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
             .config
             .as_ref()
             .map_or("the defaults".into(), |f| f.display().to_string());
+        let count = |n: usize, one: &str, many: &str| match n {
+            1 => format!("1 {one}"),
+            n => format!("{n} {many}"),
+        };
         println!(
-            "{file}: serve would start on these settings ({} harnesses, {} projects)",
-            adapters.all().len(),
-            projects.len()
+            "{file}: serve would start on these settings ({}, {})",
+            count(adapters.all().len(), "harness", "harnesses"),
+            count(projects.len(), "project", "projects")
         );
         return Ok(exit::OK);
     }
