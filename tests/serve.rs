@@ -1641,3 +1641,64 @@ async fn the_ledger_is_summed_by_what_is_asked(server: &Server) {
     let filtered = server.get_json("/v1/conversations?harness=absent").await;
     assert_eq!(filtered["conversations"], json!([]), "{filtered}");
 }
+
+/// A harness the settings route turns to that cannot start is said
+/// before any turn: `serve --check` fails naming a `harness_binaries`
+/// path that is not there, and a program in the folder that holds the
+/// workspaces (the cage would not let it start), each with the fix;
+/// `doctor --config` says where the store, its journal and the workspaces
+/// are and each routed harness's program.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_that_cannot_start_is_said_before_any_turn() {
+    let dir = common::tempdir();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let inside = data.join("claude");
+    std::fs::copy("/bin/true", &inside).unwrap();
+    for (program, said) in [
+        (
+            "/opt/claude/bin/claude".to_string(),
+            "harness_binaries names /opt/claude/bin/claude, which is not an executable file there",
+        ),
+        (
+            inside.display().to_string(),
+            "which holds the conversations' workspaces, and no harness may read that folder whole",
+        ),
+    ] {
+        std::fs::write(
+            dir.path().join("bridge.yaml"),
+            format!("harness_binaries:\n  claude-code: {program}\n"),
+        )
+        .unwrap();
+        let checked = serve_in(dir.path(), &["serve", "--config", "bridge.yaml", "--check"]).await;
+        let stderr = String::from_utf8_lossy(&checked.stderr);
+        assert_eq!(checked.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr
+                .contains("bridge.yaml: a harness it routes turns to cannot start: claude-code: ")
+                && stderr.contains(said),
+            "{stderr}"
+        );
+    }
+    let doctor = tokio::process::Command::new(common::bridge_bin())
+        .current_dir(dir.path())
+        .args(["--data-dir", "data", "doctor", "--config"])
+        .arg(dir.path().join("bridge.yaml"))
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        said.contains(&format!(
+            "where: the store in {}, its journal {}; the workspaces (worktrees and homes) in {}",
+            data.display(),
+            data.join("serve-runs.db").display(),
+            data.join("workspaces").display()
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("harness: claude-code: the cage would not let it start"),
+        "{said}"
+    );
+}

@@ -173,8 +173,14 @@ pub fn settle_network(policy: &mut CagePolicy, chosen: bool) {
     }
 }
 
-/// `doctor`: which protections a harness gets here, and what is missing.
-pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
+/// `doctor`: which protections a harness gets here, and what is missing;
+/// with the service's settings, where it keeps things and whether the
+/// harnesses they route to can start (`data_dir`: the data folder, when
+/// one can be named).
+pub fn doctor(
+    config: Option<&std::path::Path>,
+    data_dir: Option<&std::path::Path>,
+) -> super::error::Outcome {
     let loaded = match config {
         Some(file) => Some(
             crate::serve::ServeConfig::load(Some(file)).map_err(super::error::CliError::invalid)?,
@@ -187,6 +193,14 @@ pub fn doctor(config: Option<&std::path::Path>) -> super::error::Outcome {
     println!("cage: {}", policy.describe());
     if let Some(line) = user_line(&policy) {
         println!("user: {line}");
+    }
+    if let (Some(config), Some(data_dir)) = (&loaded, data_dir) {
+        println!("where: {}", config.places(data_dir));
+        let adapters = super::load_adapters(config.adapters.as_deref())?;
+        let root = config.workspace_root(data_dir);
+        for check in crate::serve::check_programs(config, &adapters, &root) {
+            println!("harness: {}", check.line());
+        }
     }
     if let Some(config) = &loaded {
         let runtime = super::runtime()?;

@@ -502,7 +502,9 @@ pub fn main() -> ExitCode {
         Command::Context(cmd) => context::run(cmd),
         Command::Manifest { adapters } => manifest(adapters.as_deref()),
         Command::FailureCodes => failure_codes(),
-        Command::Doctor { config } => cage::doctor(config.as_deref()),
+        Command::Doctor { config } => {
+            cage::doctor(config.as_deref(), data_dir(cli.data_dir).ok().as_deref())
+        }
         Command::Host(args) => in_data_dir(cli.data_dir, |dir| host::run(args, dir)),
         Command::Migrate(args) => data_dir(cli.data_dir)
             .map_err(CliError::failure)

@@ -86,7 +86,10 @@ pub struct ServeArgs {
     config: Option<PathBuf>,
     /// Check the settings and exit, 0 when `serve` would start on them:
     /// every key and value, the harnesses and projects they name, the
-    /// projects' repositories. Nothing is started.
+    /// programs of the harnesses they route turns to (a path given that
+    /// is not there, or one the cage would not let start, fails; one not
+    /// installed is said), the projects' repositories; and say where the
+    /// store, its journal and the workspaces would be. Nothing is started.
     #[arg(long)]
     check: bool,
     /// Print the annotated example settings (every key at its default,
@@ -105,43 +108,16 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         return Ok(exit::OK);
     }
     let mut config = ServeConfig::load(args.config.as_deref()).map_err(CliError::invalid)?;
-    let adapters = super::load_adapters(config.adapters.as_deref())?;
-    config
-        .check_harness_names(adapters.all().iter().map(|spec| spec.name.as_str()))
-        .map_err(CliError::invalid)?;
-    config
-        .check_permission_modes(&adapters)
-        .map_err(CliError::invalid)?;
-    let refused = config.refused_by_defaults(&adapters);
-    if !refused.is_empty() {
-        tracing::warn!(
-            harnesses = %refused.join(", "),
-            "default_config sets `approvals: chat`, which these harnesses cannot take: their \
-             short-form turns will be refused; set it under harness_config for those that can"
-        );
-    }
+    let adapters = checked_adapters(&config)?;
+    let workspace_root = config.workspace_root(data_dir);
+    let programs = crate::serve::check_programs(&config, &adapters, &workspace_root);
     if args.check {
-        let projects = super::runtime()?
-            .block_on(crate::project::open_all(
-                &config.projects,
-                config.cage.owner(),
-            ))
-            .map_err(|e| CliError::invalid(format!("bridge.yaml: {e}")))?;
-        let file = args
-            .config
-            .as_ref()
-            .map_or("the defaults".into(), |f| f.display().to_string());
-        let count = |n: usize, one: &str, many: &str| match n {
-            1 => format!("1 {one}"),
-            n => format!("{n} {many}"),
-        };
-        println!(
-            "{file}: serve would start on these settings ({}, {})",
-            count(adapters.all().len(), "harness", "harnesses"),
-            count(projects.len(), "project", "projects")
-        );
-        return Ok(exit::OK);
+        return check(&args, &config, &adapters, &programs, data_dir);
     }
+    for check in programs.iter().filter(|c| c.problem.is_some()) {
+        tracing::warn!("harness {}", check.line());
+    }
+    tracing::info!("where: {}", config.places(data_dir));
     super::spawners_ready()?;
     let store_at = config.store_at(data_dir);
     let store_dir = match &store_at {
@@ -155,10 +131,6 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         super::private_folder(folder).map_err(CliError::failure)?;
     }
     let runtime = super::service_runtime()?;
-    let workspace_root = config
-        .workspace_root
-        .clone()
-        .unwrap_or_else(|| data_dir.join("workspaces"));
     let retention = Duration::from_secs(config.retention_hours.saturating_mul(3600));
     super::cage::open_to_harnesses(&config.cage, data_dir, &workspace_root)?;
     let settings = run_settings(&config, workspace_root, &store_at);
@@ -218,6 +190,73 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     });
     cage::release();
     result.map_err(CliError::failure)?;
+    Ok(exit::OK)
+}
+
+/// The harness specs `config` loads, its harness names and permission
+/// modes checked against them.
+fn checked_adapters(config: &ServeConfig) -> Result<crate::harness::Adapters, CliError> {
+    let adapters = super::load_adapters(config.adapters.as_deref())?;
+    config
+        .check_harness_names(adapters.all().iter().map(|spec| spec.name.as_str()))
+        .map_err(CliError::invalid)?;
+    config
+        .check_permission_modes(&adapters)
+        .map_err(CliError::invalid)?;
+    let refused = config.refused_by_defaults(&adapters);
+    if !refused.is_empty() {
+        tracing::warn!(
+            harnesses = %refused.join(", "),
+            "default_config sets `approvals: chat`, which these harnesses cannot take: their \
+             short-form turns will be refused; set it under harness_config for those that can"
+        );
+    }
+    Ok(adapters)
+}
+
+/// `serve --check`: every harness it routes to can start (one that is not
+/// installed is said), the projects open; where things would be kept.
+fn check(
+    args: &ServeArgs,
+    config: &ServeConfig,
+    adapters: &crate::harness::Adapters,
+    programs: &[crate::serve::ProgramCheck],
+    data_dir: &Path,
+) -> Outcome {
+    let file = args
+        .config
+        .as_ref()
+        .map_or("the defaults".into(), |f| f.display().to_string());
+    let failing: Vec<String> = programs
+        .iter()
+        .filter(|c| c.fails_check())
+        .map(crate::serve::ProgramCheck::line)
+        .collect();
+    if !failing.is_empty() {
+        return Err(CliError::invalid(format!(
+            "{file}: a harness it routes turns to cannot start: {}",
+            failing.join("; ")
+        )));
+    }
+    for check in programs.iter().filter(|c| c.problem.is_some()) {
+        println!("warning: {}", check.line());
+    }
+    let projects = super::runtime()?
+        .block_on(crate::project::open_all(
+            &config.projects,
+            config.cage.owner(),
+        ))
+        .map_err(|e| CliError::invalid(format!("{file}: {e}")))?;
+    println!("where: {}", config.places(data_dir));
+    let count = |n: usize, one: &str, many: &str| match n {
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
+    };
+    println!(
+        "{file}: serve would start on these settings ({}, {})",
+        count(adapters.all().len(), "harness", "harnesses"),
+        count(projects.len(), "project", "projects")
+    );
     Ok(exit::OK)
 }
 

@@ -376,26 +376,10 @@ impl Project {
         })
     }
 
-    /// The branch of `ctx`'s conversation (and thread) in this project,
-    /// for `harness`: what its worktree checks out, and what `/status`
-    /// and every message name (every conversation's, in a shared project).
-    /// The conversation's id is made a safe name with its digest, so two
-    /// ids never share a branch and none climbs out of `chat/`.
-    pub fn conversation_branch(
-        &self,
-        ctx: &crate::protocol::AgentRunContext,
-        harness: &str,
-    ) -> String {
-        let conversation = match ctx.thread_id() {
-            Some(thread) => format!("{}/{thread}", ctx.conversation_id().unwrap_or_default()),
-            None => ctx.conversation_id().unwrap_or_default().to_string(),
-        };
-        self.branch_for(&crate::projection::safe_component(&conversation), harness)
-    }
-
     /// The branch of one conversation's worktree, by its safe name (of
-    /// every conversation's, in a shared project).
-    fn branch_for(&self, conversation: &str, harness: &str) -> String {
+    /// every conversation's, in a shared project); the run names it for
+    /// a turn (`run::prepare::conversation_branch`).
+    pub fn branch_for(&self, conversation: &str, harness: &str) -> String {
         let conversation = match self.mode {
             ProjectMode::Worktree => conversation,
             ProjectMode::Shared => "shared",

@@ -29,7 +29,7 @@ use crate::mcp::tool_names;
 use crate::project::{Checkout, Project, ProjectMode, Publishable, Snapshot};
 use crate::projection::{
     Approvals, Binding, NetworkChoice, ProjectNote, ProjectRequest, Projection, ProjectionError,
-    TOKEN_ENV, URL_ENV, paths, shared_workspace,
+    TOKEN_ENV, URL_ENV, paths, safe_component, shared_workspace,
 };
 use crate::protocol::{
     AgentRunContext, FailureCode, InteractionSubmission, Message, ResultPayload, RunCompleted,
@@ -230,6 +230,23 @@ fn in_worktree(
         project: project.clone(),
         checkout: checkout.clone(),
     })
+}
+
+/// The branch of `ctx`'s conversation (and thread) in `project`, for
+/// `harness`: what its worktree checks out, and what `/status` and every
+/// message name. The conversation's id is made a safe name with its
+/// digest, so two ids never share a branch and none climbs out of
+/// `chat/`.
+pub(super) fn conversation_branch(
+    ctx: &AgentRunContext,
+    project: &Project,
+    harness: &str,
+) -> String {
+    let conversation = match ctx.thread_id() {
+        Some(thread) => format!("{}/{thread}", ctx.conversation_id().unwrap_or_default()),
+        None => ctx.conversation_id().unwrap_or_default().to_string(),
+    };
+    project.branch_for(&safe_component(&conversation), harness)
 }
 
 /// What the run may ask the person: the binding's choices, and to
@@ -630,7 +647,7 @@ impl Bridge {
             .map(|p| shared_workspace(&p.name));
         let project_note = project.map(|p| ProjectNote {
             name: p.name.clone(),
-            branch: p.conversation_branch(ctx, &spec.name),
+            branch: conversation_branch(ctx, p, &spec.name),
             base: p.base.clone(),
             publishes: tools.contains(&"publish"),
         });
@@ -675,7 +692,7 @@ impl Bridge {
         let Some(project) = project else {
             return Ok(None);
         };
-        let branch = project.conversation_branch(ctx, &spec.name);
+        let branch = conversation_branch(ctx, project, &spec.name);
         let target = spec.target();
         let mut bridge_paths = vec![
             format!("{}/", paths::DIR),

@@ -201,6 +201,40 @@ impl ServeConfig {
         }
     }
 
+    /// The folder the conversations' workspaces (and their worktrees and
+    /// homes) go in.
+    pub fn workspace_root(&self, data_dir: &Path) -> PathBuf {
+        self.workspace_root
+            .clone()
+            .unwrap_or_else(|| data_dir.join("workspaces"))
+    }
+
+    /// Where this configuration keeps things, in a line: the store (the
+    /// embedded one's journal beside it) and the workspaces. A
+    /// PostgreSQL store is named by its kind only (its URL may hold a
+    /// password).
+    pub fn places(&self, data_dir: &Path) -> String {
+        let data_dir = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+        let data_dir = data_dir.as_path();
+        let store = match self.store_at(data_dir) {
+            crate::host::store::StoreAt::Folder(dir) => format!(
+                "the store in {}, its journal {}",
+                dir.display(),
+                dir.join(super::journal::FILE).display()
+            ),
+            crate::host::store::StoreAt::Postgres(_) => {
+                format!(
+                    "the store in PostgreSQL (`store:`), this instance's data in {}",
+                    data_dir.display()
+                )
+            }
+        };
+        format!(
+            "{store}; the workspaces (worktrees and homes) in {}",
+            self.workspace_root(data_dir).display()
+        )
+    }
+
     /// How long the store keeps audit rows.
     pub fn audit_retention(&self) -> Duration {
         Duration::from_secs(self.audit_retention_days.saturating_mul(24 * 3600))

@@ -30,7 +30,7 @@ use crate::protocol::AgentRunResult;
 use crate::protocol::FailureCode;
 use crate::run::Spawned;
 
-const FILE: &str = "serve-runs.db";
+pub(super) const FILE: &str = "serve-runs.db";
 /// Held (`flock`) by the one service that owns the journal.
 const LOCK_FILE: &str = "serve.lock";
 

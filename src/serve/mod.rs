@@ -14,6 +14,7 @@ mod journal;
 mod leftovers;
 mod listing;
 mod local;
+mod programs;
 mod shared;
 pub mod tokens;
 
@@ -30,6 +31,7 @@ pub use crate::run::{QueueFull, Scheduler, Ticket};
 pub use config::{ConfigError, ServeConfig};
 pub use journal::{Interrupted, Journal, JournalError, JournalRun, own_store, served_by};
 pub use leftovers::end_leftovers;
+pub use programs::{ProgramCheck, check_programs};
 
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};

@@ -120,7 +120,13 @@ pub(super) async fn status(bridge: &Bridge, asked: &Asked<'_>) -> String {
     if let Some(project) = &asked.binding.project {
         let branch = bridge
             .project(project)
-            .map(|p| p.conversation_branch(asked.asking.ctx, asked.asking.harness))
+            .map(|p| {
+                super::super::prepare::conversation_branch(
+                    asked.asking.ctx,
+                    p,
+                    asked.asking.harness,
+                )
+            })
             .unwrap_or_default();
         lines.push(format!("Project: {project}, branch {branch}."));
     }
