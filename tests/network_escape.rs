@@ -781,7 +781,7 @@ done
     let requests: Vec<Value> = fake.requests.lock().unwrap().clone();
     let lines = probe_lines(&requests);
     for line in [
-        "CONTROL:claude-opus-4-1=403",
+        "CONTROL:claude-opus-4-1=400",
         "CONTROL:claude-opus-4-1=said-why",
         "CONTROL:claude-sonnet-4-5-20250929=200",
     ] {

@@ -1702,3 +1702,36 @@ async fn a_harness_that_cannot_start_is_said_before_any_turn() {
         "{said}"
     );
 }
+
+/// A port another program holds fails `serve --check`, and `serve` on it
+/// stops saying so before it writes anything (no API token, no journal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_in_use_fails_the_check_and_serve_writes_nothing() {
+    let dir = common::tempdir();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    std::fs::write(
+        dir.path().join("bridge.yaml"),
+        format!("listen: 127.0.0.1:{port}\ndefault_harness: codex\n"),
+    )
+    .unwrap();
+    for check in [&["--check"][..], &[][..]] {
+        let out = serve_in(
+            dir.path(),
+            &[&["serve", "--config", "bridge.yaml"], check].concat(),
+        )
+        .await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{check:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cannot listen on 127.0.0.1:{port}"))
+                && stderr.contains("choose another `listen`"),
+            "{check:?}: {stderr}"
+        );
+    }
+    let data = dir.path().join("data");
+    for written in ["api-token", "serve-runs.db"] {
+        assert!(!data.join(written).exists(), "{written} was written");
+    }
+    drop(held);
+}

@@ -117,6 +117,9 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     for check in programs.iter().filter(|c| c.problem.is_some()) {
         tracing::warn!("harness {}", check.line());
     }
+    // Held from here: nothing is written (the API token, the journal)
+    // for a service that cannot listen.
+    let listening = listen(&config)?;
     tracing::info!("where: {}", config.places(data_dir));
     super::spawners_ready()?;
     let store_at = config.store_at(data_dir);
@@ -159,8 +162,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         )
         .await
         .map_err(|e| format!("cannot start the MCP server: {e}"))?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
+        let listener = tokio::net::TcpListener::from_std(listening)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let (stop, hurry) = super::stop_and_hurry_on_signal();
@@ -214,6 +216,19 @@ fn checked_adapters(config: &ServeConfig) -> Result<crate::harness::Adapters, Cl
     Ok(adapters)
 }
 
+/// The service's listening socket, or why `listen` cannot be had (in
+/// use, not this machine's address).
+fn listen(config: &ServeConfig) -> Result<std::net::TcpListener, CliError> {
+    let listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
+        CliError::invalid(format!(
+            "cannot listen on {}: {e}; choose another `listen` in bridge.yaml (or stop what holds it)",
+            config.listen
+        ))
+    })?;
+    listener.set_nonblocking(true).map_err(CliError::failure)?;
+    Ok(listener)
+}
+
 /// `serve --check`: every harness it routes to can start (one that is not
 /// installed is said), the projects open; where things would be kept.
 fn check(
@@ -247,6 +262,8 @@ fn check(
             config.cage.owner(),
         ))
         .map_err(|e| CliError::invalid(format!("{file}: {e}")))?;
+    // Taken and let go: a port another program holds fails the check.
+    drop(listen(config)?);
     println!("where: {}", config.places(data_dir));
     let count = |n: usize, one: &str, many: &str| match n {
         1 => format!("1 {one}"),

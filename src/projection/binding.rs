@@ -159,10 +159,11 @@ pub struct Binding<'a> {
     #[serde(default, deserialize_with = "project_name")]
     pub project: Option<String>,
     /// Models a person may switch the conversation to with `/model`
-    /// (names, or one text of names separated by commas), and, with its
-    /// `model`, the only ones its harness may call through its door's
-    /// gateway (a sub-agent on another is refused); none: `/model` only
-    /// shows the model, and any may be called.
+    /// (names, or one text of names separated by commas), and, once one
+    /// is picked (`model`, or `/model`), with it the only ones its harness
+    /// may call through its door's gateway (a sub-agent on another is
+    /// refused); none: `/model` only shows the model, and any may be
+    /// called.
     #[serde(default, deserialize_with = "approver_ids")]
     pub models: Vec<String>,
     /// Permission modes a person may switch the conversation to with

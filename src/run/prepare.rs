@@ -159,15 +159,18 @@ fn runnable_by(
 }
 
 /// What the turn's harness may call through the gateway, when its binding
-/// lists models: those a person may pick here, the picked one among them.
+/// lists models and one is picked (its `model`, or a person's `/model`):
+/// those a person may pick here, the picked one among them. With none
+/// picked the harness runs on its own default, which no list names.
 fn bound_models(binding: &Binding<'_>, open: &OpenRun) {
+    let Some(picked) = &binding.model else {
+        return;
+    };
     if binding.models.is_empty() {
         return;
     }
     let mut models = binding.models.clone();
-    if let Some(picked) = &binding.model
-        && !models.contains(picked)
-    {
+    if !models.contains(picked) {
         models.push(picked.clone());
     }
     open.grant.bound_models(models);

@@ -341,7 +341,13 @@ async fn checked_body(
     crate::metrics::global().model_call(provider, "refused", None);
     let denied = crate::protocol::AgentAPIError::unauthorized(why.clone());
     granted.refused("model_call", provider, &denied).await;
-    Err(refusal(StatusCode::FORBIDDEN, "permission_error", why))
+    // A bad request, not a refused key: a CLI shows the words rather
+    // than asking its user to sign in again.
+    Err(refusal(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        why,
+    ))
 }
 
 /// The call sent on to `upstream`, its stand-ins made keys: the answer
