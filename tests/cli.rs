@@ -420,3 +420,36 @@ fn doctor_says_where_each_harnesss_key_lives() {
     );
     assert!(!keyed.contains("sk-not-said"));
 }
+
+/// `doctor` as an ordinary user, whose session gives it no cgroup to
+/// write, says the per-conversation limits do not hold and what makes
+/// them hold (the unit with a delegated cgroup, root).
+#[test]
+fn doctor_as_an_ordinary_user_names_what_makes_the_limits_hold() {
+    use std::os::unix::process::CommandExt as _;
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the tests run as root, to run the bridge as an ordinary user"
+    );
+    let home = common::tempdir();
+    let out = Command::new(env!("CARGO_BIN_EXE_harness-bridge"))
+        .arg("doctor")
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", "/usr/bin:/bin")
+        .uid(20002)
+        .gid(20002)
+        .output()
+        .expect("doctor runs");
+    let said = stdout(&out);
+    let limits = said
+        .lines()
+        .find(|l| l.starts_with("limits: "))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        limits.contains("not enforced here")
+            && limits.contains("packaging/harness-bridge.service")
+            && limits.contains("as root"),
+        "{limits}"
+    );
+}

@@ -67,6 +67,13 @@ pub struct Limits {
     pub disk_mb: u64,
 }
 
+
+/// What makes the limits hold where the bridge cannot write a cgroup of
+/// its own (an ordinary user's session, a container without one).
+const LIMITS_FIX: &str = "To enforce them, run the bridge from its systemd unit \
+     (packaging/harness-bridge.service: `Delegate=yes` gives it a cgroup of its own), as root, \
+     or in a container given a writable cgroup";
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -285,7 +292,8 @@ impl Backend {
             .map(String::as_str)
     }
 
-    /// One line for the logs and `doctor`: which of `limits` hold, by what.
+    /// One line for the logs and `doctor`: which of `limits` hold, by
+    /// what, and what makes the rest hold.
     pub fn describe(&self, limits: &Limits) -> (bool, String) {
         let asked: Vec<Resource> = limits.requested().collect();
         if asked.is_empty() {
@@ -318,7 +326,10 @@ impl Backend {
             format!("per conversation by {version}: {}", held.join(", "))
         };
         if !lacking.is_empty() {
-            line.push_str(&format!("; not enforced here: {}", lacking.join("; ")));
+            line.push_str(&format!(
+                "; not enforced here: {}. {LIMITS_FIX}",
+                lacking.join("; ")
+            ));
         }
         (lacking.is_empty(), line)
     }
