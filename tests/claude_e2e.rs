@@ -449,6 +449,28 @@ async fn claude_without_a_key_says_how_to_sign_in_and_keeps_nothing_of_it() {
     assert!(session["notice"].is_null(), "{session}");
 }
 
+/// A model endpoint nothing answers at: the turn's failure names the
+/// endpoint the gateway could not reach (never the key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn a_model_endpoint_that_does_not_answer_is_named_in_the_failure() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let machine = Machine::new(endpoint.clone()).await;
+    let turn = machine.turn(ASK, &[]).await;
+    let failed = turn.terminal();
+    assert_eq!(failed["type"], "run.failed", "{failed}");
+    let said = failed["data"]["error"].as_str().unwrap();
+    assert!(
+        said.contains(&format!(
+            "the bridge's model gateway cannot reach {endpoint}"
+        )) && said.contains("Connection refused"),
+        "{said}"
+    );
+    assert!(!said.contains("test-key"), "{said}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_claude_binary_is_harness_not_found() {
     common::assert_harness_not_found("claude-code", "npm install -g @anthropic-ai/claude-code")

@@ -67,7 +67,6 @@ pub struct Limits {
     pub disk_mb: u64,
 }
 
-
 /// What makes the limits hold where the bridge cannot write a cgroup of
 /// its own (an ordinary user's session, a container without one).
 const LIMITS_FIX: &str = "To enforce them, run the bridge from its systemd unit \
