@@ -736,11 +736,20 @@ async fn an_unknown_harness_is_refused_before_it_queues() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_does_not_start_on_a_mistyped_setting_and_says_what_was_meant() {
     let dir = common::tempdir();
+    let not_a_repository = format!(
+        "projects:\n  web:\n    repository: {}\n",
+        dir.path().display()
+    );
+    let not_a_repository_said = format!(
+        "bridge.yaml: project `web`: {} is not a git repository (no .git in it: name the folder",
+        dir.path().display()
+    );
     for (text, said) in [
         (
             "listen: 127.0.0.1:0\nfixed_config:\n  permision_mode: default\n",
             "bridge.yaml:3",
         ),
+        (not_a_repository.as_str(), not_a_repository_said.as_str()),
         (
             "fixed_config:\n  permision_mode: default\n",
             "did you mean `permission_mode`?",
@@ -752,15 +761,19 @@ async fn serve_does_not_start_on_a_mistyped_setting_and_says_what_was_meant() {
         ),
         (
             "default_config:\n  project: wbe\n",
-            "project `wbe` is not declared in `projects`",
+            "bridge.yaml:2: default_config: project `wbe` is not declared in `projects`",
         ),
         (
-            "default_config:\n  permission_mode: yolo\n",
-            "default_config: `yolo` is not a permission mode of Claude Code",
+            "default_config:\n  model: m\n  permission_mode: yolo\n",
+            "bridge.yaml:3: default_config: `yolo` is not a permission mode of Claude Code",
         ),
         (
-            "default_config:\n  commands:\n    allow:\n      stop: partcipants\n",
-            "`partcipants` is neither an actor id nor a word (did you mean `participants`?)",
+            "harness_config:\n  codex:\n    model: m\n  claude-code:\n    permission_mode: yolo\n",
+            "bridge.yaml:5: harness_config.claude-code: `yolo` is not a permission mode",
+        ),
+        (
+            "default_config:\n  model: m\n  commands:\n    allow:\n      stop: partcipants\n",
+            "bridge.yaml:3: binding config: at `commands`: `partcipants` is neither an actor id nor a word (did you mean `participants`?)",
         ),
     ] {
         std::fs::write(dir.path().join("bridge.yaml"), text).unwrap();

@@ -112,7 +112,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     let workspace_root = config.workspace_root(data_dir);
     let programs = crate::serve::check_programs(&config, &adapters, &workspace_root);
     if args.check {
-        return check(&args, &config, &adapters, &programs, data_dir);
+        return check(&config, &adapters, &programs, data_dir);
     }
     for check in programs.iter().filter(|c| c.problem.is_some()) {
         tracing::warn!("harness {}", check.line());
@@ -134,6 +134,14 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         super::private_folder(folder).map_err(CliError::failure)?;
     }
     let runtime = super::service_runtime()?;
+    // The operator's projects, before anything is written: one that
+    // cannot be opened is a mistake in the file.
+    let projects = runtime
+        .block_on(crate::project::open_all(
+            &config.projects,
+            config.cage.owner(),
+        ))
+        .map_err(|e| CliError::invalid(format!("{}: {e}", config.file_name())))?;
     let retention = Duration::from_secs(config.retention_hours.saturating_mul(3600));
     super::cage::open_to_harnesses(&config.cage, data_dir, &workspace_root)?;
     let settings = run_settings(&config, workspace_root, &store_at);
@@ -151,9 +159,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     super::contain()?;
     let result = runtime.block_on(async move {
         let mut settings = settings;
-        settings.projects = crate::project::open_all(&config.projects, config.cage.owner())
-            .await
-            .map_err(|e| format!("bridge.yaml: {e}"))?;
+        settings.projects = projects;
         let bridge = Bridge::start(
             host,
             adapters,
@@ -232,16 +238,12 @@ fn listen(config: &ServeConfig) -> Result<std::net::TcpListener, CliError> {
 /// `serve --check`: every harness it routes to can start (one that is not
 /// installed is said), the projects open; where things would be kept.
 fn check(
-    args: &ServeArgs,
     config: &ServeConfig,
     adapters: &crate::harness::Adapters,
     programs: &[crate::serve::ProgramCheck],
     data_dir: &Path,
 ) -> Outcome {
-    let file = args
-        .config
-        .as_ref()
-        .map_or("the defaults".into(), |f| f.display().to_string());
+    let file = config.file_name();
     let failing: Vec<String> = programs
         .iter()
         .filter(|c| c.fails_check())

@@ -294,6 +294,19 @@ impl Project {
         if let Some(carry) = spec.carry.as_ref().filter(|_| !spec.repository.exists()) {
             clone_carried(name, &spec.repository, carry, owner).await?;
         }
+        let not_one = |why: &str| ProjectError::NotARepository {
+            name: name.into(),
+            repository: spec.repository.display().to_string(),
+            why: why.into(),
+        };
+        if !spec.repository.is_dir() {
+            return Err(not_one("there is no such folder"));
+        }
+        if !spec.repository.join(".git").exists() {
+            return Err(not_one(
+                "no .git in it: name the folder that holds the repository's .git, or make it one with `git init`",
+            ));
+        }
         let common_dir =
             git::common_dir(&spec.repository)
                 .await

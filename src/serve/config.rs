@@ -136,9 +136,13 @@ pub struct ServeConfig {
     /// reports none of its own.
     pub prices: crate::host::budget::Prices,
     /// How harnesses are caged: `enabled` (default true), `network`
-    /// (`ports`, the default, or `open`), `ports`, `read_only`,
-    /// `read_write`.
+    /// (`isolated`, the default, `ports` or `open`), `egress`, `ports`,
+    /// `read_only`, `read_write`, `limits`.
     pub cage: crate::harness::cage::CagePolicy,
+    /// The file the settings were read from and its text: a setting found
+    /// wrong after reading is named at its own line.
+    #[serde(skip)]
+    source: Option<std::sync::Arc<(String, String)>>,
 }
 
 impl Default for ServeConfig {
@@ -178,6 +182,7 @@ impl Default for ServeConfig {
             lease_seconds: 30,
             session_copy_max_mib: 16,
             budgets: Default::default(),
+            source: None,
             prices: Default::default(),
             cage: Default::default(),
         }
@@ -304,7 +309,7 @@ impl ServeConfig {
     /// errors (with the line): what [`ServeConfig::load`] does once the
     /// file is read, for a config that does not come from a file.
     pub fn parse(file: &str, text: &str) -> Result<ServeConfig, ConfigError> {
-        let config = if text.trim().is_empty() {
+        let mut config: ServeConfig = if text.trim().is_empty() {
             ServeConfig::default()
         } else {
             serde_yaml::from_str(text).map_err(|e| {
@@ -316,8 +321,31 @@ impl ServeConfig {
                 ConfigError::Malformed(format!("{file}{at}: {said}"))
             })?
         };
+        config.source = Some(std::sync::Arc::new((file.to_string(), text.to_string())));
         config.check().map_err(ConfigError::Invalid)?;
         Ok(config)
+    }
+
+    /// The file the settings were read from, as given; "the defaults"
+    /// when none was.
+    pub fn file_name(&self) -> String {
+        self.source
+            .as_ref()
+            .map_or_else(|| "the defaults".into(), |source| source.0.clone())
+    }
+
+    /// `FILE:LINE: ` of the key at dotted `path` in the file the settings
+    /// came from (`FILE: ` where the line cannot be found); nothing for
+    /// the defaults.
+    fn at(&self, path: &str) -> String {
+        let Some(source) = &self.source else {
+            return String::new();
+        };
+        let (file, text) = &**source;
+        match line_of(text, path) {
+            Some(line) => format!("{file}:{line}: "),
+            None => format!("{file}: "),
+        }
     }
 
     /// Check the settings that name harnesses against those there are
@@ -330,12 +358,23 @@ impl ServeConfig {
         let names = self
             .harness_config
             .keys()
-            .map(|name| ("harness_config", name.as_str()))
-            .chain([("default_harness", self.default_harness.as_str())]);
-        for (key, name) in names {
+            .map(|name| {
+                (
+                    "harness_config",
+                    format!("harness_config.{name}"),
+                    name.as_str(),
+                )
+            })
+            .chain([(
+                "default_harness",
+                "default_harness".to_string(),
+                self.default_harness.as_str(),
+            )]);
+        for (key, path, name) in names {
             if !known.clone().any(|k| k == name) {
                 return Err(ConfigError::Invalid(format!(
-                    "{key}: no harness is named `{name}`{}; there are {}",
+                    "{}{key}: no harness is named `{name}`{}; there are {}",
+                    self.at(&path),
                     crate::keys::did_you_mean(name, known.clone()),
                     known.clone().collect::<Vec<_>>().join(", ")
                 )));
@@ -392,7 +431,8 @@ impl ServeConfig {
             };
             let binds = !spec.permission_modes.is_empty() || key.starts_with("harness_config");
             if let (true, Err(why)) = (binds, spec.check_permission_mode(&mode)) {
-                return Err(ConfigError::Invalid(format!("{key}: {why}")));
+                let at = self.at(&format!("{key}.permission_mode"));
+                return Err(ConfigError::Invalid(format!("{at}{key}: {why}")));
             }
         }
         Ok(())
@@ -401,11 +441,15 @@ impl ServeConfig {
     /// The operator's bindings pick declared projects only.
     fn check_project_names(&self) -> Result<(), String> {
         let bindings = [
-            ("default_config", &self.default_config),
-            ("fixed_config", &self.fixed_config),
+            ("default_config".to_string(), &self.default_config),
+            ("fixed_config".to_string(), &self.fixed_config),
         ]
         .into_iter()
-        .chain(self.harness_config.values().map(|b| ("harness_config", b)));
+        .chain(
+            self.harness_config
+                .iter()
+                .map(|(name, b)| (format!("harness_config.{name}"), b)),
+        );
         for (key, binding) in bindings {
             let Some(name) = binding.0.get("project").and_then(serde_json::Value::as_str) else {
                 continue;
@@ -413,7 +457,8 @@ impl ServeConfig {
             if !name.trim().is_empty() && !self.projects.contains_key(name.trim()) {
                 let known = self.projects.keys().map(String::as_str);
                 return Err(format!(
-                    "{key}: project `{name}` is not declared in `projects`{}",
+                    "{}{key}: project `{name}` is not declared in `projects`{}",
+                    self.at(&format!("{key}.project")),
                     crate::keys::did_you_mean(name, known)
                 ));
             }
@@ -501,8 +546,9 @@ impl ServeConfig {
 /// The line of the binding key `said` names: YAML's reader places an error
 /// in a mapping at its first line, the key may be further down.
 fn key_line(text: &str, line: usize, said: &str) -> usize {
-    let key = said
-        .split_once("unknown binding key `")
+    let key = ["unknown binding key `", " at `"]
+        .iter()
+        .find_map(|marker| said.split_once(marker))
         .and_then(|(_, rest)| rest.split('`').next());
     let Some(key) = key else {
         return line;
@@ -516,6 +562,43 @@ fn key_line(text: &str, line: usize, said: &str) -> usize {
                 .is_some_and(|rest| rest.trim_start_matches(['"', '\'']).starts_with(':'))
         })
         .map_or(line, |(at, _)| at + 1)
+}
+
+/// The line (1-based) of the key at dotted `path` in YAML `text` written
+/// in block style (each key on its own line, below its parent, indented
+/// more); `None` where it is not there.
+fn line_of(text: &str, path: &str) -> Option<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (mut from, mut parent): (usize, Option<usize>) = (0, None);
+    let mut found = None;
+    for key in path.split('.') {
+        let mut hit = None;
+        for (at, line) in lines.iter().enumerate().skip(from) {
+            let trimmed = line.trim_start();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let depth = line.len() - trimmed.len();
+            if parent.is_some_and(|p| depth <= p) {
+                break;
+            }
+            // A top-level key is at the margin.
+            if parent.is_none() && depth > 0 {
+                continue;
+            }
+            let named = trimmed
+                .trim_start_matches(['"', '\''])
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start_matches(['"', '\'']).starts_with(':'));
+            if named {
+                hit = Some((at, depth));
+                break;
+            }
+        }
+        let (at, depth) = hit?;
+        (from, parent, found) = (at + 1, Some(depth), Some(at + 1));
+    }
+    found
 }
 
 /// serde's sentence, said for a person: a misspelled key with the one it
@@ -554,6 +637,19 @@ mod tests {
         let file = dir.path().join("bridge.yaml");
         std::fs::write(&file, text).unwrap();
         ServeConfig::load(Some(&file)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_key_is_found_at_its_own_line_below_its_parents() {
+        let text = "listen: 127.0.0.1:0\n# a comment\ndefault_config:\n  model: m\n  \"project\": web\nharness_config:\n  codex:\n    model: x\n  claude-code:\n    permission_mode: yolo\nproject: top\n";
+        assert_eq!(line_of(text, "default_config.project"), Some(5));
+        assert_eq!(
+            line_of(text, "harness_config.claude-code.permission_mode"),
+            Some(10)
+        );
+        assert_eq!(line_of(text, "harness_config.codex.permission_mode"), None);
+        assert_eq!(line_of(text, "project"), Some(11));
+        assert_eq!(line_of(text, "fixed_config.project"), None);
     }
 
     #[test]
