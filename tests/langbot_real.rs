@@ -1137,6 +1137,9 @@ async fn a_person_over_the_operators_turn_rate_is_told_in_the_chat_and_another_g
             .unwrap_or_else(|| panic!("no {person} in {actors:?}"));
         assert_eq!(row["runs"], 1, "{row}");
         assert!(row["input_tokens"].as_u64() >= Some(10), "{row}");
+        // The turn over the rate: a row of its own, counted apart.
+        let refused = if person == "30001" { 1 } else { 0 };
+        assert_eq!(row["refused"], refused, "{row}");
     }
 }
 

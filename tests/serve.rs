@@ -1748,3 +1748,64 @@ async fn a_port_in_use_fails_the_check_and_serve_writes_nothing() {
     }
     drop(held);
 }
+
+/// A turn a budget refuses is a row of its own (outcome `refused`, the
+/// limit's code) in the runs listed and counted apart from the runs and
+/// the failures in the usage; `/usage` says a limit reached now, and
+/// when it resets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_a_budget_refuses_is_listed_and_counted_apart() {
+    let tools = common::tempdir();
+    common::scripted::install(tools.path());
+    let server = Server::start_in(
+        Arc::new(common::tempdir()),
+        Arc::new(tools),
+        "usage",
+        "budgets:\n  actor: {turns_per_minute: 1, tokens_per_day: 1}\n",
+    )
+    .await;
+    let turn = |run_id: &str| json!({"conversation": "c-rate", "actor": "ann", "text": "hi", "run_id": run_id});
+    let first = server.results(turn("rate-1")).await;
+    assert_eq!(first.last().unwrap()["type"], "run.completed", "{first:?}");
+    let second = server.results(turn("rate-2")).await;
+    let end = second.last().unwrap();
+    assert_eq!(end["data"]["code"], "limit_reached", "{end}");
+
+    let runs = server.get_json("/v1/runs?actor=ann").await;
+    let refused = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == "rate-2")
+        .unwrap_or_else(|| panic!("the refused turn is not listed: {runs}"));
+    assert_eq!(
+        (refused["outcome"].as_str(), refused["code"].as_str()),
+        (Some("refused"), Some("limit_reached")),
+        "{refused}"
+    );
+    let usage = server.get_json("/v1/usage?by=actor&actor=ann").await;
+    let row = &usage["totals"][0];
+    assert_eq!(
+        (
+            row["runs"].as_u64(),
+            row["failed"].as_u64(),
+            row["refused"].as_u64()
+        ),
+        (Some(1), Some(0), Some(1)),
+        "{usage}"
+    );
+    let conversation = server.get_json("/v1/conversations/c-rate").await;
+    assert_eq!(conversation["usage"]["refused"], 1, "{conversation}");
+
+    let said = server
+        .results(json!({"conversation": "c-rate", "actor": "ann", "text": "/usage"}))
+        .await;
+    let said = said.last().unwrap()["data"]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        said.contains("Reached today: ") && said.contains("new turns are refused until "),
+        "{said}"
+    );
+}

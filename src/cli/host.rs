@@ -209,10 +209,11 @@ fn print_usage(by: &str, totals: &[UsageTotal]) {
         return;
     }
     out!(
-        "{:<24} {:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  last run ended (UTC)",
+        "{:<24} {:>6} {:>6} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10}  last run ended (UTC)",
         by,
         "runs",
         "failed",
+        "refused",
         "input",
         "output",
         "cache rd",
@@ -223,10 +224,11 @@ fn print_usage(by: &str, totals: &[UsageTotal]) {
         let key = if t.key.is_empty() { "-" } else { &t.key };
         let cost = t.cost_usd.map_or("-".to_string(), |c| format!("{c:.4}"));
         out!(
-            "{:<24} {:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}",
+            "{:<24} {:>6} {:>6} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10}  {}",
             clip(key, 24),
             t.runs,
             t.failed,
+            t.refused,
             t.input_tokens,
             t.output_tokens,
             t.cache_read_tokens,

@@ -30,7 +30,8 @@ pub struct UsageRecord {
     pub started_ms: i64,
     /// Epoch milliseconds.
     pub ended_ms: i64,
-    /// `completed` or `failed`.
+    /// `completed`, `failed`, or `refused` (a budget's limit reached:
+    /// never started).
     pub outcome: String,
     /// The failure code, when it failed.
     pub code: Option<String>,
@@ -135,16 +136,22 @@ pub struct UsageQuery {
     pub harness: Option<String>,
 }
 
+/// How many counts a group's sums begin with ([`UsageTotal::from_sums`]);
+/// its cost and last end follow them.
+pub const TOTAL_COUNTS: usize = 7;
+
 /// The sum of a group's rows.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageTotal {
     /// The group (an actor id, a conversation id, a harness, a model, or a
     /// day as `YYYY-MM-DD`); empty where the runs did not say.
     pub key: String,
-    /// Runs.
+    /// Runs (turns that started).
     pub runs: u64,
     /// Of which failed.
     pub failed: u64,
+    /// Turns a budget refused (not among the runs).
+    pub refused: u64,
     /// Summed as in [`UsageRecord`].
     pub input_tokens: u64,
     /// Summed as in [`UsageRecord`].
@@ -161,17 +168,25 @@ pub struct UsageTotal {
 
 impl UsageTotal {
     /// A group's sums as [`totals_sql`] selects them: its key, then the
-    /// runs, failed runs and the four token counts (negative read as 0),
-    /// the cost and the last end. A day's key is said as its date.
+    /// runs, failed runs, the four token counts and the refused turns
+    /// (negative read as 0: [`TOTAL_COUNTS`] of them), the cost and the
+    /// last end. A day's key is said as its date.
     pub fn from_sums(
         by: UsageBy,
         key: String,
-        counts: [Option<i64>; 6],
+        counts: [Option<i64>; TOTAL_COUNTS],
         cost_usd: Option<f64>,
         last_ms: Option<i64>,
     ) -> UsageTotal {
-        let [runs, failed, input, output, cache_read, cache_write] =
-            counts.map(|n| n.unwrap_or(0).max(0) as u64);
+        let [
+            runs,
+            failed,
+            input,
+            output,
+            cache_read,
+            cache_write,
+            refused,
+        ] = counts.map(|n| n.unwrap_or(0).max(0) as u64);
         UsageTotal {
             key: match by {
                 UsageBy::Day => key.parse().map_or(key, crate::protocol::time::date),
@@ -179,6 +194,7 @@ impl UsageTotal {
             },
             runs,
             failed,
+            refused,
             input_tokens: input,
             output_tokens: output,
             cache_read_tokens: cache_read,
@@ -282,10 +298,12 @@ pub fn totals_sql(query: &UsageQuery) -> String {
     };
     let key = query.by.key_sql();
     format!(
-        "SELECT {key} AS k, COUNT(*), \
+        "SELECT {key} AS k, \
+         CAST(SUM(CASE WHEN outcome = 'refused' THEN 0 ELSE 1 END) AS BIGINT), \
          CAST(SUM(CASE WHEN outcome = 'failed' THEN 1 ELSE 0 END) AS BIGINT), \
          CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT), \
          CAST(SUM(cache_read_tokens) AS BIGINT), CAST(SUM(cache_write_tokens) AS BIGINT), \
+         CAST(SUM(CASE WHEN outcome = 'refused' THEN 1 ELSE 0 END) AS BIGINT), \
          SUM(cost_usd), MAX(ended_ms) \
          FROM run_usage {filter} GROUP BY k ORDER BY MAX(ended_ms) DESC"
     )

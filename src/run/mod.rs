@@ -416,7 +416,8 @@ impl Bridge {
         // The model and mode a person chose with `/model`, `/mode`.
         let chosen = commands::with_overrides(host, ctx, harness).await;
         let ctx = chosen.as_ref().unwrap_or(ctx);
-        // A turn the budgets refuse never started: it is not in the ledger.
+        // A turn the budgets refuse never started: its ledger row says
+        // `refused`, counted apart from the runs.
         let mut admitted = true;
         async {
             tracing::info!("run started");
@@ -458,18 +459,20 @@ impl Bridge {
         .await;
         summary.outcome = emit.outcome().cloned().unwrap_or(ResultType::RunFailed);
         summary.failure_code = emit.failure().map(|f| f.code.clone());
+        let mut row = ledger::row(
+            ctx,
+            harness,
+            started_ms,
+            emit.outcome(),
+            emit.failure(),
+            emit.usage(),
+        );
         if admitted {
-            let mut row = ledger::row(
-                ctx,
-                harness,
-                started_ms,
-                emit.outcome(),
-                emit.failure(),
-                emit.usage(),
-            );
             self.settings.prices.price(&mut row);
-            ledger::record(host, row).await;
+        } else {
+            row.outcome = "refused".into();
         }
+        ledger::record(host, row).await;
         summary
     }
 

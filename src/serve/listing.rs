@@ -110,7 +110,7 @@ pub(super) async fn list_conversations(
                 .map(|c| {
                     json!({
                         "conversation_id": c.key, "last_activity_ms": c.last_ms,
-                        "runs": c.runs, "failed": c.failed, "input_tokens": c.input_tokens,
+                        "runs": c.runs, "failed": c.failed, "refused": c.refused, "input_tokens": c.input_tokens,
                         "output_tokens": c.output_tokens, "cache_read_tokens": c.cache_read_tokens,
                         "cache_write_tokens": c.cache_write_tokens, "cost_usd": c.cost_usd,
                     })

@@ -72,7 +72,10 @@ echo '{"type":"system","subtype":"init","session_id":"scripted-1","mcp_servers":
 echo 'not json at all'
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]},"session_id":"scripted-1"}'
 echo "end $$" >> turn-log
-echo '{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"scripted-1","stop_reason":"end_turn"}'
+# `usage`: the result says what the turn used, as a model's would.
+usage=''
+[ "$FAKE_MODE" = usage ] && usage=',"usage":{"input_tokens":5,"output_tokens":3}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"scripted-1","stop_reason":"end_turn"'"$usage"'}'
 "#;
 
 pub const SPEC: &str = r#"

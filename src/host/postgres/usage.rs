@@ -9,7 +9,9 @@ use crate::host::budget::{
     ADD_SPENT_SQL, ADMIT_SQL, Admission, FORGET_SQL, Per, SPENT_SQL, Spent, Subject, Verdict,
     spent_adds, take_spent, turns_sql,
 };
-use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
+use crate::host::usage::{
+    RunListQuery, TOTAL_COUNTS, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql,
+};
 
 /// Record one run's usage, and add it to its subjects' running totals
 /// (`host::budget`), if `write_guard` still holds; a run recorded twice
@@ -97,7 +99,7 @@ pub(super) async fn totals(client: &Client, query: &UsageQuery) -> HostResult<Ve
         .map_err(db_error)?;
     rows.iter()
         .map(|r| {
-            let mut counts = [None; 6];
+            let mut counts = [None; TOTAL_COUNTS];
             for (i, count) in counts.iter_mut().enumerate() {
                 *count = r.try_get(i + 1)?;
             }
@@ -105,8 +107,8 @@ pub(super) async fn totals(client: &Client, query: &UsageQuery) -> HostResult<Ve
                 query.by,
                 r.try_get(0)?,
                 counts,
-                r.try_get(7)?,
-                r.try_get(8)?,
+                r.try_get(TOTAL_COUNTS + 1)?,
+                r.try_get(TOTAL_COUNTS + 2)?,
             ))
         })
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()

@@ -8,7 +8,9 @@ use crate::host::budget::{
     ADD_SPENT_SQL, ADMIT_SQL, Admission, FORGET_SQL, Per, SPENT_SQL, Spent, Verdict, spent_adds,
     take_spent, turns_sql,
 };
-use crate::host::usage::{RunListQuery, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql};
+use crate::host::usage::{
+    RunListQuery, TOTAL_COUNTS, UsageQuery, UsageRecord, UsageTotal, list_sql, totals_sql,
+};
 
 /// Record one run's usage, and add it to its subjects' running totals
 /// (`host::budget`); a run recorded twice keeps its first row, counted
@@ -77,7 +79,7 @@ pub(super) fn totals(conn: &Connection, query: &UsageQuery) -> HostResult<Vec<Us
     let by = query.by;
     let rows = stmt
         .query_map(params_from_iter(args), |r| {
-            let mut counts = [None; 6];
+            let mut counts = [None; TOTAL_COUNTS];
             for (i, count) in counts.iter_mut().enumerate() {
                 *count = r.get(i + 1)?;
             }
@@ -85,8 +87,8 @@ pub(super) fn totals(conn: &Connection, query: &UsageQuery) -> HostResult<Vec<Us
                 by,
                 r.get(0)?,
                 counts,
-                r.get(7)?,
-                r.get(8)?,
+                r.get(TOTAL_COUNTS + 1)?,
+                r.get(TOTAL_COUNTS + 2)?,
             ))
         })
         .map_err(db_error)?;

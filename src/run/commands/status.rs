@@ -229,15 +229,24 @@ pub(super) async fn usage(bridge: &Bridge, asked: &Asked<'_>) -> String {
             cost_this_month: month.cost.unwrap_or(0.0),
             ..Spent::default()
         };
-        for (limit, allowed, used, _) in spending(limits, &spent, &periods) {
+        for (limit, allowed, used, ends_ms) in spending(limits, &spent, &periods) {
             let Some(allowed) = allowed else { continue };
             let per = match limit {
                 Limit::TokensPerDay | Limit::CostUsdPerDay => "today",
                 _ => "this month",
             };
+            if used >= allowed {
+                lines.push(format!(
+                    "Reached {per}{whose}: {} of {}; new turns are refused until {} UTC.",
+                    amount(limit, used),
+                    amount(limit, allowed),
+                    crate::protocol::time::date_time(ends_ms.div_euclid(1000))
+                ));
+                continue;
+            }
             lines.push(format!(
                 "Left {per}{whose}: {} of {}.",
-                amount(limit, (allowed - used).max(0.0)),
+                amount(limit, allowed - used),
                 amount(limit, allowed)
             ));
         }
