@@ -130,6 +130,17 @@ async fn an_operator_chats_through_the_debug_page_and_the_session_resumes() {
         "{page}"
     );
 
+    // The conversation opened as it was: its stored history on the page
+    // before the first message.
+    assert!(
+        first["earlier"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == common::DECISION),
+        "{page}"
+    );
+
     // The second message continued the same Claude session.
     assert_eq!(second["user"][1], FOLLOW_UP, "{page}");
     assert_eq!(second["assistant"][1], SECOND_ANSWER, "{page}");
@@ -515,6 +526,25 @@ async fn the_console_shows_what_ran_and_who_it_cost(server: &ServeProcess) {
     );
 
     usage_is_shown_as_the_ledger_has_it(server, &page).await;
+
+    // Continued in the chat: the conversation as it is, its actor the
+    // one who goes on.
+    let continued = &page["continued"];
+    assert_eq!(continued["hash"], "#chat", "{page}");
+    assert_eq!(continued["conversation"], CONVERSATION, "{page}");
+    assert_eq!(continued["actor"], "alice", "{page}");
+    let log: Vec<(&str, &str)> = continued["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["role"].as_str().unwrap(), i["text"].as_str().unwrap()))
+        .collect();
+    assert!(log.contains(&("user", ASK)), "{page}");
+    assert!(log.contains(&("assistant", SECOND_ANSWER)), "{page}");
+    assert_eq!(
+        continued["pointer"]["external.session_id"], view["state"]["external.session_id"],
+        "{page}"
+    );
 }
 
 /// The console's usage tab and live tab, the page's storage and policy:
@@ -538,10 +568,12 @@ async fn usage_is_shown_as_the_ledger_has_it(server: &ServeProcess, page: &Value
             (
                 number(&json!(shown[1])),
                 number(&json!(shown[3])),
-                number(&json!(shown[4]))
+                number(&json!(shown[4])),
+                number(&json!(shown[5]))
             ),
             (
                 total["runs"].as_u64().unwrap(),
+                total["refused"].as_u64().unwrap(),
                 total["input_tokens"].as_u64().unwrap(),
                 total["output_tokens"].as_u64().unwrap()
             ),

@@ -78,6 +78,23 @@ async fn harness_state(
         .collect())
 }
 
+/// Whether the store holds a message of conversation `id` (one that has
+/// no run yet: a command answered, a turn on its way).
+async fn has_history(host: &Arc<dyn crate::host::HostApi>, id: &str) -> bool {
+    let scope = crate::host::RunScope {
+        conversation_id: Some(id.to_string()),
+        ..Default::default()
+    };
+    let query = crate::host::HistoryQuery {
+        conversation_id: Some(id.to_string()),
+        limit: 1,
+        ..Default::default()
+    };
+    host.history_page(&scope, &query)
+        .await
+        .is_ok_and(|page| !page.items.is_empty())
+}
+
 /// One conversation as the store and this instance know it: its usage,
 /// the state the bridge keeps per harness (resume pointer, open request),
 /// the live process in its workspace, runs in flight here and the last
@@ -130,7 +147,8 @@ pub(super) async fn conversation(
             state.insert(harness.to_string(), Value::Object(kept));
         }
     }
-    if runs.is_empty() && in_flight.is_empty() && state.is_empty() {
+    if runs.is_empty() && in_flight.is_empty() && state.is_empty() && !has_history(host, &id).await
+    {
         return error(StatusCode::NOT_FOUND, format!("no conversation {id}"));
     }
     let live: Vec<_> = service

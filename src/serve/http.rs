@@ -710,6 +710,11 @@ async fn history(
         .await;
     match page {
         Ok(page) => axum::Json(page).into_response(),
+        // A conversation nothing is stored of has no messages yet: an
+        // empty page (the console opens a new id this way).
+        Err(e) if e.code == ErrorCode::NotFound => {
+            axum::Json(crate::protocol::HistoryPage::default()).into_response()
+        }
         Err(e) => {
             // The caller's mistake is a 4xx, in its own words; the store's
             // failure is a 500 whose details (files, SQLite) stay in the log.

@@ -104,6 +104,25 @@ async function drive(page, out) {
   await page.waitForFunction(() => document.querySelector("#live-note").textContent !== "", null, WAIT);
   out.live = { note: await page.textContent("#live-note"), rows: await rows(page, "live") };
   await page.screenshot({ path: process.env.SCREENSHOTS + "/live.png", fullPage: true });
+
+  // The conversation continued in the chat: its history, pointer and
+  // actor there, ready to go on.
+  await page.click("nav a[data-tab=conversations]");
+  await waitRows(page, "conversations", { min: 2 });
+  await page.click("#conversations a >> text=" + JSON.stringify(process.env.CONVERSATION));
+  await page.waitForSelector("#cv-history .h-item", WAIT);
+  await page.click("#cv-chat");
+  await page.waitForSelector("#log .msg.earlier", WAIT);
+  await page.waitForFunction(() => document.querySelectorAll("#pointer dd").length > 0, null, WAIT);
+  out.continued = {
+    hash: await page.evaluate(() => location.hash),
+    conversation: await page.inputValue("#conversation"),
+    actor: await page.inputValue("#actor"),
+    log: await page.evaluate(() => [...document.querySelectorAll("#log .msg.earlier")]
+      .map((d) => ({ role: d.classList.contains("user") ? "user" : "assistant", text: d.textContent }))),
+    pointer: await dl(page, "#pointer"),
+  };
+  await page.screenshot({ path: process.env.SCREENSHOTS + "/continued.png", fullPage: true });
 }
 
 session(drive).catch((e) => { console.error(e && e.stack || String(e)); process.exit(1); });

@@ -64,8 +64,11 @@ function snapshot(page) {
       outcome: (c.querySelector(".outcome") || {}).textContent || null,
     }));
     return {
-      user: [...document.querySelectorAll(".user")].map((e) => e.textContent),
-      assistant: [...document.querySelectorAll(".assistant")].map((e) => e.textContent),
+      // This session's messages; the conversation's stored ones, shown
+      // when it was opened, apart.
+      user: [...document.querySelectorAll(".user:not(.earlier)")].map((e) => e.textContent),
+      assistant: [...document.querySelectorAll(".assistant:not(.earlier)")].map((e) => e.textContent),
+      earlier: [...document.querySelectorAll(".earlier")].map((e) => e.textContent),
       events: [...document.querySelectorAll(".event")].map((e) => e.textContent),
       project: [...document.querySelectorAll(".project")].map((e) => e.textContent),
       files: [...document.querySelectorAll("details.file")].map((f) => ({
