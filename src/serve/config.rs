@@ -142,7 +142,19 @@ pub struct ServeConfig {
     /// The file the settings were read from and its text: a setting found
     /// wrong after reading is named at its own line.
     #[serde(skip)]
-    source: Option<std::sync::Arc<(String, String)>>,
+    source: Source,
+}
+
+/// A configuration's file name and text, kept for the lines its errors
+/// name; not a setting (its `Debug` says nothing of it, so two loads of
+/// the same settings read alike).
+#[derive(Clone, Default)]
+struct Source(Option<std::sync::Arc<(String, String)>>);
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("_")
+    }
 }
 
 impl Default for ServeConfig {
@@ -182,7 +194,7 @@ impl Default for ServeConfig {
             lease_seconds: 30,
             session_copy_max_mib: 16,
             budgets: Default::default(),
-            source: None,
+            source: Source::default(),
             prices: Default::default(),
             cage: Default::default(),
         }
@@ -321,7 +333,10 @@ impl ServeConfig {
                 ConfigError::Malformed(format!("{file}{at}: {said}"))
             })?
         };
-        config.source = Some(std::sync::Arc::new((file.to_string(), text.to_string())));
+        config.source = Source(Some(std::sync::Arc::new((
+            file.to_string(),
+            text.to_string(),
+        ))));
         config.check().map_err(ConfigError::Invalid)?;
         Ok(config)
     }
@@ -330,6 +345,7 @@ impl ServeConfig {
     /// when none was.
     pub fn file_name(&self) -> String {
         self.source
+            .0
             .as_ref()
             .map_or_else(|| "the defaults".into(), |source| source.0.clone())
     }
@@ -338,7 +354,7 @@ impl ServeConfig {
     /// came from (`FILE: ` where the line cannot be found); nothing for
     /// the defaults.
     fn at(&self, path: &str) -> String {
-        let Some(source) = &self.source else {
+        let Some(source) = &self.source.0 else {
             return String::new();
         };
         let (file, text) = &**source;
@@ -806,8 +822,7 @@ mod tests {
         };
         let err = check("default_config:\n  permission_mode: yolo\n").unwrap_err();
         assert!(
-            err.starts_with("default_config: `yolo` is not a permission mode of Claude Code")
-                && err.contains("bypassPermissions"),
+            err.ends_with("/bridge.yaml:2: default_config: `yolo` is not a permission mode of Claude Code; it takes default, acceptEdits, auto, bypassPermissions, dontAsk, plan"),
             "{err}"
         );
         let err = check("fixed_config:\n  permission_mode: acceptEdit\n").unwrap_err();
@@ -817,7 +832,7 @@ mod tests {
         let err =
             check("harness_config:\n  codex:\n    permission_mode: acceptEdits\n").unwrap_err();
         assert!(
-            err.starts_with("harness_config.codex: Codex has no permission mode"),
+            err.contains("/bridge.yaml:3: harness_config.codex: Codex has no permission mode"),
             "{err}"
         );
         // The mode that wins is the one checked.
