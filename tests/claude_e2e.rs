@@ -1073,11 +1073,19 @@ async fn a_person_over_a_budget_is_refused_and_told_why_while_others_go_on() {
                 .any(|l| l.contains("actor:bob") && l.contains("turns_per_minute")),
         "{refusals:#?}"
     );
+    // The refused turns are rows of their own, apart from the four runs.
     let runs = serve.get_json("/v1/runs?limit=50").await;
+    let outcomes: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes.len(), 6, "{runs}");
     assert_eq!(
-        runs["runs"].as_array().unwrap().len(),
-        4,
-        "refused turns are not in the ledger: {runs}"
+        outcomes.iter().filter(|o| **o == "refused").count(),
+        2,
+        "{runs}"
     );
     serve.stop().await;
 }
