@@ -512,9 +512,35 @@ impl Stream for Tapped {
     }
 }
 
+/// How long an answer the harness stopped reading is still read for its
+/// usage: as long as the turn's end waits for its calls.
+const DRAIN: Duration = Duration::from_secs(2);
+
 impl Drop for Tapped {
+    /// The harness stopped reading before the answer ended (it exited as
+    /// its turn ended): what the model still sends was asked for in the
+    /// turn, so the rest is read for its usage a moment longer, the call
+    /// counted as under way until then.
     fn drop(&mut self) {
-        self.count();
+        let Some(mut tally) = self.tally.take() else {
+            return;
+        };
+        let grant = self.grant.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            grant.meter.record(&tally.finish());
+            return;
+        };
+        let mut rest = std::mem::replace(&mut self.inner, Box::pin(futures_util::stream::empty()));
+        runtime.spawn(async move {
+            use futures_util::StreamExt as _;
+            let read = async {
+                while let Some(Ok(bytes)) = rest.next().await {
+                    tally.feed(&bytes);
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN, read).await;
+            grant.meter.record(&tally.finish());
+        });
     }
 }
 
