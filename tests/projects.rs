@@ -479,6 +479,11 @@ async fn a_caged_agent_commits_on_its_branch_and_reaches_nothing_else_of_the_rep
         format!("PROBE:{}", git_dir.join("refs/heads/main").display()),
         format!("PROBE:{}", git_dir.join("objects/forged").display()),
         format!("PROBE:{}", git_dir.join("packed-refs").display()),
+        // The same, through the harness's own view of the repository's
+        // folder (its git's `commondir`, in the workspace).
+        "PROBE:.langbot/git-common/refs/heads/main".to_string(),
+        "PROBE:.langbot/git-common/config".to_string(),
+        "PROBE:.langbot/git-common/info/exclude".to_string(),
         "REF:refs/heads/main".to_string(),
         format!("REF:refs/heads/{bob_branch}"),
         "REF:refs/heads/planted".to_string(),
@@ -501,13 +506,11 @@ async fn a_caged_agent_commits_on_its_branch_and_reaches_nothing_else_of_the_rep
     );
     // The control: its own commit landed, on its branch only.
     let log = std::fs::read_to_string(carol_ws.join(".langbot/commit.log")).unwrap_or_default();
-    // git says it cannot lock the packed refs (it would delete a
-    // pseudo-ref from them) and goes on: the commit is made.
+    // Not a word of error: git locks the packed refs it would delete a
+    // pseudo-ref from in the harness's own folder, not the repository's.
     assert!(
-        log.lines().all(|l| l.contains("packed-refs.lock")
-            || l.trim().is_empty()
-            || !l.starts_with("error") && !l.starts_with("fatal")),
-        "the commit failed in the cage: {log}"
+        !log.contains("error") && !log.contains("fatal"),
+        "the commit said it failed in the cage: {log}"
     );
     let branch = branch_of(&carol_ws);
     let subjects = git(&repo, &["log", "--format=%s", branch.trim()]);
@@ -543,7 +546,7 @@ async fn claude_code_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
     use common::anthropic::{BASH_DONE, fake_model_running};
     let dir = common::tempdir();
     let repo = repository(dir.path());
-    let (model_url, _fake) = fake_model_running(
+    let (model_url, fake) = fake_model_running(
         "echo 'hello from claude' >> greeting.txt && git commit -qam 'Claude greets'",
     )
     .await;
@@ -562,6 +565,13 @@ async fn claude_code_edits_and_commits_in_its_worktree_and_the_chat_is_told() {
         .filter_map(|r| r["data"]["message"]["content"].as_str())
         .collect();
     assert!(said.iter().any(|t| t.contains(BASH_DONE)), "{said:?}");
+    // What the commit printed, as the model read it: no error.
+    let requests = fake.requests.lock().unwrap().clone();
+    let read = serde_json::to_string(&requests).unwrap();
+    assert!(
+        !read.contains("error:") && !read.contains("fatal:"),
+        "the model read an error from its commit: {read}"
+    );
     let summary = summary_of(&results);
     assert!(
         summary.contains("1 file changed, +1 −0")

@@ -19,6 +19,7 @@ mod base;
 mod carry;
 mod changes;
 mod command;
+mod common;
 mod git;
 mod idle;
 mod index;

@@ -71,6 +71,7 @@ impl Checkout {
     /// the branch's commit as the bridge last saw it, and the person told.
     pub(super) async fn own_head(&mut self) -> Result<(), ProjectError> {
         self.ready_own_objects()?;
+        self.ready_own_common()?;
         let kept = self.last_head();
         // The usual turn: HEAD a commit id where the last turn's end left
         // it, which the bridge checked then (in the repository, which no

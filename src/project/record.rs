@@ -1,6 +1,7 @@
 //! A worktree's record in the repository (`worktrees/<name>`): what the
 //! harness's own git finds through the worktree's `.git` file — the way
-//! to the repository (`commondir`), the way back (`gitdir`), its HEAD and
+//! to the repository (`commondir`, the harness's view of it in
+//! [`super::common`]), the way back (`gitdir`), its HEAD and
 //! its index.
 //!
 //! The harness writes the record (each commit moves its HEAD), so the
@@ -21,8 +22,6 @@ use super::git::Git;
 use super::worktree::{Reader, write_replacing};
 use super::{Checkout, ProjectError};
 
-/// The way from the record to the repository, as git writes it.
-const COMMON_DIR: &str = "../..\n";
 /// Longest HEAD read: a commit id or a ref's name is far shorter.
 const MAX_HEAD_BYTES: u64 = 1024;
 
@@ -110,7 +109,10 @@ impl Checkout {
                 let back = format!("{}\n", dot_git.display());
                 self.write_in_record("gitdir", back.as_bytes())
             })
-            .and_then(|()| self.replace_unless_same("commondir", COMMON_DIR.as_bytes()));
+            .and_then(|()| {
+                let common = format!("{}\n", self.own_common().display());
+                self.replace_unless_same("commondir", common.as_bytes())
+            });
         wrote.map_err(|e| self.fail(format!("cannot link the worktree: {e}")))?;
         Ok(moved.map(|kept| {
             format!(
