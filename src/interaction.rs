@@ -15,6 +15,7 @@
 //! tools deposit into [`Interactions`].
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -219,16 +220,26 @@ impl Pending {
         }
     }
 
-    /// An approval for `tool` with `input`, asked in run `run_id`.
-    pub fn approval(run_id: &str, tool: &str, input: &Value, now: i64) -> Pending {
+    /// An approval for `tool` with `input`, asked in run `run_id` of a
+    /// harness working in `root`: the card shows the paths in that folder
+    /// as the person knows them (relative to it), never the server's
+    /// layout; the approval is still for the action exactly as asked.
+    pub fn approval(
+        run_id: &str,
+        tool: &str,
+        input: &Value,
+        now: i64,
+        root: Option<&Path>,
+    ) -> Pending {
+        let shown = root.map_or_else(|| input.clone(), |root| relative_paths(input, root));
         Pending {
             id: format!("approve-{run_id}"),
             expires_at: now + EXPIRY_SECONDS,
             asked_by: None,
             ask: Ask::Approval {
                 tool: tool.to_string(),
-                input: input.clone(),
-                summary: summary(tool, input),
+                summary: summary(tool, &shown),
+                input: shown,
                 fingerprint: fingerprint(tool, input),
             },
         }
@@ -395,6 +406,50 @@ fn clip(text: &str, chars: usize) -> String {
     let mut clipped: String = text.chars().take(chars.saturating_sub(1)).collect();
     clipped.push('…');
     clipped
+}
+
+/// `input` with each argument that names a path inside `root` (the folder
+/// the harness works in) written relative to it: `/srv/…/ws/NOTES.md`
+/// reads `NOTES.md`. A path that leaves the folder (`..`), or lies
+/// outside it, is shown as it is: the person must see that.
+pub fn relative_paths(input: &Value, root: &Path) -> Value {
+    let Value::Object(map) = input else {
+        return input.clone();
+    };
+    let roots = [Some(root.to_path_buf()), std::fs::canonicalize(root).ok()];
+    let inside = |text: &str| {
+        roots.iter().flatten().find_map(|root| {
+            let rest = Path::new(text).strip_prefix(root).ok()?;
+            let plain = rest
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            match rest.as_os_str().is_empty() {
+                true => Some(".".to_string()),
+                false => plain.then(|| rest.to_string_lossy().into_owned()),
+            }
+        })
+    };
+    Value::Object(
+        map.iter()
+            .map(|(key, value)| {
+                let path = value.as_str().filter(|t| {
+                    names_a_path(key) && t.starts_with('/') && !t.contains(['\n', '\r'])
+                });
+                let shown = match path.and_then(inside) {
+                    Some(relative) => Value::String(relative),
+                    None => value.clone(),
+                };
+                (key.clone(), shown)
+            })
+            .collect(),
+    )
+}
+
+/// Whether an argument named `key` holds a path (`file_path`,
+/// `notebook_path`, `path`, `cwd`…): only those are shown relative, never
+/// a text that happens to start with one.
+fn names_a_path(key: &str) -> bool {
+    key.ends_with("path") || matches!(key, "cwd" | "workdir" | "file" | "dir" | "directory")
 }
 
 /// What an action is, in a few words a person can judge: the command a
@@ -761,6 +816,9 @@ struct Slot {
     approved: Option<String>,
     asked: Option<Pending>,
     asking: Asking,
+    /// The folder the harness works in, once the workspace is written:
+    /// paths in it are shown relative to it.
+    root: Option<std::path::PathBuf>,
 }
 
 /// Why `ask_user` was refused: a sentence for the model that asked.
@@ -799,8 +857,17 @@ impl Interactions {
                 approved,
                 asked: None,
                 asking,
+                root: None,
             },
         );
+    }
+
+    /// The folder run `run_id`'s harness works in: what it asks about
+    /// there is shown relative to it.
+    pub fn works_in(&self, run_id: &str, root: &Path) {
+        if let Some(slot) = self.lock().get_mut(run_id) {
+            slot.root = Some(root.to_path_buf());
+        }
     }
 
     /// What run `run_id` may ask the person (nothing once it is over).
@@ -962,7 +1029,7 @@ impl Interactions {
         }
         slot.asked = Some(match question_of(tool, input) {
             Some((question, choices)) => Pending::question(run_id, question, choices, now),
-            None => Pending::approval(run_id, tool, input, now),
+            None => Pending::approval(run_id, tool, input, now, slot.root.as_deref()),
         });
         // The model gets to say, in a sentence, that it waits; a second
         // prompt in the same turn interrupts it.
@@ -1094,7 +1161,7 @@ mod tests {
         ));
         assert_eq!(
             answering.close("r2").map(|p| p.ask),
-            Some(Pending::approval("r2", "Bash", &other, NOW).ask)
+            Some(Pending::approval("r2", "Bash", &other, NOW, None).ask)
         );
         answering.open("r3", Some(fingerprint("Bash", &input)), BOTH);
         assert_eq!(
@@ -1110,7 +1177,7 @@ mod tests {
 
     #[test]
     fn anything_but_an_approval_denies_and_passes_the_words_on() {
-        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW, None);
         for (text, denied, said) in [
             ("deny", true, false),
             ("No.", true, false),
@@ -1128,7 +1195,7 @@ mod tests {
 
     #[test]
     fn a_card_answers_only_its_own_open_request() {
-        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW, None);
         let card = submission(&pending.id, Some("approve"), json!({}));
         assert!(matches!(
             reply(Some(&pending), Some(&card), "approve", ASKER, NOW),
@@ -1302,7 +1369,7 @@ mod tests {
     }
 
     fn asked_by(id: &str) -> Pending {
-        let mut pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        let mut pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW, None);
         pending.asked_by = Some(Asker {
             id: id.into(),
             name: Some("Ada".into()),
@@ -1353,7 +1420,7 @@ mod tests {
 
     #[test]
     fn only_a_few_plain_words_approve() {
-        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW, None);
         for word in ["ok", "y", "1", "allow", "sure", "OK!"] {
             let got = reply(Some(&pending), None, word, ASKER, NOW);
             assert!(
@@ -1378,7 +1445,7 @@ mod tests {
 
     #[test]
     fn a_mention_of_the_bot_before_the_answer_is_not_part_of_it() {
-        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW);
+        let pending = Pending::approval("r1", "Bash", &json!({"command": "ls"}), NOW, None);
         for said in ["@20001 approve", " @bot  @20001 yes", "@Claude\tYes."] {
             let got = reply(Some(&pending), None, said, ASKER, NOW);
             assert!(
@@ -1433,7 +1500,7 @@ mod tests {
     fn the_card_shows_the_whole_action_or_says_where_all_of_it_is() {
         let tail = "; cat ~/.ssh/id_rsa >> notes.txt";
         let command = format!("echo {}{tail}", "a".repeat(400));
-        let pending = Pending::approval("r1", "Bash", &json!({"command": command}), NOW);
+        let pending = Pending::approval("r1", "Bash", &json!({"command": command}), NOW, None);
         let card = pending.request("Claude Code");
         let shown = card.description.clone().expect("the action");
         assert!(shown.contains(tail), "{shown}");
@@ -1441,7 +1508,7 @@ mod tests {
         assert_eq!(pending.attachment(), None);
 
         let write = json!({"file_path": "a.txt", "content": "line one\ncommand: ls\nline three"});
-        let pending = Pending::approval("r2", "Write", &write, NOW);
+        let pending = Pending::approval("r2", "Write", &write, NOW, None);
         let shown = pending.shown_action().expect("the action");
         assert!(
             shown.contains("content:\n    line one\n    command: ls\n    line three"),
@@ -1449,7 +1516,7 @@ mod tests {
         );
 
         let long = format!("{}{tail}", "b".repeat(CARD_ACTION_CHARS));
-        let pending = Pending::approval("r3", "Bash", &json!({"command": long}), NOW);
+        let pending = Pending::approval("r3", "Bash", &json!({"command": long}), NOW, None);
         let shown = pending.shown_action().expect("the action");
         assert!(!shown.contains(tail), "{shown}");
         let (name, whole) = pending.attachment().expect("attached");
@@ -1492,5 +1559,58 @@ mod tests {
             }
         ));
         assert_eq!(asked.close("r1"), None);
+    }
+    #[test]
+    fn a_card_shows_paths_in_the_workspace_relative_to_it_and_others_whole() {
+        let root = Path::new("/srv/hb/workspaces/local-25bf/web-1-c4719afa76fa/_");
+        let input = json!({
+            "file_path": "/srv/hb/workspaces/local-25bf/web-1-c4719afa76fa/_/NOTES.md",
+            "content": "/srv/hb/workspaces/local-25bf/web-1-c4719afa76fa/_/x stays in text",
+            "path": "/srv/hb/workspaces/local-25bf/web-1-c4719afa76fa/_/../other/secret",
+            "notebook_path": "/etc/passwd",
+            "cwd": "/srv/hb/workspaces/local-25bf/web-1-c4719afa76fa/_",
+        });
+        let asked = Interactions::default();
+        asked.open(
+            "r1",
+            None,
+            Asking {
+                approvals: true,
+                ..Asking::default()
+            },
+        );
+        asked.works_in("r1", root);
+        let _ = asked.decide("r1", "Write", &input, NOW);
+        let pending = asked.close("r1").unwrap();
+        let Ask::Approval {
+            input: shown,
+            summary,
+            fingerprint: bound,
+            ..
+        } = &pending.ask
+        else {
+            panic!("{pending:?}");
+        };
+        assert_eq!(summary, "use Write on NOTES.md");
+        assert_eq!(shown["file_path"], "NOTES.md");
+        assert_eq!(shown["cwd"], ".");
+        // Text that is not a path, and paths that leave the folder or lie
+        // outside it, as they are.
+        assert_eq!(shown["content"], input["content"]);
+        assert_eq!(shown["path"], input["path"]);
+        assert_eq!(shown["notebook_path"], "/etc/passwd");
+        let card = pending.request("Claude Code");
+        let text = format!(
+            "{}\n{}\n{}",
+            card.title,
+            card.description.unwrap_or_default(),
+            card.fallback_text
+        );
+        assert!(
+            !text.contains("/srv/hb/workspaces/local-25bf/web-1-c4719afa76fa/_/NOTES.md"),
+            "{text}"
+        );
+        // The approval is for the action as the harness asked it.
+        assert_eq!(*bound, fingerprint("Write", &input));
     }
 }

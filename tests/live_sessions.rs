@@ -382,6 +382,78 @@ async fn an_approval_answered_on_serve_continues_the_paused_call() {
     common::assert_none_left_under(&root).await;
 }
 
+/// Claude Code asking to write a file in its workspace: the card names
+/// the file as the person knows it (`NOTES.md`), never the server's
+/// layout of workspaces, in its title, its action and its text; the
+/// approval lets the write happen, and the conversation's history keeps
+/// what was asked before the "approve" that answered it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned claude (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn an_approval_names_the_file_as_the_person_knows_it_and_the_history_keeps_the_question() {
+    let (model_url, _fake) = common::anthropic::fake_model_calling(vec![(
+        "Write".into(),
+        json!({"file_path": "{cwd}/NOTES.md", "content": "noted\n"}),
+    )])
+    .await;
+    let (mut server, _home) = serve_claude(model_url, "default_config:\n  approvals: chat\n").await;
+    let asked = turn(&server, "Please take a note", "note-1").await;
+    let request = common::asked_card(&asked);
+    let workspace = common::workspace_of(&asked);
+    assert_eq!(
+        request["title"], "Claude Code asks to use Write on NOTES.md",
+        "{request}"
+    );
+    let description = request["description"].as_str().unwrap_or_default();
+    assert!(description.contains("file_path: NOTES.md"), "{request}");
+    assert!(
+        !request.to_string().contains(&*workspace.to_string_lossy()),
+        "the card shows the server's layout: {request}"
+    );
+    assert!(
+        !workspace.join("NOTES.md").exists(),
+        "written before the approval"
+    );
+
+    let approved = turn(&server, "approve", "note-2").await;
+    assert_eq!(terminal(&approved)["type"], "run.completed", "{approved:?}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("NOTES.md")).unwrap_or_default(),
+        "noted\n",
+        "{approved:?}"
+    );
+    let history = server
+        .get_json(&format!("/v1/conversations/{CHAT}/history"))
+        .await;
+    let said: Vec<(String, String)> = history["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| {
+            let text = i["content"].as_str().unwrap_or_default().to_string();
+            (i["role"].as_str().unwrap_or_default().to_string(), text)
+        })
+        .collect();
+    let question = said
+        .iter()
+        .position(|(role, text)| {
+            role == "assistant" && text.contains("asks to use Write on NOTES.md")
+        })
+        .unwrap_or_else(|| panic!("the history lacks what was asked: {history}"));
+    let answer = said
+        .iter()
+        .position(|(role, text)| role == "user" && text == "approve")
+        .unwrap_or_else(|| panic!("the history lacks the answer: {history}"));
+    assert!(question < answer, "{history}");
+    assert!(
+        !history.to_string().contains(&*workspace.to_string_lossy()),
+        "{history}"
+    );
+
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
 /// The audit rows of `action` the serve's store holds for conversation
 /// `CHAT`, waiting a moment for its writer.
 async fn audit_rows(server: &ServeProcess, action: &str, want: usize) -> Vec<String> {

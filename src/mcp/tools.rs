@@ -341,6 +341,8 @@ impl RunTools {
 
     /// Register what a run's `get_current_event` and `read_files` return.
     pub fn set_facts(&self, run_id: &str, facts: RunFacts) {
+        // What the harness asks about its own folder is shown relative.
+        self.interactions().works_in(run_id, &facts.workspace);
         self.facts
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -1,5 +1,6 @@
 //! What a turn leaves with the host: the inbound event and user message,
-//! the assistant's reply, and the resume pointer. All through `HostApi`,
+//! the assistant's reply and what it asked the person, and the resume
+//! pointer. All through `HostApi`,
 //! so the embedded store and a remote host get the same writes.
 
 use serde_json::Value;
@@ -95,18 +96,43 @@ pub async fn reply(
     if text.trim().is_empty() {
         return Ok(());
     }
-    let mut metadata = JsonMap::new();
-    metadata.insert("run_id".into(), Value::String(ctx.run_id.clone()));
-    metadata.insert("harness".into(), Value::String(harness.into()));
     host.append_transcript(message(
         ctx,
         conversation_id,
         "assistant",
         text.to_string(),
-        metadata,
+        by_harness(ctx, harness),
     ))
     .await?;
     Ok(())
+}
+
+/// Record what this turn asked the person, as they read it (the card's
+/// text), so the conversation's history shows what an "approve" that
+/// follows answered.
+pub async fn asked(
+    host: &dyn HostApi,
+    ctx: &AgentRunContext,
+    harness: &str,
+    pending: &Pending,
+    text: String,
+) -> HostResult<()> {
+    let Some(conversation_id) = ctx.conversation_id().map(str::to_string) else {
+        return Ok(());
+    };
+    let mut metadata = by_harness(ctx, harness);
+    metadata.insert("interaction_id".into(), Value::String(pending.id.clone()));
+    host.append_transcript(message(ctx, conversation_id, "assistant", text, metadata))
+        .await?;
+    Ok(())
+}
+
+/// What a message of the harness's carries: the run and the harness.
+fn by_harness(ctx: &AgentRunContext, harness: &str) -> JsonMap {
+    let mut metadata = JsonMap::new();
+    metadata.insert("run_id".into(), Value::String(ctx.run_id.clone()));
+    metadata.insert("harness".into(), Value::String(harness.into()));
+    metadata
 }
 
 /// The conversation's resume pointer: the context's own state first (a

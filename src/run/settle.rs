@@ -90,10 +90,16 @@ impl Bridge {
         });
         self.keep_request(turn, asked.as_ref(), emit).await;
         tell_changes(ctx, turn, emit).await;
-        if self.settings.record_turns
-            && let Err(e) = record::reply(turn.host, ctx, &spec.name, &emit.reply()).await
-        {
-            tracing::warn!("cannot record the reply: {e}");
+        if self.settings.record_turns {
+            if let Err(e) = record::reply(turn.host, ctx, &spec.name, &emit.reply()).await {
+                tracing::warn!("cannot record the reply: {e}");
+            }
+            if let Some(pending) = &asked {
+                let text = pending.fallback_text(&spec.label);
+                if let Err(e) = record::asked(turn.host, ctx, &spec.name, pending, text).await {
+                    tracing::warn!("cannot record what the turn asked: {e}");
+                }
+            }
         }
         let session = json!({"session": {
             "harness": spec.name,

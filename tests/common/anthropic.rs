@@ -208,6 +208,31 @@ fn tool_call_events_with_id(id: &str, name: &str, input: &Value) -> Vec<Value> {
     ]
 }
 
+/// `input` with `{cwd}` in its text replaced by the working directory the
+/// agent's system prompt names (`Working directory: …`), as a model
+/// writes the absolute paths its file tools take.
+fn in_working_directory(input: &Value, request: &Value) -> Value {
+    let text = input.to_string();
+    if !text.contains("{cwd}") {
+        return input.clone();
+    }
+    let system: Vec<&str> = match &request["system"] {
+        Value::String(text) => vec![text.as_str()],
+        blocks => blocks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b["text"].as_str())
+            .collect(),
+    };
+    let cwd = system
+        .iter()
+        .flat_map(|text| text.lines())
+        .find_map(|line| Some(line.split_once("orking directory: ")?.1.trim()))
+        .expect("the system prompt names the working directory");
+    serde_json::from_str(&text.replace("{cwd}", cwd)).expect("the input stays JSON")
+}
+
 /// The script: the first question gets a history tool call, its result
 /// gets the answer (with a pause mid-stream), anything else the follow-up
 /// answer. With a `bash` command: the command, then [`BASH_DONE`].
@@ -293,7 +318,11 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
             let next = answered.saturating_sub(base);
             return match script.calls.get(next) {
                 Some((name, input)) => (
-                    tool_call_events_with_id(&format!("toolu_script{answered}"), name, input),
+                    tool_call_events_with_id(
+                        &format!("toolu_script{answered}"),
+                        name,
+                        &in_working_directory(input, request),
+                    ),
                     Vec::new(),
                 ),
                 None => text_events(CALLS_DONE),
@@ -307,7 +336,11 @@ fn script(fake: &Fake, request: &Value) -> (Vec<Value>, Vec<Value>) {
         let answered = tool_results(request);
         return match fake.calls.get(answered) {
             Some((name, input)) => (
-                tool_call_events_with_id(&format!("toolu_call{answered}"), name, input),
+                tool_call_events_with_id(
+                    &format!("toolu_call{answered}"),
+                    name,
+                    &in_working_directory(input, request),
+                ),
                 Vec::new(),
             ),
             None => text_events(CALLS_DONE),
