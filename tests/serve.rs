@@ -283,6 +283,76 @@ async fn turns_of_one_conversation_run_in_order_and_resume() {
     assert_eq!(history["items"].as_array().unwrap().len(), 4, "{history}");
 }
 
+/// The console without the token typed: `harness-bridge console-link`
+/// (run as the operator would, with serve's data folder) asks the running
+/// service for a one-time link; its code opens one session, once, which
+/// the API takes as the token; a session cannot make itself another link;
+/// a used, lapsed or made-up code opens nothing, said in words. serve,
+/// whose stderr is no terminal here, prints no link, only how to get one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_time_link_opens_one_session_once_and_only_a_token_makes_links() {
+    let server = Server::start("echo", "").await;
+    let output = server.console_link().await;
+    let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let code = stdout
+        .strip_prefix(&format!("{}/#link=", server.url))
+        .unwrap_or_else(|| panic!("a link to the console: {stdout}"))
+        .to_string();
+    assert!(stderr.contains("within 15 minutes, once"), "{stderr}");
+    let token = server.token.clone().expect("a token");
+    assert!(!stdout.contains(&token), "the link is not the token");
+
+    let bare = reqwest::Client::new();
+    let open = |code: String| {
+        bare.post(format!("{}/v1/console/session", server.url))
+            .header("Content-Type", "application/json")
+            .body(json!({"link": code}).to_string())
+            .send()
+    };
+    let opened = open(code.clone()).await.unwrap();
+    assert_eq!(opened.status().as_u16(), 200);
+    let session: Value = opened.json().await.unwrap();
+    let session_token = session["token"].as_str().expect("a session").to_string();
+    assert_eq!(session["lasts_seconds"], 12 * 3600);
+    // The session is taken as the token is.
+    let runners = bare
+        .get(format!("{}/v1/runners", server.url))
+        .bearer_auth(&session_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(runners.status().as_u16(), 200);
+    // Once: the same code again, and a made-up one, open nothing.
+    for code in [code, "0".repeat(64)] {
+        let again = open(code).await.unwrap();
+        assert_eq!(again.status().as_u16(), 401);
+        let said = again.text().await.unwrap();
+        assert!(
+            said.contains("used already") && said.contains("console-link"),
+            "{said}"
+        );
+    }
+    // Only a token makes a link; a session cannot renew itself.
+    let link = |bearer: String| {
+        bare.post(format!("{}/v1/console/links", server.url))
+            .header("Content-Type", "application/json")
+            .bearer_auth(bearer)
+            .body("{}")
+            .send()
+    };
+    let refused = link(session_token).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    assert_eq!(link("wrong".into()).await.unwrap().status().as_u16(), 401);
+    let made: Value = link(token).await.unwrap().json().await.unwrap();
+    assert!(made["url"].as_str().unwrap().contains("/#link="), "{made}");
+    // No link in serve's log (a secret while it lasts): how to get one.
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(log.contains("console-link"), "{log}");
+    assert!(!log.contains("#link="), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_429() {
     let server = Server::start("hang", "max_queue_per_conversation: 1\n").await;

@@ -366,6 +366,63 @@ async fn an_approval_card_on_the_page_lets_the_command_run() {
     common::assert_none_left_under(&root).await;
 }
 
+/// An operator opens the console with the one-time link
+/// `harness-bridge console-link` prints, typing no token: the tab has a
+/// session (the harnesses load, a reload keeps it), the code is gone from
+/// its address, nothing is in localStorage; the same link in a second tab
+/// is refused in words, and a new tab without it asks for the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
+async fn a_one_time_link_opens_the_console_in_its_tab_without_the_token() {
+    let (model_url, _fake) = common::anthropic::fake_model(false).await;
+    let (mut server, _home) = common::server::serve_claude(model_url, "").await;
+    let output = server.console_link().await;
+    assert!(output.status.success(), "{output:?}");
+    let link = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let page = browse("link.cjs", &server, &[("LINK", &link)]).await;
+    let token = server.token.clone().unwrap();
+    let address = page["address"].as_str().unwrap();
+    assert!(
+        !address.contains("link="),
+        "the code stays in the address: {page}"
+    );
+    assert!(
+        page["notes"]
+            .to_string()
+            .contains("Signed in by a one-time link"),
+        "{page}"
+    );
+    let session = &page["storage"]["session"]["hb.token"];
+    assert!(
+        session
+            .as_str()
+            .is_some_and(|s| s.len() == 64 && s != token),
+        "the tab keeps a session of its own: {page}"
+    );
+    assert_eq!(page["storage"]["local"], json!({}), "{page}");
+    assert!(
+        !page["after_reload"]["notes"].to_string().contains("401"),
+        "a reload keeps the session: {page}"
+    );
+    let second = page["second"]["notes"].to_string();
+    assert!(second.contains("used already"), "{page}");
+    assert_eq!(page["second"]["harnesses"], 0, "{page}");
+    assert!(
+        page["second"]["storage"]["session"]["hb.token"].is_null(),
+        "{page}"
+    );
+    assert!(
+        page["third"]["notes"]
+            .to_string()
+            .contains("401: enter the API token"),
+        "{page}"
+    );
+    assert!(console_errors(&page).is_empty(), "{page}");
+    let root = server.workspaces();
+    assert!(server.stop().await.success());
+    common::assert_none_left_under(&root).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier chromium+clis: needs /usr/bin/chromium (apt-get install chromium) and the pinned claude and playwright-core (tests/clis); scripts/test runs it"]
 async fn a_project_turn_on_the_page_shows_the_reply_the_changes_and_the_diff() {

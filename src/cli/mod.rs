@@ -13,6 +13,7 @@ macro_rules! out {
 
 mod adapters;
 mod cage;
+mod console_link;
 mod context;
 mod error;
 mod host;
@@ -125,6 +126,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         adapters: Option<std::path::PathBuf>,
     },
+    /// Print a one-time link to a running `serve`'s console: opened once
+    /// within minutes, its tab has a session, with no token to type.
+    ConsoleLink(console_link::ConsoleLinkArgs),
     /// Print the codes a `run.failed` may carry, as a JSON array: the one
     /// list the LangBot plugin's own copy is generated from
     /// (`scripts/langbot-runners`).
@@ -515,6 +519,9 @@ pub fn main() -> ExitCode {
             in_data_dir(cli.data_dir, |dir| contained(|| relay::run(args, dir)))
         }
         Command::Serve(args) => in_data_dir(cli.data_dir, |dir| serve::run(args, dir)),
+        Command::ConsoleLink(args) => data_dir(cli.data_dir)
+            .map_err(CliError::failure)
+            .and_then(|dir| console_link::run(args, &dir)),
         Command::Project(args) => data_dir(cli.data_dir)
             .map_err(CliError::failure)
             .and_then(|dir| project::run(args, &dir)),

@@ -21,10 +21,11 @@ Settings: `serve --example-config > bridge.yaml` writes every key at its
 default with what it does; `serve --config bridge.yaml --check` checks a
 file (a misspelled key is named at its line, with the key meant).
 
-API (bearer token on every route but / and /healthz: one of api_tokens,
-or, when there are none, the one serve keeps in STORE/api-token; every
-POST with Content-Type: application/json; requests from pages of other
-sites are refused):
+API (bearer token on every route but /, /healthz and /v1/console/session:
+one of api_tokens, or, when there are none, the one serve keeps in
+STORE/api-token, or a console tab's session; every POST with
+Content-Type: application/json; requests from pages of other sites are
+refused):
   GET  /                    the debug chat page: a harness, a conversation,
                             an actor; the reply, tool calls, resume pointer,
                             questions and approvals as cards with buttons
@@ -55,6 +56,13 @@ sites are refused):
   GET  /v1/usage?by=actor|day|harness|model|conversation&days=&actor=&harness=
                             the ledger summed by what is asked
   GET  /v1/live             this instance's live harness processes
+  POST /v1/console/links    a one-time link to the page, /#link=CODE (an
+                            API token only; `harness-bridge console-link`
+                            asks for one, and serve prints one at start on
+                            a terminal)
+  POST /v1/console/session  {link}: the code for a session of the tab that
+                            opened it (once, within 15 minutes; it lasts
+                            12 hours, until serve restarts)
   GET  /v1/runners          the runner discovery JSON
   GET  /healthz
   GET  /metrics             Prometheus text: runs by outcome, queue depth,
@@ -187,11 +195,13 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
                 _lock,
             } => {
                 let service = Service::shared(bridge, cluster, events, config);
+                announce_console(&service, addr);
                 let served = crate::serve::serve(service, listener, stop, hurry).await;
                 drop(_lock);
                 return served.map_err(|e| e.to_string());
             }
         };
+        announce_console(&service, addr);
         crate::serve::serve(service, listener, stop, hurry)
             .await
             .map_err(|e| e.to_string())
@@ -199,6 +209,37 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     cage::release();
     result.map_err(CliError::failure)?;
     Ok(exit::OK)
+}
+
+/// How the operator opens the console: on a terminal, a one-time link
+/// (opened once within minutes, the tab has a session); where stderr goes
+/// to a journal or a collector, only how to get one, since the link is a
+/// secret while it lasts.
+fn announce_console(service: &Service, addr: std::net::SocketAddr) {
+    use std::io::IsTerminal as _;
+    let mut at = addr;
+    if at.ip().is_unspecified() {
+        at.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    if !std::io::stderr().is_terminal() {
+        if service.takes_tokens() {
+            tracing::info!(
+                "console: http://{at}/ (`harness-bridge console-link` prints a one-time link \
+                 that opens it without typing the token)"
+            );
+        }
+        return;
+    }
+    match service.console_link() {
+        Some(Ok(code)) => eprintln!(
+            "console: {} (opens once, within {} minutes; `harness-bridge console-link` prints \
+             another)",
+            crate::serve::link_url(&at.to_string(), &code),
+            crate::serve::LINK_LIFETIME.as_secs() / 60
+        ),
+        Some(Err(e)) => tracing::warn!("no one-time console link: {e}"),
+        None => eprintln!("console: http://{at}/"),
+    }
 }
 
 /// The harness specs `config` loads, its harness names and permission

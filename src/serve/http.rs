@@ -21,53 +21,33 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
-use super::{Refused, RunEntry, Service, error};
+use super::{Refused, RunEntry, Service, error, refuse, tokens};
 use crate::protocol::{AgentRunResult, FailureCode};
 use crate::protocol::{ErrorCode, InteractionSubmission, JsonMap, checked_context};
 use crate::run::{QuickTurn, quick_context};
-use crate::throttle::SharedThrottle;
-
-/// A request refused before it reached the API (a wrong token, another
-/// site's page, not JSON): answered, and logged at most once a second with
-/// a count, since anyone who can reach the port can send them in a loop.
-fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
-    static REFUSALS: SharedThrottle = SharedThrottle::new();
-    let message = message.into();
-    if let Some(count) = REFUSALS.refused() {
-        tracing::warn!(
-            status = status.as_u16(),
-            refused = count,
-            "request refused: {message}"
-        );
-    }
-    error(status, message)
-}
 
 async fn auth(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
-    let tokens = &service.config.api_tokens;
     // The page holds no data (it asks for a token and calls the API with
-    // it), and health checks come from probes without one.
-    if tokens.is_empty() || matches!(request.uri().path(), "/" | "/healthz") {
+    // it), health checks come from probes without one, and a one-time
+    // link is what a tab has instead of one.
+    if service.config.api_tokens.is_empty()
+        || matches!(
+            request.uri().path(),
+            "/" | "/healthz" | super::sessions::OPEN_ROUTE
+        )
+    {
         return next.run(request).await;
     }
-    // The scheme is case-insensitive (RFC 7235). Digests are compared, not
-    // the tokens, so the time a wrong guess takes says nothing about them.
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| Sha256::digest(token.trim().as_bytes()));
-    match given {
-        Some(given) if tokens.iter().any(|t| Sha256::digest(t.as_bytes()) == given) => {
-            next.run(request).await
-        }
-        _ => refuse(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong bearer token (Authorization: Bearer <one of api_tokens>)",
-        ),
+    let headers = request.headers();
+    let session = tokens::bearer(headers).is_some_and(|token| service.sessions.holds(token));
+    if session || tokens::holds_api_token(&service.config.api_tokens, headers) {
+        return next.run(request).await;
     }
+    refuse(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong bearer token (Authorization: Bearer <one of api_tokens>, or a \
+         console session from a one-time link: harness-bridge console-link)",
+    )
 }
 
 /// Whether a `Host` (or `Origin` authority) names this machine's loopback.
@@ -153,6 +133,8 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v1/conversations/{id}/history", get(history))
         .route("/v1/usage", get(super::console::usage))
         .route("/v1/live", get(super::console::live))
+        .route(super::sessions::OPEN_ROUTE, post(super::sessions::open))
+        .route(super::sessions::LINK_ROUTE, post(super::sessions::new_link))
         .route("/metrics", get(metrics))
         .route("/", get(chat_page))
         .route(

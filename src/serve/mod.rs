@@ -15,6 +15,7 @@ mod leftovers;
 mod listing;
 mod local;
 mod programs;
+mod sessions;
 mod shared;
 pub mod tokens;
 
@@ -32,6 +33,7 @@ pub use config::{ConfigError, ServeConfig};
 pub use journal::{Interrupted, Journal, JournalError, JournalRun, own_store, served_by};
 pub use leftovers::end_leftovers;
 pub use programs::{ProgramCheck, check_programs};
+pub use sessions::{LINK_LIFETIME, link_url};
 
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentRunContext, AgentRunResult, ResultPayload, RunFailed};
@@ -272,6 +274,8 @@ pub struct Service {
     /// Set once shutdown begins: new runs are refused.
     closing: AtomicBool,
     config: ServeConfig,
+    /// The console's one-time links and the tabs' sessions they became.
+    sessions: sessions::ConsoleSessions,
 }
 
 /// Why a run was not accepted.
@@ -340,7 +344,20 @@ impl Service {
             tasks: tokio_util::task::TaskTracker::new(),
             closing: AtomicBool::new(false),
             config,
+            sessions: sessions::ConsoleSessions::default(),
         })
+    }
+
+    /// A one-time link's code for the console (`/#link=CODE`), when the
+    /// API takes tokens: opened once within [`sessions::LINK_LIFETIME`],
+    /// it becomes a session of the tab that opened it.
+    pub fn console_link(&self) -> Option<Result<String, tokens::TokenError>> {
+        self.takes_tokens().then(|| self.sessions.link())
+    }
+
+    /// Whether the API asks for a token (not `no_auth`).
+    pub fn takes_tokens(&self) -> bool {
+        !self.config.api_tokens.is_empty()
     }
 
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<RunEntry>>> {
@@ -687,6 +704,25 @@ pub async fn serve(
 
 /// An API answer that is not a run's stream: the status and a sentence,
 /// as `{"error": ...}`.
+/// A request refused before it reached the API (a wrong token, another
+/// site's page, not JSON): answered, and logged at most once a second with
+/// a count, since anyone who can reach the port can send them in a loop.
+pub(super) fn refuse(
+    status: axum::http::StatusCode,
+    message: impl Into<String>,
+) -> axum::response::Response {
+    static REFUSALS: crate::throttle::SharedThrottle = crate::throttle::SharedThrottle::new();
+    let message = message.into();
+    if let Some(count) = REFUSALS.refused() {
+        tracing::warn!(
+            status = status.as_u16(),
+            refused = count,
+            "request refused: {message}"
+        );
+    }
+    error(status, message)
+}
+
 fn error(status: axum::http::StatusCode, message: impl Into<String>) -> axum::response::Response {
     use axum::response::IntoResponse;
     (

@@ -5,6 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use axum::http::{HeaderMap, header};
+use sha2::{Digest as _, Sha256};
+
 use crate::host::postgres::PgHost;
 use crate::protocol::AgentAPIError;
 
@@ -44,7 +47,7 @@ pub enum TokenError {
 }
 
 /// 32 random bytes, hex.
-fn fresh_token() -> Result<String, TokenError> {
+pub(super) fn fresh_token() -> Result<String, TokenError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(TokenError::Randomness)?;
     Ok(hex::encode(bytes))
@@ -117,4 +120,26 @@ pub fn api_token(dir: &Path) -> Result<(String, PathBuf), TokenError> {
         Err(source) => return Err(TokenError::Write { file, source }),
     }
     Ok((token, file))
+}
+/// The bearer token a request carries (the scheme is case-insensitive,
+/// RFC 7235).
+pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+}
+
+/// Whether the request carries one of the API tokens. Digests are
+/// compared, not the tokens, so the time a wrong guess takes says nothing
+/// about them.
+pub(super) fn holds_api_token(api_tokens: &[String], headers: &HeaderMap) -> bool {
+    bearer(headers).is_some_and(|token| {
+        let given = Sha256::digest(token.as_bytes());
+        api_tokens
+            .iter()
+            .any(|t| Sha256::digest(t.as_bytes()) == given)
+    })
 }

@@ -13,17 +13,27 @@ const { chromium } = require(process.env.PLAYWRIGHT_CORE);
 
 const WAIT = { timeout: 120000 };
 
-async function openPage(out) {
-  const browser = await chromium.launch({
+// Headless Chromium, kept off every network but loopback.
+function launch() {
+  return chromium.launch({
     executablePath: process.env.CHROMIUM,
     headless: true,
     // This machine has no network but loopback: keep Chromium from trying.
     args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
       "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   });
-  const page = await browser.newPage();
+}
+
+// The page's console errors go to `out.console_errors`.
+function watchErrors(page, out) {
   page.on("console", (m) => { if (m.type() === "error") out.console_errors.push(m.text()); });
   page.on("pageerror", (e) => out.console_errors.push(String(e)));
+}
+
+async function openPage(out) {
+  const browser = await launch();
+  const page = await browser.newPage();
+  watchErrors(page, out);
   const response = await page.goto(process.env.URL);
   out.page_headers = response.headers();
   // The page asks for the API token (serve keeps it in STORE/api-token).
@@ -86,4 +96,4 @@ function snapshot(page) {
   });
 }
 
-module.exports = { session, snapshot, WAIT };
+module.exports = { session, snapshot, launch, watchErrors, WAIT };

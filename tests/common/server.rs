@@ -132,6 +132,18 @@ impl ServeProcess {
         })
     }
 
+    /// `harness-bridge console-link` as the operator runs it beside this
+    /// serve (its data folder, its address).
+    pub async fn console_link(&self) -> std::process::Output {
+        tokio::process::Command::new(super::bridge_bin())
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args(["console-link", "--url", &self.url])
+            .output()
+            .await
+            .expect("console-link runs")
+    }
+
     pub async fn get_text(&self, path: &str) -> String {
         let response = self.client.get(format!("{}{path}", self.url)).send().await;
         response.expect("answered").text().await.unwrap_or_default()
