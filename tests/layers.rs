@@ -40,28 +40,39 @@ fn named(line: &str) -> Vec<String> {
     let mut rest = line;
     while let Some(at) = rest.find("crate::") {
         rest = &rest[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for part in group[..end].split(',') {
-                let name: String = part
-                    .trim()
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() {
-                    found.push(name);
-                }
+        found.extend(leading_names(rest));
+    }
+    found
+}
+
+/// The code of `text` as statements a reader sees whole: each line with
+/// its `//` comment cut, and a `use` that runs over several lines joined
+/// into one (`use super::{\n a,\n b::c,\n};`), each with the number of
+/// the line it starts on.
+fn statements(text: &str) -> Vec<(usize, String)> {
+    let mut found: Vec<(usize, String)> = Vec::new();
+    let mut open: Option<(usize, String)> = None;
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        if let Some((start, joined)) = open.as_mut() {
+            joined.push(' ');
+            joined.push_str(code.trim());
+            if code.contains(';') {
+                found.push((*start, std::mem::take(joined)));
+                open = None;
             }
+            continue;
+        }
+        let trimmed = code.trim_start();
+        let is_use =
+            trimmed.starts_with("use ") || trimmed.starts_with("pub ") && trimmed.contains(" use ");
+        if is_use && !code.contains(';') {
+            open = Some((n + 1, code.trim().to_string()));
         } else {
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                found.push(name);
-            }
+            found.push((n + 1, code.to_string()));
         }
     }
+    found.extend(open);
     found
 }
 
@@ -92,9 +103,8 @@ fn no_module_uses_one_above_or_beside_it() {
         });
         files += 1;
         let text = std::fs::read_to_string(path).expect("a source file reads");
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            for module in named(code) {
+        for (n, code) in statements(&text) {
+            for module in named(&code) {
                 if module == top {
                     continue;
                 }
@@ -103,9 +113,8 @@ fn no_module_uses_one_above_or_beside_it() {
                 };
                 if theirs >= own {
                     wrong.push(format!(
-                        "src/{}:{}: `{top}` (layer {own}) uses `{module}` (layer {theirs})",
+                        "src/{}:{n}: `{top}` (layer {own}) uses `{module}` (layer {theirs})",
                         relative.display(),
-                        n + 1
                     ));
                 }
             }
@@ -131,6 +140,23 @@ fn imports_are_read_whole_and_grouped() {
         ["metrics", "serve"]
     );
     assert!(named("let crate_name = 1;").is_empty());
+    // A group over several lines, with groups inside, is read whole.
+    let text = "use super::{\n    drive::Driven, // the end\n    prepare::{A, B},\n    settle,\n};\nfn f() {}";
+    let read = statements(text);
+    assert_eq!(read[0].0, 1);
+    assert_eq!(
+        leading_names(read[0].1.trim_start_matches("use super::")),
+        ["drive", "prepare", "settle"]
+    );
+    assert_eq!(read[1], (6, "fn f() {}".to_string()));
+    assert_eq!(
+        named(
+            "pub use crate::{\n host::{A,\n B}, run::X};"
+                .replace('\n', " ")
+                .as_str()
+        ),
+        ["host", "run"]
+    );
 }
 
 /// The child modules of `src/<top>/`: its `.rs` files and folders.
@@ -214,8 +240,7 @@ fn sibling_uses(src: &Path, top: &str) -> Vec<(String, String)> {
         let text = std::fs::read_to_string(path).expect("a source file reads");
         let body = text.split("#[cfg(test)]").next().unwrap_or("");
         let prefix = format!("crate::{top}::");
-        for line in body.lines() {
-            let code = line.split("//").next().unwrap_or("");
+        for (_, code) in statements(body) {
             let mut names = Vec::new();
             for (at, _) in code.match_indices(&prefix) {
                 names.extend(leading_names(&code[at + prefix.len()..]));
@@ -245,7 +270,8 @@ fn sibling_uses(src: &Path, top: &str) -> Vec<(String, String)> {
     edges
 }
 
-/// The first name (or each name of a `{…}` group) at the start of `rest`.
+/// The first name (or each name of a `{…}` group, groups within it
+/// read to their end) at the start of `rest`.
 fn leading_names(rest: &str) -> Vec<String> {
     let ident = |s: &str| -> String {
         s.trim()
@@ -253,17 +279,31 @@ fn leading_names(rest: &str) -> Vec<String> {
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect()
     };
-    match rest.strip_prefix('{') {
-        Some(group) => group[..group.find('}').unwrap_or(group.len())]
-            .split(',')
-            .map(ident)
-            .filter(|n| !n.is_empty())
-            .collect(),
-        None => vec![ident(rest)]
+    let Some(group) = rest.strip_prefix('{') else {
+        return vec![ident(rest)]
             .into_iter()
             .filter(|n| !n.is_empty())
-            .collect(),
+            .collect();
+    };
+    let mut names = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                names.push(ident(&group[start..at]));
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                names.push(ident(&group[start..at]));
+                start = at + 1;
+            }
+            _ => {}
+        }
     }
+    names.retain(|n| !n.is_empty());
+    names
 }
 
 /// A cycle in `edges`, as the path that closes it.

@@ -4,7 +4,7 @@
 //! the same in its prompt.
 
 use super::Emitter;
-use super::settle::project_message;
+use super::emit::project_message;
 use crate::host::GrantedHost;
 use crate::interaction::{PublishRequest, short};
 use crate::project::Project;

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::drive::Driven;
+use super::emit::project_message;
 use super::prepare::Prepared;
 use super::{
     AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, answers, follow, outbox, record,
@@ -308,17 +309,6 @@ async fn tell_changes(ctx: &AgentRunContext, turn: &Prepared<'_>, emit: &mut Emi
         file_ids: Vec::new(),
     })])
     .await;
-}
-
-/// What the bridge says of the conversation's project, marked as its own
-/// (`metadata.project`): a front end that sends only a turn's final
-/// message (the LangBot plugin, in an Agent binding) sends these too.
-pub(super) fn project_message(text: String, branch: &str) -> Message {
-    let mut message = Message::assistant(text);
-    message
-        .extra
-        .insert("metadata".into(), json!({"project": {"branch": branch}}));
-    message
 }
 
 /// The turn's terminal result from the harness's: a turn that asked the
