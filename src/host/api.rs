@@ -292,25 +292,46 @@ pub trait HostProxy: Send + Sync + 'static {
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>>;
 
     /// A host tool's description and parameters schema (§8
-    /// `get_tool_detail`).
-    async fn tool_detail(&self, scope: &RunScope, tool_name: &str) -> HostResult<Value>;
+    /// `get_tool_detail`). The bridge's own stores have no tools: they
+    /// are a host's (LangBot's, through the relay).
+    async fn tool_detail(&self, _scope: &RunScope, tool_name: &str) -> HostResult<Value> {
+        Err(no_tool(tool_name))
+    }
     /// Call a host tool; its result as the host gives it (§8 `call_tool`).
     async fn call_tool(
         &self,
-        scope: &RunScope,
+        _scope: &RunScope,
         tool_name: &str,
-        parameters: &JsonMap,
-    ) -> HostResult<Value>;
+        _parameters: &JsonMap,
+    ) -> HostResult<Value> {
+        Err(no_tool(tool_name))
+    }
     /// Passages of a knowledge base that match `query`, best first, as
     /// LangBot's retrieval entries (`id`, `content`, `metadata`,
-    /// `distance`, `score`).
+    /// `distance`, `score`). A store without knowledge bases has none.
     async fn retrieve_knowledge(
         &self,
-        scope: &RunScope,
+        _scope: &RunScope,
         kb_id: &str,
-        query: &str,
-        top_k: u32,
-    ) -> HostResult<Vec<Value>>;
+        _query: &str,
+        _top_k: u32,
+    ) -> HostResult<Vec<Value>> {
+        Err(no_knowledge_base(kb_id))
+    }
+}
+
+/// Why a store answers no tool: its tools are a host's.
+fn no_tool(tool_name: &str) -> AgentAPIError {
+    AgentAPIError::not_found(format!(
+        "this bridge's store has no tool `{tool_name}` (host tools are LangBot's, through the relay)"
+    ))
+}
+
+/// Why a store answers no knowledge base of that id.
+pub(super) fn no_knowledge_base(kb_id: &str) -> AgentAPIError {
+    AgentAPIError::not_found(format!(
+        "this bridge's store has no knowledge base `{kb_id}`"
+    ))
 }
 
 /// The bridge's record of a turn: the event that started it and what was

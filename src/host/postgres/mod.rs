@@ -32,7 +32,7 @@ use super::{
 };
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
-    HistorySearchResult, JsonMap, StateScope, StorageKind, TranscriptItem,
+    HistorySearchResult, StateScope, StorageKind, TranscriptItem,
 };
 
 /// The PostgreSQL store's schema, step by step (`schema_migrations` holds
@@ -611,35 +611,6 @@ impl HostProxy for PgHost {
     async fn storage_keys(&self, scope: &RunScope, area: StorageKind) -> HostResult<Vec<String>> {
         let owner = storage_owner(scope, area);
         kv::storage_keys(&self.client().await?, area, &owner).await
-    }
-
-    async fn tool_detail(&self, _scope: &RunScope, tool_name: &str) -> HostResult<Value> {
-        Err(AgentAPIError::not_found(format!(
-            "the PostgreSQL host has no tool `{tool_name}`"
-        )))
-    }
-
-    async fn call_tool(
-        &self,
-        _scope: &RunScope,
-        tool_name: &str,
-        _parameters: &JsonMap,
-    ) -> HostResult<Value> {
-        Err(AgentAPIError::not_found(format!(
-            "the PostgreSQL host has no tool `{tool_name}`"
-        )))
-    }
-
-    async fn retrieve_knowledge(
-        &self,
-        _scope: &RunScope,
-        kb_id: &str,
-        _query: &str,
-        _top_k: u32,
-    ) -> HostResult<Vec<Value>> {
-        Err(AgentAPIError::not_found(format!(
-            "the PostgreSQL host has no knowledge base `{kb_id}`"
-        )))
     }
 }
 

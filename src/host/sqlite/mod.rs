@@ -34,7 +34,7 @@ use super::{
 };
 use crate::protocol::{
     AgentAPIError, AgentEventRecord, ArtifactMetadata, ArtifactReadResult, EventPage, HistoryPage,
-    HistorySearchResult, JsonMap, KnowledgeBaseResource, StateScope, StorageKind, TranscriptItem,
+    HistorySearchResult, KnowledgeBaseResource, StateScope, StorageKind, TranscriptItem,
 };
 
 /// The embedded store's schema, step by step (`PRAGMA user_version` is
@@ -584,23 +584,6 @@ impl HostProxy for SqliteHost {
             .await
     }
 
-    async fn tool_detail(&self, _scope: &RunScope, tool_name: &str) -> HostResult<Value> {
-        Err(AgentAPIError::not_found(format!(
-            "the embedded host has no tool `{tool_name}`"
-        )))
-    }
-
-    async fn call_tool(
-        &self,
-        _scope: &RunScope,
-        tool_name: &str,
-        _parameters: &JsonMap,
-    ) -> HostResult<Value> {
-        Err(AgentAPIError::not_found(format!(
-            "the embedded host has no tool `{tool_name}`"
-        )))
-    }
-
     async fn retrieve_knowledge(
         &self,
         _scope: &RunScope,
@@ -609,9 +592,7 @@ impl HostProxy for SqliteHost {
         top_k: u32,
     ) -> HostResult<Vec<Value>> {
         if !self.knowledge_ids().iter().any(|id| id == kb_id) {
-            return Err(AgentAPIError::not_found(format!(
-                "the embedded host has no knowledge base `{kb_id}`"
-            )));
+            return Err(crate::host::api::no_knowledge_base(kb_id));
         }
         let (kb_id, query) = (kb_id.to_string(), query.to_string());
         self.read(move |conn, _| knowledge::retrieve(conn, &kb_id, &query, top_k))
