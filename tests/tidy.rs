@@ -280,3 +280,97 @@ fn the_scanner_reads_functions_as_written() {
     assert_eq!(names, [("a", 4), ("b", 4)]);
     assert!(found[1].signature.contains("Result<(), String>"));
 }
+
+/// Where `unsafe` may be written: the modules that make system calls
+/// no safe crate makes for them (each says so with its own
+/// `#![allow(unsafe_code, reason = …)]`); everywhere else the workspace's
+/// `unsafe_code = "deny"` fails the build.
+const UNSAFE_ALLOWED: &[&str] = &[
+    // The spawn function: clone3/vfork, the descriptor table, the
+    // child's steps before exec (and its submodules).
+    "src/harness/spawn/mod.rs",
+    // The cage's steps in the child: cgroups, Landlock and seccomp, the
+    // door's socket in the child's namespace.
+    "src/harness/cage/cgroup.rs",
+    "src/harness/cage/wall.rs",
+    "src/harness/cage/door.rs",
+    // A folder's access list, by the *xattr calls.
+    "src/owner/acl.rs",
+    // The spawn bench's step before exec.
+    "benches/spawn.rs",
+];
+
+#[test]
+fn unsafe_is_allowed_only_where_it_is_proven() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for folder in ["src", "tests", "benches", "fuzz"] {
+        for entry in walkdir::WalkDir::new(root.join(folder))
+            .into_iter()
+            .filter_entry(|e| e.file_name() != "node_modules" && e.file_name() != "target")
+        {
+            let entry = entry.expect("the tree reads");
+            if entry.path().extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(entry.path()).expect("a source file reads");
+            let flat: String = text.split_whitespace().collect();
+            if flat.contains("allow(unsafe_code") {
+                let relative = entry.path().strip_prefix(root).expect("under the root");
+                found.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    found.sort();
+    let mut allowed: Vec<String> = UNSAFE_ALLOWED.iter().map(|s| s.to_string()).collect();
+    allowed.sort();
+    // This file names the attribute in its words, not as one.
+    found.retain(|f| f != "tests/tidy.rs");
+    assert_eq!(
+        found, allowed,
+        "`unsafe` is allowed elsewhere than the proven modules: list a new one in \
+         UNSAFE_ALLOWED with why, or write it safely"
+    );
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml reads");
+    for lint in [
+        "unsafe_code = \"deny\"",
+        "undocumented_unsafe_blocks = \"deny\"",
+        "missing_safety_doc = \"deny\"",
+    ] {
+        assert!(
+            manifest.contains(lint),
+            "Cargo.toml's workspace lints lack {lint}"
+        );
+    }
+}
+
+/// The lints a `[workspace.lints…]` table of `manifest` sets, in order.
+fn workspace_lints(manifest: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut within = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            within = line.starts_with("[workspace.lints");
+        }
+        if within && !line.is_empty() && !line.starts_with('#') {
+            lines.push(line.to_string());
+        }
+    }
+    lines
+}
+
+#[test]
+fn the_fuzz_targets_are_held_to_the_workspaces_lints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).expect("a manifest reads");
+    let ours = workspace_lints(&read("Cargo.toml"));
+    assert!(ours.len() > 3, "{ours:?}");
+    assert_eq!(workspace_lints(&read("fuzz/Cargo.toml")), ours);
+    for member in ["Cargo.toml", "tests/common/Cargo.toml", "fuzz/Cargo.toml"] {
+        assert!(
+            read(member).contains("[lints]\nworkspace = true"),
+            "{member} does not take the workspace's lints"
+        );
+    }
+}

@@ -7,6 +7,11 @@
 //! folder shut to others, a host's plugin folder) without opening it to
 //! every other user of the machine, as `chmod o+x` would.
 
+#![allow(
+    unsafe_code,
+    reason = "an access-list entry is set with the *xattr system calls on an open descriptor"
+)]
+
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;

@@ -7,6 +7,11 @@
 //! that: freeze, SIGKILL every member, thaw) ends all of it, and the
 //! directory is removed once the kernel reports it empty.
 
+#![allow(
+    unsafe_code,
+    reason = "a child enters its cgroups between clone and exec (a system call on a prepared descriptor)"
+)]
+
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -305,7 +310,9 @@ pub(super) fn start_in(folder: OwnedFd, procs: &fs::File) -> io::Result<Cgroup> 
 /// over. It allocates nothing and makes no other call, as code between
 /// clone and exec must.
 pub(super) fn enter_hook(files: Vec<OwnedFd>) -> Hook {
-    Hook::new(files, |fds| fds.iter().try_for_each(|fd| enter(*fd)))
+    // SAFETY: `enter` is one `write` of a static "0" to each descriptor,
+    // its error the raw OS error: no allocation, no lock.
+    unsafe { Hook::new(files, |fds| fds.iter().try_for_each(|fd| enter(*fd))) }
 }
 
 /// Move the calling process into the cgroup whose entry file the child
@@ -611,9 +618,13 @@ mod tests {
         for (n, method) in [Method::Vfork, Method::Fork].into_iter().enumerate() {
             let group = tree.group(&format!("turn-clone-test-{n}")).unwrap();
             let mut cgroup = group.start_in().unwrap();
-            cgroup.enter = Hook::new(Vec::new(), |_| {
-                Err(io::Error::other("the clone should have put it there"))
-            });
+            // SAFETY: no call; a raw OS error (had the clone not put it
+            // there, this step would fail the spawn).
+            cgroup.enter = unsafe {
+                Hook::new(Vec::new(), |_| {
+                    Err(io::Error::from_raw_os_error(libc::EXDEV))
+                })
+            };
             let args = ["/proc/self/cgroup".to_string()];
             let request = Request {
                 program: Path::new("/bin/cat"),

@@ -16,6 +16,11 @@
 //! outside, still work) and `io_uring_setup` (whose requests the filter
 //! would not see); measured in docs/cage-measurements.md.
 
+#![allow(
+    unsafe_code,
+    reason = "the door's socket is made in the child's network namespace and passed back over SCM_RIGHTS"
+)]
+
 use std::ffi::c_int;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -168,6 +173,9 @@ pub(super) fn open_in_child(end: RawFd) -> io::Result<()> {
         };
         check(fd).map(|fd| fd as c_int)
     };
+    // SAFETY: as said above: system calls with integers and pointers to
+    // this frame's `ifreq` and address, alive for each call; `zeroed` of
+    // `ifreq`, a C struct for which all zeroes is a valid value.
     unsafe {
         check(libc::syscall(libc::SYS_unshare, libc::CLONE_NEWNET))?;
         // The loopback up: `lo` exists in a new namespace, down.

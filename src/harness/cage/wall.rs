@@ -23,6 +23,11 @@
 //! chosen over bubblewrap for that and for its cost (measured in
 //! BENCHMARKS.md): see docs/decisions.md.
 
+#![allow(
+    unsafe_code,
+    reason = "the Landlock ruleset and seccomp filter are applied by the child between clone and exec"
+)]
+
 use std::collections::BTreeSet;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
@@ -247,7 +252,7 @@ impl Wall {
             fds.push(end);
             fds.len() - 1
         });
-        let hook = Hook::new(fds, move |fds| {
+        let step = move |fds: &[RawFd]| -> io::Result<()> {
             if let Some((at, _, drop_groups)) = switch {
                 UserSwitch::enter(fds[at], drop_groups)?;
             }
@@ -270,7 +275,12 @@ impl Wall {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
-        });
+        };
+        // SAFETY: each step is a system call (nix's prctl and the
+        // switch's and door's own are thin wrappers that take no lock) on
+        // descriptor numbers the hook owns, on values captured before the
+        // spawn; every error is a raw OS error.
+        let hook = unsafe { Hook::new(fds, step) };
         (hook, door)
     }
 }
@@ -344,8 +354,8 @@ impl UserSwitch {
         // The system calls themselves: the C library's wrappers would ask
         // every thread of the bridge to change too (the child may share
         // the bridge's memory, and with it the library's list of threads).
-        // SAFETY: setgroups with no list (a null pointer and a size of 0).
         if drop_groups
+            // SAFETY: setgroups with no list (a null pointer and a size of 0).
             && unsafe {
                 libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>())
             } != 0

@@ -117,6 +117,13 @@ pub unsafe fn clone_into(
 
 /// The system call, and in the child the call of `child(arg)` on the new
 /// stack followed by `exit` with what it returns (it never does).
+///
+/// # Safety
+///
+/// [`clone_into`]'s contract, and `args` a `clone_args` whose stack is
+/// 16-byte aligned at its top, alive across the call: the child runs on
+/// that stack with the parent's registers and memory (with `CLONE_VM`)
+/// until `child` calls `exec` or `exit`.
 #[cfg(target_arch = "x86_64")]
 unsafe fn raw(
     args: &mut CloneArgs,

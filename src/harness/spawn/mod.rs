@@ -35,6 +35,11 @@
 //! steps, in a copy of the bridge): for a system whose `clone` misbehaves
 //! when memory is shared, and for measuring the two in one run.
 
+#![allow(
+    unsafe_code,
+    reason = "the one spawn function: clone3/vfork, the descriptor table and the child's steps before exec are system calls no safe crate makes here"
+)]
+
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
@@ -114,7 +119,19 @@ type Step = Box<dyn FnMut(&[RawFd]) -> io::Result<()> + Send + Sync>;
 
 impl Hook {
     /// A step on `fds` (owned by the hook until the spawn is over).
-    pub fn new(
+    ///
+    /// # Safety
+    ///
+    /// `step` runs in the child between clone and `exec`, where it may
+    /// share the bridge's memory (`vfork`, `clone3` with `CLONE_VM`) while
+    /// the bridge's other threads hold its locks: it must make system
+    /// calls only, on the descriptor numbers it is given and on what was
+    /// prepared before the spawn — no allocation or freeing, no lock (the
+    /// C library's wrappers that take one included), no panic, no output
+    /// but through those system calls — and return an error as a raw OS
+    /// error. The compiler cannot check this; each caller says why its
+    /// step keeps to it.
+    pub unsafe fn new(
         fds: Vec<OwnedFd>,
         step: impl FnMut(&[RawFd]) -> io::Result<()> + Send + Sync + 'static,
     ) -> Hook {
@@ -1002,7 +1019,9 @@ mod tests {
             }
         };
         let mut request = request(&args, dir.path());
-        request.hooks.push(Hook::new(vec![own], held));
+        // SAFETY: `held` makes `fcntl` queries and counts; its errors are
+        // raw OS errors.
+        request.hooks.push(unsafe { Hook::new(vec![own], held) });
         let spawned = spawn(request, Method::Vfork).await;
         let held = spawned.as_ref().err().and_then(io::Error::raw_os_error);
         assert!(
@@ -1014,13 +1033,17 @@ mod tests {
         assert!(status.success());
         // A copy of the bridge (`fork`) holds them all until `exec`.
         let mut request = super::tests::request(&args, dir.path());
-        request.hooks.push(Hook::new(Vec::new(), move |_| {
+        let still_open = move |_: &[RawFd]| {
             // SAFETY: a flag query on a descriptor number.
             match unsafe { libc::fcntl(high, libc::F_GETFD) } {
                 0.. => Ok(()),
                 _ => Err(io::Error::from_raw_os_error(libc::EBADF)),
             }
-        }));
+        };
+        // SAFETY: one `fcntl` query; its error a raw OS error.
+        request
+            .hooks
+            .push(unsafe { Hook::new(Vec::new(), still_open) });
         let (_, status) = output(spawn(request, Method::Fork).await.unwrap()).await;
         assert!(status.success());
         drop(other);
@@ -1041,9 +1064,12 @@ mod tests {
             assert_eq!(error.kind(), io::ErrorKind::NotFound, "{method:?}: {error}");
 
             let mut refused = request(&args, dir.path());
-            refused.hooks.push(Hook::new(Vec::new(), |_| {
-                Err(io::Error::from_raw_os_error(libc::EPERM))
-            }));
+            // SAFETY: no call at all; a raw OS error.
+            refused.hooks.push(unsafe {
+                Hook::new(Vec::new(), |_| {
+                    Err(io::Error::from_raw_os_error(libc::EPERM))
+                })
+            });
             let error = spawn(refused, method).await.unwrap_err();
             assert_eq!(error.raw_os_error(), Some(libc::EPERM), "{method:?}");
 
