@@ -18,6 +18,36 @@ pub trait Columns {
     fn int(&self, i: usize) -> Result<Option<i64>, Self::Error>;
 }
 
+/// The item a transcript insert stored, as it reads back: what was given,
+/// with the id, seq, cursor and time the store gave it.
+pub fn stored_transcript_item(
+    item: &super::NewTranscriptItem,
+    transcript_id: String,
+    item_type: &str,
+    cursor: String,
+    seq: i64,
+    created_at: i64,
+) -> TranscriptItem {
+    TranscriptItem {
+        transcript_id,
+        event_id: item.event_id.clone(),
+        conversation_id: Some(item.conversation_id.clone()),
+        thread_id: item.thread_id.clone().filter(|t| !t.is_empty()),
+        bot_id: item.bot_id.clone(),
+        workspace_id: item.workspace_id.clone(),
+        role: item.role.clone(),
+        item_type: item_type.to_string(),
+        content: item.content.clone(),
+        content_json: item.content_json.clone(),
+        artifact_refs: item.artifact_refs.clone(),
+        seq: Some(seq),
+        cursor: Some(cursor),
+        created_at: Some(created_at),
+        metadata: item.metadata.clone(),
+        extra: Default::default(),
+    }
+}
+
 /// The columns [`transcript_item`] reads, from `transcript t JOIN streams s`.
 pub const TRANSCRIPT_COLUMNS: &str = "t.seq, t.transcript_id, t.event_id, t.bot_id, t.workspace_id, t.role, t.item_type, \
      t.content, t.content_json, t.artifact_refs, t.created_at, t.metadata, s.conversation_id, s.thread_id, s.id";

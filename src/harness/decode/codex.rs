@@ -5,10 +5,9 @@
 use serde_json::Value;
 
 use super::{Decoder, Exit, json_line, token_usage};
-use crate::protocol::FailureCode;
 use crate::protocol::{
-    JsonMap, Message, MessageCompleted, ResultPayload, RunCompleted, RunFailed, TokenUsage,
-    ToolCallCompleted, ToolCallStarted,
+    JsonMap, Message, MessageCompleted, ResultPayload, TokenUsage, ToolCallCompleted,
+    ToolCallStarted,
 };
 
 /// Decoder state for one Codex run.
@@ -166,26 +165,13 @@ impl Decoder for CodexJsonl {
     }
 
     fn finish(&mut self, exit: Exit) -> Vec<ResultPayload> {
-        if self.completed && self.failure.is_none() && exit.success() {
-            return vec![ResultPayload::RunCompleted(RunCompleted {
-                finish_reason: "stop".into(),
-                message: self.last_message.take().map(Message::assistant),
-            })];
-        }
-        let error = match self.failure.take() {
-            Some(message) => format!("Codex failed: {message}"),
-            None => exit.ended_early("Codex"),
-        };
-        let code = if exit.code.is_none() {
-            FailureCode::HarnessKilled
-        } else {
-            FailureCode::HarnessError
-        };
-        vec![ResultPayload::RunFailed(RunFailed {
-            code,
-            error,
-            retryable: false,
-        })]
+        let completed = self.completed && self.failure.is_none();
+        vec![exit.ending(
+            "Codex",
+            completed,
+            self.last_message.take(),
+            self.failure.take(),
+        )]
     }
 
     fn session_id(&self) -> Option<&str> {

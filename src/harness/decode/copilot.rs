@@ -12,10 +12,9 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{Decoder, Exit, json_line, object};
-use crate::protocol::FailureCode;
 use crate::protocol::{
-    Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
-    TokenUsage, ToolCallCompleted, ToolCallStarted,
+    Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, TokenUsage,
+    ToolCallCompleted, ToolCallStarted,
 };
 
 /// The decoder; one per turn.
@@ -104,25 +103,13 @@ impl Decoder for CopilotJson {
     }
 
     fn finish(&mut self, exit: Exit) -> Vec<ResultPayload> {
-        if exit.success() && self.exit_code == Some(0) {
-            return vec![ResultPayload::RunCompleted(RunCompleted {
-                finish_reason: "stop".into(),
-                message: self.last_message.take().map(Message::assistant),
-            })];
-        }
-        let error = match self.error.take() {
-            Some(message) => format!("Copilot failed: {message}"),
-            None => exit.ended_early("Copilot"),
-        };
-        vec![ResultPayload::RunFailed(RunFailed {
-            code: if exit.code.is_none() {
-                FailureCode::HarnessKilled
-            } else {
-                FailureCode::HarnessError
-            },
-            error,
-            retryable: false,
-        })]
+        let completed = self.exit_code == Some(0);
+        vec![exit.ending(
+            "Copilot",
+            completed,
+            self.last_message.take(),
+            self.error.take(),
+        )]
     }
 
     fn session_id(&self) -> Option<&str> {

@@ -12,10 +12,9 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{Decoder, Exit, json_line, object, token_usage};
-use crate::protocol::FailureCode;
 use crate::protocol::{
-    Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, RunCompleted, RunFailed,
-    TokenUsage, ToolCallCompleted, ToolCallStarted,
+    Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, TokenUsage,
+    ToolCallCompleted, ToolCallStarted,
 };
 
 /// The decoder; one per turn.
@@ -139,25 +138,13 @@ impl Decoder for GeminiStreamJson {
         if !text.trim().is_empty() {
             self.last_message = Some(text);
         }
-        if exit.success() && self.status.as_deref() == Some("success") {
-            return vec![ResultPayload::RunCompleted(RunCompleted {
-                finish_reason: "stop".into(),
-                message: self.last_message.take().map(Message::assistant),
-            })];
-        }
-        let error = match self.error.take() {
-            Some(message) => format!("Gemini CLI failed: {message}"),
-            None => exit.ended_early("Gemini CLI"),
-        };
-        vec![ResultPayload::RunFailed(RunFailed {
-            code: if exit.code.is_none() {
-                FailureCode::HarnessKilled
-            } else {
-                FailureCode::HarnessError
-            },
-            error,
-            retryable: false,
-        })]
+        let completed = self.status.as_deref() == Some("success");
+        vec![exit.ending(
+            "Gemini CLI",
+            completed,
+            self.last_message.take(),
+            self.error.take(),
+        )]
     }
 
     fn session_id(&self) -> Option<&str> {

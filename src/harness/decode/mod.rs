@@ -45,6 +45,37 @@ impl Exit {
             None => format!("{label} was killed without completing the turn"),
         }
     }
+
+    /// The terminal result of a harness whose output said whether the
+    /// turn `completed`: completed (with its last `message`) when the
+    /// process also succeeded; else failed, in the harness's own words
+    /// (`said`) or by how the process ended, killed or in error.
+    pub fn ending(
+        self,
+        label: &str,
+        completed: bool,
+        message: Option<String>,
+        said: Option<String>,
+    ) -> ResultPayload {
+        if completed && self.success() {
+            return ResultPayload::RunCompleted(crate::protocol::RunCompleted {
+                finish_reason: "stop".into(),
+                message: message.map(crate::protocol::Message::assistant),
+            });
+        }
+        let error = match said {
+            Some(said) => format!("{label} failed: {said}"),
+            None => self.ended_early(label),
+        };
+        ResultPayload::RunFailed(crate::protocol::RunFailed {
+            code: match self.code {
+                None => crate::protocol::FailureCode::HarnessKilled,
+                Some(_) => crate::protocol::FailureCode::HarnessError,
+            },
+            error,
+            retryable: false,
+        })
+    }
 }
 
 /// A harness output format.

@@ -13,7 +13,8 @@ use super::{Client, db_error, write_error};
 use crate::host::now_ms;
 use crate::host::paging::{PageRequest, Window, target};
 use crate::host::rows::{
-    EVENT_COLUMNS, TRANSCRIPT_COLUMNS, event_record, json_text, new_id, transcript_item,
+    EVENT_COLUMNS, TRANSCRIPT_COLUMNS, event_record, json_text, new_id, stored_transcript_item,
+    transcript_item,
 };
 use crate::host::words::{every_then_some, index_text, search_words};
 use crate::host::{
@@ -275,28 +276,18 @@ pub(super) async fn append_transcript(
         })
     })?;
     tx.commit().await.map_err(db_error)?;
-    Ok(TranscriptItem {
+    Ok(stored_transcript_item(
+        item,
         transcript_id,
-        event_id: item.event_id.clone(),
-        conversation_id: Some(item.conversation_id.clone()),
-        thread_id: item.thread_id.clone().filter(|t| !t.is_empty()),
-        bot_id: item.bot_id.clone(),
-        workspace_id: item.workspace_id.clone(),
-        role: item.role.clone(),
-        item_type: item_type.to_string(),
-        content: item.content.clone(),
-        content_json: item.content_json.clone(),
-        artifact_refs: item.artifact_refs.clone(),
-        seq: Some(seq),
-        cursor: Some(codec.encode(Cursor {
+        item_type,
+        codec.encode(Cursor {
             kind: CursorKind::History,
             stream,
             seq,
-        })),
-        created_at: Some(created_at),
-        metadata: item.metadata.clone(),
-        extra: Default::default(),
-    })
+        }),
+        seq,
+        created_at,
+    ))
 }
 
 async fn event_by_id(

@@ -6,7 +6,9 @@ use super::streams::{self, open_page};
 use super::{db_error, execute_cached, write_error};
 use crate::host::grant::now_ms;
 use crate::host::paging::{PageRequest, target};
-use crate::host::rows::{TRANSCRIPT_COLUMNS, json_text, new_id, transcript_item};
+use crate::host::rows::{
+    TRANSCRIPT_COLUMNS, json_text, new_id, stored_transcript_item, transcript_item,
+};
 use crate::host::words::{every_then_some, index_text, search_words};
 use crate::host::{
     Cursor, CursorCodec, CursorKind, HistoryQuery, HostResult, NewTranscriptItem, RunScope,
@@ -195,28 +197,18 @@ pub(super) fn append(
             .and_then(|mut s| s.execute(params![fts_rowid(stream, seq), index_text(content)]))
             .map_err(db_error)?;
     }
-    Ok(TranscriptItem {
+    Ok(stored_transcript_item(
+        item,
         transcript_id,
-        event_id: item.event_id.clone(),
-        conversation_id: Some(item.conversation_id.clone()),
-        thread_id: item.thread_id.clone().filter(|t| !t.is_empty()),
-        bot_id: item.bot_id.clone(),
-        workspace_id: item.workspace_id.clone(),
-        role: item.role.clone(),
-        item_type: item_type.to_string(),
-        content: item.content.clone(),
-        content_json: item.content_json.clone(),
-        artifact_refs: item.artifact_refs.clone(),
-        seq: Some(seq),
-        cursor: Some(codec.encode(Cursor {
+        item_type,
+        codec.encode(Cursor {
             kind: CursorKind::History,
             stream,
             seq,
-        })),
-        created_at: Some(created_at),
-        metadata: item.metadata.clone(),
-        extra: Default::default(),
-    })
+        }),
+        seq,
+        created_at,
+    ))
 }
 
 #[cfg(test)]
