@@ -10,7 +10,7 @@ use harness_bridge::host::prelude::*;
 use harness_bridge::host::sqlite::SqliteHost;
 use harness_bridge::host::{GrantedHost, Grants, NewArtifact};
 use harness_bridge::mcp::tool_names;
-use harness_bridge::projection::{ProjectRequest, Target, Templates, project};
+use harness_bridge::projection::{Binding, ProjectRequest, Target, Templates, project};
 use harness_bridge::protocol::AgentRunContext;
 use serde_json::json;
 
@@ -57,6 +57,8 @@ static NO_ENV: std::collections::BTreeMap<String, String> = std::collections::BT
 
 struct Fixed<'a> {
     target: &'a Target,
+    /// The turns' binding (their configuration is the same), parsed once.
+    binding: &'a Binding<'a>,
     tools: &'a [&'a str],
     host: &'a GrantedHost,
 }
@@ -65,6 +67,7 @@ impl<'a> Fixed<'a> {
     fn request(&self, ctx: &'a AgentRunContext, root: &'a std::path::Path) -> ProjectRequest<'a> {
         ProjectRequest {
             ctx,
+            binding: self.binding,
             target: self.target,
             runner: "claude-code",
             shared: None,
@@ -125,8 +128,10 @@ fn bench(c: &mut Criterion) {
         &open.grant.apis,
         harness_bridge::interaction::Asking::default(),
     );
+    let binding = Binding::from_config(&turn1.config).expect("the bench's binding");
     let fixed = Fixed {
         target: &target,
+        binding: &binding,
         tools: &tools,
         host: &host,
     };

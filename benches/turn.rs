@@ -144,9 +144,11 @@ async fn same_config() -> SameConfig {
         harness_bridge::interaction::Asking::default(),
     );
     let target = spec.target();
+    let binding = harness_bridge::projection::Binding::from_config(&ctx.config).expect("binding");
     let projection = project(
         &ProjectRequest {
             ctx: &ctx,
+            binding: &binding,
             target: &target,
             runner: &spec.name,
             shared: None,

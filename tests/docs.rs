@@ -490,7 +490,7 @@ fn enforced_layers() -> BTreeMap<String, u8> {
 fn section<'a>(text: &'a str, title: &str) -> &'a str {
     let start = text
         .find(&format!("\n## {title}\n"))
-        .unwrap_or_else(|| panic!("ARCHITECTURE.md has no section `## {title}`"));
+        .unwrap_or_else(|| panic!("the document has no section `## {title}`"));
     let rest = &text[start + 1..];
     let end = rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3);
     &rest[..end]
@@ -519,33 +519,68 @@ fn the_architectures_layer_table_is_the_enforced_one() {
     );
 }
 
-#[test]
-fn every_invariant_names_its_test() {
-    let text = read("ARCHITECTURE.md");
-    let offset = text.find("\n## Invariants\n").expect("## Invariants") + 1;
+/// The bullets of a list section, each with the line it starts on.
+fn bullets(text: &str, title: &str) -> Vec<(usize, String)> {
+    let offset = text
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("no section `## {title}`"))
+        + 1;
     let first_line = text[..offset].lines().count() + 1;
-    let invariants = section(&text, "Invariants");
-    let mut bullets: Vec<(usize, String)> = Vec::new();
-    for (n, line) in invariants.lines().enumerate() {
+    let mut found: Vec<(usize, String)> = Vec::new();
+    for (n, line) in section(text, title).lines().enumerate() {
         if line.starts_with("- ") {
-            bullets.push((first_line + n, String::new()));
+            found.push((first_line + n, String::new()));
+        } else if line.starts_with('#') {
+            continue;
         }
-        if let Some((_, body)) = bullets.last_mut() {
+        if let Some((_, body)) = found.last_mut() {
             body.push_str(line);
             body.push('\n');
         }
     }
+    found
+}
+
+/// An invariant's bold title, as one line.
+fn title_of(bullet: &str) -> String {
+    let flat = bullet.split_whitespace().collect::<Vec<_>>().join(" ");
+    flat.split("**").nth(1).unwrap_or("").to_string()
+}
+
+#[test]
+fn every_invariant_names_its_test() {
+    let index = read("docs/invariants.md");
+    let bullets = bullets(&index, "Index: each invariant and the tests that hold it");
     assert!(bullets.len() > 20, "the invariants were not read");
     let unnamed: Vec<String> = bullets
         .iter()
         .filter(|(_, body)| items_in(body).is_empty())
-        .map(|(n, body)| format!("ARCHITECTURE.md:{n}: {}", body.lines().next().unwrap_or("")))
+        .map(|(n, body)| {
+            format!(
+                "docs/invariants.md:{n}: {}",
+                body.lines().next().unwrap_or("")
+            )
+        })
         .collect();
     assert!(
         unnamed.is_empty(),
         "invariants that name no test (`tests/<file>.rs::<test>` or `src/<path>.rs::<test>`):\n  {}",
         unnamed.join("\n  ")
     );
+    // ARCHITECTURE.md lists the same invariants, in the same order.
+    let listed: Vec<String> = bullets_in_architecture()
+        .iter()
+        .map(|(_, b)| title_of(b))
+        .collect();
+    let indexed: Vec<String> = bullets.iter().map(|(_, b)| title_of(b)).collect();
+    assert_eq!(
+        listed, indexed,
+        "ARCHITECTURE.md's invariants and docs/invariants.md's index differ"
+    );
+}
+
+fn bullets_in_architecture() -> Vec<(usize, String)> {
+    bullets(&read("ARCHITECTURE.md"), "Invariants")
 }
 
 #[test]

@@ -15,7 +15,7 @@ use harness_bridge::host::prelude::*;
 use harness_bridge::host::{GrantPolicy, NewArtifact};
 use harness_bridge::mcp::tool_names;
 use harness_bridge::projection::{
-    ProjectRequest, Projection, ProjectionError, Target, Templates, WriteOutcome, project,
+    Binding, ProjectRequest, Projection, ProjectionError, Target, Templates, WriteOutcome, project,
 };
 use harness_bridge::protocol::AgentRunContext;
 use serde_json::{Value, json};
@@ -39,8 +39,10 @@ async fn run(
 ) -> Result<Projection, ProjectionError> {
     let templates = Templates::load(None).unwrap();
     let tools = ["get_current_event", "history_page"];
+    let binding = Binding::from_config(&ctx.config)?;
     let request = ProjectRequest {
         ctx,
+        binding: &binding,
         target,
         runner: &target.harness,
         shared: None,
@@ -684,8 +686,10 @@ async fn each_conversation_has_its_own_home_with_the_operators_files_linked_in()
         c.context.conversation_id = Some(conversation.into());
         let (root, env, t, templates) = (root.path(), &env, &t, &templates);
         async move {
+            let binding = Binding::from_config(&c.config).unwrap();
             let request = ProjectRequest {
                 ctx: &c,
+                binding: &binding,
                 target: t,
                 runner: "codex",
                 shared: None,
@@ -1110,8 +1114,10 @@ async fn input_files_are_copied_through_the_grant_with_stable_ids() {
     let templates = Templates::load(None).unwrap();
     let t = target("claude-code");
     let tools = tool_names(&open.grant.apis, common::ALL_ASKING);
+    let binding = Binding::from_config(&c.config).unwrap();
     let request = ProjectRequest {
         ctx: &c,
+        binding: &binding,
         target: &t,
         runner: "claude-code",
         shared: None,
@@ -1317,8 +1323,10 @@ async fn operator_templates_override_the_built_ins() {
     let root = common::tempdir();
     let c = ctx("run-1", "why?", json!({}));
     let t = target("codex");
+    let binding = Binding::from_config(&c.config).unwrap();
     let request = ProjectRequest {
         ctx: &c,
+        binding: &binding,
         target: &t,
         runner: "codex",
         shared: None,

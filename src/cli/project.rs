@@ -111,9 +111,8 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> Outcome {
         )
         .map_err(CliError::invalid)?;
     let granted = grants.granted(open.grant.clone());
-    let asking = Binding::from_config(&ctx.config)
-        .map_err(CliError::invalid)?
-        .asking(ctx.conversation_id().is_some());
+    let binding = Binding::from_config(&ctx.config).map_err(CliError::invalid)?;
+    let asking = binding.asking(ctx.conversation_id().is_some());
     let tools = tool_names(&open.grant.apis, asking);
     let target = info.target();
     // The operator's files the home carries are found where the harness
@@ -130,6 +129,7 @@ pub fn run(args: ProjectArgs, data_dir: &Path) -> Outcome {
     );
     let request = ProjectRequest {
         ctx: &ctx,
+        binding: &binding,
         target: &target,
         runner: &info.name,
         shared: None,

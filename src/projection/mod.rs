@@ -78,6 +78,8 @@ pub struct Target {
 pub struct ProjectRequest<'a> {
     /// The run's context.
     pub ctx: &'a AgentRunContext,
+    /// Its binding, as the caller parsed it (once, for the whole turn).
+    pub binding: &'a Binding<'a>,
     /// The harness's layout.
     pub target: &'a Target,
     /// Runner name, part of the workspace path.
@@ -265,7 +267,7 @@ pub async fn project(
 ) -> Result<Projection, ProjectionError> {
     let ctx = request.ctx;
     let target = request.target;
-    let binding = Binding::from_config(&ctx.config)?;
+    let binding = request.binding;
     let scopes = binding.scopes();
     let parts = scopes::project_parts(ctx, &scopes, &binding.secret_keys);
     let has = |scope: Scope| scopes.contains(&scope);
@@ -334,7 +336,7 @@ pub async fn project(
 
     let [context_md, instructions, turn_prompt] = render_texts(
         request,
-        &binding,
+        binding,
         &parts,
         &working_directory,
         &skills,

@@ -97,6 +97,21 @@ struct Admitted<'a> {
     program: PathBuf,
 }
 
+/// The turn being prepared, once admitted and its grant open: what every
+/// later step reads, decided once (the binding parsed once, here, and
+/// handed to the projection).
+struct Turn<'t> {
+    ctx: &'t AgentRunContext,
+    spec: &'t AdapterSpec,
+    binding: &'t Binding<'t>,
+    project: Option<&'t Project>,
+    open: &'t OpenRun,
+    /// The host the turn's own reads and writes go to.
+    host: &'t dyn HostApi,
+    options: &'t RunOptions,
+    cancel: &'t CancellationToken,
+}
+
 /// What the cage phase decides for one turn.
 struct Caged {
     own_port: Option<u16>,
@@ -108,16 +123,14 @@ struct Caged {
 /// own host calls are bounded too: a host that does not answer must not
 /// hold the turn past its deadline.
 async fn lookup_pointer(
-    host: &dyn HostApi,
-    open: &OpenRun,
-    ctx: &AgentRunContext,
+    turn: &Turn<'_>,
     deadline: Instant,
-    cancel: &CancellationToken,
 ) -> Result<Option<ResumePointer>, RunFailed> {
     let host_wait = (Instant::now() + HOST_CALL_TIMEOUT).min(deadline);
-    let scope = &open.grant.scope;
+    let scope = &turn.open.grant.scope;
+    let cancel = turn.cancel;
     tokio::select! {
-        found = tokio::time::timeout_at(host_wait, record::pointer(host, scope, ctx)) => {
+        found = tokio::time::timeout_at(host_wait, record::pointer(turn.host, scope, turn.ctx)) => {
             Ok(found.unwrap_or_else(|_| {
                 tracing::warn!("the host did not answer the resume pointer lookup; starting fresh");
                 None
@@ -306,14 +319,6 @@ impl Bridge {
         cancel: &CancellationToken,
         summary: &mut RunSummary,
     ) -> Result<Option<(Prepared<'a>, Outbox)>, RunFailed> {
-        // Cancelled before it began (while queued): nothing is written,
-        // recorded or started.
-        if cancel.is_cancelled() {
-            return Err(fail(
-                FailureCode::Cancelled,
-                "the run was cancelled before it started",
-            ));
-        }
         let Admitted {
             spec,
             binding,
@@ -321,16 +326,23 @@ impl Bridge {
             approvals,
             mut env,
             program,
-        } = self.admit(ctx, harness, options)?;
+        } = self.admit(ctx, harness, options, cancel)?;
         let (open, guard) = self.open_grant(ctx, spec, &binding, options)?;
         let host = options
             .host
             .as_deref()
             .unwrap_or_else(|| self.grants.host().as_ref());
-        let Some((answer, answered)) = self
-            .answer(ctx, &binding, project, &open, host, emit, cancel)
-            .await?
-        else {
+        let turn = Turn {
+            ctx,
+            spec,
+            binding: &binding,
+            project,
+            open: &open,
+            host,
+            options,
+            cancel,
+        };
+        let Some((answer, answered)) = self.answer(&turn, emit).await? else {
             return Ok(None);
         };
         let asking = asking(&binding, project, &open);
@@ -342,13 +354,11 @@ impl Bridge {
         let door = self.behind_door(&binding);
         let mcp_url = self.mcp_url(door);
         let projection = self
-            .project_turn(
-                turn_ctx, spec, project, &open, &tools, options, &env, &mcp_url,
-            )
+            .project_turn(&turn, turn_ctx, &tools, &env, &mcp_url)
             .await?;
         let workspace = projection.workspace.clone();
         summary.workspace = Some(workspace.clone());
-        let checkout = self.check_out(ctx, spec, project, &projection).await?;
+        let checkout = self.check_out(&turn, &projection).await?;
         let publishable = in_worktree(project, checkout.as_ref(), asking, &mut env);
         self.tools
             .set_facts(&ctx.run_id, facts(&projection, publishable));
@@ -364,11 +374,7 @@ impl Bridge {
         let (door, config_overrides) =
             self.door_keeper(door, spec, &binding, &mut env, &projection, &open);
 
-        let pointer = lookup_pointer(host, &open, ctx, deadline, cancel).await?;
-        let (pointer, not_followed) = self
-            .follow_session(host, &open, spec, &env, &workspace, pointer, deadline)
-            .await;
-        let session = self.plan_session(spec, pointer.as_ref(), &env, &workspace, not_followed);
+        let session = self.session(&turn, &env, &workspace, deadline).await?;
         let Caged {
             own_port,
             wall,
@@ -419,13 +425,21 @@ impl Bridge {
     }
 
     /// The harness, the binding and the program, before any host call: a
-    /// request the bridge cannot run is refused here.
+    /// request the bridge cannot run is refused here, and one cancelled
+    /// before it began (while queued) writes, records and starts nothing.
     fn admit<'a>(
         &'a self,
         ctx: &'a AgentRunContext,
         harness: &str,
         options: &'a RunOptions,
+        cancel: &CancellationToken,
     ) -> Result<Admitted<'a>, RunFailed> {
+        if cancel.is_cancelled() {
+            return Err(fail(
+                FailureCode::Cancelled,
+                "the run was cancelled before it started",
+            ));
+        }
         let spec = self
             .adapters
             .require(harness)
@@ -550,17 +564,20 @@ impl Bridge {
     /// gets when it is an answer, and the approval it carries opened for
     /// the run. `None`: the answer was not this person's to give, or came
     /// too late; they have been told, and nothing runs.
-    #[allow(clippy::too_many_arguments)]
     async fn answer(
         &self,
-        ctx: &AgentRunContext,
-        binding: &Binding<'_>,
-        project: Option<&Project>,
-        open: &OpenRun,
-        host: &dyn HostApi,
+        turn: &Turn<'_>,
         emit: &mut Emitter,
-        cancel: &CancellationToken,
     ) -> Result<Option<(Reply, Option<AgentRunContext>)>, RunFailed> {
+        let Turn {
+            ctx,
+            binding,
+            project,
+            open,
+            host,
+            cancel,
+            ..
+        } = *turn;
         let scope = &open.grant.scope;
         let pending = tokio::select! {
             found = tokio::time::timeout(HOST_CALL_TIMEOUT, record::pending(host, scope)) => {
@@ -630,18 +647,22 @@ impl Bridge {
     }
 
     /// Write the conversation's workspace for this turn.
-    #[allow(clippy::too_many_arguments)]
     async fn project_turn(
         &self,
+        turn: &Turn<'_>,
         ctx: &AgentRunContext,
-        spec: &AdapterSpec,
-        project: Option<&Project>,
-        open: &OpenRun,
         tools: &[&str],
-        options: &RunOptions,
         env: &BTreeMap<String, String>,
         mcp_url: &str,
     ) -> Result<Projection, RunFailed> {
+        let Turn {
+            spec,
+            project,
+            open,
+            options,
+            binding,
+            ..
+        } = *turn;
         let granted = self.grants.granted(open.grant.clone());
         let mut servers = self.settings.mcp_servers.clone();
         servers.extend(options.mcp_servers.clone());
@@ -657,6 +678,7 @@ impl Bridge {
         crate::projection::project(
             &ProjectRequest {
                 ctx,
+                binding,
                 target: &spec.target(),
                 runner: &spec.name,
                 shared: shared.as_deref(),
@@ -687,15 +709,14 @@ impl Bridge {
     /// went wrong in a sentence; the paths and git's words go to the log.
     async fn check_out(
         &self,
-        ctx: &AgentRunContext,
-        spec: &AdapterSpec,
-        project: Option<&Project>,
+        turn: &Turn<'_>,
         projection: &Projection,
     ) -> Result<Option<(Checkout, Snapshot)>, RunFailed> {
-        let Some(project) = project else {
+        let Some(project) = turn.project else {
             return Ok(None);
         };
-        let branch = conversation_branch(ctx, project, &spec.name);
+        let spec = turn.spec;
+        let branch = conversation_branch(turn.ctx, project, &spec.name);
         let target = spec.target();
         let mut bridge_paths = vec![
             format!("{}/", paths::DIR),
@@ -1024,20 +1045,36 @@ impl Bridge {
         find_program(&self.wanted_program(spec, None), path).is_some()
     }
 
+    /// The session the turn resumes: the host's pointer, followed here
+    /// from another workspace where it can be, and checked.
+    async fn session(
+        &self,
+        turn: &Turn<'_>,
+        env: &BTreeMap<String, String>,
+        workspace: &std::path::Path,
+        deadline: Instant,
+    ) -> Result<SessionPlan, RunFailed> {
+        let pointer = lookup_pointer(turn, deadline).await?;
+        let (pointer, not_followed) = self
+            .follow_session(turn, env, workspace, pointer, deadline)
+            .await;
+        Ok(self.plan_session(turn.spec, pointer.as_ref(), env, workspace, not_followed))
+    }
+
     /// A pointer to this harness's session in another workspace, on a
     /// shared store: the session's kept copy is written here and the
     /// pointer moves with it; or why it could not follow.
-    #[allow(clippy::too_many_arguments)]
     async fn follow_session(
         &self,
-        host: &dyn HostApi,
-        open: &OpenRun,
-        spec: &AdapterSpec,
+        turn: &Turn<'_>,
         env: &BTreeMap<String, String>,
         workspace: &std::path::Path,
         pointer: Option<ResumePointer>,
         deadline: Instant,
     ) -> (Option<ResumePointer>, Option<follow::NotFollowed>) {
+        let Turn {
+            host, open, spec, ..
+        } = *turn;
         let Some(found) = pointer else {
             return (None, None);
         };
