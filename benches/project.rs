@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use harness_bridge::project::{Checkout, Project, ProjectSpec};
+use harness_bridge::repo::{Checkout, Project, ProjectSpec};
 
 fn git(dir: &Path, args: &[&str]) {
     let status = std::process::Command::new("git")

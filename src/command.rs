@@ -167,7 +167,7 @@ impl<'de> Deserialize<'de> for Command {
             let words = COMMANDS.iter().map(|d| d.word);
             serde::de::Error::custom(format!(
                 "unknown command `{word}`{}; the commands are {}",
-                crate::keys::did_you_mean(bare, words.clone()),
+                crate::settings_keys::did_you_mean(bare, words.clone()),
                 words.collect::<Vec<_>>().join(", ")
             ))
         })

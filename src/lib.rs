@@ -5,7 +5,7 @@
 //! Data flows one way: [`protocol`] (wire types) → [`interaction`],
 //! [`command`] →
 //! [`host`] (the host proxy API, run grants, the embedded store) →
-//! [`projection`] → [`harness`] → [`mcp`], [`door`] → [`run`] → `relay` / [`serve`] →
+//! [`projection`], [`repo`] → [`harness`] → [`mcp`], [`door`] → [`run`] → `relay` / [`serve`] →
 //! [`cli`]; `tests/layers.rs` keeps it so. See `ARCHITECTURE.md` for the map
 //! and the invariants.
 
@@ -31,16 +31,16 @@ pub mod disk;
 pub mod door;
 pub mod harness;
 pub mod host;
+pub mod http_server;
 pub mod interaction;
-pub mod keys;
-pub mod listen;
 pub mod mcp;
 pub mod metrics;
 pub mod owner;
-pub mod project;
 pub mod projection;
 pub mod protocol;
 pub mod relay;
+pub mod repo;
 pub mod run;
 pub mod serve;
+pub mod settings_keys;
 pub mod throttle;

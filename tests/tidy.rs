@@ -24,9 +24,9 @@ const SPAWNERS: &[&str] = &[
     // bridge writes its maps, and ends.
     "src/harness/spawn/userns.rs",
     "src/harness/cage/cgroup.rs",
-    "src/project/git.rs",
+    "src/repo/git.rs",
     // The operator's own command (a pull request), bridge-side by design.
-    "src/project/command.rs",
+    "src/repo/command.rs",
 ];
 
 /// One function found in a source file.

@@ -3,7 +3,7 @@
 //! written as git writes them, and never a path out of the repository.
 #![no_main]
 
-use harness_bridge::project::head_named;
+use harness_bridge::repo::head_named;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -205,7 +205,7 @@ pub fn doctor(
     if let Some(config) = &loaded {
         let runtime = super::runtime()?;
         for (name, spec) in &config.projects {
-            if let Some(said) = runtime.block_on(crate::project::credentials_in(&spec.repository)) {
+            if let Some(said) = runtime.block_on(crate::repo::credentials_in(&spec.repository)) {
                 println!("project {name}: {said}");
             }
         }

@@ -225,7 +225,7 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
     let format = args.format;
     let harness = args.harness;
     runtime.block_on(async move {
-        settings.projects = crate::project::open_all(&projects, settings.cage.owner())
+        settings.projects = crate::repo::open_all(&projects, settings.cage.owner())
             .await
             .map_err(|e| CliError::invalid(e.to_string()))?;
         let bridge = Bridge::start(Arc::new(store), adapters, templates, settings)
@@ -277,7 +277,7 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
 
 /// The operator's projects from a YAML file, as bridge.yaml's `projects`;
 /// none without a file. A bad file is reported (file, line, reason).
-fn load_projects(file: Option<&Path>) -> Result<crate::project::Projects, CliError> {
+fn load_projects(file: Option<&Path>) -> Result<crate::repo::Projects, CliError> {
     let Some(file) = file else {
         return Ok(Default::default());
     };

@@ -145,10 +145,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
     // The operator's projects, before anything is written: one that
     // cannot be opened is a mistake in the file.
     let projects = runtime
-        .block_on(crate::project::open_all(
-            &config.projects,
-            config.cage.owner(),
-        ))
+        .block_on(crate::repo::open_all(&config.projects, config.cage.owner()))
         .map_err(|e| CliError::invalid(format!("{}: {e}", config.file_name())))?;
     let retention = Duration::from_secs(config.retention_hours.saturating_mul(3600));
     super::cage::open_to_harnesses(&config.cage, data_dir, &workspace_root)?;
@@ -162,7 +159,7 @@ pub fn run(args: ServeArgs, data_dir: &Path) -> Outcome {
         StoreAt::Postgres(url) => open_shared(&runtime, url, data_dir, &mut config),
     };
     let (host, backlog) = opened?;
-    crate::listen::raise_fd_limit();
+    crate::http_server::raise_fd_limit();
     // After the journal's own sweep, which names the runs it ends.
     super::contain()?;
     let result = runtime.block_on(async move {
@@ -300,10 +297,7 @@ fn check(
         println!("warning: {}", check.line());
     }
     let projects = super::runtime()?
-        .block_on(crate::project::open_all(
-            &config.projects,
-            config.cage.owner(),
-        ))
+        .block_on(crate::repo::open_all(&config.projects, config.cage.owner()))
         .map_err(|e| CliError::invalid(format!("{file}: {e}")))?;
     // Taken and let go: a port another program holds fails the check.
     drop(listen(config)?);

@@ -128,7 +128,7 @@ const MAX_CONNECTIONS: usize = 256;
 /// connections. When the door shuts, so do its connections and tunnels.
 async fn serve(listener: TcpListener, app: Router, proxy: Arc<Proxy>, stop: CancellationToken) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let limits = crate::listen::Limits::default();
+    let limits = crate::http_server::Limits::default();
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -155,7 +155,9 @@ async fn serve(listener: TcpListener, app: Router, proxy: Arc<Proxy>, stop: Canc
         let app = TowerToHyperService::new(
             app.clone()
                 .layer(axum::Extension(axum::extract::ConnectInfo(peer)))
-                .layer(axum::Extension(crate::listen::ConnectionMemo::default())),
+                .layer(axum::Extension(
+                    crate::http_server::ConnectionMemo::default(),
+                )),
         );
         let proxy = proxy.clone();
         let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {

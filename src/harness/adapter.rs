@@ -835,7 +835,10 @@ impl AdapterSpec {
         Err(PermissionModeRefused(format!(
             "`{mode}` is not a permission mode of {}{}; it takes default, {}",
             self.label,
-            crate::keys::did_you_mean(mode, self.permission_modes.iter().map(String::as_str)),
+            crate::settings_keys::did_you_mean(
+                mode,
+                self.permission_modes.iter().map(String::as_str)
+            ),
             self.permission_modes.join(", ")
         )))
     }

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::RunTools;
 use crate::host::{GrantedHost, Grants};
-use crate::listen::ConnectionMemo;
+use crate::http_server::ConnectionMemo;
 use crate::protocol::{AgentAPIError, ErrorCode};
 use sha2::Digest as _;
 
@@ -442,8 +442,13 @@ impl McpHttpServer {
         )));
         // Any local process can connect: the same bounds as the API, so
         // idle or trickling connections cannot starve the harnesses' calls.
-        let limits = crate::listen::Limits::default();
-        let task = tokio::spawn(crate::listen::serve(listener, app, limits, stop.clone()));
+        let limits = crate::http_server::Limits::default();
+        let task = tokio::spawn(crate::http_server::serve(
+            listener,
+            app,
+            limits,
+            stop.clone(),
+        ));
         tracing::info!(%addr, "MCP server listening");
         Ok(McpHttpServer {
             url: format!("http://{addr}/mcp"),

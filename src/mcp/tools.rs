@@ -25,9 +25,9 @@ use crate::host::calls::text::text_head;
 use crate::host::calls::{ArtifactReadCall, VisitCalls, bad_arguments, each_call};
 use crate::host::{Api, GrantedHost, HostCall};
 use crate::interaction::{Asking, Interactions};
-use crate::project::Publishable;
 use crate::projection::{HeadRead, read_beneath};
 use crate::protocol::AgentAPIError;
+use crate::repo::Publishable;
 
 /// The server name harnesses see: tools are `mcp__langbot__<tool>`.
 pub const SERVER_NAME: &str = "langbot";

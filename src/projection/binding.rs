@@ -312,13 +312,13 @@ pub enum Approvals {
 /// Why a key is not a binding's, with the key it likely meant; `None`
 /// for a key a binding reads.
 pub fn unknown_key(key: &str) -> Option<String> {
-    let keys = crate::keys::fields_of::<Binding<'static>>();
+    let keys = crate::settings_keys::fields_of::<Binding<'static>>();
     if keys.contains(&key) {
         return None;
     }
     Some(format!(
         "unknown binding key `{key}`{}; a binding takes {}",
-        crate::keys::did_you_mean(key, keys.iter().copied()),
+        crate::settings_keys::did_you_mean(key, keys.iter().copied()),
         keys.iter()
             .map(|k| format!("`{k}`"))
             .collect::<Vec<_>>()

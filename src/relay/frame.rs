@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::project::Projects;
 use crate::projection::McpCatalog;
 use crate::protocol::{AgentAPIError, AgentRunResult, JsonMap};
+use crate::repo::Projects;
 
 /// The protocol name and version both sides announce in their hello.
 pub const PROTOCOL: &str = "harness-bridge.relay.v1";

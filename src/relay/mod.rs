@@ -27,10 +27,10 @@ pub use reader::{Frames, Incoming, MAX_FRAME_BYTES, field_in_head};
 
 use crate::harness::Adapters;
 use crate::host::Api;
-use crate::project::{OpenedProjects, Projects};
 use crate::projection::Templates;
 use crate::protocol::FailureCode;
 use crate::protocol::{AgentAPIError, AgentRunResult, ResultPayload, RunFailed, checked_context};
+use crate::repo::{OpenedProjects, Projects};
 use crate::run::{Bridge, Deliver, Dispatch, RunOptions, Scheduler, Settings, Steer, SteerInbox};
 
 /// How many turns the relay runs and holds: turns of one conversation run

@@ -95,7 +95,7 @@ pub struct Settings {
     /// How harnesses are caged (by default: each to its conversation).
     pub cage: crate::harness::cage::CagePolicy,
     /// The operator's projects, checked, that a binding picks by name.
-    pub projects: BTreeMap<String, crate::project::Project>,
+    pub projects: BTreeMap<String, crate::repo::Project>,
     /// On a store shared by instances: after each turn a copy of the
     /// session's files, up to this many bytes, is kept with the
     /// conversation, so its session follows it to the instance that takes
@@ -123,7 +123,7 @@ pub struct RunOptions {
     pub mcp_servers: McpCatalog,
     /// Projects this run's binding may pick by name, besides the
     /// settings' (the plugin's settings, through the relay), opened.
-    pub projects: BTreeMap<String, crate::project::Project>,
+    pub projects: BTreeMap<String, crate::repo::Project>,
     /// Told each harness as it starts, so a caller can note it somewhere
     /// that outlives the bridge (the service's journal).
     pub on_spawn: Option<SpawnHook>,
@@ -288,11 +288,8 @@ struct SessionPlan {
 impl Bridge {
     /// The operator's project a binding names: the front doors refuse an
     /// unknown one before a turn queues, the turn before it starts.
-    pub fn project(
-        &self,
-        name: &str,
-    ) -> Result<&crate::project::Project, crate::project::ProjectError> {
-        crate::project::pick(&self.settings.projects, name)
+    pub fn project(&self, name: &str) -> Result<&crate::repo::Project, crate::repo::ProjectError> {
+        crate::repo::pick(&self.settings.projects, name)
     }
 
     /// Put away the worktrees of the operator's projects that have gone
@@ -509,7 +506,7 @@ impl Bridge {
 }
 
 /// What the run's MCP tools answer about the turn itself.
-fn facts(projection: &Projection, publish: Option<crate::project::Publishable>) -> RunFacts {
+fn facts(projection: &Projection, publish: Option<crate::repo::Publishable>) -> RunFacts {
     let input_files = projection
         .input_files
         .iter()

@@ -26,7 +26,6 @@ use crate::harness::{
 use crate::host::{HostApi, OpenRun};
 use crate::interaction::{self, Ask, Asking, Reply};
 use crate::mcp::tool_names;
-use crate::project::{Checkout, Project, ProjectMode, Publishable, Snapshot};
 use crate::projection::{
     Approvals, Binding, NetworkChoice, ProjectNote, ProjectRequest, Projection, ProjectionError,
     TOKEN_ENV, URL_ENV, paths, safe_component, shared_workspace,
@@ -35,6 +34,7 @@ use crate::protocol::{
     AgentRunContext, FailureCode, InteractionSubmission, Message, ResultPayload, RunCompleted,
     RunFailed,
 };
+use crate::repo::{Checkout, Project, ProjectMode, Publishable, Snapshot};
 
 /// What `prepare` hands the harness phases: the turn, decided. (The
 /// outbox's watch comes beside it: `drive` reads it while it reads this.)
@@ -731,7 +731,7 @@ impl Bridge {
                 .filter(|f| f.first().map(String::as_str) != Some(paths::DIR))
                 .map(|f| f.join("/")),
         );
-        let refused = |e: crate::project::ProjectError| {
+        let refused = |e: crate::repo::ProjectError| {
             tracing::error!(project = %project.name, error = %e, "cannot use the project's worktree");
             let said = e.for_person().unwrap_or_else(|| {
                 format!(

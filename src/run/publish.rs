@@ -7,8 +7,8 @@ use super::Emitter;
 use super::emit::project_message;
 use crate::host::GrantedHost;
 use crate::interaction::{PublishRequest, short};
-use crate::project::Project;
 use crate::protocol::{ErrorCode, MessageCompleted, ResultPayload};
+use crate::repo::Project;
 
 /// The audit action of a push.
 const ACTION: &str = "project_publish";

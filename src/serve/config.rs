@@ -59,7 +59,7 @@ pub struct ServeConfig {
     /// Code repositories a run may work on, by name (`repository`, `base`,
     /// `branch`, `author`); a binding picks one with `project: NAME` and
     /// its conversation gets a worktree of it on a branch of its own.
-    pub projects: crate::project::Projects,
+    pub projects: crate::repo::Projects,
     /// Knowledge bases of the embedded host: id → folder of text files,
     /// indexed at start (only what changed since the last start) and
     /// searched by a harness with `retrieve_knowledge`.
@@ -391,7 +391,7 @@ impl ServeConfig {
                 return Err(ConfigError::Invalid(format!(
                     "{}{key}: no harness is named `{name}`{}; there are {}",
                     self.at(&path),
-                    crate::keys::did_you_mean(name, known.clone()),
+                    crate::settings_keys::did_you_mean(name, known.clone()),
                     known.clone().collect::<Vec<_>>().join(", ")
                 )));
             }
@@ -475,7 +475,7 @@ impl ServeConfig {
                 return Err(format!(
                     "{}{key}: project `{name}` is not declared in `projects`{}",
                     self.at(&format!("{key}.project")),
-                    crate::keys::did_you_mean(name, known)
+                    crate::settings_keys::did_you_mean(name, known)
                 ));
             }
         }
@@ -640,7 +640,7 @@ fn for_person(e: &serde_yaml::Error) -> String {
         return said;
     };
     let expected: Vec<&str> = tail.split('`').skip(1).step_by(2).collect();
-    let hint = crate::keys::did_you_mean(key, expected.iter().copied());
+    let hint = crate::settings_keys::did_you_mean(key, expected.iter().copied());
     format!("{head}{hint}, expected{tail}")
 }
 

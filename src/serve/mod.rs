@@ -670,7 +670,7 @@ pub async fn serve(
     hurry: CancellationToken,
 ) -> std::io::Result<()> {
     let app = http::router(service.clone());
-    let limits = crate::listen::Limits {
+    let limits = crate::http_server::Limits {
         max_connections: service.config.max_connections,
         header_timeout: Duration::from_secs(service.config.header_timeout_seconds.max(1)),
         // Every run has ended and is journaled once the listener stops; a
@@ -682,7 +682,7 @@ pub async fn serve(
     // On a shared store: the claim loop, the heartbeat and the cluster's
     // events.
     service.backlog.start(&service, drained.clone());
-    let server = crate::listen::serve(listener, app, limits, drained.clone());
+    let server = crate::http_server::serve(listener, app, limits, drained.clone());
     let drain = async {
         stop.cancelled().await;
         service.shutdown(hurry.cancelled()).await;
