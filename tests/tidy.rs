@@ -6,7 +6,14 @@
 use std::path::{Path, PathBuf};
 
 /// Longest function body, in lines, outside declarative tables.
-const MAX_FUNCTION_LINES: usize = 120;
+const MAX_FUNCTION_LINES: usize = 100;
+
+/// The declarative tables: functions that are one entry after another,
+/// each read alone (file, function).
+const TABLES: &[(&str, &str)] = &[
+    // One registration per metric: its name, its help, its type.
+    ("src/metrics.rs", "new"),
+];
 
 /// Where a process may be started: harnesses in one function; the cage's
 /// probe (the bridge itself, `--version`, to learn whether a cgroup takes
@@ -179,7 +186,10 @@ fn no_function_in_src_is_longer_than_a_reader_holds() {
     for (file, text) in sources() {
         for f in functions(&file, &text) {
             count += 1;
-            if f.lines > MAX_FUNCTION_LINES {
+            let table = TABLES
+                .iter()
+                .any(|(file, name)| f.file == *file && f.name == *name);
+            if f.lines > MAX_FUNCTION_LINES && !table {
                 long.push(format!(
                     "{}:{}: `{}` is {} lines (at most {MAX_FUNCTION_LINES}): cut it into steps with names",
                     f.file, f.line, f.name, f.lines

@@ -256,6 +256,51 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// A conversation's transcript items, a line each: who said it, when, what.
+fn print_history(conversation: &str, page: &crate::protocol::HistoryPage) {
+    if page.items.is_empty() {
+        out!("no transcript items in conversation `{conversation}`");
+    }
+    for item in &page.items {
+        // Who said it: the person (their name, else id), or the
+        // harness that answered.
+        let who = ["actor_name", "actor_id", "harness"]
+            .iter()
+            .find_map(|key| item.metadata.get(*key)?.as_str())
+            .unwrap_or("-");
+        out!(
+            "#{:<5} {} {:<9} {:<16} {}",
+            item.seq.unwrap_or(0),
+            item.created_at.map_or("-".into(), utc),
+            item.role,
+            clip(who, 16),
+            clip(item.content.as_deref().unwrap_or(""), 160)
+        );
+    }
+    if let Some(total) = page.total_count {
+        out!("({} of {total} items)", page.items.len());
+    }
+}
+
+/// One audit row, a line: when, run, action, resource, scope, outcome and
+/// why.
+fn print_audit(e: &crate::host::AuditEntry) {
+    out!(
+        "{} {} {} {} {} {}{}",
+        utc(e.at_ms),
+        if e.run_id.is_empty() { "-" } else { &e.run_id },
+        e.action,
+        e.resource,
+        e.scope,
+        e.outcome,
+        if e.detail.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", e.detail)
+        }
+    );
+}
+
 async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
     let host = store.host();
     match cmd {
@@ -275,28 +320,7 @@ async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
                 );
                 return Ok(());
             }
-            if page.items.is_empty() {
-                out!("no transcript items in conversation `{conversation}`");
-            }
-            for item in &page.items {
-                // Who said it: the person (their name, else id), or the
-                // harness that answered.
-                let who = ["actor_name", "actor_id", "harness"]
-                    .iter()
-                    .find_map(|key| item.metadata.get(*key)?.as_str())
-                    .unwrap_or("-");
-                out!(
-                    "#{:<5} {} {:<9} {:<16} {}",
-                    item.seq.unwrap_or(0),
-                    item.created_at.map_or("-".into(), utc),
-                    item.role,
-                    clip(who, 16),
-                    clip(item.content.as_deref().unwrap_or(""), 160)
-                );
-            }
-            if let Some(total) = page.total_count {
-                out!("({} of {total} items)", page.items.len());
-            }
+            print_history(&conversation, &page);
         }
         HostCommand::State {
             scope,
@@ -354,21 +378,7 @@ async fn execute(cmd: HostCommand, store: &Store) -> Result<(), AgentAPIError> {
                 if json {
                     out!("{}", serde_json::to_string(&row).unwrap_or_default());
                 } else {
-                    let e = &row.entry;
-                    out!(
-                        "{} {} {} {} {} {}{}",
-                        utc(e.at_ms),
-                        if e.run_id.is_empty() { "-" } else { &e.run_id },
-                        e.action,
-                        e.resource,
-                        e.scope,
-                        e.outcome,
-                        if e.detail.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({})", e.detail)
-                        }
-                    );
+                    print_audit(&row.entry);
                 }
             }
         }

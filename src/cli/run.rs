@@ -176,23 +176,7 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
         Err((run_id, why)) => return Ok(invalid(&run_id, why, args.format)),
     };
     let servers = super::load_mcp_servers(args.mcp_servers.as_deref())?;
-    let mut config = JsonMap::new();
-    if args.context.is_none() && !servers.is_empty() {
-        config.insert(
-            "mcp_servers".into(),
-            Value::from(servers.keys().cloned().collect::<Vec<_>>()),
-        );
-    }
-    if let Some(model) = &args.model {
-        config.insert("model".into(), Value::String(model.clone()));
-    }
-    if let Some(timeout) = args.timeout {
-        config.insert("timeout_seconds".into(), Value::from(timeout));
-    }
-    if let Some(project) = &args.project {
-        config.insert("project".into(), Value::String(project.clone()));
-    }
-    ctx.config.extend(config);
+    ctx.config.extend(flag_config(&args, &servers));
     let projects = load_projects(args.projects.as_deref())?;
 
     let adapters = super::load_adapters(args.adapters.as_deref())?;
@@ -273,6 +257,28 @@ pub fn run(args: RunArgs, data_dir: &Path) -> Outcome {
             _ => exit::FAILURE,
         })
     })
+}
+
+/// The binding keys the flags set: the extra MCP servers (for a turn
+/// given as text), `--model`, `--timeout`, `--project`.
+fn flag_config(args: &RunArgs, servers: &crate::projection::McpCatalog) -> JsonMap {
+    let mut config = JsonMap::new();
+    if args.context.is_none() && !servers.is_empty() {
+        config.insert(
+            "mcp_servers".into(),
+            Value::from(servers.keys().cloned().collect::<Vec<_>>()),
+        );
+    }
+    if let Some(model) = &args.model {
+        config.insert("model".into(), Value::String(model.clone()));
+    }
+    if let Some(timeout) = args.timeout {
+        config.insert("timeout_seconds".into(), Value::from(timeout));
+    }
+    if let Some(project) = &args.project {
+        config.insert("project".into(), Value::String(project.clone()));
+    }
+    config
 }
 
 /// The operator's projects from a YAML file, as bridge.yaml's `projects`;

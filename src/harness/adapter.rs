@@ -489,6 +489,39 @@ const PLACEHOLDERS: [&str; 11] = [
     "sandbox",
 ];
 
+/// A spec's live mode: its `live` section with the family's driver where
+/// it names none; a live-only family is always live; why not, when a
+/// section names no driver the family has.
+fn live_spec(
+    live: Option<LiveFile>,
+    family: &'static crate::harness::families::Family,
+) -> Result<Option<LiveSpec>, String> {
+    match live {
+        Some(live) => {
+            let driver = live.driver.or(family.live_driver).ok_or_else(|| {
+                format!(
+                    "`live` needs a driver: the `{}` family has no live mode (known drivers: {})",
+                    family.name,
+                    LiveProtocol::names()
+                )
+            })?;
+            Ok(Some(LiveSpec {
+                driver,
+                args: live.args,
+                argv: live.argv,
+                permission_prompt_tool: live.permission_prompt_tool,
+            }))
+        }
+        None if family.decoder.is_none() => Ok(family.live_driver.map(|driver| LiveSpec {
+            driver,
+            args: Vec::new(),
+            argv: None,
+            permission_prompt_tool: None,
+        })),
+        None => Ok(None),
+    }
+}
+
 impl AdapterSpec {
     /// Whether its live harness takes input mid-turn (no process needed
     /// to know).
@@ -535,31 +568,7 @@ impl AdapterSpec {
                 family.name
             )));
         }
-        let live = match raw.live {
-            Some(live) => {
-                let driver = live.driver.or(family.live_driver).ok_or_else(|| {
-                    fail(format!(
-                        "`live` needs a driver: the `{}` family has no live mode (known drivers: {})",
-                        family.name,
-                        LiveProtocol::names()
-                    ))
-                })?;
-                Some(LiveSpec {
-                    driver,
-                    args: live.args,
-                    argv: live.argv,
-                    permission_prompt_tool: live.permission_prompt_tool,
-                })
-            }
-            // A live-only family is always live.
-            None if family.decoder.is_none() => family.live_driver.map(|driver| LiveSpec {
-                driver,
-                args: Vec::new(),
-                argv: None,
-                permission_prompt_tool: None,
-            }),
-            None => None,
-        };
+        let live = live_spec(raw.live, family).map_err(fail)?;
         let spec = AdapterSpec {
             name: raw.name,
             label: raw.label,

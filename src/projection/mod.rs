@@ -260,6 +260,37 @@ fn take_over(runs: &ConfinedDir, oldest: &str, folder: &str) -> Result<(), Proje
     runs.rename_entry(oldest, folder)
 }
 
+/// The harness's home in the workspace, where its family keeps one: the
+/// operator's files it carries (a root bridge's caged harness reads
+/// copies of those only its owner may).
+fn project_home(
+    ws: &ConfinedDir,
+    request: &ProjectRequest<'_>,
+    report: &mut Report,
+) -> Result<Option<home::ProjectedHome>, ProjectionError> {
+    let Some(home) = &request.target.home else {
+        return Ok(None);
+    };
+    let copies = request
+        .owner
+        .map(|owner| (request.root.join(carried::COPIES), owner));
+    let copies = copies.as_ref().map(|(dir, owner)| (dir.as_path(), *owner));
+    home::project_home(ws, home, request.env, copies, report).map(Some)
+}
+
+/// What `get_current_event` answers: the projected trigger, event, actor,
+/// subject and input, and the input files as copied.
+fn current_event(parts: &JsonMap, input_files: &[InputFile]) -> Value {
+    let mut event: JsonMap = ["trigger", "event", "actor", "subject", "input"]
+        .into_iter()
+        .filter_map(|part| Some((part.to_string(), parts.get(part)?.clone())))
+        .collect();
+    if !input_files.is_empty() {
+        event.insert("input_files".into(), json!(input_files));
+    }
+    Value::Object(event)
+}
+
 /// Project a run's context into its conversation's workspace.
 pub async fn project(
     request: &ProjectRequest<'_>,
@@ -316,23 +347,7 @@ pub async fn project(
         let outcome = ws.write(file.path, &file.bytes)?;
         report.file(file.path.join("/"), outcome);
     }
-    let home = match &target.home {
-        Some(home) => {
-            let copies = request.owner.map(|owner| {
-                let dir = request.root.join(carried::COPIES);
-                (dir, owner)
-            });
-            let copies = copies.as_ref().map(|(dir, owner)| (dir.as_path(), *owner));
-            Some(home::project_home(
-                &ws,
-                home,
-                request.env,
-                copies,
-                &mut report,
-            )?)
-        }
-        None => None,
-    };
+    let home = project_home(&ws, request, &mut report)?;
 
     let [context_md, instructions, turn_prompt] = render_texts(
         request,
@@ -352,16 +367,8 @@ pub async fn project(
         &mut report,
     )?;
 
-    let mut current_event: JsonMap = ["trigger", "event", "actor", "subject", "input"]
-        .into_iter()
-        .filter_map(|part| Some((part.to_string(), parts.get(part)?.clone())))
-        .collect();
-    if !input_files.is_empty() {
-        current_event.insert("input_files".into(), json!(input_files));
-    }
-
     Ok(Projection {
-        current_event: Value::Object(current_event),
+        current_event: current_event(&parts, &input_files),
         workspace: ws.path().to_path_buf(),
         dir: ws,
         keep_runs,

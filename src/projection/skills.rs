@@ -195,6 +195,49 @@ fn prepare_all<'a>(
     Ok(ready)
 }
 
+/// Skills the bridge wrote before and no longer authorizes (or that sit
+/// in another harness's folder now): exactly those folders removed. The
+/// old manifest lives in the workspace, where the harness could edit it:
+/// its paths pass the same checks as any path from outside.
+fn remove_unauthorized(
+    ws: &ConfinedDir,
+    old: &SkillManifest,
+    manifest: &SkillManifest,
+    report: &mut Report,
+) -> Result<(), ProjectionError> {
+    let old_dir = relative_components(&old.dir).unwrap_or_default();
+    for name in old.skills.keys() {
+        let gone = old.dir != manifest.dir || !manifest.skills.contains_key(name);
+        if gone && !old_dir.is_empty() && check_skill_name(name).is_ok() {
+            let parts: Vec<&str> = old_dir.iter().copied().chain([name.as_str()]).collect();
+            ws.remove(&parts)?;
+            report.removed(parts.join("/"));
+        }
+    }
+    Ok(())
+}
+
+/// The files of a skill's `previous` version that its new `record` no
+/// longer has, removed from its folder `base`.
+fn remove_dropped_files(
+    ws: &ConfinedDir,
+    base: &[&str],
+    previous: &SkillRecord,
+    record: &SkillRecord,
+    report: &mut Report,
+) -> Result<(), ProjectionError> {
+    for path in previous
+        .files
+        .keys()
+        .filter(|p| !record.files.contains_key(*p))
+    {
+        let parts: Vec<&str> = base.iter().copied().chain(path.split('/')).collect();
+        ws.remove(&parts)?;
+        report.removed(format!("{}/{}", base.join("/"), path));
+    }
+    Ok(())
+}
+
 /// Write the authorized skills into `skills_dir`, remove the ones the
 /// bridge wrote before and no longer authorizes, and update the manifest.
 pub fn project(
@@ -274,15 +317,7 @@ pub fn project(
                 .all(|((_, b), size)| *size == Some(b.len() as u64));
         // Files of the old version that the new one no longer has.
         if let Some(previous) = previous {
-            for path in previous
-                .files
-                .keys()
-                .filter(|p| !prepared.record.files.contains_key(*p))
-            {
-                let parts: Vec<&str> = base.iter().copied().chain(path.split('/')).collect();
-                ws.remove(&parts)?;
-                report.removed(format!("{}/{}", base.join("/"), path));
-            }
+            remove_dropped_files(ws, &base, previous, &prepared.record, report)?;
         }
         for (path, bytes) in &prepared.files {
             let rel = format!("{}/{path}", base.join("/"));
@@ -297,19 +332,7 @@ pub fn project(
         manifest.skills.insert(prepared.name, prepared.record);
     }
 
-    // Skills the bridge wrote before and no longer authorizes (or that sit
-    // in another harness's folder now): remove exactly those folders.
-    // The old manifest lives in the workspace, where the harness could
-    // edit it: its paths pass the same checks as any path from outside.
-    let old_dir = relative_components(&old.dir).unwrap_or_default();
-    for name in old.skills.keys() {
-        let gone = old.dir != dir_name || !manifest.skills.contains_key(name);
-        if gone && !old_dir.is_empty() && check_skill_name(name).is_ok() {
-            let parts: Vec<&str> = old_dir.iter().copied().chain([name.as_str()]).collect();
-            ws.remove(&parts)?;
-            report.removed(parts.join("/"));
-        }
-    }
+    remove_unauthorized(ws, &old, &manifest, report)?;
     let mut bytes = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
     bytes.push(b'\n');
     let outcome = ws.write(&MANIFEST, &bytes)?;

@@ -272,6 +272,31 @@ pub struct Project {
     watches: watch::KeptWatches,
 }
 
+/// The git folder of the repository at `repository`, or why it is not
+/// one (no folder, no `.git`, or what git says), in words that name the
+/// fix.
+async fn repository_folder(
+    name: &str,
+    repository: &std::path::Path,
+) -> Result<PathBuf, ProjectError> {
+    let not_one = |why: String| ProjectError::NotARepository {
+        name: name.into(),
+        repository: repository.display().to_string(),
+        why,
+    };
+    if !repository.is_dir() {
+        return Err(not_one("there is no such folder".into()));
+    }
+    if !repository.join(".git").exists() {
+        return Err(not_one(
+            "no .git in it: name the folder that holds the repository's .git, or make it one with `git init`".into(),
+        ));
+    }
+    git::common_dir(repository)
+        .await
+        .map_err(|e| not_one(e.to_string()))
+}
+
 impl Project {
     /// Check a declared project once, at start: the repository is one, its
     /// base branch exists, the template and author make sense, and its
@@ -295,27 +320,7 @@ impl Project {
         if let Some(carry) = spec.carry.as_ref().filter(|_| !spec.repository.exists()) {
             clone_carried(name, &spec.repository, carry, owner).await?;
         }
-        let not_one = |why: &str| ProjectError::NotARepository {
-            name: name.into(),
-            repository: spec.repository.display().to_string(),
-            why: why.into(),
-        };
-        if !spec.repository.is_dir() {
-            return Err(not_one("there is no such folder"));
-        }
-        if !spec.repository.join(".git").exists() {
-            return Err(not_one(
-                "no .git in it: name the folder that holds the repository's .git, or make it one with `git init`",
-            ));
-        }
-        let common_dir =
-            git::common_dir(&spec.repository)
-                .await
-                .map_err(|e| ProjectError::NotARepository {
-                    name: name.into(),
-                    repository: spec.repository.display().to_string(),
-                    why: e.to_string(),
-                })?;
+        let common_dir = repository_folder(name, &spec.repository).await?;
         let base = match &spec.base {
             Some(base) => base.clone(),
             None => git::current_branch(&common_dir)

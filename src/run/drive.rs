@@ -62,6 +62,37 @@ struct LiveTurn<'a> {
     mcp_session: Option<&'a serde_json::Value>,
 }
 
+impl<'a> LiveTurn<'a> {
+    /// The live side of `turn`, on `sessions` with the spec's live driver.
+    fn of(
+        ctx: &'a AgentRunContext,
+        turn: &'a Prepared<'_>,
+        sessions: &'a LiveSessions,
+        live_spec: &'a crate::harness::LiveSpec,
+        files: &'a [live::PromptFile],
+    ) -> LiveTurn<'a> {
+        LiveTurn {
+            sessions,
+            driver: live_spec.driver,
+            program: &turn.program,
+            workspace: &turn.workspace,
+            env: &turn.env,
+            tools: &turn.tools,
+            token: &turn.open.token,
+            grant: &turn.open.grant,
+            prompt: &turn.projection.turn_prompt,
+            files,
+            run_id: &ctx.run_id,
+            answer: &turn.answer,
+            prompt_tool: live_spec.permission_prompt_tool.as_deref(),
+            mcp_session: turn.projection.mcp.session.as_ref(),
+            wall: turn.wall.as_ref(),
+            quota: turn.quota.as_ref(),
+            door: turn.door.as_ref(),
+        }
+    }
+}
+
 impl LiveTurn<'_> {
     /// How its process starts with `args` (no stdin: the driver writes).
     fn launch<'s>(&'s self, args: &'s [String]) -> Launch<'s> {
@@ -79,6 +110,35 @@ impl LiveTurn<'_> {
 }
 
 /// A live process's argv for `values` (none: the family's default).
+/// Whether a turn that failed did so because the session it resumed is
+/// gone, with time left to try a fresh one.
+fn session_missing(end: &AttemptEnd, turn: &Prepared<'_>, cancel: &CancellationToken) -> bool {
+    matches!(end.terminal, ResultPayload::RunFailed(_))
+        && end.session_not_found
+        && !cancel.is_cancelled()
+        && Instant::now() < turn.deadline
+}
+
+/// How a kept process is known: by how a fresh one would start (on
+/// whatever port of its own).
+fn live_key(
+    spec: &AdapterSpec,
+    turn: &LiveTurn<'_>,
+    values: &TurnValues<'_>,
+) -> Result<live::LiveKey, RunFailed> {
+    let fresh = TurnValues {
+        session_id: None,
+        own_port: None,
+        ..values.clone()
+    };
+    let fresh_args = live_argv(spec, &fresh)?;
+    let launch = turn.launch(&fresh_args);
+    let asks = values.permission_prompt_tool.is_some();
+    Ok(live::LiveKey::new(
+        spec, &launch, turn.tools, asks, TOKEN_ENV,
+    ))
+}
+
 fn live_argv(spec: &AdapterSpec, values: &TurnValues<'_>) -> Result<Vec<String>, RunFailed> {
     spec.live_args(values)
         .unwrap_or_else(|| Ok(Vec::new()))
@@ -138,25 +198,7 @@ impl Bridge {
             let values = self.values(turn, resume.as_deref(), &usage_path);
             let end = match (sessions, spec.live.as_ref()) {
                 (Some(sessions), Some(live_spec)) => {
-                    let live_turn = LiveTurn {
-                        sessions,
-                        driver: live_spec.driver,
-                        program: &turn.program,
-                        workspace: &turn.workspace,
-                        env: &turn.env,
-                        tools: &turn.tools,
-                        token: &turn.open.token,
-                        grant: &turn.open.grant,
-                        prompt: &turn.projection.turn_prompt,
-                        files: &prompt_files,
-                        run_id: &ctx.run_id,
-                        answer: &turn.answer,
-                        prompt_tool: live_spec.permission_prompt_tool.as_deref(),
-                        mcp_session: turn.projection.mcp.session.as_ref(),
-                        wall: turn.wall.as_ref(),
-                        quota: turn.quota.as_ref(),
-                        door: turn.door.as_ref(),
-                    };
+                    let live_turn = LiveTurn::of(ctx, turn, sessions, live_spec, &prompt_files);
                     let (end, warm, facts) = self
                         .live_attempt(spec, &live_turn, &values, &mut io)
                         .await?;
@@ -170,10 +212,7 @@ impl Bridge {
                 }
                 _ => Self::one_shot(turn, &values, &mut io).await?,
             };
-            let missing = matches!(end.terminal, ResultPayload::RunFailed(_))
-                && end.session_not_found
-                && !cancel.is_cancelled()
-                && Instant::now() < turn.deadline;
+            let missing = session_missing(&end, turn, cancel);
             match resume.take() {
                 Some(old) if missing => {
                     notice = Some(format!(
@@ -356,17 +395,7 @@ impl Bridge {
                 .map(|tool| turn.prompt_tool.unwrap_or(tool)),
             ..values.clone()
         };
-        // A process is known by how a fresh one would start (on whatever
-        // port of its own).
-        let fresh = TurnValues {
-            session_id: None,
-            own_port: None,
-            ..values.clone()
-        };
-        let fresh_args = live_argv(spec, &fresh)?;
-        let key_launch = turn.launch(&fresh_args);
-        let asks = values.permission_prompt_tool.is_some();
-        let key = live::LiveKey::new(spec, &key_launch, turn.tools, asks, TOKEN_ENV);
+        let key = live_key(spec, turn, values)?;
         let mut kept = turn.sessions.take(&key).await;
         // The conversation's pointer says which session the turn goes on
         // with: a kept process holding another (put aside by `/new` or

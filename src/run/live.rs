@@ -480,44 +480,54 @@ async fn conclude(
                 false,
             )
         }
-        (Over::Exited, stop) => {
-            let status = process.process.terminate(grace).await;
-            let exit = crate::harness::decode::Exit {
-                code: status.ok().and_then(|s| s.code()),
+        (Over::Exited, stop) => (exited(spec, process, stop, not_found, grace).await, false),
+    }
+}
+
+/// The turn of a live process that exited: stopped by the run (cancelled,
+/// or at its deadline), else said as a harness run per turn says its
+/// crash, with its stderr; whether the session was not found is noted.
+async fn exited(
+    spec: &AdapterSpec,
+    process: &mut LiveProcess,
+    stop: Option<Stop>,
+    not_found: &mut bool,
+    grace: std::time::Duration,
+) -> ResultPayload {
+    let status = process.process.terminate(grace).await;
+    let exit = crate::harness::decode::Exit {
+        code: status.ok().and_then(|s| s.code()),
+    };
+    process.process.clear().await;
+    let stderr = process.process.stderr_tail().await;
+    *not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
+    match stop {
+        Some(Stop::Cancelled) => attempt::failed(
+            FailureCode::Cancelled,
+            format!("the run was cancelled; {} was stopped", spec.label),
+            false,
+        ),
+        Some(Stop::Deadline) => attempt::failed(
+            FailureCode::DeadlineExceeded,
+            format!(
+                "{} was still working at the run's deadline and ended when interrupted",
+                spec.label
+            ),
+            true,
+        ),
+        _ => {
+            // Said as a harness run per turn says it: the same
+            // crash reads the same in every front end.
+            let mut failed = RunFailed {
+                code: match exit.code {
+                    Some(_) => FailureCode::HarnessError,
+                    None => FailureCode::HarnessKilled,
+                },
+                error: exit.ended_early(&spec.label),
+                retryable: false,
             };
-            process.process.clear().await;
-            let stderr = process.process.stderr_tail().await;
-            *not_found |= stderr.iter().any(|l| l.contains(&spec.session_not_found));
-            let terminal = match stop {
-                Some(Stop::Cancelled) => attempt::failed(
-                    FailureCode::Cancelled,
-                    format!("the run was cancelled; {} was stopped", spec.label),
-                    false,
-                ),
-                Some(Stop::Deadline) => attempt::failed(
-                    FailureCode::DeadlineExceeded,
-                    format!(
-                        "{} was still working at the run's deadline and ended when interrupted",
-                        spec.label
-                    ),
-                    true,
-                ),
-                _ => {
-                    // Said as a harness run per turn says it: the same
-                    // crash reads the same in every front end.
-                    let mut failed = RunFailed {
-                        code: match exit.code {
-                            Some(_) => FailureCode::HarnessError,
-                            None => FailureCode::HarnessKilled,
-                        },
-                        error: exit.ended_early(&spec.label),
-                        retryable: false,
-                    };
-                    attempt::quote_stderr(&mut failed, &stderr);
-                    ResultPayload::RunFailed(failed)
-                }
-            };
-            (terminal, false)
+            attempt::quote_stderr(&mut failed, &stderr);
+            ResultPayload::RunFailed(failed)
         }
     }
 }

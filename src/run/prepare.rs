@@ -362,14 +362,7 @@ impl Bridge {
         let publishable = in_worktree(project, checkout.as_ref(), asking, &mut env);
         self.tools
             .set_facts(&ctx.run_id, facts(&projection, publishable));
-        if self.settings.record_turns {
-            record::inbound(host, ctx).await.map_err(|e| {
-                fail(
-                    FailureCode::RuntimeError,
-                    format!("cannot record the turn: {e}"),
-                )
-            })?;
-        }
+        self.record_inbound(&turn).await?;
         let filled = self.harness_env(spec, &mut env, &projection, &open, &mcp_url)?;
         let (door, config_overrides) =
             self.door_keeper(door, spec, &binding, &mut env, &projection, &open);
@@ -387,15 +380,11 @@ impl Bridge {
             &program,
             checkout.as_ref().map(|(c, _)| c),
         )?;
-        let counted = quota.as_ref().map(Quota::counters);
-        let outbox = Outbox::watch(&projection.dir).map_err(|e| {
-            tracing::error!(workspace = %workspace.display(), error = %e, "cannot watch the outbox");
-            let root = &self.settings.workspace_root;
-            fail(FailureCode::WorkspaceError, format!("outbox: {}", e.within(root)))
-        })?;
-        let mcp_config = mcp_config_path(&projection);
+        let outbox = self.watch_outbox(&projection)?;
         let prepared = Prepared {
             spend: None,
+            counted: quota.as_ref().map(Quota::counters),
+            mcp_config: mcp_config_path(&projection),
             spec,
             binding,
             approvals,
@@ -414,14 +403,36 @@ impl Bridge {
             door,
             config_overrides,
             quota,
-            counted,
-            mcp_config,
             checkout,
             _shared_turn: shared_turn,
             _filled: filled,
             _guard: guard,
         };
         Ok(Some((prepared, outbox)))
+    }
+
+    /// The turn's event and the person's message in the host's record
+    /// (where the host does not keep its own).
+    async fn record_inbound(&self, turn: &Turn<'_>) -> Result<(), RunFailed> {
+        if !self.settings.record_turns {
+            return Ok(());
+        }
+        record::inbound(turn.host, turn.ctx).await.map_err(|e| {
+            fail(
+                FailureCode::RuntimeError,
+                format!("cannot record the turn: {e}"),
+            )
+        })
+    }
+
+    /// The watch on the workspace's outbox, where the harness leaves files
+    /// for the person.
+    fn watch_outbox(&self, projection: &Projection) -> Result<Outbox, RunFailed> {
+        Outbox::watch(&projection.dir).map_err(|e| {
+            tracing::error!(workspace = %projection.workspace.display(), error = %e, "cannot watch the outbox");
+            let root = &self.settings.workspace_root;
+            fail(FailureCode::WorkspaceError, format!("outbox: {}", e.within(root)))
+        })
     }
 
     /// The harness, the binding and the program, before any host call: a

@@ -59,20 +59,7 @@ impl Bridge {
         summary.resumed = resumed;
         emit.set_usage(end.usage.clone());
         let spec = turn.spec;
-        // A session id the harness printed is kept only in the form the
-        // spec says its ids take: the pointer is passed back to it.
-        let session_id = end.session_id.clone().filter(|id| {
-            let fits = spec.session_id_format.accepts(id);
-            if !fits {
-                tracing::warn!(
-                    "{} named its session `{}`, which is not {}; it is not kept",
-                    spec.label,
-                    id.escape_debug().take(80).collect::<String>(),
-                    spec.session_id_format.describe()
-                );
-            }
-            fits
-        });
+        let session_id = kept_session_id(spec, end.session_id.clone());
         if let Some(session_id) = &session_id {
             summary.session_id = Some(session_id.clone());
             self.keep_pointer(turn, session_id, emit).await;
@@ -91,17 +78,7 @@ impl Bridge {
         });
         self.keep_request(turn, asked.as_ref(), emit).await;
         tell_changes(ctx, turn, emit).await;
-        if self.settings.record_turns {
-            if let Err(e) = record::reply(turn.host, ctx, &spec.name, &emit.reply()).await {
-                tracing::warn!("cannot record the reply: {e}");
-            }
-            if let Some(pending) = &asked {
-                let text = pending.fallback_text(&spec.label);
-                if let Err(e) = record::asked(turn.host, ctx, &spec.name, pending, text).await {
-                    tracing::warn!("cannot record what the turn asked: {e}");
-                }
-            }
-        }
+        self.record_reply(ctx, turn, asked.as_ref(), emit).await;
         let session = json!({"session": {
             "harness": spec.name,
             "session_id": session_id,
@@ -131,6 +108,30 @@ impl Bridge {
             self.keep_session_files(turn, session_id).await;
         }
         archive_ahead(&turn.projection).await;
+    }
+
+    /// The turn's reply, and what it asked the person, in the host's
+    /// transcript (where the host does not keep its own).
+    async fn record_reply(
+        &self,
+        ctx: &AgentRunContext,
+        turn: &Prepared<'_>,
+        asked: Option<&Pending>,
+        emit: &Emitter,
+    ) {
+        if !self.settings.record_turns {
+            return;
+        }
+        let spec = turn.spec;
+        if let Err(e) = record::reply(turn.host, ctx, &spec.name, &emit.reply()).await {
+            tracing::warn!("cannot record the reply: {e}");
+        }
+        if let Some(pending) = asked {
+            let text = pending.fallback_text(&spec.label);
+            if let Err(e) = record::asked(turn.host, ctx, &spec.name, pending, text).await {
+                tracing::warn!("cannot record what the turn asked: {e}");
+            }
+        }
     }
 
     /// Why the conversation's files are over its disk limit after the
@@ -262,6 +263,23 @@ impl Bridge {
             tracing::warn!("cannot keep the open request in the conversation's state");
         }
     }
+}
+
+/// The session id the harness printed, kept only in the form the spec
+/// says its ids take: the pointer is passed back to it.
+fn kept_session_id(spec: &crate::harness::AdapterSpec, printed: Option<String>) -> Option<String> {
+    printed.filter(|id| {
+        let fits = spec.session_id_format.accepts(id);
+        if !fits {
+            tracing::warn!(
+                "{} named its session `{}`, which is not {}; it is not kept",
+                spec.label,
+                id.escape_debug().take(80).collect::<String>(),
+                spec.session_id_format.describe()
+            );
+        }
+        fits
+    })
 }
 
 /// What the turn changed in its project's worktree, for the person: a

@@ -185,38 +185,7 @@ pub(super) fn index(
             continue;
         };
         let path = relative.to_string_lossy().into_owned();
-        // Read through a handle that does not follow a link put in the
-        // file's place since the walk saw it, nor waits on a FIFO.
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(no_follow_no_wait())
-            .open(entry.path());
-        let Ok(mut file) = opened else {
-            report.skipped += 1;
-            continue;
-        };
-        // A hard link is a regular file no `O_NOFOLLOW` refuses, and its
-        // other name may be outside the folder (a key the operator never
-        // meant to publish): a file with more than one name is skipped,
-        // as a symlink is, and said in the log.
-        let links = file.metadata().map_or(0, |m| m.nlink());
-        if links != 1 {
-            tracing::warn!(
-                kb = kb_id,
-                file = %path,
-                links,
-                "a knowledge file with more than one name (a hard link) is not indexed: its \
-                 other names may be outside the folder"
-            );
-            report.skipped += 1;
-            continue;
-        }
-        let mut bytes = Vec::new();
-        let read = std::io::Read::read_to_end(
-            &mut std::io::Read::take(&mut file, MAX_FILE_BYTES),
-            &mut bytes,
-        );
-        let Some(text) = read.ok().and_then(|_| text_of(bytes)) else {
+        let Some(text) = read_text(entry.path(), kb_id, &path) else {
             report.skipped += 1;
             continue;
         };
@@ -229,28 +198,7 @@ pub(super) fn index(
             Some((file, _)) => drop_file(tx, kb, file)?,
             None => {}
         }
-        execute_cached(
-            tx,
-            "INSERT INTO knowledge_files (kb, path, digest) VALUES (?1, ?2, ?3)",
-            params![kb, path, digest],
-        )
-        .map_err(db_error)?;
-        let file = tx.last_insert_rowid();
-        for (seq, chunk) in chunks(&text).iter().enumerate() {
-            execute_cached(
-                tx,
-                "INSERT INTO knowledge_chunks (file, seq, text) VALUES (?1, ?2, ?3)",
-                params![file, seq as i64, chunk],
-            )
-            .map_err(db_error)?;
-            let id = tx.last_insert_rowid();
-            execute_cached(
-                tx,
-                "INSERT INTO knowledge_fts (rowid, body) VALUES (?1, ?2)",
-                params![(kb << KB_SHIFT) | id, index_text(chunk)],
-            )
-            .map_err(db_error)?;
-        }
+        insert_file(tx, kb, &path, &digest, &text)?;
         report.indexed += 1;
     }
     for (_, (file, _)) in known {
@@ -258,6 +206,73 @@ pub(super) fn index(
         report.removed += 1;
     }
     Ok(report)
+}
+
+/// The text of the knowledge file at `at` (`path` in its folder), read
+/// through a handle that follows no link and waits on no FIFO; `None`
+/// when it cannot be read as text, or has another name (said in the log).
+fn read_text(at: &Path, kb_id: &str, path: &str) -> Option<String> {
+    // Read through a handle that does not follow a link put in the
+    // file's place since the walk saw it, nor waits on a FIFO.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(no_follow_no_wait())
+        .open(at);
+    let mut file = opened.ok()?;
+    // A hard link is a regular file no `O_NOFOLLOW` refuses, and its
+    // other name may be outside the folder (a key the operator never
+    // meant to publish): a file with more than one name is skipped,
+    // as a symlink is, and said in the log.
+    let links = file.metadata().map_or(0, |m| m.nlink());
+    if links != 1 {
+        tracing::warn!(
+            kb = kb_id,
+            file = %path,
+            links,
+            "a knowledge file with more than one name (a hard link) is not indexed: its \
+             other names may be outside the folder"
+        );
+        return None;
+    }
+    let mut bytes = Vec::new();
+    let read = std::io::Read::read_to_end(
+        &mut std::io::Read::take(&mut file, MAX_FILE_BYTES),
+        &mut bytes,
+    );
+    read.ok().and_then(|_| text_of(bytes))
+}
+
+/// A knowledge file's row, its chunks and their search entries.
+fn insert_file(
+    tx: &Transaction<'_>,
+    kb: i64,
+    path: &str,
+    digest: &str,
+    text: &str,
+) -> HostResult<()> {
+    execute_cached(
+        tx,
+        "INSERT INTO knowledge_files (kb, path, digest) VALUES (?1, ?2, ?3)",
+        params![kb, path, digest],
+    )
+    .map_err(db_error)?;
+    let file = tx.last_insert_rowid();
+    for (seq, chunk) in chunks(text).iter().enumerate() {
+        execute_cached(
+            tx,
+            "INSERT INTO knowledge_chunks (file, seq, text) VALUES (?1, ?2, ?3)",
+            params![file, seq as i64, chunk],
+        )
+        .map_err(db_error)?;
+        let id = tx.last_insert_rowid();
+        execute_cached(
+            tx,
+            "INSERT INTO knowledge_fts (rowid, body) VALUES (?1, ?2)",
+            params![(kb << KB_SHIFT) | id, index_text(chunk)],
+        )
+        .map_err(db_error)?;
+    }
+    Ok(())
 }
 
 fn no_follow_no_wait() -> i32 {
