@@ -456,6 +456,102 @@ async fn a_project_is_picked_by_name_and_an_unknown_one_starts_nothing() {
     );
 }
 
+/// Every entry of a folder, links not followed: its path and what it
+/// holds (a file's bytes, a link's target).
+fn tree_of(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|e| {
+            let held = if e.path_is_symlink() {
+                std::fs::read_link(e.path())
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            } else if e.file_type().is_file() {
+                std::fs::read(e.path()).unwrap()
+            } else {
+                Vec::new()
+            };
+            (e.path().to_path_buf(), held)
+        })
+        .collect()
+}
+
+/// The harness's view of the repository's folder (`.langbot/git-common`,
+/// its git's `commondir`) is in its workspace, so the harness may put
+/// anything there; the bridge writes it again at every turn and follows
+/// nothing it finds. A link to another conversation's worktree in its
+/// place, then a link to that worktree's file in place of the packed
+/// refs and a folder holding a link in place of `refs`: the other
+/// worktree is untouched, the view is made again, and the next commit
+/// works, its git reading the repository's packed refs through the copy.
+#[tokio::test]
+async fn what_a_harness_puts_in_place_of_its_view_of_the_repository_is_replaced_never_followed() {
+    let Setup { serve, repo, _dir } = serve_with_project().await;
+    // `main` only in the packed refs: the copy is what the harness reads.
+    git(&repo, &["pack-refs", "--all"]);
+    let bob = serve.results(turn("bob", "WRITE:beta", "web")).await;
+    assert_eq!(terminal(&bob)["type"], "run.completed", "{bob:#?}");
+    let bob_ws = workspace_of(&serve.workspaces(), "bob");
+    let bob_before = tree_of(&bob_ws);
+    let first = serve.results(turn("carol", "WRITE:gamma", "web")).await;
+    assert_eq!(terminal(&first)["type"], "run.completed", "{first:#?}");
+    let bob_file = bob_ws.join("greeting.txt");
+    let carol_ws = workspace_of(&serve.workspaces(), "carol");
+    let view = carol_ws.join(".langbot/git-common");
+    for (plant, planted_at) in [
+        format!(
+            "SH:[rm -rf .langbot/git-common && ln -s {} .langbot/git-common]",
+            bob_ws.display()
+        ),
+        format!(
+            "SH:[rm -rf .langbot/git-common/packed-refs .langbot/git-common/refs && \
+             ln -s {} .langbot/git-common/packed-refs && mkdir .langbot/git-common/refs && \
+             ln -s {} .langbot/git-common/refs/into]",
+            bob_file.display(),
+            bob_ws.display()
+        ),
+    ]
+    .into_iter()
+    .zip([view.clone(), view.join("packed-refs")])
+    {
+        let planted = serve.results(turn("carol", &plant, "web")).await;
+        assert_eq!(terminal(&planted)["type"], "run.completed", "{planted:#?}");
+        assert!(
+            std::fs::symlink_metadata(&planted_at).is_ok_and(|m| m.is_symlink()),
+            "the harness planted its link at {}",
+            planted_at.display()
+        );
+    }
+    let text = "WRITE:delta COMMIT SH:[git rev-parse main > .langbot/main.txt]";
+    let results = serve.results(turn("carol", text, "web")).await;
+    assert_eq!(terminal(&results)["type"], "run.completed", "{results:#?}");
+    let log = std::fs::read_to_string(carol_ws.join(".langbot/commit.log")).unwrap_or_default();
+    assert!(!log.contains("error") && !log.contains("fatal"), "{log}");
+    let branch = branch_of(&carol_ws);
+    let subjects = git(&repo, &["log", "--format=%s", branch.trim()]);
+    assert!(subjects.starts_with("Greet delta\n"), "{subjects}");
+    let main = std::fs::read_to_string(carol_ws.join(".langbot/main.txt")).unwrap_or_default();
+    assert_eq!(main.trim(), git(&repo, &["rev-parse", "main"]).trim());
+    // The view is the bridge's again, and the other worktree as it was.
+    assert!(std::fs::symlink_metadata(&view).unwrap().is_dir());
+    assert_eq!(
+        std::fs::read_link(view.join("refs")).unwrap(),
+        repo.join(".git/refs")
+    );
+    assert_eq!(
+        std::fs::read(view.join("packed-refs")).unwrap(),
+        std::fs::read(repo.join(".git/packed-refs")).unwrap()
+    );
+    assert!(
+        !std::fs::symlink_metadata(view.join("packed-refs"))
+            .unwrap()
+            .is_symlink()
+    );
+    assert_eq!(tree_of(&bob_ws), bob_before, "another worktree changed");
+}
+
 #[tokio::test]
 async fn a_caged_agent_commits_on_its_branch_and_reaches_nothing_else_of_the_repository() {
     let Setup { serve, repo, _dir } = serve_with_project().await;

@@ -137,26 +137,38 @@ impl Interactions {
         {
             return Err(AskRefused::Choices);
         }
-        let mut runs = self.lock();
-        let slot = runs.get_mut(run_id).ok_or(AskRefused::Over)?;
-        if !slot.asking.questions {
-            return Err(AskRefused::NotAllowed);
-        }
-        if slot.asked.is_some() {
-            return Err(AskRefused::AlreadyAsked);
-        }
         let choices = choices.iter().map(|c| c.trim().to_string()).collect();
-        slot.asked = Some(Pending::question(
+        self.keep_asked(
             run_id,
-            question.to_string(),
-            choices,
-            now,
-        ));
+            |asking| asking.questions,
+            || Pending::question(run_id, question.to_string(), choices, now),
+        )?;
         Ok(
             "The question is on its way to the user. End your turn now, without another tool \
             call: their answer comes as the next message, and this session goes on from there."
                 .into(),
         )
+    }
+
+    /// Keep the request `pending` makes as run `run_id`'s one request of
+    /// the turn: refused when the run is over, may not ask it (`may`), or
+    /// has asked already.
+    fn keep_asked(
+        &self,
+        run_id: &str,
+        may: fn(&Asking) -> bool,
+        pending: impl FnOnce() -> Pending,
+    ) -> Result<(), AskRefused> {
+        let mut runs = self.lock();
+        let slot = runs.get_mut(run_id).ok_or(AskRefused::Over)?;
+        if !may(&slot.asking) {
+            return Err(AskRefused::NotAllowed);
+        }
+        if slot.asked.is_some() {
+            return Err(AskRefused::AlreadyAsked);
+        }
+        slot.asked = Some(pending());
+        Ok(())
     }
 
     /// The `publish` tool: keep the request for the end of the turn.
@@ -168,15 +180,11 @@ impl Interactions {
         request: PublishRequest,
         now: i64,
     ) -> Result<String, AskRefused> {
-        let mut runs = self.lock();
-        let slot = runs.get_mut(run_id).ok_or(AskRefused::Over)?;
-        if !slot.asking.publish {
-            return Err(AskRefused::NotAllowed);
-        }
-        if slot.asked.is_some() {
-            return Err(AskRefused::AlreadyAsked);
-        }
-        slot.asked = Some(Pending::publish(run_id, request, now));
+        self.keep_asked(
+            run_id,
+            |asking| asking.publish,
+            || Pending::publish(run_id, request, now),
+        )?;
         Ok(
             "The request to publish is on its way to the user, with the branch, its commits \
             and what changed. End your turn now, without another tool call. If they approve, \

@@ -390,15 +390,7 @@ impl Checkout {
         diff_args.extend([before.tree.as_str(), after.tree.as_str()]);
         let range = format!("{}..{}", before.head, after.head);
         let listed = LISTED.to_string();
-        let log_args = [
-            "log",
-            "--no-decorate",
-            "--no-show-signature",
-            "--format=%h %<(200,trunc)%s",
-            "-n",
-            &listed,
-            &range,
-        ];
+        let log_args = subjects_log(&listed, &range);
         let count_args = ["rev-list", "--count", &range];
         // The questions left for git at once: a turn waits for the slowest.
         let (look, log) = tokio::join!(
@@ -713,6 +705,21 @@ pub(super) fn parse_numstat(out: &[u8]) -> Vec<FileChange> {
             Some(FileChange { path, lines })
         })
         .collect()
+}
+
+/// `git log` of the commits in `range` as a person reads them (short id
+/// and subject, the subject cut at 200 characters), the newest `limit`;
+/// no decoration, and no signature check (which runs a program).
+pub(super) fn subjects_log<'a>(limit: &'a str, range: &'a str) -> [&'a str; 7] {
+    [
+        "log",
+        "--no-decorate",
+        "--no-show-signature",
+        "--format=%h %<(200,trunc)%s",
+        "-n",
+        limit,
+        range,
+    ]
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use super::worktree::{Reader, remove_if_there, write_replacing};
+use super::worktree::{Reader, holds_exactly, remove_if_there, write_replacing};
 use super::{Checkout, ProjectError};
 
 /// The folder the harness's git takes for the repository's, in the
@@ -94,9 +94,12 @@ impl Checkout {
     }
 
     /// The repository's packed refs copied to `to` (replacing what is
-    /// there, never through a link); none there when it has none.
+    /// there, never through a link) unless the copy is the same already;
+    /// none there when it has none.
     fn copy_packed_refs(&self, to: &Path) -> std::io::Result<()> {
         match std::fs::read(self.common_dir.join(PACKED_REFS)) {
+            // The usual turn: the copy is as the repository holds them.
+            Ok(bytes) if holds_exactly(to, &bytes) => Ok(()),
             Ok(bytes) => {
                 if std::fs::symlink_metadata(to).is_ok_and(|m| m.is_dir()) {
                     std::fs::remove_dir_all(to)?;

@@ -77,15 +77,7 @@ impl Publishable {
         }
         let listed = LISTED_COMMITS.to_string();
         let log = git
-            .run(&[
-                "log",
-                "--no-decorate",
-                "--no-show-signature",
-                "--format=%h %<(200,trunc)%s",
-                "-n",
-                &listed,
-                &range,
-            ])
+            .run(&super::changes::subjects_log(&listed, &range))
             .await
             .map_err(at_git)?;
         let commits: Vec<String> = String::from_utf8_lossy(&log)

@@ -256,20 +256,7 @@ impl Checkout {
     /// Write `name` in the record unless it already holds exactly
     /// `bytes` as a plain file.
     fn replace_unless_same(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-        let path = self.admin.join(name);
-        let same = std::fs::symlink_metadata(&path)
-            .is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64)
-            && std::fs::File::options()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(&path)
-                .and_then(|f| {
-                    let mut held = Vec::new();
-                    f.take(bytes.len() as u64 + 1).read_to_end(&mut held)?;
-                    Ok(held == bytes)
-                })
-                .unwrap_or(false);
-        match same {
+        match super::worktree::holds_exactly(&self.admin.join(name), bytes) {
             true => Ok(()),
             false => self.write_in_record(name, bytes),
         }

@@ -402,6 +402,24 @@ pub(super) fn write_replacing(
     Ok(())
 }
 
+/// Whether `path` is a plain file holding exactly `bytes`, read without
+/// following a link or waiting on a pipe: then there is nothing to write.
+pub(super) fn holds_exactly(path: &Path, bytes: &[u8]) -> bool {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64)
+        && std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .and_then(|f| {
+                let mut held = Vec::new();
+                f.take(bytes.len() as u64 + 1).read_to_end(&mut held)?;
+                Ok(held == bytes)
+            })
+            .unwrap_or(false)
+}
+
 /// Remove the file (or link) at `path`, if there is one.
 pub(super) fn remove_if_there(path: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {
