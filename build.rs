@@ -1,4 +1,9 @@
-//! Stamps the build with the commit it was made from, for `--version`:
+//! Two things the code cannot know by itself. The built-in harness specs
+//! are the files of `harness-adapters/`: the script lists them for
+//! `include_str!`, so a harness is added by adding its YAML file and no
+//! list in the code can miss one.
+//!
+//! And it stamps the build with the commit it was made from, for `--version`:
 //! `HARNESS_BRIDGE_COMMIT` is `<12-digit commit> <commit date>`, from git
 //! when the crate is a git checkout (a worktree too, where `.git` is a
 //! file), else from `HARNESS_BRIDGE_BUILD_COMMIT` in the build's
@@ -13,11 +18,13 @@
 //! and a tree with uncommitted changes is not marked (that would need the
 //! script to run at every build).
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    list_adapters();
     println!("cargo:rerun-if-env-changed=HARNESS_BRIDGE_BUILD_COMMIT");
     let stamp = std::env::var("HARNESS_BRIDGE_BUILD_COMMIT")
         .ok()
@@ -94,5 +101,40 @@ fn absolute(git_dir: &Path, path: &str) -> PathBuf {
 fn watch(path: &Path) {
     if path.exists() {
         println!("cargo:rerun-if-changed={}", path.display());
+    }
+}
+
+/// Writes `$OUT_DIR/built_in_adapters.rs`: `&[(file name, its text)]` for
+/// every `*.yaml` of `harness-adapters/`, by name.
+fn list_adapters() {
+    let dir = Path::new("harness-adapters");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut files: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".yaml"))
+            .collect(),
+        Err(e) => panic!("cannot read {}: {e}", dir.display()),
+    };
+    files.sort();
+    let mut table = String::from("&[\n");
+    for file in &files {
+        // A name a path literal would have to escape is no spec's name.
+        assert!(
+            file.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "harness-adapters/{file}: name a spec with letters, digits, `-`, `_` and `.` only"
+        );
+        let _ = writeln!(
+            table,
+            "    ({file:?}, include_str!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/harness-adapters/{file}\"))),"
+        );
+    }
+    table.push(']');
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let target = out.join("built_in_adapters.rs");
+    if let Err(e) = std::fs::write(&target, table) {
+        panic!("cannot write {}: {e}", target.display());
     }
 }

@@ -81,19 +81,11 @@ fn manifest_lists_each_harness() {
         .iter()
         .map(|r| r["manifest"]["id"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        ids,
-        [
-            "plugin:langbot/harness-bridge/claude-code",
-            "plugin:langbot/harness-bridge/codex",
-            "plugin:langbot/harness-bridge/copilot",
-            "plugin:langbot/harness-bridge/gemini",
-            "plugin:langbot/harness-bridge/kilo",
-            "plugin:langbot/harness-bridge/kimi",
-            "plugin:langbot/harness-bridge/opencode",
-            "plugin:langbot/harness-bridge/qwen"
-        ]
-    );
+    let built_in: Vec<String> = common::built_in_harnesses()
+        .into_iter()
+        .map(|(name, _)| format!("plugin:langbot/harness-bridge/{name}"))
+        .collect();
+    assert_eq!(ids, built_in);
     assert_eq!(
         doc["runners"][0]["manifest"]["permissions"]["history"],
         json!(["page", "search"])
@@ -228,16 +220,7 @@ fn adapters_list_show_and_refuse_a_malformed_spec() {
     let out = bridge(&["adapters", "list"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
-    for (name, family) in [
-        ("claude-code", "claude"),
-        ("codex", "codex"),
-        ("copilot", "copilot"),
-        ("gemini", "gemini"),
-        ("kilo", "acp"),
-        ("kimi", "acp"),
-        ("opencode", "acp"),
-        ("qwen", "qwen"),
-    ] {
+    for (name, family) in common::built_in_harnesses() {
         let line = text.lines().find(|l| l.starts_with(&format!("{name} ")));
         let fields: Vec<&str> = line
             .map(|l| {
@@ -248,7 +231,7 @@ fn adapters_list_show_and_refuse_a_malformed_spec() {
             })
             .unwrap_or_default();
         assert!(
-            fields.contains(&family) && fields.last() == Some(&"built-in"),
+            fields.contains(&family.as_str()) && fields.last() == Some(&"built-in"),
             "{name}: {text}"
         );
     }

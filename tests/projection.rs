@@ -1399,10 +1399,12 @@ fn cli_project_prints_the_workspace_and_files() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("unknown harness `vim` (known: claude-code, codex, copilot, gemini, kilo, kimi, opencode, qwen)"),
-        "{err}"
-    );
+    let known: Vec<String> = common::built_in_harnesses()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let unknown = format!("unknown harness `vim` (known: {})", known.join(", "));
+    assert!(err.contains(&unknown), "{err}");
 
     // The specs in force: an operator's folder adds an agent to project
     // for, in its family's way (instructions in its file, MCP servers in

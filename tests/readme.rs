@@ -201,35 +201,42 @@ async fn the_readmes_serving_example_works_verbatim() {
     assert!(stopped.is_ok(), "serve did not stop on SIGTERM");
 }
 
-/// What each row of README's harness table names as verified, and the
-/// package in tests/clis that pins it: (row, [(the name before the
-/// version in the row's last column, the package)]).
-const VERIFIED: &[(&str, &[(&str, &str)])] = &[
-    (
-        "claude-code",
-        &[("Claude Code", "@anthropic-ai/claude-code")],
-    ),
-    ("codex", &[("Codex", "@openai/codex")]),
-    ("copilot", &[("Copilot CLI", "@github/copilot")]),
-    ("gemini", &[("Gemini CLI", "@google/gemini-cli")]),
-    ("qwen", &[("Qwen Code", "@qwen-code/qwen-code")]),
-    (
-        "kimi",
-        &[("Kimi Code", "@moonshot-ai/kimi-code"), ("Node", "node")],
-    ),
-    ("opencode", &[("opencode", "opencode-linux-x64")]),
-    ("kilo", &[("Kilo", "@kilocode/cli-linux-x64")]),
-    (
-        "any ACP agent",
-        &[
-            ("claude-agent-acp", "@agentclientprotocol/claude-agent-acp"),
-            ("codex-acp", "@agentclientprotocol/codex-acp"),
-        ],
-    ),
-];
+/// A row of README's harness table and what it names as verified:
+/// (row, [(the name before the version in its last column, the package)]).
+type Row = (String, Vec<(String, String)>);
 
-/// Packages in tests/clis that are no harness (no row names them).
-const NOT_HARNESSES: &[&str] = &["playwright-core", "@modelcontextprotocol/conformance"];
+/// What each row of README's harness table names as verified, and the
+/// package in tests/clis that pins it, as `tests/clis/package.json` says
+/// beside its pins (`readmeRows`): (row, [(the name before the version in
+/// the row's last column, the package)]), and the pinned packages that
+/// are no harness.
+fn verified(package_json: &serde_json::Value) -> (Vec<Row>, Vec<String>) {
+    let table = &package_json["readmeRows"];
+    let rows = table["rows"]
+        .as_object()
+        .expect("readmeRows.rows in tests/clis/package.json")
+        .iter()
+        .map(|(row, names)| {
+            let names = names
+                .as_object()
+                .expect("a row's names and packages")
+                .iter()
+                .map(|(name, package)| {
+                    let package = package.as_str().expect("a package name");
+                    (name.clone(), package.to_string())
+                })
+                .collect();
+            (row.clone(), names)
+        })
+        .collect();
+    let others = table["others"]
+        .as_array()
+        .expect("readmeRows.others in tests/clis/package.json")
+        .iter()
+        .filter_map(|p| p.as_str().map(str::to_string))
+        .collect();
+    (rows, others)
+}
 
 /// The rows of README's harness table: (the first column without its
 /// backticks, the last column).
@@ -302,13 +309,14 @@ fn the_readmes_harness_table_names_the_pinned_versions() {
     let lock: serde_json::Value =
         serde_json::from_str(&read("tests/clis/package-lock.json")).expect("the lock is JSON");
     let rows = harness_rows(&readme);
-    assert!(rows.len() >= VERIFIED.len(), "the harness table: {rows:?}");
+    let (verified, not_harnesses) = verified(&package_json);
+    assert!(rows.len() >= verified.len(), "the harness table: {rows:?}");
 
     let mut wrong = Vec::new();
     for (row, cell) in &rows {
-        let Some((_, names)) = VERIFIED.iter().find(|(name, _)| name == row) else {
+        let Some((_, names)) = verified.iter().find(|(name, _)| name == row) else {
             wrong.push(format!(
-                "row `{row}`: no package of tests/clis is known for it (add it to VERIFIED in tests/readme.rs)"
+                "row `{row}`: no package of tests/clis is known for it (add it to readmeRows in tests/clis/package.json)"
             ));
             continue;
         };
@@ -325,7 +333,7 @@ fn the_readmes_harness_table_names_the_pinned_versions() {
             }
         }
     }
-    for (row, _) in VERIFIED {
+    for (row, _) in &verified {
         if !rows.iter().any(|(name, _)| name == row) {
             wrong.push(format!("no row `{row}` in the table"));
         }
@@ -334,12 +342,12 @@ fn the_readmes_harness_table_names_the_pinned_versions() {
         .as_object()
         .expect("devDependencies in tests/clis/package.json");
     for package in pinned_packages.keys() {
-        let named = VERIFIED
+        let named = verified
             .iter()
             .any(|(_, names)| names.iter().any(|(_, p)| p == package));
-        if !named && !NOT_HARNESSES.contains(&package.as_str()) {
+        if !named && !not_harnesses.contains(package) {
             wrong.push(format!(
-                "tests/clis pins {package}, which no row names (add its row, and its entry in VERIFIED)"
+                "tests/clis pins {package}, which no row names (add its row, and its entry in readmeRows in tests/clis/package.json)"
             ));
         }
     }

@@ -385,40 +385,9 @@ pub enum AdapterError {
     },
 }
 
-const BUILT_IN: [(&str, &str); 8] = [
-    (
-        "claude-code.yaml",
-        include_str!("../../harness-adapters/claude-code.yaml"),
-    ),
-    (
-        "codex.yaml",
-        include_str!("../../harness-adapters/codex.yaml"),
-    ),
-    (
-        "copilot.yaml",
-        include_str!("../../harness-adapters/copilot.yaml"),
-    ),
-    (
-        "gemini.yaml",
-        include_str!("../../harness-adapters/gemini.yaml"),
-    ),
-    (
-        "kilo.yaml",
-        include_str!("../../harness-adapters/kilo.yaml"),
-    ),
-    (
-        "kimi.yaml",
-        include_str!("../../harness-adapters/kimi.yaml"),
-    ),
-    (
-        "opencode.yaml",
-        include_str!("../../harness-adapters/opencode.yaml"),
-    ),
-    (
-        "qwen.yaml",
-        include_str!("../../harness-adapters/qwen.yaml"),
-    ),
-];
+/// The built-in specs, (file name, text): every file of
+/// `harness-adapters/`, listed by the build script (`build.rs`).
+const BUILT_IN: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/built_in_adapters.rs"));
 
 /// The family's home with a spec's additions.
 fn with_additions(mut home: Home, added: HomeAdditions) -> Home {

@@ -57,6 +57,28 @@ pub fn tempdir_for_harnesses() -> tempfile::TempDir {
     dir
 }
 
+/// The built-in harnesses, (name, family) by name, as the files of
+/// `harness-adapters/` declare them: what the binary must offer, so a
+/// test that lists the built-ins never needs a new name when one is added.
+pub fn built_in_harnesses() -> Vec<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harness-adapters");
+    let mut harnesses: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .expect("harness-adapters/ beside the tests")
+        .map(|entry| entry.expect("a readable folder").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("a readable spec");
+            let file = path.display().to_string();
+            let spec = harness_bridge::harness::AdapterSpec::parse(&file, &text)
+                .unwrap_or_else(|e| panic!("{e}"));
+            (spec.name.clone(), spec.family.name.to_string())
+        })
+        .collect();
+    harnesses.sort();
+    assert!(harnesses.len() >= 8, "the built-in specs: {harnesses:?}");
+    harnesses
+}
+
 /// The lines an escape test's shell probes printed, as the model got
 /// them back (its tool results, in every request it was sent):
 /// `HELD:name` when an attempt failed, `ESCAPED:name` when it worked,
