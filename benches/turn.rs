@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness_bridge::harness::decode::{Exit, LineBuffer, OneShotFormat, ResultStream};
+use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream};
 use harness_bridge::protocol::AgentRunResult;
 
 mod support;
@@ -225,7 +225,7 @@ fn bridged(claude: &Path, env: &Env, data: &Path, turn: usize) -> Duration {
 /// handing each result to `each` (the throughput run only counts them:
 /// keeping 70,000 results would measure the allocator).
 fn decode_all(stream: &[u8], mut each: impl FnMut(AgentRunResult)) {
-    let mut d = OneShotFormat::ClaudeStreamJson.decoder();
+    let mut d = harness_bridge::harness::families::claude::STREAM_JSON.decoder();
     let mut lines = LineBuffer::default();
     let mut results = ResultStream::new("bench");
     for chunk in stream.chunks(64 * 1024) {

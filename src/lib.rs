@@ -20,6 +20,34 @@
     clippy::dbg_macro
 )]
 
+/// Equality, `Debug` and `Display` by the `name` field, for the values a
+/// harness family declares (its output format, live protocol, MCP format,
+/// session store): their other fields are functions, which no test of
+/// equality should compare (a function's address is not its identity).
+macro_rules! by_name {
+    ($($t:ty),+) => {$(
+        impl PartialEq for $t {
+            fn eq(&self, other: &Self) -> bool {
+                self.name == other.name
+            }
+        }
+
+        impl Eq for $t {}
+
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name)
+            }
+        }
+
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name)
+            }
+        }
+    )+};
+}
+
 #[allow(
     clippy::print_stdout,
     clippy::print_stderr,

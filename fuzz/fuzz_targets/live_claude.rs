@@ -4,7 +4,8 @@
 //! id and tool, and what the driver writes is one JSON object a line.
 #![no_main]
 
-use harness_bridge::harness::live::{ClaudeLive, LiveDriver};
+use harness_bridge::harness::families::claude::ClaudeLive;
+use harness_bridge::harness::live::LiveDriver;
 use harness_bridge::interaction::Decision;
 use harness_bridge_fuzz::{live_setup, one_object_per_line};
 use libfuzzer_sys::fuzz_target;

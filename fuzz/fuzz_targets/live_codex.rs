@@ -5,7 +5,8 @@
 //! writes is one JSON object a line.
 #![no_main]
 
-use harness_bridge::harness::live::{CodexAppServer, LiveDriver};
+use harness_bridge::harness::families::codex::CodexAppServer;
+use harness_bridge::harness::live::LiveDriver;
 use harness_bridge_fuzz::{live_setup, one_object_per_line};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;

@@ -3,7 +3,8 @@
 //! expected lines of a stream (a model of the line reader), and the checks
 //! every decoder must pass.
 
-use harness_bridge::harness::decode::{Exit, LineBuffer, OneShotFormat, ResultStream};
+use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream};
+use harness_bridge::harness::families::OneShotFormat;
 use harness_bridge::protocol::{AgentRunResult, CheckedResult};
 
 /// A fuzz input read from the front: small choices first, then the rest.

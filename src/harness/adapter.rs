@@ -9,9 +9,9 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use super::decode::OneShotFormat;
+use super::families::acp::AcpSpec;
 use super::families::{self as family, Family};
-use super::live::{AcpSpec, LiveProtocol};
+use super::families::{LiveProtocol, OneShotFormat};
 use super::{SessionIdFormat, SessionStore};
 use crate::projection::{Carry, Home, Target};
 
@@ -625,7 +625,7 @@ impl AdapterSpec {
             );
         }
         if let Some(live) = &self.live
-            && live.driver == LiveProtocol::Acp
+            && live.driver == super::families::acp::LIVE
             && self.family.name != "acp"
         {
             return fail("the `acp` live driver goes with `family: acp`".into());
@@ -1406,7 +1406,7 @@ mod tests {
         )
         .unwrap();
         assert!(!claude.steers() && claude.asks_live());
-        for protocol in LiveProtocol::ALL {
+        for protocol in LiveProtocol::all() {
             assert_eq!(LiveProtocol::named(protocol.name()), Some(protocol));
         }
     }

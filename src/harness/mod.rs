@@ -12,7 +12,7 @@ pub mod decode;
 pub mod families;
 mod launch;
 pub mod live;
-mod session;
+pub(crate) mod session;
 pub mod spawn;
 mod stderr;
 

@@ -32,28 +32,39 @@ pub const EARLIER_SESSIONS_KEY: &str = "external.sessions";
 pub const OVERRIDES_KEY: &str = "external.overrides";
 
 /// Where a harness keeps its sessions, so the bridge can tell whether one
-/// still exists before asking the harness to resume it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SessionStore {
-    /// `$CLAUDE_CONFIG_DIR` (else `~/.claude`) `/projects/<cwd, every
-    /// non-alphanumeric char as '-'>/<id>.jsonl`: found only from that cwd.
-    ClaudeProjects,
-    /// `$CODEX_HOME` (else `~/.codex`) `/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl`.
-    CodexSessions,
-    /// Not checkable: try to resume and rely on "session not found".
-    Unknown,
+/// still exists before asking the harness to resume it. A family's store
+/// is declared in its folder (`harness/families/<name>/session.rs`).
+#[derive(Clone, Copy)]
+pub struct SessionStore {
+    /// The name a spec's `session_store:` gives it.
+    pub name: &'static str,
+    /// The folder a harness run from `cwd` with `env` keeps its sessions
+    /// under; `None` where it cannot be known.
+    pub folder: fn(env: &BTreeMap<String, String>, cwd: &Path) -> Option<PathBuf>,
+    /// The files of session `id` below `folder`, `/`-separated; each
+    /// is one [`SessionStore::takes_name`] takes.
+    pub find: fn(folder: &Path, id: &str) -> Vec<String>,
+    /// Whether a name's parts (each a plain component) name a file of
+    /// session `id`.
+    pub names: fn(id: &str, parts: &[&str]) -> bool,
 }
 
 impl SessionStore {
+    /// Not checkable: try to resume and rely on "session not found".
+    pub const UNKNOWN: SessionStore = SessionStore {
+        name: "unknown",
+        folder: |_, _| None,
+        find: |_, _| Vec::new(),
+        names: |_, _| false,
+    };
+
     /// Whether session `id` exists for a harness run from `cwd` with `env`.
     pub fn has_session(self, env: &BTreeMap<String, String>, cwd: &Path, id: &str) -> bool {
-        match self {
-            SessionStore::Unknown => true,
-            _ => self
-                .session_files(env, cwd, id)
-                .is_some_and(|files| !files.names.is_empty()),
+        if self == SessionStore::UNKNOWN {
+            return true;
         }
+        self.session_files(env, cwd, id)
+            .is_some_and(|files| !files.names.is_empty())
     }
 
     /// Session `id`'s files, as a harness run from `cwd` with `env` keeps
@@ -72,54 +83,17 @@ impl SessionStore {
                 names: Vec::new(),
             });
         }
-        let names = match self {
-            SessionStore::ClaudeProjects => {
-                let name = format!("{id}.jsonl");
-                if folder.join(&name).is_file() {
-                    vec![name]
-                } else {
-                    Vec::new()
-                }
-            }
-            SessionStore::CodexSessions => {
-                let suffix = format!("-{id}.jsonl");
-                walkdir::WalkDir::new(folder.join("sessions"))
-                    .max_depth(4)
-                    .into_iter()
-                    .filter_map(Result::ok)
-                    .filter(|e| {
-                        e.file_type().is_file()
-                            && e.file_name().to_string_lossy().ends_with(&suffix)
-                    })
-                    .filter_map(|e| {
-                        let name = e.path().strip_prefix(&folder).ok()?.to_str()?.to_string();
-                        self.takes_name(id, &name).then_some(name)
-                    })
-                    .collect()
-            }
-            SessionStore::Unknown => Vec::new(),
-        };
+        let names = (self.find)(&folder, id)
+            .into_iter()
+            .filter(|name| self.takes_name(id, name))
+            .collect();
         Some(SessionFiles { folder, names })
     }
 
     /// The folder a harness run from `cwd` with `env` keeps its sessions
-    /// under: Claude Code's folder for that cwd, Codex's home.
+    /// under (Claude Code's folder for that cwd, Codex's home).
     pub fn folder(self, env: &BTreeMap<String, String>, cwd: &Path) -> Option<PathBuf> {
-        let dir = |var: &str, default: &str| -> Option<PathBuf> {
-            env.get(var)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .or_else(|| env.get("HOME").map(|h| Path::new(h).join(default)))
-        };
-        match self {
-            SessionStore::ClaudeProjects => Some(
-                dir("CLAUDE_CONFIG_DIR", ".claude")?
-                    .join("projects")
-                    .join(claude_project_folder(&cwd.to_string_lossy())),
-            ),
-            SessionStore::CodexSessions => dir("CODEX_HOME", ".codex"),
-            SessionStore::Unknown => None,
-        }
+        (self.folder)(env, cwd)
     }
 
     /// Whether `name` (below [`SessionStore::folder`], `/`-separated) is a
@@ -134,24 +108,19 @@ impl SessionStore {
                 && !part.contains('\0')
         };
         let parts: Vec<&str> = name.split('/').collect();
-        if !parts.iter().all(|p| plain(p)) {
-            return false;
-        }
-        match self {
-            SessionStore::ClaudeProjects => parts == [format!("{id}.jsonl").as_str()],
-            SessionStore::CodexSessions => match parts.as_slice() {
-                ["sessions", year, month, day, file] => {
-                    [year, month, day]
-                        .iter()
-                        .all(|d| d.bytes().all(|b| b.is_ascii_digit()))
-                        && file.starts_with("rollout-")
-                        && file.ends_with(&format!("-{id}.jsonl"))
-                }
-                _ => false,
-            },
-            SessionStore::Unknown => false,
-        }
+        parts.iter().all(|p| plain(p)) && (self.names)(id, &parts)
     }
+}
+
+by_name!(SessionStore);
+
+/// A harness's folder from `env`: the variable `var` where set, else
+/// `default` in `HOME` (`$CODEX_HOME`, else `~/.codex`).
+pub fn home_folder(env: &BTreeMap<String, String>, var: &str, default: &str) -> Option<PathBuf> {
+    env.get(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| env.get("HOME").map(|h| Path::new(h).join(default)))
 }
 
 /// Where a session's files are: the store's folder, and their names
@@ -211,37 +180,6 @@ impl SessionIdFormat {
     }
 }
 
-/// Claude Code's folder name for a working directory: every character
-/// that is not an ASCII letter or digit becomes `-`; a name longer than 200
-/// characters is cut to 200 and followed by `-` and a base-36 hash of the
-/// path (a JavaScript string hash: `h = h * 31 + code unit`, in i32).
-fn claude_project_folder(cwd: &str) -> String {
-    const MAX: usize = 200;
-    let slug: String = cwd
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    if slug.len() <= MAX {
-        return slug;
-    }
-    let hash = cwd.encode_utf16().fold(0i32, |h, unit| {
-        h.wrapping_shl(5)
-            .wrapping_sub(h)
-            .wrapping_add(i32::from(unit))
-    });
-    let mut n = i64::from(hash).unsigned_abs();
-    let mut digits = Vec::new();
-    loop {
-        digits.push(char::from_digit((n % 36) as u32, 36).unwrap_or('0'));
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    let hash: String = digits.iter().rev().collect();
-    format!("{}-{hash}", &slug[..MAX])
-}
-
 /// The external session a conversation continues.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResumePointer {
@@ -298,75 +236,6 @@ impl ResumePointer {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn env(key: &str, dir: &Path) -> BTreeMap<String, String> {
-        BTreeMap::from([(key.to_string(), dir.to_string_lossy().into_owned())])
-    }
-
-    #[test]
-    fn claude_sessions_are_found_only_under_their_cwd() {
-        let config = tempfile::tempdir().unwrap();
-        let cwd = Path::new("/tmp/ws/bot_1/conv.a");
-        let folder = config.path().join("projects/-tmp-ws-bot-1-conv-a");
-        std::fs::create_dir_all(&folder).unwrap();
-        std::fs::write(folder.join("abc-123.jsonl"), "{}\n").unwrap();
-        let env = env("CLAUDE_CONFIG_DIR", config.path());
-        let store = SessionStore::ClaudeProjects;
-        assert!(store.has_session(&env, cwd, "abc-123"));
-        assert!(!store.has_session(&env, Path::new("/tmp/other"), "abc-123"));
-        assert!(!store.has_session(&env, cwd, "gone"));
-        assert!(!store.has_session(&env, cwd, "../abc-123"));
-    }
-
-    #[test]
-    fn long_claude_folders_are_cut_and_hashed() {
-        let short = "/tmp/ws/conv";
-        assert_eq!(claude_project_folder(short), "-tmp-ws-conv");
-        let long = format!("/{}", "a".repeat(250));
-        let folder = claude_project_folder(&long);
-        assert!(folder.starts_with(&format!("-{}", "a".repeat(199))));
-        assert_eq!(&folder[200..201], "-");
-        assert!(folder[201..].chars().all(|c| c.is_ascii_alphanumeric()));
-        // The same path always gives the same folder; another path another.
-        assert_eq!(folder, claude_project_folder(&long));
-        assert_ne!(folder, claude_project_folder(&format!("{long}b")));
-    }
-
-    #[test]
-    fn codex_rollouts_are_found_by_thread_id() {
-        let home = tempfile::tempdir().unwrap();
-        let day = home.path().join("sessions/2026/11/22");
-        std::fs::create_dir_all(&day).unwrap();
-        std::fs::write(day.join("rollout-2026-11-22T10-00-00-th-9.jsonl"), "").unwrap();
-        let env = env("CODEX_HOME", home.path());
-        let store = SessionStore::CodexSessions;
-        assert!(store.has_session(&env, Path::new("/any"), "th-9"));
-        assert!(!store.has_session(&env, Path::new("/any"), "th-8"));
-    }
-
-    #[test]
-    fn a_carried_file_may_only_take_a_name_of_its_sessions() {
-        let claude = SessionStore::ClaudeProjects;
-        assert!(claude.takes_name("s-1", "s-1.jsonl"));
-        for name in ["s-2.jsonl", "../s-1.jsonl", "x/s-1.jsonl", "s-1.jsonl/", ""] {
-            assert!(!claude.takes_name("s-1", name), "{name}");
-        }
-        let codex = SessionStore::CodexSessions;
-        assert!(codex.takes_name(
-            "th-9",
-            "sessions/2026/11/22/rollout-2026-11-22T10-00-00-th-9.jsonl"
-        ));
-        for name in [
-            "sessions/2026/11/22/rollout-x-th-8.jsonl",
-            "sessions/2026/../22/rollout-x-th-9.jsonl",
-            "sessions/2026/11/rollout-x-th-9.jsonl",
-            "config.toml",
-            "sessions/2026/11/22/../../../../auth.json",
-        ] {
-            assert!(!codex.takes_name("th-9", name), "{name}");
-        }
-        assert!(!SessionStore::Unknown.takes_name("s-1", "s-1.jsonl"));
-    }
 
     #[test]
     fn pointers_round_trip_through_state_and_check_their_harness() {

@@ -179,29 +179,18 @@ impl McpServer {
     }
 }
 
-/// Which format a harness reads its MCP servers in (from its adapter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum McpFormat {
-    /// Claude Code: a JSON file (`mcpServers`) passed with `--mcp-config`.
-    ClaudeJson,
-    /// Codex: `-c mcp_servers.NAME.KEY=VALUE` overrides.
-    CodexOverrides,
-    /// An ACP agent: the `mcpServers` of `session/new`, in the protocol.
-    Acp,
-    /// Copilot CLI: a JSON file (`mcpServers`, each with `tools: ["*"]`)
-    /// passed with `--additional-mcp-config @FILE`.
-    CopilotJson,
-    /// Gemini CLI: the user settings in the conversation's home,
-    /// `.gemini/settings.json` (`mcpServers`, HTTP as `httpUrl`, `trust`
-    /// for the bridge's own server, and the auth type a headless Gemini
-    /// needs), never the workspace's, which a repository may track.
-    GeminiSettings,
-    /// Qwen Code: a JSON file passed with `--mcp-config`, each server
-    /// `alwaysLoadTools` (else its tools hide behind a tool search). Qwen
-    /// does not expand `${VAR}`: the file holds the token while the turn
-    /// runs (see [`McpFile::fill_env`]).
-    QwenJson,
+/// Which format a harness reads its MCP servers in: its family's
+/// renderer (`harness/families/<name>/mcp.rs`), from the shapes below
+/// where formats share one.
+#[derive(Clone, Copy)]
+pub struct McpFormat {
+    /// Its name, as `adapters show` says it.
+    pub name: &'static str,
+    /// The servers in this format.
+    pub render: fn(&[McpServer]) -> RenderedMcp,
 }
+
+by_name!(McpFormat);
 
 /// An MCP config the harness reads from a file in the workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,12 +222,14 @@ pub struct RenderedMcp {
     pub session: Option<Value>,
 }
 
-fn toml_string(text: &str) -> String {
+/// `text` as a TOML basic string.
+pub fn toml_string(text: &str) -> String {
     // A JSON string literal is a valid TOML basic string.
     serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
 }
 
-fn env_name(server: &str, key: &str) -> String {
+/// The variable that carries `server`'s value of `key` to the harness.
+pub fn env_name(server: &str, key: &str) -> String {
     let clean = |s: &str| -> String {
         s.chars()
             .map(|c| {
@@ -255,66 +246,7 @@ fn env_name(server: &str, key: &str) -> String {
 
 /// Render `servers` in `format`.
 pub fn render(servers: &[McpServer], format: McpFormat) -> RenderedMcp {
-    match format {
-        McpFormat::ClaudeJson => render_claude(servers),
-        McpFormat::CodexOverrides => render_codex(servers),
-        McpFormat::Acp => render_acp(servers),
-        McpFormat::CopilotJson => render_json(servers, true),
-        // With only a key in the environment, Gemini picks an auth type
-        // it refuses headless.
-        McpFormat::GeminiSettings => render_settings(
-            servers,
-            &GEMINI_SETTINGS,
-            &[],
-            (
-                "security",
-                json!({"auth": {"selectedType": "gemini-api-key"}}),
-            ),
-            false,
-        ),
-        McpFormat::QwenJson => render_settings(
-            servers,
-            &MCP_CONFIG,
-            &[("alwaysLoadTools", json!(true))],
-            ("", Value::Null),
-            true,
-        ),
-    }
-}
-
-/// ACP's `McpServer`s: stdio `{name, command, args, env: [{name, value}]}`
-/// (no `type`), HTTP `{type: "http", name, url, headers: [{name, value}]}`.
-fn render_acp(servers: &[McpServer]) -> RenderedMcp {
-    let pairs = |map: &BTreeMap<String, String>| -> Vec<Value> {
-        map.iter()
-            .map(|(name, value)| json!({"name": name, "value": value}))
-            .collect()
-    };
-    let list: Vec<Value> = servers
-        .iter()
-        .map(|server| match &server.transport {
-            Transport::Stdio { command, args, env } => {
-                json!({"name": server.name, "command": command, "args": args, "env": pairs(env)})
-            }
-            Transport::Http {
-                url,
-                headers,
-                bearer_env,
-            } => {
-                let mut headers = pairs(headers);
-                if let Some(var) = bearer_env {
-                    headers.push(
-                        json!({"name": "Authorization", "value": format!("Bearer ${{{var}}}")}),
-                    );
-                }
-                json!({"type": "http", "name": server.name, "url": url, "headers": headers})
-            }
-        })
-        .collect();
-    RenderedMcp {
-        session: Some(Value::Array(list)),
-        ..RenderedMcp::default()
-    }
+    (format.render)(servers)
 }
 
 /// `value` with every `${VAR}` in its strings replaced by `env`'s value
@@ -349,7 +281,7 @@ pub fn fill_env(value: &Value, env: &BTreeMap<String, String>) -> Value {
 
 /// An HTTP server's headers as a JSON object, the bearer as `${VAR}` for
 /// the harness (or the run) to fill in.
-fn json_headers(headers: &BTreeMap<String, String>, bearer_env: Option<&str>) -> Value {
+pub fn json_headers(headers: &BTreeMap<String, String>, bearer_env: Option<&str>) -> Value {
     let mut map: serde_json::Map<String, Value> = headers
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
@@ -363,22 +295,14 @@ fn json_headers(headers: &BTreeMap<String, String>, bearer_env: Option<&str>) ->
     Value::Object(map)
 }
 
-/// Where Gemini CLI reads its user settings: in the conversation's home
-/// (`GEMINI_CLI_HOME`), out of a repository's reach.
-const GEMINI_SETTINGS: [&str; 4] = [
-    super::workspace::paths::HOME[0],
-    super::workspace::paths::HOME[1],
-    ".gemini",
-    "settings.json",
-];
 /// Where the bridge keeps a harness's MCP config file of its own.
-const MCP_CONFIG: [&str; 2] = super::workspace::paths::MCP_CONFIG;
+pub const MCP_CONFIG: [&str; 2] = super::workspace::paths::MCP_CONFIG;
 
 /// The settings shape Gemini CLI and Qwen Code share: `mcpServers` with
 /// HTTP servers as `httpUrl`, the bridge's own server `trust`ed (its calls
 /// are authorized by the run's grant; a headless harness would otherwise
 /// decline them), `extra` keys on every server, `top` beside them.
-fn render_settings(
+pub fn render_settings(
     servers: &[McpServer],
     path: &'static [&'static str],
     extra: &[(&str, Value)],
@@ -422,14 +346,10 @@ fn render_settings(
     }
 }
 
-fn render_claude(servers: &[McpServer]) -> RenderedMcp {
-    render_json(servers, false)
-}
-
 /// The `mcpServers` JSON file Claude Code and Copilot CLI read (`${VAR}`
 /// expanded by the harness); `all_tools` adds the `tools: ["*"]` Copilot
 /// needs to offer a server's tools at all.
-fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
+pub fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
     let mut map = serde_json::Map::new();
     for server in servers {
         let entry = match &server.transport {
@@ -464,167 +384,35 @@ fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
     }
 }
 
-fn render_codex(servers: &[McpServer]) -> RenderedMcp {
-    let mut out = RenderedMcp::default();
-    for server in servers {
-        let key = |k: &str| format!("mcp_servers.{}.{k}", server.name);
-        match &server.transport {
-            Transport::Stdio { command, args, env } => {
-                out.overrides
-                    .push(format!("{}={}", key("command"), toml_string(command)));
-                let args: Vec<String> = args.iter().map(|a| toml_string(a)).collect();
-                out.overrides
-                    .push(format!("{}=[{}]", key("args"), args.join(",")));
-                if !env.is_empty() {
-                    // Values go to the child's env; Codex passes these names through.
-                    let names: Vec<String> = env.keys().map(|k| toml_string(k)).collect();
-                    out.overrides
-                        .push(format!("{}=[{}]", key("env_vars"), names.join(",")));
-                    out.child_env.extend(env.clone());
-                }
-            }
-            Transport::Http {
-                url,
-                headers,
-                bearer_env,
-            } => {
-                out.overrides
-                    .push(format!("{}={}", key("url"), toml_string(url)));
-                if let Some(var) = bearer_env {
-                    out.overrides.push(format!(
-                        "{}={}",
-                        key("bearer_token_env_var"),
-                        toml_string(var)
-                    ));
-                }
-                if !headers.is_empty() {
-                    let pairs: Vec<String> = headers
-                        .iter()
-                        .map(|(name, value)| {
-                            let var = env_name(&server.name, name);
-                            out.child_env.insert(var.clone(), value.clone());
-                            format!("{}={}", toml_string(name), toml_string(&var))
-                        })
-                        .collect();
-                    out.overrides.push(format!(
-                        "{}={{{}}}",
-                        key("env_http_headers"),
-                        pairs.join(",")
-                    ));
-                }
-            }
-        }
-        if server.auto_approve {
-            out.overrides.push(format!(
-                "{}=\"approve\"",
-                key("default_tools_approval_mode")
-            ));
-        }
-    }
-    out
+/// Two servers as a family's format test renders them: the bridge's own
+/// (HTTP, its bearer by name) and an extra one (stdio, a secret in its
+/// environment).
+#[cfg(test)]
+pub(crate) fn sample_servers() -> Vec<McpServer> {
+    let extra = ExtraServer {
+        command: Some("npx".into()),
+        args: vec!["-y".into(), "pkg \"x\"".into()],
+        env: BTreeMap::from([("API_KEY".into(), "sk-secret-value-123456".into())]),
+        url: None,
+        headers: BTreeMap::new(),
+    };
+    vec![
+        McpServer::bridge("http://127.0.0.1:7000/mcp"),
+        McpServer::extra("tools", &extra).unwrap(),
+    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn servers() -> Vec<McpServer> {
-        let extra = ExtraServer {
-            command: Some("npx".into()),
-            args: vec!["-y".into(), "pkg \"x\"".into()],
-            env: BTreeMap::from([("API_KEY".into(), "sk-secret-value-123456".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-        };
-        vec![
-            McpServer::bridge("http://127.0.0.1:7000/mcp"),
-            McpServer::extra("tools", &extra).unwrap(),
-        ]
-    }
-
     #[test]
-    fn claude_json_references_the_token_by_name() {
-        let rendered = render(&servers(), McpFormat::ClaudeJson);
-        let doc: Value = serde_json::from_slice(&rendered.file.as_ref().unwrap().bytes).unwrap();
-        assert_eq!(
-            doc["mcpServers"]["langbot"]["headers"]["Authorization"],
-            "Bearer ${LANGBOT_MCP_TOKEN}"
-        );
-        assert_eq!(doc["mcpServers"]["langbot"]["type"], "http");
-        assert_eq!(doc["mcpServers"]["tools"]["command"], "npx");
-        assert!(rendered.overrides.is_empty());
-    }
-
-    #[test]
-    fn gemini_and_qwen_settings_trust_only_the_bridges_server() {
-        let gemini = render(&servers(), McpFormat::GeminiSettings);
-        let file = gemini.file.as_ref().unwrap();
-        assert_eq!(
-            file.path,
-            [".langbot", "home", ".gemini", "settings.json"],
-            "the home's, not a file a repository may track"
-        );
-        assert!(!file.fill_env, "Gemini expands ${{VAR}} itself");
-        let doc: Value = serde_json::from_slice(&file.bytes).unwrap();
-        assert_eq!(doc["security"]["auth"]["selectedType"], "gemini-api-key");
-        let langbot = &doc["mcpServers"]["langbot"];
-        assert!(langbot["httpUrl"].is_string() && langbot["url"].is_null());
-        assert_eq!(
-            langbot["headers"]["Authorization"],
-            "Bearer ${LANGBOT_MCP_TOKEN}"
-        );
-        assert_eq!(langbot["trust"], true);
-        assert_eq!(doc["mcpServers"]["tools"]["trust"], false);
-
-        let qwen = render(&servers(), McpFormat::QwenJson);
-        let file = qwen.file.as_ref().unwrap();
-        assert_eq!(file.path, [".langbot", "mcp.json"]);
-        assert!(
-            file.fill_env,
-            "Qwen reads values as written: the run fills the token in"
-        );
-        let doc: Value = serde_json::from_slice(&file.bytes).unwrap();
-        assert!(doc.get("security").is_none() && doc.get("").is_none());
-        assert_eq!(doc["mcpServers"]["langbot"]["alwaysLoadTools"], true);
-        assert_eq!(
-            doc["mcpServers"]["langbot"]["headers"]["Authorization"], "Bearer ${LANGBOT_MCP_TOKEN}",
-            "the rendered file never holds the token"
-        );
-    }
-
-    #[test]
-    fn codex_overrides_carry_no_secret_values() {
-        let rendered = render(&servers(), McpFormat::CodexOverrides);
-        assert_eq!(
-            rendered.overrides,
-            [
-                "mcp_servers.langbot.url=\"http://127.0.0.1:7000/mcp\"",
-                "mcp_servers.langbot.bearer_token_env_var=\"LANGBOT_MCP_TOKEN\"",
-                "mcp_servers.langbot.default_tools_approval_mode=\"approve\"",
-                "mcp_servers.tools.command=\"npx\"",
-                "mcp_servers.tools.args=[\"-y\",\"pkg \\\"x\\\"\"]",
-                "mcp_servers.tools.env_vars=[\"API_KEY\"]",
-            ]
-        );
-        assert!(rendered.overrides.iter().all(|o| !o.contains("sk-secret")));
-        assert_eq!(rendered.child_env["API_KEY"], "sk-secret-value-123456");
-    }
-
-    #[test]
-    fn acp_servers_reference_the_token_until_the_session_opens() {
-        let rendered = render(&servers(), McpFormat::Acp);
-        assert!(rendered.file.is_none() && rendered.overrides.is_empty());
-        let session = rendered.session.unwrap();
-        let bridge = &session[0];
-        assert_eq!(bridge["type"], "http");
-        assert_eq!(bridge["name"], BRIDGE_SERVER);
-        assert_eq!(
-            bridge["headers"][0],
-            json!({"name": "Authorization", "value": "Bearer ${LANGBOT_MCP_TOKEN}"})
-        );
+    fn fill_env_fills_known_names_and_leaves_the_rest() {
         let env = BTreeMap::from([(TOKEN_ENV.to_string(), "tok-1".to_string())]);
-        let filled = fill_env(&session, &env);
-        assert_eq!(filled[0]["headers"][0]["value"], "Bearer tok-1");
+        assert_eq!(
+            fill_env(&json!({"v": ["Bearer ${LANGBOT_MCP_TOKEN}"]}), &env),
+            json!({"v": ["Bearer tok-1"]})
+        );
         assert_eq!(
             fill_env(&json!("a ${NOPE} b ${"), &env),
             json!("a  b ${"),

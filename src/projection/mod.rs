@@ -13,7 +13,7 @@ mod confined;
 mod error;
 mod home;
 mod inputs;
-mod mcp_config;
+pub mod mcp_config;
 mod names;
 mod render;
 mod scopes;

@@ -37,7 +37,7 @@ pub(super) struct Driven {
 /// What a live attempt needs of its turn.
 struct LiveTurn<'a> {
     sessions: &'a LiveSessions,
-    driver: crate::harness::live::LiveProtocol,
+    driver: crate::harness::families::LiveProtocol,
     program: &'a Path,
     workspace: &'a Path,
     env: &'a std::collections::BTreeMap<String, String>,

@@ -76,7 +76,7 @@ pub fn decode(
     exit_code: Option<i32>,
 ) -> Vec<harness_bridge::protocol::AgentRunResult> {
     use harness_bridge::harness::decode::{Exit, LineBuffer, ResultStream};
-    let mut d = harness_bridge::harness::decode::OneShotFormat::named(decoder)
+    let mut d = harness_bridge::harness::families::OneShotFormat::named(decoder)
         .expect("known decoder")
         .decoder();
     let mut lines = LineBuffer::default();

@@ -1,22 +1,14 @@
 //! Stream decoders: a harness's stdout lines → Protocol v1 results.
 //!
-//! One decoder per output format, behind one trait, so a new CLI that
-//! speaks a known format is a new adapter spec and no new code. Decoders
+//! One decoder per output format, behind one trait, each in its family's
+//! folder (`harness/families/<name>/decode.rs`), so a new CLI that speaks
+//! a known format is a new adapter spec and no new code. Decoders
 //! never fail: a malformed or unknown line is logged and skipped. The
 //! [`ResultStream`] around them numbers results 1, 2, 3… and stamps them,
 //! and [`LineBuffer`] reassembles lines split across reads.
 
-mod claude;
-mod codex;
-mod copilot;
-mod gemini;
 mod lines;
 
-pub use claude::ClaudeStreamJson;
-pub use codex::CodexJsonl;
-pub(crate) use codex::item_results;
-pub use copilot::{CopilotJson, usage_from_file as copilot_usage_from_file};
-pub use gemini::GeminiStreamJson;
 pub use lines::{LineBuffer, Piece};
 
 use crate::host::now_ms;
@@ -124,68 +116,12 @@ pub fn token_usage(counts: &Value, input: &str, output: &str, total: &str) -> Op
 
 /// One output line as JSON of type `T`; a line that is not (a stray log
 /// line, a banner) is skipped with a debug note, never an error.
-fn json_line<'a, T: serde::Deserialize<'a>>(line: &'a str) -> Option<T> {
+pub(crate) fn json_line<'a, T: serde::Deserialize<'a>>(line: &'a str) -> Option<T> {
     let parsed = serde_json::from_str::<T>(line).ok();
     if parsed.is_none() && !line.trim().is_empty() {
         tracing::debug!(line = %line.chars().take(200).collect::<String>(), "skipping a non-JSON output line");
     }
     parsed
-}
-
-/// A one-shot output format the bridge reads: the family picks one, and
-/// a decoder of it is made fresh for each turn. Typed, so a spec can
-/// never name a decoder that does not exist once it is parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OneShotFormat {
-    /// Claude Code's (and Qwen Code's) `--output-format stream-json`.
-    ClaudeStreamJson,
-    /// Codex's `exec --json`.
-    CodexJsonl,
-    /// Copilot CLI's `--output-format json`.
-    CopilotJson,
-    /// Gemini CLI's `--output-format stream-json`.
-    GeminiStreamJson,
-}
-
-impl OneShotFormat {
-    /// Every format.
-    pub const ALL: [OneShotFormat; 4] = [
-        OneShotFormat::ClaudeStreamJson,
-        OneShotFormat::CodexJsonl,
-        OneShotFormat::CopilotJson,
-        OneShotFormat::GeminiStreamJson,
-    ];
-
-    /// Its name, as `adapters show` and the benches say it.
-    pub fn name(self) -> &'static str {
-        match self {
-            OneShotFormat::ClaudeStreamJson => "claude-stream-json",
-            OneShotFormat::CodexJsonl => "codex-jsonl",
-            OneShotFormat::CopilotJson => "copilot-json",
-            OneShotFormat::GeminiStreamJson => "gemini-stream-json",
-        }
-    }
-
-    /// The format called `name`.
-    pub fn named(name: &str) -> Option<OneShotFormat> {
-        OneShotFormat::ALL.into_iter().find(|f| f.name() == name)
-    }
-
-    /// A new decoder, for one turn.
-    pub fn decoder(self) -> Box<dyn Decoder> {
-        match self {
-            OneShotFormat::ClaudeStreamJson => Box::new(ClaudeStreamJson::default()),
-            OneShotFormat::CodexJsonl => Box::new(CodexJsonl::default()),
-            OneShotFormat::CopilotJson => Box::new(CopilotJson::default()),
-            OneShotFormat::GeminiStreamJson => Box::new(GeminiStreamJson::default()),
-        }
-    }
-}
-
-impl std::fmt::Display for OneShotFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// A JSON value as the object a tool result or its arguments carry:

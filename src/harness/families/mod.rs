@@ -1,32 +1,186 @@
 //! Harness families: everything that differs between code-agent CLIs
-//! beyond their command line, declared once per family. A spec
+//! beyond their command line, one folder per family. A spec
 //! (`harness-adapters/*.yaml`) picks a family and adds what is the
 //! operator's to choose (argv, environment, labels, the install hint); two
 //! CLIs that share a family (Claude Code's stream format is also Qwen
 //! Code's) differ only in their specs.
 //!
-//! Each entry here is the only place its facts live: the decoder of the
-//! one-shot stream, where and how the MCP config is written, how the
-//! harness names an MCP tool, where its sessions are kept and how it says
-//! one is gone, which file it reads instructions from, where it finds
-//! skills, its live driver, and its home: the variables that point it
-//! into the conversation's own home and which of the operator's files it
-//! needs there.
+//! A family's folder is the only place its facts and code live: its
+//! [`Family`] (`mod.rs`), the decoder of its one-shot stream
+//! (`decode.rs`), its live driver (`live.rs`), its MCP config's format
+//! and place (`mcp.rs`), where its sessions are kept (`session.rs`), how
+//! it names an MCP tool and says a session is gone, which file it reads
+//! instructions from, where it finds skills, and its home. What families
+//! share stays shared: the [`Decoder`] and [`LiveDriver`] traits and line
+//! reassembly (`decode/`, `live/`, with the JSON-RPC core), the MCP
+//! server list and its common shapes (`projection::mcp_config`), the
+//! session pointers (`session.rs`). A new family is a folder here and its
+//! line in [`FAMILIES`].
 
-mod acp;
-mod claude;
-mod codex;
-mod copilot;
-mod gemini;
+pub mod acp;
+pub mod claude;
+pub mod codex;
+pub mod copilot;
+pub mod gemini;
 mod qwen;
 
-use super::decode::OneShotFormat;
-use super::live::LiveProtocol;
+use super::decode::Decoder;
+use super::live::LiveDriver;
 use super::{SessionIdFormat, SessionStore};
 use crate::projection::McpFormat;
 
+/// A one-shot output format the bridge reads: a family has one, and a
+/// decoder of it is made fresh for each turn.
+#[derive(Clone, Copy)]
+pub struct OneShotFormat {
+    /// Its name, as `adapters show`, the benches and the fuzz targets say it.
+    pub name: &'static str,
+    /// A new decoder, for one turn.
+    pub new: fn() -> Box<dyn Decoder>,
+}
+
+impl OneShotFormat {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// A new decoder, for one turn.
+    pub fn decoder(self) -> Box<dyn Decoder> {
+        (self.new)()
+    }
+
+    /// Every format a family reads, once each.
+    pub fn all() -> Vec<OneShotFormat> {
+        let mut all: Vec<OneShotFormat> = Vec::new();
+        for format in FAMILIES.iter().filter_map(|f| f.decoder) {
+            if !all.contains(&format) {
+                all.push(format);
+            }
+        }
+        all
+    }
+
+    /// The format called `name`.
+    pub fn named(name: &str) -> Option<OneShotFormat> {
+        FAMILIES
+            .iter()
+            .filter_map(|f| f.decoder)
+            .find(|f| f.name == name)
+    }
+}
+
+by_name!(OneShotFormat);
+
+/// A live protocol the bridge speaks, with what it can do: known from the
+/// spec alone, so the catalog, the plugin's capabilities and a turn's
+/// checks never build a driver to ask.
+#[derive(Clone, Copy)]
+pub struct LiveProtocol {
+    /// The name a spec's `live.driver` gives it.
+    pub name: &'static str,
+    /// Whether the harness takes input mid-turn ([`LiveDriver::steer`]).
+    pub steers: bool,
+    /// Whether the harness asks its permissions in the protocol
+    /// ([`super::live::Step::permission`]), for `approvals: chat`.
+    pub asks: bool,
+    /// A new driver, for one process; an ACP agent's with its spec's
+    /// options (permission policy, auth method).
+    pub new: fn(Option<&acp::AcpSpec>) -> Box<dyn LiveDriver>,
+}
+
+impl LiveProtocol {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// Whether the harness takes input mid-turn.
+    pub fn steers(self) -> bool {
+        self.steers
+    }
+
+    /// Whether the harness asks its permissions in the protocol.
+    pub fn asks(self) -> bool {
+        self.asks
+    }
+
+    /// A new driver, for one process.
+    pub fn driver(self, acp: Option<&acp::AcpSpec>) -> Box<dyn LiveDriver> {
+        (self.new)(acp)
+    }
+
+    /// Every protocol a family speaks, once each.
+    pub fn all() -> Vec<LiveProtocol> {
+        let mut all: Vec<LiveProtocol> = Vec::new();
+        for protocol in FAMILIES.iter().filter_map(|f| f.live_driver) {
+            if !all.contains(&protocol) {
+                all.push(protocol);
+            }
+        }
+        all
+    }
+
+    /// The protocol called `name`.
+    pub fn named(name: &str) -> Option<LiveProtocol> {
+        LiveProtocol::all().into_iter().find(|p| p.name == name)
+    }
+
+    /// The names, for spec errors.
+    pub fn names() -> String {
+        LiveProtocol::all()
+            .iter()
+            .map(|p| p.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+by_name!(LiveProtocol);
+
+impl<'de> serde::Deserialize<'de> for LiveProtocol {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        LiveProtocol::named(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown live driver `{}` (known: {})",
+                name.escape_debug().take(64).collect::<String>(),
+                LiveProtocol::names()
+            ))
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SessionStore {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        session_store(&name).ok_or_else(|| {
+            let known: std::collections::BTreeSet<&str> = FAMILIES
+                .iter()
+                .map(|f| f.session_store.name)
+                .chain([SessionStore::UNKNOWN.name])
+                .collect();
+            serde::de::Error::custom(format!(
+                "unknown session store `{}` (known: {})",
+                name.escape_debug().take(64).collect::<String>(),
+                known.into_iter().collect::<Vec<_>>().join(", ")
+            ))
+        })
+    }
+}
+
+/// The session store called `name` (a spec's `session_store:`): a
+/// family's, or [`SessionStore::UNKNOWN`].
+pub fn session_store(name: &str) -> Option<SessionStore> {
+    FAMILIES
+        .iter()
+        .map(|f| f.session_store)
+        .chain([SessionStore::UNKNOWN])
+        .find(|s| s.name == name)
+}
+
 /// One family of harness CLIs.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub struct Family {
     /// The name a spec picks it by (`family: …`).
     pub name: &'static str,
@@ -76,11 +230,16 @@ pub struct SandboxModes {
     pub caged: &'static str,
 }
 
-/// A file a harness writes its token counts to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UsageFile {
-    /// Copilot CLI's `--usage-output-file`: the session's totals so far.
-    CopilotSession,
+/// A file a harness writes its token counts to (`{usage_file}`): the
+/// turn's usage from the file as the turn left it (`after`) and as the
+/// last turn left it (`before`).
+#[derive(Clone, Copy)]
+pub struct UsageFile {
+    /// The turn's usage from the two readings.
+    pub usage: fn(
+        before: Option<&serde_json::Value>,
+        after: &serde_json::Value,
+    ) -> Option<crate::protocol::TokenUsage>,
 }
 
 impl UsageFile {
@@ -91,9 +250,13 @@ impl UsageFile {
         before: Option<&serde_json::Value>,
         after: &serde_json::Value,
     ) -> Option<crate::protocol::TokenUsage> {
-        match self {
-            UsageFile::CopilotSession => super::decode::copilot_usage_from_file(before, after),
-        }
+        (self.usage)(before, after)
+    }
+}
+
+impl std::fmt::Debug for UsageFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UsageFile")
     }
 }
 
@@ -155,7 +318,13 @@ impl HomeSpec {
     }
 }
 
-/// Every family the bridge knows, one module each.
+impl PartialEq for Family {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+/// Every family the bridge knows, one folder each.
 pub const FAMILIES: &[Family] = &[
     claude::FAMILY,
     codex::FAMILY,

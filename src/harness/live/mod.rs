@@ -6,14 +6,7 @@
 //! writing, deadlines and killing. So a driver is tested with recorded
 //! lines, and one I/O loop serves every harness family.
 
-mod acp;
-mod claude;
-mod codex;
-mod rpc;
-
-pub use acp::{Acp, AcpPolicy, AcpResume, AcpSpec};
-pub use claude::ClaudeLive;
-pub use codex::CodexAppServer;
+pub(crate) mod rpc;
 
 use std::path::PathBuf;
 
@@ -141,85 +134,4 @@ pub trait LiveDriver: Send {
     /// before [`LiveDriver::open`]. A harness told so on its command line
     /// needs nothing here.
     fn ask_permissions(&mut self) {}
-}
-
-/// A live protocol the bridge speaks, with what it can do: known from the
-/// spec alone, so the catalog, the plugin's capabilities and a turn's
-/// checks never build a driver to ask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LiveProtocol {
-    /// Claude Code's stream-json input and output.
-    ClaudeStreamJson,
-    /// Codex's app-server (JSON-RPC).
-    CodexAppServer,
-    /// The Agent Client Protocol (JSON-RPC).
-    Acp,
-}
-
-impl LiveProtocol {
-    /// Every protocol.
-    pub const ALL: [LiveProtocol; 3] = [
-        LiveProtocol::ClaudeStreamJson,
-        LiveProtocol::CodexAppServer,
-        LiveProtocol::Acp,
-    ];
-
-    /// The name a spec's `live.driver` gives it.
-    pub fn name(self) -> &'static str {
-        match self {
-            LiveProtocol::ClaudeStreamJson => "claude-stream-json",
-            LiveProtocol::CodexAppServer => "codex-app-server",
-            LiveProtocol::Acp => "acp",
-        }
-    }
-
-    /// The protocol called `name`.
-    pub fn named(name: &str) -> Option<LiveProtocol> {
-        LiveProtocol::ALL.into_iter().find(|p| p.name() == name)
-    }
-
-    /// The names, for spec errors.
-    pub fn names() -> String {
-        LiveProtocol::ALL.map(LiveProtocol::name).join(", ")
-    }
-
-    /// Whether the harness takes input mid-turn ([`LiveDriver::steer`]).
-    pub fn steers(self) -> bool {
-        matches!(self, LiveProtocol::CodexAppServer)
-    }
-
-    /// Whether the harness asks its permissions in the protocol
-    /// ([`Step::permission`]), for `approvals: chat`.
-    pub fn asks(self) -> bool {
-        true
-    }
-
-    /// A new driver, for one process; an ACP agent's with its spec's
-    /// options (permission policy, auth method).
-    pub fn driver(self, acp: Option<&AcpSpec>) -> Box<dyn LiveDriver> {
-        match self {
-            LiveProtocol::ClaudeStreamJson => Box::new(ClaudeLive::default()),
-            LiveProtocol::CodexAppServer => Box::new(CodexAppServer::default()),
-            LiveProtocol::Acp => Box::new(Acp::new(acp.cloned().unwrap_or_default())),
-        }
-    }
-}
-
-impl std::fmt::Display for LiveProtocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for LiveProtocol {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        LiveProtocol::named(&name).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "unknown live driver `{}` (known: {})",
-                name.escape_debug().take(64).collect::<String>(),
-                LiveProtocol::names()
-            ))
-        })
-    }
 }

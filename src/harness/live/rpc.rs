@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 /// Our side of one JSON-RPC connection: the requests still unanswered,
 /// each with what it was (`K`), to read its answer by.
 #[derive(Debug)]
-pub(super) struct Rpc<K> {
+pub(crate) struct Rpc<K> {
     next_id: u64,
     sent: HashMap<u64, K>,
 }
@@ -27,7 +27,7 @@ impl<K> Default for Rpc<K> {
 }
 
 /// One line from the peer.
-pub(super) enum Incoming<'a, K> {
+pub(crate) enum Incoming<'a, K> {
     /// It asks something of us and waits for the answer to `id`.
     Request {
         id: &'a Value,
@@ -45,7 +45,7 @@ pub(super) enum Incoming<'a, K> {
 
 impl<K> Rpc<K> {
     /// A request of ours, remembered as `kind` until it is answered.
-    pub(super) fn request(&mut self, kind: K, method: &str, params: Value) -> String {
+    pub(crate) fn request(&mut self, kind: K, method: &str, params: Value) -> String {
         self.next_id += 1;
         self.sent.insert(self.next_id, kind);
         json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
@@ -53,7 +53,7 @@ impl<K> Rpc<K> {
     }
 
     /// Sort one parsed line; an answer is matched to our request once.
-    pub(super) fn read<'a>(&mut self, message: &'a Value) -> Incoming<'a, K> {
+    pub(crate) fn read<'a>(&mut self, message: &'a Value) -> Incoming<'a, K> {
         match (&message["id"], message["method"].as_str()) {
             (id @ (Value::Number(_) | Value::String(_)), Some(method)) => Incoming::Request {
                 id,
@@ -78,7 +78,7 @@ impl<K> Rpc<K> {
 }
 
 /// A notification of ours (no answer expected).
-pub(super) fn notification(method: &str, params: Option<Value>) -> String {
+pub(crate) fn notification(method: &str, params: Option<Value>) -> String {
     match params {
         Some(params) => json!({"jsonrpc": "2.0", "method": method, "params": params}),
         None => json!({"jsonrpc": "2.0", "method": method}),
@@ -87,12 +87,12 @@ pub(super) fn notification(method: &str, params: Option<Value>) -> String {
 }
 
 /// Our answer to the peer's request `id`.
-pub(super) fn result(id: &Value, result: Value) -> String {
+pub(crate) fn result(id: &Value, result: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
 }
 
 /// Our refusal of the peer's request `id`.
-pub(super) fn error(id: &Value, code: i64, message: &str) -> String {
+pub(crate) fn error(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
 }
 

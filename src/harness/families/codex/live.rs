@@ -22,9 +22,10 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::rpc::{self, Incoming, Rpc};
-use super::{LiveDriver, PermissionRequest, Setup, Step};
-use crate::harness::decode::{item_results, token_usage};
+use super::decode::item_results;
+use crate::harness::decode::token_usage;
+use crate::harness::live::rpc::{self, Incoming, Rpc};
+use crate::harness::live::{LiveDriver, PermissionRequest, Setup, Step};
 use crate::interaction::Decision;
 use crate::protocol::FailureCode;
 use crate::protocol::{

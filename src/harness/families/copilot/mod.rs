@@ -1,19 +1,28 @@
 //! Copilot CLI: its JSON stream, an `--additional-mcp-config` file,
 //! `AGENTS.md`, token counts from a usage file.
 
-use super::{CarrySpec, Family, HomeSpec, UsageFile};
-use crate::harness::decode::OneShotFormat;
+mod decode;
+mod mcp;
+
+pub use decode::CopilotJson;
+
+use super::{CarrySpec, Family, HomeSpec, OneShotFormat, UsageFile};
 use crate::harness::{SessionIdFormat, SessionStore};
-use crate::projection::McpFormat;
+
+/// `--output-format json`.
+pub const JSON: OneShotFormat = OneShotFormat {
+    name: "copilot-json",
+    new: || Box::new(CopilotJson::default()),
+};
 
 /// The family.
 pub const FAMILY: Family = Family {
     name: "copilot",
     about: "Copilot CLI's JSON stream, --additional-mcp-config file, AGENTS.md",
-    decoder: Some(OneShotFormat::CopilotJson),
-    mcp_format: McpFormat::CopilotJson,
+    decoder: Some(JSON),
+    mcp_format: mcp::FORMAT,
     tool_name: "{server}-{tool}",
-    session_store: SessionStore::Unknown,
+    session_store: SessionStore::UNKNOWN,
     session_id_format: SessionIdFormat::Uuid,
     session_not_found: Some("No session, task, or name matched"),
     instructions_file: Some("~/.copilot/copilot-instructions.md"),
@@ -30,6 +39,8 @@ pub const FAMILY: Family = Family {
             sign_in: &["config.json"],
         }],
     },
-    usage_file: Some(UsageFile::CopilotSession),
+    usage_file: Some(UsageFile {
+        usage: decode::usage_from_file,
+    }),
     sandbox: None,
 };

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Decoder, Exit, json_line, token_usage};
+use crate::harness::decode::{Decoder, Exit, json_line, token_usage};
 use crate::protocol::{
     JsonMap, Message, MessageCompleted, ResultPayload, TokenUsage, ToolCallCompleted,
     ToolCallStarted,

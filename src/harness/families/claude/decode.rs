@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Decoder, Exit, json_line, token_usage};
+use crate::harness::decode::{Decoder, Exit, json_line, token_usage};
 use crate::protocol::FailureCode;
 use crate::protocol::{
     JsonMap, Message, MessageChunk, ProcessorLog, ResultPayload, RunCompleted, RunFailed,

@@ -1,19 +1,28 @@
 //! Gemini CLI: stream-json, `.gemini/settings.json` and `GEMINI.md` in a
 //! home per conversation (it keys sessions by the folder's last name).
 
-use super::{CarrySpec, Family, HomeSpec};
-use crate::harness::decode::OneShotFormat;
+mod decode;
+mod mcp;
+
+pub use decode::GeminiStreamJson;
+
+use super::{CarrySpec, Family, HomeSpec, OneShotFormat};
 use crate::harness::{SessionIdFormat, SessionStore};
-use crate::projection::McpFormat;
+
+/// `--output-format stream-json`.
+pub const STREAM_JSON: OneShotFormat = OneShotFormat {
+    name: "gemini-stream-json",
+    new: || Box::new(GeminiStreamJson::default()),
+};
 
 /// The family.
 pub const FAMILY: Family = Family {
     name: "gemini",
     about: "Gemini CLI's stream-json, a home per conversation with its .gemini/settings.json and GEMINI.md",
-    decoder: Some(OneShotFormat::GeminiStreamJson),
-    mcp_format: McpFormat::GeminiSettings,
+    decoder: Some(STREAM_JSON),
+    mcp_format: mcp::FORMAT,
     tool_name: "mcp_{server}_{tool}",
-    session_store: SessionStore::Unknown,
+    session_store: SessionStore::UNKNOWN,
     session_id_format: SessionIdFormat::Uuid,
     session_not_found: Some("Error resuming session"),
     instructions_file: Some("~/.gemini/GEMINI.md"),

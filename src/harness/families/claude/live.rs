@@ -12,8 +12,9 @@
 
 use serde_json::{Value, json};
 
-use super::{LiveDriver, PermissionRequest, Setup, Step};
-use crate::harness::decode::{ClaudeStreamJson, Decoder, Exit};
+use super::decode::ClaudeStreamJson;
+use crate::harness::decode::{Decoder, Exit};
+use crate::harness::live::{LiveDriver, PermissionRequest, Setup, Step};
 use crate::interaction::Decision;
 
 /// The driver; one per live process.

@@ -1,18 +1,18 @@
 //! Qwen Code: Claude Code's stream shape, a `--mcp-config` file, `QWEN.md`.
 
+mod mcp;
+
 use super::{CarrySpec, Family, HomeSpec};
-use crate::harness::decode::OneShotFormat;
 use crate::harness::{SessionIdFormat, SessionStore};
-use crate::projection::McpFormat;
 
 /// The family.
 pub const FAMILY: Family = Family {
     name: "qwen",
     about: "Qwen Code: Claude Code's stream shape, a --mcp-config file with the token in it, QWEN.md",
-    decoder: Some(OneShotFormat::ClaudeStreamJson),
-    mcp_format: McpFormat::QwenJson,
+    decoder: Some(super::claude::STREAM_JSON),
+    mcp_format: mcp::FORMAT,
     tool_name: "mcp__{server}__{tool}",
-    session_store: SessionStore::Unknown,
+    session_store: SessionStore::UNKNOWN,
     session_id_format: SessionIdFormat::Uuid,
     session_not_found: Some("No saved session found with ID"),
     instructions_file: Some("~/.qwen/QWEN.md"),

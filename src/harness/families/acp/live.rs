@@ -22,9 +22,9 @@ use serde_json::{Value, json};
 
 use serde::Deserialize;
 
-use super::rpc::{self, Incoming, Rpc};
-use super::{LiveDriver, PermissionRequest, Prompt, PromptFile, Setup, Step};
 use crate::harness::decode::{object, token_usage};
+use crate::harness::live::rpc::{self, Incoming, Rpc};
+use crate::harness::live::{LiveDriver, PermissionRequest, Prompt, PromptFile, Setup, Step};
 use crate::interaction::Decision;
 use crate::protocol::FailureCode;
 use crate::protocol::{

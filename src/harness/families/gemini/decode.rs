@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{Decoder, Exit, json_line, object, token_usage};
+use crate::harness::decode::{Decoder, Exit, json_line, object, token_usage};
 use crate::protocol::{
     Message, MessageChunk, MessageCompleted, MessageDelta, ResultPayload, TokenUsage,
     ToolCallCompleted, ToolCallStarted,
