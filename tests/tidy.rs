@@ -33,7 +33,7 @@ const SPAWNERS: &[&str] = &[
     "src/harness/cage/cgroup.rs",
     "src/repo/git.rs",
     // The operator's own command (a pull request), bridge-side by design.
-    "src/repo/command.rs",
+    "src/repo/operator_command.rs",
 ];
 
 /// One function found in a source file.

@@ -18,7 +18,7 @@
 mod base;
 mod carry;
 mod changes;
-mod command;
+mod operator_command;
 mod common;
 mod git;
 mod idle;

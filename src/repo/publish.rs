@@ -178,7 +178,7 @@ impl Project {
             program: program.clone(),
             said,
         };
-        let opened = match super::command::run(program, args, folder, PULL_REQUEST_TIMEOUT).await {
+        let opened = match super::operator_command::run(program, args, folder, PULL_REQUEST_TIMEOUT).await {
             Err(e) => Err(failed(e.to_string())),
             Ok(out) if !out.status.success() => {
                 let stderr = String::from_utf8_lossy(&out.stderr);
