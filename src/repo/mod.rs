@@ -18,12 +18,12 @@
 mod base;
 mod carry;
 mod changes;
-mod operator_command;
 mod common;
 mod git;
 mod idle;
 mod index;
 mod intake;
+mod operator_command;
 mod own;
 mod private;
 mod publish;

@@ -178,31 +178,32 @@ impl Project {
             program: program.clone(),
             said,
         };
-        let opened = match super::operator_command::run(program, args, folder, PULL_REQUEST_TIMEOUT).await {
-            Err(e) => Err(failed(e.to_string())),
-            Ok(out) if !out.status.success() => {
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
-                Err(failed(format!(
-                    "{}{}",
-                    out.status,
-                    last.map(|l| format!(": {}", l.trim())).unwrap_or_default()
-                )))
-            }
-            Ok(out) => {
-                let stdout = String::from_utf8_lossy(&out.stdout);
-                let mut lines = stdout
-                    .lines()
-                    .rev()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty());
-                let address = lines.clone().find(|l| l.contains("://"));
-                Ok(address
-                    .or_else(|| lines.next())
-                    .unwrap_or("opened")
-                    .to_string())
-            }
-        };
+        let opened =
+            match super::operator_command::run(program, args, folder, PULL_REQUEST_TIMEOUT).await {
+                Err(e) => Err(failed(e.to_string())),
+                Ok(out) if !out.status.success() => {
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+                    Err(failed(format!(
+                        "{}{}",
+                        out.status,
+                        last.map(|l| format!(": {}", l.trim())).unwrap_or_default()
+                    )))
+                }
+                Ok(out) => {
+                    let stdout = String::from_utf8_lossy(&out.stdout);
+                    let mut lines = stdout
+                        .lines()
+                        .rev()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty());
+                    let address = lines.clone().find(|l| l.contains("://"));
+                    Ok(address
+                        .or_else(|| lines.next())
+                        .unwrap_or("opened")
+                        .to_string())
+                }
+            };
         if let Err(e) = &opened {
             tracing::warn!(branch = %request.branch, "{e}");
         }

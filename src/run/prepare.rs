@@ -380,6 +380,7 @@ impl Bridge {
             &program,
             checkout.as_ref().map(|(c, _)| c),
         )?;
+        self.write_model_files(spec, &env, &projection)?;
         let outbox = self.watch_outbox(&projection)?;
         let prepared = Prepared {
             spend: None,
@@ -409,6 +410,27 @@ impl Bridge {
             _guard: guard,
         };
         Ok(Some((prepared, outbox)))
+    }
+
+    /// The files a CLI reads its model endpoint from (its family's), made
+    /// from its environment as it will start, in its home.
+    fn write_model_files(
+        &self,
+        spec: &AdapterSpec,
+        env: &BTreeMap<String, String>,
+        projection: &Projection,
+    ) -> Result<(), RunFailed> {
+        let Some(files) = spec.family.model_files else {
+            return Ok(());
+        };
+        for (path, bytes) in files(env) {
+            let parts: Vec<&str> = paths::HOME.iter().copied().chain(path.split('/')).collect();
+            projection.dir.write(&parts, &bytes).map_err(|e| {
+                let root = &self.settings.workspace_root;
+                fail(FailureCode::WorkspaceError, e.within(root).to_string())
+            })?;
+        }
+        Ok(())
     }
 
     /// The turn's event and the person's message in the host's record

@@ -219,7 +219,18 @@ pub struct Family {
     /// whose sandbox cannot start inside the bridge's cage (Codex's is
     /// bubblewrap, which Landlock refuses) leaves confinement to the cage.
     pub sandbox: Option<SandboxModes>,
+    /// For a CLI that reads its model endpoint from a file and from no
+    /// variable: those files (path in its home, content), made from its
+    /// environment as the turn starts it, after its door has pointed the
+    /// endpoint at the gateway. Never a key: the key stays in a variable
+    /// (a stand-in behind the door), so the files hold nothing secret.
+    pub model_files: Option<ModelFiles>,
 }
+
+/// The files a CLI reads its model endpoint from, made from its
+/// environment: (path in its home, content).
+pub type ModelFiles =
+    fn(&std::collections::BTreeMap<String, String>) -> Vec<(&'static str, Vec<u8>)>;
 
 /// What `{sandbox}` says, by whether the bridge's cage is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -125,6 +125,21 @@ pub struct Acp {
 }
 
 impl Acp {
+    /// The bridge's own tool a call's title names: the tool's name, or
+    /// the name and its arguments (`langbot__history_page: {…}`, as
+    /// Cline titles a call).
+    fn own_tool(&self, title: &str) -> Option<&str> {
+        self.own_tools
+            .iter()
+            .find(|tool| {
+                title == tool.as_str()
+                    || title
+                        .strip_prefix(tool.as_str())
+                        .is_some_and(|rest| rest.starts_with(": "))
+            })
+            .map(String::as_str)
+    }
+
     /// A driver for an agent described by `spec`.
     pub fn new(spec: AcpSpec) -> Self {
         Acp {
@@ -361,8 +376,10 @@ impl Acp {
                     }
                     // What was said before the call is a message of its own.
                     self.complete_text(&mut results);
-                    let name = update["title"]
-                        .as_str()
+                    let title = update["title"].as_str();
+                    let name = title
+                        .and_then(|t| self.own_tool(t))
+                        .or(title)
                         .or(update["kind"].as_str())
                         .unwrap_or("tool")
                         .to_string();
@@ -428,7 +445,7 @@ impl Acp {
         let call = &params["toolCall"];
         let own = call["title"]
             .as_str()
-            .is_some_and(|title| self.own_tools.iter().any(|t| t == title));
+            .is_some_and(|title| self.own_tool(title).is_some());
         if own || !self.ask {
             let allow = own || self.spec.permissions == AcpPolicy::Allow;
             return Step {
@@ -785,6 +802,21 @@ mod tests {
             sent(&acp.line(&own).write[0])["result"]["outcome"]["optionId"],
             "yes"
         );
+        // Titled with its arguments (Cline's way) it is still the bridge's;
+        // a tool whose name merely begins with one of the bridge's is not.
+        for (title, allowed) in [
+            (r#"mcp__langbot__history_page: {\"limit\":5}"#, "yes"),
+            ("mcp__langbot__history_pagex", "no"),
+            ("mcp__langbot__history_page:x", "no"),
+        ] {
+            let call = ask.replace(r#""title":"touch x""#, &format!(r#""title":"{title}""#));
+            assert_ne!(call, ask);
+            assert_eq!(
+                sent(&acp.line(&call).write[0])["result"]["outcome"]["optionId"],
+                allowed,
+                "{title}"
+            );
+        }
 
         let fs = acp.line(r#"{"jsonrpc":"2.0","id":8,"method":"fs/read_text_file","params":{}}"#);
         assert_eq!(sent(&fs.write[0])["error"]["code"], -32601);

@@ -45,4 +45,5 @@ pub const FAMILY: Family = Family {
     },
     usage_file: None,
     sandbox: None,
+    model_files: None,
 };

@@ -57,4 +57,5 @@ pub const FAMILY: Family = Family {
         uncaged: "workspace-write",
         caged: "danger-full-access",
     }),
+    model_files: None,
 };

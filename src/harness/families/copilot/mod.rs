@@ -43,4 +43,5 @@ pub const FAMILY: Family = Family {
         usage: decode::usage_from_file,
     }),
     sandbox: None,
+    model_files: None,
 };
