@@ -76,12 +76,17 @@ fn show(spec: &AdapterSpec, source: &str) -> String {
             "{head}\nprotocol: Agent Client Protocol over stdio, one process per conversation \
              (`run`: one per turn)\ncommand: {} {command}\npermissions: {:?} (the bridge's own \
              tools always allowed; `approvals: chat` asks the person)\nmode: {}\nresume: {:?}\n{env}\nskills: \
-             {}{instructions}\nmcp: in session/new\ninstall: {}",
+             {}{instructions}\nmcp: {}\ninstall: {}",
             spec.binary,
             acp.permissions,
             acp.mode.as_deref().unwrap_or("the agent's own"),
             acp.resume,
             spec.skills_dir,
+            match spec.target().mcp_format {
+                format if format == crate::harness::families::acp::MCP =>
+                    "in session/new".to_string(),
+                own => format!("{own} (a file of its own)"),
+            },
             spec.install_hint,
         );
     }

@@ -618,7 +618,7 @@ impl AdapterSpec {
                 ));
             }
         } else if self.acp.is_some() {
-            return fail("`acp` options go with `family: acp`".into());
+            return fail("`acp` options go with a family of ACP agents".into());
         } else if self.session_not_found.trim().is_empty() {
             return fail(
                 "session_not_found must not be empty (it would match every output)".into(),
@@ -626,9 +626,9 @@ impl AdapterSpec {
         }
         if let Some(live) = &self.live
             && live.driver == super::families::acp::LIVE
-            && self.family.name != "acp"
+            && self.family.live_driver != Some(super::families::acp::LIVE)
         {
-            return fail("the `acp` live driver goes with `family: acp`".into());
+            return fail("the `acp` live driver goes with a family of ACP agents".into());
         }
         if let Some(file) = &self.instructions_file {
             let path = file.strip_prefix(IN_HOME).unwrap_or(file);

@@ -5,6 +5,7 @@ mod live;
 mod mcp;
 
 pub use live::{Acp, AcpPolicy, AcpResume, AcpSpec};
+pub use mcp::FORMAT as MCP;
 
 use super::{Family, HomeSpec, LiveProtocol};
 use crate::harness::{SessionIdFormat, SessionStore};
