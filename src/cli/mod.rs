@@ -28,7 +28,7 @@ mod sign_in;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 
 use error::{CliError, Outcome};
 
@@ -61,6 +61,21 @@ processes; per-conversation limits): `harness-bridge doctor` says what
 holds here, `--uncaged` (run, relay) or `cage:` (bridge.yaml) chooses.
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.";
 
+/// The first line of the help: the built-in harnesses by the names their
+/// specs give them (so a harness added by its YAML file is named there).
+fn about() -> String {
+    let labels: Vec<&str> = crate::harness::Adapters::builtin()
+        .all()
+        .iter()
+        .map(|spec| spec.label.as_str())
+        .collect();
+    format!(
+        "Plug code-agent CLIs ({}, any ACP agent) into IM bots through LangBot's \
+         AgentRunner Protocol v1",
+        labels.join(", ")
+    )
+}
+
 /// What `--version` prints after the name: the crate's version and the
 /// commit it was built from with that commit's date (`build.rs`), so a
 /// report names the exact build.
@@ -71,9 +86,8 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
-/// Plug code-agent CLIs (Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen
-/// Code, Kimi Code, opencode, Kilo Code, any ACP agent) into IM bots
-/// through LangBot's AgentRunner Protocol v1.
+/// Plug code-agent CLIs into IM bots through LangBot's AgentRunner
+/// Protocol v1 (the help names the built-in ones: [`about`]).
 #[derive(Debug, Parser)]
 #[command(name = "harness-bridge", version = VERSION, after_help = AFTER_HELP, propagate_version = true)]
 pub struct Cli {
@@ -481,7 +495,11 @@ pub fn main() -> ExitCode {
     // Everything the bridge and its harnesses create (store, journal,
     // workspaces, tokens) is the owner's alone.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    let cli = match Cli::try_parse() {
+    let parsed = Cli::command()
+        .about(about())
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => {
             let _ = err.print();
