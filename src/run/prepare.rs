@@ -380,8 +380,7 @@ impl Bridge {
             &program,
             checkout.as_ref().map(|(c, _)| c),
         )?;
-        self.write_model_files(spec, &env, &projection)?;
-        let outbox = self.watch_outbox(&projection)?;
+        let outbox = self.ready_to_start(spec, &env, &projection)?;
         let prepared = Prepared {
             spend: None,
             counted: quota.as_ref().map(Quota::counters),
@@ -410,6 +409,19 @@ impl Bridge {
             _guard: guard,
         };
         Ok(Some((prepared, outbox)))
+    }
+
+    /// The last writes before the harness starts, from its environment
+    /// as it will start: the files it reads its model endpoint from; and
+    /// the outbox it sends files through, watched.
+    fn ready_to_start(
+        &self,
+        spec: &AdapterSpec,
+        env: &BTreeMap<String, String>,
+        projection: &Projection,
+    ) -> Result<Outbox, RunFailed> {
+        self.write_model_files(spec, env, projection)?;
+        self.watch_outbox(projection)
     }
 
     /// The files a CLI reads its model endpoint from (its family's), made
