@@ -40,6 +40,10 @@ enum Agent {
     /// Kilo Code's CLI (`kilo acp`, an opencode fork), built in, its
     /// model an Anthropic provider in its configuration.
     Kilo,
+    /// Cline's CLI (`cline --acp`), built in, a family of its own: its
+    /// MCP servers and model endpoint in its own settings files, its
+    /// model an OpenAI-compatible endpoint.
+    Cline,
 }
 
 impl Agent {
@@ -49,6 +53,7 @@ impl Agent {
             Agent::Kimi => "kimi",
             Agent::Opencode => "opencode",
             Agent::Kilo => "kilo",
+            Agent::Cline => "cline",
         }
     }
 
@@ -64,6 +69,16 @@ impl Agent {
                 assert!(
                     path.exists(),
                     "opencode is not installed at {}: run `scripts/test` (npm ci in tests/clis; \
+                     the pinned build is linux x64)",
+                    path.display()
+                );
+                path
+            }
+            Agent::Cline => {
+                let path = common::cli_dir().join("node_modules/@cline/cli-linux-x64/bin/cline");
+                assert!(
+                    path.exists(),
+                    "Cline is not installed at {}: run `scripts/test` (npm ci in tests/clis; \
                      the pinned build is linux x64)",
                     path.display()
                 );
@@ -90,6 +105,7 @@ impl Agent {
             Agent::Kimi => ".langbot/home/.kimi-code/AGENTS.md",
             Agent::Opencode => ".langbot/home/.config/opencode/AGENTS.md",
             Agent::Kilo => ".langbot/home/.config/kilo/AGENTS.md",
+            Agent::Cline => ".langbot/home/.cline/rules/langbot.md",
         }
     }
 }
@@ -173,6 +189,15 @@ impl Machine {
                     ("ANTHROPIC_API_KEY", "test-key".to_string()),
                 ]
             }
+            // Its endpoint as the operator gives it: the bridge writes it
+            // into Cline's provider settings.
+            Agent::Cline => vec![
+                ("PATH", path),
+                ("HOME", home),
+                ("CLINE_BASE_URL", format!("{model_url}/v1")),
+                ("CLINE_API_KEY", "test-key".to_string()),
+                ("CLINE_MODEL", "fake-model".to_string()),
+            ],
             Agent::Kilo => {
                 // Only the Anthropic provider: Kilo's own gateway, which
                 // it would otherwise list models of, is off.
@@ -219,6 +244,43 @@ impl Machine {
     }
 }
 
+/// The fake model an agent is pointed at: the Messages API, or for Cline
+/// an OpenAI-compatible one (chat completions), scripted alike.
+struct Model {
+    url: String,
+    /// Every request it got.
+    requests: Arc<std::sync::Mutex<Vec<Value>>>,
+    /// Requests it left hanging (their prompt held the `hang_on` word).
+    hanging: Arc<std::sync::atomic::AtomicUsize>,
+    /// The Messages API's own records (the keys it heard, the tokens it
+    /// reported); `None` for chat completions.
+    messages: Option<common::anthropic::Fake>,
+}
+
+impl Model {
+    async fn start(agent: Agent, hang_on: Option<&str>) -> Model {
+        if agent == Agent::Cline {
+            let (url, fake) = common::wire::fake_model(common::wire::Wire::Chat, hang_on).await;
+            return Model {
+                url,
+                requests: fake.requests,
+                hanging: fake.hanging,
+                messages: None,
+            };
+        }
+        let (url, fake) = match hang_on {
+            Some(word) => fake_model_hanging_on(word).await,
+            None => fake_model(false).await,
+        };
+        Model {
+            url,
+            requests: fake.requests.clone(),
+            hanging: fake.hanging.clone(),
+            messages: Some(fake),
+        }
+    }
+}
+
 fn terminal(results: &[Value]) -> &Value {
     results.last().expect("a terminal result")
 }
@@ -253,11 +315,18 @@ async fn kilo_serves_a_conversation_live_over_acp() {
     live_conversation(Agent::Kilo).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn cline_serves_a_conversation_live_over_acp() {
+    live_conversation(Agent::Cline).await;
+}
+
 /// Two turns of one conversation in one agent process: deltas, the
 /// bridge's history tool answered from the store, the second turn
 /// carrying the first, the instructions the same both turns.
 async fn live_conversation(agent: Agent) {
-    let (model_url, fake) = fake_model(false).await;
+    let fake = Model::start(agent, None).await;
+    let model_url = fake.url.clone();
     let machine = Machine::new(agent);
     let mut server = machine.serve(&model_url).await;
 
@@ -409,11 +478,18 @@ async fn cancel_interrupts_a_kilo_turn_and_the_session_goes_on() {
     cancel_keeps_the_session(Agent::Kilo).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn cancel_interrupts_a_cline_turn_and_the_session_goes_on() {
+    cancel_keeps_the_session(Agent::Cline).await;
+}
+
 /// Cancel mid-turn: `session/cancel`, the turn ends `cancelled`, the same
 /// process serves the next turn with the earlier context; shutdown
 /// leaves nothing.
 async fn cancel_keeps_the_session(agent: Agent) {
-    let (model_url, fake) = fake_model_hanging_on("HANG").await;
+    let fake = Model::start(agent, Some("HANG")).await;
+    let model_url = fake.url.clone();
     let machine = Machine::new(agent);
     let mut server = machine.serve(&model_url).await;
     let first = server
@@ -544,6 +620,12 @@ async fn run_drives_kilo_for_one_turn_and_resumes_it_the_next() {
     run_turns(Agent::Kilo).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn run_drives_cline_for_one_turn_and_resumes_it_the_next() {
+    run_turns(Agent::Cline).await;
+}
+
 /// Kilo's shell tool runs inside the cage: a file it writes in the
 /// workspace is there; a file it writes in a folder outside, one the test
 /// itself can write, is refused by the kernel and never appears, and the
@@ -611,7 +693,8 @@ async fn kilos_shell_writes_in_its_workspace_and_nowhere_else() {
 /// `harness_not_found` with the spec's install hint; a turn past its
 /// deadline leaves no process.
 async fn run_turns(agent: Agent) {
-    let (model_url, fake) = fake_model_hanging_on("HANG").await;
+    let fake = Model::start(agent, Some("HANG")).await;
+    let model_url = fake.url.clone();
     let machine = Machine::new(agent);
     let data = common::tempdir();
     seed_decision(data.path(), CONVERSATION).await;
@@ -700,6 +783,7 @@ async fn run_turns(agent: Agent) {
         Agent::Kimi => "npm install -g @moonshot-ai/kimi-code",
         Agent::Opencode => "npm install -g opencode-ai",
         Agent::Kilo => "npm install -g @kilocode/cli",
+        Agent::Cline => "npm install -g cline",
     };
     assert!(
         end["data"]["error"].as_str().unwrap_or("").contains(hint),
@@ -975,7 +1059,8 @@ async fn codex_runs_through_its_acp_adapter_added_by_yaml() {
 /// reached only through the gateway: what the model hears is the
 /// operator's key, never the stand-in the agent held.
 async fn a_turn_behind_the_door(agent: Agent) {
-    let (model_url, fake) = fake_model(false).await;
+    let fake = Model::start(agent, None).await;
+    let model_url = fake.url.clone();
     let machine = Machine::new(agent);
     let data = common::tempdir();
     seed_decision(data.path(), CONVERSATION).await;
@@ -1001,20 +1086,47 @@ async fn a_turn_behind_the_door(agent: Agent) {
     assert!(end.to_string().contains(ANSWER), "{end}");
     let requests = fake.requests.lock().unwrap().clone();
     common::assert_history_reached_model(&requests, &turn.stderr);
-    let keys = fake.keys.lock().unwrap().clone();
-    assert!(!keys.is_empty(), "no key reached the model");
-    assert!(
-        keys.iter()
-            .all(|k| k.ends_with("test-key") && !k.contains("hb-")),
-        "the model heard {keys:?}"
-    );
-    // The turn's usage is what the model's answers said, summed by the
-    // gateway: exact whether the agent reports usage (Kimi does not).
-    let (input, output) = *fake.reported.lock().unwrap();
     let usage = &end["usage"];
-    assert_eq!(usage["prompt_tokens"], input, "{usage}");
-    assert_eq!(usage["completion_tokens"], output, "{usage}");
     assert_eq!(usage["model_calls"], requests.len(), "{usage}");
+    match &fake.messages {
+        Some(messages) => {
+            let keys = messages.keys.lock().unwrap().clone();
+            assert!(!keys.is_empty(), "no key reached the model");
+            assert!(
+                keys.iter()
+                    .all(|k| k.ends_with("test-key") && !k.contains("hb-")),
+                "the model heard {keys:?}"
+            );
+            // The turn's usage is what the model's answers said, summed
+            // by the gateway: exact whether the agent reports usage (Kimi
+            // does not).
+            let (input, output) = *messages.reported.lock().unwrap();
+            assert_eq!(usage["prompt_tokens"], input, "{usage}");
+            assert_eq!(usage["completion_tokens"], output, "{usage}");
+        }
+        None => {
+            // Cline's endpoint is a file it reads: the bridge wrote the
+            // gateway there, and the key, which it reads from its
+            // environment (a stand-in there), is in no file of its home.
+            let workspace = common::turn_workspace(&turn);
+            let settings = workspace.join(".langbot/home/.cline/data/settings");
+            let providers = std::fs::read_to_string(settings.join("providers.json")).unwrap();
+            assert!(providers.contains("/model/openai"), "{providers}");
+            assert!(!providers.contains(&model_url), "{providers}");
+            for entry in walkdir::WalkDir::new(workspace.join(".langbot/home")) {
+                let entry = entry.unwrap();
+                if entry.file_type().is_file() {
+                    let text = std::fs::read(entry.path()).unwrap_or_default();
+                    assert!(
+                        !String::from_utf8_lossy(&text).contains("test-key"),
+                        "the key in {}",
+                        entry.path().display()
+                    );
+                }
+            }
+            assert_eq!(usage["prompt_tokens"], 10 * requests.len(), "{usage}");
+        }
+    }
     assert!(processes_under(&data.path().join("workspaces")).is_empty());
 }
 
@@ -1040,4 +1152,10 @@ async fn opencode_reaches_its_model_through_the_gateway() {
 #[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
 async fn kilo_reaches_its_model_through_the_gateway() {
     a_turn_behind_the_door(Agent::Kilo).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier clis: needs the pinned ACP agents and Node (npm ci --prefix tests/clis); scripts/test runs it"]
+async fn cline_reaches_its_model_through_the_gateway() {
+    a_turn_behind_the_door(Agent::Cline).await;
 }

@@ -19,6 +19,7 @@
 
 pub mod acp;
 pub mod claude;
+mod cline;
 pub mod codex;
 pub mod copilot;
 pub mod gemini;
@@ -343,6 +344,7 @@ pub const FAMILIES: &[Family] = &[
     gemini::FAMILY,
     qwen::FAMILY,
     acp::FAMILY,
+    cline::FAMILY,
 ];
 
 /// The family called `name`.
