@@ -27,8 +27,8 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-use super::attempt::{self, AttemptEnd};
-use super::engine::{self, Engine, Event, Live, Stop, Watch};
+use super::io::attempt::{self, AttemptEnd};
+use super::io::engine::{self, Engine, Event, Live, Stop, Watch};
 use crate::harness::decode::LineBuffer;
 use crate::harness::live::{LiveDriver, PermissionRequest, Setup};
 pub use crate::harness::live::{Prompt, PromptFile};

@@ -1,32 +1,26 @@
-//! One turn, end to end: grant → workspace → resume pointer → harness →
-//! results → what the host keeps. The [`Bridge`] holds what lives across
-//! turns (the host, the grants, the MCP server, the specs and templates);
-//! [`Bridge::run`] does one turn and always ends the stream with exactly
-//! one `run.completed` or `run.failed`. A turn is three phases, a file
-//! each: `prepare` (nothing started), `drive` (the harness runs, over the
-//! one I/O loop of `engine`), `settle` (what the host keeps, the terminal).
+//! Running turns. The [`Bridge`] holds what lives across turns (the host,
+//! the grants, the MCP server, the specs and templates); [`Bridge::run`]
+//! does one turn and always ends the stream with exactly one
+//! `run.completed` or `run.failed`. The folder is cut by that line: one
+//! turn, end to end, is `turn/` (grant → workspace → resume pointer →
+//! harness → results → what the host keeps); what spans turns is here
+//! beside it — the front doors' one way in (`dispatch`), each
+//! conversation's queue (`queue`), the processes kept between turns
+//! (`live`), a session following its conversation to another instance
+//! (`follow`), the chat commands answered between turns (`commands/`),
+//! the destinations a person allowed (`destinations`), the operator's
+//! budgets (`budget`) and a quick one-off context (`quick`).
 
-mod answers;
-mod attempt;
 mod budget;
 mod commands;
 mod destinations;
 mod dispatch;
-mod drive;
-mod emit;
-mod engine;
 mod follow;
-mod ledger;
+mod io;
 mod live;
-mod mcp_file;
-mod outbox;
-mod prepare;
-mod publish;
 mod queue;
 mod quick;
-mod record;
-mod settle;
-mod usage;
+mod turn;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -37,11 +31,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use turn::{ledger, record};
+
 pub use commands::{Answer, Asking, NoTurns, Stopping, TurnNow, Turns, answer_results};
 pub use dispatch::{Deliver, Dispatch, Dispatched};
-pub use emit::Emitter;
+pub use io::emit::Emitter;
+pub use io::outbox::OUTBOX_DIR;
 pub use live::{LiveLimits, LiveSession, LiveSessions};
-pub use outbox::OUTBOX_DIR;
 pub use queue::{QueueFull, Scheduler, Ticket, Turn};
 pub use quick::{QuickTurn, new_run_id, quick_context};
 

@@ -12,7 +12,8 @@ use super::{Asked, age};
 use crate::harness::{EARLIER_SESSIONS_KEY, ResumePointer, SESSION_FILES_KEY};
 use crate::host::{HostResult, now_ms};
 use crate::protocol::StateScope;
-use crate::run::{Bridge, record};
+use crate::run::Bridge;
+use crate::run::turn::record;
 
 /// How many earlier sessions a conversation keeps.
 const KEPT: usize = 20;

@@ -9,8 +9,9 @@ use crate::host::budget::{Limit, Per, Periods, Spent, spending};
 use crate::host::now_ms;
 use crate::host::usage::{UsageBy, UsageQuery};
 use crate::interaction::Ask;
+use crate::run::Bridge;
 use crate::run::budget::{amount, grouped};
-use crate::run::{Bridge, record};
+use crate::run::turn::record;
 
 /// `/stop`.
 pub(super) async fn stop(asked: &Asked<'_>) -> String {
@@ -121,7 +122,7 @@ pub(super) async fn status(bridge: &Bridge, asked: &Asked<'_>) -> String {
         let branch = bridge
             .project(project)
             .map(|p| {
-                super::super::prepare::conversation_branch(
+                crate::run::turn::prepare::conversation_branch(
                     asked.asking.ctx,
                     p,
                     asked.asking.harness,

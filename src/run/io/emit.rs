@@ -189,7 +189,7 @@ impl Emitter {
 /// What the bridge says of the conversation's project, marked as its own
 /// (`metadata.project`): a front end that sends only a turn's final
 /// message (the LangBot plugin, in an Agent binding) sends these too.
-pub(super) fn project_message(text: String, branch: &str) -> crate::protocol::Message {
+pub(in crate::run) fn project_message(text: String, branch: &str) -> crate::protocol::Message {
     let mut message = crate::protocol::Message::assistant(text);
     message.extra.insert(
         "metadata".into(),

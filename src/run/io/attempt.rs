@@ -35,7 +35,7 @@ pub struct AttemptEnd {
     pub usage: Option<TokenUsage>,
 }
 
-pub(super) fn failed(code: FailureCode, error: String, retryable: bool) -> ResultPayload {
+pub(in crate::run) fn failed(code: FailureCode, error: String, retryable: bool) -> ResultPayload {
     ResultPayload::RunFailed(RunFailed {
         code,
         error,
@@ -94,7 +94,7 @@ pub async fn attempt(spec: &AdapterSpec, launch: &Launch<'_>, live: &mut Live<'_
     tracing::info!(harness = %spec.name, pgid = ?process.pgid(), "harness started");
     (live.bind)(&process);
     if let (Some(hook), Some(pgid)) = (live.on_spawn, process.pgid()) {
-        (hook.0)(&super::Spawned {
+        (hook.0)(&crate::run::Spawned {
             pgid,
             workspace: launch.cwd,
             marker: process.marker(),
@@ -282,7 +282,7 @@ impl OneShot<'_> {
 }
 
 /// Add the last stderr lines to a failure's sentence.
-pub(super) fn quote_stderr(failed: &mut RunFailed, stderr: &[String]) {
+pub(in crate::run) fn quote_stderr(failed: &mut RunFailed, stderr: &[String]) {
     let from = stderr.len().saturating_sub(QUOTED_STDERR_LINES);
     if stderr[from..].is_empty() {
         return;
@@ -295,7 +295,7 @@ pub(super) fn quote_stderr(failed: &mut RunFailed, stderr: &[String]) {
 }
 
 /// Results that carry the model's (or a tool's) words.
-pub(super) fn is_model_output(kind: &ResultType) -> bool {
+pub(in crate::run) fn is_model_output(kind: &ResultType) -> bool {
     matches!(
         kind,
         ResultType::MessageDelta

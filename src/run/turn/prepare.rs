@@ -13,11 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::mcp_file::FilledMcpFile;
-use super::outbox::Outbox;
-use super::{
-    Bridge, Emitter, HOST_CALL_TIMEOUT, RunGuard, RunOptions, RunSummary, SessionPlan, answers,
-    facts, fail, follow, publish, record,
-};
+use super::{answers, publish, record};
 use crate::harness::cage::{Counters, Network, Plan, Quota, Subject};
 use crate::harness::{
     AdapterSpec, ResumePointer, child_env, env_pattern_matches, find_program,
@@ -35,12 +31,17 @@ use crate::protocol::{
     RunFailed,
 };
 use crate::repo::{Checkout, Project, ProjectMode, Publishable, Snapshot};
+use crate::run::io::outbox::Outbox;
+use crate::run::{
+    Bridge, Emitter, HOST_CALL_TIMEOUT, RunGuard, RunOptions, RunSummary, SessionPlan, facts, fail,
+    follow,
+};
 
 /// What `prepare` hands the harness phases: the turn, decided. (The
 /// outbox's watch comes beside it: `drive` reads it while it reads this.)
-pub(super) struct Prepared<'a> {
+pub(in crate::run) struct Prepared<'a> {
     /// What the turn may spend before it is stopped (set once admitted).
-    pub spend: Option<&'a super::budget::SpendWatch>,
+    pub spend: Option<&'a crate::run::budget::SpendWatch>,
     pub spec: &'a AdapterSpec,
     pub binding: Binding<'a>,
     /// `approvals: chat`: permission prompts go to the person.
@@ -253,7 +254,7 @@ fn in_worktree(
 /// message name. The conversation's id is made a safe name with its
 /// digest, so two ids never share a branch and none climbs out of
 /// `chat/`.
-pub(super) fn conversation_branch(
+pub(in crate::run) fn conversation_branch(
     ctx: &AgentRunContext,
     project: &Project,
     harness: &str,
@@ -310,7 +311,7 @@ impl Bridge {
     /// Decide the whole turn, or refuse it. `Ok(None)`: the input was an
     /// answer that is not this person's to give, or came too late; the
     /// person has been told and nothing runs.
-    pub(super) async fn prepare<'a>(
+    pub(in crate::run) async fn prepare<'a>(
         &'a self,
         ctx: &'a AgentRunContext,
         harness: &str,
@@ -765,7 +766,7 @@ impl Bridge {
         let target = spec.target();
         let mut bridge_paths = vec![
             format!("{}/", paths::DIR),
-            format!("{}/", super::outbox::OUTBOX_DIR),
+            format!("{}/", crate::run::io::outbox::OUTBOX_DIR),
             format!("{}/", target.skills_dir.join("/")),
         ];
         bridge_paths.extend(projection.mcp.file.as_ref().map(|f| f.path.join("/")));
@@ -855,7 +856,10 @@ impl Bridge {
 
     /// The operator's cage with the binding's choice of network for its
     /// own harness.
-    pub(super) fn cage_policy(&self, binding: &Binding<'_>) -> crate::harness::cage::CagePolicy {
+    pub(in crate::run) fn cage_policy(
+        &self,
+        binding: &Binding<'_>,
+    ) -> crate::harness::cage::CagePolicy {
         let mut cage = self.settings.cage.clone();
         cage.ports.extend(&binding.network_ports);
         if let Some(egress) = &binding.egress {
@@ -942,11 +946,13 @@ impl Bridge {
         let mut proxy = crate::door::Proxy::new(egress, token, self.grants.clone())
             .with_own_traffic(&spec.label, &spec.own_traffic);
         if asks {
-            proxy = proxy.with_approver(std::sync::Arc::new(super::destinations::DoorApprover {
-                asks: self.asks.clone(),
-                grants: self.grants.clone(),
-                token: token.to_string(),
-            }));
+            proxy = proxy.with_approver(std::sync::Arc::new(
+                crate::run::destinations::DoorApprover {
+                    asks: self.asks.clone(),
+                    grants: self.grants.clone(),
+                    token: token.to_string(),
+                },
+            ));
         }
         let keeper = crate::door::Keeper::new(self.mcp.door_app(), gateway, proxy);
         (Some(keeper.shared()), overrides)

@@ -11,13 +11,13 @@ use crate::projection::{ConfinedDir, McpFile, ProjectionError, fill_mcp_env};
 /// rendered (the secrets as `${VAR}`) when dropped, however the turn ends.
 /// It keeps its own handle on the folder (a shared descriptor) and the
 /// rendered content, so it can live beside the projection it came from.
-pub(super) struct FilledMcpFile {
+pub(in crate::run) struct FilledMcpFile {
     dir: ConfinedDir,
     file: McpFile,
 }
 
 impl FilledMcpFile {
-    pub(super) fn write(
+    pub(in crate::run) fn write(
         dir: &ConfinedDir,
         file: &McpFile,
         env: &BTreeMap<String, String>,

@@ -20,12 +20,12 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Steer;
 use super::emit::Emitter;
 use super::outbox::{self, Outbox};
 use crate::harness::HarnessProcess;
 use crate::host::{HostApi, RunScope};
 use crate::protocol::ResultPayload;
+use crate::run::Steer;
 
 /// What the run needs while the process lives.
 pub struct Live<'a> {
@@ -47,14 +47,14 @@ pub struct Live<'a> {
     /// How long the group gets between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// Told each harness that starts.
-    pub on_spawn: Option<&'a super::SpawnHook>,
+    pub on_spawn: Option<&'a crate::run::SpawnHook>,
     /// Binds the run's token to each harness that starts (its only
     /// holder from then on).
     pub bind: &'a (dyn Fn(&HarnessProcess) + Send + Sync),
     /// Follow-ups for the running turn (a live harness that takes them).
-    pub steer: Option<&'a mut tokio::sync::mpsc::Receiver<super::Steer>>,
+    pub steer: Option<&'a mut tokio::sync::mpsc::Receiver<crate::run::Steer>>,
     /// What the turn may spend before it is stopped (`mid_turn: stop`).
-    pub spend: Option<&'a super::budget::SpendWatch>,
+    pub spend: Option<&'a crate::run::budget::SpendWatch>,
     /// What the turn's model calls through the gateway used, as each
     /// ends: its spending whatever the harness reports.
     pub meter: &'a crate::host::meter::Meter,
@@ -73,13 +73,13 @@ pub async fn push_artifact(live: &mut Live<'_>, name: String) {
 
 /// Why the run stopped a harness (rather than the harness ending).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stop {
+pub(in crate::run) enum Stop {
     Deadline,
     Cancelled,
 }
 
 /// What woke the loop, for the engine to act on.
-pub(super) enum Event<'b> {
+pub(in crate::run) enum Event<'b> {
     /// The run was cancelled.
     Cancelled,
     /// The engine's timer ([`Engine::until`]) passed.
@@ -94,7 +94,7 @@ pub(super) enum Event<'b> {
 
 /// Which of the loop's sources the engine wants watched now.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Watch {
+pub(in crate::run) struct Watch {
     pub cancel: bool,
     pub steer: bool,
     pub output: bool,
@@ -102,7 +102,7 @@ pub(super) struct Watch {
 }
 
 /// One kind of attempt (one-shot, live) over the shared loop.
-pub(super) trait Engine {
+pub(in crate::run) trait Engine {
     /// How the attempt ended, for the engine to turn into its result.
     type Over;
 
@@ -123,7 +123,7 @@ pub(super) trait Engine {
 }
 
 /// Run `engine` until it says the attempt is over.
-pub(super) async fn pump<E: Engine>(engine: &mut E, io: &mut Live<'_>) -> E::Over {
+pub(in crate::run) async fn pump<E: Engine>(engine: &mut E, io: &mut Live<'_>) -> E::Over {
     let mut buf = vec![0u8; 64 * 1024];
     let mut inbox = io.steer.take();
     let over = loop {

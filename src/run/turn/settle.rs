@@ -13,11 +13,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::drive::Driven;
-use super::emit::project_message;
 use super::prepare::Prepared;
-use super::{
-    AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, answers, follow, outbox, record,
-};
+use super::{answers, record};
 use crate::harness::ResumePointer;
 use crate::interaction::{self, PENDING_KEY, Pending};
 use crate::projection::safe_component;
@@ -25,11 +22,14 @@ use crate::protocol::{
     ActionRequested, AgentRunContext, FailureCode, INTERACTION_REQUESTED, Message,
     MessageCompleted, ResultPayload, RunCompleted, StateScope, StateUpdated,
 };
+use crate::run::io::emit::project_message;
+use crate::run::io::outbox;
+use crate::run::{AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, follow};
 
 impl Bridge {
     /// Keep what the turn left (pointer, open request, reply) and send its
     /// terminal result.
-    pub(super) async fn settle(
+    pub(in crate::run) async fn settle(
         &self,
         ctx: &AgentRunContext,
         turn: &Prepared<'_>,
@@ -91,7 +91,8 @@ impl Bridge {
             && !cancel.is_cancelled()
         {
             tracing::warn!("{over}");
-            end.terminal = ResultPayload::RunFailed(super::fail(FailureCode::ResourceLimit, over));
+            end.terminal =
+                ResultPayload::RunFailed(crate::run::fail(FailureCode::ResourceLimit, over));
         }
         let terminal = terminal(
             end.terminal,

@@ -10,20 +10,20 @@ use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{self, AttemptEnd};
-use super::engine;
-use super::live::{self, LiveSessions};
-use super::outbox::Outbox;
 use super::prepare::Prepared;
 use super::usage::UsageCount;
-use super::{Bridge, Emitter, PROMPT_TOOL, RunOptions, Spawned, fail};
 use crate::harness::{AdapterSpec, Launch, Stdin, TurnValues};
 use crate::interaction::{self, Decision, Reply};
 use crate::projection::{TOKEN_ENV, paths};
 use crate::protocol::{AgentRunContext, FailureCode, ResultPayload, RunFailed};
+use crate::run::io::attempt::{self, AttemptEnd};
+use crate::run::io::engine;
+use crate::run::io::outbox::Outbox;
+use crate::run::live::{self, LiveSessions};
+use crate::run::{Bridge, Emitter, PROMPT_TOOL, RunOptions, Spawned, fail};
 
 /// How the harness phase ended.
-pub(super) struct Driven {
+pub(in crate::run) struct Driven {
     /// The last attempt's end, its terminal result not yet sent.
     pub end: AttemptEnd,
     /// Whether the turn continued an earlier session.
@@ -148,7 +148,7 @@ fn live_argv(spec: &AdapterSpec, values: &TurnValues<'_>) -> Result<Vec<String>,
 impl Bridge {
     /// Run the harness for the prepared turn, retrying once as a fresh
     /// session when the one to resume is gone.
-    pub(super) async fn drive(
+    pub(in crate::run) async fn drive(
         &self,
         ctx: &AgentRunContext,
         options: &RunOptions,
@@ -270,7 +270,7 @@ impl Bridge {
         ctx: &AgentRunContext,
         turn: &Prepared<'_>,
     ) -> (
-        Option<super::destinations::Registered>,
+        Option<crate::run::destinations::Registered>,
         tokio::sync::mpsc::UnboundedReceiver<ResultPayload>,
     ) {
         let (notices, cards) = tokio::sync::mpsc::unbounded_channel();
@@ -282,7 +282,7 @@ impl Bridge {
         ctx: &AgentRunContext,
         turn: &Prepared<'_>,
         notices: tokio::sync::mpsc::UnboundedSender<ResultPayload>,
-    ) -> Option<super::destinations::Registered> {
+    ) -> Option<crate::run::destinations::Registered> {
         turn.door.as_ref()?;
         let conversation = ctx.conversation_id()?;
         let asked_by = ctx.actor.as_ref().and_then(|a| {
@@ -291,7 +291,7 @@ impl Bridge {
                 name: a.actor_name.clone(),
             })
         });
-        let asking = super::destinations::Turn {
+        let asking = crate::run::destinations::Turn {
             notices,
             conversation: conversation.to_string(),
             asked_by,

@@ -7,7 +7,7 @@ use crate::protocol::TokenUsage;
 
 /// A harness's usage file as the last turn left it (then removed, so a
 /// turn that writes none reports none rather than the last one's).
-pub(super) struct UsageCount(Option<serde_json::Value>);
+pub(in crate::run) struct UsageCount(Option<serde_json::Value>);
 
 /// Most of a usage file read: it is the harness's, in its workspace.
 const MAX_USAGE_FILE: u64 = 1024 * 1024;
@@ -21,7 +21,7 @@ impl UsageCount {
         serde_json::from_slice(&head.bytes).ok()
     }
 
-    pub(super) fn before(dir: &ConfinedDir) -> UsageCount {
+    pub(in crate::run) fn before(dir: &ConfinedDir) -> UsageCount {
         let before = UsageCount::read(dir);
         if let Err(e) = dir.remove(&paths::USAGE) {
             tracing::warn!(error = %e, "cannot clear the harness's usage file");
@@ -29,7 +29,7 @@ impl UsageCount {
         UsageCount(before)
     }
 
-    pub(super) fn after(self, file: UsageFile, dir: &ConfinedDir) -> Option<TokenUsage> {
+    pub(in crate::run) fn after(self, file: UsageFile, dir: &ConfinedDir) -> Option<TokenUsage> {
         file.usage(self.0.as_ref(), &UsageCount::read(dir)?)
     }
 }

@@ -9,7 +9,7 @@ use crate::protocol::{AgentRunContext, ResultType, RunFailed, TokenUsage};
 
 /// The ledger's row for a run of `harness` on `ctx` that started at
 /// `started_ms` and ended as `outcome`.
-pub(super) fn row(
+pub(in crate::run) fn row(
     ctx: &AgentRunContext,
     harness: &str,
     started_ms: i64,
@@ -58,7 +58,7 @@ pub(super) fn row(
 
 /// Count `row` in the process's metrics and record it; a host that
 /// cannot is logged, the run being over.
-pub(super) async fn record(host: &dyn HostApi, row: UsageRecord) {
+pub(in crate::run) async fn record(host: &dyn HostApi, row: UsageRecord) {
     let metrics = crate::metrics::global();
     let model = row.model.as_deref();
     for (kind, n) in [
@@ -72,7 +72,7 @@ pub(super) async fn record(host: &dyn HostApi, row: UsageRecord) {
     if let Some(usd) = row.cost_usd {
         metrics.cost(&row.harness, model, usd);
     }
-    let wait = tokio::time::timeout(super::HOST_CALL_TIMEOUT, host.record_usage(row));
+    let wait = tokio::time::timeout(crate::run::HOST_CALL_TIMEOUT, host.record_usage(row));
     match wait.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!("cannot record the run's usage: {e}"),

@@ -3,18 +3,18 @@
 //! the person where it went (or why it did not), and tells the harness
 //! the same in its prompt.
 
-use super::Emitter;
-use super::emit::project_message;
 use crate::host::GrantedHost;
 use crate::interaction::{PublishRequest, short};
 use crate::protocol::{ErrorCode, MessageCompleted, ResultPayload};
 use crate::repo::Project;
+use crate::run::Emitter;
+use crate::run::io::emit::project_message;
 
 /// The audit action of a push.
 const ACTION: &str = "project_publish";
 
 /// Push `request` as approved; the prompt the harness gets.
-pub(super) async fn approved(
+pub(in crate::run) async fn approved(
     request: &PublishRequest,
     project: Option<&Project>,
     host: &GrantedHost,
