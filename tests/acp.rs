@@ -57,43 +57,16 @@ impl Agent {
         }
     }
 
-    /// The program, from the pinned test CLIs (opencode and Kilo as their
-    /// linux x64 builds, the binaries their launcher packages would pick
-    /// here).
+    /// The program, from the pinned test CLIs (opencode, Kilo and Cline as
+    /// their linux x64 builds, the binaries their launcher packages would
+    /// pick here).
     fn binary(self) -> std::path::PathBuf {
         match self {
             Agent::ClaudeAcp => common::cli("claude-agent-acp"),
             Agent::Kimi => common::cli("kimi"),
-            Agent::Opencode => {
-                let path = common::cli_dir().join("node_modules/opencode-linux-x64/bin/opencode");
-                assert!(
-                    path.exists(),
-                    "opencode is not installed at {}: run `scripts/test` (npm ci in tests/clis; \
-                     the pinned build is linux x64)",
-                    path.display()
-                );
-                path
-            }
-            Agent::Cline => {
-                let path = common::cli_dir().join("node_modules/@cline/cli-linux-x64/bin/cline");
-                assert!(
-                    path.exists(),
-                    "Cline is not installed at {}: run `scripts/test` (npm ci in tests/clis; \
-                     the pinned build is linux x64)",
-                    path.display()
-                );
-                path
-            }
-            Agent::Kilo => {
-                let path = common::cli_dir().join("node_modules/@kilocode/cli-linux-x64/bin/kilo");
-                assert!(
-                    path.exists(),
-                    "Kilo is not installed at {}: run `scripts/test` (npm ci in tests/clis; \
-                     the pinned build is linux x64)",
-                    path.display()
-                );
-                path
-            }
+            Agent::Opencode => platform_build("opencode", "opencode-linux-x64/bin/opencode"),
+            Agent::Cline => platform_build("Cline", "@cline/cli-linux-x64/bin/cline"),
+            Agent::Kilo => platform_build("Kilo", "@kilocode/cli-linux-x64/bin/kilo"),
         }
     }
 
@@ -108,6 +81,18 @@ impl Agent {
             Agent::Cline => ".langbot/home/.cline/rules/langbot.md",
         }
     }
+}
+
+/// A CLI pinned as its linux x64 build: `program` in tests/clis.
+fn platform_build(name: &str, program: &str) -> std::path::PathBuf {
+    let path = common::cli_dir().join("node_modules").join(program);
+    assert!(
+        path.exists(),
+        "{name} is not installed at {}: run `scripts/test` (npm ci in tests/clis; \
+         the pinned build is linux x64)",
+        path.display()
+    );
+    path
 }
 
 /// A folder holding the spec (for an agent that is not built in), and a
