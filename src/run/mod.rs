@@ -486,17 +486,19 @@ impl Bridge {
             cancel,
             spend,
         } = run;
-        let Some((mut turn, mut outbox)) = self
-            .prepare(ctx, harness, options, emit, cancel, summary)
-            .await?
-        else {
+        let mut turn_io = turn::TurnIo {
+            ctx,
+            options,
+            cancel,
+            emit,
+            summary,
+        };
+        let Some((mut turn, mut outbox)) = self.prepare(&mut turn_io, harness).await? else {
             return Ok(());
         };
-        turn.spend = spend;
-        let driven = self
-            .drive(ctx, options, &turn, &mut outbox, emit, cancel)
-            .await?;
-        self.settle(ctx, &turn, driven, emit, summary, cancel).await;
+        turn.launch.spend = spend;
+        let driven = self.drive(&mut turn_io, &turn, &mut outbox).await?;
+        self.settle(&mut turn_io, &turn, driven).await;
         Ok(())
     }
 }

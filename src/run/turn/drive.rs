@@ -20,7 +20,7 @@ use crate::run::io::attempt::{self, AttemptEnd};
 use crate::run::io::engine;
 use crate::run::io::outbox::Outbox;
 use crate::run::live::{self, LiveSessions};
-use crate::run::{Bridge, Emitter, PROMPT_TOOL, RunOptions, Spawned, fail};
+use crate::run::{Bridge, PROMPT_TOOL, Spawned, fail};
 
 /// How the harness phase ended.
 pub(in crate::run) struct Driven {
@@ -74,10 +74,10 @@ impl<'a> LiveTurn<'a> {
         LiveTurn {
             sessions,
             driver: live_spec.driver,
-            program: &turn.program,
+            program: &turn.launch.program,
             workspace: &turn.workspace,
             env: &turn.env,
-            tools: &turn.tools,
+            tools: &turn.launch.tools,
             token: &turn.open.token,
             grant: &turn.open.grant,
             prompt: &turn.projection.turn_prompt,
@@ -86,9 +86,9 @@ impl<'a> LiveTurn<'a> {
             answer: &turn.answer,
             prompt_tool: live_spec.permission_prompt_tool.as_deref(),
             mcp_session: turn.projection.mcp.session.as_ref(),
-            wall: turn.wall.as_ref(),
-            quota: turn.quota.as_ref(),
-            door: turn.door.as_ref(),
+            wall: turn.launch.wall.as_ref(),
+            quota: turn.launch.quota.as_ref(),
+            door: turn.launch.door.as_ref(),
         }
     }
 }
@@ -150,13 +150,12 @@ impl Bridge {
     /// session when the one to resume is gone.
     pub(in crate::run) async fn drive(
         &self,
-        ctx: &AgentRunContext,
-        options: &RunOptions,
+        turn_io: &mut super::TurnIo<'_, '_>,
         turn: &Prepared<'_>,
         outbox: &mut Outbox,
-        emit: &mut Emitter,
-        cancel: &CancellationToken,
     ) -> Result<Driven, RunFailed> {
+        let (ctx, options, cancel) = (turn_io.ctx, turn_io.options, turn_io.cancel);
+        let emit = &mut *turn_io.emit;
         let mut inbox = match &options.steer {
             Some(inbox) => Some(inbox.0.lock().await),
             None => None,
@@ -180,7 +179,7 @@ impl Bridge {
             on_spawn: options.on_spawn.as_ref(),
             bind: &bind,
             steer: inbox.as_deref_mut(),
-            spend: turn.spend,
+            spend: turn.launch.spend,
             meter: &turn.open.grant.meter,
         };
         let spec = turn.spec;
@@ -191,8 +190,8 @@ impl Bridge {
         let once = (self.live.is_none() && spec.live_only())
             .then(|| LiveSessions::new(live::LiveLimits::default(), self.settings.kill_grace));
         let sessions = self.live.as_ref().or(once.as_ref());
-        let mut resume = turn.session.resume.clone();
-        let mut notice = turn.session.notice.clone();
+        let mut resume = turn.launch.session.resume.clone();
+        let mut notice = turn.launch.session.notice.clone();
         let mut process = serde_json::Value::Null;
         let (end, resumed) = loop {
             let values = self.values(turn, resume.as_deref(), &usage_path);
@@ -283,7 +282,7 @@ impl Bridge {
         turn: &Prepared<'_>,
         notices: tokio::sync::mpsc::UnboundedSender<ResultPayload>,
     ) -> Option<crate::run::destinations::Registered> {
-        turn.door.as_ref()?;
+        turn.launch.door.as_ref()?;
         let conversation = ctx.conversation_id()?;
         let asked_by = ctx.actor.as_ref().and_then(|a| {
             Some(interaction::Asker {
@@ -306,7 +305,11 @@ impl Bridge {
     /// counts, read after the harness (one-shot) and all it left are gone,
     /// or after the live turn: they are this turn's.
     fn limit_hit(turn: &Prepared<'_>) -> Option<String> {
-        let (quota, before) = turn.quota.as_ref().zip(turn.counted.as_ref())?;
+        let (quota, before) = turn
+            .launch
+            .quota
+            .as_ref()
+            .zip(turn.launch.counted.as_ref())?;
         quota.hit_since(before)
     }
 
@@ -326,13 +329,13 @@ impl Bridge {
                 .mcp
                 .file
                 .is_some()
-                .then_some(turn.mcp_config.as_path()),
+                .then_some(turn.launch.mcp_config.as_path()),
             session_id: resume,
             model: turn.binding.model.as_deref(),
             permission_mode: turn.binding.permission_mode.as_deref(),
-            permission_prompt_tool: turn.approvals.then_some(PROMPT_TOOL),
-            config_overrides: &turn.config_overrides,
-            own_port: turn.own_port,
+            permission_prompt_tool: turn.launch.approvals.then_some(PROMPT_TOOL),
+            config_overrides: &turn.launch.config_overrides,
+            own_port: turn.launch.own_port,
             sandbox: spec.family.sandbox.map(|modes| {
                 if self.settings.cage.enabled {
                     modes.caged
@@ -360,14 +363,14 @@ impl Bridge {
             .usage_file
             .map(|file| (file, UsageCount::before(dir)));
         let launch = Launch {
-            program: &turn.program,
+            program: &turn.launch.program,
             args: &args,
             cwd: &turn.workspace,
             env: &turn.env,
             stdin: (spec.stdin == Stdin::Prompt).then_some(turn.projection.turn_prompt.as_str()),
-            wall: turn.wall.as_ref(),
-            quota: turn.quota.as_ref(),
-            door: turn.door.as_ref(),
+            wall: turn.launch.wall.as_ref(),
+            quota: turn.launch.quota.as_ref(),
+            door: turn.launch.door.as_ref(),
         };
         let mut end = attempt::attempt(spec, &launch, io).await;
         if let Some((file, before)) = counted {

@@ -33,33 +33,50 @@ use crate::protocol::{
 use crate::repo::{Checkout, Project, ProjectMode, Publishable, Snapshot};
 use crate::run::io::outbox::Outbox;
 use crate::run::{
-    Bridge, Emitter, HOST_CALL_TIMEOUT, RunGuard, RunOptions, RunSummary, SessionPlan, facts, fail,
-    follow,
+    Bridge, Emitter, HOST_CALL_TIMEOUT, RunGuard, RunOptions, SessionPlan, facts, fail, follow,
 };
 
-/// What `prepare` hands the harness phases: the turn, decided. (The
-/// outbox's watch comes beside it: `drive` reads it while it reads this.)
+/// What `prepare` hands the harness phases: the turn, decided. What both
+/// phases read is here; what only `drive` reads (how the harness starts
+/// and is watched) is [`LaunchPlan`], what only `settle` reads is the
+/// checkout. (The outbox's watch comes beside it: `drive` reads it while
+/// it reads this.)
 pub(in crate::run) struct Prepared<'a> {
-    /// What the turn may spend before it is stopped (set once admitted).
-    pub spend: Option<&'a crate::run::budget::SpendWatch>,
     pub spec: &'a AdapterSpec,
     pub binding: Binding<'a>,
-    /// `approvals: chat`: permission prompts go to the person.
-    pub approvals: bool,
     /// The harness's whole environment (token and MCP URL included).
     pub env: BTreeMap<String, String>,
-    pub program: PathBuf,
     pub open: OpenRun,
     /// The host the turn's own reads and writes go to.
     pub host: &'a dyn HostApi,
     /// How this input answers the conversation's open request.
     pub answer: Reply,
-    /// The MCP tools the run offers.
-    pub tools: Vec<&'static str>,
     /// When the turn must be over.
     pub deadline: Instant,
     pub projection: Projection,
     pub workspace: PathBuf,
+    /// How the harness starts and is watched: `drive`'s alone.
+    pub launch: LaunchPlan<'a>,
+    /// The conversation's worktree of its project, and how it was before
+    /// the turn (what the turn changed is told at its end): `settle`'s.
+    pub checkout: Option<(Checkout, Snapshot)>,
+    /// A shared project's turn, held until this turn has ended.
+    _shared_turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// The token-filled MCP file, removed when the turn ends.
+    _filled: Option<FilledMcpFile>,
+    /// Closes the grant however the turn ends.
+    _guard: RunGuard<'a>,
+}
+
+/// How the harness starts and is watched, as `prepare` decided it.
+pub(in crate::run) struct LaunchPlan<'a> {
+    /// What the turn may spend before it is stopped (set once admitted).
+    pub spend: Option<&'a crate::run::budget::SpendWatch>,
+    /// `approvals: chat`: permission prompts go to the person.
+    pub approvals: bool,
+    pub program: PathBuf,
+    /// The MCP tools the run offers.
+    pub tools: Vec<&'static str>,
     /// The session to resume, and what to tell the person about it.
     pub session: SessionPlan,
     /// The harness's own loopback port, where it serves itself.
@@ -76,15 +93,6 @@ pub(in crate::run) struct Prepared<'a> {
     pub counted: Option<Counters>,
     /// The MCP configuration file the harness reads.
     pub mcp_config: PathBuf,
-    /// The conversation's worktree of its project, and how it was before
-    /// the turn (what the turn changed is told at its end).
-    pub checkout: Option<(Checkout, Snapshot)>,
-    /// A shared project's turn, held until this turn has ended.
-    _shared_turn: Option<tokio::sync::OwnedMutexGuard<()>>,
-    /// The token-filled MCP file, removed when the turn ends.
-    _filled: Option<FilledMcpFile>,
-    /// Closes the grant however the turn ends.
-    _guard: RunGuard<'a>,
 }
 
 /// What the request and the operator's settings decide before any host
@@ -313,13 +321,11 @@ impl Bridge {
     /// person has been told and nothing runs.
     pub(in crate::run) async fn prepare<'a>(
         &'a self,
-        ctx: &'a AgentRunContext,
+        turn_io: &mut super::TurnIo<'a, '_>,
         harness: &str,
-        options: &'a RunOptions,
-        emit: &mut Emitter,
-        cancel: &CancellationToken,
-        summary: &mut RunSummary,
     ) -> Result<Option<(Prepared<'a>, Outbox)>, RunFailed> {
+        let (ctx, options, cancel) = (turn_io.ctx, turn_io.options, turn_io.cancel);
+        let (emit, summary) = (&mut *turn_io.emit, &mut *turn_io.summary);
         let Admitted {
             spec,
             binding,
@@ -383,27 +389,29 @@ impl Bridge {
         )?;
         let outbox = self.ready_to_start(spec, &env, &projection)?;
         let prepared = Prepared {
-            spend: None,
-            counted: quota.as_ref().map(Quota::counters),
-            mcp_config: mcp_config_path(&projection),
+            launch: LaunchPlan {
+                spend: None,
+                counted: quota.as_ref().map(Quota::counters),
+                mcp_config: mcp_config_path(&projection),
+                approvals,
+                program,
+                tools,
+                session,
+                own_port,
+                wall,
+                door,
+                config_overrides,
+                quota,
+            },
             spec,
             binding,
-            approvals,
             env,
-            program,
             open,
             host,
             answer,
-            tools,
             deadline,
             projection,
             workspace,
-            session,
-            own_port,
-            wall,
-            door,
-            config_overrides,
-            quota,
             checkout,
             _shared_turn: shared_turn,
             _filled: filled,

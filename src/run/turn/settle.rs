@@ -10,7 +10,6 @@
 
 use serde_json::json;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::drive::Driven;
 use super::prepare::Prepared;
@@ -24,20 +23,19 @@ use crate::protocol::{
 };
 use crate::run::io::emit::project_message;
 use crate::run::io::outbox;
-use crate::run::{AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, RunSummary, follow};
+use crate::run::{AFTER_DEADLINE, Bridge, Emitter, HOST_CALL_TIMEOUT, follow};
 
 impl Bridge {
     /// Keep what the turn left (pointer, open request, reply) and send its
     /// terminal result.
     pub(in crate::run) async fn settle(
         &self,
-        ctx: &AgentRunContext,
+        turn_io: &mut super::TurnIo<'_, '_>,
         turn: &Prepared<'_>,
         driven: Driven,
-        emit: &mut Emitter,
-        summary: &mut RunSummary,
-        cancel: &CancellationToken,
     ) {
+        let (ctx, cancel) = (turn_io.ctx, turn_io.cancel);
+        let (emit, summary) = (&mut *turn_io.emit, &mut *turn_io.summary);
         let Driven {
             mut end,
             resumed,
