@@ -346,10 +346,35 @@ pub fn render_settings(
     }
 }
 
-/// The `mcpServers` JSON file Claude Code and Copilot CLI read (`${VAR}`
-/// expanded by the harness); `all_tools` adds the `tools: ["*"]` Copilot
-/// needs to offer a server's tools at all.
-pub fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
+/// How a CLI's `mcpServers` JSON file differs from Claude Code's, which is
+/// [`JsonFile::default`].
+#[derive(Debug, Clone, Copy)]
+pub struct JsonFile {
+    /// Where it goes, relative to the workspace.
+    pub path: &'static [&'static str],
+    /// The `type` of an HTTP server (`http`; Cline's `streamableHttp`).
+    pub http_type: &'static str,
+    /// Each server's `tools: ["*"]`, without which Copilot offers none.
+    pub all_tools: bool,
+    /// The harness expands no `${VAR}`: the run fills the file in for the
+    /// turn ([`McpFile::fill_env`]).
+    pub fill_env: bool,
+}
+
+impl Default for JsonFile {
+    fn default() -> Self {
+        JsonFile {
+            path: &MCP_CONFIG,
+            http_type: "http",
+            all_tools: false,
+            fill_env: false,
+        }
+    }
+}
+
+/// The `mcpServers` JSON file Claude Code, Copilot CLI and Cline read,
+/// each as its `shape` says.
+pub fn render_json(servers: &[McpServer], shape: JsonFile) -> RenderedMcp {
     let mut map = serde_json::Map::new();
     for server in servers {
         let entry = match &server.transport {
@@ -362,11 +387,11 @@ pub fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
                 bearer_env,
             } => {
                 let headers = json_headers(headers, bearer_env.as_deref());
-                json!({"type": "http", "url": url, "headers": headers})
+                json!({"type": shape.http_type, "url": url, "headers": headers})
             }
         };
         let mut entry = entry;
-        if all_tools {
+        if shape.all_tools {
             entry["tools"] = json!(["*"]);
         }
         map.insert(server.name.clone(), entry);
@@ -376,9 +401,9 @@ pub fn render_json(servers: &[McpServer], all_tools: bool) -> RenderedMcp {
     bytes.push(b'\n');
     RenderedMcp {
         file: Some(McpFile {
-            path: &MCP_CONFIG,
+            path: shape.path,
             bytes,
-            fill_env: false,
+            fill_env: shape.fill_env,
         }),
         ..RenderedMcp::default()
     }

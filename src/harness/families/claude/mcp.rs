@@ -1,7 +1,7 @@
 //! Claude Code's MCP config: a JSON file (`mcpServers`) passed with
 //! `--mcp-config`, `${VAR}` expanded by Claude Code itself.
 
-use crate::projection::mcp_config::render_json;
+use crate::projection::mcp_config::{JsonFile, render_json};
 use crate::projection::{McpFormat, McpServer, RenderedMcp};
 
 /// The format.
@@ -11,7 +11,7 @@ pub const FORMAT: McpFormat = McpFormat {
 };
 
 fn render(servers: &[McpServer]) -> RenderedMcp {
-    render_json(servers, false)
+    render_json(servers, JsonFile::default())
 }
 
 #[cfg(test)]

@@ -4,9 +4,7 @@
 //! it skips without a word). Cline expands no `${VAR}`, so the file holds
 //! the token only while the turn runs, as Qwen Code's does.
 
-use serde_json::Value;
-
-use crate::projection::mcp_config::render_json;
+use crate::projection::mcp_config::{JsonFile, render_json};
 use crate::projection::{McpFormat, McpServer, RenderedMcp, paths};
 
 /// The format.
@@ -26,27 +24,22 @@ const SETTINGS: [&str; 6] = [
 ];
 
 fn render(servers: &[McpServer]) -> RenderedMcp {
-    let mut rendered = render_json(servers, false);
-    if let Some(file) = rendered.file.as_mut() {
-        file.path = &SETTINGS;
-        file.fill_env = true;
-        if let Ok(mut doc) = serde_json::from_slice::<Value>(&file.bytes) {
-            let servers = doc["mcpServers"].as_object_mut().into_iter().flatten();
-            for (_, server) in servers.filter(|(_, s)| s["type"] == "http") {
-                server["type"] = Value::from("streamableHttp");
-            }
-            let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
-            bytes.push(b'\n');
-            file.bytes = bytes;
-        }
-    }
-    rendered
+    render_json(
+        servers,
+        JsonFile {
+            path: &SETTINGS,
+            http_type: "streamableHttp",
+            all_tools: false,
+            fill_env: true,
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::projection::mcp_config::sample_servers;
+    use serde_json::Value;
 
     #[test]
     fn the_settings_are_in_the_home_and_filled_in_by_the_run() {

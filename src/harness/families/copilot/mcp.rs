@@ -2,7 +2,7 @@
 //! `tools: ["*"]`, without which it offers none of a server's tools)
 //! passed with `--additional-mcp-config @FILE`.
 
-use crate::projection::mcp_config::render_json;
+use crate::projection::mcp_config::{JsonFile, render_json};
 use crate::projection::{McpFormat, McpServer, RenderedMcp};
 
 /// The format.
@@ -12,7 +12,13 @@ pub const FORMAT: McpFormat = McpFormat {
 };
 
 fn render(servers: &[McpServer]) -> RenderedMcp {
-    render_json(servers, true)
+    render_json(
+        servers,
+        JsonFile {
+            all_tools: true,
+            ..JsonFile::default()
+        },
+    )
 }
 
 #[cfg(test)]
